@@ -1,14 +1,173 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! The backend contract: the small set of operations a compute device provides to run a
+//! decoder, on buffers it owns.
+//!
+//! Model and engine code hold an `Arc<dyn Backend>` and never name a concrete backend. Every
+//! op writes into a preallocated buffer, so a GPU backend can capture a whole decode step once
+//! and replay it. Every backend must pass [`testing::parity`] against the CPU reference before
+//! it is used.
+//!
+//! Conventions: activations are f32, row-major `[tokens, width]`. Weight shapes are in ggml
+//! order (`shape[0]` is the row length, `shape[1]` the number of rows, `shape[2]` the expert
+//! index for MoE tensors). A matmul computes `out[t][o] = sum_i W[o][i] * x[t][i]`.
+
+mod buffer;
+mod error;
+mod ops;
+pub mod testing;
+
+pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
+pub use error::BackendError;
+pub use ops::{AttentionParams, RopeParams, RopeStyle, SequenceSpan};
+
+use runit_quant::GgmlType;
+
+/// Operations whose support may depend on the weight type (see [`Backend::supports`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Row lookup from an embedding table.
+    Embedding,
+    /// Weight × activations.
+    MatMul,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A compute device.
+pub trait Backend: Send + Sync {
+    /// Short name for logs and errors (`"cpu"`, `"cuda:0"`).
+    fn name(&self) -> String;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
+    /// True when `op` can run on weights of type `ty`.
+    fn supports(&self, op: Op, ty: GgmlType) -> bool;
+
+    /// A zeroed f32 activation buffer of `len` elements.
+    fn alloc(&self, len: usize) -> Result<Buffer, BackendError>;
+
+    /// Copies `data` into the first `data.len()` elements of `buffer`.
+    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> Result<(), BackendError>;
+
+    /// Copies the first `out.len()` elements of `buffer` into `out` (waits for pending work).
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError>;
+
+    /// Makes a weight usable by this backend. `bytes` is the packed tensor as stored in the
+    /// file; a host backend may keep referring to it (zero copy), a device backend uploads it.
+    fn load_weight(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        shape: &[usize],
+        memory: std::sync::Arc<dyn HostMemory>,
+        range: std::ops::Range<usize>,
+    ) -> Result<Weight, BackendError>;
+
+    /// A KV cache for one layer: `n_cells` token slots of `width` = kv_heads × head_dim.
+    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError>;
+
+    /// `out[t] = table[ids[t]]` (dequantized), `out` is `[ids.len(), shape[0]]`.
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError>;
+
+    /// `out[t] = W · x[t]` for the first `tokens` rows; `x` is `[tokens, shape[0]]`,
+    /// `out` is `[tokens, shape[1]]`.
+    fn matmul(
+        &self,
+        weight: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `x[t] += bias` for the first `tokens` rows of width `bias.shape[0]`.
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError>;
+
+    /// RMS-normalises each row of `weight.shape[0]` elements of `x` (the first `rows` rows) and
+    /// multiplies by `weight`: `out = x / sqrt(mean(x²) + eps) * weight`. Per-head norms pass
+    /// rows = tokens × heads. `out` may not alias `x`; use [`Backend::rms_norm_in_place`].
+    fn rms_norm(
+        &self,
+        x: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// [`Backend::rms_norm`] writing back into `x`.
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+    ) -> Result<(), BackendError>;
+
+    /// Rotates the first `params.rotary_dim` dims of every head of `x` (`[tokens, heads,
+    /// head_dim]`) by the angle of token `t`'s position `positions[t]`.
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        positions: &[u32],
+        params: &RopeParams,
+        freq_factors: Option<&Weight>,
+    ) -> Result<(), BackendError>;
+
+    /// `dst[i] += src[i]` for the first `len` elements.
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// `gate[i] = silu(gate[i]) * up[i]` for the first `len` elements.
+    fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// Writes the keys and values of each span's tokens (`k`, `v`: `[tokens, width]`) into the
+    /// cache cells its block table maps their positions to.
+    fn kv_write(
+        &self,
+        k: &Buffer,
+        v: &Buffer,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError>;
+
+    /// Causal grouped-query attention of each span's queries (`q`: `[tokens, heads,
+    /// head_dim]`) over that sequence's cached keys and values (positions `0 ..= pos` of each
+    /// query, limited to the sliding window when one is set). `out` is `[tokens, heads, head_dim]`.
+    fn attention(
+        &self,
+        q: &Buffer,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+        spans: &[SequenceSpan],
+        params: &AttentionParams,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `out[i] = src[rows[i]]` for rows of `width` elements (MoE token gathering).
+    fn gather_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        width: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `dst[rows[i]] += scales[i] * src[i]` for rows of `width` elements (MoE combine).
+    fn scatter_add_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        scales: &[f32],
+        width: usize,
+        dst: &mut Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// Copies `len` elements from `src[src_offset..]` to `dst[dst_offset..]`.
+    fn copy(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &mut Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), BackendError>;
+
+    /// Waits until all submitted work is done.
+    fn synchronize(&self) -> Result<(), BackendError>;
 }

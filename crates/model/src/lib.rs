@@ -1,14 +1,49 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! Model loading and the generic decoder: configuration from GGUF metadata, the architecture
+//! table, weights used in place from the memory map, and the forward pass.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! # fn demo(backend: Arc<dyn runit_backend::Backend>) -> Result<(), runit_model::ModelError> {
+//! let file = Arc::new(runit_gguf::GgufFile::open("models/SmolLM2-135M-Instruct.Q4_1.gguf")?);
+//! let model = runit_model::Model::load(file, backend)?;
+//! println!("{} layers", model.config.block_count);
+//! # Ok(()) }
+//! ```
+
+pub mod arch;
+mod config;
+mod error;
+mod forward;
+mod weights;
+
+use std::sync::Arc;
+
+use runit_backend::Backend;
+use runit_gguf::GgufFile;
+
+pub use config::ModelConfig;
+pub use error::ModelError;
+pub use forward::{Batch, KvState, LayerObserver, Scratch};
+pub use weights::{FfnWeights, LayerWeights, ModelWeights};
+
+/// A loaded decoder: configuration, weights on a backend, and the file they live in.
+pub struct Model {
+    pub config: ModelConfig,
+    pub weights: ModelWeights,
+    pub backend: Arc<dyn Backend>,
+    pub file: Arc<GgufFile>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+impl Model {
+    /// Reads the configuration and loads the weights of `file` onto `backend`.
+    pub fn load(file: Arc<GgufFile>, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = ModelWeights::load(&file, &config, backend.as_ref())?;
+        Ok(Model {
+            config,
+            weights,
+            backend,
+            file,
+        })
     }
 }

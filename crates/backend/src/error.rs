@@ -1,0 +1,45 @@
+//! The error type of backend operations.
+
+use runit_quant::GgmlType;
+
+/// Why a backend operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The weight type has no kernel for this op on this backend.
+    #[error("{backend}: {op} is not supported for weight type {ty} (tensor {tensor})")]
+    Unsupported {
+        backend: String,
+        op: &'static str,
+        ty: GgmlType,
+        tensor: String,
+    },
+    /// Operand sizes do not agree.
+    #[error("{op}: {what}: expected {expected}, found {found}")]
+    Shape {
+        op: &'static str,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    /// A buffer or weight made by another backend was passed in.
+    #[error("{op}: {what} belongs to another backend")]
+    ForeignBuffer {
+        op: &'static str,
+        what: &'static str,
+    },
+    /// The device ran out of memory.
+    #[error("{backend}: out of memory allocating {bytes} bytes ({available} available)")]
+    OutOfMemory {
+        backend: String,
+        bytes: usize,
+        available: usize,
+    },
+    /// Any other device failure, with the op that caused it.
+    #[error("{backend}: {op} failed: {message}")]
+    Device {
+        backend: String,
+        op: &'static str,
+        message: String,
+    },
+}

@@ -1,0 +1,60 @@
+//! Parameter types of the backend operations.
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (LLaMA, Mistral; ggml's "normal" mode).
+    Normal,
+    /// Halves `(x[i], x[i + d/2])` (Qwen2, Qwen3, OLMoE; ggml's NEOX mode).
+    Neox,
+}
+
+/// Rotary position embedding parameters of one projection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeParams {
+    pub style: RopeStyle,
+    /// Heads in the buffer (query heads or key heads).
+    pub heads: usize,
+    pub head_dim: usize,
+    /// Dimensions rotated at the start of each head (usually `head_dim`).
+    pub rotary_dim: usize,
+    /// Base frequency θ.
+    pub theta: f32,
+    /// Linear position scaling: positions are multiplied by this (1.0 = none).
+    pub freq_scale: f32,
+}
+
+/// The part of a batch that belongs to one sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceSpan {
+    /// Rows of the batch (`q`, `k`, `v`) holding this sequence's tokens of this step.
+    pub first_row: usize,
+    pub rows: usize,
+    /// Position of the span's first token in its sequence; the cache already holds
+    /// positions `0 .. start_position` of this sequence.
+    pub start_position: usize,
+    /// Cache block of each run of `block_size` positions: position `p` lives in cell
+    /// `block_table[p / block_size] * block_size + p % block_size`.
+    pub block_table: Vec<u32>,
+    pub block_size: usize,
+}
+
+impl SequenceSpan {
+    /// The cache cell of position `position`.
+    pub fn cell(&self, position: usize) -> usize {
+        self.block_table[position / self.block_size] as usize * self.block_size
+            + position % self.block_size
+    }
+}
+
+/// Attention shape and masking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionParams {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies `q · k` before the softmax (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// When set, a query at position `p` sees keys at positions `> p - window` only.
+    pub sliding_window: Option<usize>,
+}

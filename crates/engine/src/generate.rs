@@ -1,0 +1,133 @@
+//! The generation loop: evaluate the prompt, then sample, stream and evaluate one token at a
+//! time until an end-of-generation token, the token limit or the context end.
+
+use std::time::{Duration, Instant};
+
+use crate::sampler::{top_logprobs, Sampler};
+use crate::{EngineError, Session};
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// An end-of-generation token was produced (it is the last generated token).
+    EndOfGeneration,
+    /// The requested number of tokens was generated.
+    Limit,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+/// One generated token, as handed to the callback.
+#[derive(Debug, Clone)]
+pub struct GeneratedToken {
+    pub id: u32,
+    /// Log-probability of `id` before sampling (plain softmax of the logits).
+    pub logprob: f64,
+    /// The most likely tokens and their log-probabilities, when requested.
+    pub top: Vec<(u32, f64)>,
+}
+
+/// What a generation did, with timings.
+#[derive(Debug, Clone)]
+pub struct GenerationOutput {
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    pub prompt_tokens: usize,
+    pub prompt_time: Duration,
+    pub decode_time: Duration,
+}
+
+impl GenerationOutput {
+    /// Prompt tokens per second.
+    pub fn prompt_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_time.as_secs_f64().max(1e-9)
+    }
+
+    /// Generated tokens per second (the first token is produced by the prompt pass, so
+    /// `n - 1` decode steps are timed).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        let steps = self.tokens.len().saturating_sub(1);
+        steps as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Generation settings besides sampling.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Most tokens to generate (at least 1).
+    pub max_tokens: usize,
+    /// Tokens that end generation (EOS, EOT, `<|im_end|>` ...).
+    pub end_of_generation: Vec<u32>,
+    /// How many top log-probabilities to report per token (0 = none).
+    pub top_logprobs: usize,
+}
+
+/// Evaluates `prompt` in `session` (which must be empty or hold its prefix), then generates.
+/// `on_token` receives each token as it is produced and returns false to stop early.
+pub fn generate(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut on_token: impl FnMut(&GeneratedToken) -> bool,
+) -> Result<GenerationOutput, EngineError> {
+    if params.max_tokens == 0 {
+        return Err(EngineError::InvalidParameter {
+            name: "max_tokens",
+            message: "must be at least 1".into(),
+        });
+    }
+    if prompt.is_empty() {
+        return Err(EngineError::InvalidParameter {
+            name: "prompt",
+            message: "the prompt has no tokens".into(),
+        });
+    }
+    let needed = session.n_past() + prompt.len() + 1;
+    if needed > session.context_size() {
+        return Err(EngineError::PromptTooLong {
+            tokens: session.n_past() + prompt.len(),
+            context: session.context_size(),
+        });
+    }
+    for &t in prompt {
+        sampler.accept(t);
+    }
+    let started = Instant::now();
+    let mut logits = session.eval(prompt, false, None)?.to_vec();
+    let prompt_time = started.elapsed();
+    let decode_started = Instant::now();
+    let mut tokens = Vec::new();
+    let stop = loop {
+        let top = if params.top_logprobs > 0 {
+            top_logprobs(&logits, params.top_logprobs)
+        } else {
+            Vec::new()
+        };
+        let logprob_source = logits.clone();
+        let id = sampler.sample(&mut logits);
+        let logprob = crate::sampler::log_softmax(&logprob_source)[id as usize];
+        sampler.accept(id);
+        tokens.push(id);
+        let keep_going = on_token(&GeneratedToken { id, logprob, top });
+        if params.end_of_generation.contains(&id) {
+            break StopReason::EndOfGeneration;
+        }
+        if !keep_going {
+            break StopReason::Cancelled;
+        }
+        if tokens.len() >= params.max_tokens || session.n_past() + 1 > session.context_size() - 1
+        {
+            break StopReason::Limit;
+        }
+        logits.clear();
+        logits.extend_from_slice(session.eval(&[id], false, None)?);
+    };
+    Ok(GenerationOutput {
+        tokens,
+        stop,
+        prompt_tokens: prompt.len(),
+        prompt_time,
+        decode_time: decode_started.elapsed(),
+    })
+}

@@ -1,0 +1,265 @@
+//! Token sampling: penalties, then top-k, top-p, min-p, temperature and a seeded draw; greedy
+//! (argmax after penalties) when the temperature is zero.
+
+use std::collections::VecDeque;
+
+use crate::EngineError;
+
+/// Sampling settings. The default is greedy decoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 disables top-k.
+    pub top_k: usize,
+    /// 1.0 disables top-p.
+    pub top_p: f32,
+    /// 0.0 disables min-p.
+    pub min_p: f32,
+    /// Divides positive logits (multiplies negative ones) of recent tokens; 1.0 disables.
+    pub repeat_penalty: f32,
+    /// Subtracted once per earlier occurrence of a token in the window.
+    pub frequency_penalty: f32,
+    /// Subtracted once from every token present in the window.
+    pub presence_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_window: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        SamplerParams {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            penalty_window: 64,
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl SamplerParams {
+    /// Rejects NaN, negative and out-of-range settings with a message naming the setting.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let check = |name: &'static str, value: f32, ok: bool| {
+            if value.is_finite() && ok {
+                Ok(())
+            } else {
+                Err(EngineError::InvalidParameter {
+                    name,
+                    message: format!("invalid value {value}"),
+                })
+            }
+        };
+        check("temperature", self.temperature, self.temperature >= 0.0)?;
+        check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0)?;
+        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p))?;
+        check("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0)?;
+        check("frequency_penalty", self.frequency_penalty, true)?;
+        check("presence_penalty", self.presence_penalty, true)?;
+        Ok(())
+    }
+
+    /// True when the draw is a plain argmax.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+}
+
+/// A small, fast, seedable generator (xoshiro256**), seeded through splitmix64.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    state: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Rng {
+            state: [next(), next(), next(), next()],
+        }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.state;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Samples tokens from logits under [`SamplerParams`], remembering recent tokens for the
+/// penalties.
+pub struct Sampler {
+    params: SamplerParams,
+    rng: Rng,
+    recent: VecDeque<u32>,
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    /// A sampler; fails on invalid settings.
+    pub fn new(params: SamplerParams) -> Result<Sampler, EngineError> {
+        params.validate()?;
+        Ok(Sampler {
+            rng: Rng::new(params.seed),
+            params,
+            recent: VecDeque::new(),
+            candidates: Vec::new(),
+        })
+    }
+
+    pub fn params(&self) -> &SamplerParams {
+        &self.params
+    }
+
+    /// Records a token (prompt or generated) for the penalty window.
+    pub fn accept(&mut self, token: u32) {
+        if self.params.penalty_window == 0 {
+            return;
+        }
+        if self.recent.len() == self.params.penalty_window {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    /// Picks the next token from `logits` (modified in place by the penalties).
+    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        self.apply_penalties(logits);
+        if self.params.is_greedy() {
+            return argmax(logits);
+        }
+        let p = &self.params;
+        let c = &mut self.candidates;
+        c.clear();
+        c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        c.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if p.top_k > 0 && p.top_k < c.len() {
+            c.truncate(p.top_k);
+        }
+        // Probabilities at temperature 1 for top-p and min-p, as llama.cpp orders them.
+        let probs = softmax_sorted(c, 1.0);
+        if p.top_p < 1.0 {
+            let mut cumulative = 0.0;
+            let mut keep = c.len();
+            for (i, q) in probs.iter().enumerate() {
+                cumulative += q;
+                if cumulative >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            c.truncate(keep.max(1));
+        }
+        if p.min_p > 0.0 {
+            let threshold = c[0].1 + (p.min_p as f64).ln() as f32;
+            let keep = c.iter().take_while(|(_, l)| *l >= threshold).count();
+            c.truncate(keep.max(1));
+        }
+        let probs = softmax_sorted(c, p.temperature);
+        let mut r = self.rng.next_f64();
+        for (i, q) in probs.iter().enumerate() {
+            if r < *q {
+                return c[i].0;
+            }
+            r -= q;
+        }
+        c[c.len() - 1].0
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if self.recent.is_empty()
+            || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0)
+        {
+            return;
+        }
+        let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for &t in &self.recent {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&token, &count) in &counts {
+            let Some(l) = logits.get_mut(token as usize) else {
+                continue;
+            };
+            if *l > 0.0 {
+                *l /= p.repeat_penalty;
+            } else {
+                *l *= p.repeat_penalty;
+            }
+            *l -= count as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+}
+
+/// Index of the largest value (the first one on ties).
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Softmax (in f64) of candidates sorted by descending logit, at `temperature`.
+fn softmax_sorted(candidates: &[(u32, f32)], temperature: f32) -> Vec<f64> {
+    let max = candidates[0].1 as f64;
+    let t = temperature as f64;
+    let mut probs: Vec<f64> = candidates
+        .iter()
+        .map(|&(_, l)| ((l as f64 - max) / t).exp())
+        .collect();
+    let sum: f64 = probs.iter().sum();
+    for q in probs.iter_mut() {
+        *q /= sum;
+    }
+    probs
+}
+
+/// Natural-log softmax of `logits` in f64 (for log-probabilities and perplexity).
+pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let log_sum = sum.ln() + max;
+    logits.iter().map(|&l| l as f64 - log_sum).collect()
+}
+
+/// The `k` most likely tokens with their log-probabilities, most likely first.
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
+    let logp = log_softmax(logits);
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(ids.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    ids.select_nth_unstable_by(k - 1, |&a, &b| logp[b as usize].total_cmp(&logp[a as usize]));
+    ids.truncate(k);
+    ids.sort_by(|&a, &b| logp[b as usize].total_cmp(&logp[a as usize]).then(a.cmp(&b)));
+    ids.into_iter().map(|i| (i, logp[i as usize])).collect()
+}

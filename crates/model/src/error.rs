@@ -1,0 +1,40 @@
+//! The error type of model loading and evaluation.
+
+use runit_backend::BackendError;
+use runit_gguf::GgufError;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("unsupported architecture `{found}`; supported: {supported}")]
+    UnsupportedArchitecture { found: String, supported: String },
+    #[error("required metadata key `{key}` is missing")]
+    MissingKey { key: String },
+    #[error("hyperparameter {key}: {message}")]
+    BadHyperparameter { key: String, message: String },
+    #[error("tensor `{name}` is missing from the model file")]
+    MissingTensor { name: String },
+    #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tensor `{name}`: type {ty} is not supported by the {backend} backend")]
+    TensorType {
+        name: String,
+        ty: runit_quant::GgmlType,
+        backend: String,
+    },
+    #[error("batch of {tokens} tokens exceeds the evaluation buffers ({capacity}); split it")]
+    BatchTooLarge { tokens: usize, capacity: usize },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("position {position} is beyond the context of {context} tokens")]
+    ContextOverflow { position: usize, context: usize },
+}

@@ -1,0 +1,348 @@
+//! The decoder forward pass: one loop over layers that every architecture row shares.
+//!
+//! ```text
+//! ids -> embedding -> per layer: RMSNorm -> Q/K/V (+bias) -> QK-norm? -> RoPE -> KV write
+//!     -> attention -> output proj -> +residual -> RMSNorm -> SwiGLU FFN or MoE -> +residual
+//!     -> final RMSNorm (rows that need logits only) -> lm_head -> logits
+//! ```
+
+use runit_backend::{AttentionParams, Backend, Buffer, KvCache, KvType, RopeParams, SequenceSpan};
+
+use crate::weights::{FfnWeights, LayerWeights};
+use crate::{Model, ModelError};
+
+/// Receives intermediate tensors for debugging (`--dump-layers`), named like llama.cpp's
+/// graph nodes (`attn_norm-0`, `Qcur-0`, `l_out-0`, `result_output`).
+pub trait LayerObserver {
+    /// `data` is `[rows, width]` row-major.
+    fn observe(&mut self, name: &str, rows: usize, width: usize, data: &[f32]);
+}
+
+/// One step's input: tokens of one or more sequences.
+pub struct Batch<'a> {
+    pub tokens: &'a [u32],
+    /// Position of each token in its sequence.
+    pub positions: &'a [u32],
+    /// Which rows belong to which sequence, and where their KV cells are.
+    pub spans: &'a [SequenceSpan],
+    /// Rows whose logits are wanted, in output order.
+    pub logit_rows: &'a [u32],
+}
+
+/// Per-layer key and value caches.
+pub struct KvState {
+    pub keys: Vec<KvCache>,
+    pub values: Vec<KvCache>,
+    pub n_cells: usize,
+}
+
+impl KvState {
+    /// Caches of `n_cells` token slots for every layer of `model`.
+    pub fn new(model: &Model, n_cells: usize, ty: KvType) -> Result<KvState, ModelError> {
+        let width = model.config.kv_width();
+        let mut keys = Vec::with_capacity(model.config.block_count);
+        let mut values = Vec::with_capacity(model.config.block_count);
+        for _ in 0..model.config.block_count {
+            keys.push(model.backend.alloc_kv(n_cells, width, ty)?);
+            values.push(model.backend.alloc_kv(n_cells, width, ty)?);
+        }
+        Ok(KvState {
+            keys,
+            values,
+            n_cells,
+        })
+    }
+}
+
+/// Activation buffers for batches of up to `capacity` tokens, reused every step.
+pub struct Scratch {
+    pub capacity: usize,
+    x: Buffer,      // [tokens, embd] residual stream
+    normed: Buffer, // [tokens, embd]
+    q: Buffer,      // [tokens, heads * head_dim]
+    k: Buffer,      // [tokens, kv_heads * head_dim]
+    v: Buffer,      // [tokens, kv_heads * head_dim]
+    attn: Buffer,   // [tokens, heads * head_dim]
+    proj: Buffer,   // [tokens, embd]
+    gate: Buffer,   // [tokens, ff]
+    up: Buffer,     // [tokens, ff]
+    moe: Option<MoeScratch>,
+    out_x: Buffer,  // [tokens, embd] rows that need logits
+    logits: Buffer, // [tokens, vocab]
+}
+
+struct MoeScratch {
+    router: Buffer,   // [tokens, experts]
+    gathered: Buffer, // [tokens, embd]
+    expert_out: Buffer, // [tokens, embd]
+    router_host: Vec<f32>,
+}
+
+impl Scratch {
+    /// Buffers for batches of up to `capacity` tokens.
+    pub fn new(model: &Model, capacity: usize) -> Result<Scratch, ModelError> {
+        let c = &model.config;
+        let b = &model.backend;
+        let t = capacity.max(1);
+        let moe = if c.expert_count > 0 {
+            Some(MoeScratch {
+                router: b.alloc(t * c.expert_count)?,
+                gathered: b.alloc(t * c.embedding_length)?,
+                expert_out: b.alloc(t * c.embedding_length)?,
+                router_host: vec![0.0; t * c.expert_count],
+            })
+        } else {
+            None
+        };
+        Ok(Scratch {
+            capacity: t,
+            x: b.alloc(t * c.embedding_length)?,
+            normed: b.alloc(t * c.embedding_length)?,
+            q: b.alloc(t * c.q_width())?,
+            k: b.alloc(t * c.kv_width())?,
+            v: b.alloc(t * c.kv_width())?,
+            attn: b.alloc(t * c.q_width())?,
+            proj: b.alloc(t * c.embedding_length)?,
+            gate: b.alloc(t * c.feed_forward_length)?,
+            up: b.alloc(t * c.feed_forward_length)?,
+            moe,
+            out_x: b.alloc(t * c.embedding_length)?,
+            logits: b.alloc(t * c.vocab_size)?,
+        })
+    }
+}
+
+impl Model {
+    /// Runs one batch through the decoder, writing its keys and values into `kv` and the
+    /// logits of `batch.logit_rows` into `logits` (`[logit_rows.len(), vocab]`).
+    pub fn forward(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        scratch: &mut Scratch,
+        logits: &mut Vec<f32>,
+        mut observer: Option<&mut (dyn LayerObserver + '_)>,
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let b: &dyn Backend = self.backend.as_ref();
+        let tokens = batch.tokens.len();
+        if tokens > scratch.capacity || batch.logit_rows.len() > scratch.capacity {
+            return Err(ModelError::BatchTooLarge {
+                tokens,
+                capacity: scratch.capacity,
+            });
+        }
+        if let Some(&id) = batch.tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                n_vocab: c.vocab_size,
+            });
+        }
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= kv.n_cells) {
+            return Err(ModelError::ContextOverflow {
+                position: p as usize,
+                context: kv.n_cells,
+            });
+        }
+        let embd = c.embedding_length;
+        let mut dump = |name: &str, layer: Option<usize>, buf: &Buffer, width: usize| {
+            if let Some(obs) = observer.as_deref_mut() {
+                let mut host = vec![0.0; tokens * width];
+                if b.download(buf, &mut host).is_ok() {
+                    let full = match layer {
+                        Some(l) => format!("{name}-{l}"),
+                        None => name.to_string(),
+                    };
+                    obs.observe(&full, tokens, width, &host);
+                }
+            }
+        };
+        let s = scratch;
+        b.embedding(&self.weights.token_embd, batch.tokens, &mut s.x)?;
+        let q_rope = self.rope_params(c.head_count);
+        let k_rope = self.rope_params(c.head_count_kv);
+        let attention = AttentionParams {
+            heads: c.head_count,
+            kv_heads: c.head_count_kv,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            sliding_window: c.sliding_window,
+        };
+        for (i, layer) in self.weights.layers.iter().enumerate() {
+            b.rms_norm(&s.x, &layer.attn_norm, c.rms_norm_eps, tokens, &mut s.normed)?;
+            dump("attn_norm", Some(i), &s.normed, embd);
+            self.project_qkv(layer, tokens, s)?;
+            dump("Qcur", Some(i), &s.q, c.q_width());
+            dump("Kcur", Some(i), &s.k, c.kv_width());
+            dump("Vcur", Some(i), &s.v, c.kv_width());
+            let freq_factors = self.weights.rope_freqs.as_ref();
+            b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
+            b.rope(&mut s.k, batch.positions, &k_rope, freq_factors)?;
+            b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
+            b.attention(&s.q, &kv.keys[i], &kv.values[i], batch.spans, &attention, &mut s.attn)?;
+            dump("kqv_out", Some(i), &s.attn, c.q_width());
+            b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
+            b.add(&mut s.x, &s.proj, tokens * embd)?;
+            dump("ffn_inp", Some(i), &s.x, embd);
+            b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, tokens, &mut s.normed)?;
+            dump("ffn_norm", Some(i), &s.normed, embd);
+            self.feed_forward(layer, tokens, s)?;
+            dump("ffn_out", Some(i), &s.proj, embd);
+            b.add(&mut s.x, &s.proj, tokens * embd)?;
+            dump("l_out", Some(i), &s.x, embd);
+        }
+        let out_rows = batch.logit_rows.len();
+        if out_rows == 0 {
+            logits.clear();
+            return Ok(());
+        }
+        b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
+        b.rms_norm_in_place(&mut s.out_x, &self.weights.output_norm, c.rms_norm_eps, out_rows)?;
+        b.matmul(&self.weights.output, &s.out_x, out_rows, &mut s.logits)?;
+        logits.resize(out_rows * c.vocab_size, 0.0);
+        b.download(&s.logits, logits)?;
+        if let Some(obs) = observer {
+            obs.observe("result_output", out_rows, c.vocab_size, logits);
+        }
+        Ok(())
+    }
+
+    fn rope_params(&self, heads: usize) -> RopeParams {
+        let c = &self.config;
+        RopeParams {
+            style: c.arch.rope_style,
+            heads,
+            head_dim: c.head_dim,
+            rotary_dim: c.rope_dim,
+            theta: c.rope_theta,
+            freq_scale: c.rope_freq_scale,
+        }
+    }
+
+    /// Q, K, V projections with optional biases and QK-norm, into `s.q`, `s.k`, `s.v`.
+    fn project_qkv(
+        &self,
+        layer: &LayerWeights,
+        tokens: usize,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let b = self.backend.as_ref();
+        b.matmul(&layer.q, &s.normed, tokens, &mut s.q)?;
+        b.matmul(&layer.k, &s.normed, tokens, &mut s.k)?;
+        b.matmul(&layer.v, &s.normed, tokens, &mut s.v)?;
+        if let (Some(qb), Some(kb), Some(vb)) = (&layer.q_bias, &layer.k_bias, &layer.v_bias) {
+            b.add_bias(&mut s.q, qb, tokens)?;
+            b.add_bias(&mut s.k, kb, tokens)?;
+            b.add_bias(&mut s.v, vb, tokens)?;
+        }
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            // Rows are heads for a per-head norm, whole projections for a full-width one.
+            let q_rows = tokens * c.q_width() / qn.row_len();
+            let k_rows = tokens * c.kv_width() / kn.row_len();
+            b.rms_norm_in_place(&mut s.q, qn, c.rms_norm_eps, q_rows)?;
+            b.rms_norm_in_place(&mut s.k, kn, c.rms_norm_eps, k_rows)?;
+        }
+        Ok(())
+    }
+
+    /// The FFN of `s.normed` into `s.proj`.
+    fn feed_forward(
+        &self,
+        layer: &LayerWeights,
+        tokens: usize,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let b = self.backend.as_ref();
+        match &layer.ffn {
+            FfnWeights::Dense { gate, up, down } => {
+                b.matmul(gate, &s.normed, tokens, &mut s.gate)?;
+                b.matmul(up, &s.normed, tokens, &mut s.up)?;
+                b.silu_mul(&mut s.gate, &s.up, tokens * c.feed_forward_length)?;
+                b.matmul(down, &s.gate, tokens, &mut s.proj)?;
+            }
+            FfnWeights::Moe {
+                router,
+                gate,
+                up,
+                down,
+            } => {
+                let moe = s.moe.as_mut().expect("MoE scratch exists for MoE models");
+                b.matmul(router, &s.normed, tokens, &mut moe.router)?;
+                let n_expert = c.expert_count;
+                let host = &mut moe.router_host[..tokens * n_expert];
+                b.download(&moe.router, host)?;
+                let routes = route_tokens(host, tokens, n_expert, c.expert_used_count, c.expert_weights_norm);
+                b.upload(&mut s.proj, &vec![0.0; tokens * c.embedding_length])?;
+                for (expert, (rows, scales)) in routes.iter().enumerate() {
+                    if rows.is_empty() {
+                        continue;
+                    }
+                    let n = rows.len();
+                    b.gather_rows(&s.normed, rows, c.embedding_length, &mut moe.gathered)?;
+                    b.matmul(&gate.matrix(expert), &moe.gathered, n, &mut s.gate)?;
+                    b.matmul(&up.matrix(expert), &moe.gathered, n, &mut s.up)?;
+                    b.silu_mul(&mut s.gate, &s.up, n * c.feed_forward_length)?;
+                    b.matmul(&down.matrix(expert), &s.gate, n, &mut moe.expert_out)?;
+                    b.scatter_add_rows(&moe.expert_out, rows, scales, c.embedding_length, &mut s.proj)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// For each expert, the token rows routed to it and their gate weights: softmax over the
+/// router logits, the top `used` experts per token, optionally renormalised.
+fn route_tokens(
+    logits: &[f32],
+    tokens: usize,
+    n_expert: usize,
+    used: usize,
+    renormalise: bool,
+) -> Vec<(Vec<u32>, Vec<f32>)> {
+    let mut routes = vec![(Vec::new(), Vec::new()); n_expert];
+    let mut probs = vec![0.0f32; n_expert];
+    let mut order: Vec<usize> = (0..n_expert).collect();
+    for t in 0..tokens {
+        let row = &logits[t * n_expert..(t + 1) * n_expert];
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for (p, &l) in probs.iter_mut().zip(row) {
+            *p = (l - max).exp();
+            sum += *p;
+        }
+        for p in probs.iter_mut() {
+            *p /= sum;
+        }
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        let chosen = &order[..used];
+        let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
+        for &e in chosen {
+            let weight = if renormalise { probs[e] / total } else { probs[e] };
+            routes[e].0.push(t as u32);
+            routes[e].1.push(weight);
+        }
+    }
+    routes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_tokens;
+
+    #[test]
+    fn routing_picks_the_top_experts_by_softmax() {
+        // One token, logits favour experts 2 then 0.
+        let logits = [1.0, -1.0, 2.0, 0.0];
+        let routes = route_tokens(&logits, 1, 4, 2, false);
+        let z: f32 = logits.iter().map(|l| (l - 2.0f32).exp()).sum();
+        assert_eq!(routes[2].0, vec![0]);
+        assert!((routes[2].1[0] - 1.0 / z).abs() < 1e-6);
+        assert_eq!(routes[0].0, vec![0]);
+        assert!(routes[1].0.is_empty() && routes[3].0.is_empty());
+        let renorm = route_tokens(&logits, 1, 4, 2, true);
+        assert!((renorm[2].1[0] + renorm[0].1[0] - 1.0).abs() < 1e-6);
+    }
+}
