@@ -16,11 +16,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure prompt-processing and generation speed (like llama-bench).
+    Bench(commands::bench::Args),
+    /// Compute the perplexity of a text (like llama.cpp's perplexity tool).
+    Perplexity(commands::perplexity::Args),
+    /// Complete a prompt with a model, streaming the text.
+    Generate(commands::generate::Args),
+    /// Describe a GGUF file: architecture, hyperparameters, tokenizer, metadata, tensors.
+    Inspect(commands::inspect::Args),
+    /// Write a copy of a GGUF model with its weights in another type (like llama-quantize).
+    Quantize(commands::quantize::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Perplexity(args) => commands::perplexity::run(args),
+        Command::Generate(args) => commands::generate::run(args),
+        Command::Inspect(args) => commands::inspect::run(args),
+        Command::Quantize(args) => commands::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -28,10 +43,26 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_chain(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, skipping causes whose text the message already includes
+/// (library errors often embed their source in their own message).
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 /// A closed stdout (`runit inspect x | head`) is a normal way for a reader to stop.

@@ -64,8 +64,8 @@ impl GgufFile {
         // never writes to a model file it has open, and the caller must not let other
         // processes change it while this `GgufFile` lives (a truncated file would make reads
         // of the map fault). Every read goes through bounds-checked slices of the map.
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|source| GgufError::from(source).in_file(path))?;
+        let map =
+            unsafe { Mmap::map(&file) }.map_err(|source| GgufError::from(source).in_file(path))?;
         GgufFile::from_storage(Storage::Mapped(map), Some(path.to_path_buf()))
             .map_err(|error| error.in_file(path))
     }
@@ -131,7 +131,9 @@ impl GgufFile {
 
     /// The value of metadata key `key`.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.key_index.get(key).map(|&index| &self.metadata[index].1)
+        self.key_index
+            .get(key)
+            .map(|&index| &self.metadata[index].1)
     }
 
     /// All tensor-table entries in file order.
@@ -141,7 +143,9 @@ impl GgufFile {
 
     /// The tensor named `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index.get(name).map(|&index| &self.tensors[index])
+        self.tensor_index
+            .get(name)
+            .map(|&index| &self.tensors[index])
     }
 
     /// The whole file's bytes (the memory map), for backends that read weights in place
@@ -183,7 +187,9 @@ impl GgufFile {
 
     fn integer<T: TryFrom<i128>>(&self, key: &str, expected: &'static str) -> Result<T, GgufError> {
         let value = self.required(key)?;
-        let integer = value.as_integer().ok_or_else(|| wrong_type(key, expected, value))?;
+        let integer = value
+            .as_integer()
+            .ok_or_else(|| wrong_type(key, expected, value))?;
         T::try_from(integer).map_err(|_| GgufError::OutOfRange {
             key: key.to_string(),
             expected,
@@ -218,19 +224,25 @@ impl GgufFile {
     /// A boolean value.
     pub fn get_bool(&self, key: &str) -> Result<bool, GgufError> {
         let value = self.required(key)?;
-        value.as_bool().ok_or_else(|| wrong_type(key, "bool", value))
+        value
+            .as_bool()
+            .ok_or_else(|| wrong_type(key, "bool", value))
     }
 
     /// A string value.
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
         let value = self.required(key)?;
-        value.as_str().ok_or_else(|| wrong_type(key, "string", value))
+        value
+            .as_str()
+            .ok_or_else(|| wrong_type(key, "string", value))
     }
 
     /// An array value of any element type.
     pub fn get_array(&self, key: &str) -> Result<&Array, GgufError> {
         let value = self.required(key)?;
-        value.as_array().ok_or_else(|| wrong_type(key, "array", value))
+        value
+            .as_array()
+            .ok_or_else(|| wrong_type(key, "array", value))
     }
 
     /// An array of strings.

@@ -1,0 +1,226 @@
+//! `impl Backend for CpuBackend`: storage management here, each op in `ops/`.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use half::f16;
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, RopeParams,
+    SequenceSpan, Weight,
+};
+use runit_quant::GgmlType;
+
+use crate::ops;
+use crate::storage::{
+    at_least, data, data_mut, exactly, packed_len, product, CpuBuffer, CpuKv, CpuWeight,
+};
+use crate::CpuBackend;
+
+/// A zeroed vector of `len` elements, or an out-of-memory error.
+fn zeroed<T: Clone>(len: usize, zero: T) -> Result<Vec<T>, BackendError> {
+    let mut values = Vec::new();
+    values
+        .try_reserve_exact(len)
+        .map_err(|_| BackendError::OutOfMemory {
+            backend: "cpu".to_string(),
+            bytes: len.saturating_mul(std::mem::size_of::<T>()),
+            available: 0,
+        })?;
+    values.resize(len, zero);
+    Ok(values)
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn supports(&self, op: Op, ty: GgmlType) -> bool {
+        match op {
+            Op::Embedding => runit_quant::can_dequantize(ty),
+            Op::MatMul => ops::linear::supports(ty),
+            _ => false,
+        }
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer, BackendError> {
+        Ok(Buffer::new(len, Box::new(CpuBuffer(zeroed(len, 0.0f32)?))))
+    }
+
+    fn upload(&self, buffer: &mut Buffer, values: &[f32]) -> Result<(), BackendError> {
+        let target = data_mut(buffer, "upload", "buffer")?;
+        at_least("upload", "buffer elements", values.len(), target.len())?;
+        target[..values.len()].copy_from_slice(values);
+        Ok(())
+    }
+
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError> {
+        let source = data(buffer, "download", "buffer")?;
+        at_least("download", "buffer elements", out.len(), source.len())?;
+        out.copy_from_slice(&source[..out.len()]);
+        Ok(())
+    }
+
+    fn load_weight(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        shape: &[usize],
+        memory: Arc<dyn HostMemory>,
+        range: Range<usize>,
+    ) -> Result<Weight, BackendError> {
+        const OP: &str = "load_weight";
+        let expected = packed_len(ty, shape).ok_or(BackendError::Shape {
+            op: OP,
+            what: "row length (whole blocks of the type)",
+            expected: ty.block_size(),
+            found: shape.first().copied().unwrap_or(0),
+        })?;
+        exactly(OP, "tensor bytes", expected, range.len())?;
+        at_least(
+            OP,
+            "host memory bytes (range end)",
+            range.end,
+            memory.bytes().len(),
+        )?;
+        if range.start > range.end {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "range start (at most its end)",
+                expected: range.end,
+                found: range.start,
+            });
+        }
+        Ok(Weight::new(
+            name.to_string(),
+            ty,
+            shape.to_vec(),
+            Arc::new(CpuWeight { memory, range }),
+        ))
+    }
+
+    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
+        let len = product("alloc_kv", "cells × width", n_cells, width)?;
+        let cells = match ty {
+            KvType::F16 => CpuKv::F16(zeroed(len, f16::ZERO)?),
+            KvType::F32 => CpuKv::F32(zeroed(len, 0.0f32)?),
+        };
+        Ok(KvCache::new(n_cells, width, ty, Box::new(cells)))
+    }
+
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+        ops::embedding::embedding(self, table, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        weight: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::linear::matmul(self, weight, x, tokens, out)
+    }
+
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+        ops::elementwise::add_bias(self, x, bias, tokens)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::norm::rms_norm(self, x, weight, eps, rows, out)
+    }
+
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+    ) -> Result<(), BackendError> {
+        ops::norm::rms_norm_in_place(self, x, weight, eps, rows)
+    }
+
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        positions: &[u32],
+        params: &RopeParams,
+        freq_factors: Option<&Weight>,
+    ) -> Result<(), BackendError> {
+        ops::rope::rope(self, x, positions, params, freq_factors)
+    }
+
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+        ops::elementwise::add(self, dst, src, len)
+    }
+
+    fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError> {
+        ops::elementwise::silu_mul(self, gate, up, len)
+    }
+
+    fn kv_write(
+        &self,
+        k: &Buffer,
+        v: &Buffer,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError> {
+        ops::kv_write::kv_write(k, v, k_cache, v_cache, spans)
+    }
+
+    fn attention(
+        &self,
+        q: &Buffer,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+        spans: &[SequenceSpan],
+        params: &AttentionParams,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::attention::attention(self, q, k_cache, v_cache, spans, params, out)
+    }
+
+    fn gather_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        width: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::rows::gather_rows(src, rows, width, out)
+    }
+
+    fn scatter_add_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        scales: &[f32],
+        width: usize,
+        dst: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::rows::scatter_add_rows(src, rows, scales, width, dst)
+    }
+
+    fn copy(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &mut Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        ops::rows::copy(src, src_offset, dst, dst_offset, len)
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,151 @@
+//! `matmul` (every SIMD level, one and two threads) against `matmul_scalar`, bit for bit,
+//! for every weight type and several token counts; `matmul_scalar` against an f64 product
+//! of the dequantized weight for the float types.
+
+use super::*;
+use runit_quant::{dequantize, quantize};
+
+const TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
+/// Deterministic pseudo-random values in about [-2, 2].
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+        })
+        .collect()
+}
+
+fn packed(ty: GgmlType, n_in: usize, n_out: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; ty.row_bytes(n_in as u64).expect("whole blocks") as usize * n_out];
+    quantize(
+        ty,
+        &values(n_in * n_out, 0xabcdef + ty.id() as u64),
+        &mut bytes,
+    )
+    .expect("quantizable");
+    bytes
+}
+
+#[test]
+fn matmul_equals_its_scalar_twin_for_every_type_level_and_token_count() {
+    let (n_in, n_out) = (512, 37);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    let mut levels: Vec<SimdLevel> = SimdLevel::ALL
+        .into_iter()
+        .filter(|level| level.is_available())
+        .collect();
+    levels.sort_by_key(|level| *level == SimdLevel::Scalar);
+    let mut scratch = Vec::new();
+    for ty in TYPES {
+        let bytes = packed(ty, n_in, n_out);
+        let weight = PackedWeight::new(ty, &bytes, n_in, n_out);
+        for tokens in [1, 7, 64, 67] {
+            let x = values(tokens * n_in, tokens as u64);
+            let mut expected = vec![0.0f32; tokens * n_out];
+            matmul_scalar(&weight, &x, tokens, &mut expected);
+            for &level in &levels {
+                for pool in [None, Some(&pool)] {
+                    let mut y = vec![f32::NAN; tokens * n_out];
+                    matmul(
+                        &weight,
+                        &x,
+                        tokens,
+                        &mut y,
+                        &mut scratch,
+                        &Parallelism { pool, level },
+                    );
+                    let same = y
+                        .iter()
+                        .zip(&expected)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{ty} tokens={tokens} {level:?} threads={}",
+                        pool.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_matmul_is_close_to_the_exact_product() {
+    let (n_in, n_out, tokens) = (256, 5, 3);
+    for ty in TYPES {
+        let bytes = packed(ty, n_in, n_out);
+        let mut w = vec![0.0f32; n_in * n_out];
+        dequantize(ty, &bytes, &mut w).expect("dequantizable");
+        let x = values(tokens * n_in, 99);
+        let mut y = vec![0.0f32; tokens * n_out];
+        matmul_scalar(
+            &PackedWeight::new(ty, &bytes, n_in, n_out),
+            &x,
+            tokens,
+            &mut y,
+        );
+        for t in 0..tokens {
+            for o in 0..n_out {
+                let row = &w[o * n_in..(o + 1) * n_in];
+                let input = &x[t * n_in..(t + 1) * n_in];
+                let exact: f64 = row
+                    .iter()
+                    .zip(input)
+                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                    .sum();
+                let scale: f64 = row
+                    .iter()
+                    .zip(input)
+                    .map(|(a, b)| f64::from(a.abs() * b.abs()))
+                    .sum();
+                // Activation quantization (8 bits, or f16/bf16 rounding) bounds the error.
+                let tolerance = if ty == GgmlType::F32 { 1e-5 } else { 2e-2 };
+                let got = f64::from(y[t * n_out + o]);
+                assert!(
+                    (got - exact).abs() <= tolerance * scale,
+                    "{ty} t={t} o={o}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "x is [tokens=2")]
+fn mismatched_shapes_panic_with_the_shape() {
+    let bytes = packed(GgmlType::Q8_0, 32, 2);
+    let weight = PackedWeight::new(GgmlType::Q8_0, &bytes, 32, 2);
+    let mut y = vec![0.0; 4];
+    matmul(
+        &weight,
+        &[0.0; 63],
+        2,
+        &mut y,
+        &mut Vec::new(),
+        &Parallelism::current_thread(),
+    );
+}

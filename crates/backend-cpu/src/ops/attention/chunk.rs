@@ -1,0 +1,130 @@
+//! ggml's one-chunk flash-attention path (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`):
+//! one query head at a time, keys one by one with an online softmax.
+
+use half::f16;
+use rayon::prelude::*;
+use runit_backend::SequenceSpan;
+
+use super::{CacheRow, Problem};
+use crate::storage::CpuKv;
+use crate::vector::{self, Isa};
+use crate::CpuBackend;
+
+/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator.
+struct Scratch {
+    query: Vec<f16>,
+    accumulator: Vec<f16>,
+}
+
+/// Computes every (row, head) of `out` (`[end_row, heads, head_dim]`) that a span owns.
+pub fn run(
+    backend: &CpuBackend,
+    problem: &Problem<'_>,
+    spans: &[SequenceSpan],
+    end_row: usize,
+    out: &mut [f32],
+) {
+    let mut owner = vec![usize::MAX; end_row];
+    for (index, span) in spans.iter().enumerate() {
+        owner[span.first_row..span.first_row + span.rows].fill(index);
+    }
+    let heads = problem.heads;
+    let head_dim = problem.head_dim;
+    let out = &mut out[..end_row * heads * head_dim];
+    let isa = backend.isa;
+    let new_scratch = || Scratch {
+        query: vec![f16::ZERO; head_dim],
+        accumulator: vec![f16::ZERO; head_dim],
+    };
+    let task = |scratch: &mut Scratch, index: usize, dst: &mut [f32]| {
+        let row = index / heads;
+        if let Some(span) = spans.get(owner[row]) {
+            let position = span.start_position + (row - span.first_row);
+            one_head(
+                isa,
+                problem,
+                span,
+                row,
+                index % heads,
+                position,
+                dst,
+                scratch,
+            );
+        }
+    };
+    if backend.threads > 1 && end_row * heads > 1 {
+        backend.pool.install(|| {
+            out.par_chunks_mut(head_dim)
+                .enumerate()
+                .for_each_init(new_scratch, |scratch, (index, dst)| {
+                    task(scratch, index, dst)
+                });
+        });
+    } else {
+        let mut scratch = new_scratch();
+        for (index, dst) in out.chunks_mut(head_dim).enumerate() {
+            task(&mut scratch, index, dst);
+        }
+    }
+}
+
+/// Attention of the query at (`row`, `head`) over positions `first_visible ..= position`.
+#[allow(clippy::too_many_arguments)]
+fn one_head(
+    isa: Isa,
+    problem: &Problem<'_>,
+    span: &SequenceSpan,
+    row: usize,
+    head: usize,
+    position: usize,
+    dst: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    let query = problem.query(row, head);
+    let f16_keys = matches!(problem.keys, CpuKv::F16(_));
+    let f16_values = matches!(problem.values, CpuKv::F16(_));
+    if f16_keys {
+        vector::to_f16(query, &mut scratch.query);
+    }
+    let accumulator = &mut scratch.accumulator;
+    if f16_values {
+        accumulator.fill(f16::ZERO);
+    } else {
+        dst.fill(0.0);
+    }
+    let mut max = f32::NEG_INFINITY;
+    let mut sum = 0.0f32;
+    for key_position in problem.first_visible(position)..=position {
+        let cell = span.cell(key_position);
+        let dot = match problem.key(cell, head) {
+            CacheRow::F16(key) => vector::dot_f16(isa, &scratch.query, key),
+            CacheRow::F32(key) => vector::dot_f32(isa, query, key),
+        };
+        let score = dot * problem.scale;
+        // `rescale` shrinks what was accumulated when the maximum grows; `weight` is
+        // exp(score - max) of this key.
+        let mut rescale = 1.0f32;
+        let mut weight = 1.0f32;
+        if score > max {
+            rescale = (max - score).exp();
+            max = score;
+            if f16_values {
+                vector::scale_f16(isa, accumulator, rescale);
+            } else {
+                vector::scale_f32(dst, rescale);
+            }
+        } else {
+            weight = (score - max).exp();
+        }
+        match problem.value(cell, head) {
+            CacheRow::F16(value) => vector::mad_f16(isa, accumulator, value, weight),
+            CacheRow::F32(value) => vector::mad_f32(isa, dst, value, weight),
+        }
+        sum = sum * rescale + weight;
+    }
+    if f16_values {
+        vector::to_f32(accumulator, dst);
+    }
+    let inverse = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    vector::scale_f32(dst, inverse);
+}

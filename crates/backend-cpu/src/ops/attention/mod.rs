@@ -1,0 +1,172 @@
+//! Causal grouped-query attention over the paged KV cache, mirroring ggml's CPU flash
+//! attention (`ggml_compute_forward_flash_attn_ext_f16`), which the reference runs with:
+//!
+//! - batches of fewer than [`TILED_MIN_ROWS`] query rows take ggml's one-chunk path
+//!   ([`chunk`]): Q is rounded to the K cache type (f16) for the Q·K dot, the softmax is
+//!   online in f32 key by key, and V is accumulated in the V cache type (f16 rounding at every
+//!   step for an f16 cache);
+//! - larger batches take ggml's tiled path ([`tiled`]): everything in f32, keys in tiles of 64.
+//!
+//! Keys are visited in position order (a single sequence in llama.cpp's cache sits in cell
+//! order = position order). Work is split over (query row, head) pairs or (head, query tile).
+
+mod chunk;
+mod tiled;
+
+use half::f16;
+use runit_backend::{AttentionParams, BackendError, Buffer, KvCache, SequenceSpan};
+
+use crate::ops::kv_write::check_cells;
+use crate::storage::{at_least, data, data_mut, kv, product, CpuKv};
+use crate::CpuBackend;
+
+const OP: &str = "attention";
+
+/// Query rows (all spans together) from which ggml switches to its tiled f32 path.
+pub const TILED_MIN_ROWS: usize = 64;
+
+/// The head_dim granularity the tiled path needs (ggml: `DV % GGML_F32_EPR == 0`; the
+/// reference machine has AVX-512, 16 lanes).
+const TILED_HEAD_DIM_MULTIPLE: usize = 16;
+
+/// One head of one cache row.
+#[derive(Clone, Copy)]
+pub enum CacheRow<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+/// Everything a worker needs to compute one query head.
+pub struct Problem<'a> {
+    pub q: &'a [f32],
+    pub keys: &'a CpuKv,
+    pub values: &'a CpuKv,
+    pub kv_width: usize,
+    pub heads: usize,
+    pub group: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+}
+
+impl Problem<'_> {
+    /// Query vector of `row`, `head`.
+    pub fn query(&self, row: usize, head: usize) -> &[f32] {
+        let at = (row * self.heads + head) * self.head_dim;
+        &self.q[at..at + self.head_dim]
+    }
+
+    /// First visible position of a query at `position`.
+    pub fn first_visible(&self, position: usize) -> usize {
+        self.window
+            .map_or(0, |window| (position + 1).saturating_sub(window))
+    }
+
+    fn row<'c>(&self, cells: &'c CpuKv, cell: usize, head: usize) -> CacheRow<'c> {
+        let at = cell * self.kv_width + head / self.group * self.head_dim;
+        match cells {
+            CpuKv::F16(data) => CacheRow::F16(&data[at..at + self.head_dim]),
+            CpuKv::F32(data) => CacheRow::F32(&data[at..at + self.head_dim]),
+        }
+    }
+
+    /// Key of query head `head` in `cell`.
+    pub fn key(&self, cell: usize, head: usize) -> CacheRow<'_> {
+        self.row(self.keys, cell, head)
+    }
+
+    /// Value of query head `head` in `cell`.
+    pub fn value(&self, cell: usize, head: usize) -> CacheRow<'_> {
+        self.row(self.values, cell, head)
+    }
+}
+
+/// Attention of every span's query rows; see [`runit_backend::Backend::attention`].
+pub fn attention(
+    backend: &CpuBackend,
+    q: &Buffer,
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+    spans: &[SequenceSpan],
+    params: &AttentionParams,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let &AttentionParams {
+        heads,
+        kv_heads,
+        head_dim,
+        scale,
+        sliding_window,
+    } = params;
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "kv_heads (a non-zero divisor of heads)",
+            expected: heads,
+            found: kv_heads,
+        });
+    }
+    if head_dim == 0 {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "head_dim (non-zero)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    if sliding_window == Some(0) {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "sliding_window (non-zero)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    let kv_width = product(OP, "kv_heads × head_dim", kv_heads, head_dim)?;
+    let q_width = product(OP, "heads × head_dim", heads, head_dim)?;
+    for (cache, what) in [(k_cache, "k cache width"), (v_cache, "v cache width")] {
+        if cache.width != kv_width {
+            return Err(BackendError::Shape {
+                op: OP,
+                what,
+                expected: kv_width,
+                found: cache.width,
+            });
+        }
+    }
+    let keys = kv(k_cache, OP, "k cache")?;
+    let values = kv(v_cache, OP, "v cache")?;
+    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
+    let mut end_row = 0;
+    let mut total_rows = 0usize;
+    for span in spans {
+        let span_end = span.first_row.saturating_add(span.rows);
+        end_row = end_row.max(span_end);
+        total_rows = total_rows.saturating_add(span.rows);
+        let end_position = span.start_position.saturating_add(span.rows);
+        check_cells(OP, span, 0..end_position, n_cells)?;
+    }
+    let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
+    let q = data(q, OP, "q")?;
+    at_least(OP, "q elements", needed, q.len())?;
+    let out = data_mut(out, OP, "out")?;
+    at_least(OP, "out elements", needed, out.len())?;
+
+    let problem = Problem {
+        q,
+        keys,
+        values,
+        kv_width,
+        heads,
+        group: heads / kv_heads,
+        head_dim,
+        scale,
+        window: sliding_window,
+    };
+    if total_rows >= TILED_MIN_ROWS && head_dim % TILED_HEAD_DIM_MULTIPLE == 0 {
+        tiled::run(backend, &problem, spans, out);
+    } else {
+        chunk::run(backend, &problem, spans, end_row, out);
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! Elementwise ops: residual `add`, `add_bias` and the SwiGLU gate `silu_mul`.
+//!
+//! `add` is exact in any order, so plain loops (which the compiler vectorises) serve every
+//! SIMD level. `silu(x) = x / (1 + exp(-x))` in f32 as ggml's `ggml_silu_f32`.
+
+use runit_backend::{BackendError, Buffer, Weight};
+
+use crate::storage::{at_least, data, data_mut, product, weight_f32};
+use crate::CpuBackend;
+
+/// Elements per parallel chunk of the elementwise ops.
+const CHUNK: usize = 1 << 14;
+
+/// `dst[i] += src[i]` for `i < len`.
+pub fn add(
+    backend: &CpuBackend,
+    dst: &mut Buffer,
+    src: &Buffer,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "add";
+    let src = data(src, OP, "src")?;
+    at_least(OP, "src elements", len, src.len())?;
+    let dst = data_mut(dst, OP, "dst")?;
+    at_least(OP, "dst elements", len, dst.len())?;
+    let body_len = len / CHUNK * CHUNK;
+    let (body, tail) = dst[..len].split_at_mut(body_len);
+    backend.for_rows(body, CHUNK, len / CHUNK, |chunk, out| {
+        add_slices(out, &src[chunk * CHUNK..]);
+    });
+    add_slices(tail, &src[body_len..]);
+    Ok(())
+}
+
+fn add_slices(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+/// `gate[i] = silu(gate[i]) * up[i]` for `i < len`.
+pub fn silu_mul(
+    backend: &CpuBackend,
+    gate: &mut Buffer,
+    up: &Buffer,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "silu_mul";
+    let up = data(up, OP, "up")?;
+    at_least(OP, "up elements", len, up.len())?;
+    let gate = data_mut(gate, OP, "gate")?;
+    at_least(OP, "gate elements", len, gate.len())?;
+    let body_len = len / CHUNK * CHUNK;
+    let (body, tail) = gate[..len].split_at_mut(body_len);
+    backend.for_rows(body, CHUNK, len / CHUNK, |chunk, out| {
+        silu_mul_slices(out, &up[chunk * CHUNK..]);
+    });
+    silu_mul_slices(tail, &up[body_len..]);
+    Ok(())
+}
+
+/// ggml's `ggml_silu_f32(x) * g`.
+fn silu_mul_slices(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = x / (1.0 + (-x).exp()) * u;
+    }
+}
+
+/// `x[t] += bias` for the first `tokens` rows of width `bias.shape[0]`.
+pub fn add_bias(
+    backend: &CpuBackend,
+    x: &mut Buffer,
+    bias: &Weight,
+    tokens: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "add_bias";
+    let width = bias.row_len();
+    let len = product(OP, "tokens × width", tokens, width)?;
+    let b = weight_f32(bias, OP)?;
+    at_least(OP, "bias elements", width, b.len())?;
+    let x = data_mut(x, OP, "x")?;
+    at_least(OP, "x elements", len, x.len())?;
+    backend.for_rows(x, width, tokens, |_, row| add_slices(row, &b[..width]));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silu_of_known_values() {
+        let mut gate = [0.0f32, 1.0, -2.0];
+        silu_mul_slices(&mut gate, &[3.0, 2.0, 1.0]);
+        let sig = |x: f64| x / (1.0 + (-x).exp());
+        assert_eq!(gate[0], 0.0);
+        assert!((f64::from(gate[1]) - 2.0 * sig(1.0)).abs() < 1e-6);
+        assert!((f64::from(gate[2]) - sig(-2.0)).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,161 @@
+//! Rotary position embedding, as ggml's CPU `rope` computes it (no YaRN, `attn_factor` 1).
+//!
+//! For each token, ggml fills a cos/sin cache with a running angle in f32: `θ₀ = pos`, and
+//! after each pair `θ *= base^(-2/rotary_dim)`; pair `i` uses `freq_scale * (θᵢ / factor[i])`
+//! with `factor` the optional `rope_freqs` tensor. Normal style rotates `(x[2i], x[2i+1])`,
+//! NEOX style `(x[i], x[i + rotary_dim/2])`; dims past `rotary_dim` are left as they are.
+
+use runit_backend::{BackendError, Buffer, RopeParams, RopeStyle, Weight};
+
+use crate::storage::{at_least, data_mut, exactly, product, weight_f32};
+use crate::CpuBackend;
+
+const OP: &str = "rope";
+
+/// Rotates every head of the `positions.len()` token rows of `x` in place.
+pub fn rope(
+    backend: &CpuBackend,
+    x: &mut Buffer,
+    positions: &[u32],
+    params: &RopeParams,
+    freq_factors: Option<&Weight>,
+) -> Result<(), BackendError> {
+    let head_dim = params.head_dim;
+    let rotary_dim = params.rotary_dim;
+    if rotary_dim % 2 != 0 || rotary_dim > head_dim {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "rotary_dim (even, at most head_dim)",
+            expected: head_dim,
+            found: rotary_dim,
+        });
+    }
+    let width = product(OP, "heads × head_dim", params.heads, head_dim)?;
+    let len = product(OP, "tokens × width", positions.len(), width)?;
+    let factors = match freq_factors {
+        Some(weight) => {
+            let values = weight_f32(weight, OP)?;
+            exactly(OP, "rope_freqs elements", rotary_dim / 2, values.len())?;
+            Some(values)
+        }
+        None => None,
+    };
+    let x = data_mut(x, OP, "x")?;
+    at_least(OP, "x elements", len, x.len())?;
+    if rotary_dim == 0 {
+        return Ok(());
+    }
+    backend.for_rows(x, width, positions.len(), |token, row| {
+        let mut cache = vec![(0.0f32, 0.0f32); rotary_dim / 2];
+        angle_cache(positions[token], params, factors.as_deref(), &mut cache);
+        for head in row.chunks_exact_mut(head_dim) {
+            rotate_head(params.style, &cache, &mut head[..rotary_dim]);
+        }
+    });
+    Ok(())
+}
+
+/// `(cos, sin)` of every pair's angle at `position`, in ggml's order of f32 operations.
+fn angle_cache(
+    position: u32,
+    params: &RopeParams,
+    factors: Option<&[f32]>,
+    cache: &mut [(f32, f32)],
+) {
+    let theta_scale = params.theta.powf(-2.0 / params.rotary_dim as f32);
+    let mut theta = position as f32;
+    for (pair, slot) in cache.iter_mut().enumerate() {
+        let factor = factors.map_or(1.0, |f| f[pair]);
+        let angle = params.freq_scale * (theta / factor);
+        *slot = (angle.cos(), angle.sin());
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates the first `rotary_dim` elements of one head (`head.len() == rotary_dim`).
+fn rotate_head(style: RopeStyle, cache: &[(f32, f32)], head: &mut [f32]) {
+    match style {
+        RopeStyle::Normal => {
+            for (pair, &(cos, sin)) in head.chunks_exact_mut(2).zip(cache) {
+                let (x0, x1) = (pair[0], pair[1]);
+                pair[0] = x0 * cos - x1 * sin;
+                pair[1] = x0 * sin + x1 * cos;
+            }
+        }
+        RopeStyle::Neox => {
+            let (first, second) = head.split_at_mut(cache.len());
+            for ((a, b), &(cos, sin)) in first.iter_mut().zip(second.iter_mut()).zip(cache) {
+                let (x0, x1) = (*a, *b);
+                *a = x0 * cos - x1 * sin;
+                *b = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(style: RopeStyle) -> RopeParams {
+        RopeParams {
+            style,
+            heads: 1,
+            head_dim: 4,
+            rotary_dim: 4,
+            theta: 100.0,
+            freq_scale: 1.0,
+        }
+    }
+
+    #[test]
+    fn rotates_a_known_vector() {
+        // base 100, rotary_dim 4: pair 0 turns by pos, pair 1 by pos / 10.
+        let mut cache = [(0.0, 0.0); 2];
+        angle_cache(3, &params(RopeStyle::Normal), None, &mut cache);
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let (a0, a1) = (3.0f64, 0.3f64);
+        let mut normal = x;
+        rotate_head(RopeStyle::Normal, &cache, &mut normal);
+        let expected = [
+            a0.cos() - 2.0 * a0.sin(),
+            a0.sin() + 2.0 * a0.cos(),
+            3.0 * a1.cos() - 4.0 * a1.sin(),
+            3.0 * a1.sin() + 4.0 * a1.cos(),
+        ];
+        for (got, want) in normal.iter().zip(expected) {
+            assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+        }
+        let mut neox = x;
+        rotate_head(RopeStyle::Neox, &cache, &mut neox);
+        let expected = [
+            a0.cos() - 3.0 * a0.sin(),
+            2.0 * a1.cos() - 4.0 * a1.sin(),
+            a0.sin() + 3.0 * a0.cos(),
+            2.0 * a1.sin() + 4.0 * a1.cos(),
+        ];
+        for (got, want) in neox.iter().zip(expected) {
+            assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn factors_and_scale_divide_the_angle() {
+        let mut p = params(RopeStyle::Normal);
+        p.freq_scale = 0.5;
+        let mut cache = [(0.0, 0.0); 2];
+        angle_cache(8, &p, Some(&[2.0, 4.0]), &mut cache);
+        // pair 0: 0.5 * 8 / 2 = 2; pair 1: 0.5 * 0.8 / 4 = 0.1.
+        assert!((cache[0].0 - 2.0f32.cos()).abs() < 1e-6);
+        assert!((cache[1].1 - 0.1f32.sin()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn position_zero_is_identity() {
+        let mut cache = [(0.0, 0.0); 2];
+        angle_cache(0, &params(RopeStyle::Neox), None, &mut cache);
+        let mut x = [1.0f32, -2.0, 3.5, 4.0];
+        rotate_head(RopeStyle::Neox, &cache, &mut x);
+        assert_eq!(x, [1.0, -2.0, 3.5, 4.0]);
+    }
+}

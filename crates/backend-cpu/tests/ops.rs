@@ -1,0 +1,254 @@
+//! Hand-checked values of the CPU ops through the `Backend` trait.
+
+use std::sync::Arc;
+
+use runit_backend::testing::make_weight;
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan,
+};
+use runit_backend_cpu::{CpuBackend, SimdLevel};
+use runit_quant::GgmlType;
+
+fn backends() -> Vec<CpuBackend> {
+    vec![
+        CpuBackend::with_simd(1, SimdLevel::Scalar).unwrap(),
+        CpuBackend::new(2).unwrap(),
+    ]
+}
+
+fn buffer(b: &dyn Backend, values: &[f32]) -> Buffer {
+    let mut buffer = b.alloc(values.len()).unwrap();
+    b.upload(&mut buffer, values).unwrap();
+    buffer
+}
+
+fn read(b: &dyn Backend, buffer: &Buffer) -> Vec<f32> {
+    let mut out = vec![0.0; buffer.len()];
+    b.download(buffer, &mut out).unwrap();
+    out
+}
+
+fn span(first_row: usize, rows: usize, start_position: usize, table: &[u32]) -> SequenceSpan {
+    SequenceSpan {
+        first_row,
+        rows,
+        start_position,
+        block_table: table.to_vec(),
+        block_size: 4,
+    }
+}
+
+/// Attention of two tokens, one head pair sharing a KV head, computed in f64 by hand.
+#[test]
+fn attention_of_two_tokens_matches_f64() {
+    let head_dim = 4;
+    // Two query heads over one KV head; tokens at positions 0 and 1.
+    let q = [
+        [0.5, -1.0, 0.25, 2.0, -0.5, 0.75, 1.0, 0.0], // token 0: head 0, head 1
+        [1.5, 0.5, -0.25, 1.0, 0.0, -1.0, 0.5, 0.25], // token 1
+    ];
+    let k: [[f32; 4]; 2] = [[1.0, 0.5, -0.5, 0.25], [-0.75, 1.0, 0.5, 2.0]];
+    let v: [[f32; 4]; 2] = [[0.5, 1.0, -1.0, 2.0], [1.5, -0.5, 0.25, 0.0]];
+    let scale = 0.5f64;
+    let mut expected = vec![0.0f64; 2 * 2 * head_dim];
+    for t in 0..2 {
+        for h in 0..2 {
+            let query = &q[t][h * head_dim..(h + 1) * head_dim];
+            let scores: Vec<f64> = (0..=t)
+                .map(|j| {
+                    let dot: f64 = (0..head_dim).map(|d| f64::from(query[d] * k[j][d])).sum();
+                    scale * dot
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for d in 0..head_dim {
+                expected[(t * 2 + h) * head_dim + d] = (0..=t)
+                    .map(|j| weights[j] * f64::from(v[j][d]))
+                    .sum::<f64>()
+                    / total;
+            }
+        }
+    }
+    let params = AttentionParams {
+        heads: 2,
+        kv_heads: 1,
+        head_dim,
+        scale: scale as f32,
+        sliding_window: None,
+    };
+    for b in backends() {
+        // All values are multiples of 1/4: exact in f16, so both cache types give ~f32 results.
+        for (kv_type, tolerance) in [(KvType::F32, 1e-6), (KvType::F16, 2e-3)] {
+            let mut k_cache = b.alloc_kv(8, head_dim, kv_type).unwrap();
+            let mut v_cache = b.alloc_kv(8, head_dim, kv_type).unwrap();
+            // Positions 0..2 live in block 1 (cells 4, 5).
+            let spans = [span(0, 2, 0, &[1])];
+            let k_buffer = buffer(&b, &k.concat());
+            let v_buffer = buffer(&b, &v.concat());
+            b.kv_write(&k_buffer, &v_buffer, &mut k_cache, &mut v_cache, &spans)
+                .unwrap();
+            let mut out = b.alloc(16).unwrap();
+            b.attention(
+                &buffer(&b, &q.concat()),
+                &k_cache,
+                &v_cache,
+                &spans,
+                &params,
+                &mut out,
+            )
+            .unwrap();
+            for (got, want) in read(&b, &out).iter().zip(&expected) {
+                assert!(
+                    (f64::from(*got) - want).abs() < tolerance,
+                    "{kv_type:?}: {got} vs {want}"
+                );
+            }
+            // Token 0 sees only itself: exactly its value row.
+            assert_eq!(read(&b, &out)[..4], v[0]);
+        }
+    }
+}
+
+/// A window of 1 shows each query only its own key: the output is its value, rounded to f16.
+#[test]
+fn sliding_window_of_one_returns_own_value() {
+    let params = AttentionParams {
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 2,
+        scale: 1.0,
+        sliding_window: Some(1),
+    };
+    for b in backends() {
+        let mut k_cache = b.alloc_kv(8, 2, KvType::F16).unwrap();
+        let mut v_cache = b.alloc_kv(8, 2, KvType::F16).unwrap();
+        let spans = [span(0, 3, 0, &[1, 0])];
+        let v = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6];
+        let k = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+        b.kv_write(
+            &buffer(&b, &k),
+            &buffer(&b, &v),
+            &mut k_cache,
+            &mut v_cache,
+            &spans,
+        )
+        .unwrap();
+        let mut out = b.alloc(6).unwrap();
+        b.attention(
+            &buffer(&b, &[1.0; 6]),
+            &k_cache,
+            &v_cache,
+            &spans,
+            &params,
+            &mut out,
+        )
+        .unwrap();
+        let rounded: Vec<f32> = v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect();
+        assert_eq!(read(&b, &out), rounded);
+    }
+}
+
+#[test]
+fn rope_of_a_known_vector() {
+    let params = RopeParams {
+        style: RopeStyle::Neox,
+        heads: 1,
+        head_dim: 6,
+        rotary_dim: 4,
+        theta: 10_000.0,
+        freq_scale: 1.0,
+    };
+    for b in backends() {
+        let mut x = buffer(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        b.rope(&mut x, &[2], &params, None).unwrap();
+        // Pairs (0, 2) and (1, 3): angles 2 and 2 / 100; dims 4 and 5 untouched.
+        let (a, c) = (2.0f64, 0.02f64);
+        let expected = [
+            a.cos() - 3.0 * a.sin(),
+            2.0 * c.cos() - 4.0 * c.sin(),
+            a.sin() + 3.0 * a.cos(),
+            2.0 * c.sin() + 4.0 * c.cos(),
+            5.0,
+            6.0,
+        ];
+        for (got, want) in read(&b, &x).iter().zip(expected) {
+            assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn embedding_dequantizes_rows() {
+    let values: Vec<f32> = (0..96).map(|i| (i as f32 - 40.0) / 16.0).collect();
+    for b in backends() {
+        let table = make_weight(&b, "token_embd", GgmlType::Q8_0, &[32, 3], &values).unwrap();
+        let mut out = b.alloc(64).unwrap();
+        b.embedding(&table, &[2, 0], &mut out).unwrap();
+        let mut packed = vec![0u8; 3 * 34];
+        runit_quant::quantize(GgmlType::Q8_0, &values, &mut packed).unwrap();
+        let mut exact = vec![0.0f32; 96];
+        runit_quant::dequantize(GgmlType::Q8_0, &packed, &mut exact).unwrap();
+        let got = read(&b, &out);
+        assert_eq!(got[..32], exact[64..]);
+        assert_eq!(got[32..], exact[..32]);
+    }
+}
+
+#[test]
+fn matmul_of_a_small_f32_matrix() {
+    // W = [[1, 2, ...], [-1, ...]] of 32 columns; x = ones and a ramp.
+    let w: Vec<f32> = (0..64)
+        .map(|i| if i < 32 { 1.0 } else { (i - 32) as f32 })
+        .collect();
+    let x: Vec<f32> = (0..64).map(|i| if i < 32 { 1.0 } else { 0.5 }).collect();
+    for b in backends() {
+        let weight = make_weight(&b, "w", GgmlType::F32, &[32, 2], &w).unwrap();
+        let mut out = b.alloc(4).unwrap();
+        b.matmul(&weight, &buffer(&b, &x), 2, &mut out).unwrap();
+        assert_eq!(read(&b, &out), [32.0, 496.0, 16.0, 248.0]);
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let b = CpuBackend::new(1).unwrap();
+    let foreign = Buffer::new(4, Box::new(7u8));
+    let mut dst = b.alloc(4).unwrap();
+    assert!(matches!(
+        b.add(&mut dst, &foreign, 4),
+        Err(BackendError::ForeignBuffer { .. })
+    ));
+    assert!(matches!(
+        b.add(&mut dst, &b.alloc(3).unwrap(), 4),
+        Err(BackendError::Shape {
+            expected: 4,
+            found: 3,
+            ..
+        })
+    ));
+    let memory: Arc<dyn runit_backend::HostMemory> = Arc::new(vec![0u8; 10]);
+    assert!(matches!(
+        b.load_weight("w", GgmlType::Q4_0, &[32, 1], memory.clone(), 0..10),
+        Err(BackendError::Shape {
+            expected: 18,
+            found: 10,
+            ..
+        })
+    ));
+    assert!(b
+        .load_weight("w", GgmlType::Q4_0, &[30, 1], memory, 0..10)
+        .is_err());
+    let mut q = b.alloc(8).unwrap();
+    let params = RopeParams {
+        style: RopeStyle::Normal,
+        heads: 1,
+        head_dim: 4,
+        rotary_dim: 3,
+        theta: 1.0,
+        freq_scale: 1.0,
+    };
+    assert!(b.rope(&mut q, &[0, 1], &params, None).is_err());
+    assert!(CpuBackend::with_simd(1, SimdLevel::Neon).is_err() || cfg!(target_arch = "aarch64"));
+}

@@ -1,0 +1,141 @@
+//! `runit bench`: prompt-processing and generation speed in the manner of llama-bench
+//! (`pp` = one batch of P prompt tokens, `tg` = N single-token decode steps), mean ± sd over
+//! repetitions.
+
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use runit_engine::Session;
+use serde_json::json;
+
+use super::common::{load, ModelArgs};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens per prompt-processing test (0 = skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens per generation test (0 = skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// `md` prints a table like llama-bench; `json` one object.
+    #[arg(short = 'o', long = "output-format", value_enum, default_value_t = Format::Md)]
+    pub output_format: Format,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Md,
+    Json,
+}
+
+struct Row {
+    test: String,
+    samples: Vec<f64>,
+}
+
+impl Row {
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len() as f64
+    }
+
+    fn sd(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    if args.repetitions == 0 {
+        anyhow::bail!("-r must be at least 1");
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        anyhow::bail!("nothing to measure: -p and -n are both 0");
+    }
+    args.model.batch_size = args.model.batch_size.max(args.n_prompt);
+    args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + args.n_gen + 1);
+    let loaded = load(&args.model)?;
+    let model = loaded.model.clone();
+    let mut session = Session::new(model.clone(), &args.model.session_config())?;
+    let vocab = model.config.vocab_size as u32;
+    // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
+    let token = |i: usize| ((i as u64 * 2_654_435_761 + 12_345) % vocab as u64) as u32;
+    let tests = usize::from(args.n_prompt > 0) + usize::from(args.n_gen > 0);
+    let bar = ProgressBar::new(((args.repetitions + 1) * tests) as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg}").expect("the template is valid"),
+    );
+    let mut rows = Vec::new();
+    if args.n_prompt > 0 {
+        let prompt: Vec<u32> = (0..args.n_prompt).map(token).collect();
+        let mut row = Row { test: format!("pp{}", args.n_prompt), samples: Vec::new() };
+        for rep in 0..=args.repetitions {
+            session.reset();
+            let start = Instant::now();
+            session.eval(&prompt, false, None)?;
+            let secs = start.elapsed().as_secs_f64();
+            if rep > 0 {
+                row.samples.push(args.n_prompt as f64 / secs);
+            }
+            bar.inc(1);
+        }
+        rows.push(row);
+    }
+    if args.n_gen > 0 {
+        let mut row = Row { test: format!("tg{}", args.n_gen), samples: Vec::new() };
+        for rep in 0..=args.repetitions {
+            session.reset();
+            let start = Instant::now();
+            for i in 0..args.n_gen {
+                session.eval(&[token(i)], false, None)?;
+            }
+            let secs = start.elapsed().as_secs_f64();
+            if rep > 0 {
+                row.samples.push(args.n_gen as f64 / secs);
+            }
+            bar.inc(1);
+        }
+        rows.push(row);
+    }
+    bar.finish_and_clear();
+    let model_name = args
+        .model
+        .model
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let size_gib = loaded.file.file_size() as f64 / (1u64 << 30) as f64;
+    let params_m = loaded.file.tensors().iter().map(|t| t.n_elements()).sum::<u64>() as f64 / 1e6;
+    let threads = args.model.thread_count();
+    match args.output_format {
+        Format::Md => {
+            println!("| model | size | params | backend | threads | test | t/s |");
+            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+            for r in &rows {
+                println!(
+                    "| {model_name} | {size_gib:.2} GiB | {params_m:.1} M | {} | {threads} | {} | {:.2} ± {:.2} |",
+                    args.model.device, r.test, r.mean(), r.sd()
+                );
+            }
+        }
+        Format::Json => {
+            let results: Vec<_> = rows
+                .iter()
+                .map(|r| json!({"test": r.test, "avg_ts": r.mean(), "stddev_ts": r.sd(), "samples_ts": r.samples}))
+                .collect();
+            println!(
+                "{}",
+                json!({"model": model_name, "size_bytes": loaded.file.file_size(), "params_m": params_m,
+                       "backend": args.model.device, "threads": threads, "results": results})
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! What the model-running subcommands share: model/backend/runtime flags and loading.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use runit_backend::{Backend, KvType};
+use runit_engine::SessionConfig;
+use runit_gguf::GgufFile;
+use runit_model::Model;
+use runit_tokenizer::Tokenizer;
+
+/// Flags naming the model and how to run it.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// The GGUF model file.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Use this tokenizer.json (Hugging Face format) instead of the GGUF's vocabulary.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Compute device: `cpu`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Worker threads (default: one per core).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// KV cache size in tokens (capped at the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = SessionConfig::default().context_size)]
+    pub ctx_size: usize,
+    /// Most prompt tokens evaluated in one forward pass.
+    #[arg(short = 'b', long = "batch-size", default_value_t = SessionConfig::default().batch_size)]
+    pub batch_size: usize,
+    /// KV cache element type.
+    #[arg(long = "kv-type", value_enum, default_value_t = KvTypeArg::F16)]
+    pub kv_type: KvTypeArg,
+}
+
+/// `--kv-type` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvTypeArg {
+    F16,
+    F32,
+}
+
+impl ModelArgs {
+    /// The session settings these flags ask for.
+    pub fn session_config(&self) -> SessionConfig {
+        SessionConfig {
+            context_size: self.ctx_size,
+            batch_size: self.batch_size,
+            kv_type: match self.kv_type {
+                KvTypeArg::F16 => KvType::F16,
+                KvTypeArg::F32 => KvType::F32,
+            },
+        }
+    }
+
+    /// Worker threads to use.
+    pub fn thread_count(&self) -> usize {
+        self.threads
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// A loaded model with its tokenizer.
+pub struct Loaded {
+    pub model: Arc<Model>,
+    pub tokenizer: Tokenizer,
+    pub file: Arc<GgufFile>,
+}
+
+/// Opens the file, builds the tokenizer and backend, and loads the weights.
+pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
+    let file = Arc::new(GgufFile::open(&args.model)?);
+    let tokenizer = match &args.tokenizer {
+        Some(path) => Tokenizer::from_tokenizer_json(path, &file)?,
+        None => Tokenizer::from_gguf(&file)?,
+    };
+    let backend = make_backend(&args.device, args.thread_count())?;
+    let model = Model::load(Arc::clone(&file), backend)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    if tokenizer.n_vocab() > model.config.vocab_size {
+        anyhow::bail!(
+            "the tokenizer has {} tokens but the model's output has {}; they do not belong together",
+            tokenizer.n_vocab(),
+            model.config.vocab_size
+        );
+    }
+    Ok(Loaded {
+        model: Arc::new(model),
+        tokenizer,
+        file,
+    })
+}
+
+/// The backend named by `--device`.
+pub fn make_backend(device: &str, threads: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    match device {
+        "cpu" => Ok(Arc::new(runit_backend_cpu::CpuBackend::new(threads)?)),
+        other => anyhow::bail!("unknown device `{other}`; available: cpu"),
+    }
+}

@@ -1,0 +1,193 @@
+//! `runit generate`: complete a prompt, streaming text to stdout and a summary to stderr
+//! (or one JSON object with ids, text and timings).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use runit_engine::{generate, GenerateParams, GeneratedToken, Sampler, Session, StopReason};
+use runit_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, StreamOptions};
+use serde_json::json;
+
+use super::common::{load, ModelArgs};
+use super::sampling::SamplingArgs;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt. Special-token text such as `<|im_start|>` is parsed as the special token.
+    #[arg(short = 'p', long, conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file.
+    #[arg(short = 'f', long)]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    pub n_predict: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for `--chat`.
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Treat special-token text in the prompt as plain text.
+    #[arg(long)]
+    pub no_parse_special: bool,
+    /// Show special tokens (such as the end-of-turn token) in the output text.
+    #[arg(long)]
+    pub show_special: bool,
+    /// `text` streams the completion; `json` prints one object with ids, text and timings.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output_format: OutputFormat,
+    /// Also report the K most likely tokens and their log-probabilities at every step
+    /// (stderr in text mode, `logprobs` in JSON).
+    #[arg(long, value_name = "K")]
+    pub dump_logits: Option<usize>,
+    /// Write every intermediate tensor of the prompt pass (name, shape, sum, first values,
+    /// named like llama.cpp's eval-callback) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub dump_layers: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.n_predict == 0 {
+        anyhow::bail!("-n must be at least 1");
+    }
+    let params = args.sampling.params()?;
+    let prompt_text = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt from {}", f.display()))?,
+        (None, None) => anyhow::bail!("give a prompt with -p TEXT or -f FILE"),
+    };
+    let loaded = load(&args.model)?;
+    let tokenizer = &loaded.tokenizer;
+    let text = if args.chat {
+        let template = ChatTemplate::from_gguf(&loaded.file)?;
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage::system(system.clone()));
+        }
+        messages.push(ChatMessage::user(prompt_text));
+        template.render(&messages, true)?
+    } else {
+        prompt_text
+    };
+    let prompt_ids = tokenizer.encode(&text, true, !args.no_parse_special);
+    if prompt_ids.is_empty() {
+        anyhow::bail!("the prompt is empty");
+    }
+    let mut session = Session::new(loaded.model.clone(), &args.model.session_config())?;
+    if let Some(path) = &args.dump_layers {
+        super::dump::dump_prompt_layers(&mut session, &prompt_ids, path)?;
+        session.reset();
+    }
+    let mut sampler = Sampler::new(params)?;
+    let gen_params = GenerateParams {
+        max_tokens: args.n_predict,
+        end_of_generation: tokenizer.eog_ids(),
+        top_logprobs: args.dump_logits.unwrap_or(0),
+    };
+    let json_mode = args.output_format == OutputFormat::Json;
+    let mut stream = StreamDecoder::new(
+        tokenizer,
+        StreamOptions {
+            show_special: args.show_special,
+            strip_leading_space: false,
+        },
+    );
+    let mut stdout = std::io::stdout().lock();
+    let mut steps: Vec<GeneratedToken> = Vec::new();
+    let mut write_error = None;
+    let output = generate(&mut session, &mut sampler, &prompt_ids, &gen_params, |token| {
+        if json_mode {
+            steps.push(token.clone());
+            return true;
+        }
+        if args.dump_logits.is_some() {
+            eprintln!("{}", logits_line(tokenizer, token));
+        }
+        let chunk = stream.push(token.id).unwrap_or_default();
+        let result = stdout.write_all(chunk.as_bytes()).and_then(|()| stdout.flush());
+        if let Err(e) = result {
+            write_error = Some(e);
+            return false;
+        }
+        true
+    })?;
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    let generated_text = {
+        let shown: Vec<u32> = output
+            .tokens
+            .iter()
+            .copied()
+            .filter(|&id| args.show_special || !tokenizer.is_control(id))
+            .collect();
+        String::from_utf8_lossy(&tokenizer.decode(&shown)?).into_owned()
+    };
+    let stop = match output.stop {
+        StopReason::EndOfGeneration => "eos",
+        StopReason::Limit => "limit",
+        StopReason::Cancelled => "cancelled",
+    };
+    if json_mode {
+        let logprobs: Vec<_> = steps
+            .iter()
+            .map(|s| json!({"id": s.id, "logprob": s.logprob, "top": s.top}))
+            .collect();
+        let object = json!({
+            "prompt_ids": prompt_ids,
+            "tokens": output.tokens,
+            "text": generated_text,
+            "stop": stop,
+            "logprobs": if args.dump_logits.is_some() { json!(logprobs) } else { json!(null) },
+            "timings": {
+                "prompt_tokens": output.prompt_tokens,
+                "prompt_ms": output.prompt_time.as_secs_f64() * 1e3,
+                "prompt_tokens_per_second": output.prompt_tokens_per_second(),
+                "generated_tokens": output.tokens.len(),
+                "decode_ms": output.decode_time.as_secs_f64() * 1e3,
+                "decode_tokens_per_second": output.decode_tokens_per_second(),
+            },
+        });
+        serde_json::to_writer(&mut stdout, &object)?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", stream.finish())?;
+        writeln!(stdout)?;
+        eprintln!(
+            "\nprompt: {} tokens, {:.1} tok/s | generated: {} tokens, {:.1} tok/s | stop: {stop}",
+            output.prompt_tokens,
+            output.prompt_tokens_per_second(),
+            output.tokens.len(),
+            output.decode_tokens_per_second(),
+        );
+    }
+    Ok(())
+}
+
+fn logits_line(tokenizer: &runit_tokenizer::Tokenizer, token: &GeneratedToken) -> String {
+    let piece = |id: u32| {
+        tokenizer
+            .token_piece(id)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default()
+    };
+    let top: Vec<String> = token
+        .top
+        .iter()
+        .map(|&(id, lp)| format!("{id}:{:?}:{lp:.4}", piece(id)))
+        .collect();
+    format!("[{} {:?} {:.4}] {}", token.id, piece(token.id), token.logprob, top.join(" "))
+}

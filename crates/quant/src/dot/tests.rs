@@ -1,0 +1,243 @@
+//! Every SIMD kernel against its scalar twin (bit for bit), every scalar twin against
+//! `dequantize(weight) . dequantize(activation)` in f64, multi-row kernels against
+//! single-row ones, on random rows with odd block counts.
+
+use super::*;
+use crate::{dequantize, quantize};
+
+/// Every weight type with a dot product.
+pub(crate) const DOT_TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
+/// A small deterministic generator (xorshift64*).
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    /// Roughly normal, occasionally with an outlier.
+    fn value(&mut self) -> f32 {
+        let v = (0..4).map(|_| self.uniform()).sum::<f32>();
+        if self.next() % 97 == 0 {
+            v * 8.0
+        } else {
+            v
+        }
+    }
+}
+
+/// Byte offsets of the f16 scale fields inside one block.
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A weight row of `n` elements: quantized from random floats, or (for quantized types,
+/// `raw == true`) random bytes with sane f16 scales, which reaches every bit pattern.
+fn weight_row(ty: GgmlType, n: usize, raw: bool, random: &mut Random) -> Vec<u8> {
+    let bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let mut row = vec![0u8; bytes];
+    if raw && ty.is_quantized() {
+        row.iter_mut().for_each(|b| *b = random.next() as u8);
+        for block in row.chunks_exact_mut(ty.type_size()) {
+            for &offset in scale_offsets(ty) {
+                let scale = half::f16::from_f32(random.uniform() * 0.05);
+                block[offset..offset + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+        }
+    } else {
+        let values: Vec<f32> = (0..n).map(|_| random.value()).collect();
+        quantize(ty, &values, &mut row).expect("quantizable type");
+    }
+    row
+}
+
+fn activation_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let format = activation_format(ty).expect("dot type");
+    let mut row = vec![0u8; activation_row_bytes(format, x.len())];
+    quantize_activation(format, x, &mut row);
+    row
+}
+
+/// Element counts with odd block counts (and, for float types, ragged tails).
+fn lengths(ty: GgmlType) -> Vec<usize> {
+    match ty.block_size() {
+        1 => vec![1, 31, 33, 96, 577],
+        32 => vec![32, 96, 224, 576],
+        _ => vec![256, 768, 1280],
+    }
+}
+
+fn levels() -> Vec<SimdLevel> {
+    SimdLevel::ALL
+        .into_iter()
+        .filter(|level| *level != SimdLevel::Scalar && level.is_available())
+        .collect()
+}
+
+#[test]
+fn every_simd_kernel_equals_its_scalar_twin_bit_for_bit() {
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let mut compared = 0;
+    for ty in DOT_TYPES {
+        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+        for n in lengths(ty) {
+            for raw in [false, true] {
+                let w = weight_row(ty, n, raw, &mut random);
+                let x: Vec<f32> = (0..n).map(|_| random.value()).collect();
+                let a = activation_row(ty, &x);
+                let expected = scalar(n, &w, &a);
+                for level in levels() {
+                    let kernel = dot_fn(ty, level).expect("a kernel at every level");
+                    let got = kernel(n, &w, &a);
+                    assert_eq!(
+                        got.to_bits(),
+                        expected.to_bits(),
+                        "{ty} n={n} raw={raw} {level:?}: {got} vs scalar {expected}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    if !levels().is_empty() {
+        assert!(compared > 100);
+    }
+}
+
+#[test]
+fn scalar_twins_match_dequantized_f64_dot() {
+    let mut random = Random(0x1234_5678_9abc_def1);
+    for ty in DOT_TYPES {
+        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+        let format = activation_format(ty).expect("dot type");
+        for n in lengths(ty) {
+            for raw in [false, true] {
+                let w = weight_row(ty, n, raw, &mut random);
+                let x: Vec<f32> = (0..n).map(|_| random.value()).collect();
+                let a = activation_row(ty, &x);
+                let mut wf = vec![0.0f32; n];
+                dequantize(ty, &w, &mut wf).expect("dequantizable weight");
+                let mut af = vec![0.0f32; n];
+                dequantize(format.ggml_type(), &a, &mut af).expect("dequantizable activation");
+                let exact: f64 = wf.iter().zip(&af).map(|(p, q)| f64::from(*p) * f64::from(*q)).sum::<f64>()
+                    + q8_1_sum_correction(ty, &w, &a, &af);
+                let magnitude: f64 =
+                    wf.iter().zip(&af).map(|(p, q)| (f64::from(*p) * f64::from(*q)).abs()).sum();
+                let got = f64::from(scalar(n, &w, &a));
+                assert!(
+                    (got - exact).abs() <= 2e-5 * magnitude + 1e-6,
+                    "{ty} n={n} raw={raw}: {got} vs {exact} (magnitude {magnitude})"
+                );
+            }
+        }
+    }
+}
+
+/// Q4_1 / Q5_1 meet the activation sum through Q8_1's f16 `s = d * sum(q)`, not through
+/// the dequantized values: `m * s` replaces `m * sum(a)` per block.
+fn q8_1_sum_correction(ty: GgmlType, w: &[u8], a: &[u8], af: &[f32]) -> f64 {
+    if activation_format(ty) != Some(ActivationFormat::Q8_1) {
+        return 0.0;
+    }
+    let f16_at = |bytes: &[u8], at: usize| f64::from(half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32());
+    let mut correction = 0.0;
+    for (i, values) in af.chunks(32).enumerate() {
+        let m = f16_at(w, i * ty.type_size() + 2);
+        let s = f16_at(a, i * 36 + 2);
+        let sum: f64 = values.iter().map(|v| f64::from(*v)).sum();
+        correction += m * (s - sum);
+    }
+    correction
+}
+
+#[test]
+fn activation_quantization_keeps_values_close() {
+    let mut random = Random(7);
+    for format in [ActivationFormat::Q8_0, ActivationFormat::Q8_1, ActivationFormat::Q8K] {
+        let n = 512;
+        let x: Vec<f32> = (0..n).map(|_| random.value()).collect();
+        let mut row = vec![0u8; activation_row_bytes(format, n)];
+        quantize_activation(format, &x, &mut row);
+        let mut back = vec![0.0f32; n];
+        dequantize(format.ggml_type(), &row, &mut back).expect("dequantizable activation");
+        let block = format.block_size();
+        for (xs, bs) in x.chunks(block).zip(back.chunks(block)) {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            for (v, b) in xs.iter().zip(bs) {
+                assert!((v - b).abs() <= amax / 127.0 * 0.51 + amax * 1e-3, "{format:?} {v} {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn multi_row_kernels_equal_single_row_kernels() {
+    let mut random = Random(0xfeed_beef);
+    for ty in DOT_TYPES {
+        let n = lengths(ty)[1];
+        let w = weight_row(ty, n, true, &mut random);
+        let rows = 9;
+        let x: Vec<f32> = (0..n * rows).map(|_| random.value()).collect();
+        let activations: Vec<u8> = x.chunks(n).flat_map(|row| activation_row(ty, row)).collect();
+        let row_bytes = activations.len() / rows;
+        let mut levels = levels();
+        levels.push(SimdLevel::Scalar);
+        for level in levels {
+            let single = dot_fn(ty, level).expect("single-row kernel");
+            let multi = multi_dot_fn(ty, level).expect("multi-row kernel");
+            for count in 1..=rows {
+                let mut out = vec![0.0f32; count];
+                multi(n, &w, &activations[..count * row_bytes], &mut out);
+                for (c, value) in out.iter().enumerate() {
+                    let expected = single(n, &w, &activations[c * row_bytes..(c + 1) * row_bytes]);
+                    assert_eq!(value.to_bits(), expected.to_bits(), "{ty} {level:?} {count} rows, row {c}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unavailable_levels_fall_back() {
+    for ty in DOT_TYPES {
+        for level in SimdLevel::ALL {
+            assert!(dot_fn(ty, level).is_some(), "{ty} {level:?}");
+            assert!(multi_dot_fn(ty, level).is_some(), "{ty} {level:?}");
+        }
+    }
+    assert!(dot_fn(GgmlType::Q8_K, SimdLevel::Scalar).is_none());
+    assert!(dot_fn(GgmlType::IQ2_XXS, SimdLevel::detect()).is_none());
+}

@@ -1,0 +1,155 @@
+//! x86-64 kernels: AVX2 (+FMA, F16C) for every type, 256-bit VNNI (`vpdpbusd`, VEX or EVEX)
+//! for the 32-element block formats, 512-bit AVX-512 for the float formats.
+//!
+//! Every kernel is an `unsafe` function compiled with its `#[target_feature]`s; the safe
+//! `DotFn`s handed out by [`dot`] check the row lengths and are only handed out for levels
+//! that [`SimdLevel::is_available`] confirmed on this CPU.
+
+mod float;
+mod kquants;
+mod legacy;
+
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::{looped, DotFn, MultiDotFn, SimdLevel};
+use crate::GgmlType;
+
+pub(super) fn has_avx2() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+pub(super) fn has_avx_vnni() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| is_x86_feature_detected!("avxvnni"))
+}
+
+pub(super) fn has_avx512() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+    })
+}
+
+pub(super) fn has_avx512_vnni() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
+}
+
+/// The single-row kernel of `weight` written for exactly `level`, if there is one.
+pub(super) fn dot(weight: GgmlType, level: SimdLevel) -> Option<DotFn> {
+    use GgmlType::*;
+    match (level, weight) {
+        (SimdLevel::Avx2, F32) => Some(float::dot_f32_avx2),
+        (SimdLevel::Avx2, F16) => Some(float::dot_f16_avx2),
+        (SimdLevel::Avx2, BF16) => Some(float::dot_bf16_avx2),
+        (SimdLevel::Avx512, F32) => Some(float::dot_f32_avx512),
+        (SimdLevel::Avx512, F16) => Some(float::dot_f16_avx512),
+        (SimdLevel::Avx512, BF16) => Some(float::dot_bf16_avx512),
+        (SimdLevel::Avx2, _) => legacy::dot(weight, level).or_else(|| kquants::dot(weight)),
+        (SimdLevel::AvxVnni | SimdLevel::Avx512Vnni, _) => legacy::dot(weight, level),
+        _ => None,
+    }
+}
+
+/// The multi-row kernel of `weight` at exactly `level`: a tile kernel where one exists,
+/// else a loop over this level's single-row kernel.
+pub(super) fn multi_dot(weight: GgmlType, level: SimdLevel) -> Option<MultiDotFn> {
+    use GgmlType::*;
+    match (level, weight) {
+        (SimdLevel::Avx2, F32) => Some(looped!(float::dot_f32_avx2)),
+        (SimdLevel::Avx2, F16) => Some(looped!(float::dot_f16_avx2)),
+        (SimdLevel::Avx2, BF16) => Some(looped!(float::dot_bf16_avx2)),
+        (SimdLevel::Avx512, F32) => Some(looped!(float::dot_f32_avx512)),
+        (SimdLevel::Avx512, F16) => Some(float::multi_f16_avx512),
+        (SimdLevel::Avx512, BF16) => Some(looped!(float::dot_bf16_avx512)),
+        (SimdLevel::Avx2, _) => {
+            legacy::multi_dot(weight, level).or_else(|| kquants::multi_dot(weight))
+        }
+        (SimdLevel::AvxVnni | SimdLevel::Avx512Vnni, _) => legacy::multi_dot(weight, level),
+        _ => None,
+    }
+}
+
+/// Sums of four adjacent u8 x i8 products into eight i32 lanes: `vpmaddubsw` + `vpmaddwd`
+/// on AVX2 (the i16 pair sums cannot saturate for the operand ranges used here), `vpdpbusd`
+/// with VNNI. Both give the same integers.
+pub(super) trait Isa {
+    /// `a` unsigned, `b` signed.
+    unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// Plain AVX2.
+pub(super) struct Avx2;
+/// AVX-VNNI (VEX encoded `vpdpbusd`).
+pub(super) struct AvxVnni;
+/// AVX-512 VNNI on 256-bit registers (EVEX encoded `vpdpbusd`).
+pub(super) struct Avx512Vnni;
+
+impl Isa for Avx2 {
+    #[inline(always)]
+    unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+    }
+}
+
+impl Isa for AvxVnni {
+    #[inline(always)]
+    unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+    }
+}
+
+impl Isa for Avx512Vnni {
+    #[inline(always)]
+    unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
+    }
+}
+
+/// ggml's `hsum_float_8`.
+#[inline(always)]
+pub(super) unsafe fn hsum8(v: __m256) -> f32 {
+    let quad = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
+}
+
+/// The f16 stored at `p` (any alignment), widened with F16C.
+#[inline(always)]
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+    let bits = p.cast::<u16>().read_unaligned();
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high nibbles.
+#[inline(always)]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+    let packed = _mm_loadu_si128(p.cast());
+    let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// The 32 bits at `p` spread to 32 bytes: 0xFF where the bit is set, 0 elsewhere.
+#[inline(always)]
+pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
+    let bits = p.cast::<u32>().read_unaligned();
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+}

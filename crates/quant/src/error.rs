@@ -1,0 +1,37 @@
+//! The error type of this crate.
+
+use crate::GgmlType;
+
+/// Why a dequantization or quantization request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantError {
+    /// RunIT has no routine for this type in this direction.
+    #[error("{op} is not supported for tensor type {ty}")]
+    Unsupported {
+        /// The tensor type asked for.
+        ty: GgmlType,
+        /// `"dequantize"` or `"quantize"`.
+        op: &'static str,
+    },
+    /// The destination does not have the length the source implies.
+    #[error("{ty}: destination holds {found} elements, expected {expected}")]
+    Length {
+        /// The tensor type.
+        ty: GgmlType,
+        /// Length the source implies (f32 values when dequantizing, bytes when quantizing).
+        expected: usize,
+        /// Length of the destination given.
+        found: usize,
+    },
+    /// The source is not a whole number of blocks.
+    #[error("{ty}: source length {n} is not a multiple of the block of {block}")]
+    NotBlockMultiple {
+        /// The tensor type.
+        ty: GgmlType,
+        /// Source length (bytes when dequantizing, f32 values when quantizing).
+        n: usize,
+        /// Block length in the same unit (type size in bytes, or elements per block).
+        block: usize,
+    },
+}

@@ -1,0 +1,166 @@
+//! Reference quantizers of the 8-bit formats: Q8_0 (weights and activations), Q8_1 and Q8_K
+//! (activations paired with Q4_1/Q5_1 and the K-quants). ggml's `quantize_row_q8_*_ref`.
+
+use half::f16;
+
+use crate::blocks::{BlockQ8K, BlockQ8_0, BlockQ8_1};
+use crate::quantize::search::nearest_int;
+
+/// Absolute maximum of a block (ggml's `MAX(amax, fabsf(v))` fold).
+fn absolute_max(x: &[f32]) -> f32 {
+    x.iter().fold(
+        0.0f32,
+        |amax, &v| if amax > v.abs() { amax } else { v.abs() },
+    )
+}
+
+/// Q8_0: `d = amax / 127`, `q = round(x / d)` (half away from zero). Byte-identical to ggml.
+pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+    debug_assert_eq!(x.len(), y.len() * 32);
+    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = absolute_max(x) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        block.d = f16::from_f32(d);
+        for (q, &value) in block.qs.iter_mut().zip(x) {
+            *q = (value * id).round() as i8;
+        }
+    }
+}
+
+/// Q8_1: Q8_0 plus `s = d * sum(q)` (stored as f16).
+pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
+    debug_assert_eq!(x.len(), y.len() * 32);
+    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = absolute_max(x) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        block.d = f16::from_f32(d);
+        let mut sum = 0i32;
+        for (q, &value) in block.qs.iter_mut().zip(x) {
+            *q = (value * id).round() as i8;
+            sum += i32::from(*q);
+        }
+        block.s = f16::from_f32(sum as f32 * d);
+    }
+}
+
+/// Q8_K: `d = max / -127` as f32 (max = the signed element of largest magnitude),
+/// `q = nearest(x / d)` capped at 127, plus the sum of each 16 quants in `bsums`.
+pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
+    debug_assert_eq!(x.len(), y.len() * 256);
+    for (x, block) in x.chunks_exact(256).zip(y.iter_mut()) {
+        let mut max = 0.0f32;
+        let mut amax = 0.0f32;
+        for &value in x {
+            if value.abs() > amax {
+                amax = value.abs();
+                max = value;
+            }
+        }
+        if amax == 0.0 {
+            block.d = 0.0;
+            block.qs = [0; 256];
+            block.bsums = [0; 16];
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &value) in block.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * value).min(127) as i8;
+        }
+        for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
+            *sum = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        block.d = 1.0 / iscale;
+    }
+}
+
+/// Rounds to the nearest integer, ties to even, for `|value| < 2^22`: what x86's
+/// `_mm256_round_ps(v, _MM_ROUND_NEAREST)` does, written so the compiler can vectorize it.
+fn round_ties_even(value: f32) -> f32 {
+    (value + 12_582_912.0) - 12_582_912.0
+}
+
+/// One block of activations as ggml-cpu's x86 `quantize_row_q8_0` rounds it: returns the
+/// f32 scale `amax / 127` and fills `q` with `round_ties_even(x * (127 / amax))`.
+///
+/// This differs from the reference quantizer above (which multiplies by `1 / d` and rounds
+/// half away from zero) in rare last-bit cases, and activations must match ggml-cpu.
+fn quantize_activation_block(x: &[f32], q: &mut [i8; 32]) -> f32 {
+    let amax = absolute_max(x);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &value) in q.iter_mut().zip(x) {
+        *q = round_ties_even(value * id) as i8;
+    }
+    d
+}
+
+/// Q8_0 activations, bit for bit as ggml-cpu quantizes the activation side of a matmul on
+/// x86 (AVX2 `quantize_row_q8_0`): `d = amax / 127` stored as f16, `q = round_ties_even(x *
+/// 127 / amax)`.
+pub fn quantize_row_q8_0_activation(x: &[f32], y: &mut [BlockQ8_0]) {
+    assert_eq!(
+        x.len(),
+        y.len() * 32,
+        "Q8_0 activation: 32 values per block"
+    );
+    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = quantize_activation_block(x, &mut block.qs);
+        block.d = f16::from_f32(d);
+    }
+}
+
+/// Q8_1 activations as ggml-cpu's x86 `quantize_row_q8_1`: the Q8_0 activation rounding plus
+/// `s = f16(d * sum(q))` with the unrounded f32 `d`.
+pub fn quantize_row_q8_1_activation(x: &[f32], y: &mut [BlockQ8_1]) {
+    assert_eq!(
+        x.len(),
+        y.len() * 32,
+        "Q8_1 activation: 32 values per block"
+    );
+    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = quantize_activation_block(x, &mut block.qs);
+        let sum: i32 = block.qs.iter().map(|&q| i32::from(q)).sum();
+        block.d = f16::from_f32(d);
+        block.s = f16::from_f32(d * sum as f32);
+    }
+}
+
+#[cfg(test)]
+mod activation_tests {
+    use super::*;
+    use bytemuck::Zeroable;
+
+    #[test]
+    fn activation_rounding_is_ties_to_even_with_127_over_amax() {
+        // amax 127 makes id exactly 1, so x * id is x itself and ties are visible.
+        let mut x = [0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -2.5;
+        x[3] = 3.5;
+        x[4] = -0.5;
+        let mut y = [BlockQ8_0::zeroed()];
+        quantize_row_q8_0_activation(&x, &mut y);
+        assert_eq!(&y[0].qs[..5], &[127, 2, -2, 4, 0]);
+        assert_eq!(y[0].d.to_f32(), 1.0);
+        // The reference quantizer rounds the same ties away from zero.
+        let mut reference = [BlockQ8_0::zeroed()];
+        quantize_row_q8_0(&x, &mut reference);
+        assert_eq!(&reference[0].qs[..5], &[127, 3, -3, 4, -1]);
+    }
+
+    #[test]
+    fn q8_1_activation_sum_uses_unrounded_scale() {
+        let x: Vec<f32> = (0..32).map(|i| (i as f32 - 10.3) * 0.37).collect();
+        let mut y = [BlockQ8_1::zeroed()];
+        quantize_row_q8_1_activation(&x, &mut y);
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let sum: i32 = y[0].qs.iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(y[0].s, f16::from_f32(d * sum as f32));
+        assert_eq!(y[0].d, f16::from_f32(d));
+        for (q, v) in y[0].qs.iter().zip(&x) {
+            assert!((f32::from(*q) - v * 127.0 / amax).abs() <= 0.5);
+        }
+    }
+}
