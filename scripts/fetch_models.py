@@ -35,6 +35,14 @@ FALLBACK_SHA256 = {
 }
 SYNTHETIC_F32 = ["synth-qwen3-F32.gguf", "synth-llama-F32.gguf", "synth-olmoe-F32.gguf"]
 QWEN2_FROM_SMOLLM2 = "SmolLM2-135M-Instruct-as-qwen2-F32.gguf"
+# (output, source, type): the other unshipped synthetic files, rebuilt by regen/quantize_ref.py.
+SYNTHETIC_QUANTIZED = [
+    ("synth-qwen2-F16.gguf", "synth-qwen2-F32.gguf", "F16"),
+    ("synth-qwen2-BF16.gguf", "synth-qwen2-F32.gguf", "BF16"),
+    ("synth-qwen3-Q8_0.gguf", "synth-qwen3-F32.gguf", "Q8_0"),
+    ("synth-llama-Q8_0.gguf", "synth-llama-F32.gguf", "Q8_0"),
+    ("synth-olmoe-Q8_0.gguf", "synth-olmoe-F32.gguf", "Q8_0"),
+]
 
 
 def log(msg):
@@ -170,6 +178,20 @@ def fetch_synthetic():
             )
             for name in missing:
                 install(name, os.path.join(tmp, name))
+    for name, source, ty in SYNTHETIC_QUANTIZED:
+        if is_present(name):
+            continue
+        source_path = os.path.join(MODELS, source)
+        if not os.path.exists(source_path):
+            source_path = os.path.join(GOLDEN, "models", source)
+        python = venv_python()
+        with tempfile.TemporaryDirectory(dir=MODELS) as tmp:
+            out = os.path.join(tmp, name)
+            subprocess.run(
+                [python, os.path.join(regen, "quantize_ref.py"), source_path, out, ty],
+                check=True, stdout=subprocess.DEVNULL,
+            )
+            install(name, out)
     if not is_present(QWEN2_FROM_SMOLLM2):
         python = venv_python()
         with tempfile.TemporaryDirectory(dir=MODELS) as tmp:

@@ -16,6 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Chat interactively with a model, using its chat template.
+    Chat(commands::chat::Args),
     /// Measure prompt-processing and generation speed (like llama-bench).
     Bench(commands::bench::Args),
     /// Compute the perplexity of a text (like llama.cpp's perplexity tool).
@@ -26,16 +28,20 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Write a copy of a GGUF model with its weights in another type (like llama-quantize).
     Quantize(commands::quantize::Args),
+    /// Print the token ids and pieces of a text (like llama-tokenize).
+    Tokenize(commands::tokenize::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Chat(args) => commands::chat::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Perplexity(args) => commands::perplexity::run(args),
         Command::Generate(args) => commands::generate::run(args),
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

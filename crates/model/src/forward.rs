@@ -182,11 +182,15 @@ impl Model {
             b.attention(&s.q, &kv.keys[i], &kv.values[i], batch.spans, &attention, &mut s.attn)?;
             dump("kqv_out", Some(i), &s.attn, c.q_width());
             b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
+            dump("attn_out", Some(i), &s.proj, embd);
             b.add(&mut s.x, &s.proj, tokens * embd)?;
             dump("ffn_inp", Some(i), &s.x, embd);
             b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, tokens, &mut s.normed)?;
             dump("ffn_norm", Some(i), &s.normed, embd);
             self.feed_forward(layer, tokens, s)?;
+            if matches!(layer.ffn, FfnWeights::Dense { .. }) {
+                dump("ffn_swiglu", Some(i), &s.gate, c.feed_forward_length);
+            }
             dump("ffn_out", Some(i), &s.proj, embd);
             b.add(&mut s.x, &s.proj, tokens * embd)?;
             dump("l_out", Some(i), &s.x, embd);

@@ -8,3 +8,5 @@ pub mod generate;
 pub mod sampling;
 pub mod bench;
 pub mod perplexity;
+pub mod tokenize;
+pub mod chat;

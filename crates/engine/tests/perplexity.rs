@@ -1,0 +1,70 @@
+//! Perplexity against llama.cpp's figures (../shared/golden/perplexity): `-c 128` over the
+//! GPL-3 text, for every model file of a supported architecture found here; each must be
+//! within 0.3% of the golden value.
+
+mod common;
+
+use runit_engine::{perplexity, Session, SessionConfig};
+use serde_json::Value;
+
+const TOLERANCE: f64 = 0.003;
+
+fn run(select: impl Fn(&str) -> bool) {
+    let dir = common::golden_dir().join("perplexity");
+    let golden: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("perplexity_GPL-3_c128.json")).expect("perplexity golden"),
+    )
+    .expect("JSON");
+    let text = std::fs::read(dir.join("ppl_text_GPL-3.txt")).expect("GPL-3 text");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for entry in golden["results"].as_array().expect("results") {
+        let name = entry["model_file"].as_str().expect("model_file");
+        if !select(name) {
+            continue;
+        }
+        let Some(path) = common::find_model(name) else {
+            println!("skip {name}: not found");
+            continue;
+        };
+        if !common::is_supported_arch(&path) {
+            println!("skip {name}: architecture not in this engine's set");
+            continue;
+        }
+        let file = runit_gguf::GgufFile::open(&path).expect("opens");
+        let tokenizer = runit_tokenizer::Tokenizer::from_gguf(&file).expect("tokenizer");
+        let tokens = tokenizer.encode_bytes(&text, true, false);
+        let bos = tokenizer.add_bos().then(|| tokenizer.bos_id()).flatten();
+        let model = common::load(&path, 2);
+        let config = SessionConfig { context_size: 128, batch_size: 128, ..Default::default() };
+        let mut session = Session::new(model, &config).expect("session");
+        let report = perplexity(&mut session, &tokens, 128, bos, |_, _| {}).expect("perplexity");
+        let want = entry["final_ppl"].as_f64().expect("final_ppl");
+        let relative = (report.perplexity - want).abs() / want;
+        println!(
+            "{name:<50} chunks {:>3} (golden {:>3})  ppl {:>16.4}  llama.cpp {:>16.4}  diff {:+.4}%",
+            report.chunks,
+            entry["n_chunks"],
+            report.perplexity,
+            want,
+            100.0 * (report.perplexity - want) / want
+        );
+        if relative > TOLERANCE || Some(report.chunks as u64) != entry["n_chunks"].as_u64() {
+            failures.push(format!("{name}: {} vs {want}", report.perplexity));
+        }
+        checked += 1;
+    }
+    println!("checked {checked} models, {} outside 0.3%", failures.len());
+    assert!(checked > 0, "no model file found");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn synthetic_models_perplexity_matches_llama_cpp() {
+    run(|name| name.starts_with("synth-"));
+}
+
+#[test]
+fn real_models_perplexity_matches_llama_cpp() {
+    run(|name| !name.starts_with("synth-"));
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: formatting, lints, and every test of the workspace (release mode: the
+# golden tests run real models). Fetches the models the tests need first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 scripts/fetch_models.py --all
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo build --release -p runit-cli
+scripts/make_requants.sh target/release/runit
+cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
+python3 scripts/test_summary.py target/test-output.txt
