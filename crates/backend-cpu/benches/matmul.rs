@@ -38,7 +38,12 @@ fn bench_matmul(c: &mut Criterion) {
         .sample_size(20)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
         for (n_in, n_out) in [(576, 1536), (1536, 576)] {
             if n_in % ty.block_size() != 0 {
                 continue;

@@ -68,8 +68,28 @@ fn shown(n: usize) -> Vec<usize> {
     }
 }
 
+/// Tolerances of one comparison: on the printed values (4 decimals, so at least 5e-5) and on
+/// the f32 sum relative to the sum of magnitudes.
+#[derive(Clone, Copy)]
+struct Tolerance {
+    value: f32,
+    sum: f64,
+}
+
+/// Before attention the only differences are matmul summation orders (~1e-8 relative).
+const BEFORE_ATTENTION: Tolerance = Tolerance {
+    value: 6e-5,
+    sum: 1e-7,
+};
+/// Attention rounds Q to f16 (as llama.cpp does), so an ulp of difference in Q can flip a
+/// rounding and move a score by an f16 ulp; later nodes inherit that noise.
+const AFTER_ATTENTION: Tolerance = Tolerance {
+    value: 4e-4,
+    sum: 3e-6,
+};
+
 /// Compares `ours` (ggml shape `ne`, `ne[0]` fastest) with a dumped node.
-fn check(dump: &str, name: &str, op: &str, ne: [usize; 3], ours: &[f32], tolerance: f32) {
+fn check(dump: &str, name: &str, op: &str, ne: [usize; 3], ours: &[f32], tolerance: Tolerance) {
     let node = node(dump, name, op);
     let mut picked = Vec::new();
     for i2 in shown(ne[2]) {
@@ -93,11 +113,12 @@ fn check(dump: &str, name: &str, op: &str, ne: [usize; 3], ours: &[f32], toleran
         "{name:<14} {op:<15} max |diff| {worst:.2e}  sum {sum:.6} vs {:.6} (|diff| / sum|x| {relative:.1e})",
         node.sum
     );
+    assert!(worst <= tolerance.value, "{name} ({op}): max diff {worst}");
     assert!(
-        worst <= tolerance,
-        "{name} ({op}): max diff {worst} > {tolerance}"
+        relative <= tolerance.sum,
+        "{name} ({op}): sum {sum} vs {}",
+        node.sum
     );
-    assert!(relative <= 1e-6, "{name} ({op}): sum {sum} vs {}", node.sum);
 }
 
 struct Layer<'a> {
@@ -170,7 +191,7 @@ fn layer_zero_matches_llama_cpp() {
             backend: b,
         };
         let kv_width = kv_heads * head_dim;
-        let check2 = |name: &str, op: &str, width: usize, buffer: &Buffer, tolerance: f32| {
+        let check2 = |name: &str, op: &str, width: usize, buffer: &Buffer, tolerance: Tolerance| {
             let values = layer.read(buffer, tokens * width);
             check(&dump, name, op, [width, tokens, 1], &values, tolerance);
         };
@@ -178,7 +199,7 @@ fn layer_zero_matches_llama_cpp() {
         let mut embd = b.alloc(tokens * n_embd).unwrap();
         b.embedding(&layer.weight("token_embd.weight"), &ids, &mut embd)
             .unwrap();
-        check2("embd", "GET_ROWS", n_embd, &embd, 5e-5);
+        check2("embd", "GET_ROWS", n_embd, &embd, BEFORE_ATTENTION);
 
         let mut norm = b.alloc(tokens * n_embd).unwrap();
         b.rms_norm(
@@ -189,7 +210,7 @@ fn layer_zero_matches_llama_cpp() {
             &mut norm,
         )
         .unwrap();
-        check2("attn_norm-0", "MUL", n_embd, &norm, 5e-5);
+        check2("attn_norm-0", "MUL", n_embd, &norm, BEFORE_ATTENTION);
 
         let project = |name: &str, input: &Buffer, width: usize| {
             let mut out = b.alloc(tokens * width).unwrap();
@@ -207,7 +228,7 @@ fn layer_zero_matches_llama_cpp() {
             out
         };
         let mut q = project("blk.0.attn_q", &norm, n_embd);
-        check2("Qcur-0", "ADD", n_embd, &q, 1e-4);
+        check2("Qcur-0", "ADD", n_embd, &q, BEFORE_ATTENTION);
         let mut k = project("blk.0.attn_k", &norm, kv_width);
         let v = project("blk.0.attn_v", &norm, kv_width);
         let positions: Vec<u32> = (0..tokens as u32).collect();
@@ -228,7 +249,7 @@ fn layer_zero_matches_llama_cpp() {
             "ROPE",
             [head_dim, heads, tokens],
             &rows,
-            1e-4,
+            BEFORE_ATTENTION,
         );
         let rows = layer.read(&k, tokens * kv_width);
         check(
@@ -237,7 +258,7 @@ fn layer_zero_matches_llama_cpp() {
             "ROPE",
             [head_dim, kv_heads, tokens],
             &rows,
-            1e-4,
+            BEFORE_ATTENTION,
         );
 
         let mut k_cache = b.alloc_kv(64, kv_width, KvType::F16).unwrap();
@@ -268,12 +289,13 @@ fn layer_zero_matches_llama_cpp() {
             "FLASH_ATTN_EXT",
             [head_dim, heads, tokens],
             &rows,
-            2e-4,
+            AFTER_ATTENTION,
         );
 
         let mut residual = project("blk.0.attn_output", &attention, n_embd);
+        check2("node_26", "MUL_MAT", n_embd, &residual, AFTER_ATTENTION);
         b.add(&mut residual, &embd, tokens * n_embd).unwrap();
-        check2("ffn_inp-0", "ADD", n_embd, &residual, 2e-4);
+        check2("ffn_inp-0", "ADD", n_embd, &residual, AFTER_ATTENTION);
         b.rms_norm(
             &residual,
             &layer.weight("blk.0.ffn_norm.weight"),
@@ -284,10 +306,14 @@ fn layer_zero_matches_llama_cpp() {
         .unwrap();
         let mut gate = project("blk.0.ffn_gate", &norm, n_ff);
         let up = project("blk.0.ffn_up", &norm, n_ff);
+        check2("ffn_norm-0", "MUL", n_embd, &norm, AFTER_ATTENTION);
+        check2("ffn_gate-0", "MUL_MAT", n_ff, &gate, AFTER_ATTENTION);
+        check2("ffn_up-0", "MUL_MAT", n_ff, &up, AFTER_ATTENTION);
         b.silu_mul(&mut gate, &up, tokens * n_ff).unwrap();
-        check2("ffn_swiglu-0", "SWIGLU", n_ff, &gate, 2e-4);
+        check2("ffn_swiglu-0", "SWIGLU", n_ff, &gate, AFTER_ATTENTION);
         let mut out = project("blk.0.ffn_down", &gate, n_embd);
+        check2("ffn_out-0", "MUL_MAT", n_embd, &out, AFTER_ATTENTION);
         b.add(&mut out, &residual, tokens * n_embd).unwrap();
-        check2("l_out-0", "ADD", n_embd, &out, 5e-4);
+        check2("l_out-0", "ADD", n_embd, &out, AFTER_ATTENTION);
     }
 }

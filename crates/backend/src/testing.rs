@@ -1,2 +1,11 @@
-//! `parity`: the suite every backend passes against the CPU reference (per op, per weight
-//! type, NMSE bounds).
+//! Test support shared by every backend: [`parity`], the suite each backend passes against the
+//! CPU reference (per op, per weight type, NMSE bounds), and the seeded inputs it is built on.
+
+mod attention_setup;
+pub mod parity;
+mod random;
+mod report;
+
+pub use parity::run_parity;
+pub use random::{make_weight, Rng};
+pub use report::{nmse, ParityCase, ParityOutcome, ParityReport};

@@ -12,10 +12,18 @@ const MEGABYTE: usize = 1 << 20;
 fn corpus() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut parts = Vec::new();
-    if let Ok(english) = std::fs::read_to_string(root.join("../../../shared/golden/perplexity/ppl_text_GPL-3.txt")) {
+    if let Ok(english) =
+        std::fs::read_to_string(root.join("../../../shared/golden/perplexity/ppl_text_GPL-3.txt"))
+    {
         parts.push(english);
     }
-    for file in ["bpe.rs", "pretokenize.rs", "tokenizer.rs", "vocab.rs", "chat.rs"] {
+    for file in [
+        "bpe.rs",
+        "pretokenize.rs",
+        "tokenizer.rs",
+        "vocab.rs",
+        "chat.rs",
+    ] {
         if let Ok(code) = std::fs::read_to_string(root.join("src").join(file)) {
             parts.push(code);
         }
@@ -35,9 +43,13 @@ fn corpus() -> String {
 }
 
 fn encode(criterion: &mut Criterion) {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !model.exists() {
-        println!("skipping: {} is absent (run scripts/fetch_models.py)", model.display());
+        println!(
+            "skipping: {} is absent (run scripts/fetch_models.py)",
+            model.display()
+        );
         return;
     }
     let file = runit_gguf::GgufFile::open(&model).expect("model opens");
@@ -48,7 +60,9 @@ fn encode(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("encode");
     group.sample_size(10);
     group.throughput(Throughput::Bytes(text.len() as u64));
-    group.bench_function("smollm2_1MB_mixed", |bencher| bencher.iter(|| tokenizer.encode(&text, false, true)));
+    group.bench_function("smollm2_1MB_mixed", |bencher| {
+        bencher.iter(|| tokenizer.encode(&text, false, true))
+    });
     group.finish();
 }
 

@@ -25,7 +25,8 @@ impl Hasher for PairHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
     }
     fn write_u64(&mut self, value: u64) {
@@ -81,10 +82,17 @@ const NO_SYMBOL: u32 = u32::MAX;
 impl BytePairModel {
     /// Builds the merge table from `tokenizer.ggml.merges` ("left right" strings, by rank).
     /// A merge naming a token that is not in the vocabulary is refused.
-    pub fn new(vocabulary: &Vocabulary, merges: &[String], pre: Option<&str>) -> Result<BytePairModel, TokenizerError> {
+    pub fn new(
+        vocabulary: &Vocabulary,
+        merges: &[String],
+        pre: Option<&str>,
+    ) -> Result<BytePairModel, TokenizerError> {
         const KEY: &str = "tokenizer.ggml.merges";
         if merges.is_empty() {
-            return Err(invalid(KEY, "a gpt2 vocabulary needs merges; the list is empty or absent".to_string()));
+            return Err(invalid(
+                KEY,
+                "a gpt2 vocabulary needs merges; the list is empty or absent".to_string(),
+            ));
         }
         let mut table = PairMap::with_capacity_and_hasher(merges.len(), Default::default());
         for (rank, merge) in merges.iter().enumerate() {
@@ -95,16 +103,24 @@ impl BytePairModel {
                 .skip(1)
                 .position(|&byte| byte == b' ')
                 .map(|position| position + 1)
-                .ok_or_else(|| invalid(KEY, format!("merge {rank} {merge:?} is not \"left right\"")))?;
+                .ok_or_else(|| {
+                    invalid(KEY, format!("merge {rank} {merge:?} is not \"left right\""))
+                })?;
             let (left, right) = (&merge[..split], &merge[split + 1..]);
             let lookup = |text: &str| {
-                vocabulary
-                    .token_id(text)
-                    .ok_or_else(|| invalid(KEY, format!("merge {rank} {merge:?} names {text:?}, which is not a token")))
+                vocabulary.token_id(text).ok_or_else(|| {
+                    invalid(
+                        KEY,
+                        format!("merge {rank} {merge:?} names {text:?}, which is not a token"),
+                    )
+                })
             };
             let (left_id, right_id) = (lookup(left)?, lookup(right)?);
             let merged = lookup(&format!("{left}{right}"))?;
-            table.entry(pair_key(left_id, right_id)).or_insert(Merge { rank: rank as u32, merged });
+            table.entry(pair_key(left_id, right_id)).or_insert(Merge {
+                rank: rank as u32,
+                merged,
+            });
         }
         let characters = unicode::byte_to_char_table();
         let mut byte_tokens = [None; 256];
@@ -112,8 +128,16 @@ impl BytePairModel {
             *slot = vocabulary.token_id(characters[byte].encode_utf8(&mut [0; 4]));
         }
         let pre_tokenizer = PreTokenizer::new(pre)?;
-        let ignore_merges = matches!(pre.unwrap_or("default"), "llama3" | "llama-v3" | "llama-bpe" | "falcon3");
-        Ok(BytePairModel { merges: table, byte_tokens, pre_tokenizer, ignore_merges })
+        let ignore_merges = matches!(
+            pre.unwrap_or("default"),
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3"
+        );
+        Ok(BytePairModel {
+            merges: table,
+            byte_tokens,
+            pre_tokenizer,
+            ignore_merges,
+        })
     }
 
     /// The pre-tokenizer's name.
@@ -122,7 +146,13 @@ impl BytePairModel {
     }
 
     /// Encodes one stretch of text (no special-token text in it) and appends the ids.
-    pub(crate) fn encode(&self, vocabulary: &Vocabulary, text: &[u8], scratch: &mut BpeScratch, out: &mut Vec<u32>) {
+    pub(crate) fn encode(
+        &self,
+        vocabulary: &Vocabulary,
+        text: &[u8],
+        scratch: &mut BpeScratch,
+        out: &mut Vec<u32>,
+    ) {
         let mut codepoints = std::mem::take(&mut scratch.codepoints);
         unicode::codepoints_from_utf8(text, &mut codepoints);
         let lengths = self.pre_tokenizer.split(&codepoints, &mut scratch.split);
@@ -136,7 +166,9 @@ impl BytePairModel {
             if self.ignore_merges {
                 let characters = unicode::byte_to_char_table();
                 scratch.encoded.clear();
-                scratch.encoded.extend(scratch.word.iter().map(|&byte| characters[byte as usize]));
+                scratch
+                    .encoded
+                    .extend(scratch.word.iter().map(|&byte| characters[byte as usize]));
                 if let Some(id) = vocabulary.token_id(&scratch.encoded) {
                     out.push(id);
                     continue;
@@ -157,19 +189,27 @@ impl BytePairModel {
             symbols.push(Symbol {
                 id: self.byte_tokens[byte as usize],
                 previous: if index == 0 { NO_SYMBOL } else { index - 1 },
-                next: if index + 1 == count { NO_SYMBOL } else { index + 1 },
+                next: if index + 1 == count {
+                    NO_SYMBOL
+                } else {
+                    index + 1
+                },
                 alive: true,
             });
         }
         let queue = &mut scratch.queue;
         queue.clear();
         // Queue entries: (rank, left index, left id, right id), smallest first.
-        let push_pair = |queue: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>, symbols: &[Symbol], left: u32| {
+        let push_pair = |queue: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>,
+                         symbols: &[Symbol],
+                         left: u32| {
             let right = symbols[left as usize].next;
             if right == NO_SYMBOL {
                 return;
             }
-            if let (Some(left_id), Some(right_id)) = (symbols[left as usize].id, symbols[right as usize].id) {
+            if let (Some(left_id), Some(right_id)) =
+                (symbols[left as usize].id, symbols[right as usize].id)
+            {
                 if let Some(merge) = self.merges.get(&pair_key(left_id, right_id)) {
                     queue.push(Reverse((merge.rank, left, left_id, right_id)));
                 }

@@ -26,7 +26,10 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message with the given role.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
     }
     /// A `system` message.
     pub fn system(content: impl Into<String>) -> ChatMessage {
@@ -61,7 +64,11 @@ impl std::fmt::Debug for ChatTemplate {
 
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported with its template line.
-    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, TokenizerError> {
+    pub fn new(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<ChatTemplate, TokenizerError> {
         let mut environment = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -69,14 +76,26 @@ impl ChatTemplate {
             .build()
             .map_err(template_error)?;
         environment.set_syntax(syntax);
-        environment.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        environment
+            .set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut environment);
-        environment.add_function("raise_exception", |message: String| -> Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+        environment.add_function(
+            "raise_exception",
+            |message: String| -> Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        environment.add_function("strftime_now", |format: String| -> String {
+            strftime_now(&format)
         });
-        environment.add_function("strftime_now", |format: String| -> String { strftime_now(&format) });
-        environment.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(template_error)?;
-        Ok(ChatTemplate { environment, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        environment
+            .add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(template_error)?;
+        Ok(ChatTemplate {
+            environment,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
     }
 
     /// The tokenizer's template (`tokenizer.chat_template`), or ChatML with a warning when
@@ -95,8 +114,15 @@ impl ChatTemplate {
 
     /// Renders the conversation; `add_generation_prompt` appends the assistant's turn header.
     /// A runtime error (`raise_exception`, a bad expression) names the template line.
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TokenizerError> {
-        let template = self.environment.get_template(TEMPLATE_NAME).map_err(template_error)?;
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let template = self
+            .environment
+            .get_template(TEMPLATE_NAME)
+            .map_err(template_error)?;
         let messages: Vec<Value> = messages
             .iter()
             .map(|message| {
@@ -124,7 +150,10 @@ fn template_error(error: minijinja::Error) -> TokenizerError {
         message.push_str(&cause.to_string());
         source = cause.source();
     }
-    TokenizerError::Template { line: error.line().unwrap_or(0), message }
+    TokenizerError::Template {
+        line: error.line().unwrap_or(0),
+        message,
+    }
 }
 
 /// `strftime_now(format)` for templates that print today's date (Llama 3.1+): supports
@@ -135,7 +164,18 @@ fn strftime_now(format: &str) -> String {
         .map_or(0, |elapsed| elapsed.as_secs());
     let (year, month, day) = civil_from_days((seconds / 86_400) as i64);
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let month_name = MONTHS[(month - 1) as usize];
     let mut out = String::new();
@@ -167,11 +207,16 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let shifted = days + 719_468;
     let era = shifted.div_euclid(146_097);
     let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -200,7 +245,9 @@ mod tests {
     fn raise_exception_names_the_line() {
         let source = "{% for m in messages %}\n{% if m.role == 'tool' %}\n{{ raise_exception('no tools') }}\n{% endif %}{% endfor %}";
         let template = ChatTemplate::new(source, "", "").expect("compiles");
-        let error = template.render(&[ChatMessage::new("tool", "x")], false).expect_err("raises");
+        let error = template
+            .render(&[ChatMessage::new("tool", "x")], false)
+            .expect_err("raises");
         match error {
             TokenizerError::Template { line, message } => {
                 assert_eq!(line, 3);

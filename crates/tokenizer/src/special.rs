@@ -14,23 +14,87 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
+/// A byte trie over the special-token texts, to find in one pass which of them occur in an
+/// input (vocabularies like Gemma's have thousands of control tokens).
+#[derive(Debug, Default)]
+pub(crate) struct SpecialTrie {
+    /// Node 0 is the root; each node's children sorted by byte.
+    children: Vec<Vec<(u8, u32)>>,
+    /// Position in `Vocabulary::special_tokens` of the token ending at each node.
+    terminal: Vec<Option<u32>>,
+}
+
+impl SpecialTrie {
+    /// Builds the trie of `texts` (indexed by their position in the list).
+    pub(crate) fn new<'a>(texts: impl Iterator<Item = &'a str>) -> SpecialTrie {
+        let mut trie = SpecialTrie {
+            children: vec![Vec::new()],
+            terminal: vec![None],
+        };
+        for (index, text) in texts.enumerate() {
+            let mut node = 0usize;
+            for &byte in text.as_bytes() {
+                node = match trie.children[node].binary_search_by_key(&byte, |&(key, _)| key) {
+                    Ok(found) => trie.children[node][found].1 as usize,
+                    Err(insert_at) => {
+                        let child = trie.children.len();
+                        trie.children.push(Vec::new());
+                        trie.terminal.push(None);
+                        trie.children[node].insert(insert_at, (byte, child as u32));
+                        child
+                    }
+                };
+            }
+            trie.terminal[node].get_or_insert(index as u32);
+        }
+        trie
+    }
+
+    /// Marks in `present` (one flag per special token) every token that occurs in `text`.
+    fn mark_present(&self, text: &[u8], present: &mut [bool]) {
+        for start in 0..text.len() {
+            let mut node = 0usize;
+            for &byte in &text[start..] {
+                match self.children[node].binary_search_by_key(&byte, |&(key, _)| key) {
+                    Ok(found) => node = self.children[node][found].1 as usize,
+                    Err(_) => break,
+                }
+                if let Some(index) = self.terminal[node] {
+                    present[index as usize] = true;
+                }
+            }
+        }
+    }
+}
+
 /// Splits `text` into fragments.
-pub(crate) fn partition(vocabulary: &Vocabulary, text: &[u8], parse_special: bool) -> Vec<Fragment> {
+pub(crate) fn partition(
+    vocabulary: &Vocabulary,
+    text: &[u8],
+    parse_special: bool,
+) -> Vec<Fragment> {
     let mut fragments = Vec::new();
     if text.is_empty() {
         return fragments;
     }
-    fragments.push(Fragment::Text { start: 0, end: text.len() });
-    for &id in &vocabulary.special_tokens {
+    fragments.push(Fragment::Text {
+        start: 0,
+        end: text.len(),
+    });
+    // Most special tokens never occur: find those that do in one pass over the input.
+    let mut present = vec![false; vocabulary.special_tokens.len()];
+    vocabulary.special_trie.mark_present(text, &mut present);
+    let occurring = vocabulary
+        .special_tokens
+        .iter()
+        .zip(&present)
+        .filter(|(_, &found)| found);
+    for (&id, _) in occurring {
         let token_attr = vocabulary.attr(id);
         if !parse_special && token_attr & (attr::CONTROL | attr::UNKNOWN) != 0 {
             continue;
         }
         let needle = vocabulary.texts[id as usize].as_bytes();
-        // Cheap pre-check on the whole input: most special tokens never occur.
-        if find(text, needle, 0).is_none() {
-            continue;
-        }
         let mut next = Vec::with_capacity(fragments.len() + 2);
         for fragment in fragments {
             let Fragment::Text { mut start, end } = fragment else {
@@ -45,7 +109,10 @@ pub(crate) fn partition(vocabulary: &Vocabulary, text: &[u8], parse_special: boo
                     }
                 }
                 if left_end > start {
-                    next.push(Fragment::Text { start, end: left_end });
+                    next.push(Fragment::Text {
+                        start,
+                        end: left_end,
+                    });
                 }
                 next.push(Fragment::Token(id));
                 start = found + needle.len();
@@ -74,7 +141,9 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     let first = *needle.first()?;
     let mut position = from;
     while position + needle.len() <= haystack.len() {
-        let offset = haystack[position..=haystack.len() - needle.len()].iter().position(|&byte| byte == first)?;
+        let offset = haystack[position..=haystack.len() - needle.len()]
+            .iter()
+            .position(|&byte| byte == first)?;
         position += offset;
         if &haystack[position..position + needle.len()] == needle {
             return Some(position);

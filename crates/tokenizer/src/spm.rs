@@ -47,7 +47,9 @@ impl PartialOrd for Bigram {
 impl Ord for Bigram {
     /// Higher score first, then lower left index (a max-heap pops the greatest).
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -55,12 +57,22 @@ impl Ord for Bigram {
 pub(crate) fn byte_token(vocabulary: &Vocabulary, byte: u8) -> Option<u32> {
     vocabulary
         .token_id(&format!("<0x{byte:02X}>"))
-        .or_else(|| std::str::from_utf8(&[byte]).ok().and_then(|text| vocabulary.token_id(text)))
+        .or_else(|| {
+            std::str::from_utf8(&[byte])
+                .ok()
+                .and_then(|text| vocabulary.token_id(text))
+        })
         .or(vocabulary.unknown)
 }
 
 /// Encodes one stretch of text (spaces not yet escaped) and appends the ids.
-pub(crate) fn encode(vocabulary: &Vocabulary, text: &[u8], add_space_prefix: bool, scratch: &mut SpmScratch, out: &mut Vec<u32>) {
+pub(crate) fn encode(
+    vocabulary: &Vocabulary,
+    text: &[u8],
+    add_space_prefix: bool,
+    scratch: &mut SpmScratch,
+    out: &mut Vec<u32>,
+) {
     let escaped = &mut scratch.text;
     escaped.clear();
     if add_space_prefix {
@@ -90,23 +102,35 @@ pub(crate) fn encode(vocabulary: &Vocabulary, text: &[u8], add_space_prefix: boo
     }
     let queue = &mut scratch.queue;
     queue.clear();
-    let try_add = |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: isize, right: isize| {
-        if left < 0 || right < 0 {
-            return;
-        }
-        let (left_symbol, right_symbol) = (symbols[left as usize], symbols[right as usize]);
-        let size = left_symbol.length + right_symbol.length;
-        let piece = &text[left_symbol.start..left_symbol.start + size];
-        let Some(id) = std::str::from_utf8(piece).ok().and_then(|piece| vocabulary.token_id(piece)) else {
-            return;
+    let try_add =
+        |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: isize, right: isize| {
+            if left < 0 || right < 0 {
+                return;
+            }
+            let (left_symbol, right_symbol) = (symbols[left as usize], symbols[right as usize]);
+            let size = left_symbol.length + right_symbol.length;
+            let piece = &text[left_symbol.start..left_symbol.start + size];
+            let Some(id) = std::str::from_utf8(piece)
+                .ok()
+                .and_then(|piece| vocabulary.token_id(piece))
+            else {
+                return;
+            };
+            queue.push(Bigram {
+                score: vocabulary.scores[id as usize],
+                left,
+                right,
+                size,
+            });
         };
-        queue.push(Bigram { score: vocabulary.scores[id as usize], left, right, size });
-    };
     for index in 1..symbols.len() as isize {
         try_add(queue, symbols, index - 1, index);
     }
     while let Some(bigram) = queue.pop() {
-        let (left, right) = (symbols[bigram.left as usize], symbols[bigram.right as usize]);
+        let (left, right) = (
+            symbols[bigram.left as usize],
+            symbols[bigram.right as usize],
+        );
         if left.length == 0 || right.length == 0 || left.length + right.length != bigram.size {
             continue;
         }
@@ -123,9 +147,16 @@ pub(crate) fn encode(vocabulary: &Vocabulary, text: &[u8], add_space_prefix: boo
     while index >= 0 {
         let symbol = symbols[index as usize];
         let piece = &text[symbol.start..symbol.start + symbol.length];
-        match std::str::from_utf8(piece).ok().and_then(|piece| vocabulary.token_id(piece)) {
+        match std::str::from_utf8(piece)
+            .ok()
+            .and_then(|piece| vocabulary.token_id(piece))
+        {
             Some(id) => out.push(id),
-            None => out.extend(piece.iter().filter_map(|&byte| byte_token(vocabulary, byte))),
+            None => out.extend(
+                piece
+                    .iter()
+                    .filter_map(|&byte| byte_token(vocabulary, byte)),
+            ),
         }
         index = symbol.next;
     }

@@ -28,7 +28,12 @@ pub struct StreamDecoder<'a> {
 impl<'a> StreamDecoder<'a> {
     /// A decoder at the start of a stream.
     pub fn new(tokenizer: &'a Tokenizer, options: StreamOptions) -> StreamDecoder<'a> {
-        StreamDecoder { tokenizer, options, pending: Vec::new(), at_start: true }
+        StreamDecoder {
+            tokenizer,
+            options,
+            pending: Vec::new(),
+            at_start: true,
+        }
     }
 
     /// Adds one token; returns the text that became complete (often empty).
@@ -37,7 +42,10 @@ impl<'a> StreamDecoder<'a> {
         if !self.options.show_special && self.tokenizer.is_control(id) {
             return Ok(String::new());
         }
-        let piece = if self.at_start && self.options.strip_leading_space && self.tokenizer.adds_space_prefix() {
+        let piece = if self.at_start
+            && self.options.strip_leading_space
+            && self.tokenizer.adds_space_prefix()
+        {
             piece.strip_prefix(b" ").unwrap_or(piece)
         } else {
             piece

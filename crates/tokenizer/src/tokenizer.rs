@@ -14,7 +14,7 @@ use crate::vocab::{attr, ModelKind, Vocabulary, VocabularySpec};
 /// The algorithm behind a tokenizer.
 #[derive(Debug)]
 enum Engine {
-    BytePair(BytePairModel),
+    BytePair(Box<BytePairModel>),
     SentencePiece,
 }
 
@@ -57,10 +57,16 @@ impl Tokenizer {
     pub fn from_spec(spec: &VocabularySpec) -> Result<Tokenizer, TokenizerError> {
         let vocabulary = Vocabulary::new(spec)?;
         let engine = match spec.model {
-            ModelKind::BytePairGpt2 => Engine::BytePair(BytePairModel::new(&vocabulary, &spec.merges, spec.pre.as_deref())?),
+            ModelKind::BytePairGpt2 => Engine::BytePair(Box::new(BytePairModel::new(
+                &vocabulary,
+                &spec.merges,
+                spec.pre.as_deref(),
+            )?)),
             ModelKind::SentencePiece => Engine::SentencePiece,
         };
-        let pieces = (0..vocabulary.len() as u32).map(|id| render_piece(&vocabulary, id)).collect();
+        let pieces = (0..vocabulary.len() as u32)
+            .map(|id| render_piece(&vocabulary, id))
+            .collect();
         Ok(Tokenizer {
             vocabulary,
             engine,
@@ -120,7 +126,9 @@ impl Tokenizer {
                 Fragment::Text { start, end } => {
                     let piece = &text[start..end];
                     match &self.engine {
-                        Engine::BytePair(model) => model.encode(vocabulary, piece, &mut scratch.bpe, &mut out),
+                        Engine::BytePair(model) => {
+                            model.encode(vocabulary, piece, &mut scratch.bpe, &mut out)
+                        }
                         Engine::SentencePiece => {
                             let prefix = vocabulary.add_space_prefix && previous_is_special;
                             spm::encode(vocabulary, piece, prefix, &mut scratch.spm, &mut out);
@@ -139,7 +147,13 @@ impl Tokenizer {
     /// The bytes of one token, special tokens rendered as their text (llama.cpp's
     /// `token_to_piece(special = true)`); an id outside the vocabulary is an error.
     pub fn token_piece(&self, id: u32) -> Result<&[u8], TokenizerError> {
-        self.pieces.get(id as usize).map(Vec::as_slice).ok_or(TokenizerError::TokenOutOfRange { id, n_vocab: self.pieces.len() })
+        self.pieces
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .ok_or(TokenizerError::TokenOutOfRange {
+                id,
+                n_vocab: self.pieces.len(),
+            })
     }
 
     /// Concatenated pieces of `ids` (special tokens shown).
@@ -148,7 +162,11 @@ impl Tokenizer {
     }
 
     /// Decodes with options: hide control tokens, drop the SentencePiece leading space.
-    pub fn decode_with(&self, ids: &[u32], options: DecodeOptions) -> Result<Vec<u8>, TokenizerError> {
+    pub fn decode_with(
+        &self,
+        ids: &[u32],
+        options: DecodeOptions,
+    ) -> Result<Vec<u8>, TokenizerError> {
         let mut out = Vec::with_capacity(ids.len() * 4);
         let mut at_start = true;
         for &id in ids {
@@ -156,11 +174,12 @@ impl Tokenizer {
             if options.skip_special && self.vocabulary.is_control(id) {
                 continue;
             }
-            let piece = if at_start && options.strip_leading_space && self.vocabulary.add_space_prefix {
-                piece.strip_prefix(b" ").unwrap_or(piece)
-            } else {
-                piece
-            };
+            let piece =
+                if at_start && options.strip_leading_space && self.vocabulary.add_space_prefix {
+                    piece.strip_prefix(b" ").unwrap_or(piece)
+                } else {
+                    piece
+                };
             at_start = false;
             out.extend_from_slice(piece);
         }
@@ -215,7 +234,9 @@ impl Tokenizer {
 
     /// The text of a token as a string for templates (`bos_token`, `eos_token`).
     pub fn token_text(&self, id: Option<u32>) -> String {
-        id.and_then(|id| self.vocabulary.token_text(id)).unwrap_or_default().to_string()
+        id.and_then(|id| self.vocabulary.token_text(id))
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The pre-tokenizer name of a byte-level BPE vocabulary.

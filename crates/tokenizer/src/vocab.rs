@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::error::TokenizerError;
+use crate::special::SpecialTrie;
 
 /// Which tokenization algorithm the vocabulary uses (`tokenizer.ggml.model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +155,7 @@ pub struct Vocabulary {
     pub(crate) end_of_generation: BTreeSet<u32>,
     /// Control, user-defined and unknown tokens, longest text first (then lowest id).
     pub(crate) special_tokens: Vec<u32>,
+    pub(crate) special_trie: SpecialTrie,
 }
 
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
@@ -175,12 +177,45 @@ const EOT_TEXTS: &[&str] = &[
 ];
 const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 const FIM_OTHER_TEXTS: &[&[&str]] = &[
-    &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
-    &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
-    &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+    &[
+        "<|fim_prefix|>",
+        "<fim-prefix>",
+        "<fim_prefix>",
+        "<｜fim▁begin｜>",
+        "<PRE>",
+        "▁<PRE>",
+        "<|code_prefix|>",
+        "<|prefix|>",
+    ],
+    &[
+        "<|fim_suffix|>",
+        "<fim-suffix>",
+        "<fim_suffix>",
+        "<｜fim▁hole｜>",
+        "<SUF>",
+        "▁<SUF>",
+        "<|code_suffix|>",
+        "<|suffix|>",
+    ],
+    &[
+        "<|fim_middle|>",
+        "<fim-middle>",
+        "<fim_middle>",
+        "<｜fim▁end｜>",
+        "<MID>",
+        "▁<MID>",
+        "<|code_middle|>",
+        "<|middle|>",
+    ],
 ];
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
@@ -224,7 +259,11 @@ impl Vocabulary {
         let mut text_to_id = HashMap::with_capacity(n_tokens);
         for (id, text) in spec.tokens.iter().enumerate() {
             // llama.cpp renames empty tokens so that every text is unique and non-empty.
-            let text = if text.is_empty() { format!("[EMPTY_{id}]") } else { text.clone() };
+            let text = if text.is_empty() {
+                format!("[EMPTY_{id}]")
+            } else {
+                text.clone()
+            };
             if let Some(previous) = text_to_id.insert(text.clone(), id as u32) {
                 return Err(invalid(
                     KEY_TOKENS,
@@ -233,28 +272,48 @@ impl Vocabulary {
             }
             texts.push(text);
         }
-        let scores = if spec.scores.is_empty() { vec![0.0; n_tokens] } else { spec.scores.clone() };
+        let scores = if spec.scores.is_empty() {
+            vec![0.0; n_tokens]
+        } else {
+            spec.scores.clone()
+        };
         let mut attrs: Vec<u32> = if spec.token_types.is_empty() {
             vec![attr::NORMAL; n_tokens]
         } else {
-            spec.token_types.iter().map(|&value| type_attr(TokenType::from_i32(value))).collect()
+            spec.token_types
+                .iter()
+                .map(|&value| type_attr(TokenType::from_i32(value)))
+                .collect()
         };
 
         let in_range = |id: Option<u32>| id.filter(|&id| (id as usize) < n_tokens);
-        let (default_bos, default_eos, default_unknown, default_add_bos, default_space) = match spec.model {
-            ModelKind::SentencePiece => (Some(1), Some(2), Some(0), true, true),
-            ModelKind::BytePairGpt2 => (Some(11), Some(11), None, pre_adds_bos(spec.pre.as_deref()), false),
-        };
+        let (default_bos, default_eos, default_unknown, default_add_bos, default_space) =
+            match spec.model {
+                ModelKind::SentencePiece => (Some(1), Some(2), Some(0), true, true),
+                ModelKind::BytePairGpt2 => (
+                    Some(11),
+                    Some(11),
+                    None,
+                    pre_adds_bos(spec.pre.as_deref()),
+                    false,
+                ),
+            };
         let bos = in_range(spec.bos.or(default_bos));
         let eos = in_range(spec.eos.or(default_eos));
         let unknown = in_range(spec.unknown.or(default_unknown));
         let add_bos = spec.add_bos.unwrap_or(default_add_bos);
         let add_eos = spec.add_eos.unwrap_or(false);
         if add_bos && bos.is_none() {
-            return Err(invalid("tokenizer.ggml.add_bos_token", "is true but there is no valid tokenizer.ggml.bos_token_id".to_string()));
+            return Err(invalid(
+                "tokenizer.ggml.add_bos_token",
+                "is true but there is no valid tokenizer.ggml.bos_token_id".to_string(),
+            ));
         }
         if add_eos && eos.is_none() {
-            return Err(invalid("tokenizer.ggml.add_eos_token", "is true but there is no valid tokenizer.ggml.eos_token_id".to_string()));
+            return Err(invalid(
+                "tokenizer.ggml.add_eos_token",
+                "is true but there is no valid tokenizer.ggml.eos_token_id".to_string(),
+            ));
         }
 
         // Text-based detection, as llama.cpp does for files whose converter did not record the
@@ -263,7 +322,10 @@ impl Vocabulary {
             if let Some(id) = in_range(given) {
                 return Some(id);
             }
-            let found = candidates.iter().filter_map(|text| text_to_id.get(*text).copied()).min()?;
+            let found = candidates
+                .iter()
+                .filter_map(|text| text_to_id.get(*text).copied())
+                .min()?;
             attrs[found as usize] |= attr::CONTROL;
             Some(found)
         };
@@ -283,7 +345,8 @@ impl Vocabulary {
             }
         }
 
-        let mut end_of_generation: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
+        let mut end_of_generation: BTreeSet<u32> =
+            [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for text in EOG_TEXTS {
             if let Some(&id) = text_to_id.get(*text) {
                 end_of_generation.insert(id);
@@ -296,9 +359,12 @@ impl Vocabulary {
             }
         }
         end_of_generation.extend([eos, eot, eom].into_iter().flatten());
-        let has_text = |set: &BTreeSet<u32>, text: &str| set.iter().any(|&id| texts[id as usize] == text);
+        let has_text =
+            |set: &BTreeSet<u32>, text: &str| set.iter().any(|&id| texts[id as usize] == text);
         let eog = &end_of_generation;
-        if (has_text(eog, "<|return|>") && has_text(eog, "<|call|>")) || (has_text(eog, "<|calls|>") && has_text(eog, "<|flush|>")) {
+        if (has_text(eog, "<|return|>") && has_text(eog, "<|call|>"))
+            || (has_text(eog, "<|calls|>") && has_text(eog, "<|flush|>"))
+        {
             if let Some(&end) = text_to_id.get("<|end|>") {
                 end_of_generation.remove(&end);
                 attrs[end as usize] = attr::USER_DEFINED;
@@ -312,10 +378,19 @@ impl Vocabulary {
         }
 
         let mut special_tokens: Vec<u32> = (0..n_tokens as u32)
-            .filter(|&id| attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+            .filter(|&id| {
+                attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+            })
             .collect();
-        special_tokens.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()).then(a.cmp(&b)));
+        special_tokens.sort_by(|&a, &b| {
+            texts[b as usize]
+                .len()
+                .cmp(&texts[a as usize].len())
+                .then(a.cmp(&b))
+        });
 
+        let special_trie =
+            SpecialTrie::new(special_tokens.iter().map(|&id| texts[id as usize].as_str()));
         Ok(Vocabulary {
             model: spec.model,
             texts,
@@ -330,6 +405,7 @@ impl Vocabulary {
             add_space_prefix: spec.add_space_prefix.unwrap_or(default_space),
             end_of_generation,
             special_tokens,
+            special_trie,
         })
     }
 
@@ -359,7 +435,9 @@ impl Vocabulary {
 
     /// Whether `id` is a control token (rendered only when special tokens are shown).
     pub fn is_control(&self, id: u32) -> bool {
-        self.attrs.get(id as usize).is_some_and(|&bits| bits & (attr::CONTROL | attr::UNKNOWN) != 0)
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|&bits| bits & (attr::CONTROL | attr::UNKNOWN) != 0)
     }
 }
 
@@ -367,7 +445,18 @@ impl Vocabulary {
 fn pre_adds_bos(pre: Option<&str>) -> bool {
     matches!(
         pre,
-        Some("llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "tekken" | "chameleon")
+        Some(
+            "llama3"
+                | "llama-v3"
+                | "llama-bpe"
+                | "falcon3"
+                | "falcon-h1"
+                | "pixtral"
+                | "midm-2.0"
+                | "lfm2"
+                | "tekken"
+                | "chameleon"
+        )
     )
 }
 
@@ -385,11 +474,17 @@ fn type_attr(token_type: TokenType) -> u32 {
 
 fn check_length(key: &str, found: usize, expected: usize) -> Result<(), TokenizerError> {
     if found != 0 && found != expected {
-        return Err(invalid(key, format!("has {found} entries, expected {expected} (one per token in {KEY_TOKENS})")));
+        return Err(invalid(
+            key,
+            format!("has {found} entries, expected {expected} (one per token in {KEY_TOKENS})"),
+        ));
     }
     Ok(())
 }
 
 pub(crate) fn invalid(key: &str, message: String) -> TokenizerError {
-    TokenizerError::InvalidMetadata { key: key.to_string(), message }
+    TokenizerError::InvalidMetadata {
+        key: key.to_string(),
+        message,
+    }
 }

@@ -34,8 +34,8 @@ use runit_quant::dot::{
 };
 use runit_quant::GgmlType;
 
-/// Tokens whose activations one tile keeps hot (64 rows of Q8_0 at 1536 inputs: ~100 KB).
-const TOKENS_PER_TILE: usize = 64;
+/// Tokens whose activations one tile keeps hot (32 rows of Q8_0 at 1536 inputs: ~52 KB).
+const TOKENS_PER_TILE: usize = 32;
 /// Smallest number of weight rows one parallel task takes.
 const MIN_ROWS_PER_TASK: usize = 8;
 /// Tokens from which activation conversion runs in parallel.

@@ -22,7 +22,7 @@ pub fn rope(
 ) -> Result<(), BackendError> {
     let head_dim = params.head_dim;
     let rotary_dim = params.rotary_dim;
-    if rotary_dim % 2 != 0 || rotary_dim > head_dim {
+    if !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
         return Err(BackendError::Shape {
             op: OP,
             what: "rotary_dim (even, at most head_dim)",

@@ -14,6 +14,9 @@ struct TextDump {
 
 impl LayerObserver for TextDump {
     fn observe(&mut self, name: &str, rows: usize, width: usize, data: &[f32]) {
+        if std::env::var("RUNIT_DUMP_FULL").is_ok_and(|v| v.split(',').any(|n| n == name)) {
+            let _ = writeln!(self.out, "FULL {name} {width} {data:?}");
+        }
         let sum: f64 = data.iter().map(|&x| x as f64).sum();
         let first: Vec<String> = data.iter().take(6).map(|x| format!("{x:.4}")).collect();
         let _ = writeln!(

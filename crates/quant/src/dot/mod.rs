@@ -109,7 +109,7 @@ pub fn activation_format(weight: GgmlType) -> Option<ActivationFormat> {
 pub fn activation_row_bytes(format: ActivationFormat, n: usize) -> usize {
     let ty = format.ggml_type();
     assert!(
-        n % ty.block_size() == 0,
+        n.is_multiple_of(ty.block_size()),
         "activation row of {n} elements is not a whole number of {ty} blocks"
     );
     n / ty.block_size() * ty.type_size()
@@ -363,7 +363,7 @@ pub(crate) fn multi_by_rows(
         return;
     }
     assert!(
-        activations.len() % out.len() == 0,
+        activations.len().is_multiple_of(out.len()),
         "{} activation bytes for {} rows",
         activations.len(),
         out.len()
@@ -384,7 +384,7 @@ pub(crate) fn checked_blocks(
 ) -> usize {
     let block = ty.block_size();
     assert!(
-        n % block == 0,
+        n.is_multiple_of(block),
         "{n} elements is not a whole number of {ty} blocks"
     );
     let blocks = n / block;

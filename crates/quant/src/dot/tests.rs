@@ -43,7 +43,7 @@ impl Random {
     /// Roughly normal, occasionally with an outlier.
     fn value(&mut self) -> f32 {
         let v = (0..4).map(|_| self.uniform()).sum::<f32>();
-        if self.next() % 97 == 0 {
+        if self.next().is_multiple_of(97) {
             v * 8.0
         } else {
             v
@@ -152,10 +152,17 @@ fn scalar_twins_match_dequantized_f64_dot() {
                 dequantize(ty, &w, &mut wf).expect("dequantizable weight");
                 let mut af = vec![0.0f32; n];
                 dequantize(format.ggml_type(), &a, &mut af).expect("dequantizable activation");
-                let exact: f64 = wf.iter().zip(&af).map(|(p, q)| f64::from(*p) * f64::from(*q)).sum::<f64>()
+                let exact: f64 = wf
+                    .iter()
+                    .zip(&af)
+                    .map(|(p, q)| f64::from(*p) * f64::from(*q))
+                    .sum::<f64>()
                     + q8_1_sum_correction(ty, &w, &a, &af);
-                let magnitude: f64 =
-                    wf.iter().zip(&af).map(|(p, q)| (f64::from(*p) * f64::from(*q)).abs()).sum();
+                let magnitude: f64 = wf
+                    .iter()
+                    .zip(&af)
+                    .map(|(p, q)| (f64::from(*p) * f64::from(*q)).abs())
+                    .sum();
                 let got = f64::from(scalar(n, &w, &a));
                 assert!(
                     (got - exact).abs() <= 2e-5 * magnitude + 1e-6,
@@ -172,7 +179,9 @@ fn q8_1_sum_correction(ty: GgmlType, w: &[u8], a: &[u8], af: &[f32]) -> f64 {
     if activation_format(ty) != Some(ActivationFormat::Q8_1) {
         return 0.0;
     }
-    let f16_at = |bytes: &[u8], at: usize| f64::from(half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32());
+    let f16_at = |bytes: &[u8], at: usize| {
+        f64::from(half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32())
+    };
     let mut correction = 0.0;
     for (i, values) in af.chunks(32).enumerate() {
         let m = f16_at(w, i * ty.type_size() + 2);
@@ -186,7 +195,11 @@ fn q8_1_sum_correction(ty: GgmlType, w: &[u8], a: &[u8], af: &[f32]) -> f64 {
 #[test]
 fn activation_quantization_keeps_values_close() {
     let mut random = Random(7);
-    for format in [ActivationFormat::Q8_0, ActivationFormat::Q8_1, ActivationFormat::Q8K] {
+    for format in [
+        ActivationFormat::Q8_0,
+        ActivationFormat::Q8_1,
+        ActivationFormat::Q8K,
+    ] {
         let n = 512;
         let x: Vec<f32> = (0..n).map(|_| random.value()).collect();
         let mut row = vec![0u8; activation_row_bytes(format, n)];
@@ -197,7 +210,10 @@ fn activation_quantization_keeps_values_close() {
         for (xs, bs) in x.chunks(block).zip(back.chunks(block)) {
             let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             for (v, b) in xs.iter().zip(bs) {
-                assert!((v - b).abs() <= amax / 127.0 * 0.51 + amax * 1e-3, "{format:?} {v} {b}");
+                assert!(
+                    (v - b).abs() <= amax / 127.0 * 0.51 + amax * 1e-3,
+                    "{format:?} {v} {b}"
+                );
             }
         }
     }
@@ -211,7 +227,10 @@ fn multi_row_kernels_equal_single_row_kernels() {
         let w = weight_row(ty, n, true, &mut random);
         let rows = 9;
         let x: Vec<f32> = (0..n * rows).map(|_| random.value()).collect();
-        let activations: Vec<u8> = x.chunks(n).flat_map(|row| activation_row(ty, row)).collect();
+        let activations: Vec<u8> = x
+            .chunks(n)
+            .flat_map(|row| activation_row(ty, row))
+            .collect();
         let row_bytes = activations.len() / rows;
         let mut levels = levels();
         levels.push(SimdLevel::Scalar);
@@ -223,7 +242,11 @@ fn multi_row_kernels_equal_single_row_kernels() {
                 multi(n, &w, &activations[..count * row_bytes], &mut out);
                 for (c, value) in out.iter().enumerate() {
                     let expected = single(n, &w, &activations[c * row_bytes..(c + 1) * row_bytes]);
-                    assert_eq!(value.to_bits(), expected.to_bits(), "{ty} {level:?} {count} rows, row {c}");
+                    assert_eq!(
+                        value.to_bits(),
+                        expected.to_bits(),
+                        "{ty} {level:?} {count} rows, row {c}"
+                    );
                 }
             }
         }

@@ -98,7 +98,7 @@ pub fn attention(
         scale,
         sliding_window,
     } = params;
-    if kv_heads == 0 || heads % kv_heads != 0 {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(BackendError::Shape {
             op: OP,
             what: "kv_heads (a non-zero divisor of heads)",
@@ -163,7 +163,7 @@ pub fn attention(
         scale,
         window: sliding_window,
     };
-    if total_rows >= TILED_MIN_ROWS && head_dim % TILED_HEAD_DIM_MULTIPLE == 0 {
+    if total_rows >= TILED_MIN_ROWS && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE) {
         tiled::run(backend, &problem, spans, out);
     } else {
         chunk::run(backend, &problem, spans, end_row, out);

@@ -3,6 +3,9 @@
 //! super-block once for four rows). Integer work may be organised differently from ggml's,
 //! but every lane receives the same integer sum, and the f32 steps are ggml's AVX2 steps.
 
+// Tile kernels index several per-row arrays (accumulators, sums) by the same row `c`.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::{f16_at, hsum8, nibbles};

@@ -1,9 +1,12 @@
 //! AVX2 / AVX-VNNI / AVX-512 VNNI kernels of the 32-element block formats (Q4_0, Q4_1,
 //! Q5_0, Q5_1, Q8_0, IQ4_NL), single-row and multi-row, in ggml's AVX2 arithmetic order.
 
+// Tile kernels index several per-row arrays (accumulators, sums) by the same row `c`.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
-use super::{bits_to_bytes, f16_at, hsum8, nibbles, Avx2, Avx512Vnni, AvxVnni, Isa};
+use super::{bits_to_bytes, f16_splat, hsum8, nibbles, Avx2, Avx512Vnni, AvxVnni, Isa};
 use crate::blocks::KVALUES_IQ4NL;
 use crate::dot::{checked_blocks, looped, DotFn, MultiDotFn, SimdLevel};
 use crate::GgmlType;
@@ -21,15 +24,15 @@ pub(super) trait Legacy {
     const HAS_MIN: bool;
     /// The 32 quants of the block at `p`, in element order.
     unsafe fn quants(p: *const u8) -> __m256i;
-    /// The block scale.
+    /// The block scale in every lane.
     #[inline(always)]
-    unsafe fn scale(p: *const u8) -> f32 {
-        f16_at(p)
+    unsafe fn scale(p: *const u8) -> __m256 {
+        f16_splat(p)
     }
-    /// The block minimum (formats with `HAS_MIN`).
+    /// The block minimum in every lane (formats with `HAS_MIN`).
     #[inline(always)]
-    unsafe fn minimum(p: *const u8) -> f32 {
-        f16_at(p.add(2))
+    unsafe fn minimum(p: *const u8) -> __m256 {
+        f16_splat(p.add(2))
     }
 }
 
@@ -134,8 +137,34 @@ unsafe fn activation_quants<W: Legacy>(a: *const u8) -> __m256i {
     _mm256_loadu_si256(a.add(W::ACTIVATION_BYTES - 32).cast())
 }
 
-/// One weight row against `C` activation rows `row_bytes` apart; `out[c]` receives the dot
-/// product with row `c`. `C == 1` is the single-row kernel.
+/// The f16 at byte `offset` of each of the `C` activation blocks `row_bytes` apart,
+/// widened together (one `vcvtph2ps` for up to four rows).
+#[inline(always)]
+unsafe fn halves<const C: usize>(a: *const u8, row_bytes: usize, offset: usize) -> __m128 {
+    let half = |c: usize| a.add(c * row_bytes + offset).cast::<u16>().read_unaligned() as i16;
+    let packed = _mm_set1_epi16(half(0));
+    let packed = if C > 1 {
+        _mm_insert_epi16::<1>(packed, i32::from(half(1)))
+    } else {
+        packed
+    };
+    let packed = if C > 2 {
+        _mm_insert_epi16::<2>(packed, i32::from(half(2)))
+    } else {
+        packed
+    };
+    let packed = if C > 3 {
+        _mm_insert_epi16::<3>(packed, i32::from(half(3)))
+    } else {
+        packed
+    };
+    _mm_cvtph_ps(packed)
+}
+
+/// One weight row against `C <= 4` activation rows `row_bytes` apart; `out[c]` receives the
+/// dot product with row `c`. `C == 1` is the single-row kernel. Per row the operations are
+/// those of the scalar twin: `d_w * d_a` rounded to f32, one lane FMA per block, and for
+/// Q4_1/Q5_1 `m * s` fused into a separate sum (kept in lane `c` of one vector).
 #[inline(always)]
 unsafe fn rows<W: Legacy, I: Isa, const C: usize>(
     blocks: usize,
@@ -145,24 +174,39 @@ unsafe fn rows<W: Legacy, I: Isa, const C: usize>(
     out: *mut f32,
 ) {
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut minimums = [0.0f32; C];
+    let mut minimums = _mm_setzero_ps();
     for i in 0..blocks {
         let wb = w.add(i * W::BYTES);
+        let ab = a.add(i * W::ACTIVATION_BYTES);
         let q = W::quants(wb);
-        let d = W::scale(wb);
+        let scale = W::scale(wb);
+        // d_w * d_a of each row, in lane c (row 0 alone: in every lane).
+        let scales = if C == 1 {
+            _mm256_mul_ps(scale, f16_splat(ab))
+        } else {
+            let rows = _mm_mul_ps(_mm256_castps256_ps128(scale), halves::<C>(ab, row_bytes, 0));
+            _mm256_castps128_ps256(rows)
+        };
         for c in 0..C {
-            let ab = a.add(c * row_bytes + i * W::ACTIVATION_BYTES);
-            let sums = block_sums::<W, I>(q, activation_quants::<W>(ab));
-            let scale = _mm256_set1_ps(d * f16_at(ab));
+            let sums = block_sums::<W, I>(q, activation_quants::<W>(ab.add(c * row_bytes)));
+            let scale = if C == 1 {
+                scales
+            } else {
+                _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(c as i32))
+            };
             acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[c]);
-            if W::HAS_MIN {
-                minimums[c] = W::minimum(wb).mul_add(f16_at(ab.add(2)), minimums[c]);
-            }
+        }
+        if W::HAS_MIN {
+            let sums = halves::<C>(ab, row_bytes, 2);
+            let minimum = _mm256_castps256_ps128(W::minimum(wb));
+            minimums = _mm_fmadd_ps(minimum, sums, minimums);
         }
     }
+    let mut minimum = [0.0f32; 4];
+    _mm_storeu_ps(minimum.as_mut_ptr(), minimums);
     for c in 0..C {
         let sum = hsum8(acc[c]);
-        *out.add(c) = if W::HAS_MIN { sum + minimums[c] } else { sum };
+        *out.add(c) = if W::HAS_MIN { sum + minimum[c] } else { sum };
     }
 }
 
@@ -174,15 +218,15 @@ unsafe fn iq4_nl_row<I: Isa>(blocks: usize, w: *const u8, a: *const u8) -> f32 {
         let wb = w.add(i * IQ4NL::BYTES);
         let ab = a.add(i * IQ4NL::ACTIVATION_BYTES);
         let sums = block_sums::<IQ4NL, I>(IQ4NL::quants(wb), activation_quants::<IQ4NL>(ab));
-        (f16_at(ab) * f16_at(wb), sums)
+        (_mm256_mul_ps(f16_splat(ab), f16_splat(wb)), sums)
     };
     let mut even = _mm256_setzero_ps();
     let mut odd = _mm256_setzero_ps();
     for pair in 0..blocks / 2 {
         let (d, sums) = contribution(2 * pair);
-        even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), even);
+        even = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), even);
         let (d, sums) = contribution(2 * pair + 1);
-        odd = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), odd);
+        odd = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), odd);
     }
     let mut sum = hsum8(_mm256_add_ps(even, odd));
     if blocks % 2 == 1 {
@@ -191,7 +235,7 @@ unsafe fn iq4_nl_row<I: Isa>(blocks: usize, w: *const u8, a: *const u8) -> f32 {
         let total = _mm_add_epi32(total, _mm256_castsi256_si128(sums));
         let total = _mm_add_epi32(total, _mm_unpackhi_epi64(total, total));
         let total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0b01));
-        sum = d.mul_add(_mm_cvtsi128_si32(total) as f32, sum);
+        sum = _mm256_cvtss_f32(d).mul_add(_mm_cvtsi128_si32(total) as f32, sum);
     }
     sum
 }

@@ -125,8 +125,20 @@ pub(super) unsafe fn hsum8(v: __m256) -> f32 {
 /// The f16 stored at `p` (any alignment), widened with F16C.
 #[inline(always)]
 pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+    // A broadcast load: `_mm_cvtsi32_si128` becomes a `vpinsrw` into whatever register is
+    // free, a false dependency that can chain loop iterations together.
     let bits = p.cast::<u16>().read_unaligned();
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits as i16)))
+}
+
+/// The f16 stored at `p` (any alignment) widened into all eight lanes. Keeping every lane
+/// live makes the compiler emit a broadcast load: a scalar form gets folded into a
+/// `vpinsrw` merging into an arbitrary register, a false dependency that can chain the
+/// loop's iterations through the accumulator.
+#[inline(always)]
+pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
+    let bits = p.cast::<u16>().read_unaligned();
+    _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
 }
 
 /// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high nibbles.
