@@ -116,8 +116,7 @@ pub fn generate(
         if !keep_going {
             break StopReason::Cancelled;
         }
-        if tokens.len() >= params.max_tokens || session.n_past() + 1 > session.context_size() - 1
-        {
+        if tokens.len() >= params.max_tokens || session.n_past() + 1 > session.context_size() - 1 {
             break StopReason::Limit;
         }
         logits.clear();

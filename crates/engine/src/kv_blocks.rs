@@ -43,7 +43,11 @@ impl BlockAllocator {
             return false;
         }
         for _ in 0..extra {
-            table.push(self.free.pop().expect("checked that enough blocks are free"));
+            table.push(
+                self.free
+                    .pop()
+                    .expect("checked that enough blocks are free"),
+            );
         }
         true
     }

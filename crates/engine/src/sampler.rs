@@ -59,7 +59,11 @@ impl SamplerParams {
         check("temperature", self.temperature, self.temperature >= 0.0)?;
         check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0)?;
         check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p))?;
-        check("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0)?;
+        check(
+            "repeat_penalty",
+            self.repeat_penalty,
+            self.repeat_penalty > 0.0,
+        )?;
         check("frequency_penalty", self.frequency_penalty, true)?;
         check("presence_penalty", self.presence_penalty, true)?;
         Ok(())
@@ -258,8 +262,14 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
     if k == 0 {
         return Vec::new();
     }
-    ids.select_nth_unstable_by(k - 1, |&a, &b| logp[b as usize].total_cmp(&logp[a as usize]));
+    ids.select_nth_unstable_by(k - 1, |&a, &b| {
+        logp[b as usize].total_cmp(&logp[a as usize])
+    });
     ids.truncate(k);
-    ids.sort_by(|&a, &b| logp[b as usize].total_cmp(&logp[a as usize]).then(a.cmp(&b)));
+    ids.sort_by(|&a, &b| {
+        logp[b as usize]
+            .total_cmp(&logp[a as usize])
+            .then(a.cmp(&b))
+    });
     ids.into_iter().map(|i| (i, logp[i as usize])).collect()
 }

@@ -23,18 +23,41 @@ struct Counts {
     max_logprob_error: f64,
 }
 
-fn check_file(golden: &Value, path: &std::path::Path, counts: &mut Counts, failures: &mut Vec<String>) {
+fn check_file(
+    golden: &Value,
+    path: &std::path::Path,
+    counts: &mut Counts,
+    failures: &mut Vec<String>,
+) {
     let model = common::load(path, 2);
-    let mut session = Session::new(model, &SessionConfig { context_size: 2048, batch_size: 512, ..Default::default() })
-        .expect("session");
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    for (p, result) in golden["results"].as_array().expect("results").iter().enumerate() {
+    let mut session = Session::new(
+        model,
+        &SessionConfig {
+            context_size: 2048,
+            batch_size: 512,
+            ..Default::default()
+        },
+    )
+    .expect("session");
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for (p, result) in golden["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .enumerate()
+    {
         counts.prompts += 1;
         let prompt: Vec<u32> = ids(&result["prompt_ids"]);
         let expected: Vec<u32> = ids(&result["generated_ids"]);
         let steps = result["steps"].as_array().expect("steps");
         session.reset();
-        let mut logits = session.eval(&prompt, false, None).expect("prompt eval").to_vec();
+        let mut logits = session
+            .eval(&prompt, false, None)
+            .expect("prompt eval")
+            .to_vec();
         let mut outcome = "match";
         for (i, &want) in expected.iter().enumerate() {
             let got = argmax(&logits);
@@ -98,9 +121,13 @@ fn run(select: impl Fn(&str) -> bool) {
     let mut failures = Vec::new();
     let mut files = 0;
     for golden_path in entries {
-        let golden: Value = serde_json::from_slice(&std::fs::read(&golden_path).expect("read golden"))
-            .expect("golden JSON");
-        let model_file = golden["meta"]["model_file"].as_str().expect("model_file").to_string();
+        let golden: Value =
+            serde_json::from_slice(&std::fs::read(&golden_path).expect("read golden"))
+                .expect("golden JSON");
+        let model_file = golden["meta"]["model_file"]
+            .as_str()
+            .expect("model_file")
+            .to_string();
         if !select(&model_file) {
             continue;
         }
@@ -136,7 +163,12 @@ fn run(select: impl Fn(&str) -> bool) {
         total.prompts, total.full_matches, total.near_tie_stops, total.mismatches, total.steps, total.max_logprob_error
     );
     assert!(files > 0, "no golden model file was found");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

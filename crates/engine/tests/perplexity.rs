@@ -36,7 +36,11 @@ fn run(select: impl Fn(&str) -> bool) {
         let tokens = tokenizer.encode_bytes(&text, true, false);
         let bos = tokenizer.add_bos().then(|| tokenizer.bos_id()).flatten();
         let model = common::load(&path, 2);
-        let config = SessionConfig { context_size: 128, batch_size: 128, ..Default::default() };
+        let config = SessionConfig {
+            context_size: 128,
+            batch_size: 128,
+            ..Default::default()
+        };
         let mut session = Session::new(model, &config).expect("session");
         let report = perplexity(&mut session, &tokens, 128, bos, |_, _| {}).expect("perplexity");
         let want = entry["final_ppl"].as_f64().expect("final_ppl");

@@ -36,7 +36,10 @@ fn draws_follow_the_softmax_at_the_temperature() {
     for temperature in [0.5f32, 1.0, 2.0] {
         let draws = 200_000;
         let counts = histogram(params(temperature), &logits, draws);
-        let z: f64 = logits.iter().map(|&l| ((l / temperature) as f64).exp()).sum();
+        let z: f64 = logits
+            .iter()
+            .map(|&l| ((l / temperature) as f64).exp())
+            .sum();
         for (i, &c) in counts.iter().enumerate() {
             let p = ((logits[i] / temperature) as f64).exp() / z;
             let expected = p * draws as f64;
@@ -55,20 +58,29 @@ fn top_k_top_p_and_min_p_keep_the_right_tokens() {
     let mut p = params(1.0);
     p.top_k = 2;
     let counts = histogram(p, &logits, 20_000);
-    assert!(counts[2..].iter().all(|&c| c == 0), "top-k 2 drew {counts:?}");
+    assert!(
+        counts[2..].iter().all(|&c| c == 0),
+        "top-k 2 drew {counts:?}"
+    );
     assert!(counts[0] > counts[1] && counts[1] > 0);
 
     // Softmax of [3,2,1,0,-1]: 0.636, 0.234, 0.086, ... top-p 0.8 keeps the first two.
     let mut p = params(1.0);
     p.top_p = 0.8;
     let counts = histogram(p, &logits, 20_000);
-    assert!(counts[2..].iter().all(|&c| c == 0), "top-p 0.8 drew {counts:?}");
+    assert!(
+        counts[2..].iter().all(|&c| c == 0),
+        "top-p 0.8 drew {counts:?}"
+    );
 
     // min-p 0.3 keeps tokens with p >= 0.3 * p_max: exp(-1) = 0.37 passes, exp(-2) fails.
     let mut p = params(1.0);
     p.min_p = 0.3;
     let counts = histogram(p, &logits, 20_000);
-    assert!(counts[2..].iter().all(|&c| c == 0), "min-p 0.3 drew {counts:?}");
+    assert!(
+        counts[2..].iter().all(|&c| c == 0),
+        "min-p 0.3 drew {counts:?}"
+    );
     assert!(counts[1] > 0);
 }
 
@@ -98,7 +110,9 @@ fn the_same_seed_gives_the_same_draws() {
         let mut p = params(1.0);
         p.seed = seed;
         let mut s = Sampler::new(p).expect("valid");
-        (0..50).map(|_| s.sample(&mut logits.clone())).collect::<Vec<_>>()
+        (0..50)
+            .map(|_| s.sample(&mut logits.clone()))
+            .collect::<Vec<_>>()
     };
     assert_eq!(run(1), run(1));
     assert_ne!(run(1), run(2));
@@ -107,11 +121,26 @@ fn the_same_seed_gives_the_same_draws() {
 #[test]
 fn invalid_parameters_are_refused() {
     for bad in [
-        SamplerParams { temperature: -1.0, ..SamplerParams::default() },
-        SamplerParams { temperature: f32::NAN, ..SamplerParams::default() },
-        SamplerParams { top_p: 0.0, ..SamplerParams::default() },
-        SamplerParams { min_p: 1.5, ..SamplerParams::default() },
-        SamplerParams { repeat_penalty: 0.0, ..SamplerParams::default() },
+        SamplerParams {
+            temperature: -1.0,
+            ..SamplerParams::default()
+        },
+        SamplerParams {
+            temperature: f32::NAN,
+            ..SamplerParams::default()
+        },
+        SamplerParams {
+            top_p: 0.0,
+            ..SamplerParams::default()
+        },
+        SamplerParams {
+            min_p: 1.5,
+            ..SamplerParams::default()
+        },
+        SamplerParams {
+            repeat_penalty: 0.0,
+            ..SamplerParams::default()
+        },
     ] {
         assert!(Sampler::new(bad).is_err());
     }

@@ -41,7 +41,7 @@ impl Bytes {
     }
     /// Zero padding up to a multiple of 32, then `n` data bytes.
     fn data(mut self, n: usize) -> Bytes {
-        while self.0.len() % 32 != 0 {
+        while !self.0.len().is_multiple_of(32) {
             self.0.push(0);
         }
         self.0.extend(std::iter::repeat_n(0xab, n));

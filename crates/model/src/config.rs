@@ -99,7 +99,9 @@ impl ModelConfig {
         };
         let embedding_length = keys.required("embedding_length")?;
         let head_count = keys.required("attention.head_count")?;
-        let head_count_kv = keys.optional("attention.head_count_kv")?.unwrap_or(head_count);
+        let head_count_kv = keys
+            .optional("attention.head_count_kv")?
+            .unwrap_or(head_count);
         if head_count % head_count_kv != 0 {
             return Err(bad(
                 keys.key("attention.head_count_kv"),
@@ -107,8 +109,12 @@ impl ModelConfig {
             ));
         }
         let default_head_dim = embedding_length / head_count;
-        let head_dim = keys.optional("attention.key_length")?.unwrap_or(default_head_dim);
-        let value_dim = keys.optional("attention.value_length")?.unwrap_or(default_head_dim);
+        let head_dim = keys
+            .optional("attention.key_length")?
+            .unwrap_or(default_head_dim);
+        let value_dim = keys
+            .optional("attention.value_length")?
+            .unwrap_or(default_head_dim);
         if value_dim != head_dim {
             return Err(bad(
                 keys.key("attention.value_length"),

@@ -72,8 +72,8 @@ pub struct Scratch {
 }
 
 struct MoeScratch {
-    router: Buffer,   // [tokens, experts]
-    gathered: Buffer, // [tokens, embd]
+    router: Buffer,     // [tokens, experts]
+    gathered: Buffer,   // [tokens, embd]
     expert_out: Buffer, // [tokens, embd]
     router_host: Vec<f32>,
 }
@@ -169,7 +169,13 @@ impl Model {
             sliding_window: c.sliding_window,
         };
         for (i, layer) in self.weights.layers.iter().enumerate() {
-            b.rms_norm(&s.x, &layer.attn_norm, c.rms_norm_eps, tokens, &mut s.normed)?;
+            b.rms_norm(
+                &s.x,
+                &layer.attn_norm,
+                c.rms_norm_eps,
+                tokens,
+                &mut s.normed,
+            )?;
             dump("attn_norm", Some(i), &s.normed, embd);
             self.project_qkv(layer, tokens, s)?;
             dump("Qcur", Some(i), &s.q, c.q_width());
@@ -179,7 +185,14 @@ impl Model {
             b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
             b.rope(&mut s.k, batch.positions, &k_rope, freq_factors)?;
             b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
-            b.attention(&s.q, &kv.keys[i], &kv.values[i], batch.spans, &attention, &mut s.attn)?;
+            b.attention(
+                &s.q,
+                &kv.keys[i],
+                &kv.values[i],
+                batch.spans,
+                &attention,
+                &mut s.attn,
+            )?;
             dump("kqv_out", Some(i), &s.attn, c.q_width());
             b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
             dump("attn_out", Some(i), &s.proj, embd);
@@ -201,7 +214,12 @@ impl Model {
             return Ok(());
         }
         b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
-        b.rms_norm_in_place(&mut s.out_x, &self.weights.output_norm, c.rms_norm_eps, out_rows)?;
+        b.rms_norm_in_place(
+            &mut s.out_x,
+            &self.weights.output_norm,
+            c.rms_norm_eps,
+            out_rows,
+        )?;
         b.matmul(&self.weights.output, &s.out_x, out_rows, &mut s.logits)?;
         logits.resize(out_rows * c.vocab_size, 0.0);
         b.download(&s.logits, logits)?;
@@ -277,7 +295,13 @@ impl Model {
                 let n_expert = c.expert_count;
                 let host = &mut moe.router_host[..tokens * n_expert];
                 b.download(&moe.router, host)?;
-                let routes = route_tokens(host, tokens, n_expert, c.expert_used_count, c.expert_weights_norm);
+                let routes = route_tokens(
+                    host,
+                    tokens,
+                    n_expert,
+                    c.expert_used_count,
+                    c.expert_weights_norm,
+                );
                 b.upload(&mut s.proj, &vec![0.0; tokens * c.embedding_length])?;
                 for (expert, (rows, scales)) in routes.iter().enumerate() {
                     if rows.is_empty() {
@@ -289,7 +313,13 @@ impl Model {
                     b.matmul(&up.matrix(expert), &moe.gathered, n, &mut s.up)?;
                     b.silu_mul(&mut s.gate, &s.up, n * c.feed_forward_length)?;
                     b.matmul(&down.matrix(expert), &s.gate, n, &mut moe.expert_out)?;
-                    b.scatter_add_rows(&moe.expert_out, rows, scales, c.embedding_length, &mut s.proj)?;
+                    b.scatter_add_rows(
+                        &moe.expert_out,
+                        rows,
+                        scales,
+                        c.embedding_length,
+                        &mut s.proj,
+                    )?;
                 }
             }
         }
@@ -324,7 +354,11 @@ fn route_tokens(
         let chosen = &order[..used];
         let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
         for &e in chosen {
-            let weight = if renormalise { probs[e] / total } else { probs[e] };
+            let weight = if renormalise {
+                probs[e] / total
+            } else {
+                probs[e]
+            };
             routes[e].0.push(t as u32);
             routes[e].1.push(weight);
         }

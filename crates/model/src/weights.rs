@@ -35,27 +35,27 @@ pub enum FfnWeights {
 
 /// Weights of one decoder layer.
 pub struct LayerWeights {
-    pub attn_norm: Weight,        // [embd]
-    pub q: Weight,                // [embd, heads * head_dim]
-    pub k: Weight,                // [embd, kv_heads * head_dim]
-    pub v: Weight,                // [embd, kv_heads * head_dim]
-    pub q_bias: Option<Weight>,   // [heads * head_dim]
-    pub k_bias: Option<Weight>,   // [kv_heads * head_dim]
-    pub v_bias: Option<Weight>,   // [kv_heads * head_dim]
-    pub q_norm: Option<Weight>,   // [head_dim] per head, or [heads * head_dim]
-    pub k_norm: Option<Weight>,   // [head_dim] per head, or [kv_heads * head_dim]
-    pub attn_output: Weight,      // [heads * head_dim, embd]
-    pub ffn_norm: Weight,         // [embd]
+    pub attn_norm: Weight,      // [embd]
+    pub q: Weight,              // [embd, heads * head_dim]
+    pub k: Weight,              // [embd, kv_heads * head_dim]
+    pub v: Weight,              // [embd, kv_heads * head_dim]
+    pub q_bias: Option<Weight>, // [heads * head_dim]
+    pub k_bias: Option<Weight>, // [kv_heads * head_dim]
+    pub v_bias: Option<Weight>, // [kv_heads * head_dim]
+    pub q_norm: Option<Weight>, // [head_dim] per head, or [heads * head_dim]
+    pub k_norm: Option<Weight>, // [head_dim] per head, or [kv_heads * head_dim]
+    pub attn_output: Weight,    // [heads * head_dim, embd]
+    pub ffn_norm: Weight,       // [embd]
     pub ffn: FfnWeights,
 }
 
 /// All weights of a decoder.
 pub struct ModelWeights {
-    pub token_embd: Weight,          // [embd, vocab]
-    pub output_norm: Weight,         // [embd]
+    pub token_embd: Weight,  // [embd, vocab]
+    pub output_norm: Weight, // [embd]
     /// The output projection; the token embedding when the model ties them.
-    pub output: Weight,              // [embd, vocab]
-    pub rope_freqs: Option<Weight>,  // [rope_dim / 2]
+    pub output: Weight, // [embd, vocab]
+    pub rope_freqs: Option<Weight>, // [rope_dim / 2]
     pub layers: Vec<LayerWeights>,
 }
 
@@ -132,7 +132,8 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(config.block_count);
         for i in 0..config.block_count {
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
-            let vector = |suffix: &str, len: usize| loader.tensor(&name(suffix), &[len], Op::MatMul);
+            let vector =
+                |suffix: &str, len: usize| loader.tensor(&name(suffix), &[len], Op::MatMul);
             let matrix = |suffix: &str, cols: usize, rows: usize| {
                 loader.tensor(&name(suffix), &[cols, rows], Op::MatMul)
             };

@@ -19,7 +19,7 @@ fn corpus() -> String {
     }
     for file in [
         "bpe.rs",
-        "pretokenize.rs",
+        "pretokenize/splitters.rs",
         "tokenizer.rs",
         "vocab.rs",
         "chat.rs",

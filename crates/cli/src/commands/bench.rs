@@ -71,12 +71,16 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 12_345) % vocab as u64) as u32;
     let tests = usize::from(args.n_prompt > 0) + usize::from(args.n_gen > 0);
     let bar = ProgressBar::new(((args.repetitions + 1) * tests) as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg}").expect("the template is valid"),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg}")
+            .expect("the template is valid"),
     );
     let mut rows = Vec::new();
     if args.n_prompt > 0 {
         let prompt: Vec<u32> = (0..args.n_prompt).map(token).collect();
-        let mut row = Row { test: format!("pp{}", args.n_prompt), samples: Vec::new() };
+        let mut row = Row {
+            test: format!("pp{}", args.n_prompt),
+            samples: Vec::new(),
+        };
         for rep in 0..=args.repetitions {
             session.reset();
             let start = Instant::now();
@@ -90,7 +94,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         rows.push(row);
     }
     if args.n_gen > 0 {
-        let mut row = Row { test: format!("tg{}", args.n_gen), samples: Vec::new() };
+        let mut row = Row {
+            test: format!("tg{}", args.n_gen),
+            samples: Vec::new(),
+        };
         for rep in 0..=args.repetitions {
             session.reset();
             let start = Instant::now();
@@ -112,7 +119,13 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let size_gib = loaded.file.file_size() as f64 / (1u64 << 30) as f64;
-    let params_m = loaded.file.tensors().iter().map(|t| t.n_elements()).sum::<u64>() as f64 / 1e6;
+    let params_m = loaded
+        .file
+        .tensors()
+        .iter()
+        .map(|t| t.n_elements())
+        .sum::<u64>() as f64
+        / 1e6;
     let threads = args.model.thread_count();
     match args.output_format {
         Format::Md => {

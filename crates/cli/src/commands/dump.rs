@@ -28,7 +28,11 @@ impl LayerObserver for TextDump {
 }
 
 /// Evaluates `prompt` in `session` and writes the dump to `path`.
-pub fn dump_prompt_layers(session: &mut Session, prompt: &[u32], path: &Path) -> anyhow::Result<()> {
+pub fn dump_prompt_layers(
+    session: &mut Session,
+    prompt: &[u32],
+    path: &Path,
+) -> anyhow::Result<()> {
     let mut dump = TextDump {
         out: format!("tokens = {prompt:?}\n"),
     };

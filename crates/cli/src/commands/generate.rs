@@ -108,22 +108,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     let mut steps: Vec<GeneratedToken> = Vec::new();
     let mut write_error = None;
-    let output = generate(&mut session, &mut sampler, &prompt_ids, &gen_params, |token| {
-        if json_mode {
-            steps.push(token.clone());
-            return true;
-        }
-        if args.dump_logits.is_some() {
-            eprintln!("{}", logits_line(tokenizer, token));
-        }
-        let chunk = stream.push(token.id).unwrap_or_default();
-        let result = stdout.write_all(chunk.as_bytes()).and_then(|()| stdout.flush());
-        if let Err(e) = result {
-            write_error = Some(e);
-            return false;
-        }
-        true
-    })?;
+    let output = generate(
+        &mut session,
+        &mut sampler,
+        &prompt_ids,
+        &gen_params,
+        |token| {
+            if json_mode {
+                steps.push(token.clone());
+                return true;
+            }
+            if args.dump_logits.is_some() {
+                eprintln!("{}", logits_line(tokenizer, token));
+            }
+            let chunk = stream.push(token.id).unwrap_or_default();
+            let result = stdout
+                .write_all(chunk.as_bytes())
+                .and_then(|()| stdout.flush());
+            if let Err(e) = result {
+                write_error = Some(e);
+                return false;
+            }
+            true
+        },
+    )?;
     if let Some(e) = write_error {
         return Err(e.into());
     }
@@ -189,5 +197,11 @@ fn logits_line(tokenizer: &runit_tokenizer::Tokenizer, token: &GeneratedToken) -
         .iter()
         .map(|&(id, lp)| format!("{id}:{:?}:{lp:.4}", piece(id)))
         .collect();
-    format!("[{} {:?} {:.4}] {}", token.id, piece(token.id), token.logprob, top.join(" "))
+    format!(
+        "[{} {:?} {:.4}] {}",
+        token.id,
+        piece(token.id),
+        token.logprob,
+        top.join(" ")
+    )
 }

@@ -59,7 +59,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn describe(file: &GgufFile, full: bool) -> Json {
-    let arch = file.get_str("general.architecture").unwrap_or("(none)").to_string();
+    let arch = file
+        .get_str("general.architecture")
+        .unwrap_or("(none)")
+        .to_string();
     let mut hyper = Map::new();
     for suffix in MAIN_HYPERPARAMETERS {
         if let Some(v) = file.get(&format!("{arch}.{suffix}")) {
@@ -92,7 +95,10 @@ fn describe(file: &GgufFile, full: bool) -> Json {
     let types: Map<String, Json> = by_type
         .into_iter()
         .map(|(ty, (count, elements, bytes))| {
-            (ty, json!({"tensors": count, "elements": elements, "bytes": bytes}))
+            (
+                ty,
+                json!({"tensors": count, "elements": elements, "bytes": bytes}),
+            )
         })
         .collect();
     let bpw = if parameters > 0 {
@@ -196,7 +202,11 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
         other => other.to_string(),
     };
     writeln!(out, "file:          {}", s(&r["file"]))?;
-    writeln!(out, "gguf version:  {}   alignment: {}   data offset: {}", r["gguf_version"], r["alignment"], r["data_offset"])?;
+    writeln!(
+        out,
+        "gguf version:  {}   alignment: {}   data offset: {}",
+        r["gguf_version"], r["alignment"], r["data_offset"]
+    )?;
     writeln!(out, "architecture:  {}", s(&r["architecture"]))?;
     writeln!(out, "name:          {}", s(&r["name"]))?;
     writeln!(out, "\nhyperparameters:")?;
@@ -213,31 +223,68 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
     } else {
         writeln!(out, "  (none)")?;
     }
-    writeln!(out, "\nmetadata ({} keys):", r["metadata"].as_array().map_or(0, Vec::len))?;
+    writeln!(
+        out,
+        "\nmetadata ({} keys):",
+        r["metadata"].as_array().map_or(0, Vec::len)
+    )?;
     for kv in r["metadata"].as_array().into_iter().flatten() {
         let mut value = s(&kv["value"]);
         if value.len() > 160 {
-            let cut = (0..=160).rev().find(|&i| value.is_char_boundary(i)).unwrap_or(0);
+            let cut = (0..=160)
+                .rev()
+                .find(|&i| value.is_char_boundary(i))
+                .unwrap_or(0);
             value = format!("{}… ({} chars)", &value[..cut], value.chars().count());
         }
         let value = value.replace('\n', "\\n");
-        writeln!(out, "  {:<44} {:<14} {}", s(&kv["key"]), s(&kv["type"]), value)?;
+        writeln!(
+            out,
+            "  {:<44} {:<14} {}",
+            s(&kv["key"]),
+            s(&kv["type"]),
+            value
+        )?;
     }
     let tensors = r["tensors"].as_array().cloned().unwrap_or_default();
     writeln!(out, "\ntensors ({}):", tensors.len())?;
-    writeln!(out, "  {:<40} {:<8} {:<24} {:>12}", "name", "type", "shape", "bytes")?;
+    writeln!(
+        out,
+        "  {:<40} {:<8} {:<24} {:>12}",
+        "name", "type", "shape", "bytes"
+    )?;
     for t in &tensors {
-        writeln!(out, "  {:<40} {:<8} {:<24} {:>12}", s(&t["name"]), s(&t["type"]), t["shape"].to_string(), t["bytes"])?;
+        writeln!(
+            out,
+            "  {:<40} {:<8} {:<24} {:>12}",
+            s(&t["name"]),
+            s(&t["type"]),
+            t["shape"].to_string(),
+            t["bytes"]
+        )?;
     }
     let totals = &r["totals"];
     writeln!(out, "\ntotals:")?;
-    writeln!(out, "  parameters      {} ({:.1} M)", totals["parameters"], totals["parameters"].as_f64().unwrap_or(0.0) / 1e6)?;
+    writeln!(
+        out,
+        "  parameters      {} ({:.1} M)",
+        totals["parameters"],
+        totals["parameters"].as_f64().unwrap_or(0.0) / 1e6
+    )?;
     writeln!(out, "  tensor bytes    {}", totals["tensor_bytes"])?;
     writeln!(out, "  file size       {}", totals["file_size"])?;
-    writeln!(out, "  bits per weight {:.3}", totals["bits_per_weight"].as_f64().unwrap_or(0.0))?;
+    writeln!(
+        out,
+        "  bits per weight {:.3}",
+        totals["bits_per_weight"].as_f64().unwrap_or(0.0)
+    )?;
     if let Some(types) = totals["by_type"].as_object() {
         for (ty, v) in types {
-            writeln!(out, "  {ty:<8} {:>5} tensors {:>14} elements {:>14} bytes", v["tensors"], v["elements"], v["bytes"])?;
+            writeln!(
+                out,
+                "  {ty:<8} {:>5} tensors {:>14} elements {:>14} bytes",
+                v["tensors"], v["elements"], v["bytes"]
+            )?;
         }
     }
     Ok(())

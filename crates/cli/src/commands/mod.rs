@@ -1,12 +1,12 @@
 //! One module per subcommand; each exposes an `Args` struct and a `run` function.
 
-pub mod quantize;
-pub mod inspect;
+pub mod bench;
+pub mod chat;
 pub mod common;
 pub mod dump;
 pub mod generate;
-pub mod sampling;
-pub mod bench;
+pub mod inspect;
 pub mod perplexity;
+pub mod quantize;
+pub mod sampling;
 pub mod tokenize;
-pub mod chat;

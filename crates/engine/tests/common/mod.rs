@@ -25,7 +25,10 @@ pub fn model_dirs() -> Vec<PathBuf> {
 
 /// The path of model file `name`, if it can be found.
 pub fn find_model(name: &str) -> Option<PathBuf> {
-    model_dirs().into_iter().map(|d| d.join(name)).find(|p| p.exists())
+    model_dirs()
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
 }
 
 /// Loads `path` on a CPU backend with `threads` threads.
@@ -38,6 +41,9 @@ pub fn load(path: &Path, threads: usize) -> Arc<Model> {
 /// Architectures the engine supports (Gemma 3 goldens exist but are not part of this set).
 pub fn is_supported_arch(path: &Path) -> bool {
     let file = runit_gguf::GgufFile::open(path).expect("model opens");
-    let arch = file.get_str("general.architecture").unwrap_or("").to_string();
+    let arch = file
+        .get_str("general.architecture")
+        .unwrap_or("")
+        .to_string();
     runit_model::arch::find(&arch).is_some()
 }

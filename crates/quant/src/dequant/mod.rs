@@ -74,7 +74,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         });
     }
     let type_size = ty.type_size();
-    if src.len() % type_size != 0 {
+    if !src.len().is_multiple_of(type_size) {
         return Err(QuantError::NotBlockMultiple {
             ty,
             n: src.len(),

@@ -56,7 +56,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         return Err(QuantError::Unsupported { ty, op: "quantize" });
     }
     let block_size = ty.block_size();
-    if src.len() % block_size != 0 {
+    if !src.len().is_multiple_of(block_size) {
         return Err(QuantError::NotBlockMultiple {
             ty,
             n: src.len(),

@@ -278,4 +278,33 @@ mod tests {
             ["héllo", " ", "4", "2", " 世界"]
         );
     }
+
+    /// llama.cpp replaced the GPT-2 and llama-3 regexes by hand-written code; on llama.cpp's
+    /// own test strings that code must cut exactly where the regex (collapsed path) does.
+    #[test]
+    fn hand_written_splitters_agree_with_their_regex() {
+        let golden = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/golden/tokenizer"
+        );
+        let path = format!("{golden}/llama_cpp_vocab_tests/ggml-vocab-llama-bpe.gguf.inp");
+        let inputs = std::fs::read_to_string(path).expect("llama.cpp test strings");
+        let mut scratch = SplitScratch::default();
+        let mut checked = 0;
+        for (pattern, custom) in [
+            (GPT2_PATTERN, split_gpt2 as fn(&[u32], &mut Vec<usize>)),
+            (LLAMA3_PATTERN, split_llama3),
+        ] {
+            let regex = fancy_regex::Regex::new(&collapse_pattern(pattern)).expect("compiles");
+            for input in inputs.split("\n__ggml_vocab_test__\n") {
+                let codepoints: Vec<u32> = input.chars().map(u32::from).collect();
+                let (mut by_regex, mut by_hand) = (Vec::new(), Vec::new());
+                split_regex(&regex, true, &codepoints, &mut scratch, &mut by_regex);
+                custom(&codepoints, &mut by_hand);
+                assert_eq!(by_regex, by_hand, "{pattern} on {input:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 2 * 47);
+    }
 }
