@@ -184,6 +184,8 @@ impl Model {
             let freq_factors = self.weights.rope_freqs.as_ref();
             b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
             b.rope(&mut s.k, batch.positions, &k_rope, freq_factors)?;
+            dump("Qrope", Some(i), &s.q, c.q_width());
+            dump("Krope", Some(i), &s.k, c.kv_width());
             b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
             b.attention(
                 &s.q,
