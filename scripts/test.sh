@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 python3 scripts/fetch_models.py --all
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+if rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
+  cargo check --quiet --target aarch64-unknown-linux-gnu -p runit-quant -p runit-backend-cpu
+else
+  echo "note: aarch64 target unavailable; skipping the NEON build check"
+fi
 cargo build --release -p runit-cli
 scripts/make_requants.sh target/release/runit
 cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
