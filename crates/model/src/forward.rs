@@ -159,6 +159,7 @@ impl Model {
         };
         let s = scratch;
         b.embedding(&self.weights.token_embd, batch.tokens, &mut s.x)?;
+        dump("embd", None, &s.x, embd);
         let q_rope = self.rope_params(c.head_count);
         let k_rope = self.rope_params(c.head_count_kv);
         let attention = AttentionParams {
@@ -343,18 +344,22 @@ fn route_tokens(
     let mut order: Vec<usize> = (0..n_expert).collect();
     for t in 0..tokens {
         let row = &logits[t * n_expert..(t + 1) * n_expert];
+        // As ggml's `soft_max` (fewer than 16 experts: its scalar loop): the exponentials
+        // summed in f64, then each scaled by the f32 reciprocal of the sum.
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
+        let mut sum = 0.0f64;
         for (p, &l) in probs.iter_mut().zip(row) {
             *p = (l - max).exp();
-            sum += *p;
+            sum += f64::from(*p);
         }
+        let inverse = (1.0 / sum) as f32;
         for p in probs.iter_mut() {
-            *p /= sum;
+            *p *= inverse;
         }
         order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
         let chosen = &order[..used];
-        let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
+        // ggml's `sum_rows` accumulates in f64.
+        let total = chosen.iter().map(|&e| f64::from(probs[e])).sum::<f64>() as f32;
         for &e in chosen {
             let weight = if renormalise {
                 probs[e] / total

@@ -1,11 +1,14 @@
 //! Elementwise ops: residual `add`, `add_bias` and the SwiGLU gate `silu_mul`.
 //!
 //! `add` is exact in any order, so plain loops (which the compiler vectorises) serve every
-//! SIMD level. `silu(x) = x / (1 + exp(-x))` in f32 as ggml's `ggml_silu_f32`.
+//! SIMD level. `silu_mul` is ggml's `ggml_vec_swiglu_f32` (see `vector::silu_mul`); its
+//! 16-value groups are counted from the start of the buffer, which equals ggml's per-row
+//! grouping whenever the row width (the FFN width) is a multiple of 16.
 
 use runit_backend::{BackendError, Buffer, Weight};
 
 use crate::storage::{at_least, data, data_mut, product, weight_f32};
+use crate::vector;
 use crate::CpuBackend;
 
 /// Elements per parallel chunk of the elementwise ops.
@@ -50,21 +53,14 @@ pub fn silu_mul(
     at_least(OP, "up elements", len, up.len())?;
     let gate = data_mut(gate, OP, "gate")?;
     at_least(OP, "gate elements", len, gate.len())?;
+    let isa = backend.isa;
     let body_len = len / CHUNK * CHUNK;
     let (body, tail) = gate[..len].split_at_mut(body_len);
     backend.for_rows(body, CHUNK, len / CHUNK, |chunk, out| {
-        silu_mul_slices(out, &up[chunk * CHUNK..]);
+        vector::silu_mul(isa, out, &up[chunk * CHUNK..(chunk + 1) * CHUNK]);
     });
-    silu_mul_slices(tail, &up[body_len..]);
+    vector::silu_mul(isa, tail, &up[body_len..len]);
     Ok(())
-}
-
-/// ggml's `ggml_silu_f32(x) * g`.
-fn silu_mul_slices(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        *g = x / (1.0 + (-x).exp()) * u;
-    }
 }
 
 /// `x[t] += bias` for the first `tokens` rows of width `bias.shape[0]`.
@@ -88,14 +84,21 @@ pub fn add_bias(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runit_backend::Backend;
 
     #[test]
     fn silu_of_known_values() {
-        let mut gate = [0.0f32, 1.0, -2.0];
-        silu_mul_slices(&mut gate, &[3.0, 2.0, 1.0]);
+        let backend = CpuBackend::new(1).unwrap();
+        let mut gate = backend.alloc(3).unwrap();
+        let mut up = backend.alloc(3).unwrap();
+        backend.upload(&mut gate, &[0.0, 1.0, -2.0]).unwrap();
+        backend.upload(&mut up, &[3.0, 2.0, 1.0]).unwrap();
+        silu_mul(&backend, &mut gate, &up, 3).unwrap();
+        let mut out = [0.0f32; 3];
+        backend.download(&gate, &mut out).unwrap();
         let sig = |x: f64| x / (1.0 + (-x).exp());
-        assert_eq!(gate[0], 0.0);
-        assert!((f64::from(gate[1]) - 2.0 * sig(1.0)).abs() < 1e-6);
-        assert!((f64::from(gate[2]) - sig(-2.0)).abs() < 1e-6);
+        assert_eq!(out[0], 0.0);
+        assert!((f64::from(out[1]) - 2.0 * sig(1.0)).abs() < 1e-6);
+        assert!((f64::from(out[2]) - sig(-2.0)).abs() < 1e-6);
     }
 }

@@ -5,7 +5,7 @@
 use runit_backend::{BackendError, Buffer, Weight};
 
 use crate::storage::{at_least, data, data_mut, product, weight_f32};
-use crate::vector::{self, Isa};
+use crate::vector;
 use crate::CpuBackend;
 
 const OP: &str = "rms_norm";
@@ -26,9 +26,8 @@ pub fn rms_norm(
     let w = weight_f32(weight, OP)?;
     let out = data_mut(out, OP, "out")?;
     at_least(OP, "out elements", len, out.len())?;
-    let isa = backend.isa;
     backend.for_rows(out, width, rows, |row, y| {
-        normalize_row(isa, &x[row * width..(row + 1) * width], &w[..width], eps, y);
+        normalize_row(&x[row * width..(row + 1) * width], &w[..width], eps, y);
     });
     Ok(())
 }
@@ -46,9 +45,8 @@ pub fn rms_norm_in_place(
     let w = weight_f32(weight, OP)?;
     let x = data_mut(x, OP, "x")?;
     at_least(OP, "x elements", len, x.len())?;
-    let isa = backend.isa;
     backend.for_rows(x, width, rows, |_, row| {
-        let scale = inverse_rms(isa, row, eps);
+        let scale = inverse_rms(row, eps);
         for (value, w) in row.iter_mut().zip(&w[..width]) {
             *value = *value * scale * w;
         }
@@ -57,13 +55,13 @@ pub fn rms_norm_in_place(
 }
 
 /// `1 / sqrt(mean(x²) + eps)` with ggml's precision.
-fn inverse_rms(isa: Isa, x: &[f32], eps: f32) -> f32 {
-    let mean = (vector::sum_squares(isa, x) / x.len() as f64) as f32;
+fn inverse_rms(x: &[f32], eps: f32) -> f32 {
+    let mean = (vector::sum_squares(x) / x.len() as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
 
-fn normalize_row(isa: Isa, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let scale = inverse_rms(isa, x, eps);
+fn normalize_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    let scale = inverse_rms(x, eps);
     for ((out, value), w) in y.iter_mut().zip(x).zip(w) {
         *out = value * scale * w;
     }
@@ -79,7 +77,7 @@ mod tests {
         let x = [1.0f32, 2.0, 3.0, 4.0];
         let w = [1.0f32, 1.0, 2.0, -1.0];
         let mut y = [0.0f32; 4];
-        normalize_row(Isa::Scalar, &x, &w, 0.5, &mut y);
+        normalize_row(&x, &w, 0.5, &mut y);
         let s = 1.0 / 8.0f64.sqrt();
         let expected = [s, 2.0 * s, 6.0 * s, -4.0 * s];
         for (got, want) in y.iter().zip(expected) {

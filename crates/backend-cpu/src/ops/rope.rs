@@ -4,6 +4,8 @@
 //! after each pair `θ *= base^(-2/rotary_dim)`; pair `i` uses `freq_scale * (θᵢ / factor[i])`
 //! with `factor` the optional `rope_freqs` tensor. Normal style rotates `(x[2i], x[2i+1])`,
 //! NEOX style `(x[i], x[i + rotary_dim/2])`; dims past `rotary_dim` are left as they are.
+//! The rotation fuses one product of each output as gcc does ([`rotate_pair`]); cos and sin
+//! come from libm's `cosf`/`sinf`, as in ggml.
 
 use runit_backend::{BackendError, Buffer, RopeParams, RopeStyle, Weight};
 
@@ -72,22 +74,26 @@ fn angle_cache(
     }
 }
 
+/// One rotated pair as ggml computes it: gcc contracts `x0*cos - x1*sin` and
+/// `x0*sin + x1*cos` into a fused multiply-add on the first product of each.
+fn rotate_pair(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
+    (x0.mul_add(cos, -(x1 * sin)), x0.mul_add(sin, x1 * cos))
+}
+
 /// Rotates the first `rotary_dim` elements of one head (`head.len() == rotary_dim`).
 fn rotate_head(style: RopeStyle, cache: &[(f32, f32)], head: &mut [f32]) {
     match style {
         RopeStyle::Normal => {
             for (pair, &(cos, sin)) in head.chunks_exact_mut(2).zip(cache) {
                 let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0 * cos - x1 * sin;
-                pair[1] = x0 * sin + x1 * cos;
+                (pair[0], pair[1]) = rotate_pair(x0, x1, cos, sin);
             }
         }
         RopeStyle::Neox => {
             let (first, second) = head.split_at_mut(cache.len());
             for ((a, b), &(cos, sin)) in first.iter_mut().zip(second.iter_mut()).zip(cache) {
                 let (x0, x1) = (*a, *b);
-                *a = x0 * cos - x1 * sin;
-                *b = x0 * sin + x1 * cos;
+                (*a, *b) = rotate_pair(x0, x1, cos, sin);
             }
         }
     }

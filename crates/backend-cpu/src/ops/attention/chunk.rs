@@ -10,6 +10,9 @@ use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
 use crate::CpuBackend;
 
+/// Fewest key positions (summed over rows and heads) worth handing to the thread pool.
+const PARALLEL_MIN_KEYS: usize = 4096;
+
 /// Per-worker buffers: Q rounded to f16 and the f16 V accumulator.
 struct Scratch {
     query: Vec<f16>,
@@ -52,7 +55,14 @@ pub fn run(
             );
         }
     };
-    if backend.threads > 1 && end_row * heads > 1 {
+    // Key positions visited, summed over (row, head): below PARALLEL_MIN_KEYS (a decode step
+    // at short context) a rayon hand-off costs more than the work.
+    let keys: usize = spans
+        .iter()
+        .map(|span| span.rows * (span.start_position + span.rows))
+        .sum::<usize>()
+        * heads;
+    if backend.threads > 1 && end_row * heads > 1 && keys >= PARALLEL_MIN_KEYS {
         backend.pool.install(|| {
             out.par_chunks_mut(head_dim)
                 .enumerate()
@@ -120,7 +130,8 @@ fn one_head(
             CacheRow::F16(value) => vector::mad_f16(isa, accumulator, value, weight),
             CacheRow::F32(value) => vector::mad_f32(isa, dst, value, weight),
         }
-        sum = sum * rescale + weight;
+        // ggml's `S = S*ms + vs`, which gcc compiles to a fused multiply-add.
+        sum = sum.mul_add(rescale, weight);
     }
     if f16_values {
         vector::to_f32(accumulator, dst);
