@@ -28,6 +28,8 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Write a copy of a GGUF model with its weights in another type (like llama-quantize).
     Quantize(commands::quantize::Args),
+    /// Serve an OpenAI-compatible HTTP API with continuous batching.
+    Serve(commands::serve::Args),
     /// Print the token ids and pieces of a text (like llama-tokenize).
     Tokenize(commands::tokenize::Args),
 }
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => commands::generate::run(args),
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
+        Command::Serve(args) => commands::serve::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
     };
     match result {

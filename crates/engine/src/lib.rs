@@ -17,6 +17,7 @@ mod generate;
 pub mod kv_blocks;
 mod perplexity;
 pub mod sampler;
+pub mod scheduler;
 mod session;
 
 pub use error::EngineError;

@@ -42,6 +42,8 @@ pub struct Session {
     n_past: usize,
     context_size: usize,
     logits: Vec<f32>,
+    /// Logits of the last forward pass, kept between steps so a decode step allocates none.
+    chunk_logits: Vec<f32>,
 }
 
 impl Session {
@@ -70,6 +72,7 @@ impl Session {
             n_past: 0,
             context_size,
             logits: Vec::new(),
+            chunk_logits: Vec::new(),
         })
     }
 
@@ -121,7 +124,7 @@ impl Session {
         }
         let vocab = self.model.config.vocab_size;
         let mut collected = Vec::new();
-        let mut chunk_logits = Vec::new();
+        let mut chunk_logits = std::mem::take(&mut self.chunk_logits);
         let chunk_size = self.scratch.capacity;
         for chunk in tokens.chunks(chunk_size) {
             let start = self.n_past;
@@ -165,6 +168,7 @@ impl Session {
             self.logits.clear();
             self.logits.extend_from_slice(&chunk_logits[..vocab]);
         }
+        self.chunk_logits = chunk_logits;
         Ok(&self.logits)
     }
 }

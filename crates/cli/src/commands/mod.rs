@@ -9,4 +9,5 @@ pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
 pub mod sampling;
+pub mod serve;
 pub mod tokenize;

@@ -1,0 +1,368 @@
+//! Continuous batching: one thread owns the model and a KV cache shared by every sequence
+//! through a [`BlockAllocator`](crate::kv_blocks::BlockAllocator); requests queue up, are
+//! admitted while the cache can hold them, have their prompts evaluated chunk by chunk, and
+//! decode together, one token of every active sequence per forward pass. A sequence whose
+//! receiver goes away is dropped (its blocks freed) at the next step.
+//!
+//! Greedy outputs do not depend on what else runs: a prompt chunk is evaluated in a pass of
+//! its own, chunked exactly as [`Session::eval`](crate::Session::eval) chunks it, and decode
+//! passes hold at most [`MAX_DECODE_ROWS`] rows so that every row takes the attention path a
+//! lone sequence takes (the matmul computes each row the same whatever the batch).
+//!
+//! ```no_run
+//! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), Box<dyn std::error::Error>> {
+//! use runit_engine::scheduler::{Request, Scheduler, SchedulerConfig, SequenceEvent};
+//! let scheduler = Scheduler::start(model, &SchedulerConfig::default())?;
+//! let (sender, receiver) = std::sync::mpsc::channel();
+//! scheduler.submit(Request::greedy(vec![1, 504, 314], 16), Box::new(sender))?;
+//! for event in receiver {
+//!     if let SequenceEvent::Token(token) = event {
+//!         println!("{}", token.id);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod worker;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use runit_backend::KvType;
+use runit_model::{KvState, Model, Scratch};
+
+use crate::kv_blocks::BlockAllocator;
+use crate::{EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
+
+/// Cells per KV block.
+pub const BLOCK_SIZE: usize = 16;
+
+/// Most rows of one decode pass: the CPU attention switches to its tiled f32 path from 64
+/// query rows in a pass, which a lone decoding sequence never takes.
+pub const MAX_DECODE_ROWS: usize = 63;
+
+/// Scheduler settings; see `impl Default` for the defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    /// KV cache cells shared by all sequences (0 = the model's training context); capped at
+    /// the training context.
+    pub context_size: usize,
+    /// Most prompt tokens evaluated in one forward pass.
+    pub batch_size: usize,
+    /// Most sequences active at once (`--parallel`).
+    pub max_sequences: usize,
+    /// Most requests waiting for admission; further submissions are refused.
+    pub max_queued: usize,
+    pub kv_type: KvType,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            context_size: 4096,
+            batch_size: 512,
+            max_sequences: 4,
+            max_queued: 64,
+            kv_type: KvType::F16,
+        }
+    }
+}
+
+/// One generation to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Prompt token ids (at least one).
+    pub prompt: Vec<u32>,
+    pub sampling: SamplerParams,
+    /// Most tokens to generate (at least 1); generation also ends at the context end.
+    pub max_tokens: usize,
+    /// Tokens that end generation (EOS, EOT, `<|im_end|>` ...).
+    pub end_of_generation: Vec<u32>,
+    /// How many top log-probabilities to report per token (0 = none).
+    pub top_logprobs: usize,
+}
+
+impl Request {
+    /// A greedy request without end-of-generation tokens.
+    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
+        Request {
+            prompt,
+            sampling: SamplerParams::default(),
+            max_tokens,
+            end_of_generation: Vec::new(),
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// What a sequence reports to its submitter, in order: tokens, then one `Finished` or
+/// `Failed`.
+#[derive(Debug, Clone)]
+pub enum SequenceEvent {
+    Token(GeneratedToken),
+    Finished {
+        stop: StopReason,
+        prompt_tokens: usize,
+        generated_tokens: usize,
+    },
+    /// The forward pass failed or the scheduler stopped; the message says why.
+    Failed(String),
+}
+
+/// Where a sequence's events go (a channel sender, usually).
+pub trait EventSink: Send {
+    /// Delivers `event`; false when the receiver has gone away (the sequence is cancelled).
+    fn send(&mut self, event: SequenceEvent) -> bool;
+
+    /// True when the receiver has gone away; checked before every step.
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+impl EventSink for std::sync::mpsc::Sender<SequenceEvent> {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        std::sync::mpsc::Sender::send(self, event).is_ok()
+    }
+}
+
+/// Why a request was not queued.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    #[error("the queue is full ({queued} requests waiting); try again later")]
+    QueueFull { queued: usize },
+    #[error("invalid {name}: {message}")]
+    InvalidParameter { name: &'static str, message: String },
+    #[error("the prompt has {tokens} tokens, but the context holds {context} (and one more is needed to generate)")]
+    PromptTooLong { tokens: usize, context: usize },
+    #[error("the scheduler has stopped")]
+    Stopped,
+}
+
+/// A snapshot of the scheduler's load, refreshed after every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerStats {
+    pub free_blocks: usize,
+    pub total_blocks: usize,
+    /// Sequences admitted and not finished.
+    pub active: usize,
+    /// Requests waiting for admission.
+    pub queued: usize,
+}
+
+/// A submitted request before admission.
+struct Pending {
+    request: Request,
+    sampler: Sampler,
+    sink: Box<dyn EventSink>,
+}
+
+/// State shared by the handle and the worker thread.
+struct Shared {
+    state: Mutex<QueueState>,
+    /// Signalled when work arrives or the scheduler stops.
+    wake: Condvar,
+    /// Signalled when the stats change.
+    progress: Condvar,
+}
+
+struct QueueState {
+    incoming: VecDeque<Pending>,
+    stats: SchedulerStats,
+    shutdown: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        // A poisoned lock means the worker panicked; its state is still consistent enough
+        // to read stats and refuse work.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Handle of the scheduler thread; dropping it stops the thread (pending sequences fail).
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    context_size: usize,
+    max_queued: usize,
+    vocab_size: usize,
+}
+
+impl Scheduler {
+    /// Allocates the shared KV cache and starts the scheduler thread.
+    pub fn start(model: Arc<Model>, config: &SchedulerConfig) -> Result<Scheduler, EngineError> {
+        let trained = model.config.context_length;
+        let context_size = match config.context_size {
+            0 => trained,
+            n => n.min(trained),
+        };
+        for (name, value) in [
+            ("batch_size", config.batch_size),
+            ("max_sequences", config.max_sequences),
+            ("context_size", context_size),
+        ] {
+            if value == 0 {
+                return Err(EngineError::InvalidParameter {
+                    name,
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        let n_blocks = context_size.div_ceil(BLOCK_SIZE);
+        let kv = KvState::new(&model, n_blocks * BLOCK_SIZE, config.kv_type)?;
+        let capacity = config.batch_size.min(context_size);
+        let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(context_size)))?;
+        let blocks = BlockAllocator::new(n_blocks, BLOCK_SIZE);
+        let stats = SchedulerStats {
+            free_blocks: n_blocks,
+            total_blocks: n_blocks,
+            active: 0,
+            queued: 0,
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(QueueState {
+                incoming: VecDeque::new(),
+                stats,
+                shutdown: false,
+            }),
+            wake: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        let vocab_size = model.config.vocab_size;
+        let worker = worker::Worker::new(
+            model,
+            kv,
+            scratch,
+            blocks,
+            context_size,
+            capacity,
+            config.max_sequences,
+        );
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("runit-scheduler".into())
+            .spawn(move || worker.run(&thread_shared))
+            .map_err(|error| EngineError::InvalidParameter {
+                name: "scheduler thread",
+                message: error.to_string(),
+            })?;
+        Ok(Scheduler {
+            shared,
+            thread: Some(thread),
+            context_size,
+            max_queued: config.max_queued,
+            vocab_size,
+        })
+    }
+
+    /// KV cells shared by all sequences (the most one sequence can use).
+    pub fn context_size(&self) -> usize {
+        self.context_size
+    }
+
+    /// Queues `request`; its events go to `sink`.
+    pub fn submit(&self, request: Request, sink: Box<dyn EventSink>) -> Result<(), SubmitError> {
+        if request.prompt.is_empty() {
+            return Err(SubmitError::InvalidParameter {
+                name: "prompt",
+                message: "the prompt has no tokens".into(),
+            });
+        }
+        if request.max_tokens == 0 {
+            return Err(SubmitError::InvalidParameter {
+                name: "max_tokens",
+                message: "must be at least 1".into(),
+            });
+        }
+        if let Some(&id) = request
+            .prompt
+            .iter()
+            .find(|&&id| id as usize >= self.vocab_size)
+        {
+            return Err(SubmitError::InvalidParameter {
+                name: "prompt",
+                message: format!(
+                    "token {id} is outside the vocabulary of {}",
+                    self.vocab_size
+                ),
+            });
+        }
+        if request.prompt.len() + 1 > self.context_size {
+            return Err(SubmitError::PromptTooLong {
+                tokens: request.prompt.len(),
+                context: self.context_size,
+            });
+        }
+        let sampler = Sampler::new(request.sampling.clone()).map_err(|error| match error {
+            EngineError::InvalidParameter { name, message } => {
+                SubmitError::InvalidParameter { name, message }
+            }
+            other => SubmitError::InvalidParameter {
+                name: "sampling",
+                message: other.to_string(),
+            },
+        })?;
+        let mut state = self.shared.lock();
+        if state.shutdown {
+            return Err(SubmitError::Stopped);
+        }
+        let queued = state.incoming.len() + state.stats.queued;
+        if queued >= self.max_queued {
+            return Err(SubmitError::QueueFull { queued });
+        }
+        state.incoming.push_back(Pending {
+            request,
+            sampler,
+            sink,
+        });
+        drop(state);
+        self.shared.wake.notify_all();
+        Ok(())
+    }
+
+    /// The load after the latest step.
+    pub fn stats(&self) -> SchedulerStats {
+        let state = self.shared.lock();
+        let mut stats = state.stats;
+        stats.queued += state.incoming.len();
+        stats
+    }
+
+    /// Waits until no sequence is active or queued; false if `timeout` passed first.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.lock();
+        loop {
+            if state.stats.active == 0 && state.stats.queued == 0 && state.incoming.is_empty() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = self
+                .shared
+                .progress
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            // A panicked worker has nothing left to clean up.
+            let _ = thread.join();
+        }
+    }
+}

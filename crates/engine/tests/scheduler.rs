@@ -1,0 +1,243 @@
+//! Continuous batching: greedy outputs of sequences decoded together equal the same requests
+//! run alone through `generate`, cancelled sequences stop, and every KV block returns.
+
+mod common;
+
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+use runit_engine::scheduler::{
+    EventSink, Request, Scheduler, SchedulerConfig, SequenceEvent, SubmitError,
+};
+use runit_engine::{generate, GenerateParams, Sampler, Session, SessionConfig, StopReason};
+use runit_model::Model;
+
+const CONTEXT: usize = 512;
+
+fn model(name: &str) -> Option<Arc<Model>> {
+    match common::find_model(name) {
+        Some(path) => Some(common::load(&path, 2)),
+        None => {
+            eprintln!("skipping: {name} not found");
+            None
+        }
+    }
+}
+
+/// Prompts of different lengths (one longer than a chunk of 16, to exercise chunking).
+fn prompts(vocab: usize) -> Vec<Vec<u32>> {
+    [3usize, 11, 40, 7]
+        .iter()
+        .enumerate()
+        .map(|(p, &len)| {
+            (0..len)
+                .map(|i| ((i * 7919 + p * 104_729 + 13) % (vocab - 1)) as u32 + 1)
+                .collect()
+        })
+        .collect()
+}
+
+fn alone(model: &Arc<Model>, request: &Request, batch_size: usize) -> Vec<u32> {
+    let config = SessionConfig {
+        context_size: CONTEXT,
+        batch_size,
+        ..Default::default()
+    };
+    let mut session = Session::new(Arc::clone(model), &config).expect("session");
+    let mut sampler = Sampler::new(request.sampling.clone()).expect("sampler");
+    let params = GenerateParams {
+        max_tokens: request.max_tokens,
+        end_of_generation: request.end_of_generation.clone(),
+        top_logprobs: 0,
+    };
+    generate(&mut session, &mut sampler, &request.prompt, &params, |_| {
+        true
+    })
+    .expect("generate")
+    .tokens
+}
+
+fn collect(receiver: &Receiver<SequenceEvent>) -> (Vec<u32>, StopReason) {
+    let mut tokens = Vec::new();
+    loop {
+        match receiver
+            .recv_timeout(Duration::from_secs(120))
+            .expect("event")
+        {
+            SequenceEvent::Token(token) => tokens.push(token.id),
+            SequenceEvent::Finished {
+                stop,
+                generated_tokens,
+                ..
+            } => {
+                assert_eq!(generated_tokens, tokens.len());
+                return (tokens, stop);
+            }
+            SequenceEvent::Failed(message) => panic!("sequence failed: {message}"),
+        }
+    }
+}
+
+fn check_batch_invariance(name: &str, max_tokens: usize) {
+    let Some(model) = model(name) else { return };
+    let batch_size = 16;
+    let requests: Vec<Request> = prompts(model.config.vocab_size)
+        .into_iter()
+        .map(|prompt| Request::greedy(prompt, max_tokens))
+        .collect();
+    let expected: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|r| alone(&model, r, batch_size))
+        .collect();
+    let scheduler = Scheduler::start(
+        Arc::clone(&model),
+        &SchedulerConfig {
+            context_size: CONTEXT,
+            batch_size,
+            max_sequences: 4,
+            ..Default::default()
+        },
+    )
+    .expect("scheduler");
+    let start_free = scheduler.stats().free_blocks;
+    assert_eq!(start_free, scheduler.stats().total_blocks);
+    // The first two start together; the others join while those decode.
+    let mut receivers = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        let (sender, receiver) = channel();
+        scheduler
+            .submit(request.clone(), Box::new(sender))
+            .expect("submit");
+        if i == 1 {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        receivers.push(receiver);
+    }
+    for (i, receiver) in receivers.iter().enumerate() {
+        let (tokens, stop) = collect(receiver);
+        assert_eq!(stop, StopReason::Limit);
+        assert_eq!(tokens.len(), max_tokens);
+        assert_eq!(
+            tokens, expected[i],
+            "{name}: sequence {i} differs from its lone run"
+        );
+    }
+    assert!(scheduler.wait_idle(Duration::from_secs(10)));
+    assert_eq!(scheduler.stats().free_blocks, start_free);
+}
+
+#[test]
+fn concurrent_greedy_equals_alone_synthetic() {
+    check_batch_invariance("synth-qwen2-Q8_0.gguf", 24);
+}
+
+#[test]
+fn concurrent_greedy_equals_alone_smollm2() {
+    check_batch_invariance("SmolLM2-135M-Instruct.Q4_1.gguf", 12);
+}
+
+/// A sink whose receiver is gone after `limit` tokens.
+struct Hangup {
+    sender: std::sync::mpsc::Sender<SequenceEvent>,
+    sent: usize,
+    limit: usize,
+}
+
+impl EventSink for Hangup {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.sent += 1;
+        self.sent <= self.limit && self.sender.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.sent >= self.limit
+    }
+}
+
+#[test]
+fn disconnect_cancels_and_frees_blocks() {
+    let Some(model) = model("synth-qwen2-Q8_0.gguf") else {
+        return;
+    };
+    let scheduler = Scheduler::start(
+        model,
+        &SchedulerConfig {
+            context_size: CONTEXT,
+            max_sequences: 2,
+            ..Default::default()
+        },
+    )
+    .expect("scheduler");
+    let total = scheduler.stats().total_blocks;
+    let (sender, receiver) = channel();
+    let hangup = Hangup {
+        sender,
+        sent: 0,
+        limit: 3,
+    };
+    scheduler
+        .submit(Request::greedy(vec![5, 6, 7], 400), Box::new(hangup))
+        .expect("submit");
+    assert!(scheduler.wait_idle(Duration::from_secs(30)));
+    let received: Vec<SequenceEvent> = receiver.try_iter().collect();
+    assert_eq!(received.len(), 3, "no events after the hang-up");
+    assert_eq!(scheduler.stats().free_blocks, total);
+}
+
+#[test]
+fn refuses_bad_requests_and_a_full_queue() {
+    let Some(model) = model("synth-qwen2-Q8_0.gguf") else {
+        return;
+    };
+    let scheduler = Scheduler::start(
+        model,
+        &SchedulerConfig {
+            context_size: 64,
+            max_sequences: 1,
+            max_queued: 1,
+            ..Default::default()
+        },
+    )
+    .expect("scheduler");
+    let sink = || Box::new(channel().0);
+    assert!(matches!(
+        scheduler.submit(Request::greedy(Vec::new(), 4), sink()),
+        Err(SubmitError::InvalidParameter { name: "prompt", .. })
+    ));
+    assert!(matches!(
+        scheduler.submit(Request::greedy(vec![1], 0), sink()),
+        Err(SubmitError::InvalidParameter {
+            name: "max_tokens",
+            ..
+        })
+    ));
+    assert!(matches!(
+        scheduler.submit(Request::greedy(vec![1; 64], 4), sink()),
+        Err(SubmitError::PromptTooLong {
+            tokens: 64,
+            context: 64
+        })
+    ));
+    let mut hot = Request::greedy(vec![1], 4);
+    hot.sampling.temperature = -1.0;
+    assert!(matches!(
+        scheduler.submit(hot, sink()),
+        Err(SubmitError::InvalidParameter {
+            name: "temperature",
+            ..
+        })
+    ));
+    // Fill the slot and the queue faster than the worker drains them.
+    let mut outcomes = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..6 {
+        let (sender, receiver) = channel();
+        outcomes.push(scheduler.submit(Request::greedy(vec![1, 2], 60), Box::new(sender)));
+        receivers.push(receiver);
+    }
+    assert!(outcomes
+        .iter()
+        .any(|o| matches!(o, Err(SubmitError::QueueFull { .. }))));
+    assert!(scheduler.wait_idle(Duration::from_secs(60)));
+}

@@ -1,0 +1,182 @@
+//! One choice of a request: an engine sequence whose token events become text deltas
+//! (complete UTF-8 characters, stop strings cut out) with their log-probabilities. Dropping
+//! a [`Choice`] drops its event receiver, which cancels the sequence at the next step.
+
+use std::sync::Arc;
+
+use futures::stream::{BoxStream, StreamExt};
+use runit_engine::scheduler::{EventSink, SequenceEvent};
+use runit_engine::{GeneratedToken, StopReason};
+use runit_tokenizer::Tokenizer;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::stop::StopMatcher;
+
+/// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
+pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);
+
+impl EventSink for ChannelSink {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// A token with its log-probability, and the most likely alternatives when asked for.
+#[derive(Debug, Clone)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f64,
+    pub top: Vec<(String, Vec<u8>, f64)>,
+}
+
+/// What a choice produced since its last delta.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    /// `stop` or `length` on the last delta.
+    pub finish_reason: Option<&'static str>,
+    /// Tokens generated so far.
+    pub completion_tokens: usize,
+    /// Set when the engine failed this sequence.
+    pub error: Option<String>,
+}
+
+/// The receiving end of one sequence.
+pub struct Choice {
+    index: usize,
+    receiver: Option<UnboundedReceiver<SequenceEvent>>,
+    tokenizer: Arc<Tokenizer>,
+    pending: Vec<u8>,
+    stop: StopMatcher,
+    logprobs: bool,
+    generated: usize,
+}
+
+impl Choice {
+    /// A choice and the sink to submit its sequence with.
+    pub fn new(
+        index: usize,
+        tokenizer: Arc<Tokenizer>,
+        stops: Vec<String>,
+        logprobs: bool,
+    ) -> (Choice, ChannelSink) {
+        let (sender, receiver) = unbounded_channel();
+        let choice = Choice {
+            index,
+            receiver: Some(receiver),
+            tokenizer,
+            pending: Vec::new(),
+            stop: StopMatcher::new(stops),
+            logprobs,
+            generated: 0,
+        };
+        (choice, ChannelSink(sender))
+    }
+
+    /// The choice's deltas, ending with the one that has a finish reason or an error.
+    pub fn into_stream(self) -> BoxStream<'static, Delta> {
+        futures::stream::unfold(self, |mut choice| async move {
+            let delta = choice.next_delta().await?;
+            Some((delta, choice))
+        })
+        .boxed()
+    }
+
+    /// Waits for the next engine event and turns it into a delta; `None` after the end.
+    async fn next_delta(&mut self) -> Option<Delta> {
+        let receiver = self.receiver.as_mut()?;
+        let event = receiver.recv().await;
+        let mut delta = Delta {
+            index: self.index,
+            ..Delta::default()
+        };
+        match event {
+            Some(SequenceEvent::Token(token)) => {
+                self.generated += 1;
+                if self.logprobs {
+                    delta.logprobs.push(self.logprob(&token));
+                }
+                let text = self.text_of(token.id);
+                let check = self.stop.push(&text);
+                delta.text = check.text;
+                if check.stopped {
+                    delta.finish_reason = Some("stop");
+                    self.receiver = None;
+                }
+            }
+            Some(SequenceEvent::Finished { stop, .. }) => {
+                let rest = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                let check = self.stop.push(&rest);
+                delta.text = check.text;
+                if !check.stopped {
+                    delta.text.push_str(&self.stop.finish());
+                }
+                delta.finish_reason = Some(match stop {
+                    StopReason::Limit if !check.stopped => "length",
+                    _ => "stop",
+                });
+                self.receiver = None;
+            }
+            Some(SequenceEvent::Failed(message)) => {
+                delta.error = Some(message);
+                self.receiver = None;
+            }
+            None => {
+                delta.error = Some("the engine dropped the sequence".into());
+                self.receiver = None;
+            }
+        }
+        delta.completion_tokens = self.generated;
+        Some(delta)
+    }
+
+    /// The complete characters that token `id` finishes (control tokens add nothing).
+    fn text_of(&mut self, id: u32) -> String {
+        if !self.tokenizer.is_control(id) {
+            if let Ok(piece) = self.tokenizer.token_piece(id) {
+                self.pending.extend_from_slice(piece);
+            }
+        }
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An error with no length is an unfinished character at the end: hold it back.
+            Err(error) if error.error_len().is_none() => error.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let complete: Vec<u8> = self.pending.drain(..valid).collect();
+        String::from_utf8_lossy(&complete).into_owned()
+    }
+
+    fn logprob(&self, token: &GeneratedToken) -> TokenLogprob {
+        let describe = |id: u32| {
+            let bytes = self
+                .tokenizer
+                .token_piece(id)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default();
+            (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+        };
+        let (text, bytes) = describe(token.id);
+        TokenLogprob {
+            token: text,
+            bytes,
+            logprob: token.logprob,
+            top: token
+                .top
+                .iter()
+                .map(|&(id, logprob)| {
+                    let (text, bytes) = describe(id);
+                    (text, bytes, logprob)
+                })
+                .collect(),
+        }
+    }
+}

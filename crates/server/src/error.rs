@@ -1,0 +1,142 @@
+//! Errors: [`ApiError`] is what a client sees (an HTTP status and OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}` body); [`ServerError`] is what stops
+//! the server from starting or serving.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use runit_engine::scheduler::SubmitError;
+
+/// Why the server could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("could not listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("serving failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's error type: `invalid_request_error`, `authentication_error`, `server_error`.
+    pub kind: &'static str,
+    /// The request field at fault, when there is one (`messages[1].role`).
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// A 400 about the field `param`.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()),
+            code: None,
+        }
+    }
+
+    /// A 400 about the request as a whole.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// Sets the machine-readable code.
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// A 401 for a missing or wrong bearer token.
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "invalid or missing API key (send `Authorization: Bearer KEY`)".into(),
+            kind: "authentication_error",
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
+    /// A 404 for a model this server does not serve.
+    pub fn unknown_model(requested: &str, served: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "the model `{requested}` does not exist; this server serves `{served}`"
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }
+    }
+
+    /// A 500 for a failure inside the engine.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(error: SubmitError) -> ApiError {
+        match error {
+            SubmitError::QueueFull { .. } => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: error.to_string(),
+                kind: "server_error",
+                param: None,
+                code: Some("queue_full"),
+            },
+            SubmitError::InvalidParameter { name, .. } => {
+                ApiError::invalid(name, error.to_string())
+            }
+            SubmitError::PromptTooLong { .. } => {
+                ApiError::bad_request(error.to_string()).with_code("context_length_exceeded")
+            }
+            _ => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: error.to_string(),
+                kind: "server_error",
+                param: None,
+                code: None,
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,371 @@
+//! Reading OpenAI request bodies field by field, so that a wrong type or value is answered
+//! with a 400 naming the field (`param`) instead of a generic deserialisation failure.
+
+use runit_engine::SamplerParams;
+use runit_tokenizer::ChatMessage;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 16;
+/// Most stop strings one request may give.
+pub const MAX_STOPS: usize = 16;
+/// Most top log-probabilities per token (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// The generation settings shared by chat and text completions.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub model: Option<String>,
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplerParams,
+    pub stop: Vec<String>,
+    /// Log-probabilities of the chosen tokens are wanted.
+    pub logprobs: bool,
+    pub top_logprobs: usize,
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The body as a JSON object; malformed JSON or another JSON type is a 400.
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|error| ApiError::bad_request(format!("the body is not valid JSON: {error}")))?;
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(ApiError::bad_request(format!(
+            "the body must be a JSON object, found {}",
+            type_name(&other)
+        ))),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
+    ApiError::invalid(
+        param,
+        format!("`{param}` must be {expected}, found {}", type_name(found)),
+    )
+}
+
+/// A field that is absent or null reads as `None`.
+fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    body.get(name).filter(|value| !value.is_null())
+}
+
+fn number(body: &Map<String, Value>, name: &str) -> Result<Option<f64>, ApiError> {
+    match field(body, name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(other) => Err(wrong_type(name, "a number", other)),
+    }
+}
+
+fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
+    match field(body, name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(i) => Ok(Some(i)),
+            None => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be an integer, found {n}"),
+            )),
+        },
+        Some(other) => Err(wrong_type(name, "an integer", other)),
+    }
+}
+
+fn boolean(body: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+    match field(body, name) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(wrong_type(name, "a boolean", other)),
+    }
+}
+
+fn in_range(name: &str, value: f64, low: f64, high: f64) -> Result<f32, ApiError> {
+    if value.is_finite() && (low..=high).contains(&value) {
+        Ok(value as f32)
+    } else {
+        Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be between {low} and {high}, found {value}"),
+        ))
+    }
+}
+
+/// Reads the settings common to both endpoints. `chat` selects how `logprobs` is read
+/// (a boolean with `top_logprobs` for chat, an integer count for text completions).
+pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiError> {
+    let model = match field(body, "model") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => return Err(wrong_type("model", "a string", other)),
+    };
+    let max_tokens = match (
+        integer(body, "max_completion_tokens")?,
+        integer(body, "max_tokens")?,
+    ) {
+        (Some(n), _) => Some(("max_completion_tokens", n)),
+        (None, Some(n)) => Some(("max_tokens", n)),
+        (None, None) => None,
+    };
+    let max_tokens = match max_tokens {
+        Some((name, n)) if n <= 0 => {
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be at least 1, found {n}"),
+            ))
+        }
+        Some((_, n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => None,
+    };
+    let mut sampling = SamplerParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: fresh_seed(),
+        ..SamplerParams::default()
+    };
+    if let Some(t) = number(body, "temperature")? {
+        sampling.temperature = in_range("temperature", t, 0.0, 2.0)?;
+    }
+    if let Some(p) = number(body, "top_p")? {
+        sampling.top_p = in_range("top_p", p, f64::MIN_POSITIVE, 1.0)?;
+    }
+    if let Some(p) = number(body, "min_p")? {
+        sampling.min_p = in_range("min_p", p, 0.0, 1.0)?;
+    }
+    if let Some(k) = integer(body, "top_k")? {
+        if k < 0 {
+            return Err(ApiError::invalid("top_k", "`top_k` must be 0 or more"));
+        }
+        sampling.top_k = k as usize;
+    }
+    if let Some(p) = number(body, "presence_penalty")? {
+        sampling.presence_penalty = in_range("presence_penalty", p, -2.0, 2.0)?;
+    }
+    if let Some(p) = number(body, "frequency_penalty")? {
+        sampling.frequency_penalty = in_range("frequency_penalty", p, -2.0, 2.0)?;
+    }
+    if let Some(p) = number(body, "repetition_penalty")? {
+        sampling.repeat_penalty = in_range("repetition_penalty", p, 0.01, 10.0)?;
+    }
+    if let Some(seed) = integer(body, "seed")? {
+        sampling.seed = seed as u64;
+    }
+    let stop = stop_strings(body)?;
+    let (logprobs, top_logprobs) = if chat {
+        let wanted = boolean(body, "logprobs")?.unwrap_or(false);
+        let top = integer(body, "top_logprobs")?.unwrap_or(0);
+        (wanted, top)
+    } else {
+        let top = integer(body, "logprobs")?;
+        (top.is_some(), top.unwrap_or(0))
+    };
+    let top_param = if chat { "top_logprobs" } else { "logprobs" };
+    if !(0..=MAX_TOP_LOGPROBS as i64).contains(&top_logprobs) {
+        return Err(ApiError::invalid(
+            top_param,
+            format!("`{top_param}` must be between 0 and {MAX_TOP_LOGPROBS}"),
+        ));
+    }
+    let n = integer(body, "n")?.unwrap_or(1);
+    if !(1..=MAX_CHOICES as i64).contains(&n) {
+        return Err(ApiError::invalid(
+            "n",
+            format!("`n` must be between 1 and {MAX_CHOICES}, found {n}"),
+        ));
+    }
+    let stream = boolean(body, "stream")?.unwrap_or(false);
+    let include_usage = match field(body, "stream_options") {
+        None => false,
+        Some(Value::Object(o)) => boolean(o, "include_usage")
+            .map_err(|e| ApiError {
+                param: Some("stream_options.include_usage".into()),
+                ..e
+            })?
+            .unwrap_or(false),
+        Some(other) => return Err(wrong_type("stream_options", "an object", other)),
+    };
+    if let Some(user) = field(body, "user") {
+        if !user.is_string() {
+            return Err(wrong_type("user", "a string", user));
+        }
+    }
+    Ok(Options {
+        model,
+        max_tokens,
+        sampling,
+        stop,
+        logprobs,
+        top_logprobs: top_logprobs as usize,
+        n: n as usize,
+        stream,
+        include_usage,
+    })
+}
+
+/// A seed for requests that give none.
+fn fresh_seed() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn stop_strings(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let stops = match field(body, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(wrong_type(&format!("stop[{i}]"), "a string", other)),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(wrong_type("stop", "a string or an array of strings", other)),
+    };
+    if stops.len() > MAX_STOPS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("at most {MAX_STOPS} stop strings, found {}", stops.len()),
+        ));
+    }
+    Ok(stops)
+}
+
+/// The conversation of a chat request.
+pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let items = match field(body, "messages") {
+        None => return Err(ApiError::invalid("messages", "`messages` is required")),
+        Some(Value::Array(items)) => items,
+        Some(other) => return Err(wrong_type("messages", "an array", other)),
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must hold at least one message",
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| message(i, item))
+        .collect()
+}
+
+fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
+    let param = format!("messages[{i}]");
+    let Value::Object(object) = item else {
+        return Err(wrong_type(&param, "an object", item));
+    };
+    let role = match field(object, "role") {
+        Some(Value::String(role)) => role.as_str(),
+        Some(other) => return Err(wrong_type(&format!("{param}.role"), "a string", other)),
+        None => {
+            return Err(ApiError::invalid(
+                format!("{param}.role"),
+                "every message needs a `role`",
+            ))
+        }
+    };
+    let role = match role {
+        "system" | "user" | "assistant" => role,
+        "developer" => "system",
+        other => {
+            return Err(ApiError::invalid(
+                format!("{param}.role"),
+                format!("unknown role `{other}`; expected system, developer, user or assistant"),
+            ))
+        }
+    };
+    let content_param = format!("{param}.content");
+    let content = match field(object, "content") {
+        None => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                let part_param = format!("{content_param}[{j}]");
+                let kind = part.get("type").and_then(Value::as_str);
+                match (kind, part.get("text")) {
+                    (Some("text"), Some(Value::String(piece))) => text.push_str(piece),
+                    (Some("text"), _) => {
+                        return Err(ApiError::invalid(
+                            part_param,
+                            "a text part needs a string `text`",
+                        ))
+                    }
+                    (kind, _) => {
+                        return Err(ApiError::invalid(
+                            part_param,
+                            format!(
+                                "content parts of type {} are not supported; only `text`",
+                                kind.unwrap_or("(none)")
+                            ),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(other) => {
+            return Err(wrong_type(
+                &content_param,
+                "a string or an array of parts",
+                other,
+            ))
+        }
+    };
+    Ok(ChatMessage::new(role, content))
+}
+
+/// The prompt of a text completion: a string, a one-string array, or token ids.
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// Reads `prompt`.
+pub fn prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let value = match field(body, "prompt") {
+        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
+        Some(value) => value,
+    };
+    match value {
+        Value::String(text) => Ok(Prompt::Text(text.clone())),
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
+            items[0].as_str().unwrap_or_default().to_string(),
+        )),
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
+            let ids = items
+                .iter()
+                .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| ApiError::invalid("prompt", "token ids must fit in 32 bits"))?;
+            Ok(Prompt::Tokens(ids))
+        }
+        Value::Array(_) => Err(ApiError::invalid(
+            "prompt",
+            "`prompt` must be a string, an array of one string, or an array of token ids \
+             (several prompts per request are not supported)",
+        )),
+        other => Err(wrong_type("prompt", "a string or an array", other)),
+    }
+}
