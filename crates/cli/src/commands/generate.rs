@@ -47,7 +47,8 @@ pub struct Args {
     #[arg(long, value_name = "K")]
     pub dump_logits: Option<usize>,
     /// Write every intermediate tensor of the prompt pass (name, shape, sum, first values,
-    /// named like llama.cpp's eval-callback) to this file.
+    /// named like llama.cpp's eval-callback) to this file. With RUNIT_DUMP_FULL=NAME,... in the
+    /// environment, every value of those nodes is written too.
     #[arg(long, value_name = "FILE")]
     pub dump_layers: Option<PathBuf>,
 }
