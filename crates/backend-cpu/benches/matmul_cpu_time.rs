@@ -56,9 +56,14 @@ fn main() {
         _ => SimdLevel::detect(),
     };
     let parallelism = Parallelism { pool: None, level };
+    if std::env::args().any(|a| a == "stream") {
+        stream(&parallelism);
+        return;
+    }
     let types = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
@@ -100,5 +105,41 @@ fn main() {
                 );
             }
         }
+    }
+}
+
+/// Decode from memory rather than cache: one token through a weight far larger than the
+/// caches (49152 x 576, the shape of SmolLM2's output matrix, times three), so the figure
+/// is the kernel's share of the memory bandwidth of one core (`-- stream`).
+fn stream(parallelism: &Parallelism) {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
+        let n_in = if ty.block_size() == 256 { 1536 } else { 576 };
+        let n_out = 3 * 49152 * 576 / n_in;
+        let row_bytes = ty.row_bytes(n_in as u64).expect("whole blocks") as usize;
+        let mut bytes = vec![0u8; row_bytes * n_out];
+        quantize(ty, &values(n_in * n_out, 7), &mut bytes).expect("quantizable");
+        let weight = PackedWeight::new(ty, &bytes, n_in, n_out);
+        let x = values(n_in, 11);
+        let mut y = vec![0.0f32; n_out];
+        let mut scratch = Vec::new();
+        let mut best = f64::MAX;
+        for _ in 0..8 {
+            let start = thread_cpu_seconds();
+            matmul(&weight, &x, 1, &mut y, &mut scratch, parallelism);
+            best = best.min(thread_cpu_seconds() - start);
+        }
+        println!(
+            "{:?} {ty} stream {} MB: {:.0} us, {:.2} GB/s per thread",
+            parallelism.level,
+            bytes.len() >> 20,
+            best * 1e6,
+            bytes.len() as f64 / best / 1e9
+        );
     }
 }

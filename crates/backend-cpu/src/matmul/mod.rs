@@ -24,13 +24,15 @@
 //! assert_eq!(y, twin);
 //! ```
 
+mod repacked;
+mod team;
 #[cfg(test)]
 mod tests;
 
-use rayon::prelude::*;
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, dot_fn, multi_dot_fn, quantize_activation, DotFn,
-    MultiDotFn, SimdLevel,
+    activation_format, activation_row_bytes, block_scales, block_scales_len, dot_fn, gemv_fn,
+    multi_dot_fn, quantize_activation, tile_fn, ActivationFormat, BlockScales, DotFn, MultiDotFn,
+    SimdLevel, TileFn,
 };
 use runit_quant::GgmlType;
 
@@ -52,6 +54,23 @@ pub struct PackedWeight<'a> {
     pub n_in: usize,
     /// Rows (the output width).
     pub n_out: usize,
+    /// How llama.cpp's CPU backend would hold this weight, which decides the order of its
+    /// dot products.
+    pub layout: Layout,
+}
+
+/// Where ggml-cpu keeps a weight (see `runit_quant::dot::is_repacked`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// A plain buffer: `vec_dot` (or tinyBLAS) order.
+    #[default]
+    Plain,
+    /// The REPACK buffer, as a 2-D matrix (MUL_MAT: gemm order for groups of four
+    /// activation rows, gemv order for the rest).
+    Repacked,
+    /// The REPACK buffer, as one expert of a 3-D tensor (MUL_MAT_ID: gemv order for every
+    /// activation row).
+    RepackedExpert,
 }
 
 impl<'a> PackedWeight<'a> {
@@ -62,7 +81,13 @@ impl<'a> PackedWeight<'a> {
             bytes,
             n_in,
             n_out,
+            layout: Layout::Plain,
         }
+    }
+
+    /// This view with another [`Layout`].
+    pub fn with_layout(self, layout: Layout) -> PackedWeight<'a> {
+        PackedWeight { layout, ..self }
     }
 
     /// Bytes of one row.
@@ -70,12 +95,6 @@ impl<'a> PackedWeight<'a> {
         self.ty
             .row_bytes(self.n_in as u64)
             .expect("checked by check_shapes") as usize
-    }
-
-    /// Row `o`.
-    fn row(&self, o: usize) -> &'a [u8] {
-        let row_bytes = self.row_bytes();
-        &self.bytes[o * row_bytes..(o + 1) * row_bytes]
     }
 }
 
@@ -109,11 +128,16 @@ impl<'a> Parallelism<'a> {
         self.pool.map_or(1, |pool| pool.current_num_threads())
     }
 
-    /// Runs `work` inside the pool, or directly.
-    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        match self.pool {
-            Some(pool) => pool.install(work),
-            None => work(),
+    /// Runs `work(chunk)` for every `chunk < chunks`: on the calling thread and the
+    /// matmul's spinning helpers (see `team`) when there are several threads.
+    fn for_each_chunk(&self, chunks: usize, work: &(dyn Fn(usize) + Sync)) {
+        let threads = self.threads();
+        match (threads > 1)
+            .then(|| team::Team::with_helpers(threads - 1))
+            .flatten()
+        {
+            Some(team) => team.run(chunks, work),
+            None => (0..chunks).for_each(work),
         }
     }
 }
@@ -152,8 +176,9 @@ fn check_shapes(weight: &PackedWeight, x: &[f32], tokens: usize, y: &[f32]) {
 }
 
 /// `y[t][o] = sum_i W[o][i] * x[t][i]` for `t < tokens`; `x` is `[tokens, n_in]` and `y`
-/// `[tokens, n_out]`, row-major. `scratch` holds the converted activations between calls
-/// (it grows to `tokens * activation_row_bytes` and is reused).
+/// `[tokens, n_out]`, row-major. `scratch` holds the converted activations (and, for the
+/// 32-element formats, their block scales widened to f32) between calls; it grows as
+/// needed and is reused.
 ///
 /// # Panics
 /// When the type has no kernel or the lengths disagree with the shape.
@@ -169,87 +194,174 @@ pub fn matmul(
     if tokens == 0 || weight.n_out == 0 {
         return;
     }
+    if let Some(dot) = repacked::repack_kernel(weight) {
+        repacked::matmul_repacked(weight, x, tokens, y, scratch, parallelism, dot);
+        return;
+    }
     let format = activation_format(weight.ty).expect("checked by check_shapes");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
-    scratch.resize(tokens * activation_bytes, 0);
-    let activations = &mut scratch[..tokens * activation_bytes];
-    let convert = |(row, out): (&[f32], &mut [u8])| quantize_activation(format, row, out);
-    if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.pool.is_some() {
-        parallelism.run(|| {
-            x.par_chunks(weight.n_in)
-                .zip(activations.par_chunks_mut(activation_bytes))
-                .for_each(convert)
-        });
+    let tile = if tokens > 1 {
+        tile_fn(weight.ty, parallelism.level)
+    } else {
+        None
+    };
+    let quant_len = tokens * activation_bytes;
+    let table_len = if tile.is_some() {
+        block_scales_len(weight.n_in, tokens)
+    } else {
+        0
+    };
+    // [activations | alignment | d table | s table]
+    scratch.resize(quant_len + 4 + 2 * 4 * table_len, 0);
+    let (activations, tables) = scratch.split_at_mut(quant_len);
+    if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
+        let shared = SharedBytes(activations.as_mut_ptr());
+        let convert = |t: usize| {
+            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
+            };
+            quantize_activation(format, &x[t * weight.n_in..(t + 1) * weight.n_in], out);
+        };
+        parallelism.for_each_chunk(tokens, &convert);
     } else {
         x.chunks(weight.n_in)
             .zip(activations.chunks_mut(activation_bytes))
-            .for_each(convert);
+            .for_each(|(row, out)| quantize_activation(format, row, out));
     }
-    let activations = &scratch[..tokens * activation_bytes];
-    let dot = dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes");
-    let multi = multi_dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes");
+    let activations = &*activations;
+    let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
+    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 2 * 4 * table_len]);
+    let (d, s) = tables.split_at_mut(table_len);
+    let kernel = match tile {
+        Some(tile) => {
+            let filled = block_scales(format, activations, tokens, weight.n_in, d, s);
+            assert!(
+                filled,
+                "tile kernels exist only for formats with block scales"
+            );
+            let s: &[f32] = if format == ActivationFormat::Q8_1 {
+                s
+            } else {
+                &[]
+            };
+            TileKernel::Scaled(
+                tile,
+                BlockScales {
+                    d,
+                    s,
+                    stride: tokens,
+                },
+            )
+        }
+        None => TileKernel::Multi(
+            multi_dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes"),
+        ),
+    };
+    let row_bytes = weight.row_bytes();
     let rows_per_task = (weight.n_out / (parallelism.threads() * 8))
         .max(MIN_ROWS_PER_TASK)
         .min(weight.n_out);
+    let chunks = weight.n_out.div_ceil(rows_per_task);
+    let output = SharedOutput(y.as_mut_ptr());
     if tokens == 1 {
-        let task = |(chunk, out): (usize, &mut [f32])| {
-            for (j, value) in out.iter_mut().enumerate() {
-                *value = dot(
-                    weight.n_in,
-                    weight.row(chunk * rows_per_task + j),
-                    activations,
-                );
+        let gemv = gemv_fn(weight.ty, parallelism.level);
+        let dot = dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes");
+        let task = |chunk: usize| {
+            let first = chunk * rows_per_task;
+            let count = rows_per_task.min(weight.n_out - first);
+            let rows = &weight.bytes[first * row_bytes..(first + count) * row_bytes];
+            // SAFETY: chunk `chunk` alone writes outputs first..first + count (< n_out).
+            let out = unsafe { std::slice::from_raw_parts_mut(output.at(first), count) };
+            match gemv {
+                Some(gemv) => gemv(weight.n_in, rows, activations, out),
+                None => {
+                    for (value, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
+                        *value = dot(weight.n_in, row, activations);
+                    }
+                }
             }
         };
-        if parallelism.threads() > 1 {
-            parallelism.run(|| y.par_chunks_mut(rows_per_task).enumerate().for_each(task));
-        } else {
-            y.chunks_mut(rows_per_task).enumerate().for_each(task);
-        }
+        parallelism.for_each_chunk(chunks, &task);
         return;
     }
-    let output = SharedOutput(y.as_mut_ptr());
-    let starts: Vec<usize> = (0..weight.n_out).step_by(rows_per_task).collect();
-    let task = |&first: &usize| {
+    let task = |chunk: usize| {
+        let first = chunk * rows_per_task;
         let rows = first..(first + rows_per_task).min(weight.n_out);
         // SAFETY: tasks own disjoint row ranges, so each writes only the columns `rows` of
         // `y`; `y` outlives the parallel section and holds tokens * n_out values.
         unsafe {
             tile_rows(
                 weight,
+                row_bytes,
                 rows,
                 activations,
                 activation_bytes,
                 tokens,
-                multi,
+                kernel,
                 &output,
             )
         };
     };
-    if parallelism.threads() > 1 {
-        parallelism.run(|| starts.par_iter().for_each(task));
-    } else {
-        starts.iter().for_each(task);
+    parallelism.for_each_chunk(chunks, &task);
+}
+
+/// The kernel a tile of tokens goes through.
+#[derive(Clone, Copy)]
+enum TileKernel<'a> {
+    /// A 32-element format, with the activations' f32 scale tables.
+    Scaled(TileFn, BlockScales<'a>),
+    /// Any other type.
+    Multi(MultiDotFn),
+}
+
+/// `y` shared between tasks that write disjoint parts of it.
+struct SharedOutput(*mut f32);
+// SAFETY: each task writes only its own outputs (rows of `y` for one token, columns for
+// several).
+unsafe impl Sync for SharedOutput {}
+
+/// The activation scratch shared between tasks that convert disjoint rows.
+struct SharedBytes(*mut u8);
+// SAFETY: each task writes only its own activation row.
+unsafe impl Sync for SharedBytes {}
+
+impl SharedOutput {
+    /// The value `offset` elements in (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    /// `offset` lies inside `y`.
+    unsafe fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: the caller keeps `offset` inside `y`.
+        unsafe { self.0.add(offset) }
     }
 }
 
-/// `y` shared between tasks that write disjoint columns.
-struct SharedOutput(*mut f32);
-// SAFETY: only used by `tile_rows`, whose callers give each task its own columns.
-unsafe impl Sync for SharedOutput {}
+impl SharedBytes {
+    /// The byte `offset` bytes in.
+    ///
+    /// # Safety
+    /// `offset` lies inside the scratch.
+    unsafe fn at(&self, offset: usize) -> *mut u8 {
+        // SAFETY: the caller keeps `offset` inside the scratch.
+        unsafe { self.0.add(offset) }
+    }
+}
 
 /// Output columns `rows` for every token, tile by tile: for each block of tokens, each
 /// weight row meets all of the block's activation rows through the multi-row kernel.
 ///
 /// # Safety
 /// No other thread may write columns `rows` of `y` (`[tokens, n_out]`) meanwhile.
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_rows(
     weight: &PackedWeight,
+    row_bytes: usize,
     rows: std::ops::Range<usize>,
     activations: &[u8],
     activation_bytes: usize,
     tokens: usize,
-    multi: MultiDotFn,
+    kernel: TileKernel,
     y: &SharedOutput,
 ) {
     let mut dots = [0.0f32; TOKENS_PER_TILE];
@@ -258,11 +370,21 @@ unsafe fn tile_rows(
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
         for o in rows.clone() {
-            multi(weight.n_in, weight.row(o), block, &mut dots[..count]);
+            let row = &weight.bytes[o * row_bytes..(o + 1) * row_bytes];
+            match kernel {
+                TileKernel::Scaled(tile, scales) => tile(
+                    weight.n_in,
+                    row,
+                    block,
+                    scales.from_row(first_token),
+                    &mut dots[..count],
+                ),
+                TileKernel::Multi(multi) => multi(weight.n_in, row, block, &mut dots[..count]),
+            }
             for (t, value) in dots[..count].iter().enumerate() {
                 // SAFETY: (first_token + t) < tokens and o < n_out, inside `y`; column `o`
                 // belongs to this task (see the function's contract).
-                unsafe { *y.0.add((first_token + t) * weight.n_out + o) = *value };
+                unsafe { *y.at((first_token + t) * weight.n_out + o) = *value };
             }
         }
     }
@@ -277,7 +399,9 @@ pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f
     check_shapes(weight, x, tokens, y);
     let format = activation_format(weight.ty).expect("checked by check_shapes");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
-    let dot: DotFn = dot_fn(weight.ty, SimdLevel::Scalar).expect("checked by check_shapes");
+    let vec_dot: DotFn = dot_fn(weight.ty, SimdLevel::Scalar).expect("checked by check_shapes");
+    let repack = repacked::repack_kernel(weight);
+    let row_bytes = weight.row_bytes();
     let mut activation = vec![0u8; activation_bytes];
     for t in 0..tokens {
         quantize_activation(
@@ -285,8 +409,14 @@ pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f
             &x[t * weight.n_in..(t + 1) * weight.n_in],
             &mut activation,
         );
+        let dot = match repack {
+            Some((_, gemm)) if t < repacked::gemm_rows(weight, tokens) => gemm,
+            Some((gemv, _)) => gemv,
+            None => vec_dot,
+        };
         for o in 0..weight.n_out {
-            y[t * weight.n_out + o] = dot(weight.n_in, weight.row(o), &activation);
+            let row = &weight.bytes[o * row_bytes..(o + 1) * row_bytes];
+            y[t * weight.n_out + o] = dot(weight.n_in, row, &activation);
         }
     }
 }

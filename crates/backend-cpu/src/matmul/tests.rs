@@ -149,3 +149,37 @@ fn mismatched_shapes_panic_with_the_shape() {
         &Parallelism::current_thread(),
     );
 }
+
+#[test]
+fn concurrent_callers_share_the_team_and_stay_exact() {
+    let (n_in, n_out) = (256, 301);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .expect("pool");
+    let bytes = packed(GgmlType::Q4_1, n_in, n_out);
+    let weight = PackedWeight::new(GgmlType::Q4_1, &bytes, n_in, n_out);
+    std::thread::scope(|scope| {
+        for caller in 0..3u64 {
+            let (pool, weight) = (&pool, &weight);
+            scope.spawn(move || {
+                let mut scratch = Vec::new();
+                for step in 0..200u64 {
+                    let tokens = [1, 1, 9][(step % 3) as usize];
+                    let x = values(tokens * n_in, caller * 1000 + step);
+                    let mut expected = vec![0.0f32; tokens * n_out];
+                    matmul_scalar(weight, &x, tokens, &mut expected);
+                    let mut y = vec![f32::NAN; tokens * n_out];
+                    let parallelism = Parallelism::pool(pool);
+                    matmul(weight, &x, tokens, &mut y, &mut scratch, &parallelism);
+                    assert!(
+                        y.iter()
+                            .zip(&expected)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "caller {caller} step {step}"
+                    );
+                }
+            });
+        }
+    });
+}

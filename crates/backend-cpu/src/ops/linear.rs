@@ -4,7 +4,7 @@
 
 use runit_backend::{BackendError, Buffer, Weight};
 
-use crate::matmul::{self, PackedWeight, Parallelism};
+use crate::matmul::{self, Layout, PackedWeight, Parallelism};
 use crate::storage::{at_least, data, data_mut, exactly, product, weight_bytes};
 use crate::CpuBackend;
 
@@ -47,7 +47,19 @@ pub fn matmul(
     let out = data_mut(out, OP, "out")?;
     let out_len = product(OP, "out", tokens, n_out)?;
     at_least(OP, "out elements (tokens × rows)", out_len, out.len())?;
-    let packed = PackedWeight::new(weight.ty, bytes, n_in, n_out);
+    // ggml-cpu keeps the token embedding out of its REPACK buffer (GET_ROWS reads it), so a
+    // tied output matmul stays in `vec_dot` order.
+    // One expert of a 3-D tensor (`Weight::matrix` names it `name[index]`) goes through
+    // MUL_MAT_ID there.
+    let layout =
+        if weight.name == "token_embd.weight" || !runit_quant::dot::is_repacked(weight.ty, n_out) {
+            Layout::Plain
+        } else if weight.name.ends_with(']') {
+            Layout::RepackedExpert
+        } else {
+            Layout::Repacked
+        };
+    let packed = PackedWeight::new(weight.ty, bytes, n_in, n_out).with_layout(layout);
     let parallelism = Parallelism {
         pool: (backend.threads > 1).then_some(&backend.pool),
         level: backend.simd,

@@ -2,8 +2,8 @@
 //! (ggml-cpu's `ggml_vec_dot_{q4_0,q5_0,q8_0,iq4_nl}_q8_0` and `{q4_1,q5_1}_q8_1`, AVX2
 //! arithmetic order).
 
-use super::checked_blocks;
 use super::lanes::{block, fma_lanes, hsum8, lane_sums, Lanes};
+use super::{checked_blocks, BlockScales, GemvFn, TileFn};
 use crate::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
 };
@@ -148,4 +148,61 @@ pub(crate) fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
         sum = d.mul_add(sums.iter().sum::<i32>() as f32, sum);
     }
     sum
+}
+
+/// Scalar twins of the batched kernels: one single-row call per weight row.
+macro_rules! gemv_by_rows {
+    ($dot:path) => {{
+        fn gemv(n: usize, weight_rows: &[u8], activation_row: &[u8], out: &mut [f32]) {
+            if out.is_empty() {
+                return;
+            }
+            let row_bytes = weight_rows.len() / out.len();
+            for (value, row) in out.iter_mut().zip(weight_rows.chunks_exact(row_bytes)) {
+                *value = $dot(n, row, activation_row);
+            }
+        }
+        gemv as GemvFn
+    }};
+}
+
+/// Scalar twins of the tile kernels: one single-row call per activation row (the f32
+/// scale tables hold the same values as the blocks, so they are not needed here).
+macro_rules! tile_by_rows {
+    ($dot:path) => {{
+        fn tile(
+            n: usize,
+            weight_row: &[u8],
+            activations: &[u8],
+            _: BlockScales<'_>,
+            out: &mut [f32],
+        ) {
+            crate::dot::multi_by_rows(n, weight_row, activations, out, $dot);
+        }
+        tile as TileFn
+    }};
+}
+
+/// The scalar gemv twin of a 32-element format.
+pub(crate) fn gemv(weight: GgmlType) -> Option<GemvFn> {
+    Some(match weight {
+        GgmlType::Q4_0 => gemv_by_rows!(dot_q4_0),
+        GgmlType::Q4_1 => gemv_by_rows!(dot_q4_1),
+        GgmlType::Q5_0 => gemv_by_rows!(dot_q5_0),
+        GgmlType::Q5_1 => gemv_by_rows!(dot_q5_1),
+        GgmlType::Q8_0 => gemv_by_rows!(dot_q8_0),
+        _ => return None,
+    })
+}
+
+/// The scalar tile twin of a 32-element format.
+pub(crate) fn tile(weight: GgmlType) -> Option<TileFn> {
+    Some(match weight {
+        GgmlType::Q4_0 => tile_by_rows!(dot_q4_0),
+        GgmlType::Q4_1 => tile_by_rows!(dot_q4_1),
+        GgmlType::Q5_0 => tile_by_rows!(dot_q5_0),
+        GgmlType::Q5_1 => tile_by_rows!(dot_q5_1),
+        GgmlType::Q8_0 => tile_by_rows!(dot_q8_0),
+        _ => return None,
+    })
 }

@@ -254,6 +254,82 @@ fn multi_row_kernels_equal_single_row_kernels() {
 }
 
 #[test]
+fn gemv_and_tile_kernels_equal_the_scalar_twin() {
+    let mut random = Random(0x0dd_ba11);
+    let mut compared = 0;
+    for ty in DOT_TYPES {
+        let Some(format) = activation_format(ty) else {
+            continue;
+        };
+        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+        for n in lengths(ty) {
+            let rows = 11;
+            let weights: Vec<u8> = (0..rows)
+                .flat_map(|r| weight_row(ty, n, r % 2 == 1, &mut random))
+                .collect();
+            let x: Vec<f32> = (0..n * rows).map(|_| random.value()).collect();
+            let activations: Vec<u8> = x
+                .chunks(n)
+                .flat_map(|row| activation_row(ty, row))
+                .collect();
+            let w_bytes = weights.len() / rows;
+            let a_bytes = activations.len() / rows;
+            let len = block_scales_len(n, rows);
+            let (mut d, mut s) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            let has_tables = block_scales(format, &activations, rows, n, &mut d, &mut s);
+            let scales = BlockScales {
+                d: &d,
+                s: &s,
+                stride: rows,
+            };
+            let mut levels = levels();
+            levels.push(SimdLevel::Scalar);
+            for level in levels {
+                if let Some(gemv) = gemv_fn(ty, level) {
+                    for count in 1..=rows {
+                        let a = &activations[(count - 1) * a_bytes..count * a_bytes];
+                        let mut out = vec![0.0f32; count];
+                        gemv(n, &weights[..count * w_bytes], a, &mut out);
+                        for (r, value) in out.iter().enumerate() {
+                            let expected = scalar(n, &weights[r * w_bytes..(r + 1) * w_bytes], a);
+                            assert_eq!(
+                                value.to_bits(),
+                                expected.to_bits(),
+                                "gemv {ty} n={n} {level:?} {count} rows, row {r}"
+                            );
+                            compared += 1;
+                        }
+                    }
+                }
+                if let Some(tile) = tile_fn(ty, level) {
+                    assert!(has_tables, "{ty} has a tile kernel but no scale tables");
+                    let w = &weights[..w_bytes];
+                    for first in 0..rows {
+                        for count in 1..=rows - first {
+                            let a = &activations[first * a_bytes..(first + count) * a_bytes];
+                            let mut out = vec![0.0f32; count];
+                            tile(n, w, a, scales.from_row(first), &mut out);
+                            for (c, value) in out.iter().enumerate() {
+                                let row = first + c;
+                                let expected =
+                                    scalar(n, w, &activations[row * a_bytes..(row + 1) * a_bytes]);
+                                assert_eq!(
+                                    value.to_bits(),
+                                    expected.to_bits(),
+                                    "tile {ty} n={n} {level:?} rows {first}+{count}, row {c}"
+                                );
+                                compared += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 1000, "{compared} comparisons");
+}
+
+#[test]
 fn unavailable_levels_fall_back() {
     for ty in DOT_TYPES {
         for level in SimdLevel::ALL {

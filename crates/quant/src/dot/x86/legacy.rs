@@ -123,7 +123,7 @@ impl Legacy for IQ4NL {
 /// The eight lane sums of one block: quants `q` (signed or not per `W`) times the
 /// activation quants `y`.
 #[inline(always)]
-unsafe fn block_sums<W: Legacy, I: Isa>(q: __m256i, y: __m256i) -> __m256i {
+pub(super) unsafe fn block_sums<W: Legacy, I: Isa>(q: __m256i, y: __m256i) -> __m256i {
     if W::SIGNED {
         I::dot_u8_i8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q))
     } else {
@@ -133,7 +133,7 @@ unsafe fn block_sums<W: Legacy, I: Isa>(q: __m256i, y: __m256i) -> __m256i {
 
 /// Activation quants of the block at `a`.
 #[inline(always)]
-unsafe fn activation_quants<W: Legacy>(a: *const u8) -> __m256i {
+pub(super) unsafe fn activation_quants<W: Legacy>(a: *const u8) -> __m256i {
     _mm256_loadu_si256(a.add(W::ACTIVATION_BYTES - 32).cast())
 }
 

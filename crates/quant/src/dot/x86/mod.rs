@@ -5,6 +5,7 @@
 //! `DotFn`s handed out by [`dot`] check the row lengths and are only handed out for levels
 //! that [`SimdLevel::is_available`] confirmed on this CPU.
 
+mod batched;
 mod float;
 mod kquants;
 mod legacy;
@@ -12,7 +13,7 @@ mod legacy;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{looped, DotFn, MultiDotFn, SimdLevel};
+use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn};
 use crate::GgmlType;
 
 pub(super) fn has_avx2() -> bool {
@@ -141,11 +142,16 @@ pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
 }
 
-/// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high nibbles.
+/// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high nibbles. The
+/// bytes are loaded into both halves (`vbroadcasti128`, a plain load) and only the upper
+/// half shifted (`vpsrlvq` by 0 and 4), which keeps the shuffle port free (`vinserti128`
+/// would use it). A blend of a shifted copy instead lets the compiler drop the broadcast
+/// for an insert into whatever register is free, often the accumulator: a false
+/// dependency that chains the loop's iterations.
 #[inline(always)]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
-    let packed = _mm_loadu_si128(p.cast());
-    let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    let packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+    let both = _mm256_srlv_epi64(packed, _mm256_set_epi64x(4, 4, 0, 0));
     _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
 }
 
@@ -164,4 +170,14 @@ pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
     );
     let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+}
+
+/// The many-weight-rows kernel of `weight` at exactly `level`, if there is one.
+pub(super) fn gemv(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
+    batched::gemv(weight, level)
+}
+
+/// The tile kernel (f32 activation scales) of `weight` at exactly `level`, if there is one.
+pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
+    batched::tile(weight, level)
 }
