@@ -1,0 +1,313 @@
+"""The official `openai` Python client against a running `runit serve`.
+
+Run by crates/cli/tests/openai_client.rs, which starts the server and a venv with `openai`:
+
+    python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite full
+    python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite smoke
+
+`full` checks the API surface on a small (synthetic) model: chat and completions, plain and
+streamed, stop sequences, max_tokens, seeds, log-probabilities, n=2, include_usage, and 16
+concurrent streaming clients whose greedy outputs equal the same requests run alone. `smoke`
+asks a real instruction model a question. Exits non-zero on the first failed check.
+"""
+
+import argparse
+import asyncio
+import math
+import sys
+
+import openai
+
+CHECKS = []
+
+
+def check(function):
+    CHECKS.append(function)
+    return function
+
+
+def chat_message(content):
+    return [{"role": "user", "content": content}]
+
+
+def greedy_chat(client, model, content, max_tokens=12, **extra):
+    return client.chat.completions.create(
+        model=model,
+        messages=chat_message(content),
+        temperature=0,
+        max_tokens=max_tokens,
+        **extra,
+    )
+
+
+def greedy_completion(client, model, prompt, max_tokens=12, **extra):
+    return client.completions.create(
+        model=model, prompt=prompt, temperature=0, max_tokens=max_tokens, **extra
+    )
+
+
+def stream_chat_text(client, model, content, max_tokens=12, **extra):
+    """Concatenated deltas of a streamed greedy chat, the finish reason and the chunks."""
+    chunks = list(
+        client.chat.completions.create(
+            model=model,
+            messages=chat_message(content),
+            temperature=0,
+            max_tokens=max_tokens,
+            stream=True,
+            **extra,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+    return text, [r for r in reasons if r], chunks
+
+
+@check
+def models_list(client, model):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [model], ids
+
+
+@check
+def chat_plain_and_streamed(client, model):
+    whole = greedy_chat(client, model, "Hello there", max_tokens=10)
+    assert whole.object == "chat.completion"
+    choice = whole.choices[0]
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length"), choice.finish_reason
+    assert 1 <= whole.usage.completion_tokens <= 10, whole.usage
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    text, reasons, chunks = stream_chat_text(client, model, "Hello there", max_tokens=10)
+    assert text == choice.message.content, (text, choice.message.content)
+    assert reasons == [choice.finish_reason], reasons
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1, "one id per stream"
+
+
+@check
+def completion_plain_and_streamed(client, model):
+    whole = greedy_completion(client, model, "Once upon a time", max_tokens=12)
+    assert whole.object == "text_completion"
+    text = whole.choices[0].text
+    assert text, "the model answers something"
+    chunks = list(
+        client.completions.create(
+            model=model, prompt="Once upon a time", temperature=0, max_tokens=12, stream=True
+        )
+    )
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert streamed == text, (streamed, text)
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+@check
+def include_usage(client, model):
+    whole = greedy_chat(client, model, "Count with me", max_tokens=8)
+    text, _, chunks = stream_chat_text(
+        client, model, "Count with me", max_tokens=8, stream_options={"include_usage": True}
+    )
+    assert text == whole.choices[0].message.content
+    last = chunks[-1]
+    assert last.choices == [], "the usage chunk has no choices"
+    assert last.usage is not None
+    assert last.usage.prompt_tokens == whole.usage.prompt_tokens
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1]), "only the last chunk has usage"
+    # Without the option no chunk carries usage.
+    _, _, chunks = stream_chat_text(client, model, "Count with me", max_tokens=8)
+    assert all(c.usage is None for c in chunks)
+
+
+@check
+def max_tokens(client, model):
+    for limit in (1, 3, 7):
+        whole = greedy_completion(client, model, "The weather today", max_tokens=limit)
+        used = whole.usage.completion_tokens
+        reason = whole.choices[0].finish_reason
+        assert used <= limit, (limit, used)
+        assert (used == limit) == (reason == "length"), (limit, used, reason)
+
+
+@check
+def stop_sequences(client, model):
+    prompt = "In the beginning"
+    full = greedy_completion(client, model, prompt, max_tokens=24).choices[0].text
+    assert len(full) >= 6, f"need a longer answer to cut: {full!r}"
+    # A stop string taken from the middle of the answer: the text ends right before its
+    # first occurrence.
+    start = len(full) // 2
+    stop = full[start : start + 2]
+    expected = full[: full.index(stop)]
+    cut = greedy_completion(client, model, prompt, max_tokens=24, stop=[stop, "\u2603never"])
+    assert cut.choices[0].text == expected, (cut.choices[0].text, expected, stop)
+    assert cut.choices[0].finish_reason == "stop"
+    # The same through the stream, and through chat.
+    chunks = list(
+        client.completions.create(
+            model=model, prompt=prompt, temperature=0, max_tokens=24, stop=stop, stream=True
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == expected
+    answer = greedy_chat(client, model, "Tell me a story", max_tokens=24).choices[0].message.content
+    if len(answer) >= 4:
+        stop = answer[len(answer) // 2 :][:2]
+        cut = greedy_chat(client, model, "Tell me a story", max_tokens=24, stop=stop)
+        assert cut.choices[0].message.content == answer[: answer.index(stop)]
+        assert cut.choices[0].finish_reason == "stop"
+
+
+@check
+def seed_reproducibility(client, model):
+    def sample(seed):
+        return client.completions.create(
+            model=model, prompt="Pick a word:", temperature=1.0, max_tokens=16, seed=seed
+        ).choices[0].text
+
+    first = sample(1234)
+    assert sample(1234) == first, "the same seed gives the same text"
+    others = {sample(seed) for seed in (1, 2, 3, 4)}
+    assert others != {first}, "different seeds give different texts"
+
+
+@check
+def chat_logprobs(client, model):
+    whole = greedy_chat(client, model, "Hello", max_tokens=6, logprobs=True, top_logprobs=3)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    for token in content:
+        assert token.logprob <= 1e-6, token
+        assert len(token.top_logprobs) == 3, token
+        tops = [t.logprob for t in token.top_logprobs]
+        assert tops == sorted(tops, reverse=True), tops
+        # Greedy: the chosen token is the most likely one.
+        assert math.isclose(token.logprob, tops[0], abs_tol=1e-5), (token.logprob, tops)
+        assert sum(math.exp(t) for t in tops) <= 1.0 + 1e-4
+    # Bytes of the chosen tokens spell the answer.
+    joined = b"".join(bytes(t.bytes) for t in content)
+    assert joined.decode("utf-8", "replace") == whole.choices[0].message.content
+    plain = greedy_chat(client, model, "Hello", max_tokens=6)
+    assert plain.choices[0].logprobs is None
+
+
+@check
+def completion_logprobs(client, model):
+    whole = greedy_completion(client, model, "Once upon a time", max_tokens=6, logprobs=2)
+    logprobs = whole.choices[0].logprobs
+    assert "".join(logprobs.tokens) == whole.choices[0].text
+    assert len(logprobs.token_logprobs) == len(logprobs.tokens)
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs)
+    offsets = logprobs.text_offset
+    assert offsets == sorted(offsets) and offsets[0] == 0, offsets
+
+
+@check
+def two_choices(client, model):
+    greedy = greedy_chat(client, model, "Say something", max_tokens=8, n=2)
+    assert [c.index for c in greedy.choices] == [0, 1]
+    first, second = (c.message.content for c in greedy.choices)
+    assert first == second, "greedy choices agree"
+    alone = greedy_chat(client, model, "Say something", max_tokens=8)
+    assert first == alone.choices[0].message.content
+    assert greedy.usage.completion_tokens == 2 * alone.usage.completion_tokens
+    sampled = client.completions.create(
+        model=model, prompt="Pick a word:", temperature=1.0, max_tokens=16, seed=7, n=2
+    )
+    assert len(sampled.choices) == 2
+    chunks = list(
+        client.completions.create(
+            model=model, prompt="Pick a word:", temperature=1.0, max_tokens=16, seed=7, n=2,
+            stream=True,
+        )
+    )
+    for index in (0, 1):
+        streamed = "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == index)
+        assert streamed == sampled.choices[index].text, (index, streamed)
+
+
+@check
+def concurrent_streams_equal_alone(client, model):
+    prompts = [f"Story number {i}: once there was" for i in range(16)]
+    lengths = [8 + (i * 5) % 24 for i in range(16)]
+    alone = [
+        greedy_chat(client, model, p, max_tokens=n).choices[0].message.content
+        for p, n in zip(prompts, lengths)
+    ]
+    assert all(alone) and len(set(alone)) > 8, "the prompts get distinct answers"
+    async_client = openai.AsyncOpenAI(base_url=client.base_url, api_key=client.api_key)
+
+    async def one(prompt, limit):
+        stream = await async_client.chat.completions.create(
+            model=model,
+            messages=chat_message(prompt),
+            temperature=0,
+            max_tokens=limit,
+            stream=True,
+        )
+        parts = []
+        async for chunk in stream:
+            if chunk.choices:
+                parts.append(chunk.choices[0].delta.content or "")
+        return "".join(parts)
+
+    async def all_at_once():
+        return await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths)))
+
+    together = asyncio.run(all_at_once())
+    for i, (a, b) in enumerate(zip(alone, together)):
+        assert a == b, f"request {i}: alone {a!r} vs concurrent {b!r}"
+
+
+@check
+def errors_raise(client, model):
+    try:
+        greedy_chat(client, model, "Hi", max_tokens=0)
+    except openai.BadRequestError as error:
+        assert error.status_code == 400
+        assert error.body["param"] == "max_tokens", error.body
+    else:
+        raise AssertionError("max_tokens=0 is refused")
+    try:
+        client.chat.completions.create(model="no-such-model", messages=chat_message("Hi"))
+    except openai.NotFoundError as error:
+        assert error.body["code"] == "model_not_found", error.body
+    else:
+        raise AssertionError("an unknown model is refused")
+
+
+def smoke(client, model):
+    answer = greedy_chat(client, model, "What is the capital of France?", max_tokens=16)
+    content = answer.choices[0].message.content
+    assert "Paris" in content, content
+    text, _, _ = stream_chat_text(client, model, "What is the capital of France?", max_tokens=16)
+    assert text == content, (text, content)
+    print(f"ok smoke: {content!r}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--suite", choices=("full", "smoke"), default="full")
+    parser.add_argument("--api-key", default="none")
+    args = parser.parse_args()
+    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=300)
+    model = client.models.list().data[0].id
+    if args.suite == "smoke":
+        smoke(client, model)
+        return 0
+    failed = 0
+    for function in CHECKS:
+        try:
+            function(client, model)
+        except Exception as error:  # report every failing check, then fail
+            failed += 1
+            print(f"FAIL {function.__name__}: {type(error).__name__}: {error}", flush=True)
+        else:
+            print(f"ok {function.__name__}", flush=True)
+    print(f"{len(CHECKS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
