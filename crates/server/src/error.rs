@@ -95,6 +95,16 @@ impl ApiError {
         }
     }
 
+    /// Logs the error in the current span: client errors at info, server errors at warn.
+    pub fn log(&self) {
+        let status = self.status.as_u16();
+        if self.status.is_server_error() {
+            tracing::warn!(status, message = %self.message, "request failed");
+        } else {
+            tracing::info!(status, message = %self.message, "request rejected");
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({

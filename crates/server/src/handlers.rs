@@ -1,7 +1,7 @@
 //! The endpoints: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`, and
 //! the bearer-token check in front of the `/v1` routes.
 
-use std::sync::atomic::Ordering;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -12,10 +12,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use runit_engine::scheduler::Request as EngineRequest;
 use serde_json::{json, Map, Value};
+use tracing::Instrument;
 
 use crate::choice::Choice;
 use crate::error::ApiError;
-use crate::request::{self, Options, Prompt};
+use crate::log::RequestLog;
+use crate::request::{self, Options, Prompt, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
 use crate::AppState;
 
@@ -55,7 +57,8 @@ pub async fn chat(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = async {
+    let id = state.next_request_id(Endpoint::Chat);
+    respond(&id, "/v1/chat/completions", async {
         let body = read_body(body)?;
         let options = request::options(&body, true)?;
         check_model(&state, &options)?;
@@ -65,9 +68,17 @@ pub async fn chat(
             .render(&messages, true)
             .map_err(|error| ApiError::invalid("messages", error.to_string()))?;
         let prompt = state.tokenizer.encode(&text, true, true);
-        run(&state, Endpoint::Chat, prompt, "messages", options).await
-    };
-    result.await.unwrap_or_else(IntoResponse::into_response)
+        run(
+            &state,
+            Endpoint::Chat,
+            &id,
+            vec![prompt],
+            "messages",
+            options,
+        )
+        .await
+    })
+    .await
 }
 
 /// `POST /v1/completions`.
@@ -75,41 +86,69 @@ pub async fn completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = async {
+    let id = state.next_request_id(Endpoint::Completion);
+    respond(&id, "/v1/completions", async {
         let body = read_body(body)?;
         let options = request::options(&body, false)?;
         check_model(&state, &options)?;
-        let prompt = match request::prompt(&body)? {
-            Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
-            Prompt::Tokens(ids) => ids,
-        };
-        if let Some(&id) = prompt
-            .iter()
-            .find(|&&id| id as usize >= state.tokenizer.n_vocab())
-        {
-            return Err(ApiError::invalid(
-                "prompt",
-                format!(
-                    "token id {id} is outside the vocabulary of {}",
-                    state.tokenizer.n_vocab()
-                ),
-            ));
-        }
-        run(&state, Endpoint::Completion, prompt, "prompt", options).await
-    };
-    result.await.unwrap_or_else(IntoResponse::into_response)
+        let n_vocab = state.tokenizer.n_vocab();
+        let prompts = request::prompts(&body)?
+            .into_iter()
+            .map(|prompt| {
+                let ids = match prompt {
+                    Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
+                    Prompt::Tokens(ids) => ids,
+                };
+                match ids.iter().find(|&&id| id as usize >= n_vocab) {
+                    Some(id) => Err(ApiError::invalid(
+                        "prompt",
+                        format!("token id {id} is outside the vocabulary of {n_vocab}"),
+                    )),
+                    None => Ok(ids),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        run(
+            &state,
+            Endpoint::Completion,
+            &id,
+            prompts,
+            "prompt",
+            options,
+        )
+        .await
+    })
+    .await
+}
+
+/// Runs `handler` in the request's span, logging the error it answers with, if any.
+async fn respond(
+    id: &str,
+    endpoint: &'static str,
+    handler: impl Future<Output = Result<Response, ApiError>>,
+) -> Response {
+    let span = tracing::info_span!("request", id = %id, endpoint = %endpoint);
+    async {
+        handler.await.unwrap_or_else(|error| {
+            error.log();
+            error.into_response()
+        })
+    }
+    .instrument(span)
+    .await
 }
 
 /// Answers unknown routes in the API's error format.
 pub async fn not_found(request: Request) -> Response {
-    ApiError {
+    let error = ApiError {
         status: StatusCode::NOT_FOUND,
         message: format!("no route for {} {}", request.method(), request.uri().path()),
         kind: "invalid_request_error",
         param: None,
         code: Some("not_found"),
-    }
-    .into_response()
+    };
+    error.log();
+    error.into_response()
 }
 
 /// Rejects `/v1` requests without the configured bearer token.
@@ -125,7 +164,9 @@ pub async fn require_api_key(
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "));
         if given.map(str::trim) != Some(key.as_str()) {
-            return ApiError::unauthorized().into_response();
+            let error = ApiError::unauthorized();
+            error.log();
+            return error.into_response();
         }
     }
     next.run(request).await
@@ -157,38 +198,63 @@ fn check_model(state: &AppState, options: &Options) -> Result<(), ApiError> {
     }
 }
 
-/// Checks lengths, submits one sequence per choice and answers with their output.
+/// Checks lengths, submits `n` sequences per prompt (choice `prompt_index * n + i`) and
+/// answers with their output.
 async fn run(
     state: &Arc<AppState>,
     endpoint: Endpoint,
-    prompt: Vec<u32>,
+    id: &str,
+    prompts: Vec<Vec<u32>>,
     prompt_param: &str,
     options: Options,
 ) -> Result<Response, ApiError> {
     let context = state.scheduler.context_size();
-    if prompt.is_empty() {
-        return Err(ApiError::invalid(prompt_param, "the prompt has no tokens"));
-    }
-    if prompt.len() + 1 > context {
+    let sequences = prompts.len() * options.n;
+    if sequences > MAX_SEQUENCES {
         return Err(ApiError::invalid(
-            prompt_param,
+            "n",
             format!(
-                "the prompt has {} tokens, but the context holds {context} (and one more is \
-                 needed to generate)",
-                prompt.len()
+                "{} prompts times n = {} asks for {sequences} sequences; at most \
+                 {MAX_SEQUENCES} are allowed",
+                prompts.len(),
+                options.n
             ),
-        )
-        .with_code("context_length_exceeded"));
+        ));
     }
-    let room = context - prompt.len();
+    let mut longest = 0;
+    for (index, prompt) in prompts.iter().enumerate() {
+        let which = if prompts.len() > 1 {
+            format!("prompt {index}")
+        } else {
+            "the prompt".into()
+        };
+        if prompt.is_empty() {
+            return Err(ApiError::invalid(
+                prompt_param,
+                format!("{which} has no tokens"),
+            ));
+        }
+        if prompt.len() + 1 > context {
+            return Err(ApiError::invalid(
+                prompt_param,
+                format!(
+                    "{which} has {} tokens, but the context holds {context} (and one more is \
+                     needed to generate)",
+                    prompt.len()
+                ),
+            )
+            .with_code("context_length_exceeded"));
+        }
+        longest = longest.max(prompt.len());
+    }
+    let room = context - longest;
     let max_tokens = match options.max_tokens {
         Some(n) if n > room => {
             return Err(ApiError::invalid(
                 "max_tokens",
                 format!(
-                    "the prompt ({} tokens) plus max_tokens ({n}) exceeds the context of \
-                     {context} tokens",
-                    prompt.len()
+                    "the prompt ({longest} tokens) plus max_tokens ({n}) exceeds the context \
+                     of {context} tokens"
                 ),
             )
             .with_code("context_length_exceeded"))
@@ -196,44 +262,50 @@ async fn run(
         Some(n) => n,
         None => state.config.default_max_tokens.min(room),
     };
-    let mut streams = Vec::with_capacity(options.n);
-    for index in 0..options.n {
-        let (choice, sink) = Choice::new(
-            index,
-            Arc::clone(&state.tokenizer),
-            options.stop.clone(),
-            options.logprobs,
-        );
-        let mut sampling = options.sampling.clone();
-        sampling.seed = sampling.seed.wrapping_add(index as u64);
-        let engine_request = EngineRequest {
-            prompt: prompt.clone(),
-            sampling,
-            max_tokens,
-            end_of_generation: state.tokenizer.eog_ids(),
-            top_logprobs: options.top_logprobs,
-        };
-        // On failure the choices already submitted are dropped, which cancels them.
-        state.scheduler.submit(engine_request, Box::new(sink))?;
-        streams.push(choice.into_stream());
+    let prompt_tokens = prompts.iter().map(Vec::len).sum();
+    let log = RequestLog::new(prompt_tokens, sequences);
+    let mut streams = Vec::with_capacity(sequences);
+    for (prompt_index, prompt) in prompts.iter().enumerate() {
+        for i in 0..options.n {
+            let (choice, sink) = Choice::new(
+                prompt_index * options.n + i,
+                Arc::clone(&state.tokenizer),
+                options.stop.clone(),
+                options.logprobs,
+            );
+            // The i-th choice of every prompt draws as the i-th choice of a lone request.
+            let mut sampling = options.sampling.clone();
+            sampling.seed = sampling.seed.wrapping_add(i as u64);
+            let engine_request = EngineRequest {
+                prompt: prompt.clone(),
+                sampling,
+                max_tokens,
+                end_of_generation: state.tokenizer.eog_ids(),
+                top_logprobs: options.top_logprobs,
+            };
+            // On failure the choices already submitted are dropped, which cancels them.
+            state.scheduler.submit(engine_request, Box::new(sink))?;
+            streams.push(choice.into_stream());
+        }
     }
-    let serial = state.next_id.fetch_add(1, Ordering::Relaxed);
-    let prefix = match endpoint {
-        Endpoint::Chat => "chatcmpl",
-        Endpoint::Completion => "cmpl",
-    };
     let header = Header {
-        id: format!("{prefix}-{:x}{serial:06x}", state.created),
+        id: id.to_string(),
         created: crate::unix_time(),
         model: state.config.model_name.clone(),
         endpoint,
-        prompt_tokens: prompt.len(),
+        prompt_tokens,
         logprobs: options.logprobs,
     };
-    tracing::debug!(id = %header.id, prompt_tokens = prompt.len(), max_tokens, n = options.n, "request");
+    tracing::debug!(
+        prompt_tokens,
+        max_tokens,
+        prompts = prompts.len(),
+        n = options.n,
+        "submitted"
+    );
     Ok(if options.stream {
-        response::stream(header, streams, options.include_usage)
+        response::stream(header, streams, options.include_usage, log)
     } else {
-        response::complete(header, streams).await
+        response::complete(header, streams, log).await
     })
 }

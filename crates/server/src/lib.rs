@@ -13,11 +13,13 @@
 mod choice;
 mod error;
 mod handlers;
+mod log;
 mod request;
 mod response;
 mod stop;
 
-use std::sync::atomic::AtomicU64;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -27,6 +29,7 @@ use runit_engine::scheduler::Scheduler;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 
 pub use error::{ApiError, ServerError};
+pub use log::init_logging;
 pub use stop::{StopCheck, StopMatcher};
 
 /// Server settings; see `impl Default` for the defaults.
@@ -82,6 +85,16 @@ impl AppState {
             next_id: AtomicU64::new(0),
         }
     }
+
+    /// A fresh response id (`chatcmpl-…`, `cmpl-…`), unique for this server.
+    fn next_request_id(&self, endpoint: response::Endpoint) -> String {
+        let serial = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let prefix = match endpoint {
+            response::Endpoint::Chat => "chatcmpl",
+            response::Endpoint::Completion => "cmpl",
+        };
+        format!("{prefix}-{:x}{serial:06x}", self.created)
+    }
 }
 
 /// The routes, with the body limit and the API-key check.
@@ -110,14 +123,65 @@ pub async fn bind(host: &str, port: u16) -> Result<tokio::net::TcpListener, Serv
         .map_err(|source| ServerError::Bind { address, source })
 }
 
-/// Serves requests on `listener` until the process ends.
+/// Serves requests on `listener` until Ctrl-C or SIGTERM, then finishes the requests in
+/// flight and returns.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
 ) -> Result<(), ServerError> {
+    serve_until(listener, state, shutdown_signal()).await
+}
+
+/// Serves requests on `listener` until `shutdown` completes, then finishes the requests in
+/// flight and returns.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    match listener.local_addr() {
+        Ok(address) => tracing::info!(
+            "listening on http://{address} (model `{}`, {} cells)",
+            state.config.model_name,
+            state.scheduler.context_size()
+        ),
+        Err(error) => tracing::warn!(%error, "listening on an unknown address"),
+    }
     axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
         .await
-        .map_err(ServerError::Serve)
+        .map_err(ServerError::Serve)?;
+    tracing::info!("server stopped");
+    Ok(())
+}
+
+/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("interrupted; shutting down"),
+        () = terminate => tracing::info!("terminated; shutting down"),
+    }
 }
 
 /// Seconds since the Unix epoch.

@@ -9,6 +9,10 @@ use crate::error::ApiError;
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 16;
+/// Most prompts one text-completion request may give.
+pub const MAX_PROMPTS: usize = 16;
+/// Most sequences (prompts × `n`) one request may start.
+pub const MAX_SEQUENCES: usize = 64;
 /// Most stop strings one request may give.
 pub const MAX_STOPS: usize = 16;
 /// Most top log-probabilities per token (OpenAI's limit).
@@ -336,36 +340,71 @@ fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
     Ok(ChatMessage::new(role, content))
 }
 
-/// The prompt of a text completion: a string, a one-string array, or token ids.
+/// One prompt of a text completion: text, or token ids.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
     Text(String),
     Tokens(Vec<u32>),
 }
 
-/// Reads `prompt`.
-pub fn prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+/// Reads `prompt`: a string, an array of strings, an array of token ids, or an array of
+/// token-id arrays; each string or id array is one prompt.
+pub fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
     let value = match field(body, "prompt") {
         None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
         Some(value) => value,
     };
-    match value {
-        Value::String(text) => Ok(Prompt::Text(text.clone())),
-        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
-            items[0].as_str().unwrap_or_default().to_string(),
-        )),
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
-            let ids = items
-                .iter()
-                .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
-                .collect::<Option<Vec<u32>>>()
-                .ok_or_else(|| ApiError::invalid("prompt", "token ids must fit in 32 bits"))?;
-            Ok(Prompt::Tokens(ids))
+    let prompts = match value {
+        Value::String(text) => vec![Prompt::Text(text.clone())],
+        Value::Array(items) if items.is_empty() => {
+            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"))
         }
-        Value::Array(_) => Err(ApiError::invalid(
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            vec![Prompt::Tokens(token_ids("prompt", items)?)]
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let param = format!("prompt[{i}]");
+                match item {
+                    Value::String(text) => Ok(Prompt::Text(text.clone())),
+                    Value::Array(ids) if !ids.is_empty() => {
+                        Ok(Prompt::Tokens(token_ids(&param, ids)?))
+                    }
+                    other => Err(wrong_type(
+                        &param,
+                        "a string or a non-empty array of token ids",
+                        other,
+                    )),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        other => return Err(wrong_type("prompt", "a string or an array", other)),
+    };
+    if prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::invalid(
             "prompt",
-            "`prompt` must be a string, an array of one string, or an array of token ids \
-             (several prompts per request are not supported)",
-        )),
-        other => Err(wrong_type("prompt", "a string or an array", other)),
+            format!("at most {MAX_PROMPTS} prompts, found {}", prompts.len()),
+        ));
     }
+    Ok(prompts)
+}
+
+/// Token ids from JSON numbers; anything but an integer that fits in 32 bits is a 400.
+fn token_ids(param: &str, items: &[Value]) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        param,
+                        format!("token ids must be integers from 0 to 2^32-1, found {item} at {i}"),
+                    )
+                })
+        })
+        .collect()
 }

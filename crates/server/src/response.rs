@@ -8,9 +8,11 @@ use axum::response::{IntoResponse, Response};
 use futures::stream::{select_all, BoxStream, StreamExt};
 use serde_json::{json, Value};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::choice::{Delta, TokenLogprob};
 use crate::error::ApiError;
+use crate::log::RequestLog;
 
 /// Which API a response belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,13 +107,21 @@ struct Finished {
     completion_tokens: usize,
 }
 
-/// Waits for every choice and answers one JSON body.
-pub async fn complete(header: Header, choices: Vec<BoxStream<'static, Delta>>) -> Response {
+/// Waits for every choice and answers one JSON body (choice `i` is `choices[i]`).
+pub async fn complete(
+    header: Header,
+    choices: Vec<BoxStream<'static, Delta>>,
+    mut log: RequestLog,
+) -> Response {
     let mut results: Vec<Finished> = (0..choices.len()).map(|_| Finished::default()).collect();
     let mut merged = select_all(choices);
     while let Some(delta) = merged.next().await {
+        log.record(&delta);
         if let Some(message) = delta.error {
-            return ApiError::internal(message).into_response();
+            log.finish(Some("error"));
+            let error = ApiError::internal(message);
+            error.log();
+            return error.into_response();
         }
         let result = &mut results[delta.index];
         result.text.push_str(&delta.text);
@@ -121,6 +131,7 @@ pub async fn complete(header: Header, choices: Vec<BoxStream<'static, Delta>>) -
             result.finish_reason = delta.finish_reason;
         }
     }
+    log.finish(None);
     let completion_tokens = results.iter().map(|r| r.completion_tokens).sum();
     let choices = results
         .iter()
@@ -154,10 +165,11 @@ pub fn stream(
     header: Header,
     choices: Vec<BoxStream<'static, Delta>>,
     include_usage: bool,
+    mut log: RequestLog,
 ) -> Response {
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     let count = choices.len();
-    tokio::spawn(async move {
+    let task = async move {
         let mut merged = select_all(choices);
         let mut events = Vec::new();
         if header.endpoint == Endpoint::Chat {
@@ -173,19 +185,28 @@ pub fn stream(
         }
         let mut text_lengths = vec![0usize; count];
         let mut completion_tokens = vec![0usize; count];
+        let mut failed = false;
         loop {
             for event in events.drain(..) {
                 if sender.send(event).await.is_err() {
+                    log.finish(Some("cancelled"));
                     return;
                 }
             }
             let delta = tokio::select! {
-                _ = sender.closed() => return,
+                _ = sender.closed() => {
+                    log.finish(Some("cancelled"));
+                    return;
+                }
                 delta = merged.next() => delta,
             };
             let Some(delta) = delta else { break };
+            log.record(&delta);
             if let Some(message) = &delta.error {
-                events.push(data(&ApiError::internal(message.clone()).body()));
+                let error = ApiError::internal(message.clone());
+                error.log();
+                events.push(data(&error.body()));
+                failed = true;
                 continue;
             }
             completion_tokens[delta.index] = delta.completion_tokens;
@@ -218,12 +239,14 @@ pub fn stream(
             events.push(data(&body));
         }
         events.push(Event::default().data("[DONE]"));
+        log.finish(failed.then_some("error"));
         for event in events {
             if sender.send(event).await.is_err() {
                 return;
             }
         }
-    });
+    };
+    tokio::spawn(task.instrument(tracing::Span::current()));
     Sse::new(ReceiverStream::new(receiver).map(Ok::<Event, Infallible>)).into_response()
 }
 

@@ -35,6 +35,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    runit_server::init_logging();
     let loaded = load(&args.model)?;
     let template = ChatTemplate::from_tokenizer(&loaded.tokenizer)?;
     let session = args.model.session_config();
@@ -73,14 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let listener = runit_server::bind(&args.host, args.port).await?;
-        eprintln!(
-            "runit serve: listening on http://{}:{} (model `{}`, {} parallel, {} cells)",
-            args.host,
-            args.port,
-            state.config.model_name,
-            args.parallel,
-            state.scheduler.context_size()
-        );
+        // Returns after Ctrl-C or SIGTERM, once the requests in flight have finished.
         runit_server::serve(listener, state).await?;
         anyhow::Ok(())
     })
