@@ -30,6 +30,7 @@
 //! assert!((dot(n, &packed, &activation) - exact).abs() < 0.2);
 //! ```
 
+mod batched;
 mod float;
 mod ggml_repack;
 mod kquants;
@@ -42,6 +43,10 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use batched::{
+    block_scales, block_scales_len, gemv_fn, tile_fn, BlockScales, GemvFn, TileFn,
+    BLOCK_SCALES_PADDING,
+};
 pub use ggml_repack::{is_repacked, repack_dot_fn};
 
 use std::sync::OnceLock;
@@ -248,173 +253,6 @@ pub type DotFn = fn(n: usize, weight_row: &[u8], activation_row: &[u8]) -> f32;
 /// `activation_row_bytes(format, n)` long). Unpacks each weight block once for several
 /// activation rows; results equal the single-row [`DotFn`] bit for bit.
 pub type MultiDotFn = fn(n: usize, weight_row: &[u8], activations: &[u8], out: &mut [f32]);
-
-/// `gemv(n, weight_rows, activation_row, out)`: `out[r] = dot(weight row r, activation_row)`
-/// for `out.len()` weight rows of `n` elements stored back to back in `weight_rows`. Walks
-/// several weight rows at once (independent accumulators, one activation block load and
-/// scale conversion for all of them); results equal the single-row [`DotFn`] bit for bit.
-pub type GemvFn = fn(n: usize, weight_rows: &[u8], activation_row: &[u8], out: &mut [f32]);
-
-/// `tile(n, weight_row, activations, scales, out)`: as [`MultiDotFn`], with the activation
-/// block scales already widened to f32 in `scales` (column 0 of the tables is row 0 of
-/// `activations`; see [`block_scales`]). Results equal the single-row [`DotFn`] bit for bit.
-pub type TileFn =
-    fn(n: usize, weight_row: &[u8], activations: &[u8], scales: BlockScales<'_>, out: &mut [f32]);
-
-/// The f16 block scales of activation rows in a 32-element format (Q8_0 `d`; Q8_1 `d` and
-/// `s`), widened to f32 and stored block-major: block `i` of row `t` at `[i * stride + t]`,
-/// so that a tile kernel reads one row's scale as a broadcast load and four rows' sums as
-/// one vector load. The conversion is exact, so the kernels' arithmetic is unchanged.
-#[derive(Debug, Clone, Copy)]
-pub struct BlockScales<'a> {
-    /// `d` of each block.
-    pub d: &'a [f32],
-    /// Q8_1's `s` of each block (empty for Q8_0).
-    pub s: &'a [f32],
-    /// Rows in the tables (the distance between consecutive blocks of one row).
-    pub stride: usize,
-}
-
-/// Values of padding after the tables of [`block_scales`]: a tile kernel reads the tables
-/// up to eight rows at a time.
-pub const BLOCK_SCALES_PADDING: usize = 8;
-
-impl BlockScales<'_> {
-    /// These tables, starting at row `first`.
-    pub fn from_row(self, first: usize) -> Self {
-        BlockScales {
-            d: &self.d[first.min(self.d.len())..],
-            s: &self.s[first.min(self.s.len())..],
-            stride: self.stride,
-        }
-    }
-
-    /// Panics unless the tables hold `blocks` blocks of `rows` rows (plus the padding that
-    /// vector loads of the sums read).
-    pub(crate) fn check(&self, blocks: usize, rows: usize, with_sums: bool) {
-        if blocks == 0 || rows == 0 {
-            return;
-        }
-        assert!(
-            rows <= self.stride,
-            "{rows} rows in tables of stride {}",
-            self.stride
-        );
-        let needed = (blocks - 1) * self.stride + rows + BLOCK_SCALES_PADDING - 1;
-        assert!(
-            self.d.len() >= needed,
-            "scale table of {} values for {blocks} blocks x {rows} rows",
-            self.d.len()
-        );
-        if with_sums {
-            assert!(
-                self.s.len() >= needed,
-                "sum table of {} values for {blocks} blocks x {rows} rows (+ padding)",
-                self.s.len()
-            );
-        }
-    }
-}
-
-/// Values in each table of [`block_scales`] for `rows` rows of `n` elements.
-pub fn block_scales_len(n: usize, rows: usize) -> usize {
-    n / 32 * rows + BLOCK_SCALES_PADDING
-}
-
-/// Fills `d` (and `s` for Q8_1) with the block scales of the `rows` activation rows of `n`
-/// elements in `activations` (format Q8_0 or Q8_1), laid out as [`BlockScales`] describes
-/// with `stride == rows`; each table is [`block_scales_len`] long (`s` may be empty for
-/// Q8_0). Returns `false` (and leaves the tables alone) for other formats.
-///
-/// # Panics
-/// When a length disagrees.
-pub fn block_scales(
-    format: ActivationFormat,
-    activations: &[u8],
-    rows: usize,
-    n: usize,
-    d: &mut [f32],
-    s: &mut [f32],
-) -> bool {
-    let (block_bytes, has_sum) = match format {
-        ActivationFormat::Q8_0 => (34, false),
-        ActivationFormat::Q8_1 => (36, true),
-        _ => return false,
-    };
-    let row_bytes = activation_row_bytes(format, n);
-    assert_eq!(
-        activations.len(),
-        rows * row_bytes,
-        "{rows} activation rows of {n}"
-    );
-    let len = block_scales_len(n, rows);
-    assert_eq!(d.len(), len, "scale table length");
-    if has_sum {
-        assert_eq!(s.len(), len, "sum table length");
-        s[len - BLOCK_SCALES_PADDING..].fill(0.0);
-    }
-    d[len - BLOCK_SCALES_PADDING..].fill(0.0);
-    for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
-        for (i, block) in row.chunks_exact(block_bytes).enumerate() {
-            d[i * rows + t] = half_of(block, 0);
-            if has_sum {
-                s[i * rows + t] = half_of(block, 2);
-            }
-        }
-    }
-    true
-}
-
-/// The f16 at byte `at` of `bytes`, widened.
-fn half_of(bytes: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
-}
-
-/// The gemv kernel for `weight` at `level` (or the best lower SIMD level that has one), or
-/// `None` when there is none (callers loop over the [`DotFn`]).
-pub fn gemv_fn(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
-    for &candidate in level.fallback_chain() {
-        if !candidate.is_available() {
-            continue;
-        }
-        let kernel = match candidate {
-            // The scalar twin only stands in for itself: at a SIMD level without a gemv
-            // kernel the caller's loop over that level's `DotFn` is faster.
-            SimdLevel::Scalar if level == SimdLevel::Scalar => legacy::gemv(weight),
-            SimdLevel::Scalar => None,
-            #[cfg(target_arch = "x86_64")]
-            _ => x86::gemv(weight, candidate),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => None,
-        };
-        if kernel.is_some() {
-            return kernel;
-        }
-    }
-    None
-}
-
-/// The tile kernel for `weight` at `level` (or the best lower SIMD level that has one), or
-/// `None` when there is none (callers use the [`MultiDotFn`]).
-pub fn tile_fn(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
-    for &candidate in level.fallback_chain() {
-        if !candidate.is_available() {
-            continue;
-        }
-        let kernel = match candidate {
-            SimdLevel::Scalar if level == SimdLevel::Scalar => legacy::tile(weight),
-            SimdLevel::Scalar => None,
-            #[cfg(target_arch = "x86_64")]
-            _ => x86::tile(weight, candidate),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => None,
-        };
-        if kernel.is_some() {
-            return kernel;
-        }
-    }
-    None
-}
 
 /// The dot product kernel for `weight` at `level`, or at the best lower level that this CPU
 /// supports and that has a kernel for the type. `None` for types without a dot product.
