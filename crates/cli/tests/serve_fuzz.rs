@@ -133,7 +133,9 @@ fn bad_field(random: &mut Random, chat: bool) -> (&'static str, Value) {
                 json!([1.5]),
                 json!([-1]),
                 json!([1, "a"]),
-                json!(["a", "b"]),
+                // More prompts than one request may carry (16).
+                json!(vec!["a"; 17]),
+                json!([["a"]]),
                 json!([99_999_999_999u64]),
                 json!([4_000_000_000u32]),
             ],

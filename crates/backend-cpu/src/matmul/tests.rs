@@ -5,23 +5,7 @@
 use super::*;
 use runit_quant::{dequantize, quantize};
 
-const TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_NL,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_XS,
-];
+use runit_quant::dot::WEIGHT_TYPES as TYPES;
 
 /// Deterministic pseudo-random values in about [-2, 2].
 fn values(count: usize, seed: u64) -> Vec<f32> {

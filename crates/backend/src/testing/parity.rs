@@ -20,23 +20,7 @@ use crate::{
 };
 
 /// The weight types matmul and embedding are checked with (those the candidate supports).
-pub const WEIGHT_TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
+pub use runit_quant::dot::WEIGHT_TYPES;
 
 /// NMSE bound of matmul (llama.cpp's `test-backend-ops` uses 5e-4 for `mul_mat`).
 pub const MATMUL_BOUND: f64 = 5e-4;

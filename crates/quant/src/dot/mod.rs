@@ -95,6 +95,25 @@ impl ActivationFormat {
     }
 }
 
+/// Every weight type with a dot product (and so a matmul) against activations.
+pub const WEIGHT_TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
 /// The activation format ggml-cpu pairs with `weight`, or `None` for a type without a dot
 /// product here.
 pub fn activation_format(weight: GgmlType) -> Option<ActivationFormat> {

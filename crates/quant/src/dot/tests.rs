@@ -5,24 +5,7 @@
 use super::*;
 use crate::{dequantize, quantize};
 
-/// Every weight type with a dot product.
-pub(crate) const DOT_TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_NL,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_XS,
-];
+pub(crate) use super::WEIGHT_TYPES as DOT_TYPES;
 
 /// A small deterministic generator (xorshift64*).
 struct Random(u64);
