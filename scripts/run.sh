@@ -7,4 +7,4 @@ prompt="${1:-What is the capital of France?}"
 shift || true
 model="$(python3 scripts/fetch_models.py)"
 cargo build --release --quiet -p runit-cli
-exec target/release/runit generate -m "$model" --chat -p "$prompt" --temperature 0 -n 256 "$@"
+exec target/release/runit generate -m "$model" --chat -p "$prompt" --temperature 0 "$@"
