@@ -35,3 +35,30 @@ pub enum QuantError {
         block: usize,
     },
 }
+
+impl QuantError {
+    /// Checks that an input of `n` items is a whole number of `unit`-item blocks and that the
+    /// output holds `per_unit` items for each of them: the size contract shared by
+    /// [`crate::dequantize`] (units are block bytes) and [`crate::quantize`] (units are block
+    /// elements).
+    pub(crate) fn check_sizes(
+        ty: crate::GgmlType,
+        n: usize,
+        unit: usize,
+        out_len: usize,
+        per_unit: usize,
+    ) -> Result<(), QuantError> {
+        if !n.is_multiple_of(unit) {
+            return Err(QuantError::NotBlockMultiple { ty, n, block: unit });
+        }
+        let expected = n / unit * per_unit;
+        if out_len != expected {
+            return Err(QuantError::Length {
+                ty,
+                expected,
+                found: out_len,
+            });
+        }
+        Ok(())
+    }
+}

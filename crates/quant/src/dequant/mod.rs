@@ -73,22 +73,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
             op: "dequantize",
         });
     }
-    let type_size = ty.type_size();
-    if !src.len().is_multiple_of(type_size) {
-        return Err(QuantError::NotBlockMultiple {
-            ty,
-            n: src.len(),
-            block: type_size,
-        });
-    }
-    let expected = src.len() / type_size * ty.block_size();
-    if dst.len() != expected {
-        return Err(QuantError::Length {
-            ty,
-            expected,
-            found: dst.len(),
-        });
-    }
+    QuantError::check_sizes(ty, src.len(), ty.type_size(), dst.len(), ty.block_size())?;
     use GgmlType::*;
     match ty {
         F32 => {

@@ -55,22 +55,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     if !can_quantize(ty) {
         return Err(QuantError::Unsupported { ty, op: "quantize" });
     }
-    let block_size = ty.block_size();
-    if !src.len().is_multiple_of(block_size) {
-        return Err(QuantError::NotBlockMultiple {
-            ty,
-            n: src.len(),
-            block: block_size,
-        });
-    }
-    let expected = src.len() / block_size * ty.type_size();
-    if dst.len() != expected {
-        return Err(QuantError::Length {
-            ty,
-            expected,
-            found: dst.len(),
-        });
-    }
+    QuantError::check_sizes(ty, src.len(), ty.block_size(), dst.len(), ty.type_size())?;
     use GgmlType::*;
     match ty {
         F32 => {
