@@ -7,11 +7,11 @@
 //! these sums: equality here means the kernels reproduce ggml's arithmetic.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+
+mod common;
 
 use runit_backend::{
-    AttentionParams, Backend, Buffer, HostMemory, KvType, RopeParams, RopeStyle, SequenceSpan,
-    Weight,
+    AttentionParams, Backend, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_gguf::GgufFile;
@@ -63,17 +63,7 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn weight(&self, name: &str) -> Weight {
-        let info = self
-            .file
-            .tensor(name)
-            .unwrap_or_else(|| panic!("tensor {name}"));
-        let bytes = self.file.tensor_data(info).to_vec();
-        let len = bytes.len();
-        let shape: Vec<usize> = info.shape.iter().map(|d| *d as usize).collect();
-        let memory: Arc<dyn HostMemory> = Arc::new(bytes);
-        self.backend
-            .load_weight(name, info.ty, &shape, memory, 0..len)
-            .unwrap()
+        common::load_weight(self.file, self.backend, name)
     }
 
     fn alloc(&self, width: usize) -> Buffer {

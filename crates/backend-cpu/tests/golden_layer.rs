@@ -4,11 +4,11 @@
 //! through flash attention (f16 KV cache) to the layer output.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+
+mod common;
 
 use runit_backend::{
-    AttentionParams, Backend, Buffer, HostMemory, KvType, RopeParams, RopeStyle, SequenceSpan,
-    Weight,
+    AttentionParams, Backend, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_gguf::GgufFile;
@@ -128,17 +128,7 @@ struct Layer<'a> {
 
 impl Layer<'_> {
     fn weight(&self, name: &str) -> Weight {
-        let info = self
-            .file
-            .tensor(name)
-            .unwrap_or_else(|| panic!("tensor {name}"));
-        let bytes = self.file.tensor_data(info).to_vec();
-        let len = bytes.len();
-        let shape: Vec<usize> = info.shape.iter().map(|d| *d as usize).collect();
-        let memory: Arc<dyn HostMemory> = Arc::new(bytes);
-        self.backend
-            .load_weight(name, info.ty, &shape, memory, 0..len)
-            .unwrap()
+        common::load_weight(self.file, self.backend, name)
     }
 
     fn read(&self, buffer: &Buffer, len: usize) -> Vec<f32> {
