@@ -17,7 +17,7 @@ pub mod testing;
 
 pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
-pub use ops::{AttentionParams, RopeParams, RopeStyle, SequenceSpan};
+pub use ops::{AttentionParams, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey};
 
 use runit_quant::GgmlType;
 
@@ -170,4 +170,40 @@ pub trait Backend: Send + Sync {
 
     /// Waits until all submitted work is done.
     fn synchronize(&self) -> Result<(), BackendError>;
+
+    /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).
+    fn memory_available(&self) -> Option<usize> {
+        None
+    }
+
+    /// Announces the host-side inputs of the forward pass whose ops follow, until
+    /// [`Backend::end_step`]. Ops of the pass are called with these very slices; a device
+    /// backend copies them to device memory once, so its ops read them there and a captured
+    /// pass stays valid when they change. The default does nothing.
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> Result<(), BackendError> {
+        let _ = inputs;
+        Ok(())
+    }
+
+    /// Ends the pass started by [`Backend::begin_step`].
+    fn end_step(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// True when [`Backend::run_captured`] records and replays passes (CUDA graphs).
+    fn captures_steps(&self) -> bool {
+        false
+    }
+
+    /// Runs `body`, the ops of one forward pass between `begin_step` and `end_step`, or
+    /// replays the capture of an earlier pass with the same `key` instead of calling it. The
+    /// body must not read device results back to the host. The default runs `body`.
+    fn run_captured(
+        &self,
+        key: StepKey,
+        body: &mut dyn FnMut() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let _ = key;
+        body()
+    }
 }

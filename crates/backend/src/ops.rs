@@ -58,3 +58,28 @@ pub struct AttentionParams {
     /// When set, a query at position `p` sees keys at positions `> p - window` only.
     pub sliding_window: Option<usize>,
 }
+
+/// The host-side inputs of one forward pass, known before its first op (see
+/// [`crate::Backend::begin_step`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StepInputs<'a> {
+    /// Token id of each row.
+    pub tokens: &'a [u32],
+    /// Position of each row in its sequence.
+    pub positions: &'a [u32],
+    /// The sequences of the batch.
+    pub spans: &'a [SequenceSpan],
+    /// Rows whose logits are computed.
+    pub logit_rows: &'a [u32],
+}
+
+/// Identity of a capturable forward pass: passes with equal keys launch the same kernels with
+/// the same shapes on the same buffers, so one captured graph serves them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    /// Unique id of the scratch buffers and KV cache the pass uses.
+    pub workspace: u64,
+    pub tokens: usize,
+    pub spans: usize,
+    pub logit_rows: usize,
+}

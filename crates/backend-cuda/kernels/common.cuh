@@ -1,0 +1,87 @@
+// Shared helpers of every RunIT kernel. No system headers: NVRTC compiles these with only
+// what is written here, so CI can build them without a CUDA toolkit.
+#pragma once
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+// IEEE half <-> float through PTX (no cuda_fp16.h needed).
+__device__ __forceinline__ float half_to_float(u16 h) {
+    float f;
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 float_to_half(float f) {
+    u16 h;
+    asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// bfloat16 is the top half of an f32.
+__device__ __forceinline__ float bf16_to_float(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Sum over a block of up to 1024 threads; every thread gets the total. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    v = lane < warps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    v = lane < warps ? scratch[lane] : -3.402823466e38f;
+    return warp_max(v);
+}
+
+// The per-step inputs of one forward pass in device memory (see src/step.rs, which writes
+// this layout). All offsets count i32 elements from the start of the step buffer.
+struct StepHeader {
+    i32 tokens;          // rows of the batch
+    i32 spans;           // sequences in the batch
+    i32 logit_rows;      // rows whose logits are wanted
+    i32 block_size;      // KV cells per cache block
+    i32 table_stride;    // block-table entries reserved per span
+    i32 ids;             // offset of token ids [tokens]
+    i32 positions;       // offset of positions [tokens]
+    i32 row_span;        // offset of each row's span index [tokens]
+    i32 span_info;       // offset of [spans][4]: first_row, rows, start_position, unused
+    i32 logit_row_ids;   // offset of logit rows [logit_rows]
+    i32 block_tables;    // offset of [spans][table_stride] block ids
+    i32 reserved[5];
+};
+
+// The KV cell of position `pos` in span `span`.
+__device__ __forceinline__ i32 step_cell(const i32* step, const StepHeader* h, i32 span, i32 pos) {
+    const i32* table = step + h->block_tables + span * h->table_stride;
+    return table[pos / h->block_size] * h->block_size + pos % h->block_size;
+}

@@ -1,0 +1,106 @@
+//! The embedded kernel sources and the registry of compiled kernel functions.
+//!
+//! Each `.cu` file under `kernels/` is one module, compiled by NVRTC the first time one of its
+//! functions is asked for (see [`crate::compile`]); the headers are handed to NVRTC by name,
+//! so sources say `#include "common.cuh"`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use crate::compile::{self, KernelSource, Target};
+use crate::error::CudaError;
+
+macro_rules! source {
+    ($file:literal) => {
+        KernelSource {
+            file: $file,
+            text: include_str!(concat!("../kernels/", $file)),
+        }
+    };
+}
+
+/// Headers every source may include.
+pub const HEADERS: &[KernelSource] = &[source!("common.cuh"), source!("quant_blocks.cuh")];
+
+/// Every kernel module, in the order CI compiles them.
+pub const SOURCES: &[KernelSource] = &[
+    source!("elementwise.cu"),
+    // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
+];
+
+/// Compiled modules and their functions, loaded on first use.
+pub struct Kernels {
+    context: Arc<CudaContext>,
+    target: Target,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
+}
+
+impl Kernels {
+    /// A registry compiling for `target` and loading into `context`.
+    pub fn new(context: Arc<CudaContext>, target: Target) -> Kernels {
+        Kernels {
+            context,
+            target,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The function `name` of module `file`, compiling and loading the module if needed.
+    pub fn function(
+        &self,
+        file: &'static str,
+        name: &'static str,
+    ) -> Result<CudaFunction, CudaError> {
+        let mut functions = self.functions.lock().expect("kernel registry lock");
+        if let Some(function) = functions.get(&(file, name)) {
+            return Ok(function.clone());
+        }
+        let module = self.module(file)?;
+        let function = module
+            .load_function(name)
+            .map_err(|e| CudaError::Driver {
+                op: format!("loading kernel {name} of kernels/{file}"),
+                message: e.to_string(),
+            })?;
+        functions.insert((file, name), function.clone());
+        Ok(function)
+    }
+
+    /// Compiles (or takes from the disk cache) and loads every module now, so the first
+    /// forward pass does not pay for it.
+    pub fn load_all(&self) -> Result<(), CudaError> {
+        for source in SOURCES {
+            self.module(source.file)?;
+        }
+        Ok(())
+    }
+
+    fn module(&self, file: &'static str) -> Result<Arc<CudaModule>, CudaError> {
+        let mut modules = self.modules.lock().expect("kernel module lock");
+        if let Some(module) = modules.get(file) {
+            return Ok(Arc::clone(module));
+        }
+        let source = SOURCES
+            .iter()
+            .find(|s| s.file == file)
+            .ok_or_else(|| CudaError::Driver {
+                op: "kernel lookup".into(),
+                message: format!("no kernel source named {file}"),
+            })?;
+        let cubin = compile::compile(source, &self.target)?;
+        let module = self
+            .context
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(|e| CudaError::Driver {
+                op: format!("loading kernels/{file}"),
+                message: e.to_string(),
+            })?;
+        modules.insert(file, Arc::clone(&module));
+        Ok(module)
+    }
+}

@@ -1,0 +1,10 @@
+//! The non-matmul ops: embedding lookup, norms, RoPE, element-wise ops, the KV cache writes,
+//! attention and the MoE row gather/scatter.
+
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod kv;
+pub mod norm;
+pub mod rope;
+pub mod rows;
