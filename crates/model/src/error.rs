@@ -31,6 +31,15 @@ pub enum ModelError {
         ty: runit_quant::GgmlType,
         backend: String,
     },
+    #[error(
+        "the weights need {needed} bytes but {backend} has {available} bytes free; use a smaller \
+         model or quantization, or another device"
+    )]
+    InsufficientMemory {
+        backend: String,
+        needed: u64,
+        available: u64,
+    },
     #[error("batch of {tokens} tokens exceeds the evaluation buffers ({capacity}); split it")]
     BatchTooLarge { tokens: usize, capacity: usize },
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]

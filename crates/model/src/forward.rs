@@ -6,7 +6,12 @@
 //!     -> final RMSNorm (rows that need logits only) -> lm_head -> logits
 //! ```
 
-use runit_backend::{AttentionParams, Backend, Buffer, KvCache, KvType, RopeParams, SequenceSpan};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, RopeParams, SequenceSpan,
+    StepInputs, StepKey,
+};
 
 use crate::weights::{FfnWeights, LayerWeights};
 use crate::{Model, ModelError};
@@ -34,6 +39,15 @@ pub struct KvState {
     pub keys: Vec<KvCache>,
     pub values: Vec<KvCache>,
     pub n_cells: usize,
+    /// Unique id of these caches (part of a captured step's identity).
+    id: u64,
+}
+
+/// Source of unique ids for scratch buffers and caches: a captured forward pass is only
+/// replayed on the very buffers it was recorded with.
+fn next_workspace_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl KvState {
@@ -50,6 +64,7 @@ impl KvState {
             keys,
             values,
             n_cells,
+            id: next_workspace_id(),
         })
     }
 }
@@ -57,6 +72,7 @@ impl KvState {
 /// Activation buffers for batches of up to `capacity` tokens, reused every step.
 pub struct Scratch {
     pub capacity: usize,
+    id: u64,
     x: Buffer,      // [tokens, embd] residual stream
     normed: Buffer, // [tokens, embd]
     q: Buffer,      // [tokens, heads * head_dim]
@@ -96,6 +112,7 @@ impl Scratch {
         };
         Ok(Scratch {
             capacity: t,
+            id: next_workspace_id(),
             x: b.alloc(t * c.embedding_length)?,
             normed: b.alloc(t * c.embedding_length)?,
             q: b.alloc(t * c.q_width())?,
@@ -144,6 +161,59 @@ impl Model {
                 context: kv.n_cells,
             });
         }
+        let inputs = StepInputs {
+            tokens: batch.tokens,
+            positions: batch.positions,
+            spans: batch.spans,
+            logit_rows: batch.logit_rows,
+        };
+        // A pass with one row per sequence (decode) is captured once and replayed; prompt
+        // chunks vary in length, MoE routing reads the router on the host, and the observer
+        // downloads intermediates, so those run op by op.
+        let capture = observer.is_none()
+            && c.expert_count == 0
+            && tokens == batch.spans.len()
+            && !batch.logit_rows.is_empty()
+            && b.captures_steps();
+        let key = StepKey {
+            workspace: (scratch.id << 32) ^ kv.id,
+            tokens,
+            spans: batch.spans.len(),
+            logit_rows: batch.logit_rows.len(),
+        };
+        b.begin_step(&inputs)?;
+        let ran = if capture {
+            b.run_captured(key, &mut || self.run_layers(batch, kv, scratch, None))
+        } else {
+            self.run_layers(batch, kv, scratch, observer.as_deref_mut())
+        };
+        let ended = b.end_step();
+        ran?;
+        ended?;
+        let out_rows = batch.logit_rows.len();
+        if out_rows == 0 {
+            logits.clear();
+            return Ok(());
+        }
+        logits.resize(out_rows * c.vocab_size, 0.0);
+        b.download(&scratch.logits, logits)?;
+        if let Some(obs) = observer {
+            obs.observe("result_output", out_rows, c.vocab_size, logits);
+        }
+        Ok(())
+    }
+
+    /// The ops of one pass, from the embedding to the logits left in `scratch.logits`.
+    fn run_layers(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        s: &mut Scratch,
+        mut observer: Option<&mut (dyn LayerObserver + '_)>,
+    ) -> Result<(), BackendError> {
+        let c = &self.config;
+        let b: &dyn Backend = self.backend.as_ref();
+        let tokens = batch.tokens.len();
         let embd = c.embedding_length;
         let mut dump = |name: &str, layer: Option<usize>, buf: &Buffer, width: usize| {
             if let Some(obs) = observer.as_deref_mut() {
@@ -157,7 +227,6 @@ impl Model {
                 }
             }
         };
-        let s = scratch;
         b.embedding(&self.weights.token_embd, batch.tokens, &mut s.x)?;
         dump("embd", None, &s.x, embd);
         let q_rope = self.rope_params(c.head_count);
@@ -213,7 +282,6 @@ impl Model {
         }
         let out_rows = batch.logit_rows.len();
         if out_rows == 0 {
-            logits.clear();
             return Ok(());
         }
         b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
@@ -223,13 +291,7 @@ impl Model {
             c.rms_norm_eps,
             out_rows,
         )?;
-        b.matmul(&self.weights.output, &s.out_x, out_rows, &mut s.logits)?;
-        logits.resize(out_rows * c.vocab_size, 0.0);
-        b.download(&s.logits, logits)?;
-        if let Some(obs) = observer {
-            obs.observe("result_output", out_rows, c.vocab_size, logits);
-        }
-        Ok(())
+        b.matmul(&self.weights.output, &s.out_x, out_rows, &mut s.logits)
     }
 
     fn rope_params(&self, heads: usize) -> RopeParams {
@@ -250,7 +312,7 @@ impl Model {
         layer: &LayerWeights,
         tokens: usize,
         s: &mut Scratch,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), BackendError> {
         let c = &self.config;
         let b = self.backend.as_ref();
         b.matmul(&layer.q, &s.normed, tokens, &mut s.q)?;
@@ -277,7 +339,7 @@ impl Model {
         layer: &LayerWeights,
         tokens: usize,
         s: &mut Scratch,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), BackendError> {
         let c = &self.config;
         let b = self.backend.as_ref();
         match &layer.ffn {

@@ -38,6 +38,16 @@ impl Model {
     /// Reads the configuration and loads the weights of `file` onto `backend`.
     pub fn load(file: Arc<GgufFile>, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
+        if let Some(available) = backend.memory_available() {
+            let needed: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+            if needed > available as u64 {
+                return Err(ModelError::InsufficientMemory {
+                    backend: backend.name(),
+                    needed,
+                    available: available as u64,
+                });
+            }
+        }
         let weights = ModelWeights::load(&file, &config, backend.as_ref())?;
         Ok(Model {
             config,

@@ -19,7 +19,7 @@ pub struct ModelArgs {
     /// Use this tokenizer.json (Hugging Face format) instead of the GGUF's vocabulary.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Compute device: `cpu`.
+    /// Compute device: `cpu`, or `cuda` / `cuda:N` (GPU N; builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Worker threads (default: one per core).
@@ -97,8 +97,30 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
 
 /// The backend named by `--device`.
 pub fn make_backend(device: &str, threads: usize) -> anyhow::Result<Arc<dyn Backend>> {
-    match device {
-        "cpu" => Ok(Arc::new(runit_backend_cpu::CpuBackend::new(threads)?)),
-        other => anyhow::bail!("unknown device `{other}`; available: cpu"),
+    if device == "cpu" {
+        return Ok(Arc::new(runit_backend_cpu::CpuBackend::new(threads)?));
     }
+    let ordinal = match device.strip_prefix("cuda") {
+        Some("") => 0,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .and_then(|n| n.parse::<usize>().ok())
+            .with_context(|| format!("bad device `{device}`; expected cuda or cuda:N"))?,
+        None => anyhow::bail!("unknown device `{device}`; available: cpu, cuda, cuda:N"),
+    };
+    cuda_backend(ordinal)
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_backend(ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    let backend = runit_backend_cuda::CudaBackend::new(ordinal)?;
+    backend.warm_up()?;
+    Ok(Arc::new(backend))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_backend(_ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    anyhow::bail!(
+        "this runit was built without CUDA support; rebuild with `cargo build --release --features cuda`"
+    )
 }
