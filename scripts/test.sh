@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/fetch_models.py --all
+# NVRTC from the package registry: the CUDA kernels are compiled (not run) for sm_80 and sm_90.
+RUNIT_NVRTC_LIB=$(scripts/fetch_nvrtc.sh)
+export RUNIT_NVRTC_LIB RUNIT_REQUIRE_NVRTC=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 if rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
@@ -12,6 +15,7 @@ else
   echo "note: aarch64 target unavailable; skipping the NEON build check"
 fi
 cargo build --release -p runit-cli
+cargo check --quiet --release -p runit-cli --features cuda
 scripts/make_requants.sh target/release/runit
 cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
 python3 scripts/test_summary.py target/test-output.txt
