@@ -30,6 +30,8 @@ enum Command {
     Quantize(commands::quantize::Args),
     /// Serve an OpenAI-compatible HTTP API with continuous batching.
     Serve(commands::serve::Args),
+    /// Write a random-weight GGUF with the exact shapes and types of a public model.
+    Synth(commands::synth::Args),
     /// Print the token ids and pieces of a text (like llama-tokenize).
     Tokenize(commands::tokenize::Args),
 }
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Synth(args) => commands::synth::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
     };
     match result {

@@ -10,4 +10,5 @@ pub mod perplexity;
 pub mod quantize;
 pub mod sampling;
 pub mod serve;
+pub mod synth;
 pub mod tokenize;

@@ -8,8 +8,8 @@
 //! quantized again. Tensors stream to the output one at a time.
 
 mod convert;
-mod plan;
-mod preset;
+pub(crate) mod plan;
+pub(crate) mod preset;
 
 use std::borrow::Cow;
 use std::path::PathBuf;

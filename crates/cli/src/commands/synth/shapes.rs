@@ -1,0 +1,328 @@
+//! The model shapes `runit synth` can imitate: hyperparameters from each model's public
+//! `config.json`, the tensor list the loader expects for them, and their GGUF metadata keys.
+
+use anyhow::{bail, Result};
+use runit_gguf::Value;
+use runit_model::arch::{self, Architecture, FfnKind, QkNorm};
+
+use super::vocab::TokenizerStyle;
+
+/// One public model's shape: everything but the weights' values.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// The name `--shape` takes (`qwen2.5-7b`).
+    pub name: &'static str,
+    /// The Hugging Face repository whose `config.json` the numbers come from.
+    pub source: &'static str,
+    /// `general.architecture`: a row of the model crate's architecture table.
+    pub architecture: &'static str,
+    /// `num_hidden_layers`.
+    pub num_layers: u32,
+    /// `hidden_size`.
+    pub embedding_length: u64,
+    /// `intermediate_size`.
+    pub feed_forward_length: u64,
+    /// `num_attention_heads`.
+    pub num_heads: u64,
+    /// `num_key_value_heads`.
+    pub num_kv_heads: u64,
+    /// `head_dim` when the config states one that differs from `hidden_size / heads`
+    /// (written as `attention.key_length` / `value_length`).
+    pub explicit_head_dim: Option<u64>,
+    /// `max_position_embeddings`.
+    pub context_length: u32,
+    /// `rope_theta`.
+    pub rope_theta: f32,
+    /// `rms_norm_eps`.
+    pub rms_norm_eps: f32,
+    /// `vocab_size`: rows of the embedding and output matrices, and the token count.
+    pub vocab_size: u64,
+    /// `tie_word_embeddings`: no `output.weight`, the embedding doubles as the output head.
+    pub tied_embeddings: bool,
+    /// Special tokens and pre-tokenizer of the model's tokenizer.
+    pub tokenizer: &'static TokenizerStyle,
+}
+
+/// Every shape, in the order `--list-shapes` prints them.
+pub const SHAPES: [Shape; 5] = [
+    Shape {
+        name: "qwen2.5-0.5b",
+        source: "Qwen/Qwen2.5-0.5B-Instruct",
+        architecture: "qwen2",
+        num_layers: 24,
+        embedding_length: 896,
+        feed_forward_length: 4864,
+        num_heads: 14,
+        num_kv_heads: 2,
+        explicit_head_dim: None,
+        context_length: 32768,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        vocab_size: 151_936,
+        tied_embeddings: true,
+        tokenizer: &super::vocab::QWEN,
+    },
+    Shape {
+        name: "qwen2.5-7b",
+        source: "Qwen/Qwen2.5-7B-Instruct",
+        architecture: "qwen2",
+        num_layers: 28,
+        embedding_length: 3584,
+        feed_forward_length: 18944,
+        num_heads: 28,
+        num_kv_heads: 4,
+        explicit_head_dim: None,
+        context_length: 32768,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        vocab_size: 152_064,
+        tied_embeddings: false,
+        tokenizer: &super::vocab::QWEN,
+    },
+    Shape {
+        name: "qwen3-0.6b",
+        source: "Qwen/Qwen3-0.6B",
+        architecture: "qwen3",
+        num_layers: 28,
+        embedding_length: 1024,
+        feed_forward_length: 3072,
+        num_heads: 16,
+        num_kv_heads: 8,
+        explicit_head_dim: Some(128),
+        context_length: 40960,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        vocab_size: 151_936,
+        tied_embeddings: true,
+        tokenizer: &super::vocab::QWEN,
+    },
+    Shape {
+        name: "llama3-8b",
+        source: "meta-llama/Meta-Llama-3-8B-Instruct",
+        architecture: "llama",
+        num_layers: 32,
+        embedding_length: 4096,
+        feed_forward_length: 14336,
+        num_heads: 32,
+        num_kv_heads: 8,
+        explicit_head_dim: None,
+        context_length: 8192,
+        rope_theta: 500_000.0,
+        rms_norm_eps: 1e-5,
+        vocab_size: 128_256,
+        tied_embeddings: false,
+        tokenizer: &super::vocab::LLAMA3,
+    },
+    Shape {
+        name: "smollm2-135m",
+        source: "HuggingFaceTB/SmolLM2-135M-Instruct",
+        architecture: "llama",
+        num_layers: 30,
+        embedding_length: 576,
+        feed_forward_length: 1536,
+        num_heads: 9,
+        num_kv_heads: 3,
+        explicit_head_dim: None,
+        context_length: 8192,
+        rope_theta: 100_000.0,
+        rms_norm_eps: 1e-5,
+        vocab_size: 49_152,
+        tied_embeddings: true,
+        tokenizer: &super::vocab::SMOLLM,
+    },
+];
+
+/// A tensor the file will hold: name and shape in ggml order (`shape[0]` is the row length).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<u64>,
+}
+
+impl TensorSpec {
+    fn new(name: impl Into<String>, shape: &[u64]) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    /// Elements in one row.
+    pub fn row_length(&self) -> u64 {
+        self.shape[0]
+    }
+
+    /// Rows: the product of every extent but the first.
+    pub fn num_rows(&self) -> u64 {
+        self.shape[1..].iter().product()
+    }
+
+    /// Total elements.
+    pub fn num_elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Whether the tensor is a normalisation weight (its values sit near 1).
+    pub fn is_norm(&self) -> bool {
+        self.name.ends_with("_norm.weight")
+    }
+}
+
+/// The shape named `name`, or an error listing the valid names.
+pub fn find(name: &str) -> Result<&'static Shape> {
+    match SHAPES
+        .iter()
+        .find(|shape| shape.name.eq_ignore_ascii_case(name))
+    {
+        Some(shape) => Ok(shape),
+        None => bail!(
+            "unknown shape `{name}`; valid shapes: {}",
+            SHAPES.map(|shape| shape.name).join(", ")
+        ),
+    }
+}
+
+impl Shape {
+    /// Per-head width of queries and keys.
+    pub fn head_dim(&self) -> u64 {
+        self.explicit_head_dim
+            .unwrap_or(self.embedding_length / self.num_heads)
+    }
+
+    /// The model crate's architecture row for this shape.
+    pub fn architecture_row(&self) -> Result<&'static Architecture> {
+        match arch::find(self.architecture) {
+            Some(row) => Ok(row),
+            None => bail!(
+                "shape `{}`: architecture `{}` is not in the model crate's table ({})",
+                self.name,
+                self.architecture,
+                arch::supported_names()
+            ),
+        }
+    }
+
+    /// Every tensor of a model with `num_layers` layers, in the order the model crate's
+    /// loader names them (callers sort them into llama.cpp's loader order).
+    pub fn tensors(&self, num_layers: u32) -> Result<Vec<TensorSpec>> {
+        let row = self.architecture_row()?;
+        if row.ffn != FfnKind::DenseSwiGlu {
+            bail!(
+                "shape `{}`: only dense feed-forward architectures can be synthesized",
+                self.name
+            );
+        }
+        let embd = self.embedding_length;
+        let vocab = self.vocab_size;
+        let ff = self.feed_forward_length;
+        let head_dim = self.head_dim();
+        let q_width = self.num_heads * head_dim;
+        let kv_width = self.num_kv_heads * head_dim;
+        let mut tensors = vec![
+            TensorSpec::new("token_embd.weight", &[embd, vocab]),
+            TensorSpec::new("output_norm.weight", &[embd]),
+        ];
+        if !self.tied_embeddings {
+            tensors.push(TensorSpec::new("output.weight", &[embd, vocab]));
+        }
+        for layer in 0..num_layers {
+            let name = |suffix: &str| format!("blk.{layer}.{suffix}");
+            tensors.push(TensorSpec::new(name("attn_norm.weight"), &[embd]));
+            tensors.push(TensorSpec::new(name("attn_q.weight"), &[embd, q_width]));
+            tensors.push(TensorSpec::new(name("attn_k.weight"), &[embd, kv_width]));
+            tensors.push(TensorSpec::new(name("attn_v.weight"), &[embd, kv_width]));
+            if row.qkv_bias {
+                tensors.push(TensorSpec::new(name("attn_q.bias"), &[q_width]));
+                tensors.push(TensorSpec::new(name("attn_k.bias"), &[kv_width]));
+                tensors.push(TensorSpec::new(name("attn_v.bias"), &[kv_width]));
+            }
+            let qk_norm_widths = match row.qk_norm {
+                QkNorm::None => None,
+                QkNorm::PerHead => Some((head_dim, head_dim)),
+                QkNorm::FullWidth => Some((q_width, kv_width)),
+            };
+            if let Some((q_norm, k_norm)) = qk_norm_widths {
+                tensors.push(TensorSpec::new(name("attn_q_norm.weight"), &[q_norm]));
+                tensors.push(TensorSpec::new(name("attn_k_norm.weight"), &[k_norm]));
+            }
+            tensors.push(TensorSpec::new(
+                name("attn_output.weight"),
+                &[q_width, embd],
+            ));
+            tensors.push(TensorSpec::new(name("ffn_norm.weight"), &[embd]));
+            tensors.push(TensorSpec::new(name("ffn_gate.weight"), &[embd, ff]));
+            tensors.push(TensorSpec::new(name("ffn_up.weight"), &[embd, ff]));
+            tensors.push(TensorSpec::new(name("ffn_down.weight"), &[ff, embd]));
+        }
+        Ok(tensors)
+    }
+
+    /// The `<arch>.*` hyperparameter keys for a model with `num_layers` layers, as
+    /// llama.cpp's converter writes them.
+    pub fn hyperparameters(&self, num_layers: u32) -> Vec<(String, Value)> {
+        let key = |suffix: &str| format!("{}.{suffix}", self.architecture);
+        let count = |value: u64| Value::U32(u32::try_from(value).expect("table sizes fit in u32"));
+        let mut keys = vec![
+            (key("block_count"), Value::U32(num_layers)),
+            (key("context_length"), Value::U32(self.context_length)),
+            (key("embedding_length"), count(self.embedding_length)),
+            (key("feed_forward_length"), count(self.feed_forward_length)),
+            (key("attention.head_count"), count(self.num_heads)),
+            (key("attention.head_count_kv"), count(self.num_kv_heads)),
+            (key("rope.freq_base"), Value::F32(self.rope_theta)),
+            (
+                key("attention.layer_norm_rms_epsilon"),
+                Value::F32(self.rms_norm_eps),
+            ),
+        ];
+        if let Some(head_dim) = self.explicit_head_dim {
+            keys.push((key("attention.key_length"), count(head_dim)));
+            keys.push((key("attention.value_length"), count(head_dim)));
+        }
+        keys.push((key("vocab_size"), count(self.vocab_size)));
+        keys.push((key("rope.dimension_count"), count(self.head_dim())));
+        keys
+    }
+
+    /// Parameters of the full-depth model (every tensor's elements).
+    pub fn num_parameters(&self) -> Result<u64> {
+        Ok(self
+            .tensors(self.num_layers)?
+            .iter()
+            .map(TensorSpec::num_elements)
+            .sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shape_builds_and_counts_like_its_model() {
+        // Parameter counts the model cards state, to 1%: the tables above are the configs.
+        let stated = [
+            ("qwen2.5-0.5b", 0.494e9),
+            ("qwen2.5-7b", 7.62e9),
+            ("qwen3-0.6b", 0.596e9),
+            ("llama3-8b", 8.03e9),
+            ("smollm2-135m", 0.1348e9),
+        ];
+        for (name, parameters) in stated {
+            let shape = find(name).expect("shape in the table");
+            let counted = shape.num_parameters().expect("tensors") as f64;
+            assert!(
+                (counted / parameters - 1.0).abs() < 0.01,
+                "{name}: {counted} parameters, model card says {parameters}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_shape_lists_the_valid_ones() {
+        let message = find("gpt-5").expect_err("not a shape").to_string();
+        for shape in SHAPES {
+            assert!(message.contains(shape.name), "{message}");
+        }
+    }
+}
