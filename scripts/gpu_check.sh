@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over what scripts/gpu_pack.sh put in device/.
+#   scripts/gpu_check.sh tests   # NVRTC build, parity suite, op tests, golden fidelity + perplexity on CUDA
+#   scripts/gpu_check.sh bench [rows...]   # synthetic real-shape models + runit bench (issue 5's table)
+# Logs go to $OUT when set (the device tool brings them back).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/runit-out}
+mkdir -p "$out"
+export RUNIT_REQUIRE_GPU=1 RUNIT_REQUIRE_NVRTC=1 RUNIT_CACHE_DIR=/tmp/runit-cache
+mode=${1:-tests}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+if [ "$mode" = tests ]; then
+  export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
+  for t in nvrtc parity ops_gpu matmul_gpu; do
+    [ -x device/bin/$t ] || continue
+    echo "=== $t"
+    timeout 300 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
+    echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures" "$out/$t.log" | head -20
+  done
+  echo "=== fidelity (CUDA)"
+  timeout 300 device/bin/fidelity --include-ignored --nocapture --test-threads 1 >"$out/fidelity.log" 2>&1
+  echo "rc=$?"; grep -E "prompts|TOTAL|test result|panicked" "$out/fidelity.log" | head -60
+  echo "=== perplexity (CUDA)"
+  timeout 300 device/bin/perplexity --include-ignored --nocapture --test-threads 1 >"$out/perplexity.log" 2>&1
+  echo "rc=$?"; grep -Ei "ppl|perplexity|test result|panicked" "$out/perplexity.log" | head -60
+else
+  shift || true
+  rows=${*:-"qwen2.5-0.5b:Q8_0 qwen2.5-0.5b:Q4_0 qwen2.5-0.5b:F16 qwen3-0.6b:Q8_0 qwen2.5-7b:Q4_K_M qwen2.5-7b:Q8_0 qwen2.5-7b:F16"}
+  mkdir -p /tmp/synth
+  for row in $rows; do
+    shape=${row%%:*}; type=${row##*:}
+    file=/tmp/synth/$shape-$type.gguf
+    [ -f "$file" ] || { /usr/bin/time -f "synth $shape $type: %e s" device/bin/runit synth --shape "$shape" --type "$type" "$file" >>"$out/synth.log" 2>&1 || echo "synth $row failed"; }
+    echo "=== $shape $type ($(du -h "$file" | cut -f1))"
+    timeout 400 device/bin/runit bench -m "$file" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log" | grep -E "pp512|tg128|error"
+  done
+fi

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds what a GPU check needs and copies it into device/ (git-ignored), which the device
+# tool carries to the GPU machine: the CUDA-enabled runit, the GPU test binaries, and a subset
+# of ../shared/golden with small model files (only 64 MiB travel per call).
+#   scripts/gpu_pack.sh tests    # test binaries + golden synthetic models (parity, fidelity, perplexity)
+#   scripts/gpu_pack.sh bench    # runit only (the device makes its own models with `runit synth`)
+# Then, on the device: scripts/gpu_check.sh tests|bench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-tests}
+rm -rf device && mkdir -p device/bin
+cargo build --release -p runit-cli --features cuda
+cp target/release/runit device/bin/runit
+if [ "$mode" = tests ]; then
+  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        name = m["target"]["name"]
+        if name in ("parity", "ops_gpu", "matmul_gpu", "fidelity", "perplexity", "nvrtc"):
+            shutil.copy(m["executable"], "device/bin/" + name)
+'
+  golden=../shared/golden
+  mkdir -p device/golden/generation device/golden/perplexity device/golden/models
+  cp "$golden"/models/synth-*.gguf device/golden/models/
+  for m in device/golden/models/*.gguf; do
+    base=$(basename "$m" .gguf)
+    [ -f "$golden/generation/$base.json" ] && cp "$golden/generation/$base.json" device/golden/generation/
+  done
+  cp "$golden"/perplexity/* device/golden/perplexity/
+fi
+strip device/bin/*
+du -sh device
