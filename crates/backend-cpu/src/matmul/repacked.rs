@@ -1,13 +1,22 @@
 //! The matmul of weights that llama.cpp's CPU backend keeps in its REPACK buffer: every
-//! output goes through the repack-order dot product (`runit_quant::dot::repack_dot_fn`),
-//! for one activation row (ggml's gemv) as for many (its gemm keeps the same per-output
-//! arithmetic).
+//! output goes through the repack-order dot product (`runit_quant::dot::repack_dot_fn`):
+//! ggml's gemm order for activation rows taken four at a time, its gemv order for the
+//! rest. The kernels take eight weight rows per call (`runit_quant::dot::repack_rows_fn`);
+//! each task walks its rows eight at a time and meets every activation row with them
+//! while they are in cache.
 
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, quantize_activation, repack_dot_fn, DotFn,
+    activation_format, activation_row_bytes, quantize_activation, repack_dot_fn, repack_rows_fn,
+    DotFn,
 };
 
-use super::{Layout, PackedWeight, Parallelism, SharedOutput, MIN_ROWS_PER_TASK};
+use super::{
+    Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
+    PARALLEL_QUANTIZE_TOKENS,
+};
+
+/// Weight rows one kernel call takes (ggml's interleave).
+const ROWS_PER_GROUP: usize = 8;
 
 /// The repack-order kernels `(gemv, gemm)` for `weight`, or `None` when it follows
 /// `vec_dot` order.
@@ -27,7 +36,8 @@ pub(super) fn gemm_rows(weight: &PackedWeight, tokens: usize) -> usize {
     }
 }
 
-/// As `matmul`, in ggml's repack split (see [`gemm_rows`]).
+/// As `matmul`, in ggml's repack split (see [`gemm_rows`]). The scalar twins passed in
+/// are only used to check that `weight` is repacked; the kernels come from the SIMD level.
 pub(super) fn matmul_repacked(
     weight: &PackedWeight,
     x: &[f32],
@@ -35,34 +45,106 @@ pub(super) fn matmul_repacked(
     y: &mut [f32],
     scratch: &mut Vec<u8>,
     parallelism: &Parallelism,
-    (gemv, gemm): (DotFn, DotFn),
+    _twins: (DotFn, DotFn),
 ) {
     let format = activation_format(weight.ty).expect("checked by check_shapes");
+    let (gemv, gemm) =
+        repack_rows_fn(weight.ty, parallelism.level).expect("repacked types have kernels");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
     scratch.resize(tokens * activation_bytes, 0);
-    x.chunks(weight.n_in)
-        .zip(scratch.chunks_mut(activation_bytes))
-        .for_each(|(row, out)| quantize_activation(format, row, out));
-    let activations = &scratch[..tokens * activation_bytes];
+    let activations = &mut scratch[..tokens * activation_bytes];
+    if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
+        let shared = SharedBytes(activations.as_mut_ptr());
+        let convert = |t: usize| {
+            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
+            };
+            quantize_activation(format, &x[t * weight.n_in..(t + 1) * weight.n_in], out);
+        };
+        parallelism.for_each_chunk(tokens, &convert);
+    } else {
+        x.chunks(weight.n_in)
+            .zip(activations.chunks_mut(activation_bytes))
+            .for_each(|(row, out)| quantize_activation(format, row, out));
+    }
+    let activations = &*activations;
     let row_bytes = weight.row_bytes();
-    let rows_per_task = (weight.n_out / (parallelism.threads() * 8))
-        .max(MIN_ROWS_PER_TASK)
-        .min(weight.n_out);
+    // Whole groups of eight rows per task (the last task may end on a partial group).
+    let groups = weight.n_out.div_ceil(ROWS_PER_GROUP);
+    let groups_per_task = (groups / (parallelism.threads() * 8))
+        .max(MIN_ROWS_PER_TASK / ROWS_PER_GROUP)
+        .max(1);
+    let rows_per_task = (groups_per_task * ROWS_PER_GROUP).min(weight.n_out);
     let chunks = weight.n_out.div_ceil(rows_per_task);
     let gemm_rows = gemm_rows(weight, tokens);
     let output = SharedOutput(y.as_mut_ptr());
     let task = |chunk: usize| {
         let first = chunk * rows_per_task;
-        for o in first..(first + rows_per_task).min(weight.n_out) {
-            let row = &weight.bytes[o * row_bytes..(o + 1) * row_bytes];
+        let end = (first + rows_per_task).min(weight.n_out);
+        for group in (first..end).step_by(ROWS_PER_GROUP) {
+            let count = ROWS_PER_GROUP.min(end - group);
+            let rows = &weight.bytes[group * row_bytes..(group + count) * row_bytes];
             for (t, activation) in activations.chunks_exact(activation_bytes).enumerate() {
-                let dot = if t < gemm_rows { gemm } else { gemv };
-                let value = dot(weight.n_in, row, activation);
-                // SAFETY: t < tokens and o < n_out, inside `y`; column `o` belongs to this
-                // task alone (tasks own disjoint row ranges).
-                unsafe { *output.at(t * weight.n_out + o) = value };
+                let kernel = if t < gemm_rows { gemm } else { gemv };
+                // SAFETY: t < tokens and group + count <= n_out, inside `y`; columns
+                // group..group + count belong to this task alone (tasks own disjoint row
+                // ranges).
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(output.at(t * weight.n_out + group), count)
+                };
+                kernel(weight.n_in, rows, activation, out);
             }
         }
     };
     parallelism.for_each_chunk(chunks, &task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{matmul, matmul_scalar, Layout, PackedWeight, Parallelism};
+    use runit_quant::dot::SimdLevel;
+    use runit_quant::{quantize, GgmlType};
+
+    #[test]
+    fn repacked_matmul_equals_its_scalar_twin_bit_for_bit() {
+        let (n_in, n_out) = (512, 40);
+        let w: Vec<f32> = (0..n_in * n_out)
+            .map(|i| (i as f32 * 0.013).sin() * (1.0 + (i % 5) as f32))
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
+            GgmlType::Q2_K,
+            GgmlType::Q4_K,
+        ] {
+            let row_bytes = ty.row_bytes(n_in as u64).expect("whole blocks") as usize;
+            let mut bytes = vec![0u8; n_out * row_bytes];
+            for (row, out) in w.chunks(n_in).zip(bytes.chunks_mut(row_bytes)) {
+                quantize(ty, row, out).expect("quantize");
+            }
+            for layout in [Layout::Repacked, Layout::RepackedExpert] {
+                let weight = PackedWeight::new(ty, &bytes, n_in, n_out).with_layout(layout);
+                for tokens in [1, 4, 7, 9] {
+                    let x: Vec<f32> = (0..n_in * tokens)
+                        .map(|i| (i as f32 * 0.07).cos())
+                        .collect();
+                    let mut want = vec![0.0; tokens * n_out];
+                    matmul_scalar(&weight, &x, tokens, &mut want);
+                    for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+                        for pool in [None, Some(&pool)] {
+                            let mut y = vec![0.0; tokens * n_out];
+                            let parallelism = Parallelism { pool, level };
+                            matmul(&weight, &x, tokens, &mut y, &mut Vec::new(), &parallelism);
+                            assert_eq!(y, want, "{ty} {layout:?} tokens {tokens} {level:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -47,7 +47,7 @@ pub use batched::{
     block_scales, block_scales_len, gemv_fn, tile_fn, BlockScales, GemvFn, TileFn,
     BLOCK_SCALES_PADDING,
 };
-pub use ggml_repack::{is_repacked, repack_dot_fn};
+pub use ggml_repack::{is_repacked, repack_dot_fn, repack_rows_fn, RowsFn};
 
 use std::sync::OnceLock;
 

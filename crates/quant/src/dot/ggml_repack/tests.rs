@@ -1,0 +1,85 @@
+//! The repack-order kernels against the exact dot product, and every SIMD level against
+//! its scalar twin, bit for bit.
+
+use super::*;
+use crate::dot::{activation_format, activation_row_bytes, quantize_activation};
+use crate::quantize;
+
+const TYPES: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q4_K,
+];
+
+/// `rows` weight rows of `n` elements and one activation row, quantized.
+fn fixture(
+    ty: GgmlType,
+    n: usize,
+    rows: usize,
+    seed: f32,
+) -> (Vec<f32>, Vec<u8>, Vec<f32>, Vec<u8>) {
+    let w: Vec<f32> = (0..n * rows)
+        .map(|i| (i as f32 * 0.37 + seed).sin() * (1.0 + (i % 7) as f32))
+        .collect();
+    let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11 - seed).cos()).collect();
+    let row_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let mut packed = vec![0u8; rows * row_bytes];
+    for (row, out) in w.chunks(n).zip(packed.chunks_mut(row_bytes)) {
+        quantize(ty, row, out).expect("quantize");
+    }
+    let format = activation_format(ty).expect("format");
+    let mut activation = vec![0u8; activation_row_bytes(format, n)];
+    quantize_activation(format, &x, &mut activation);
+    (w, packed, x, activation)
+}
+
+#[test]
+fn repack_order_is_close_to_the_exact_dot() {
+    let n = 512;
+    for ty in TYPES {
+        let (w, packed, x, activation) = fixture(ty, n, 1, 0.5);
+        let exact: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        let vec_dot =
+            crate::dot::dot_fn(ty, SimdLevel::Scalar).expect("dot")(n, &packed, &activation);
+        let (gemv, gemm) = repack_dot_fn(ty).expect("repacked type");
+        for repack in [gemv(n, &packed, &activation), gemm(n, &packed, &activation)] {
+            let bound = 0.05 * w.iter().map(|v| v.abs()).sum::<f32>() / n as f32 * n as f32;
+            assert!((repack - exact).abs() < bound, "{ty}: {repack} vs {exact}");
+            assert!(
+                (repack - vec_dot).abs() < 1e-3 * vec_dot.abs().max(1.0),
+                "{ty}: {repack} vs {vec_dot}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rows_kernels_equal_the_scalar_twins_bit_for_bit() {
+    let n = 768;
+    let rows = 19; // two groups of eight and a tail
+    for ty in TYPES {
+        for seed in [0.0f32, 1.7, -3.2] {
+            let (_, packed, _, activation) = fixture(ty, n, rows, seed);
+            let row_bytes = packed.len() / rows;
+            let (gemv, gemm) = repack_dot_fn(ty).expect("repacked type");
+            let twins = |dot: DotFn| -> Vec<u32> {
+                packed
+                    .chunks(row_bytes)
+                    .map(|row| dot(n, row, &activation).to_bits())
+                    .collect()
+            };
+            let (want_gemv, want_gemm) = (twins(gemv), twins(gemm));
+            for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+                let (rows_gemv, rows_gemm) = repack_rows_fn(ty, level).expect("kernels");
+                let mut out = vec![0.0f32; rows];
+                rows_gemv(n, &packed, &activation, &mut out);
+                let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want_gemv, "{ty} gemv at {level:?}");
+                rows_gemm(n, &packed, &activation, &mut out);
+                let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want_gemm, "{ty} gemm at {level:?}");
+            }
+        }
+    }
+}
