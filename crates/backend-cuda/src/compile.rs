@@ -75,7 +75,12 @@ pub fn compile_all(target: &Target) -> Result<Vec<(&'static str, usize)>, CudaEr
     let options = options(target);
     SOURCES
         .iter()
-        .map(|source| Ok((source.file, compile_uncached(source, target, &options)?.len())))
+        .map(|source| {
+            Ok((
+                source.file,
+                compile_uncached(source, target, &options)?.len(),
+            ))
+        })
         .collect()
 }
 
@@ -173,7 +178,10 @@ fn compile_uncached(
             Err(fail(program_log(program)))
         } else {
             let mut size = 0usize;
-            check(sys::nvrtcGetCUBINSize(program, &mut size), "nvrtcGetCUBINSize")?;
+            check(
+                sys::nvrtcGetCUBINSize(program, &mut size),
+                "nvrtcGetCUBINSize",
+            )?;
             let mut cubin = vec![0u8; size];
             check(
                 sys::nvrtcGetCUBIN(program, cubin.as_mut_ptr() as *mut c_char),

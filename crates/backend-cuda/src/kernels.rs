@@ -23,11 +23,26 @@ macro_rules! source {
 }
 
 /// Headers every source may include.
-pub const HEADERS: &[KernelSource] = &[source!("common.cuh"), source!("quant_blocks.cuh")];
+pub const HEADERS: &[KernelSource] = &[
+    source!("common.cuh"),
+    source!("quant_blocks.cuh"),
+    source!("dequant.cuh"),
+    source!("matvec.cuh"),
+];
 
 /// Every kernel module, in the order CI compiles them.
 pub const SOURCES: &[KernelSource] = &[
     source!("elementwise.cu"),
+    source!("norm.cu"),
+    source!("rope.cu"),
+    source!("kv.cu"),
+    source!("attention.cu"),
+    source!("rows.cu"),
+    source!("embedding.cu"),
+    source!("convert.cu"),
+    source!("matvec_float.cu"),
+    source!("matvec_legacy.cu"),
+    source!("matvec_kquants.cu"),
     // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
 ];
 
@@ -61,12 +76,10 @@ impl Kernels {
             return Ok(function.clone());
         }
         let module = self.module(file)?;
-        let function = module
-            .load_function(name)
-            .map_err(|e| CudaError::Driver {
-                op: format!("loading kernel {name} of kernels/{file}"),
-                message: e.to_string(),
-            })?;
+        let function = module.load_function(name).map_err(|e| CudaError::Driver {
+            op: format!("loading kernel {name} of kernels/{file}"),
+            message: e.to_string(),
+        })?;
         functions.insert((file, name), function.clone());
         Ok(function)
     }

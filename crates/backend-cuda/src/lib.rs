@@ -218,17 +218,19 @@ impl CudaBackend {
                     given.is_none_or(|g| g == have)
                 };
                 let ident = |p: *const u8, len: usize| (p as usize, len);
-                if same(tokens.map(|t| ident(t.as_ptr().cast(), t.len())), active.tokens)
-                    && same(
-                        positions.map(|p| ident(p.as_ptr().cast(), p.len())),
-                        active.positions,
-                    )
-                    && same(spans.map(|s| ident(s.as_ptr().cast(), s.len())), active.spans)
-                    && same(
-                        logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
-                        active.logit_rows,
-                    )
-                {
+                if same(
+                    tokens.map(|t| ident(t.as_ptr().cast(), t.len())),
+                    active.tokens,
+                ) && same(
+                    positions.map(|p| ident(p.as_ptr().cast(), p.len())),
+                    active.positions,
+                ) && same(
+                    spans.map(|s| ident(s.as_ptr().cast(), s.len())),
+                    active.spans,
+                ) && same(
+                    logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
+                    active.logit_rows,
+                ) {
                     return Ok(StepView {
                         ptr: state.buffer_ptr,
                         table_stride: state.table_stride,
@@ -438,7 +440,16 @@ impl Backend for CudaBackend {
         check_len("add", "src", src, len)?;
         let d = buffer_ptr("add", "dst", dst)?;
         let s = buffer_ptr("add", "src", src)?;
-        launch!(self, "add", "elementwise.cu", "add_f32", grid_for(len), d, s, len as u64)
+        launch!(
+            self,
+            "add",
+            "elementwise.cu",
+            "add_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
     }
 
     fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError> {
@@ -501,7 +512,16 @@ impl Backend for CudaBackend {
         check_len("copy", "dst", dst, dst_offset + len)?;
         let s = buffer_ptr("copy", "src", src)? + 4 * src_offset as u64;
         let d = buffer_ptr("copy", "dst", dst)? + 4 * dst_offset as u64;
-        launch!(self, "copy", "elementwise.cu", "copy_f32", grid_for(len), d, s, len as u64)
+        launch!(
+            self,
+            "copy",
+            "elementwise.cu",
+            "copy_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
@@ -544,13 +564,19 @@ impl Backend for CudaBackend {
         body: &mut dyn FnMut() -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let graph_key = {
-            let state = self.step.lock().expect("step lock");
+            let mut state = self.step.lock().expect("step lock");
             let full_key = (key, state.table_stride);
             if let Some(graph) = state.graphs.get(&full_key) {
                 return graph
                     .0
                     .launch()
                     .map_err(|e| self.driver_error("graph replay", e));
+            }
+            // The first pass of a key runs op by op: kernels get compiled and lazily sized
+            // scratch buffers allocated outside the capture. The next one is captured.
+            if state.seen.insert(full_key) {
+                drop(state);
+                return body();
             }
             full_key
         };

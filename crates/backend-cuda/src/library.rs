@@ -76,3 +76,41 @@ fn load_any(names: &[String]) -> Result<(), String> {
     }
     Err(names.join(", "))
 }
+
+/// Loads cuBLAS (and its cublasLt dependency) once; later calls return the first result.
+/// `RUNIT_CUBLAS_LIB` may name the library's path; its folder is searched for cublasLt too.
+pub fn ensure_cublas() -> Result<(), CudaError> {
+    static CUBLAS: OnceLock<Result<(), String>> = OnceLock::new();
+    CUBLAS
+        .get_or_init(|| {
+            let mut folders: Vec<PathBuf> = Vec::new();
+            if let Some(path) = std::env::var_os("RUNIT_CUBLAS_LIB").map(PathBuf::from) {
+                folders.extend(path.parent().map(PathBuf::from));
+            }
+            for root in cuda_roots() {
+                for lib in ["lib64", "lib", "targets/x86_64-linux/lib"] {
+                    folders.push(root.join(lib));
+                }
+            }
+            let in_folders = |names: &[&str]| -> Vec<PathBuf> {
+                folders
+                    .iter()
+                    .flat_map(|folder| names.iter().map(move |name| folder.join(name)))
+                    .collect()
+            };
+            // cublasLt first, so that cuBLAS loaded by path finds it already loaded.
+            let light = in_folders(&["libcublasLt.so.13", "libcublasLt.so.12"]);
+            let _ = load_any(&candidates("cublasLt", &light));
+            let mut explicit: Vec<PathBuf> =
+                std::env::var_os("RUNIT_CUBLAS_LIB").map(PathBuf::from).into_iter().collect();
+            explicit.extend(in_folders(&["libcublas.so.13", "libcublas.so.12"]));
+            load_any(&candidates("cublas", &explicit))
+        })
+        .clone()
+        .map_err(|tried| CudaError::Driver {
+            op: "loading cuBLAS".into(),
+            message: format!(
+                "could not load any of: {tried}; install the CUDA toolkit's cuBLAS or set RUNIT_CUBLAS_LIB"
+            ),
+        })
+}

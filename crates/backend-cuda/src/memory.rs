@@ -15,18 +15,26 @@ pub struct DeviceBuffer {
 
 /// Payload of a [`Weight`]: the packed tensor bytes exactly as in the file.
 pub struct DeviceWeight {
+    /// Owns the allocation (freed on drop); kernels use `ptr`.
+    #[allow(dead_code)]
     pub bytes: CudaSlice<u8>,
     pub ptr: u64,
 }
 
 /// Payload of a [`KvCache`]: `n_cells × width` elements of f16 (as u16) or f32.
 pub struct DeviceKv {
+    /// Owns the allocation (freed on drop); kernels use `ptr`.
+    #[allow(dead_code)]
     pub bytes: CudaSlice<u8>,
     pub ptr: u64,
 }
 
 /// The device address of an activation buffer.
-pub fn buffer_ptr(op: &'static str, what: &'static str, buffer: &Buffer) -> Result<u64, BackendError> {
+pub fn buffer_ptr(
+    op: &'static str,
+    what: &'static str,
+    buffer: &Buffer,
+) -> Result<u64, BackendError> {
     buffer
         .payload::<DeviceBuffer>()
         .map(|b| b.ptr)
@@ -34,7 +42,11 @@ pub fn buffer_ptr(op: &'static str, what: &'static str, buffer: &Buffer) -> Resu
 }
 
 /// The device address of a weight's first byte (its view offset included).
-pub fn weight_ptr(op: &'static str, what: &'static str, weight: &Weight) -> Result<u64, BackendError> {
+pub fn weight_ptr(
+    op: &'static str,
+    what: &'static str,
+    weight: &Weight,
+) -> Result<u64, BackendError> {
     weight
         .payload::<DeviceWeight>()
         .map(|w| w.ptr + weight.byte_offset as u64)
@@ -50,7 +62,12 @@ pub fn kv_ptr(op: &'static str, what: &'static str, cache: &KvCache) -> Result<u
 }
 
 /// Fails unless `buffer` holds at least `needed` elements.
-pub fn check_len(op: &'static str, what: &'static str, buffer: &Buffer, needed: usize) -> Result<(), BackendError> {
+pub fn check_len(
+    op: &'static str,
+    what: &'static str,
+    buffer: &Buffer,
+    needed: usize,
+) -> Result<(), BackendError> {
     if buffer.len() < needed {
         return Err(BackendError::Shape {
             op,

@@ -18,7 +18,6 @@ pub const HEADER_LEN: usize = 16;
 /// The host side of a packed step: the i32 array and the table stride used.
 pub struct PackedStep {
     pub data: Vec<i32>,
-    pub tokens: usize,
     pub table_stride: usize,
 }
 
@@ -34,7 +33,13 @@ pub fn pack(
     let n_tokens = tokens
         .map(|t| t.len())
         .or(positions.map(|p| p.len()))
-        .unwrap_or_else(|| spans.iter().map(|s| s.first_row + s.rows).max().unwrap_or(0));
+        .unwrap_or_else(|| {
+            spans
+                .iter()
+                .map(|s| s.first_row + s.rows)
+                .max()
+                .unwrap_or(0)
+        });
     let longest_table = spans.iter().map(|s| s.block_table.len()).max().unwrap_or(0);
     let table_stride = longest_table.max(1).next_power_of_two().max(64);
     let block_size = spans.first().map(|s| s.block_size).unwrap_or(1).max(1);
@@ -94,11 +99,7 @@ pub fn pack(
     for (slot, &row) in data[logit_at..].iter_mut().zip(logit_rows) {
         *slot = row as i32;
     }
-    PackedStep {
-        data,
-        tokens: n_tokens,
-        table_stride,
-    }
+    PackedStep { data, table_stride }
 }
 
 /// Identity of the host slices of the active step (pointer and length of each).
@@ -142,6 +143,8 @@ pub struct StepState {
     /// True while a stream capture is in progress.
     pub capturing: bool,
     pub graphs: HashMap<(StepKey, usize), Graph>,
+    /// Keys that ran once uncaptured (the next pass of such a key is captured).
+    pub seen: std::collections::HashSet<(StepKey, usize)>,
 }
 
 impl StepState {
@@ -156,6 +159,7 @@ impl StepState {
         let fits = self.buffer.as_ref().is_some_and(|b| b.len() >= needed);
         if !fits {
             self.graphs.clear();
+            self.seen.clear();
             let capacity = needed.next_power_of_two().max(4096);
             let buffer = stream.alloc_zeros::<i32>(capacity)?;
             self.buffer_ptr = crate::device_address(&buffer, stream);

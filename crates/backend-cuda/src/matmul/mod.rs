@@ -1,23 +1,202 @@
-//! (in progress) Matrix multiplication on packed weights.
-use runit_backend::{BackendError, Buffer, Weight};
+//! Matrix multiplication `out[t] = W · x[t]` on weights kept in their packed GGUF formats.
+//!
+//! Two paths, chosen by the number of token rows:
+//! - decode (`tokens <= MATVEC_MAX_TOKENS`, see [`matvec`]): fused dequantize + dot kernels
+//!   that read each weight byte once for all rows; quantized weights are dotted with the
+//!   activations quantized to q8_1 by `dp4a` (llama.cpp's MMVQ scheme), float weights with f32
+//!   activations;
+//! - prompt processing ([`gemm`]): the weight dequantized to an f16 staging matrix (F16 used
+//!   as is, F32 as f32) and the activations converted to f16, multiplied by cuBLAS on the
+//!   tensor cores with f32 accumulation.
+//!
+//! [`MatmulState`] owns the scratch memory both paths reuse between calls: the q8_1
+//! activations, the f16 staging buffers and the cuBLAS handle. Scratch is allocated on first
+//! use and grown when a larger shape arrives, never while a graph is being captured (call
+//! [`prepare`] before a capture so that decode needs no allocation).
+
+mod cublas;
+mod gemm;
+mod matvec;
+pub(crate) mod names;
+
+use std::sync::{Mutex, MutexGuard};
+
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use runit_backend::{Backend, BackendError, Buffer, Weight};
 use runit_quant::GgmlType;
 
-use crate::CudaBackend;
+use crate::memory::{buffer_ptr, check_len, weight_ptr};
+use crate::{device_address, CudaBackend};
 
-/// State shared by matmul calls.
+/// Token rows up to which the decode matvec kernels are used (their largest variant).
+pub const MATVEC_MAX_TOKENS: usize = 8;
+
+const OP: &str = "matmul";
+
+/// Launches kernel `$name` of `$file` (both `&'static str` values, not only literals) with
+/// the given arguments; the twin of the crate's `launch!` for names chosen at run time.
+macro_rules! launch_kernel {
+    ($backend:expr, $op:expr, $file:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
+        let backend: &$crate::CudaBackend = $backend;
+        let function = backend.kernel($op, $file, $name)?;
+        let mut builder = backend.stream().launch_builder(&function);
+        #[allow(unused_imports)]
+        use cudarc::driver::PushKernelArg as _;
+        $( let arg = $arg; builder.arg(&arg); )*
+        // SAFETY: the kernel's parameter list matches these arguments (same order and types,
+        // see the kernels' signatures in kernels/*.cu), and every address points to live
+        // device memory owned by a handle the caller holds.
+        let launched = unsafe { builder.launch($cfg) };
+        launched.map_err(|e| backend.driver_error($op, e))?;
+        backend.after_launch($op)
+    }};
+}
+pub(crate) use launch_kernel;
+
+/// Scratch memory of the matmul kernels, kept between calls (one stream orders all work, so
+/// reusing it in the next call is safe).
 #[derive(Default)]
-pub struct MatmulState {}
-
-pub fn supports(_ty: GgmlType) -> bool {
-    false
+pub struct MatmulState {
+    scratch: Mutex<Scratch>,
 }
 
+#[derive(Default)]
+struct Scratch {
+    /// q8_1 activations of the decode path: int8 values, then (d, d·sum) pairs.
+    q8_1: Option<CudaSlice<u8>>,
+    /// f16 copy of the activations (GEMM path).
+    half_x: Option<CudaSlice<u16>>,
+    /// f16 dequantized weight rows (GEMM path).
+    half_weight: Option<CudaSlice<u16>>,
+    blas: Option<cublas::Blas>,
+}
+
+impl MatmulState {
+    fn lock(&self) -> MutexGuard<'_, Scratch> {
+        self.scratch.lock().expect("matmul scratch lock")
+    }
+}
+
+/// Returns the device address of `slot`, (re)allocating it to hold at least `len` elements.
+/// Allocation is refused during a graph capture.
+fn ensure<T: DeviceRepr + ValidAsZeroBits>(
+    backend: &CudaBackend,
+    slot: &mut Option<CudaSlice<T>>,
+    len: usize,
+    what: &str,
+) -> Result<u64, BackendError> {
+    if let Some(slice) = slot.as_ref().filter(|s| s.len() >= len) {
+        return Ok(device_address(slice, backend.stream()));
+    }
+    if backend.capturing() {
+        return Err(BackendError::Device {
+            backend: backend.name(),
+            op: OP,
+            message: format!(
+                "the {what} scratch must grow to {len} elements while a graph is captured; \
+                 run one uncaptured step (or matmul::prepare) first"
+            ),
+        });
+    }
+    *slot = None;
+    let slice = backend
+        .stream()
+        .alloc_zeros::<T>(len.max(1))
+        .map_err(|e| backend.driver_error(OP, e))?;
+    let ptr = device_address(&slice, backend.stream());
+    *slot = Some(slice);
+    Ok(ptr)
+}
+
+/// Row length the decode scratch is first allocated for (it grows for longer rows).
+pub const PREPARED_ROW_LEN: usize = 1 << 16;
+
+/// Allocates the decode scratch for rows of up to `max_row_len` elements, so that decode
+/// matmuls (and a capture of them) never allocate. Without this call the first decode
+/// matmul allocates it (for rows up to [`PREPARED_ROW_LEN`]), so only a capture that is the
+/// very first use needs it.
+#[allow(dead_code)] // for CudaBackend::new / warm_up
+pub fn prepare(backend: &CudaBackend, max_row_len: usize) -> Result<(), BackendError> {
+    let mut scratch = backend.matmul_state().lock();
+    let len = matvec::q8_1_bytes(MATVEC_MAX_TOKENS, max_row_len.next_multiple_of(32));
+    ensure(backend, &mut scratch.q8_1, len, "q8_1 activation").map(|_| ())
+}
+
+/// True when [`matmul`] handles weights of type `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    names::kernels(ty).is_some()
+}
+
+/// `out[t][o] = sum_i W[o][i] * x[t][i]` for `t < tokens`.
 pub fn matmul(
-    b: &CudaBackend,
+    backend: &CudaBackend,
     weight: &Weight,
-    _x: &Buffer,
-    _tokens: usize,
-    _out: &mut Buffer,
+    x: &Buffer,
+    tokens: usize,
+    out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    Err(crate::ops::embedding::unsupported(b, "matmul", weight))
+    let kernels = names::kernels(weight.ty).ok_or_else(|| BackendError::Unsupported {
+        backend: backend.name(),
+        op: OP,
+        ty: weight.ty,
+        tensor: weight.name.clone(),
+    })?;
+    let matrices: usize = weight.shape.iter().skip(2).product();
+    if matrices != 1 {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "matrices in the weight (use Weight::matrix)",
+            expected: 1,
+            found: matrices,
+        });
+    }
+    let (n_in, n_out) = (weight.row_len(), weight.rows());
+    let block = weight.ty.block_size();
+    if n_in % block != 0 {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "row length (a whole number of blocks)",
+            expected: n_in.next_multiple_of(block),
+            found: n_in,
+        });
+    }
+    check_len(OP, "x (tokens × row length)", x, tokens * n_in)?;
+    check_len(OP, "out (tokens × rows)", out, tokens * n_out)?;
+    if u32::try_from(n_in.max(n_out)).is_err() {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "weight dimension (below 2^32)",
+            expected: u32::MAX as usize,
+            found: n_in.max(n_out),
+        });
+    }
+    if tokens == 0 || n_out == 0 {
+        return Ok(());
+    }
+    let operands = Operands {
+        weight: weight_ptr(OP, "weight", weight)?,
+        row_bytes: weight.row_bytes(),
+        n_in,
+        n_out,
+        x: buffer_ptr(OP, "x", x)?,
+        out: buffer_ptr(OP, "out", out)?,
+        tokens,
+    };
+    let mut scratch = backend.matmul_state().lock();
+    if tokens <= MATVEC_MAX_TOKENS {
+        matvec::run(backend, &kernels, &operands, &mut scratch)
+    } else {
+        gemm::run(backend, weight.ty, &kernels, &operands, &mut scratch)
+    }
+}
+
+/// The device operands of one matmul.
+struct Operands {
+    weight: u64,
+    row_bytes: usize,
+    n_in: usize,
+    n_out: usize,
+    x: u64,
+    out: u64,
+    tokens: usize,
 }

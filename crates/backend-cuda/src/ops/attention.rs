@@ -1,4 +1,295 @@
-//! (in progress)
-use runit_backend::{AttentionParams, BackendError, Buffer, KvCache, SequenceSpan};
-use crate::CudaBackend;
-pub fn attention(_b: &CudaBackend, _q: &Buffer, _k: &KvCache, _v: &KvCache, _s: &[SequenceSpan], _p: &AttentionParams, _o: &mut Buffer) -> Result<(), BackendError> { Err(BackendError::ForeignBuffer{op:"attention", what:"todo"}) }
+//! Causal grouped-query attention over the paged KV cache (kernels/attention.cu): a
+//! flash-decoding pair of kernels (chunk partials, then a combine) for batches of few rows
+//! per sequence, and a tiled flash-attention kernel for prefill. Positions, spans and block
+//! tables are read from the step buffer; see [`plan`] for the launch shapes.
+
+mod plan;
+
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, SequenceSpan,
+};
+
+use super::elementwise::{product, to_u32};
+use super::kv::{check_block_sizes, check_cells, end_row};
+use crate::memory::{buffer_ptr, check_len, kv_ptr};
+use crate::{device_address, launch, CudaBackend, StepView};
+use plan::{round_queries, use_prefill, DecodePlan, PrefillPlan, DECODE_THREADS, MAX_HEAD_DIM};
+
+const OP: &str = "attention";
+
+/// The checked arguments shared by both paths (kernel argument types).
+struct Call {
+    q: u64,
+    k: u64,
+    v: u64,
+    out: u64,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    scale: f32,
+    /// Sliding window, 0 for none (at most `i32::MAX`).
+    window: u32,
+    round_q: u32,
+    f16: bool,
+}
+
+/// Attention of every span's query rows; see [`runit_backend::Backend::attention`].
+pub fn attention(
+    backend: &CudaBackend,
+    q: &Buffer,
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+    spans: &[SequenceSpan],
+    params: &AttentionParams,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    check_params(params)?;
+    let &AttentionParams {
+        heads,
+        kv_heads,
+        head_dim,
+        ..
+    } = params;
+    let kv_width = product(OP, "kv_heads × head_dim", kv_heads, head_dim)?;
+    let q_width = product(OP, "heads × head_dim", heads, head_dim)?;
+    for (cache, what) in [(k_cache, "k cache width"), (v_cache, "v cache width")] {
+        if cache.width != kv_width {
+            return Err(BackendError::Shape {
+                op: OP,
+                what,
+                expected: kv_width,
+                found: cache.width,
+            });
+        }
+    }
+    if k_cache.ty != v_cache.ty {
+        return Err(BackendError::Device {
+            backend: backend.name(),
+            op: OP,
+            message: format!(
+                "the k cache is {:?} and the v cache {:?}; both must have one type",
+                k_cache.ty, v_cache.ty
+            ),
+        });
+    }
+    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
+    let mut total_rows = 0usize;
+    for span in spans {
+        total_rows = total_rows.saturating_add(span.rows);
+        let end_position = span.start_position.saturating_add(span.rows);
+        check_cells(OP, span, 0..end_position, n_cells)?;
+    }
+    check_block_sizes(OP, spans)?;
+    let end_row = end_row(spans);
+    let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
+    check_len(OP, "q", q, needed)?;
+    check_len(OP, "out", out, needed)?;
+    let f16 = k_cache.ty == KvType::F16;
+    let call = Call {
+        q: buffer_ptr(OP, "q", q)?,
+        k: kv_ptr(OP, "k cache", k_cache)?,
+        v: kv_ptr(OP, "v cache", v_cache)?,
+        out: buffer_ptr(OP, "out", out)?,
+        heads: to_u32(OP, "heads", heads)?,
+        kv_heads: to_u32(OP, "kv_heads", kv_heads)?,
+        head_dim: head_dim as u32,
+        scale: params.scale,
+        window: params
+            .sliding_window
+            .map_or(0, |w| w.min(i32::MAX as usize) as u32),
+        round_q: u32::from(round_queries(f16, total_rows, head_dim)),
+        f16,
+    };
+    if total_rows == 0 {
+        return Ok(());
+    }
+    let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
+    if use_prefill(total_rows, end_row, spans.len()) {
+        let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
+        prefill(backend, &call, &step, &plan)
+    } else {
+        let block_size = spans.first().map_or(1, |s| s.block_size);
+        let capacity = product(
+            OP,
+            "table stride × block size",
+            step.table_stride,
+            block_size,
+        )?;
+        let plan = DecodePlan::new(capacity, heads / kv_heads);
+        decode(backend, &call, &step, &plan, end_row)
+    }
+}
+
+/// The shape checks of the CPU reference, plus the kernels' head_dim limit.
+fn check_params(params: &AttentionParams) -> Result<(), BackendError> {
+    let shape = |what, expected, found| {
+        Err(BackendError::Shape {
+            op: OP,
+            what,
+            expected,
+            found,
+        })
+    };
+    if params.kv_heads == 0 || !params.heads.is_multiple_of(params.kv_heads) {
+        return shape(
+            "kv_heads (a non-zero divisor of heads)",
+            params.heads,
+            params.kv_heads,
+        );
+    }
+    if params.head_dim == 0 || params.head_dim > MAX_HEAD_DIM {
+        return shape(
+            "head_dim (1 ..= 256 on CUDA)",
+            MAX_HEAD_DIM,
+            params.head_dim,
+        );
+    }
+    if params.sliding_window == Some(0) {
+        return shape("sliding_window (non-zero)", 1, 0);
+    }
+    Ok(())
+}
+
+/// Flash-decoding: chunk partials into scratch memory, then the combine into `out`.
+fn decode(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    plan: &DecodePlan,
+    rows: usize,
+) -> Result<(), BackendError> {
+    let heads = call.heads as usize;
+    let head_dim = call.head_dim as usize;
+    let partials = scratch(backend, plan.partial_values(rows, heads, head_dim))?;
+    let stats = scratch(backend, plan.stat_values(rows, heads))?;
+    let (partials_ptr, stats_ptr) = (
+        device_address(&partials, backend.stream()),
+        device_address(&stats, backend.stream()),
+    );
+    let rows = rows as u32; // at most 65 535 (plan::use_prefill)
+    let chunk_len = to_u32(OP, "chunk length", plan.chunk_len)?;
+    let chunks = plan.chunks as u32;
+    let config = LaunchConfig {
+        grid_dim: (
+            chunks,
+            to_u32(
+                OP,
+                "kv_heads × head slices",
+                call.kv_heads as usize * plan.slices,
+            )?,
+            rows,
+        ),
+        block_dim: (DECODE_THREADS, 1, 1),
+        shared_mem_bytes: plan.shared_bytes(head_dim),
+    };
+    let heads_per_block = plan.heads_per_block as u32;
+    macro_rules! decode_kernel {
+        ($name:literal) => {
+            launch!(
+                backend,
+                OP,
+                "attention.cu",
+                $name,
+                config,
+                call.q,
+                call.k,
+                call.v,
+                step.ptr,
+                partials_ptr,
+                stats_ptr,
+                call.heads,
+                call.kv_heads,
+                call.head_dim,
+                call.scale,
+                call.window,
+                chunk_len,
+                chunks,
+                heads_per_block,
+                call.round_q
+            )
+        };
+    }
+    if call.f16 {
+        decode_kernel!("attention_decode_f16")?;
+    } else {
+        decode_kernel!("attention_decode_f32")?;
+    }
+    let config = LaunchConfig {
+        grid_dim: (call.heads, rows, 1),
+        block_dim: (DECODE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        "attention_combine",
+        config,
+        call.out,
+        partials_ptr,
+        stats_ptr,
+        step.ptr,
+        call.heads,
+        call.head_dim,
+        call.window,
+        chunk_len,
+        chunks
+    )?;
+    // The scratch is freed stream-ordered, after the combine has read it.
+    drop((partials, stats));
+    Ok(())
+}
+
+/// Tiled prefill straight into `out`.
+fn prefill(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    plan: &PrefillPlan,
+) -> Result<(), BackendError> {
+    let head_dim = call.head_dim as usize;
+    let config = LaunchConfig {
+        grid_dim: (to_u32(OP, "query tiles", plan.tiles)?, call.heads, 1),
+        block_dim: (32 * plan.tile_rows as u32, 1, 1),
+        shared_mem_bytes: plan.shared_bytes(head_dim),
+    };
+    let key_tile = plan.key_tile as u32;
+    macro_rules! prefill_kernel {
+        ($name:literal) => {
+            launch!(
+                backend,
+                OP,
+                "attention.cu",
+                $name,
+                config,
+                call.q,
+                call.k,
+                call.v,
+                step.ptr,
+                call.out,
+                call.heads,
+                call.kv_heads,
+                call.head_dim,
+                call.scale,
+                call.window,
+                key_tile,
+                call.round_q
+            )
+        };
+    }
+    if call.f16 {
+        prefill_kernel!("attention_prefill_f16")
+    } else {
+        prefill_kernel!("attention_prefill_f32")
+    }
+}
+
+/// Uninitialised device scratch of `len` f32 values (stream-ordered, so it may be allocated
+/// inside a graph capture).
+fn scratch(backend: &CudaBackend, len: usize) -> Result<CudaSlice<f32>, BackendError> {
+    // SAFETY: the memory is uninitialised; attention_combine reads only the partials that
+    // attention_decode_* wrote before it in stream order (the chunks meeting each row's
+    // visible range, which the decode kernel never skips).
+    unsafe { backend.stream().alloc::<f32>(len.max(1)) }.map_err(|e| backend.driver_error(OP, e))
+}

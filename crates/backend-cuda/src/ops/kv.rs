@@ -1,4 +1,214 @@
-//! (in progress)
-use runit_backend::{BackendError, Buffer, KvCache, SequenceSpan};
-use crate::CudaBackend;
-pub fn kv_write(_b: &CudaBackend, _k: &Buffer, _v: &Buffer, _kc: &mut KvCache, _vc: &mut KvCache, _s: &[SequenceSpan]) -> Result<(), BackendError> { Err(BackendError::ForeignBuffer{op:"kv_write", what:"todo"}) }
+//! Writing a step's keys and values into the paged KV cache (kernels/kv.cu): row `t` of
+//! each span goes to the cell its position maps to through the span's block table, read
+//! from the step buffer, rounded to f16 (nearest even) for an f16 cache.
+
+use cudarc::driver::LaunchConfig;
+use runit_backend::{BackendError, Buffer, KvCache, KvType, SequenceSpan};
+
+use super::elementwise::{product, threads_for, to_u32};
+use crate::memory::{buffer_ptr, check_len, kv_ptr};
+use crate::{launch, CudaBackend};
+
+const OP: &str = "kv_write";
+
+/// Copies rows `span.first_row ..` of `k` and `v` into the cells of positions
+/// `span.start_position ..` of each span.
+pub fn kv_write(
+    backend: &CudaBackend,
+    k: &Buffer,
+    v: &Buffer,
+    k_cache: &mut KvCache,
+    v_cache: &mut KvCache,
+    spans: &[SequenceSpan],
+) -> Result<(), BackendError> {
+    check(k, k_cache, spans)?;
+    check(v, v_cache, spans)?;
+    check_block_sizes(OP, spans)?;
+    let rows = end_row(spans);
+    if rows == 0 {
+        return Ok(());
+    }
+    let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
+    for (src, cache, what) in [(k, &*k_cache, "k"), (v, &*v_cache, "v")] {
+        let config = LaunchConfig {
+            grid_dim: (to_u32(OP, "rows", rows)?, 1, 1),
+            block_dim: (threads_for(cache.width, 256), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let src = buffer_ptr(OP, what, src)?;
+        let cells = kv_ptr(OP, what, cache)?;
+        let width = to_u32(OP, "cache width", cache.width)?;
+        let rows = rows as u32;
+        let n_cells = cache.n_cells as u64;
+        match cache.ty {
+            KvType::F16 => launch!(
+                backend,
+                OP,
+                "kv.cu",
+                "kv_write_f16",
+                config,
+                cells,
+                src,
+                step.ptr,
+                width,
+                rows,
+                n_cells
+            )?,
+            KvType::F32 => launch!(
+                backend,
+                OP,
+                "kv.cu",
+                "kv_write_f32",
+                config,
+                cells,
+                src,
+                step.ptr,
+                width,
+                rows,
+                n_cells
+            )?,
+        }
+    }
+    Ok(())
+}
+
+/// One past the last row any span owns.
+pub(crate) fn end_row(spans: &[SequenceSpan]) -> usize {
+    spans
+        .iter()
+        .map(|span| span.first_row.saturating_add(span.rows))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Fails unless every span's rows are in `src` and its cells in `cache`.
+fn check(src: &Buffer, cache: &KvCache, spans: &[SequenceSpan]) -> Result<(), BackendError> {
+    for span in spans {
+        let end_row = span.first_row.saturating_add(span.rows);
+        let needed = product(OP, "rows × cache width", end_row, cache.width)?;
+        check_len(OP, "k/v elements (rows × cache width)", src, needed)?;
+        let end = span.start_position.saturating_add(span.rows);
+        check_cells(OP, span, span.start_position..end, cache.n_cells)?;
+    }
+    Ok(())
+}
+
+/// Fails unless every position in `positions` maps through the span's block table to a
+/// cell below `n_cells`.
+pub(crate) fn check_cells(
+    op: &'static str,
+    span: &SequenceSpan,
+    positions: std::ops::Range<usize>,
+    n_cells: usize,
+) -> Result<(), BackendError> {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    if span.block_size == 0 {
+        return Err(BackendError::Shape {
+            op,
+            what: "block_size (non-zero)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    let last_block = (positions.end - 1) / span.block_size;
+    if span.block_table.len() <= last_block {
+        return Err(BackendError::Shape {
+            op,
+            what: "block table entries",
+            expected: last_block + 1,
+            found: span.block_table.len(),
+        });
+    }
+    for block in &span.block_table[positions.start / span.block_size..=last_block] {
+        let end = (*block as usize + 1).saturating_mul(span.block_size);
+        if end > n_cells {
+            return Err(BackendError::Shape {
+                op,
+                what: "cache cells (block end)",
+                expected: end,
+                found: n_cells,
+            });
+        }
+    }
+    // Kernels compute cells and positions in i32.
+    let limit = i32::MAX as usize;
+    if n_cells > limit || positions.end > limit {
+        return Err(BackendError::Shape {
+            op,
+            what: "cache cells and positions (below 2^31)",
+            expected: limit,
+            found: n_cells.max(positions.end),
+        });
+    }
+    Ok(())
+}
+
+/// The step buffer holds one block size (the first span's): every span must use it.
+pub(crate) fn check_block_sizes(
+    op: &'static str,
+    spans: &[SequenceSpan],
+) -> Result<(), BackendError> {
+    let Some(first) = spans.first() else {
+        return Ok(());
+    };
+    match spans.iter().find(|s| s.block_size != first.block_size) {
+        Some(other) => Err(BackendError::Shape {
+            op,
+            what: "block_size (the same for every span)",
+            expected: first.block_size,
+            found: other.block_size,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(first_row: usize, rows: usize, start: usize, table: Vec<u32>) -> SequenceSpan {
+        SequenceSpan {
+            first_row,
+            rows,
+            start_position: start,
+            block_table: table,
+            block_size: 4,
+        }
+    }
+
+    #[test]
+    fn short_tables_and_far_blocks_are_rejected() {
+        // Positions 0..6 need two blocks of 4.
+        let short = span(0, 6, 0, vec![0]);
+        assert!(matches!(
+            check_cells(OP, &short, 0..6, 16),
+            Err(BackendError::Shape {
+                expected: 2,
+                found: 1,
+                ..
+            })
+        ));
+        let far = span(0, 6, 0, vec![0, 4]);
+        assert!(matches!(
+            check_cells(OP, &far, 0..6, 16),
+            Err(BackendError::Shape {
+                expected: 20,
+                found: 16,
+                ..
+            })
+        ));
+        assert!(check_cells(OP, &span(0, 6, 0, vec![3, 1]), 0..6, 16).is_ok());
+        assert!(check_cells(OP, &short, 6..6, 16).is_ok());
+    }
+
+    #[test]
+    fn spans_must_share_a_block_size() {
+        let mut other = span(1, 1, 0, vec![1]);
+        assert!(check_block_sizes(OP, &[span(0, 1, 0, vec![0]), other.clone()]).is_ok());
+        other.block_size = 8;
+        assert!(check_block_sizes(OP, &[span(0, 1, 0, vec![0]), other]).is_err());
+        assert_eq!(end_row(&[span(3, 2, 0, vec![]), span(0, 1, 0, vec![])]), 5);
+    }
+}

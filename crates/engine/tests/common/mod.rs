@@ -7,20 +7,28 @@ use std::sync::Arc;
 
 use runit_model::Model;
 
-/// `../shared/golden` relative to the workspace root.
+/// `../shared/golden` relative to the workspace root, or `$RUNIT_GOLDEN_DIR` (the GPU machine
+/// gets a copy of the parts it needs).
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    match std::env::var_os("RUNIT_GOLDEN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden"),
+    }
 }
 
 /// Where model files are looked for: the golden synthetic models, the project's fetched
 /// models, and the requantizations `runit quantize` writes.
 pub fn model_dirs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    vec![
+    let mut dirs = vec![
         golden_dir().join("models"),
         root.join("models"),
         root.join("models/requant"),
-    ]
+    ];
+    if let Some(extra) = std::env::var_os("RUNIT_MODEL_DIR") {
+        dirs.insert(0, PathBuf::from(extra));
+    }
+    dirs
 }
 
 /// The path of model file `name`, if it can be found.
@@ -31,11 +39,21 @@ pub fn find_model(name: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// Loads `path` on a CPU backend with `threads` threads.
+/// Loads `path` on a CPU backend with `threads` threads, or on GPU 0 when
+/// `RUNIT_TEST_DEVICE=cuda` (the golden tests then check the CUDA backend).
 pub fn load(path: &Path, threads: usize) -> Arc<Model> {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("golden model opens"));
-    let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
+    let backend: Arc<dyn runit_backend::Backend> = if test_device() == "cuda" {
+        Arc::new(runit_backend_cuda::CudaBackend::new(0).expect("RUNIT_TEST_DEVICE=cuda: a GPU"))
+    } else {
+        Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"))
+    };
     Arc::new(Model::load(file, backend).expect("golden model loads"))
+}
+
+/// `cpu` unless `RUNIT_TEST_DEVICE` names another backend.
+pub fn test_device() -> String {
+    std::env::var("RUNIT_TEST_DEVICE").unwrap_or_else(|_| "cpu".to_string())
 }
 
 /// Architectures the engine supports (Gemma 3 goldens exist but are not part of this set).

@@ -1,0 +1,357 @@
+// Causal grouped-query attention over the paged KV cache (see Backend::attention):
+// q, out: [tokens, heads, head_dim] f32; K/V caches: [cells, kv_heads * head_dim] f16 or f32.
+// A query at position p sees keys at positions lo ..= p of its own span, lo = 0 or, with a
+// sliding window w, max(0, p + 1 - w). Scores are scale * (q · k), the softmax is in f32.
+// Positions, spans and block tables come from the step buffer (StepHeader), so launch shapes
+// depend only on the row and span counts and the table stride.
+//
+// Two paths:
+// - decode (few rows per span): flash-decoding. attention_decode_* computes, per (row, kv
+//   head, slice of that kv head's query heads, chunk of chunk_len positions), the chunk's
+//   running max, sum and unnormalised V accumulator; attention_combine merges the chunks.
+//   The grid covers the table's capacity, chunks outside a row's visible range exit at once.
+// - prefill (many rows per span): attention_prefill_*, one block per (tile of query rows of
+//   one span, head), one warp per query row, K/V tiles in shared memory, online softmax;
+//   key tiles past the tile's last position are never visited.
+#include "common.cuh"
+
+#define MAX_HEAD_DIM 256
+#define LANE_DIMS (MAX_HEAD_DIM / 32)
+#define DECODE_THREADS 128
+#define DECODE_WARPS (DECODE_THREADS / 32)
+#define THREAD_DIMS (MAX_HEAD_DIM / DECODE_THREADS)
+#define DECODE_TILE 32
+#define MAX_HEADS_PER_BLOCK 8
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
+__device__ __forceinline__ float kv_value(const float* cache, u64 index) { return cache[index]; }
+
+// The span owning `row`, or -1 when no span's rows include it.
+__device__ __forceinline__ i32 attention_span(const i32* step, const StepHeader* h, i32 row) {
+    if (row < 0 || row >= h->tokens) return -1;
+    const i32 span = step[h->row_span + row];
+    if (span < 0 || span >= h->spans) return -1;
+    const i32* info = step + h->span_info + span * 4;
+    return row >= info[0] && row < info[0] + info[1] ? span : -1;
+}
+
+// First visible key position of a query at `position`.
+__device__ __forceinline__ i32 first_visible(i32 position, u32 window) {
+    return window == 0 ? 0 : max(0, position + 1 - (i32)window);
+}
+
+__device__ __forceinline__ float query_value(const float* q, u64 index, u32 round_q) {
+    const float value = q[index];
+    return round_q ? half_to_float(float_to_half(value)) : value;
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode. grid (chunks, kv_heads * slices, rows), DECODE_THREADS threads; dynamic shared
+// memory: heads_per_block * head_dim floats (queries). Partials: [rows, heads, chunks] of
+// (max, sum) in part_stats and head_dim accumulators in part_acc.
+template <typename KV>
+__device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, const KV* v_cache, const i32* step,
+                                             float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
+                                             u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
+                                             u32 heads_per_block, u32 round_q) {
+    extern __shared__ float queries[];  // [heads_per_block][head_dim]
+    __shared__ float scores[MAX_HEADS_PER_BLOCK][DECODE_TILE];
+    __shared__ i32 cells[DECODE_TILE];
+    __shared__ float running_max[MAX_HEADS_PER_BLOCK], running_sum[MAX_HEADS_PER_BLOCK];
+    __shared__ float rescale[MAX_HEADS_PER_BLOCK];
+
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.z;
+    const i32 span = attention_span(step, h, row);
+    if (span < 0) return;
+    const i32 position = step[h->positions + row];
+    const i32 chunk = blockIdx.x;
+    if ((u32)chunk >= chunks) return;
+    const i32 begin = max(first_visible(position, window), chunk * (i32)chunk_len);
+    const i32 end = min(position + 1, (chunk + 1) * (i32)chunk_len);
+    if (begin >= end) return;  // attention_combine skips the chunks outside [lo, position]
+
+    const u32 group = heads / kv_heads;
+    const u32 slices = (group + heads_per_block - 1) / heads_per_block;
+    const u32 kv_head = blockIdx.y / slices;
+    const u32 slice = blockIdx.y % slices;
+    const u32 first_head = kv_head * group + slice * heads_per_block;
+    const u32 n_heads = min(heads_per_block, group - slice * heads_per_block);
+    const u64 kv_width = (u64)kv_heads * head_dim;
+    const u64 kv_offset = (u64)kv_head * head_dim;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    for (u32 i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) {
+        const u32 hh = i / head_dim, d = i % head_dim;
+        queries[i] = query_value(q, ((u64)row * heads + first_head + hh) * head_dim + d, round_q);
+    }
+    if (threadIdx.x < MAX_HEADS_PER_BLOCK) {
+        running_max[threadIdx.x] = NEG_INF;
+        running_sum[threadIdx.x] = 0.0f;
+    }
+    float acc[MAX_HEADS_PER_BLOCK][THREAD_DIMS];
+#pragma unroll
+    for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
+#pragma unroll
+        for (u32 i = 0; i < THREAD_DIMS; ++i) acc[hh][i] = 0.0f;
+    __syncthreads();
+
+    for (i32 tile = begin; tile < end; tile += DECODE_TILE) {
+        const i32 n = min(DECODE_TILE, end - tile);
+        // The tile's cells, all at once (one dependent read of the block table).
+        if ((i32)threadIdx.x < n) cells[threadIdx.x] = step_cell(step, h, span, tile + (i32)threadIdx.x);
+        __syncthreads();
+        // Scores: one warp per key, lanes over the head dimension; unrolled so that the
+        // loads of a warp's keys are in flight together.
+#pragma unroll
+        for (u32 round = 0; round < DECODE_TILE / DECODE_WARPS; ++round) {
+            const i32 j = (i32)(warp + round * DECODE_WARPS);
+            if (j >= n) continue;  // warp-uniform
+            const KV* key = k_cache + (u64)cells[j] * kv_width + kv_offset;
+            float partial[MAX_HEADS_PER_BLOCK];
+#pragma unroll
+            for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) partial[hh] = 0.0f;
+#pragma unroll
+            for (u32 i = 0; i < LANE_DIMS; ++i) {
+                const u32 d = lane + 32 * i;
+                if (d < head_dim) {
+                    const float kd = kv_value(key, d);
+#pragma unroll
+                    for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
+                        if (hh < n_heads) partial[hh] += queries[hh * head_dim + d] * kd;
+                }
+            }
+#pragma unroll
+            for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) {
+                const float dot = warp_sum(partial[hh]);
+                if (lane == 0 && hh < n_heads) scores[hh][j] = dot * scale;
+            }
+        }
+        __syncthreads();
+        // Online softmax: one warp per head, lanes over the tile's keys.
+        for (u32 hh = warp; hh < n_heads; hh += DECODE_WARPS) {
+            const float score = (i32)lane < n ? scores[hh][lane] : NEG_INF;
+            const float old_max = running_max[hh];
+            const float new_max = fmaxf(old_max, warp_max(score));
+            const float weight = (i32)lane < n ? expf(score - new_max) : 0.0f;
+            const float tile_sum = warp_sum(weight);
+            if ((i32)lane < n) scores[hh][lane] = weight;
+            if (lane == 0) {
+                const float factor = old_max == NEG_INF ? 0.0f : expf(old_max - new_max);
+                rescale[hh] = factor;
+                running_sum[hh] = running_sum[hh] * factor + tile_sum;
+                running_max[hh] = new_max;
+            }
+        }
+        __syncthreads();
+        // V: each thread owns dims threadIdx.x + DECODE_THREADS * i of every head.
+        float factor[MAX_HEADS_PER_BLOCK];
+#pragma unroll
+        for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) factor[hh] = hh < n_heads ? rescale[hh] : 0.0f;
+#pragma unroll
+        for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
+#pragma unroll
+            for (u32 i = 0; i < THREAD_DIMS; ++i) acc[hh][i] *= factor[hh];
+#pragma unroll 4
+        for (i32 j = 0; j < n; ++j) {
+            const KV* value = v_cache + (u64)cells[j] * kv_width + kv_offset;
+#pragma unroll
+            for (u32 i = 0; i < THREAD_DIMS; ++i) {
+                const u32 d = threadIdx.x + DECODE_THREADS * i;
+                if (d < head_dim) {
+                    const float vd = kv_value(value, d);
+#pragma unroll
+                    for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
+                        if (hh < n_heads) acc[hh][i] += scores[hh][j] * vd;
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) {
+        if (hh >= n_heads) break;
+        const u64 part = ((u64)row * heads + first_head + hh) * chunks + chunk;
+#pragma unroll
+        for (u32 i = 0; i < THREAD_DIMS; ++i) {
+            const u32 d = threadIdx.x + DECODE_THREADS * i;
+            if (d < head_dim) part_acc[part * head_dim + d] = acc[hh][i];
+        }
+        if (threadIdx.x == 0) {
+            part_stats[2 * part] = running_max[hh];
+            part_stats[2 * part + 1] = running_sum[hh];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
+attention_decode_f16(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* part_acc,
+                     float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
+                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) {
+    decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
+                 chunk_len, chunks, heads_per_block, round_q);
+}
+
+extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
+attention_decode_f32(const float* q, const float* k_cache, const float* v_cache, const i32* step, float* part_acc,
+                     float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
+                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) {
+    decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
+                 chunk_len, chunks, heads_per_block, round_q);
+}
+
+// Merges the chunks of each (row, head): grid (heads, rows), any block size. Reads exactly
+// the chunks attention_decode_* wrote: those meeting [lo, position].
+extern "C" __global__ void attention_combine(float* out, const float* part_acc, const float* part_stats,
+                                             const i32* step, u32 heads, u32 head_dim, u32 window,
+                                             u32 chunk_len, u32 chunks) {
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.y;
+    const u32 head = blockIdx.x;
+    if (attention_span(step, h, row) < 0) return;
+    const i32 position = step[h->positions + row];
+    const u32 first = (u32)first_visible(position, window) / chunk_len;
+    const u32 last = min((u32)position / chunk_len, chunks - 1);
+    const u64 base = ((u64)row * heads + head) * chunks;
+    float max_all = NEG_INF;
+    for (u32 c = first; c <= last; ++c) max_all = fmaxf(max_all, part_stats[2 * (base + c)]);
+    float sum = 0.0f;
+    for (u32 c = first; c <= last; ++c)
+        sum += part_stats[2 * (base + c) + 1] * expf(part_stats[2 * (base + c)] - max_all);
+    const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float value = 0.0f;
+        for (u32 c = first; c <= last; ++c)
+            value += part_acc[(base + c) * head_dim + d] * expf(part_stats[2 * (base + c)] - max_all);
+        out[((u64)row * heads + head) * head_dim + d] = value * inverse;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill. grid (tiles, heads) with tiles >= Σ ceil(rows_s / tile_rows) over spans, one warp
+// per query row (blockDim.x = 32 * tile_rows), key_tile <= 32 keys per step. Dynamic shared
+// memory: queries [tile_rows][head_dim], keys [key_tile][head_dim + 1] (padded: lanes read
+// different keys), values [key_tile][head_dim], cells [key_tile] (all 4-byte words).
+template <typename KV>
+__device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, const KV* v_cache, const i32* step,
+                                             float* out, u32 heads, u32 kv_heads, u32 head_dim, float scale,
+                                             u32 window, u32 key_tile, u32 round_q) {
+    extern __shared__ float shared[];
+    const u32 tile_rows = blockDim.x / 32;
+    float* queries = shared;
+    float* keys = queries + tile_rows * head_dim;
+    float* values = keys + key_tile * (head_dim + 1);
+    i32* cells = (i32*)(values + key_tile * head_dim);
+    __shared__ i32 key_begin, key_end;
+
+    const StepHeader* h = (const StepHeader*)step;
+    // Find this block's span and tile within it.
+    i32 span = -1, first_row = 0, span_end = 0;
+    u32 index = blockIdx.x;
+    for (i32 s = 0; s < h->spans; ++s) {
+        const i32* info = step + h->span_info + s * 4;
+        const u32 tiles = ((u32)info[1] + tile_rows - 1) / tile_rows;
+        if (index < tiles) {
+            span = s;
+            first_row = info[0] + (i32)(index * tile_rows);
+            span_end = min(info[0] + info[1], h->tokens);
+            break;
+        }
+        index -= tiles;
+    }
+    if (span < 0) return;  // block-uniform
+
+    const u32 head = blockIdx.y;
+    const u32 kv_head = head / (heads / kv_heads);
+    const u64 kv_width = (u64)kv_heads * head_dim;
+    const u64 kv_offset = (u64)kv_head * head_dim;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i32 row = first_row + (i32)warp;
+    const bool valid = row < span_end;
+    const i32 position = valid ? step[h->positions + row] : 0;
+    const i32 lo = first_visible(position, window);
+
+    if (threadIdx.x == 0) {
+        key_begin = 0x7fffffff;
+        key_end = 0;
+    }
+    for (u32 d = lane; d < head_dim; d += 32)
+        queries[warp * head_dim + d] = valid ? query_value(q, ((u64)row * heads + head) * head_dim + d, round_q) : 0.0f;
+    __syncthreads();
+    if (valid && lane == 0) {
+        atomicMin(&key_begin, lo);
+        atomicMax(&key_end, position + 1);
+    }
+    __syncthreads();
+    const i32 begin = key_begin, end = key_end;
+
+    float running_max = NEG_INF, running_sum = 0.0f;
+    float acc[LANE_DIMS];
+#pragma unroll
+    for (u32 i = 0; i < LANE_DIMS; ++i) acc[i] = 0.0f;
+
+    for (i32 tile = begin; tile < end; tile += (i32)key_tile) {
+        const i32 n = min((i32)key_tile, end - tile);
+        __syncthreads();  // the previous tile is consumed
+        if ((i32)threadIdx.x < n) cells[threadIdx.x] = step_cell(step, h, span, tile + (i32)threadIdx.x);
+        __syncthreads();
+        for (u32 i = threadIdx.x; i < (u32)n * head_dim; i += blockDim.x) {
+            const u32 j = i / head_dim, d = i % head_dim;
+            const u64 at = (u64)cells[j] * kv_width + kv_offset + d;
+            keys[j * (head_dim + 1) + d] = kv_value(k_cache, at);
+            values[j * head_dim + d] = kv_value(v_cache, at);
+        }
+        __syncthreads();
+        if (valid) {  // warp-uniform
+            const i32 key_position = tile + (i32)lane;
+            const bool visible = (i32)lane < n && key_position >= lo && key_position <= position;
+            float score = NEG_INF;
+            if (visible) {
+                const float* query = queries + warp * head_dim;
+                const float* key = keys + lane * (head_dim + 1);
+                float dot = 0.0f;
+                for (u32 d = 0; d < head_dim; ++d) dot += query[d] * key[d];
+                score = dot * scale;
+            }
+            const float new_max = fmaxf(running_max, warp_max(score));
+            if (new_max != NEG_INF) {  // some key of this row is visible by now
+                const float weight = visible ? expf(score - new_max) : 0.0f;
+                const float factor = running_max == NEG_INF ? 0.0f : expf(running_max - new_max);
+                running_sum = running_sum * factor + warp_sum(weight);
+                running_max = new_max;
+#pragma unroll
+                for (u32 i = 0; i < LANE_DIMS; ++i) acc[i] *= factor;
+                for (i32 j = 0; j < n; ++j) {
+                    const float w = __shfl_sync(0xffffffffu, weight, j);
+#pragma unroll
+                    for (u32 i = 0; i < LANE_DIMS; ++i) {
+                        const u32 d = lane + 32 * i;
+                        if (d < head_dim) acc[i] += w * values[j * head_dim + d];
+                    }
+                }
+            }
+        }
+    }
+    if (!valid) return;
+    const float inverse = running_sum == 0.0f ? 0.0f : 1.0f / running_sum;
+    float* dst = out + ((u64)row * heads + head) * head_dim;
+#pragma unroll
+    for (u32 i = 0; i < LANE_DIMS; ++i) {
+        const u32 d = lane + 32 * i;
+        if (d < head_dim) dst[d] = acc[i] * inverse;
+    }
+}
+
+extern "C" __global__ void attention_prefill_f16(const float* q, const u16* k_cache, const u16* v_cache,
+                                                 const i32* step, float* out, u32 heads, u32 kv_heads,
+                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) {
+    prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
+}
+
+extern "C" __global__ void attention_prefill_f32(const float* q, const float* k_cache, const float* v_cache,
+                                                 const i32* step, float* out, u32 heads, u32 kv_heads,
+                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) {
+    prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
+}

@@ -1,0 +1,104 @@
+// The decode matvec skeleton shared by the quantized weight types (llama.cpp's MMVQ idea):
+// activations are first quantized to q8_1 blocks of 32 (int8 values + per-block scale d and
+// d * sum), then each weight block is split into PARTS lanes' parts whose packed integers
+// are dotted with the activation bytes by dp4a.
+//
+// Activation layout (written by quantize_q8_1 in convert.cu): `aq` [tokens][n_in] int8 and
+// `ads` [tokens][n_in / 32] float2 (d, d * sum of the block's int8 values).
+//
+// A weight type W used here provides, beside dequant.cuh's QK and BYTES:
+//   PARTS                  lanes that share one block (a power of two)
+//   struct Part            the lane's share of the block, unpacked into registers
+//   load(block, p)         reads part p of the block
+//   dot(part, p, aq, ads)  its contribution to one token's output, aq / ads pointing at the
+//                          activation of the block's first element
+#pragma once
+#include "dequant.cuh"
+
+// Threads per output row (four warps, as MMVQ uses for one token).
+#define MATVEC_THREADS 128
+
+// The int8 activations 4 * k .. 4 * k + 3 past `aq` as one int.
+__device__ __forceinline__ int act4(const i8* aq, int element) { return *(const int*)(aq + element); }
+
+// Per-byte a - b, for bytes of a below 0x80 and bytes of b at most 0x80 (no borrows).
+__device__ __forceinline__ int sub_bytes(u32 a, u32 b) { return (int)(((a | 0x80808080u) - b) ^ 0x80808080u); }
+
+// Output rows per block for a token bound T: each thread loads its part of every row before
+// using any, so more rows keep more bytes in flight per thread (a block's life is about one
+// memory round trip, and an SM holds at most 16 blocks of 128 threads).
+#define MATVEC_ROWS(T) ((T) <= 2 ? 4 : 2)
+
+// out[t][row] = W[row] . x[t] for t < tokens (T >= tokens, a compile-time bound so the
+// accumulators stay in registers), rows R * blockIdx.x .. + R, MATVEC_THREADS threads.
+template <class W, int T, int R>
+__device__ __forceinline__ void matvec_q8_1(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                            const i8* __restrict__ aq, const float2* __restrict__ ads,
+                                            float* __restrict__ out, u32 tokens) {
+    const u32 first_row = blockIdx.x * R;
+    const u8* rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        // Rows past the end repeat the last one; their sums are not written.
+        const u32 row = first_row + r < n_out ? first_row + r : n_out - 1;
+        rows[r] = w + (u64)row * row_bytes;
+    }
+    const u32 items = n_in / W::QK * W::PARTS;
+    const u32 act_blocks = n_in / 32;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
+    }
+    for (u32 i = threadIdx.x; i < items; i += MATVEC_THREADS) {
+        const u32 block = i / W::PARTS;
+        const int p = (int)(i % W::PARTS);
+        typename W::Part part[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) part[r] = W::load(rows[r] + (u64)block * W::BYTES, p);
+        const i8* a = aq + block * W::QK;
+        const float2* s = ads + block * (W::QK / 32);
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if (t < (int)tokens) {
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r][t] += W::dot(part[r], p, a + (u64)t * n_in, s + (u64)t * act_blocks);
+            }
+        }
+    }
+    __shared__ float partial[MATVEC_THREADS / 32][R * T];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0) partial[warp][r * T + t] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < R * T) {
+        const int r = threadIdx.x / T, t = threadIdx.x % T;
+        const u32 row = first_row + r;
+        if (row < n_out && t < (int)tokens) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < MATVEC_THREADS / 32; k++) sum += partial[k][threadIdx.x];
+            out[(u64)t * n_out + row] = sum;
+        }
+    }
+}
+
+// The extern "C" entry points of one quantized type: matvec_<name>_t{1,2,4,8}.
+#define MATVEC_ENTRY(W, name, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
+        matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
+                             const float2* ads, float* out, u32 tokens) {                            \
+        matvec_q8_1<W, T, MATVEC_ROWS(T)>(w, row_bytes, n_in, n_out, aq, ads, out, tokens);                          \
+    }
+#define MATVEC_ENTRIES(W, name) \
+    MATVEC_ENTRY(W, name, 1)    \
+    MATVEC_ENTRY(W, name, 2)    \
+    MATVEC_ENTRY(W, name, 4)    \
+    MATVEC_ENTRY(W, name, 8)

@@ -1,0 +1,162 @@
+//! The kernel functions of each weight type: decode matvec, f16 dequantization for the
+//! GEMM path, and embedding lookup.
+
+use runit_quant::GgmlType;
+
+/// Matvec variants by token bound: `_t1`, `_t2`, `_t4`, `_t8`.
+pub type ByTokens = [&'static str; 4];
+
+/// The kernels of one weight type.
+pub struct TypeKernels {
+    /// Source file of the matvec kernels.
+    pub matvec_file: &'static str,
+    /// Matvec kernels; quantized types take q8_1 activations, float types f32.
+    pub matvec: ByTokens,
+    /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight).
+    pub matvec_vector: Option<ByTokens>,
+    /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
+    pub dequant_f16: Option<&'static str>,
+    /// `embedding.cu` kernel.
+    pub embedding: &'static str,
+}
+
+macro_rules! by_tokens {
+    ($($piece:literal),+) => {
+        [
+            concat!($($piece,)+ "_t1"),
+            concat!($($piece,)+ "_t2"),
+            concat!($($piece,)+ "_t4"),
+            concat!($($piece,)+ "_t8"),
+        ]
+    };
+}
+
+macro_rules! quantized {
+    ($file:literal, $name:literal) => {
+        TypeKernels {
+            matvec_file: $file,
+            matvec: by_tokens!("matvec_", $name),
+            matvec_vector: None,
+            dequant_f16: Some(concat!("dequant_f16_", $name)),
+            embedding: concat!("embedding_", $name),
+        }
+    };
+}
+
+macro_rules! float {
+    ($name:literal, $dequant:expr) => {
+        TypeKernels {
+            matvec_file: "matvec_float.cu",
+            matvec: by_tokens!("matvec_", $name),
+            matvec_vector: Some(by_tokens!("matvec_", $name, "_vec")),
+            dequant_f16: $dequant,
+            embedding: concat!("embedding_", $name),
+        }
+    };
+}
+
+/// The kernels of `ty`, or `None` when the type has none.
+pub fn kernels(ty: GgmlType) -> Option<TypeKernels> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => float!("f32", None),
+        F16 => float!("f16", None),
+        BF16 => float!("bf16", Some("dequant_f16_bf16")),
+        Q4_0 => quantized!("matvec_legacy.cu", "q4_0"),
+        Q4_1 => quantized!("matvec_legacy.cu", "q4_1"),
+        Q5_0 => quantized!("matvec_legacy.cu", "q5_0"),
+        Q5_1 => quantized!("matvec_legacy.cu", "q5_1"),
+        Q8_0 => quantized!("matvec_legacy.cu", "q8_0"),
+        IQ4_NL => quantized!("matvec_legacy.cu", "iq4_nl"),
+        Q2_K => quantized!("matvec_kquants.cu", "q2_k"),
+        Q3_K => quantized!("matvec_kquants.cu", "q3_k"),
+        Q4_K => quantized!("matvec_kquants.cu", "q4_k"),
+        Q5_K => quantized!("matvec_kquants.cu", "q5_k"),
+        Q6_K => quantized!("matvec_kquants.cu", "q6_k"),
+        IQ4_XS => quantized!("matvec_kquants.cu", "iq4_xs"),
+        _ => return None,
+    })
+}
+
+/// The variant index for `tokens` (1..=8): the smallest bound that holds them.
+pub fn token_variant(tokens: usize) -> usize {
+    match tokens {
+        0 | 1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    }
+}
+
+/// Output rows per block of the quantized matvec variant (`MATVEC_ROWS` in matvec.cuh).
+pub fn rows_per_block(variant: usize) -> usize {
+    if variant <= 1 {
+        4
+    } else {
+        2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::SOURCES;
+
+    /// Every named kernel is made by an entry macro of the source it is looked up in
+    /// (`MATVEC_ENTRIES(MvQ4_0, q4_0)` defines `matvec_q4_0_t1` .. `_t8`, and so on).
+    #[test]
+    fn every_kernel_name_exists_in_its_source() {
+        let text = |file: &str| {
+            SOURCES
+                .iter()
+                .find(|s| s.file == file)
+                .unwrap_or_else(|| panic!("{file} is not in SOURCES"))
+                .text
+        };
+        for ty in runit_quant::dot::WEIGHT_TYPES {
+            let k = kernels(ty).unwrap_or_else(|| panic!("{ty} has no kernels"));
+            let stem = k
+                .embedding
+                .strip_prefix("embedding_")
+                .expect("embedding_ prefix");
+            let entry = |file: &str, mac: &str| {
+                let source = text(file);
+                assert!(
+                    source
+                        .lines()
+                        .any(|l| l.starts_with(mac) && l.ends_with(&format!(", {stem})"))),
+                    "{mac}(.., {stem}) missing in {file}"
+                );
+            };
+            let macro_name = if k.matvec_vector.is_none() {
+                "MATVEC_ENTRIES("
+            } else {
+                "FLOAT_ENTRIES("
+            };
+            entry(k.matvec_file, macro_name);
+            for (bound, name) in [1, 2, 4, 8].iter().zip(k.matvec) {
+                assert_eq!(name, format!("matvec_{stem}_t{bound}"));
+            }
+            for (bound, name) in [1, 2, 4, 8]
+                .iter()
+                .zip(k.matvec_vector.into_iter().flatten())
+            {
+                assert_eq!(name, format!("matvec_{stem}_vec_t{bound}"));
+            }
+            if let Some(name) = k.dequant_f16 {
+                assert_eq!(name, format!("dequant_f16_{stem}"));
+                entry("convert.cu", "DEQUANT_F16(");
+            }
+            entry("embedding.cu", "EMBEDDING(");
+        }
+    }
+
+    #[test]
+    fn token_variants_hold_their_tokens() {
+        let bounds = [1, 2, 4, 8];
+        for tokens in 1..=8 {
+            assert!(bounds[token_variant(tokens)] >= tokens);
+        }
+        assert_eq!(token_variant(3), 2);
+    }
+}

@@ -1,0 +1,175 @@
+//! Launch shapes of the attention kernels, from counts only (rows, spans, the block-table
+//! stride), never from sequence lengths, so a captured graph stays valid as sequences grow.
+
+/// The largest head dimension the kernels hold (`MAX_HEAD_DIM` in kernels/attention.cu).
+pub const MAX_HEAD_DIM: usize = 256;
+/// Threads of a decode block (`DECODE_THREADS`).
+pub const DECODE_THREADS: u32 = 128;
+/// Query heads one decode block serves at most (`MAX_HEADS_PER_BLOCK`).
+pub const MAX_HEADS_PER_BLOCK: usize = 8;
+/// Positions of the smallest decode chunk.
+pub const MIN_CHUNK: usize = 128;
+/// Chunks a decode row is split into at most (longer capacities get longer chunks).
+pub const MAX_CHUNKS: usize = 64;
+/// Average rows per span from which the prefill kernel is used.
+pub const PREFILL_MIN_ROWS_PER_SPAN: usize = 8;
+/// Rows from which the CPU reference computes in f32 only (its `TILED_MIN_ROWS`); below it,
+/// with an f16 cache, it rounds queries to f16 first, and so do the kernels.
+pub const CPU_TILED_MIN_ROWS: usize = 64;
+/// The head_dim granularity of the CPU reference's tiled path.
+pub const CPU_TILED_HEAD_DIM_MULTIPLE: usize = 16;
+/// The most rows a decode grid holds (grid.z).
+const MAX_GRID_Z: usize = 65_535;
+
+/// Flash-decoding: per (row, kv head, head slice, chunk) partials, then a combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodePlan {
+    pub chunk_len: usize,
+    pub chunks: usize,
+    pub heads_per_block: usize,
+    /// Blocks per kv head (its query heads, `heads_per_block` at a time).
+    pub slices: usize,
+}
+
+impl DecodePlan {
+    /// The plan for caches whose tables reach `capacity` positions, with `group` query heads
+    /// per kv head.
+    pub fn new(capacity: usize, group: usize) -> DecodePlan {
+        let chunk_len = MIN_CHUNK * capacity.max(1).div_ceil(MIN_CHUNK * MAX_CHUNKS);
+        let slices = group.max(1).div_ceil(MAX_HEADS_PER_BLOCK);
+        DecodePlan {
+            chunk_len,
+            chunks: capacity.max(1).div_ceil(chunk_len),
+            heads_per_block: group.max(1).div_ceil(slices),
+            slices,
+        }
+    }
+
+    /// f32 values of the accumulator partials for `rows` rows of `heads` heads.
+    pub fn partial_values(&self, rows: usize, heads: usize, head_dim: usize) -> usize {
+        rows * heads * self.chunks * head_dim
+    }
+
+    /// f32 values of the (max, sum) partials.
+    pub fn stat_values(&self, rows: usize, heads: usize) -> usize {
+        rows * heads * self.chunks * 2
+    }
+
+    /// Dynamic shared memory of a decode block: its queries.
+    pub fn shared_bytes(&self, head_dim: usize) -> u32 {
+        (self.heads_per_block * head_dim * 4) as u32
+    }
+}
+
+/// Tiled prefill: one block per (tile of `tile_rows` query rows of one span, head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillPlan {
+    pub tile_rows: usize,
+    pub key_tile: usize,
+    /// Blocks along x: enough for every span's tiles.
+    pub tiles: usize,
+}
+
+impl PrefillPlan {
+    /// The plan for `total_rows` rows in `spans` spans. Each span needs
+    /// `ceil(rows / tile_rows)` tiles, at most `ceil(total / tile_rows) + spans` in all.
+    pub fn new(head_dim: usize, total_rows: usize, spans: usize) -> PrefillPlan {
+        let (tile_rows, key_tile) = if head_dim <= 128 { (16, 32) } else { (8, 16) };
+        PrefillPlan {
+            tile_rows,
+            key_tile,
+            tiles: total_rows.div_ceil(tile_rows) + spans,
+        }
+    }
+
+    /// Dynamic shared memory: queries, padded keys, values and cells (4-byte words).
+    pub fn shared_bytes(&self, head_dim: usize) -> u32 {
+        let words = self.tile_rows * head_dim
+            + self.key_tile * (head_dim + 1)
+            + self.key_tile * head_dim
+            + self.key_tile;
+        (words * 4) as u32
+    }
+}
+
+/// True when the prefill kernel should run: many rows per span, or more rows than a decode
+/// grid holds. Both kernels are correct for any batch; this only picks the faster.
+pub fn use_prefill(total_rows: usize, end_row: usize, spans: usize) -> bool {
+    total_rows >= PREFILL_MIN_ROWS_PER_SPAN * spans.max(1) || end_row > MAX_GRID_Z
+}
+
+/// True when queries are rounded to f16 before the Q·K dot, as the CPU reference's one-chunk
+/// path does for an f16 cache.
+pub fn round_queries(f16_keys: bool, total_rows: usize, head_dim: usize) -> bool {
+    f16_keys
+        && (total_rows < CPU_TILED_MIN_ROWS
+            || !head_dim.is_multiple_of(CPU_TILED_HEAD_DIM_MULTIPLE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_chunks_cover_the_capacity() {
+        // The smallest step table (64 blocks of 16): 8 chunks of 128.
+        let plan = DecodePlan::new(64 * 16, 4);
+        assert_eq!((plan.chunk_len, plan.chunks), (128, 8));
+        assert_eq!((plan.heads_per_block, plan.slices), (4, 1));
+        // 32k positions: chunks grow so that there are at most MAX_CHUNKS.
+        let plan = DecodePlan::new(2048 * 16, 8);
+        assert_eq!((plan.chunk_len, plan.chunks), (512, 64));
+        for capacity in [1, 255, 256, 257, 8191, 8192, 8193, 100_000, 1 << 20] {
+            let plan = DecodePlan::new(capacity, 1);
+            assert!(plan.chunks <= MAX_CHUNKS, "{capacity}: {plan:?}");
+            assert!(
+                plan.chunks * plan.chunk_len >= capacity,
+                "{capacity}: {plan:?}"
+            );
+            assert!(
+                (plan.chunks - 1) * plan.chunk_len < capacity.max(1),
+                "{capacity}"
+            );
+            assert_eq!(plan.chunk_len % MIN_CHUNK, 0);
+        }
+    }
+
+    #[test]
+    fn head_slices_are_balanced_and_cover_the_group() {
+        for group in 1..=40 {
+            let plan = DecodePlan::new(1024, group);
+            assert!(plan.heads_per_block <= MAX_HEADS_PER_BLOCK, "{group}");
+            assert!(plan.heads_per_block * plan.slices >= group, "{group}");
+            assert!(plan.heads_per_block * (plan.slices - 1) < group, "{group}");
+        }
+        let plan = DecodePlan::new(1024, 12);
+        assert_eq!((plan.heads_per_block, plan.slices), (6, 2));
+    }
+
+    #[test]
+    fn prefill_tiles_bound_every_span_split() {
+        let spans: [&[usize]; 4] = [&[100], &[1, 1, 1], &[17, 15, 33, 1], &[64, 64]];
+        for rows in spans {
+            for head_dim in [64, 128, 256] {
+                let plan = PrefillPlan::new(head_dim, rows.iter().sum(), rows.len());
+                let needed: usize = rows.iter().map(|r| r.div_ceil(plan.tile_rows)).sum();
+                assert!(plan.tiles >= needed, "{rows:?}: {plan:?}");
+                assert!(plan.shared_bytes(head_dim) <= 48 * 1024, "{head_dim}");
+                assert!(plan.key_tile <= 32);
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_choice_follows_rows_per_span() {
+        assert!(!use_prefill(1, 1, 1));
+        assert!(!use_prefill(64, 64, 64));
+        assert!(use_prefill(100, 100, 1));
+        assert!(use_prefill(70, 70, 2));
+        assert!(use_prefill(70_000, 70_000, 70_000));
+        assert!(round_queries(true, 63, 64));
+        assert!(!round_queries(true, 64, 64));
+        assert!(round_queries(true, 66, 80 + 8));
+        assert!(!round_queries(false, 1, 64));
+    }
+}

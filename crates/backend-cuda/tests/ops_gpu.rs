@@ -1,0 +1,448 @@
+//! The attention kernels on the GPU against the CPU scalar reference: flash-decoding over
+//! sequences longer than several chunks (GQA, head_dim 64/128/256, head slices), tiled
+//! prefill, sliding windows, and a captured decode step replayed after its sequence grew.
+//!
+//! Without a CUDA driver or device every test prints a notice and passes, unless
+//! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
+
+use runit_backend::testing::parity::ATTENTION_BOUND;
+use runit_backend::testing::{nmse, Rng};
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, SequenceSpan, StepInputs,
+    StepKey,
+};
+use runit_backend_cpu::{CpuBackend, SimdLevel};
+use runit_backend_cuda::CudaBackend;
+
+const BLOCK_SIZE: usize = 16;
+
+fn cuda() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(cuda) => Some(cuda),
+        Err(error) => {
+            let required = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
+            assert!(!required, "RUNIT_REQUIRE_GPU=1 but: {error}");
+            println!("NOTICE: no CUDA device, GPU op tests not run: {error}");
+            None
+        }
+    }
+}
+
+fn reference() -> CpuBackend {
+    CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend")
+}
+
+fn buffer(backend: &dyn Backend, values: &[f32]) -> Result<Buffer, BackendError> {
+    let mut buffer = backend.alloc(values.len())?;
+    backend.upload(&mut buffer, values)?;
+    Ok(buffer)
+}
+
+/// Sequences with a cached prefix and new rows, in a cache whose blocks are handed out in a
+/// shuffled order; `spare_blocks` extra blocks per table leave room to grow.
+struct Setup {
+    params: AttentionParams,
+    kv_type: KvType,
+    kv_width: usize,
+    n_cells: usize,
+    prefix_spans: Vec<SequenceSpan>,
+    prefix_k: Vec<Vec<f32>>,
+    prefix_v: Vec<Vec<f32>>,
+    spans: Vec<SequenceSpan>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    rows: usize,
+}
+
+impl Setup {
+    fn new(
+        seed: u64,
+        (heads, kv_heads, head_dim): (usize, usize, usize),
+        kv_type: KvType,
+        window: Option<usize>,
+        sequences: &[(usize, usize)],
+        spare_blocks: usize,
+    ) -> Setup {
+        let mut rng = Rng::new(seed);
+        let kv_width = kv_heads * head_dim;
+        let counts: Vec<usize> = sequences
+            .iter()
+            .map(|(prefix, rows)| (prefix + rows).div_ceil(BLOCK_SIZE) + spare_blocks)
+            .collect();
+        let total_blocks = counts.iter().sum::<usize>() + 1;
+        let mut order: Vec<u32> = (0..total_blocks as u32).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        let (mut next, mut first_row) = (0, 0);
+        let mut setup = Setup {
+            params: AttentionParams {
+                heads,
+                kv_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                sliding_window: window,
+            },
+            kv_type,
+            kv_width,
+            n_cells: total_blocks * BLOCK_SIZE,
+            prefix_spans: Vec::new(),
+            prefix_k: Vec::new(),
+            prefix_v: Vec::new(),
+            spans: Vec::new(),
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            rows: 0,
+        };
+        for (&(prefix, rows), &count) in sequences.iter().zip(&counts) {
+            let table = order[next..next + count].to_vec();
+            next += count;
+            setup.prefix_spans.push(SequenceSpan {
+                first_row: 0,
+                rows: prefix,
+                start_position: 0,
+                block_table: table.clone(),
+                block_size: BLOCK_SIZE,
+            });
+            setup
+                .prefix_k
+                .push(rng.values(prefix * kv_width, -1.0, 1.0));
+            setup
+                .prefix_v
+                .push(rng.values(prefix * kv_width, -1.0, 1.0));
+            setup.spans.push(SequenceSpan {
+                first_row,
+                rows,
+                start_position: prefix,
+                block_table: table,
+                block_size: BLOCK_SIZE,
+            });
+            first_row += rows;
+        }
+        setup.rows = first_row;
+        setup.refill(&mut rng);
+        setup
+    }
+
+    /// New queries, keys and values for the current rows.
+    fn refill(&mut self, rng: &mut Rng) {
+        self.q = rng.values(
+            self.rows * self.params.heads * self.params.head_dim,
+            -2.0,
+            2.0,
+        );
+        self.k = rng.values(self.rows * self.kv_width, -1.0, 1.0);
+        self.v = rng.values(self.rows * self.kv_width, -1.0, 1.0);
+    }
+
+    fn caches(&self, b: &dyn Backend) -> Result<(KvCache, KvCache), BackendError> {
+        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type)?;
+        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type)?;
+        for ((span, k), v) in self
+            .prefix_spans
+            .iter()
+            .zip(&self.prefix_k)
+            .zip(&self.prefix_v)
+        {
+            if span.rows > 0 {
+                let (k, v) = (buffer(b, k)?, buffer(b, v)?);
+                b.kv_write(
+                    &k,
+                    &v,
+                    &mut k_cache,
+                    &mut v_cache,
+                    std::slice::from_ref(span),
+                )?;
+            }
+        }
+        Ok((k_cache, v_cache))
+    }
+
+    /// Writes the new rows and attends, outside any step (host inputs uploaded per op).
+    fn run(&self, b: &dyn Backend) -> Result<Vec<f32>, BackendError> {
+        let (mut k_cache, mut v_cache) = self.caches(b)?;
+        let (k, v) = (buffer(b, &self.k)?, buffer(b, &self.v)?);
+        b.kv_write(&k, &v, &mut k_cache, &mut v_cache, &self.spans)?;
+        let mut out = b.alloc(self.q.len())?;
+        b.attention(
+            &buffer(b, &self.q)?,
+            &k_cache,
+            &v_cache,
+            &self.spans,
+            &self.params,
+            &mut out,
+        )?;
+        let mut values = vec![0.0; self.q.len()];
+        b.download(&out, &mut values)?;
+        Ok(values)
+    }
+}
+
+/// Runs `setup` on the GPU and the CPU and checks the NMSE.
+fn compare(cuda: &CudaBackend, name: &str, setup: &Setup) {
+    let expected = setup.run(&reference()).expect("cpu attention");
+    let got = setup
+        .run(cuda)
+        .unwrap_or_else(|e| panic!("{name}: cuda: {e}"));
+    let error = nmse(&expected, &got);
+    println!("{name}: nmse {error:e}");
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{name}: non-finite output"
+    );
+    assert!(error <= ATTENTION_BOUND, "{name}: nmse {error:e}");
+}
+
+#[test]
+fn decode_over_several_chunks_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    // One row per sequence, lengths 601, 38 and 1101 (several 256-position chunks).
+    let sequences = [(600, 1), (37, 1), (1100, 1)];
+    for head_dim in [64, 128] {
+        let setup = Setup::new(
+            0xdec0 + head_dim as u64,
+            (16, 4, head_dim),
+            KvType::F16,
+            None,
+            &sequences,
+            0,
+        );
+        compare(&cuda, &format!("decode h16/4 d{head_dim} f16"), &setup);
+    }
+    let setup = Setup::new(0xdec1, (16, 4, 128), KvType::F32, None, &sequences, 0);
+    compare(&cuda, "decode h16/4 d128 f32", &setup);
+}
+
+#[test]
+fn decode_head_shapes_match_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    // (heads, kv_heads, head_dim): group of 8, group of 12 (two slices), MQA, odd head_dims.
+    let shapes = [
+        (8, 1, 256),
+        (12, 1, 64),
+        (32, 1, 128),
+        (6, 3, 80),
+        (4, 2, 48),
+    ];
+    for (index, shape) in shapes.into_iter().enumerate() {
+        let setup = Setup::new(
+            0xdec2 + index as u64,
+            shape,
+            KvType::F16,
+            None,
+            &[(700, 1), (5, 1)],
+            0,
+        );
+        compare(&cuda, &format!("decode {shape:?} f16"), &setup);
+    }
+}
+
+#[test]
+fn prefill_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    for (index, (head_dim, kv_type)) in [
+        (128, KvType::F16),
+        (128, KvType::F32),
+        (64, KvType::F16),
+        (256, KvType::F16),
+        (80, KvType::F16),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // 100 new rows of one sequence, starting at position 37.
+        let setup = Setup::new(
+            0x9ef1 + index as u64,
+            (8, 2, head_dim),
+            kv_type,
+            None,
+            &[(37, 100)],
+            0,
+        );
+        compare(
+            &cuda,
+            &format!("prefill h8/2 d{head_dim} {kv_type:?}"),
+            &setup,
+        );
+    }
+    // Several sequences, one of them decoding, in one batch.
+    let setup = Setup::new(
+        0x9ef9,
+        (8, 2, 64),
+        KvType::F16,
+        None,
+        &[(0, 70), (300, 1), (20, 33)],
+        0,
+    );
+    compare(&cuda, "prefill mixed batch", &setup);
+}
+
+#[test]
+fn sliding_window_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    let setup = Setup::new(0x5117, (8, 2, 128), KvType::F16, Some(20), &[(37, 100)], 0);
+    compare(&cuda, "prefill window 20", &setup);
+    let setup = Setup::new(
+        0x5118,
+        (8, 2, 64),
+        KvType::F16,
+        Some(300),
+        &[(1100, 1), (250, 1)],
+        0,
+    );
+    compare(&cuda, "decode window 300", &setup);
+    let setup = Setup::new(
+        0x5119,
+        (4, 4, 64),
+        KvType::F32,
+        Some(1),
+        &[(40, 1), (9, 20)],
+        0,
+    );
+    compare(&cuda, "window 1", &setup);
+}
+
+/// One decode step of `setup` inside `begin_step` .. `end_step`, captured or replayed.
+fn captured_step(
+    cuda: &CudaBackend,
+    setup: &Setup,
+    caches: &mut (KvCache, KvCache),
+    buffers: &mut (Buffer, Buffer, Buffer, Buffer),
+) -> Result<Vec<f32>, BackendError> {
+    let (q, k, v, out) = buffers;
+    cuda.upload(q, &setup.q)?;
+    cuda.upload(k, &setup.k)?;
+    cuda.upload(v, &setup.v)?;
+    let tokens = vec![0u32; setup.rows];
+    let positions: Vec<u32> = setup
+        .spans
+        .iter()
+        .flat_map(|s| (s.start_position..s.start_position + s.rows).map(|p| p as u32))
+        .collect();
+    let logit_rows: Vec<u32> = (0..setup.rows as u32).collect();
+    let inputs = StepInputs {
+        tokens: &tokens,
+        positions: &positions,
+        spans: &setup.spans,
+        logit_rows: &logit_rows,
+    };
+    let key = StepKey {
+        workspace: 7,
+        tokens: setup.rows,
+        spans: setup.spans.len(),
+        logit_rows: setup.rows,
+    };
+    cuda.begin_step(&inputs)?;
+    let (k_cache, v_cache) = caches;
+    let result = cuda.run_captured(key, &mut || {
+        cuda.kv_write(k, v, k_cache, v_cache, inputs.spans)?;
+        cuda.attention(q, k_cache, v_cache, inputs.spans, &setup.params, out)
+    });
+    cuda.end_step()?;
+    result?;
+    let mut values = vec![0.0; setup.q.len()];
+    cuda.download(out, &mut values)?;
+    Ok(values)
+}
+
+#[test]
+fn a_captured_decode_step_stays_valid_as_sequences_grow() {
+    let Some(cuda) = cuda() else { return };
+    let cpu = reference();
+    let mut rng = Rng::new(0xca97);
+    let mut setup = Setup::new(
+        0xca98,
+        (16, 4, 128),
+        KvType::F16,
+        None,
+        &[(252, 1), (700, 1)],
+        3,
+    );
+    let mut gpu_caches = setup.caches(&cuda).expect("gpu caches");
+    let mut cpu_caches = setup.caches(&cpu).expect("cpu caches");
+    let q_len = setup.q.len();
+    let kv_len = setup.k.len();
+    let mut buffers = (
+        cuda.alloc(q_len).expect("q"),
+        cuda.alloc(kv_len).expect("k"),
+        cuda.alloc(kv_len).expect("v"),
+        cuda.alloc(q_len).expect("out"),
+    );
+    // Step 0 captures the graph; the later steps replay it one position further each time
+    // (the first sequence crosses the chunk boundary at position 256).
+    for step in 0..6 {
+        if step > 0 {
+            for span in &mut setup.spans {
+                span.start_position += 1;
+            }
+            setup.refill(&mut rng);
+        }
+        let got = captured_step(&cuda, &setup, &mut gpu_caches, &mut buffers)
+            .unwrap_or_else(|e| panic!("step {step}: cuda: {e}"));
+        let (k_cache, v_cache) = &mut cpu_caches;
+        let (k, v) = (
+            buffer(&cpu, &setup.k).unwrap(),
+            buffer(&cpu, &setup.v).unwrap(),
+        );
+        cpu.kv_write(&k, &v, k_cache, v_cache, &setup.spans)
+            .unwrap();
+        let mut out = cpu.alloc(q_len).unwrap();
+        cpu.attention(
+            &buffer(&cpu, &setup.q).unwrap(),
+            k_cache,
+            v_cache,
+            &setup.spans,
+            &setup.params,
+            &mut out,
+        )
+        .unwrap();
+        let mut expected = vec![0.0; q_len];
+        cpu.download(&out, &mut expected).unwrap();
+        let error = nmse(&expected, &got);
+        println!("captured step {step}: nmse {error:e}");
+        assert!(error <= ATTENTION_BOUND, "step {step}: nmse {error:e}");
+    }
+}
+
+/// Prints the time of one attention call for a few decode and prefill shapes (a measurement,
+/// not a check: `cargo test --test ops_gpu -- --ignored --nocapture`).
+#[test]
+#[ignore = "timing printout, run by hand on a GPU"]
+fn attention_timings() {
+    let Some(cuda) = cuda() else { return };
+    let shapes: [(&str, &[(usize, usize)]); 4] = [
+        ("decode 1 x 4096", &[(4096, 1)]),
+        ("decode 32 x 2048", &[(2048, 1); 32]),
+        ("prefill 512", &[(0, 512)]),
+        ("prefill 2048", &[(0, 2048)]),
+    ];
+    for (name, sequences) in shapes {
+        let setup = Setup::new(0x7133, (32, 8, 128), KvType::F16, None, sequences, 0);
+        let (k_cache, v_cache) = setup.caches(&cuda).expect("caches");
+        let q = buffer(&cuda, &setup.q).expect("q");
+        let mut out = cuda.alloc(setup.q.len()).expect("out");
+        let mut call = || {
+            cuda.attention(
+                &q,
+                &k_cache,
+                &v_cache,
+                &setup.spans,
+                &setup.params,
+                &mut out,
+            )
+            .expect("attention")
+        };
+        call();
+        cuda.synchronize().expect("sync");
+        let runs = 20;
+        let start = std::time::Instant::now();
+        for _ in 0..runs {
+            call();
+        }
+        cuda.synchronize().expect("sync");
+        let micros = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
+        println!("{name} (h32/8 d128 f16): {micros:.1} us per call");
+    }
+}
