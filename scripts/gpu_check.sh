@@ -15,14 +15,14 @@ if [ "$mode" = tests ]; then
   for t in nvrtc parity ops_gpu matmul_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
-    timeout 300 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
+    timeout 150 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
     echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures" "$out/$t.log" | head -20
   done
   echo "=== fidelity (CUDA)"
-  timeout 300 device/bin/fidelity --include-ignored --nocapture --test-threads 1 >"$out/fidelity.log" 2>&1
+  timeout 200 device/bin/fidelity --include-ignored --nocapture --test-threads 1 >"$out/fidelity.log" 2>&1
   echo "rc=$?"; grep -E "prompts|TOTAL|test result|panicked" "$out/fidelity.log" | head -60
   echo "=== perplexity (CUDA)"
-  timeout 300 device/bin/perplexity --include-ignored --nocapture --test-threads 1 >"$out/perplexity.log" 2>&1
+  timeout 150 device/bin/perplexity --include-ignored --nocapture --test-threads 1 >"$out/perplexity.log" 2>&1
   echo "rc=$?"; grep -Ei "ppl|perplexity|test result|panicked" "$out/perplexity.log" | head -60
 else
   shift || true
@@ -33,6 +33,6 @@ else
     file=/tmp/synth/$shape-$type.gguf
     [ -f "$file" ] || { /usr/bin/time -f "synth $shape $type: %e s" device/bin/runit synth --shape "$shape" --type "$type" "$file" >>"$out/synth.log" 2>&1 || echo "synth $row failed"; }
     echo "=== $shape $type ($(du -h "$file" | cut -f1))"
-    timeout 400 device/bin/runit bench -m "$file" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log" | grep -E "pp512|tg128|error"
+    timeout 150 device/bin/runit bench -m "$file" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log" | grep -E "pp512|tg128|error"
   done
 fi
