@@ -28,6 +28,7 @@ mod repacked;
 mod team;
 #[cfg(test)]
 mod tests;
+mod tinyblas;
 
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_scales, block_scales_len, dot_fn, gemv_fn,
@@ -196,6 +197,11 @@ pub fn matmul(
     }
     if let Some(dot) = repacked::repack_kernel(weight) {
         repacked::matmul_repacked(weight, x, tokens, y, scratch, parallelism, dot);
+        return;
+    }
+    // Prompt processing in llamafile's sgemm order where ggml-cpu takes it (tinyblas.rs).
+    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, parallelism.level) {
+        tinyblas::matmul_tinyblas(weight, x, tokens, y, scratch, parallelism, kernel);
         return;
     }
     let format = activation_format(weight.ty).expect("checked by check_shapes");
@@ -397,6 +403,15 @@ unsafe fn tile_rows(
 /// As [`matmul`].
 pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f32]) {
     check_shapes(weight, x, tokens, y);
+    // llamafile's sgemm order, as in `matmul` (tinyblas.rs).
+    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, SimdLevel::Scalar) {
+        let serial = Parallelism {
+            pool: None,
+            level: SimdLevel::Scalar,
+        };
+        tinyblas::matmul_tinyblas(weight, x, tokens, y, &mut Vec::new(), &serial, kernel);
+        return;
+    }
     let format = activation_format(weight.ty).expect("checked by check_shapes");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
     let vec_dot: DotFn = dot_fn(weight.ty, SimdLevel::Scalar).expect("checked by check_shapes");

@@ -40,6 +40,7 @@ mod legacy;
 mod neon;
 #[cfg(test)]
 mod tests;
+pub mod tinyblas;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
