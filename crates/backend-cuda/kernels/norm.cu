@@ -2,7 +2,7 @@
 // reference's precision: each square rounded to f32, the squares summed in f64, the mean
 // rounded to f32.
 //
-// Launch: blockDim (threads_x, rows_per_block). Small rows (up to 1024 values) take one warp
+// Launch: blockDim (threads_x, rows_per_block). Small rows (up to 256 values) take one warp
 // each (threads_x = 32, several rows per block); longer rows take a whole block each
 // (rows_per_block = 1, threads_x a multiple of 32 up to 1024).
 #include "common.cuh"
@@ -17,6 +17,7 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 __device__ __forceinline__ float inverse_rms(const float* x, u32 width, float eps) {
     __shared__ double scratch[32];
     double sum = 0.0;
+#pragma unroll 4
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
         const float value = x[i];
         sum += (double)__fmul_rn(value, value);

@@ -65,6 +65,9 @@ pub struct CudaBackend {
     /// `RUNIT_CUDA_SYNC=1`: wait after every launch so a fault names its op.
     sync_each_launch: bool,
     matmul: matmul::MatmulState,
+    /// Counts launches and uploads that may write activations (every one but a matmul's), so
+    /// the matmul knows when its quantized copy of an input is still current.
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl CudaBackend {
@@ -114,6 +117,7 @@ impl CudaBackend {
             step: Mutex::new(StepState::default()),
             sync_each_launch,
             matmul: matmul::MatmulState::default(),
+            writes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -165,12 +169,26 @@ impl CudaBackend {
     /// Called after every launch: in `RUNIT_CUDA_SYNC=1` mode waits, so that an asynchronous
     /// fault is reported by the op that caused it.
     pub(crate) fn after_launch(&self, op: &'static str) -> Result<(), BackendError> {
+        if op != "matmul" {
+            self.note_write();
+        }
         if self.sync_each_launch && !self.capturing() {
             self.stream
                 .synchronize()
                 .map_err(|e| self.driver_error(op, e))?;
         }
         Ok(())
+    }
+
+    /// Records that activations may have changed (see `writes`).
+    pub(crate) fn note_write(&self) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The write counter (see `writes`).
+    pub(crate) fn write_generation(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// True while a forward pass is being captured into a graph.
@@ -316,6 +334,7 @@ impl Backend for CudaBackend {
                 what: "buffer",
             })?;
         let mut view = device.slice.slice_mut(..data.len());
+        self.note_write();
         self.stream
             .memcpy_htod(data, &mut view)
             .map_err(|e| self.driver_error("upload", e))
@@ -541,6 +560,8 @@ impl Backend for CudaBackend {
             Some(inputs.spans),
             Some(inputs.logit_rows),
         );
+        // A pass (and a captured graph) never starts from a quantized input of the last one.
+        self.note_write();
         let mut state = self.step.lock().expect("step lock");
         state
             .upload(&self.stream, &packed)
@@ -597,6 +618,14 @@ impl Backend for CudaBackend {
                 op: "graph capture",
                 message: "the capture recorded nothing".into(),
             })?;
+        if std::env::var_os("RUNIT_CUDA_DEBUG").is_some() {
+            let mut nodes = 0usize;
+            // SAFETY: querying the node count of a live graph (null array = count only).
+            unsafe {
+                cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut nodes)
+            };
+            eprintln!("runit-cuda: captured {key:?} as a graph of {nodes} nodes");
+        }
         graph
             .launch()
             .map_err(|e| self.driver_error("graph replay", e))?;

@@ -56,17 +56,21 @@ pub(super) fn run(
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            launch_kernel!(
-                backend,
-                OP,
-                "convert.cu",
-                "quantize_q8_1",
-                quantize,
-                op.x,
-                aq,
-                ads,
-                values as u64
-            )?;
+            let current = (op.x, op.tokens, op.n_in, backend.write_generation(), base);
+            if scratch.quantized != Some(current) {
+                launch_kernel!(
+                    backend,
+                    OP,
+                    "convert.cu",
+                    "quantize_q8_1",
+                    quantize,
+                    op.x,
+                    aq,
+                    ads,
+                    values as u64
+                )?;
+                scratch.quantized = Some(current);
+            }
             launch_kernel!(
                 backend,
                 OP,

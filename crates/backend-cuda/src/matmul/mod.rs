@@ -69,6 +69,10 @@ struct Scratch {
     /// f16 dequantized weight rows (GEMM path).
     half_weight: Option<CudaSlice<u16>>,
     blas: Option<cublas::Blas>,
+    /// What `q8_1` holds: (input address, tokens, row length, the backend's write
+    /// generation when it was quantized, the scratch address). Q, K and V (and gate and up) read one input, so
+    /// the second and third matmul reuse its quantization.
+    quantized: Option<(u64, usize, usize, u64, u64)>,
 }
 
 impl MatmulState {
@@ -183,14 +187,43 @@ pub fn matmul(
         tokens,
     };
     let mut scratch = backend.matmul_state().lock();
+    // This matmul overwrites `out`: a quantized copy of an input overlapping it is stale.
+    if let Some((x, rows, row_len, _, _)) = scratch.quantized {
+        let input = x..x + (rows * row_len * 4) as u64;
+        let output = operands.out..operands.out + (tokens * n_out * 4) as u64;
+        if input.start < output.end && output.start < input.end {
+            scratch.quantized = None;
+        }
+    }
     if tokens <= MATVEC_MAX_TOKENS {
         matvec::run(backend, &kernels, &operands, &mut scratch)
+    } else if matvec_only() {
+        // Diagnostics: every row through the decode kernels, 8 rows at a time.
+        for first in (0..tokens).step_by(MATVEC_MAX_TOKENS) {
+            let rows = MATVEC_MAX_TOKENS.min(tokens - first);
+            let part = Operands {
+                x: operands.x + (first * n_in * 4) as u64,
+                out: operands.out + (first * n_out * 4) as u64,
+                tokens: rows,
+                ..operands
+            };
+            matvec::run(backend, &kernels, &part, &mut scratch)?;
+        }
+        Ok(())
     } else {
         gemm::run(backend, weight.ty, &kernels, &operands, &mut scratch)
     }
 }
 
+/// `RUNIT_CUDA_MATVEC_ONLY=1`: prompts also use the decode kernels (slow; for checking
+/// which path a numerical difference comes from).
+fn matvec_only() -> bool {
+    static ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONLY.get_or_init(|| std::env::var("RUNIT_CUDA_MATVEC_ONLY").is_ok_and(|v| v == "1"))
+}
+
 /// The device operands of one matmul.
+#[derive(Clone, Copy)]
 struct Operands {
     weight: u64,
     row_bytes: usize,

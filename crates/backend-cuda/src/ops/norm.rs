@@ -11,7 +11,7 @@ use crate::{launch, CudaBackend};
 const OP: &str = "rms_norm";
 
 /// Rows up to this length take one warp each; longer rows a whole block.
-const WARP_ROW_MAX: usize = 1024;
+const WARP_ROW_MAX: usize = 256;
 /// Rows handled by one block of warp-per-row launches.
 const WARP_ROWS_PER_BLOCK: u32 = 4;
 
@@ -73,8 +73,9 @@ pub fn rms_norm(
     }
 }
 
-/// One warp per row for short rows (several rows per block), one block per row otherwise
-/// (about 8 values per thread, 64 to 1024 threads).
+/// One warp per row for short rows such as per-head norms (several rows per block), one
+/// block per row otherwise (about 4 values per thread, 64 to 1024 threads: a decode step's
+/// single row must not wait on one warp's chain of dependent loads).
 fn launch_config(width: usize, rows: usize) -> LaunchConfig {
     if width <= WARP_ROW_MAX {
         LaunchConfig {
@@ -85,7 +86,7 @@ fn launch_config(width: usize, rows: usize) -> LaunchConfig {
     } else {
         LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads_for(width / 8, 1024).max(64), 1, 1),
+            block_dim: (threads_for(width / 4, 1024).max(64), 1, 1),
             shared_mem_bytes: 0,
         }
     }
@@ -100,15 +101,15 @@ mod tests {
         let config = launch_config(64, 24 * 5);
         assert_eq!(config.block_dim, (32, 4, 1));
         assert_eq!(config.grid_dim, (30, 1, 1));
-        let config = launch_config(576, 5);
+        let config = launch_config(256, 5);
         assert_eq!(config.grid_dim, (2, 1, 1));
     }
 
     #[test]
     fn long_rows_take_a_block_each() {
-        assert_eq!(launch_config(2048, 3).block_dim, (256, 1, 1));
+        assert_eq!(launch_config(2048, 3).block_dim, (512, 1, 1));
         assert_eq!(launch_config(2048, 3).grid_dim, (3, 1, 1));
         assert_eq!(launch_config(8192, 1).block_dim, (1024, 1, 1));
-        assert_eq!(launch_config(1100, 1).block_dim, (160, 1, 1));
+        assert_eq!(launch_config(896, 1).block_dim, (224, 1, 1));
     }
 }
