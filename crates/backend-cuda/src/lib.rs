@@ -622,7 +622,11 @@ impl Backend for CudaBackend {
             let mut nodes = 0usize;
             // SAFETY: querying the node count of a live graph (null array = count only).
             unsafe {
-                cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut nodes)
+                cudarc::driver::sys::cuGraphGetNodes(
+                    graph.cu_graph(),
+                    std::ptr::null_mut(),
+                    &mut nodes,
+                )
             };
             eprintln!("runit-cuda: captured {key:?} as a graph of {nodes} nodes");
         }
