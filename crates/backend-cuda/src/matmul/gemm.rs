@@ -5,6 +5,7 @@
 //! (`dequant_f16_<type>`) into a staging matrix, in chunks of rows so the staging stays below
 //! [`STAGING_ELEMENTS`] (a 152064-row vocabulary projection takes a few chunks).
 
+use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
 use runit_quant::GgmlType;
 
@@ -59,15 +60,29 @@ pub(super) fn run(
 
     let values = op.tokens * op.n_in;
     let half_x = ensure(backend, &mut scratch.half_x, values, "f16 activation")?;
+    // The values the CPU's matmul multiplies: q8 activations for quantized weights, f16 or
+    // bf16 rounding for float weights (see activation_f16_cpu in convert.cu).
+    let mode = super::activation_mode(ty);
+    let convert = if mode < 3 {
+        let warps_needed = values / if mode == 2 { 256 } else { 32 };
+        LaunchConfig {
+            grid_dim: (warps_needed.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    } else {
+        grid_for(values)
+    };
     launch_kernel!(
         backend,
         OP,
         "convert.cu",
-        "convert_f32_f16",
-        grid_for(values),
+        "activation_f16_cpu",
+        convert,
         op.x,
         half_x,
-        values as u64
+        values as u64,
+        mode
     )?;
 
     let Some(dequant) = kernels.dequant_f16 else {

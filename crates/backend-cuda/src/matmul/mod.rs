@@ -215,6 +215,21 @@ pub fn matmul(
     }
 }
 
+/// How activations are rounded for weights of type `ty`, as the CPU backend (and ggml-cpu)
+/// rounds them: 0 = Q8_0, 1 = Q8_1, 2 = Q8_K (the modes of `quantize_q8_cpu` and
+/// `activation_f16_cpu` in convert.cu), 3 = f16, 4 = bf16, 5 = none (f32).
+pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
+    use runit_quant::dot::ActivationFormat;
+    match runit_quant::dot::activation_format(ty) {
+        Some(ActivationFormat::Q8_0) => 0,
+        Some(ActivationFormat::Q8_1) => 1,
+        Some(ActivationFormat::Q8K) => 2,
+        Some(ActivationFormat::F16) => 3,
+        Some(ActivationFormat::BF16) => 4,
+        _ => 5,
+    }
+}
+
 /// `RUNIT_CUDA_MATVEC_ONLY=1`: prompts also use the decode kernels (slow; for checking
 /// which path a numerical difference comes from).
 fn matvec_only() -> bool {
