@@ -203,10 +203,11 @@ attention_decode_f32(const float* q, const float* k_cache, const float* v_cache,
 }
 
 // Merges the chunks of each (row, head): grid (heads, rows), any block size. Reads exactly
-// the chunks attention_decode_* wrote: those meeting [lo, position].
+// the chunks attention_decode_* wrote: those meeting [lo, position]. With `direct` (the
+// attention_decode_mma_* kernels), rows whose range lies in one chunk are already in `out`.
 extern "C" __global__ void attention_combine(float* out, const float* part_acc, const float* part_stats,
                                              const i32* step, u32 heads, u32 head_dim, u32 window,
-                                             u32 chunk_len, u32 chunks) {
+                                             u32 chunk_len, u32 chunks, u32 direct) {
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
     const u32 head = blockIdx.x;
@@ -214,18 +215,25 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     const i32 position = step[h->positions + row];
     const u32 first = (u32)first_visible(position, window) / chunk_len;
     const u32 last = min((u32)position / chunk_len, chunks - 1);
-    const u64 base = ((u64)row * heads + head) * chunks;
-    float max_all = NEG_INF;
-    for (u32 c = first; c <= last; ++c) max_all = fmaxf(max_all, part_stats[2 * (base + c)]);
-    float sum = 0.0f;
-    for (u32 c = first; c <= last; ++c)
-        sum += part_stats[2 * (base + c) + 1] * expf(part_stats[2 * (base + c)] - max_all);
+    if (direct && first == last) return;
+    // Each chunk's weight exp(max_c - max) / sum, once, in shared memory (blockDim >= chunks,
+    // chunks <= 64: plan::MAX_CHUNKS).
+    __shared__ float weights[64];
+    __shared__ float scratch[32];
+    const u32 n = last - first + 1;
+    const u64 base = ((u64)row * heads + head) * chunks + first;
+    const float chunk_max = threadIdx.x < n ? part_stats[2 * (base + threadIdx.x)] : NEG_INF;
+    const float max_all = block_max(chunk_max, scratch);
+    const float weight = threadIdx.x < n ? expf(chunk_max - max_all) : 0.0f;
+    const float sum = block_sum(threadIdx.x < n ? part_stats[2 * (base + threadIdx.x) + 1] * weight : 0.0f, scratch);
     const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
+    if (threadIdx.x < n) weights[threadIdx.x] = weight * inverse;
+    __syncthreads();
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float value = 0.0f;
-        for (u32 c = first; c <= last; ++c)
-            value += part_acc[(base + c) * head_dim + d] * expf(part_stats[2 * (base + c)] - max_all);
-        out[((u64)row * heads + head) * head_dim + d] = value * inverse;
+#pragma unroll 4
+        for (u32 c = 0; c < n; ++c) value += part_acc[(base + c) * head_dim + d] * weights[c];
+        out[((u64)row * heads + head) * head_dim + d] = value;
     }
 }
 

@@ -37,6 +37,7 @@ pub const SOURCES: &[KernelSource] = &[
     source!("rope.cu"),
     source!("kv.cu"),
     source!("attention.cu"),
+    source!("attention_mma.cu"),
     source!("rows.cu"),
     source!("embedding.cu"),
     source!("convert.cu"),

@@ -16,6 +16,11 @@ use runit_backend_cuda::CudaBackend;
 
 const BLOCK_SIZE: usize = 16;
 
+/// (heads, kv_heads, head_dim).
+type Shape = (usize, usize, usize);
+/// (cached prefix, new rows) of each sequence.
+type Sequences = &'static [(usize, usize)];
+
 fn cuda() -> Option<CudaBackend> {
     match CudaBackend::new(0) {
         Ok(cuda) => Some(cuda),
@@ -304,6 +309,52 @@ fn sliding_window_matches_the_cpu() {
     compare(&cuda, "window 1", &setup);
 }
 
+#[test]
+fn tensor_core_prefill_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    // Several 64-row query tiles and 64-position key tiles, spans ending mid-tile, a decode
+    // row in a prefill batch, windows narrower and wider than a tile, MQA and no grouping.
+    let cases: [(u64, Shape, Option<usize>, Sequences); 4] = [
+        (0x7c01, (8, 2, 128), None, &[(0, 300), (500, 70), (10, 1)]),
+        (0x7c02, (6, 1, 64), None, &[(130, 129)]),
+        (0x7c03, (8, 2, 64), Some(100), &[(200, 150), (0, 65)]),
+        (0x7c04, (4, 4, 128), Some(7), &[(3, 90)]),
+    ];
+    for (seed, shape, window, sequences) in cases {
+        let setup = Setup::new(seed, shape, KvType::F16, window, sequences, 0);
+        let name = format!("mma prefill {shape:?} window {window:?} {sequences:?}");
+        compare(&cuda, &name, &setup);
+    }
+}
+
+#[test]
+fn tensor_core_decode_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    // Rows inside one 64-position chunk (written directly) and across many; groups of 7 (the
+    // 16-row mma tile half padding), chunk edges at 63/64, the first position.
+    let sequences = [(1023, 1), (63, 1), (64, 1), (2500, 1), (0, 1), (200, 1)];
+    for (index, shape) in [(28, 4, 128), (14, 2, 64)].into_iter().enumerate() {
+        let setup = Setup::new(
+            0xdc01 + index as u64,
+            shape,
+            KvType::F16,
+            None,
+            &sequences,
+            2,
+        );
+        compare(&cuda, &format!("mma decode {shape:?}"), &setup);
+    }
+    let setup = Setup::new(
+        0xdc05,
+        (14, 2, 64),
+        KvType::F16,
+        Some(64),
+        &[(1023, 1), (100, 1), (40, 1)],
+        0,
+    );
+    compare(&cuda, "mma decode window 64", &setup);
+}
+
 /// One decode step of `setup` inside `begin_step` .. `end_step`, captured or replayed.
 fn captured_step(
     cuda: &CudaBackend,
@@ -406,43 +457,142 @@ fn a_captured_decode_step_stays_valid_as_sequences_grow() {
     }
 }
 
-/// Prints the time of one attention call for a few decode and prefill shapes (a measurement,
-/// not a check: `cargo test --test ops_gpu -- --ignored --nocapture`).
+/// Microseconds per attention call of `setup`: `(stream, graph)`, the first launched op by op
+/// (the step inputs uploaded by each call), the second replaying a captured graph of ten calls
+/// inside a step.
+fn time_attention(cuda: &CudaBackend, setup: &Setup, workspace: u64) -> (f64, f64) {
+    let (k_cache, v_cache) = setup.caches(cuda).expect("caches");
+    let q = buffer(cuda, &setup.q).expect("q");
+    let mut out = cuda.alloc(setup.q.len()).expect("out");
+    let call =
+        |out: &mut Buffer| cuda.attention(&q, &k_cache, &v_cache, &setup.spans, &setup.params, out);
+    call(&mut out).expect("attention");
+    cuda.synchronize().expect("sync");
+    let runs = 20;
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        call(&mut out).expect("attention");
+    }
+    cuda.synchronize().expect("sync");
+    let stream = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
+
+    let tokens = vec![0u32; setup.rows];
+    let positions: Vec<u32> = setup
+        .spans
+        .iter()
+        .flat_map(|s| (s.start_position..s.start_position + s.rows).map(|p| p as u32))
+        .collect();
+    let logit_rows: Vec<u32> = (0..setup.rows as u32).collect();
+    let inputs = StepInputs {
+        tokens: &tokens,
+        positions: &positions,
+        spans: &setup.spans,
+        logit_rows: &logit_rows,
+    };
+    let key = StepKey {
+        workspace,
+        tokens: setup.rows,
+        spans: setup.spans.len(),
+        logit_rows: setup.rows,
+    };
+    let calls = 10;
+    cuda.begin_step(&inputs).expect("begin_step");
+    let mut replay = || {
+        cuda.run_captured(key, &mut || {
+            for _ in 0..calls {
+                cuda.attention(
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    inputs.spans,
+                    &setup.params,
+                    &mut out,
+                )?;
+            }
+            Ok(())
+        })
+        .expect("captured attention")
+    };
+    replay(); // op by op
+    replay(); // captured
+    cuda.synchronize().expect("sync");
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        replay();
+    }
+    cuda.synchronize().expect("sync");
+    let graph = start.elapsed().as_secs_f64() * 1e6 / (runs * calls) as f64;
+    cuda.end_step().expect("end_step");
+    (stream, graph)
+}
+
+/// Prints the time of one attention call for decode and prefill shapes, with the tensor-core
+/// kernels and without (`RUNIT_CUDA_ATTENTION_MMA=0`). A measurement, not a check:
+/// `cargo test --test ops_gpu -- --ignored --nocapture attention_timings` (alone: it sets an
+/// environment variable that the other tests read).
 #[test]
 #[ignore = "timing printout, run by hand on a GPU"]
 fn attention_timings() {
     let Some(cuda) = cuda() else { return };
-    let shapes: [(&str, &[(usize, usize)]); 4] = [
-        ("decode 1 x 4096", &[(4096, 1)]),
-        ("decode 32 x 2048", &[(2048, 1); 32]),
-        ("prefill 512", &[(0, 512)]),
-        ("prefill 2048", &[(0, 2048)]),
+    let shapes: [(&str, Shape, Sequences); 10] = [
+        ("prefill 512", (32, 8, 128), &[(0, 512)]),
+        ("prefill 2048", (32, 8, 128), &[(0, 2048)]),
+        ("prefill 512 7b", (28, 4, 128), &[(0, 512)]),
+        ("prefill 512 0.5b", (14, 2, 64), &[(0, 512)]),
+        ("decode 128 7b", (28, 4, 128), &[(127, 1)]),
+        ("decode 1024 7b", (28, 4, 128), &[(1023, 1)]),
+        ("decode 4096 7b", (28, 4, 128), &[(4095, 1)]),
+        ("decode 128 0.5b", (14, 2, 64), &[(127, 1)]),
+        ("decode 1024 0.5b", (14, 2, 64), &[(1023, 1)]),
+        ("decode 32 x 2048", (32, 8, 128), &[(2048, 1); 32]),
     ];
-    for (name, sequences) in shapes {
-        let setup = Setup::new(0x7133, (32, 8, 128), KvType::F16, None, sequences, 0);
-        let (k_cache, v_cache) = setup.caches(&cuda).expect("caches");
-        let q = buffer(&cuda, &setup.q).expect("q");
-        let mut out = cuda.alloc(setup.q.len()).expect("out");
-        let mut call = || {
-            cuda.attention(
-                &q,
-                &k_cache,
-                &v_cache,
-                &setup.spans,
-                &setup.params,
-                &mut out,
-            )
-            .expect("attention")
-        };
-        call();
-        cuda.synchronize().expect("sync");
-        let runs = 20;
-        let start = std::time::Instant::now();
-        for _ in 0..runs {
-            call();
+    for (index, (name, shape, sequences)) in shapes.into_iter().enumerate() {
+        let setup = Setup::new(0x7133, shape, KvType::F16, None, sequences, 0);
+        for mma in [true, false] {
+            std::env::set_var("RUNIT_CUDA_ATTENTION_MMA", if mma { "1" } else { "0" });
+            let (stream, graph) =
+                time_attention(&cuda, &setup, 1000 + 2 * index as u64 + u64::from(mma));
+            let kernels = if mma { "mma   " } else { "scalar" };
+            println!(
+                "{name:>18} {shape:?} f16 {kernels}: {stream:8.1} us per call (stream), {graph:8.1} us (graph)"
+            );
         }
-        cuda.synchronize().expect("sync");
-        let micros = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
-        println!("{name} (h32/8 d128 f16): {micros:.1} us per call");
     }
+    std::env::remove_var("RUNIT_CUDA_ATTENTION_MMA");
+    // The floor: a captured graph of one-element adds (one kernel node each).
+    let mut dst = buffer(&cuda, &[1.0]).expect("dst");
+    let src = buffer(&cuda, &[1.0]).expect("src");
+    let inputs = StepInputs {
+        tokens: &[0],
+        positions: &[0],
+        spans: &[],
+        logit_rows: &[0],
+    };
+    let key = StepKey {
+        workspace: 999,
+        tokens: 1,
+        spans: 0,
+        logit_rows: 1,
+    };
+    cuda.begin_step(&inputs).expect("begin_step");
+    let mut replay = || {
+        cuda.run_captured(key, &mut || {
+            for _ in 0..10 {
+                cuda.add(&mut dst, &src, 1)?;
+            }
+            Ok(())
+        })
+        .expect("captured adds")
+    };
+    replay();
+    replay();
+    cuda.synchronize().expect("sync");
+    let start = std::time::Instant::now();
+    for _ in 0..20 {
+        replay();
+    }
+    cuda.synchronize().expect("sync");
+    let micros = start.elapsed().as_secs_f64() * 1e6 / 200.0;
+    cuda.end_step().expect("end_step");
+    println!("one-element add in a graph: {micros:.1} us per kernel node");
 }

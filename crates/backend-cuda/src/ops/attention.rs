@@ -1,7 +1,8 @@
-//! Causal grouped-query attention over the paged KV cache (kernels/attention.cu): a
-//! flash-decoding pair of kernels (chunk partials, then a combine) for batches of few rows
-//! per sequence, and a tiled flash-attention kernel for prefill. Positions, spans and block
-//! tables are read from the step buffer; see [`plan`] for the launch shapes.
+//! Causal grouped-query attention over the paged KV cache: a flash-decoding pair of kernels
+//! (chunk partials, then a combine) for batches of few rows per sequence, and a tiled
+//! flash-attention kernel for prefill. f16 caches with head_dim 64 or 128 take the
+//! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's. Positions,
+//! spans and block tables are read from the step buffer; see [`plan`] for the launch shapes.
 
 mod plan;
 
@@ -14,7 +15,10 @@ use super::elementwise::{product, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{device_address, launch, CudaBackend, StepView};
-use plan::{round_queries, use_prefill, DecodePlan, PrefillPlan, DECODE_THREADS, MAX_HEAD_DIM};
+use plan::{
+    mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
+    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS,
+};
 
 const OP: &str = "attention";
 
@@ -105,9 +109,19 @@ pub fn attention(
         return Ok(());
     }
     let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
+    let mma = use_mma(f16, head_dim);
     if use_prefill(total_rows, end_row, spans.len()) {
-        let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
-        prefill(backend, &call, &step, &plan)
+        if mma {
+            prefill_mma(
+                backend,
+                &call,
+                &step,
+                mma_prefill_tiles(total_rows, spans.len()),
+            )
+        } else {
+            let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
+            prefill(backend, &call, &step, &plan)
+        }
     } else {
         let block_size = spans.first().map_or(1, |s| s.block_size);
         let capacity = product(
@@ -116,8 +130,12 @@ pub fn attention(
             step.table_stride,
             block_size,
         )?;
-        let plan = DecodePlan::new(capacity, heads / kv_heads);
-        decode(backend, &call, &step, &plan, end_row)
+        let plan = if mma {
+            DecodePlan::mma(capacity, heads / kv_heads)
+        } else {
+            DecodePlan::new(capacity, heads / kv_heads)
+        };
+        decode(backend, &call, &step, &plan, end_row, mma)
     }
 }
 
@@ -151,13 +169,15 @@ fn check_params(params: &AttentionParams) -> Result<(), BackendError> {
     Ok(())
 }
 
-/// Flash-decoding: chunk partials into scratch memory, then the combine into `out`.
+/// Flash-decoding: chunk partials into scratch memory, then the combine into `out` (with
+/// `mma`, the tensor-core kernel writes rows whose range is one chunk to `out` itself).
 fn decode(
     backend: &CudaBackend,
     call: &Call,
     step: &StepView,
     plan: &DecodePlan,
     rows: usize,
+    mma: bool,
 ) -> Result<(), BackendError> {
     let heads = call.heads as usize;
     let head_dim = call.head_dim as usize;
@@ -210,7 +230,16 @@ fn decode(
             )
         };
     }
-    if call.f16 {
+    if mma {
+        decode_mma(
+            backend,
+            call,
+            step,
+            (partials_ptr, stats_ptr),
+            plan,
+            config.grid_dim,
+        )?;
+    } else if call.f16 {
         decode_kernel!("attention_decode_f16")?;
     } else {
         decode_kernel!("attention_decode_f32")?;
@@ -234,7 +263,8 @@ fn decode(
         call.head_dim,
         call.window,
         chunk_len,
-        chunks
+        chunks,
+        u32::from(mma)
     )?;
     // The scratch is freed stream-ordered, after the combine has read it.
     drop((partials, stats));
@@ -285,11 +315,99 @@ fn prefill(
     }
 }
 
+/// The tensor-core decode kernel (head_dim 64 or 128, f16 cache) on `grid`.
+fn decode_mma(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    (partials, stats): (u64, u64),
+    plan: &DecodePlan,
+    grid_dim: (u32, u32, u32),
+) -> Result<(), BackendError> {
+    let config = LaunchConfig {
+        grid_dim,
+        block_dim: (MMA_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (chunk_len, chunks) = (plan.chunk_len as u32, plan.chunks as u32);
+    let heads_per_block = plan.heads_per_block as u32;
+    macro_rules! kernel {
+        ($name:literal) => {
+            launch!(
+                backend,
+                OP,
+                "attention_mma.cu",
+                $name,
+                config,
+                call.q,
+                call.k,
+                call.v,
+                step.ptr,
+                call.out,
+                partials,
+                stats,
+                call.heads,
+                call.kv_heads,
+                call.scale,
+                call.window,
+                chunk_len,
+                chunks,
+                heads_per_block
+            )
+        };
+    }
+    if call.head_dim == 64 {
+        kernel!("attention_decode_mma_d64")
+    } else {
+        kernel!("attention_decode_mma_d128")
+    }
+}
+
+/// The tensor-core prefill (head_dim 64 or 128, f16 cache) straight into `out`.
+fn prefill_mma(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    tiles: usize,
+) -> Result<(), BackendError> {
+    let config = LaunchConfig {
+        grid_dim: (to_u32(OP, "query tiles", tiles)?, call.heads, 1),
+        block_dim: (MMA_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    macro_rules! kernel {
+        ($name:literal) => {
+            launch!(
+                backend,
+                OP,
+                "attention_mma.cu",
+                $name,
+                config,
+                call.q,
+                call.k,
+                call.v,
+                step.ptr,
+                call.out,
+                call.heads,
+                call.kv_heads,
+                call.scale,
+                call.window
+            )
+        };
+    }
+    if call.head_dim == 64 {
+        kernel!("attention_prefill_mma_d64")
+    } else {
+        kernel!("attention_prefill_mma_d128")
+    }
+}
+
 /// Uninitialised device scratch of `len` f32 values (stream-ordered, so it may be allocated
 /// inside a graph capture).
 fn scratch(backend: &CudaBackend, len: usize) -> Result<CudaSlice<f32>, BackendError> {
     // SAFETY: the memory is uninitialised; attention_combine reads only the partials that
     // attention_decode_* wrote before it in stream order (the chunks meeting each row's
-    // visible range, which the decode kernel never skips).
+    // visible range, which the decode kernel never skips; with `direct`, rows of one chunk
+    // are skipped by both).
     unsafe { backend.stream().alloc::<f32>(len.max(1)) }.map_err(|e| backend.driver_error(OP, e))
 }

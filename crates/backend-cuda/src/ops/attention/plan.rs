@@ -9,6 +9,14 @@ pub const DECODE_THREADS: u32 = 128;
 pub const MAX_HEADS_PER_BLOCK: usize = 8;
 /// Positions of the smallest decode chunk.
 pub const MIN_CHUNK: usize = 128;
+/// Threads of every block of kernels/attention_mma.cu (`MMA_THREADS`).
+pub const MMA_THREADS: u32 = 128;
+/// Query rows of a tensor-core prefill block (`QUERY_TILE`).
+pub const MMA_QUERY_TILE: usize = 64;
+/// Query heads one tensor-core decode block serves at most (the 16 rows of an mma tile).
+pub const MMA_MAX_HEADS_PER_BLOCK: usize = 16;
+/// Positions of the smallest tensor-core decode chunk (one 16-position sub-tile per warp).
+pub const MMA_MIN_CHUNK: usize = 64;
 /// Chunks a decode row is split into at most (longer capacities get longer chunks).
 pub const MAX_CHUNKS: usize = 64;
 /// Average rows per span from which the prefill kernel is used.
@@ -35,8 +43,17 @@ impl DecodePlan {
     /// The plan for caches whose tables reach `capacity` positions, with `group` query heads
     /// per kv head.
     pub fn new(capacity: usize, group: usize) -> DecodePlan {
-        let chunk_len = MIN_CHUNK * capacity.max(1).div_ceil(MIN_CHUNK * MAX_CHUNKS);
-        let slices = group.max(1).div_ceil(MAX_HEADS_PER_BLOCK);
+        DecodePlan::with(capacity, group, MIN_CHUNK, MAX_HEADS_PER_BLOCK)
+    }
+
+    /// The plan of the tensor-core decode kernel (attention_decode_mma_*).
+    pub fn mma(capacity: usize, group: usize) -> DecodePlan {
+        DecodePlan::with(capacity, group, MMA_MIN_CHUNK, MMA_MAX_HEADS_PER_BLOCK)
+    }
+
+    fn with(capacity: usize, group: usize, min_chunk: usize, max_heads: usize) -> DecodePlan {
+        let chunk_len = min_chunk * capacity.max(1).div_ceil(min_chunk * MAX_CHUNKS);
+        let slices = group.max(1).div_ceil(max_heads);
         DecodePlan {
             chunk_len,
             chunks: capacity.max(1).div_ceil(chunk_len),
@@ -92,6 +109,19 @@ impl PrefillPlan {
     }
 }
 
+/// True when the tensor-core kernels (kernels/attention_mma.cu) serve this cache: f16, with
+/// head_dim 64 or 128. `RUNIT_CUDA_ATTENTION_MMA=0` turns them off (read at every call, so
+/// that a measurement can compare both).
+pub fn use_mma(f16: bool, head_dim: usize) -> bool {
+    f16 && matches!(head_dim, 64 | 128)
+        && std::env::var_os("RUNIT_CUDA_ATTENTION_MMA").is_none_or(|v| v != "0")
+}
+
+/// Blocks along x of the tensor-core prefill: enough for every span's 64-row tiles.
+pub fn mma_prefill_tiles(total_rows: usize, spans: usize) -> usize {
+    total_rows.div_ceil(MMA_QUERY_TILE) + spans
+}
+
 /// True when the prefill kernel should run: many rows per span, or more rows than a decode
 /// grid holds. Both kernels are correct for any batch; this only picks the faster.
 pub fn use_prefill(total_rows: usize, end_row: usize, spans: usize) -> bool {
@@ -132,6 +162,28 @@ mod tests {
             );
             assert_eq!(plan.chunk_len % MIN_CHUNK, 0);
         }
+    }
+
+    #[test]
+    fn mma_plans_fit_the_kernels() {
+        let plan = DecodePlan::mma(64 * 16, 7);
+        assert_eq!((plan.chunk_len, plan.chunks), (64, 16));
+        assert_eq!((plan.heads_per_block, plan.slices), (7, 1));
+        let plan = DecodePlan::mma(1 << 20, 32);
+        assert!(plan.chunks <= MAX_CHUNKS && plan.chunks * plan.chunk_len >= 1 << 20);
+        assert_eq!((plan.heads_per_block, plan.slices), (16, 2));
+        for group in 1..=40 {
+            let plan = DecodePlan::mma(4096, group);
+            assert!(plan.heads_per_block <= MMA_MAX_HEADS_PER_BLOCK, "{group}");
+            assert!(plan.heads_per_block * plan.slices >= group, "{group}");
+        }
+        let spans: [&[usize]; 3] = [&[512], &[1, 1, 1], &[65, 63, 64, 1]];
+        for rows in spans {
+            let needed: usize = rows.iter().map(|r| r.div_ceil(MMA_QUERY_TILE)).sum();
+            assert!(mma_prefill_tiles(rows.iter().sum(), rows.len()) >= needed);
+        }
+        assert!(!use_mma(false, 128));
+        assert!(!use_mma(true, 80));
     }
 
     #[test]

@@ -1,0 +1,545 @@
+// Tensor-core attention over an f16 paged KV cache (head_dim 64 or 128), the fast twins of
+// attention.cu's kernels (which stay for f32 caches and other head sizes). Same contract:
+// q, out: [tokens, heads, head_dim] f32; K/V caches: [cells, kv_heads * head_dim] f16; a query
+// at position p sees keys lo ..= p of its span (lo = 0, or max(0, p + 1 - window)); scores are
+// scale * (q · k), the softmax is in f32. Queries and probabilities are rounded to f16 for
+// mma.sync.m16n8k16 (f32 accumulators).
+//
+// - attention_prefill_mma_*: flash-attention 2. One block of 4 warps per (tile of 64 query
+//   rows of one span, head); each warp owns 16 rows. K/V tiles of 64 positions are copied into
+//   shared memory with cp.async (the next K tile loads while this tile's softmax and P·V run,
+//   the next V tile while the next scores run), fragments come from ldmatrix.
+// - attention_decode_mma_*: flash-decoding partials with the query heads of one kv head as
+//   the 16 mma rows. One block per (row, kv head, slice of <= 16 query heads, chunk); each warp
+//   walks its own 16-position sub-tiles of the chunk, the 4 warps merge in shared memory. A row
+//   whose visible range lies in one chunk is written to `out` directly (attention_combine
+//   skips it); otherwise the chunk's (max, sum, accumulator) go to the partials.
+#include "common.cuh"
+
+#define MMA_WARPS 4
+#define MMA_THREADS (MMA_WARPS * 32)
+#define KEY_TILE 64
+#define QUERY_TILE (MMA_WARPS * 16)
+#define SUB_TILE 16
+#define ROW_PAD 8
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+// ----- PTX helpers ---------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 shared_address(const void* pointer) {
+    u32 address;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(pointer));
+    return address;
+}
+
+// Two floats as f16x2: `low` in bits 0..15.
+__device__ __forceinline__ u32 pack_half2(float low, float high) {
+    u32 packed;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
+    return packed;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void copy_async_16(u32 destination, const void* source) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
+}
+
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Waits until at most one committed group of this thread is still in flight.
+__device__ __forceinline__ void copy_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ void store_zero_16(u32 destination) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(destination), "r"(0u) : "memory");
+}
+
+__device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], u32 address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+__device__ __forceinline__ void load_matrix_x4_trans(u32 (&r)[4], u32 address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// c += a · b for one 16x8x16 tile (a: 4 regs of f16x2, row-major; b: 2 regs, column-major).
+__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ----- shared pieces ---------------------------------------------------------------------------
+
+// The span owning `row`, or -1 when no span's rows include it.
+__device__ __forceinline__ i32 mma_row_span(const i32* step, const StepHeader* h, i32 row) {
+    if (row < 0 || row >= h->tokens) return -1;
+    const i32 span = step[h->row_span + row];
+    if (span < 0 || span >= h->spans) return -1;
+    const i32* info = step + h->span_info + span * 4;
+    return row >= info[0] && row < info[0] + info[1] ? span : -1;
+}
+
+__device__ __forceinline__ i32 mma_first_visible(i32 position, u32 window) {
+    return window == 0 ? 0 : max(0, position + 1 - (i32)window);
+}
+
+// The A fragments of 16 query vectors (rows `row0` = g and `row1` = g + 8 of the fragment,
+// null for a padding row), each D floats, rounded to f16.
+template <int D>
+__device__ __forceinline__ void load_queries(u32 (&fragment)[D / 16][4], const float* row0, const float* row1) {
+    const u32 lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+        const int c = ks * 16 + 2 * (int)t;
+        float2 a = make_float2(0.0f, 0.0f), b = a, c8 = a, d8 = a;
+        if (row0) {
+            a = *(const float2*)(row0 + c);
+            c8 = *(const float2*)(row0 + c + 8);
+        }
+        if (row1) {
+            b = *(const float2*)(row1 + c);
+            d8 = *(const float2*)(row1 + c + 8);
+        }
+        fragment[ks][0] = pack_half2(a.x, a.y);
+        fragment[ks][1] = pack_half2(b.x, b.y);
+        fragment[ks][2] = pack_half2(c8.x, c8.y);
+        fragment[ks][3] = pack_half2(d8.x, d8.y);
+    }
+}
+
+// One online-softmax step for a warp's 16 rows over N n-tiles of scores (already in log2
+// units, masked keys at -inf): rescales `out` and `sum`, turns `s` into probabilities and
+// returns them as A fragments (pairs of n-tiles per 16-key k-step).
+template <int N, int DT>
+__device__ __forceinline__ void softmax_step(float (&s)[N][4], float (&running_max)[2], float (&sum)[2],
+                                             float (&out)[DT][4], u32 (&p)[N / 2][4]) {
+    float tile_max[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
+    }
+    float base[2], factor[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float new_max = fmaxf(running_max[r], tile_max[r]);
+        base[r] = new_max == NEG_INF ? 0.0f : new_max;  // no visible key yet: every p is 0
+        factor[r] = fast_exp2(running_max[r] - base[r]);
+        running_max[r] = new_max;
+        sum[r] *= factor[r];
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[n][e] = fast_exp2(s[n][e] - base[e >> 1]);
+            sum[e >> 1] += s[n][e];
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < DT; ++n) {
+        out[n][0] *= factor[0];
+        out[n][1] *= factor[0];
+        out[n][2] *= factor[1];
+        out[n][3] *= factor[1];
+    }
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+        p[k][0] = pack_half2(s[2 * k][0], s[2 * k][1]);
+        p[k][1] = pack_half2(s[2 * k][2], s[2 * k][3]);
+        p[k][2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
+        p[k][3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
+    }
+}
+
+// s[n] = Q · K^T for 16 * N2 keys stored row-major (stride STRIDE halves) from `keys`.
+template <int D, int STRIDE, int N2>
+__device__ __forceinline__ void scores(float (&s)[2 * N2][4], const u32 (&q)[D / 16][4], u32 keys) {
+    const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int n = 0; n < 2 * N2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int np = 0; np < N2; ++np) {
+            u32 b[4];
+            const u32 key = np * 16 + (i >> 1) * 8 + r, dim = ks * 16 + (i & 1) * 8;
+            load_matrix_x4(b, keys + (key * STRIDE + dim) * 2);
+            mma_16816(s[2 * np], q[ks], b[0], b[1]);
+            mma_16816(s[2 * np + 1], q[ks], b[2], b[3]);
+        }
+    }
+}
+
+// out += P · V for 16 * K2 keys stored row-major (stride STRIDE halves) from `values`.
+template <int D, int STRIDE, int K2>
+__device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const u32 (&p)[K2][4], u32 values) {
+    const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < K2; ++kk) {
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            u32 b[4];
+            const u32 key = kk * 16 + (i & 1) * 8 + r, dim = dp * 16 + (i >> 1) * 8;
+            load_matrix_x4_trans(b, values + (key * STRIDE + dim) * 2);
+            mma_16816(out[2 * dp], p[kk], b[0], b[1]);
+            mma_16816(out[2 * dp + 1], p[kk], b[2], b[3]);
+        }
+    }
+}
+
+// Copies the D-wide rows of `keys` positions (cells[] per copy slot, -1: past the end, zeros)
+// into shared memory with cp.async, `threads` threads from thread index `index`.
+template <int D, int STRIDE, int LOADS, int THREADS>
+__device__ __forceinline__ void copy_rows(u32 destination, const u16* cache, const i32 (&cells)[LOADS],
+                                          u64 kv_width, u64 kv_offset, u32 index) {
+#pragma unroll
+    for (int i = 0; i < LOADS; ++i) {
+        const u32 c = index + (u32)i * THREADS;
+        const u32 key = c / (D / 8), chunk = c % (D / 8);
+        const u32 at = destination + (key * STRIDE + chunk * 8) * 2;
+        if (cells[i] >= 0)
+            copy_async_16(at, cache + (u64)cells[i] * kv_width + kv_offset + chunk * 8);
+        else
+            store_zero_16(at);
+    }
+}
+
+// The cells of the keys each copy slot of copy_rows covers, for keys first .. first + rows.
+template <int D, int LOADS, int THREADS>
+__device__ __forceinline__ void slot_cells(i32 (&cells)[LOADS], const i32* step, const StepHeader* h, i32 span,
+                                           i32 first, i32 end, u32 index) {
+#pragma unroll
+    for (int i = 0; i < LOADS; ++i) {
+        const i32 position = first + (i32)((index + (u32)i * THREADS) / (D / 8));
+        cells[i] = position < end ? step_cell(step, h, span, position) : -1;
+    }
+}
+
+// ----- prefill ---------------------------------------------------------------------------------
+// grid (tiles, heads) with tiles >= Σ ceil(rows_s / 64) over spans, MMA_THREADS threads.
+template <int D>
+__device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, const u16* v_cache, const i32* step,
+                                            float* out, u32 heads, u32 kv_heads, float scale, u32 window) {
+    constexpr int STRIDE = D + ROW_PAD;
+    constexpr int LOADS = KEY_TILE * (D / 8) / MMA_THREADS;
+    __shared__ __align__(16) u16 keys[KEY_TILE * STRIDE];
+    __shared__ __align__(16) u16 values[KEY_TILE * STRIDE];
+    __shared__ i32 warp_begin[MMA_WARPS], warp_end[MMA_WARPS];
+
+    const StepHeader* h = (const StepHeader*)step;
+    // This block's span and tile; the last tiles (the longest rows) start first.
+    i32 span = -1, first_row = 0, span_end = 0;
+    u32 index = gridDim.x - 1 - blockIdx.x;
+    for (i32 s = 0; s < h->spans; ++s) {
+        const i32* info = step + h->span_info + s * 4;
+        const u32 tiles = ((u32)info[1] + QUERY_TILE - 1) / QUERY_TILE;
+        if (index < tiles) {
+            span = s;
+            first_row = info[0] + (i32)(index * QUERY_TILE);
+            span_end = min(info[0] + info[1], h->tokens);
+            break;
+        }
+        index -= tiles;
+    }
+    if (span < 0) return;  // block-uniform
+
+    const u32 head = blockIdx.y;
+    const u32 kv_head = head / (heads / kv_heads);
+    const u64 kv_width = (u64)kv_heads * D;
+    const u64 kv_offset = (u64)kv_head * D;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+
+    // The thread's two rows: g and g + 8 of the warp's 16.
+    i32 rows[2], positions[2], lows[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        rows[r] = first_row + (i32)(warp * 16 + g + 8 * r);
+        const bool valid = rows[r] < span_end;
+        positions[r] = valid ? step[h->positions + rows[r]] : -1;  // -1: no key is visible
+        lows[r] = valid ? mma_first_visible(positions[r], window) : 0x7fffffff;
+    }
+    // The warp's key range, and the range every one of its rows sees entirely.
+    i32 begin = min(lows[0], lows[1]), end = max(positions[0], positions[1]) + 1;
+    i32 full_begin = max(lows[0] == 0x7fffffff ? 0 : lows[0], lows[1] == 0x7fffffff ? 0 : lows[1]);
+    i32 full_end = min(positions[0], positions[1]) + 1;
+#pragma unroll
+    for (int offset = 4; offset < 32; offset <<= 1) {
+        begin = min(begin, __shfl_xor_sync(0xffffffffu, begin, offset));
+        end = max(end, __shfl_xor_sync(0xffffffffu, end, offset));
+        full_begin = max(full_begin, __shfl_xor_sync(0xffffffffu, full_begin, offset));
+        full_end = min(full_end, __shfl_xor_sync(0xffffffffu, full_end, offset));
+    }
+    if (lane == 0) {
+        warp_begin[warp] = begin;
+        warp_end[warp] = end;
+    }
+
+    u32 query[D / 16][4];
+    load_queries<D>(query, rows[0] < span_end ? q + ((u64)rows[0] * heads + head) * D : nullptr,
+                    rows[1] < span_end ? q + ((u64)rows[1] * heads + head) * D : nullptr);
+    __syncthreads();
+    i32 block_begin = 0x7fffffff, block_end = 0;
+#pragma unroll
+    for (int w = 0; w < MMA_WARPS; ++w) {
+        block_begin = min(block_begin, warp_begin[w]);
+        block_end = max(block_end, warp_end[w]);
+    }
+    if (block_begin >= block_end) return;  // block-uniform (no valid row)
+
+    const float scale_log2 = scale * LOG2E;
+    float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    const u32 keys_at = shared_address(keys), values_at = shared_address(values);
+    i32 cells[LOADS];
+    slot_cells<D, LOADS, MMA_THREADS>(cells, step, h, span, block_begin, block_end, threadIdx.x);
+    copy_rows<D, STRIDE, LOADS, MMA_THREADS>(keys_at, k_cache, cells, kv_width, kv_offset, threadIdx.x);
+    copy_async_commit();
+    copy_rows<D, STRIDE, LOADS, MMA_THREADS>(values_at, v_cache, cells, kv_width, kv_offset, threadIdx.x);
+    copy_async_commit();
+
+    for (i32 tile = block_begin; tile < block_end; tile += KEY_TILE) {
+        const i32 next = tile + KEY_TILE;
+        // Warp-uniform: does this tile meet the warp's rows, and must it be masked?
+        const bool active = tile < end && next > begin;
+        const bool masked = !(tile >= full_begin && next <= full_end);
+        float s[KEY_TILE / 8][4];
+        copy_async_wait_one();  // this tile's keys
+        __syncthreads();
+        if (active) scores<D, STRIDE, KEY_TILE / 16>(s, query, keys_at);
+        __syncthreads();  // the keys are consumed: load the next tile's
+        if (next < block_end) {
+            slot_cells<D, LOADS, MMA_THREADS>(cells, step, h, span, next, block_end, threadIdx.x);
+            copy_rows<D, STRIDE, LOADS, MMA_THREADS>(keys_at, k_cache, cells, kv_width, kv_offset, threadIdx.x);
+        }
+        copy_async_commit();
+        u32 p[KEY_TILE / 16][4];
+        if (active) {
+#pragma unroll
+            for (int n = 0; n < KEY_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const i32 key = tile + n * 8 + 2 * (i32)t + (e & 1);
+                    const int r = e >> 1;
+                    const bool visible = !masked || (key >= lows[r] && key <= positions[r]);
+                    s[n][e] = visible ? s[n][e] * scale_log2 : NEG_INF;
+                }
+            }
+            softmax_step<KEY_TILE / 8, D / 8>(s, running_max, sum, acc, p);
+        }
+        copy_async_wait_one();  // this tile's values
+        __syncthreads();
+        if (active) accumulate<D, STRIDE, KEY_TILE / 16>(acc, p, values_at);
+        __syncthreads();  // the values are consumed: load the next tile's
+        if (next < block_end)
+            copy_rows<D, STRIDE, LOADS, MMA_THREADS>(values_at, v_cache, cells, kv_width, kv_offset, threadIdx.x);
+        copy_async_commit();
+    }
+    copy_async_wait_all();
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (rows[r] >= span_end) continue;
+        const float inverse = sum[r] == 0.0f ? 0.0f : 1.0f / sum[r];
+        float* destination = out + ((u64)rows[r] * heads + head) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *(float2*)(destination + n * 8) = make_float2(acc[n][2 * r] * inverse, acc[n][2 * r + 1] * inverse);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+attention_prefill_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
+                          u32 heads, u32 kv_heads, float scale, u32 window) {
+    prefill_mma<64>(q, k_cache, v_cache, step, out, heads, kv_heads, scale, window);
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
+                           u32 heads, u32 kv_heads, float scale, u32 window) {
+    prefill_mma<128>(q, k_cache, v_cache, step, out, heads, kv_heads, scale, window);
+}
+
+// ----- decode ----------------------------------------------------------------------------------
+// grid (chunks, kv_heads * slices, rows), MMA_THREADS threads; heads_per_block <= 16. Partials
+// as attention_decode_* writes them ([rows, heads, chunks] of (max, sum) and head_dim values).
+template <int D>
+__device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, const u16* v_cache, const i32* step,
+                                           float* out, float* part_acc, float* part_stats, u32 heads,
+                                           u32 kv_heads, float scale, u32 window, u32 chunk_len, u32 chunks,
+                                           u32 heads_per_block) {
+    constexpr int STRIDE = D + ROW_PAD;
+    constexpr int LOADS = SUB_TILE * (D / 8) / 32;
+    constexpr int WARP_HALVES = 2 * SUB_TILE * STRIDE;  // a warp's keys, then its values
+    static_assert(MMA_WARPS * 16 * D * 4 <= MMA_WARPS * WARP_HALVES * 2, "the merge reuses the tiles");
+    __shared__ __align__(16) u16 buffers[MMA_WARPS * WARP_HALVES];
+    __shared__ float warp_max[MMA_WARPS][16], warp_sum[MMA_WARPS][16];
+
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.z;
+    const i32 span = mma_row_span(step, h, row);
+    if (span < 0) return;
+    const i32 position = step[h->positions + row];
+    const i32 chunk = blockIdx.x;
+    if ((u32)chunk >= chunks) return;
+    const i32 lo = mma_first_visible(position, window);
+    const i32 begin = max(lo, chunk * (i32)chunk_len);
+    const i32 end = min(position + 1, (chunk + 1) * (i32)chunk_len);
+    if (begin >= end) return;  // attention_combine skips the chunks outside [lo, position]
+    const bool direct = lo / (i32)chunk_len == min(position / (i32)chunk_len, (i32)chunks - 1);
+
+    const u32 group = heads / kv_heads;
+    const u32 slices = (group + heads_per_block - 1) / heads_per_block;
+    const u32 kv_head = blockIdx.y / slices;
+    const u32 slice = blockIdx.y % slices;
+    const u32 first_head = kv_head * group + slice * heads_per_block;
+    const u32 n_heads = min(heads_per_block, group - slice * heads_per_block);
+    const u64 kv_width = (u64)kv_heads * D;
+    const u64 kv_offset = (u64)kv_head * D;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+
+    // The fragment's rows are the block's query heads (g and g + 8), zero past n_heads.
+    u32 query[D / 16][4];
+    const float* q_row = q + ((u64)row * heads + first_head) * D;
+    load_queries<D>(query, g < n_heads ? q_row + g * D : nullptr, g + 8 < n_heads ? q_row + (g + 8) * D : nullptr);
+
+    const float scale_log2 = scale * LOG2E;
+    float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    // Each warp walks its own sub-tiles: positions begin + 16 * (warp + 4 * i).
+    const u32 keys_at = shared_address(buffers + warp * WARP_HALVES);
+    const u32 values_at = keys_at + SUB_TILE * STRIDE * 2;
+    i32 cells[LOADS];
+    i32 sub = begin + (i32)warp * SUB_TILE;
+    if (sub < end) {
+        slot_cells<D, LOADS, 32>(cells, step, h, span, sub, end, lane);
+        copy_rows<D, STRIDE, LOADS, 32>(keys_at, k_cache, cells, kv_width, kv_offset, lane);
+        copy_async_commit();
+        copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
+        copy_async_commit();
+    }
+    for (; sub < end; sub += MMA_WARPS * SUB_TILE) {
+        const i32 next = sub + MMA_WARPS * SUB_TILE;
+        copy_async_wait_one();  // this sub-tile's keys
+        __syncwarp();
+        float s[SUB_TILE / 8][4];
+        scores<D, STRIDE, SUB_TILE / 16>(s, query, keys_at);
+        __syncwarp();
+        if (next < end) {
+            slot_cells<D, LOADS, 32>(cells, step, h, span, next, end, lane);
+            copy_rows<D, STRIDE, LOADS, 32>(keys_at, k_cache, cells, kv_width, kv_offset, lane);
+        }
+        copy_async_commit();
+#pragma unroll
+        for (int n = 0; n < SUB_TILE / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[n][e] = sub + n * 8 + 2 * (i32)t + (e & 1) < end ? s[n][e] * scale_log2 : NEG_INF;
+        u32 p[SUB_TILE / 16][4];
+        softmax_step<SUB_TILE / 8, D / 8>(s, running_max, sum, acc, p);
+        copy_async_wait_one();  // this sub-tile's values
+        __syncwarp();
+        accumulate<D, STRIDE, SUB_TILE / 16>(acc, p, values_at);
+        __syncwarp();
+        if (next < end) copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
+        copy_async_commit();
+    }
+    copy_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+
+    // Merge the warps: a common max per head, each warp's rescaled accumulator in shared memory.
+    __syncthreads();  // every warp is done with its tiles
+    if (t == 0) {
+        warp_max[warp][g] = running_max[0];
+        warp_max[warp][g + 8] = running_max[1];
+        warp_sum[warp][g] = sum[0];
+        warp_sum[warp][g + 8] = sum[1];
+    }
+    __syncthreads();
+    float* merged = (float*)buffers;  // [MMA_WARPS][16][D]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 head_row = g + 8 * r;
+        float block_max = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < MMA_WARPS; ++w) block_max = fmaxf(block_max, warp_max[w][head_row]);
+        const float factor = fast_exp2(running_max[r] - (block_max == NEG_INF ? 0.0f : block_max));
+        float* destination = merged + (warp * 16 + head_row) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *(float2*)(destination + n * 8) = make_float2(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < n_heads * D; i += MMA_THREADS) {
+        const u32 head_row = i / D, d = i % D;
+        float block_max = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < MMA_WARPS; ++w) block_max = fmaxf(block_max, warp_max[w][head_row]);
+        const float base = block_max == NEG_INF ? 0.0f : block_max;
+        float total = 0.0f, value = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MMA_WARPS; ++w) {
+            total += warp_sum[w][head_row] * fast_exp2(warp_max[w][head_row] - base);
+            value += merged[(w * 16 + head_row) * D + d];
+        }
+        const u64 row_head = (u64)row * heads + first_head + head_row;
+        if (direct) {
+            out[row_head * D + d] = total == 0.0f ? 0.0f : value / total;
+        } else {
+            const u64 part = row_head * chunks + chunk;
+            part_acc[part * D + d] = value;
+            if (d == 0) {
+                part_stats[2 * part] = base * LN2;  // natural-log units, as attention_combine reads them
+                part_stats[2 * part + 1] = total;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
+                         float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
+                         u32 chunk_len, u32 chunks, u32 heads_per_block) {
+    decode_mma<64>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
+                   chunks, heads_per_block);
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+attention_decode_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
+                          float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
+                          u32 chunk_len, u32 chunks, u32 heads_per_block) {
+    decode_mma<128>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
+                    chunks, heads_per_block);
+}
