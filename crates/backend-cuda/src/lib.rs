@@ -68,6 +68,8 @@ pub struct CudaBackend {
     /// Counts launches and uploads that may write activations (every one but a matmul's), so
     /// the matmul knows when its quantized copy of an input is still current.
     writes: std::sync::atomic::AtomicU64,
+    /// Attention's decode partials, kept between calls (one stream orders all work).
+    attention_scratch: Mutex<Option<CudaSlice<f32>>>,
 }
 
 impl CudaBackend {
@@ -118,6 +120,7 @@ impl CudaBackend {
             sync_each_launch,
             matmul: matmul::MatmulState::default(),
             writes: std::sync::atomic::AtomicU64::new(0),
+            attention_scratch: Mutex::new(None),
         })
     }
 
@@ -178,6 +181,36 @@ impl CudaBackend {
                 .map_err(|e| self.driver_error(op, e))?;
         }
         Ok(())
+    }
+
+    /// The address of attention's scratch of at least `len` f32 values, grown (outside a
+    /// capture only) when too small. Its contents are whatever the last call left.
+    pub(crate) fn attention_scratch(
+        &self,
+        op: &'static str,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        let mut slot = self
+            .attention_scratch
+            .lock()
+            .expect("attention scratch lock");
+        if let Some(slice) = slot.as_ref().filter(|s| s.len() >= len) {
+            return Ok(device_address(slice, &self.stream));
+        }
+        if self.capturing() {
+            return Err(BackendError::Device {
+                backend: self.name(),
+                op,
+                message: format!("attention scratch must grow to {len} values during a capture"),
+            });
+        }
+        let slice = self
+            .stream
+            .alloc_zeros::<f32>(len.max(1).next_power_of_two())
+            .map_err(|e| self.oom_or(e, op, len * 4))?;
+        let ptr = device_address(&slice, &self.stream);
+        *slot = Some(slice);
+        Ok(ptr)
     }
 
     /// Records that activations may have changed (see `writes`).

@@ -6,7 +6,7 @@
 
 mod plan;
 
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use runit_backend::{
     AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, SequenceSpan,
 };
@@ -14,7 +14,7 @@ use runit_backend::{
 use super::elementwise::{product, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
-use crate::{device_address, launch, CudaBackend, StepView};
+use crate::{launch, CudaBackend, StepView};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
     DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS,
@@ -181,12 +181,15 @@ fn decode(
 ) -> Result<(), BackendError> {
     let heads = call.heads as usize;
     let head_dim = call.head_dim as usize;
-    let partials = scratch(backend, plan.partial_values(rows, heads, head_dim))?;
-    let stats = scratch(backend, plan.stat_values(rows, heads))?;
-    let (partials_ptr, stats_ptr) = (
-        device_address(&partials, backend.stream()),
-        device_address(&stats, backend.stream()),
-    );
+    // One persistent scratch (no allocation nodes in a captured step): the partials, then
+    // the statistics. attention_combine reads only the partials that attention_decode_*
+    // wrote before it in stream order (the chunks meeting each row's visible range, which
+    // the decode kernel never skips; with `direct`, rows of one chunk are skipped by both).
+    let partial_values = plan
+        .partial_values(rows, heads, head_dim)
+        .next_multiple_of(64);
+    let base = backend.attention_scratch(OP, partial_values + plan.stat_values(rows, heads))?;
+    let (partials_ptr, stats_ptr) = (base, base + 4 * partial_values as u64);
     let rows = rows as u32; // at most 65 535 (plan::use_prefill)
     let chunk_len = to_u32(OP, "chunk length", plan.chunk_len)?;
     let chunks = plan.chunks as u32;
@@ -266,8 +269,6 @@ fn decode(
         chunks,
         u32::from(mma)
     )?;
-    // The scratch is freed stream-ordered, after the combine has read it.
-    drop((partials, stats));
     Ok(())
 }
 
@@ -400,14 +401,4 @@ fn prefill_mma(
     } else {
         kernel!("attention_prefill_mma_d128")
     }
-}
-
-/// Uninitialised device scratch of `len` f32 values (stream-ordered, so it may be allocated
-/// inside a graph capture).
-fn scratch(backend: &CudaBackend, len: usize) -> Result<CudaSlice<f32>, BackendError> {
-    // SAFETY: the memory is uninitialised; attention_combine reads only the partials that
-    // attention_decode_* wrote before it in stream order (the chunks meeting each row's
-    // visible range, which the decode kernel never skips; with `direct`, rows of one chunk
-    // are skipped by both).
-    unsafe { backend.stream().alloc::<f32>(len.max(1)) }.map_err(|e| backend.driver_error(OP, e))
 }
