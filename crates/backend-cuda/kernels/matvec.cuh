@@ -1,21 +1,26 @@
 // The decode matvec skeleton shared by the quantized weight types (llama.cpp's MMVQ idea):
 // activations are first quantized to q8_1 blocks of 32 (int8 values + per-block scale d and
-// d * sum), then each weight block is split into PARTS lanes' parts whose packed integers
-// are dotted with the activation bytes by dp4a.
+// d * sum), then each weight block is split into PARTS parts whose packed integers are
+// dotted with the activation bytes by dp4a.
 //
 // Activation layout (written by quantize_q8_1 in convert.cu): `aq` [tokens][n_in] int8 and
 // `ads` [tokens][n_in / 32] float2 (d, d * sum of the block's int8 values).
 //
 // A weight type W used here provides, beside dequant.cuh's QK and BYTES:
-//   PARTS                  lanes that share one block (a power of two)
-//   struct Part            the lane's share of the block, unpacked into registers
+//   PARTS                  parts of one block (a power of two dividing MATVEC_THREADS)
+//   struct Part            a part of the block, unpacked into registers
 //   load(block, p)         reads part p of the block
 //   dot(part, p, aq, ads)  its contribution to one token's output, aq / ads pointing at the
 //                          activation of the block's first element
+//
+// Each block of MATVEC_THREADS threads computes MATVEC_ROWS(T) output rows; thread i takes
+// parts i, i + MATVEC_THREADS, ... of every row (MatvecSteps<W> steps of them loaded at once).
+// (A warp-per-row variant streaming rows through shared memory with cp.async measured 1.5-2x
+// slower on an H200 for every quantized type and was dropped.)
 #pragma once
 #include "dequant.cuh"
 
-// Threads per output row (four warps, as MMVQ uses for one token).
+// Threads per block (four warps, as MMVQ uses for one token).
 #define MATVEC_THREADS 128
 
 // The int8 activations 4 * k .. 4 * k + 3 past `aq` as one int.
@@ -24,17 +29,20 @@ __device__ __forceinline__ int act4(const i8* aq, int element) { return *(const 
 // Per-byte a - b, for bytes of a below 0x80 and bytes of b at most 0x80 (no borrows).
 __device__ __forceinline__ int sub_bytes(u32 a, u32 b) { return (int)(((a | 0x80808080u) - b) ^ 0x80808080u); }
 
-// Output rows per block for a token bound T: each thread loads its part of every row before
-// using any, so more rows keep more bytes in flight per thread (a block's life is about one
-// memory round trip, and an SM holds at most 16 blocks of 128 threads).
-#define MATVEC_ROWS(T) ((T) <= 2 ? 4 : 2)
+// Steps whose parts a thread loads at once: 1, unless a type says more
+// (measured on an H200: two for Q4_0; more parts per thread cost registers and occupancy,
+// which made Q8_0 and the K formats slower).
+template <class W> struct MatvecSteps { static constexpr int VALUE = 1; };
 
 // out[t][row] = W[row] . x[t] for t < tokens (T >= tokens, a compile-time bound so the
-// accumulators stay in registers), rows R * blockIdx.x .. + R, MATVEC_THREADS threads.
+// accumulators stay in registers), rows R * blockIdx.x .. + R; every thread loads its parts
+// of U steps of all R rows before using any.
+#define MATVEC_ROWS(T) ((T) <= 2 ? 4 : 2)
 template <class W, int T, int R>
-__device__ __forceinline__ void matvec_q8_1(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
-                                            const i8* __restrict__ aq, const float2* __restrict__ ads,
-                                            float* __restrict__ out, u32 tokens) {
+__device__ __forceinline__ void matvec_block(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                             const i8* __restrict__ aq, const float2* __restrict__ ads,
+                                             float* __restrict__ out, u32 tokens) {
+    constexpr int U = MatvecSteps<W>::VALUE;
     const u32 first_row = blockIdx.x * R;
     const u8* rows[R];
 #pragma unroll
@@ -51,19 +59,52 @@ __device__ __forceinline__ void matvec_q8_1(const u8* __restrict__ w, u64 row_by
 #pragma unroll
         for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
     }
-    for (u32 i = threadIdx.x; i < items; i += MATVEC_THREADS) {
-        const u32 block = i / W::PARTS;
-        const int p = (int)(i % W::PARTS);
-        typename W::Part part[R];
+    if constexpr (U == 1) {
+        for (u32 i = threadIdx.x; i < items; i += MATVEC_THREADS) {
+            const u32 block = i / W::PARTS;
+            const int p = (int)(i % W::PARTS);
+            typename W::Part part[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) part[r] = W::load(rows[r] + (u64)block * W::BYTES, p);
-        const i8* a = aq + block * W::QK;
-        const float2* s = ads + block * (W::QK / 32);
+            for (int r = 0; r < R; r++) part[r] = W::load(rows[r] + (u64)block * W::BYTES, p);
+            const i8* a = aq + block * W::QK;
+            const float2* s = ads + block * (W::QK / 32);
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            if (t < (int)tokens) {
+            for (int t = 0; t < T; t++) {
+                if (t < (int)tokens) {
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r][t] += W::dot(part[r], p, a + (u64)t * n_in, s + (u64)t * act_blocks);
+                    for (int r = 0; r < R; r++) acc[r][t] += W::dot(part[r], p, a + (u64)t * n_in, s + (u64)t * act_blocks);
+                }
+            }
+        }
+    } else {
+        // PARTS divides MATVEC_THREADS, so a thread's part index is the same in every item.
+        const int p = (int)(threadIdx.x % W::PARTS);
+        for (u32 i0 = threadIdx.x; i0 < items; i0 += MATVEC_THREADS * U) {
+            typename W::Part part[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const u32 i = i0 + MATVEC_THREADS * u;
+                if (i < items) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) part[u][r] = W::load(rows[r] + (u64)(i / W::PARTS) * W::BYTES, p);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const u32 i = i0 + MATVEC_THREADS * u;
+                if (i < items) {
+                    const u32 block = i / W::PARTS;
+                    const i8* a = aq + block * W::QK;
+                    const float2* s = ads + block * (W::QK / 32);
+#pragma unroll
+                    for (int t = 0; t < T; t++) {
+                        if (t < (int)tokens) {
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+                                acc[r][t] += W::dot(part[u][r], p, a + (u64)t * n_in, s + (u64)t * act_blocks);
+                        }
+                    }
+                }
             }
         }
     }
@@ -95,7 +136,7 @@ __device__ __forceinline__ void matvec_q8_1(const u8* __restrict__ w, u64 row_by
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
                              const float2* ads, float* out, u32 tokens) {                            \
-        matvec_q8_1<W, T, MATVEC_ROWS(T)>(w, row_bytes, n_in, n_out, aq, ads, out, tokens);                          \
+        matvec_block<W, T, MATVEC_ROWS(T)>(w, row_bytes, n_in, n_out, aq, ads, out, tokens);        \
     }
 #define MATVEC_ENTRIES(W, name) \
     MATVEC_ENTRY(W, name, 1)    \

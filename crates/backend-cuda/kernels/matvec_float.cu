@@ -1,12 +1,44 @@
 // Decode matvec of float weights (F32, F16, BF16) against f32 activations:
-// out[t][row] = sum_i W[row][i] * x[t][i] for t < tokens, one block of 128 threads per row.
+// out[t][row] = sum_i W[row][i] * x[t][i] for t < tokens.
 //
-// The `_vec` kernels read 8 weights per thread per step with 16-byte loads; they need
-// n_in % 8 == 0 and a 16-byte aligned weight (the host checks). The plain kernels take any
-// shape, one element per thread per step.
+// The `_vec` / `_vec4` kernels (one block per row; one or four 16-byte loads per thread and
+// step) and the `_vec_warp` kernels (each warp streams whole rows) need n_in % 8 == 0 and a
+// 16-byte aligned weight (the host checks; src/matmul/matvec.rs picks one by shape). The
+// plain kernels take any shape, one element per thread per step.
 #include "dequant.cuh"
 
 #define MATVEC_THREADS 128
+
+// 16 bytes of weights that are read once: not kept in L1 (which holds the activations).
+__device__ __forceinline__ uint4 load_stream(const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Eight weights from the 16 bytes `q` holding elements 8k .. 8k + 7 (F16, BF16), or four
+// (F32: v[4..8] unused).
+__device__ __forceinline__ void unpack16(const F32*, uint4 q, float* v) {
+    v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y); v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
+}
+__device__ __forceinline__ void unpack16(const F16*, uint4 q, float* v) {
+    const u32 words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = half_to_float((u16)(words[k] & 0xFFFFu));
+        v[2 * k + 1] = half_to_float((u16)(words[k] >> 16));
+    }
+}
+__device__ __forceinline__ void unpack16(const BF16*, uint4 q, float* v) {
+    const u32 words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(words[k] << 16);
+        v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+    }
+}
 
 // Eight weights starting at element i (a multiple of 8) of a row, from aligned 16-byte loads.
 __device__ __forceinline__ void load8(const F32*, const u8* row, u32 i, float* v) {
@@ -36,7 +68,71 @@ __device__ __forceinline__ void load8(const BF16*, const u8* row, u32 i, float* 
     }
 }
 
-template <class W, int T, bool VEC>
+// Elements per 16 bytes.
+template <class W> struct Per16 { static constexpr int N = 8; };
+template <> struct Per16<F32> { static constexpr int N = 4; };
+
+// 16-byte loads in flight per lane and step of the warp kernels.
+#define FLOAT_UNROLL_WARP 8
+
+// The `_vec_warp` kernels: each warp owns rows_per_warp consecutive rows and streams each with
+// 16-byte loads, FLOAT_UNROLL_WARP per lane issued before any is used (row_bytes % 16 == 0 and a
+// 16-byte aligned weight, which the host checks).
+template <class W, int T>
+__device__ __forceinline__ void matvec_float_vec(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                                 const float* __restrict__ x, float* __restrict__ out, u32 tokens,
+                                                 u32 rows_per_warp) {
+    constexpr int N = Per16<W>::N;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 first_row = (blockIdx.x * (MATVEC_THREADS / 32) + warp) * rows_per_warp;
+    if (first_row >= n_out) return;
+    const u32 last_row = min(first_row + rows_per_warp, n_out);
+    const u32 units = (u32)(row_bytes / 16);
+    for (u32 row = first_row; row < last_row; row++) {
+        const u8* wrow = w + (u64)row * row_bytes;
+        float acc[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[t] = 0.0f;
+        for (u32 u0 = 0; u0 < units; u0 += 32 * FLOAT_UNROLL_WARP) {
+            uint4 q[FLOAT_UNROLL_WARP];
+#pragma unroll
+            for (int j = 0; j < FLOAT_UNROLL_WARP; j++) {
+                const u32 u = u0 + lane + 32 * j;
+                if (u < units) q[j] = load_stream(wrow + 16 * (u64)u);
+            }
+#pragma unroll
+            for (int j = 0; j < FLOAT_UNROLL_WARP; j++) {
+                const u32 u = u0 + lane + 32 * j;
+                if (u < units) {
+                    float v[8];
+                    unpack16((const W*)nullptr, q[j], v);
+#pragma unroll
+                    for (int t = 0; t < T; t++) {
+                        if (t < (int)tokens) {
+                            const float* xt = x + (u64)t * n_in + (u64)N * u;
+                            const float4 a = *(const float4*)xt;
+                            float sum = v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w;
+                            if constexpr (N == 8) {
+                                const float4 b = *(const float4*)(xt + 4);
+                                sum += v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
+                            }
+                            acc[t] += sum;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float sum = warp_sum(acc[t]);
+            if (lane == t && t < (int)tokens) out[(u64)t * n_out + row] = sum;
+        }
+    }
+}
+
+// One block of MATVEC_THREADS threads per row: element-wise (U = 0, any row length), or with
+// 16-byte loads, U per thread issued before any is used.
+template <class W, int T, int U>
 __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                              const float* __restrict__ x, float* __restrict__ out, u32 tokens) {
     const u32 row = blockIdx.x;
@@ -44,7 +140,7 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, u64 row_b
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
-    if constexpr (VEC) {
+    if constexpr (U == 1) {
         for (u32 i = 8 * threadIdx.x; i < n_in; i += 8 * MATVEC_THREADS) {
             float v[8];
             load8((const W*)nullptr, wrow, i, v);
@@ -56,6 +152,38 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, u64 row_b
                     const float4 b = *(const float4*)(xt + 4);
                     acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
                               v[6] * b.z + v[7] * b.w;
+                }
+            }
+        }
+    } else if constexpr (U > 1) {
+        constexpr int N = Per16<W>::N;
+        const u32 units = (u32)(row_bytes / 16);
+        for (u32 u0 = threadIdx.x; u0 < units; u0 += MATVEC_THREADS * U) {
+            uint4 q[U];
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                const u32 u = u0 + MATVEC_THREADS * j;
+                if (u < units) q[j] = load_stream(wrow + 16 * (u64)u);
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                const u32 u = u0 + MATVEC_THREADS * j;
+                if (u < units) {
+                    float v[8];
+                    unpack16((const W*)nullptr, q[j], v);
+#pragma unroll
+                    for (int t = 0; t < T; t++) {
+                        if (t < (int)tokens) {
+                            const float* xt = x + (u64)t * n_in + (u64)N * u;
+                            const float4 a = *(const float4*)xt;
+                            float sum = v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w;
+                            if constexpr (N == 8) {
+                                const float4 b = *(const float4*)(xt + 4);
+                                sum += v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
+                            }
+                            acc[t] += sum;
+                        }
+                    }
                 }
             }
         }
@@ -84,21 +212,32 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, u64 row_b
     }
 }
 
-#define FLOAT_ENTRY(W, name, T, VEC, suffix)                                                           \
+#define FLOAT_ENTRY(W, name, T)                                                                       \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
-        matvec_##name##suffix##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x, \
-                                     float* out, u32 tokens) {                                       \
-        matvec_float<W, T, VEC>(w, row_bytes, n_in, n_out, x, out, tokens);                          \
+        matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x,        \
+                             float* out, u32 tokens) {                                               \
+        matvec_float<W, T, 0>(w, row_bytes, n_in, n_out, x, out, tokens);                            \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
+        matvec_##name##_vec_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x,    \
+                                 float* out, u32 tokens) {                                           \
+        matvec_float<W, T, 1>(w, row_bytes, n_in, n_out, x, out, tokens);                            \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
+        matvec_##name##_vec4_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x,   \
+                                  float* out, u32 tokens) {                                          \
+        matvec_float<W, T, 4>(w, row_bytes, n_in, n_out, x, out, tokens);                            \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, (T) <= 2 ? 8 : 4)                   \
+        matvec_##name##_vec_warp_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x,    \
+                                 float* out, u32 tokens, u32 rows_per_warp) {                        \
+        matvec_float_vec<W, T>(w, row_bytes, n_in, n_out, x, out, tokens, rows_per_warp);            \
     }
-#define FLOAT_ENTRIES(W, name)               \
-    FLOAT_ENTRY(W, name, 1, true, _vec)      \
-    FLOAT_ENTRY(W, name, 2, true, _vec)      \
-    FLOAT_ENTRY(W, name, 4, true, _vec)      \
-    FLOAT_ENTRY(W, name, 8, true, _vec)      \
-    FLOAT_ENTRY(W, name, 1, false, )         \
-    FLOAT_ENTRY(W, name, 2, false, )         \
-    FLOAT_ENTRY(W, name, 4, false, )         \
-    FLOAT_ENTRY(W, name, 8, false, )
+#define FLOAT_ENTRIES(W, name) \
+    FLOAT_ENTRY(W, name, 1)    \
+    FLOAT_ENTRY(W, name, 2)    \
+    FLOAT_ENTRY(W, name, 4)    \
+    FLOAT_ENTRY(W, name, 8)
 
 FLOAT_ENTRIES(F32, f32)
 FLOAT_ENTRIES(F16, f16)

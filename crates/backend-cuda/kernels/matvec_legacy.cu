@@ -140,6 +140,8 @@ struct MvIQ4_NL : IQ4_NL {
     }
 };
 
+template <> struct MatvecSteps<MvQ4_0> { static constexpr int VALUE = 2; };
+
 MATVEC_ENTRIES(MvQ4_0, q4_0)
 MATVEC_ENTRIES(MvQ4_1, q4_1)
 MATVEC_ENTRIES(MvQ5_0, q5_0)

@@ -1,6 +1,7 @@
 //! Matmul and embedding on the GPU against the CPU backend, for every weight type: the decode
-//! matvec (1, 3 and 8 token rows), the GEMM path (64 and 200 rows), an expert view of a 3-D
-//! weight, and embedding lookups.
+//! matvec (1, 3 and 8 token rows; rows whose bytes are not 16-byte aligned, and the shapes
+//! that pick each float variant), the GEMM path (64 and 200 rows), an expert view of a 3-D weight, and embedding
+//! lookups.
 //!
 //! Without a CUDA driver or device the tests print a notice and pass, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
@@ -109,6 +110,38 @@ fn matmul_matches_the_cpu_for_every_type() {
                 &w,
                 None,
                 &counts,
+                &mut rng,
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn matvec_reads_unaligned_rows_and_every_float_variant() {
+    let Some(cuda) = gpu() else { return };
+    let reference = cpu();
+    let mut failures = Vec::new();
+    // 896 values: Q8_0 rows of 952 bytes (off 16-byte boundaries) and a row count that is
+    // no multiple of the rows per block. 9001 rows of 256: short float rows take the
+    // warp-per-row kernels, with more rows than a device holds warps (several per warp).
+    // 8200 rows of 1152: the float kernels with four loads per thread.
+    for (n_in, n_out) in [(896usize, 139usize), (256, 9001), (1152, 8200)] {
+        for ty in WEIGHT_TYPES {
+            if n_in % ty.block_size() != 0 {
+                continue;
+            }
+            let mut rng = Rng::new(0x3a7 + ty.id() as u64 * 5 + n_out as u64);
+            let w = rng.normal(n_in * n_out, 0.05);
+            compare(
+                &cuda,
+                &reference,
+                ty,
+                &[n_in, n_out],
+                &w,
+                None,
+                &[1, 2, 5, 8],
                 &mut rng,
                 &mut failures,
             );

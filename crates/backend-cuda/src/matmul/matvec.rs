@@ -1,21 +1,87 @@
-//! The decode path: blocks of 128 threads read each weight row's packed bytes once for all
-//! (up to 8) token rows.
+//! The decode path: each weight row's packed bytes are read once for all (up to 8) token rows.
 //!
-//! Quantized weights (2 or 4 rows per block, see `MATVEC_ROWS` in matvec.cuh): the
-//! activations are first quantized to q8_1 (`quantize_q8_1` in convert.cu: per 32 values an
-//! int8 block, its scale `d` and `d · sum`), then
+//! Quantized weights: the activations are first quantized to q8_1 (`quantize_q8_1` in
+//! convert.cu: per 32 values an int8 block, its scale `d` and `d · sum`), then
 //! `matvec_<type>_t<T>` (matvec_legacy.cu / matvec_kquants.cu) dots weight parts with them by
-//! `dp4a`. Float weights: `matvec_<type>[_vec]_t<T>` (matvec_float.cu) on the f32 activations.
+//! `dp4a`. Float weights: `matvec_<type>[_vec|_vec4|_vec_warp]_t<T>` (matvec_float.cu) on the
+//! f32 activations.
+//!
+//! Quantized kernels: blocks of 128 threads, 4 rows each (2 for more than 2 tokens). Float
+//! kernels: one block per row (element-wise for rows of any length, or 16-byte loads), or,
+//! for many short rows, `_vec_warp` kernels that give each warp `rows_per_warp` consecutive
+//! rows; [`warp_rows`] sizes their grid to fit on the device at once.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
 
-use super::names::{rows_per_block, token_variant, TypeKernels};
+use super::names::{token_variant, TypeKernels};
 use super::{ensure, launch_kernel, Operands, Scratch, MATVEC_MAX_TOKENS, OP, PREPARED_ROW_LEN};
 use crate::CudaBackend;
 
-/// Threads per row (MATVEC_THREADS in the kernels).
+/// Threads per block (MATVEC_THREADS in the kernels).
 const THREADS: u32 = 128;
+/// Warps per block.
+const WARPS: usize = THREADS as usize / 32;
+
+/// Output rows per block of the quantized kernels (`MATVEC_ROWS` in matvec.cuh).
+fn rows_per_block(variant: usize) -> usize {
+    if variant <= 1 {
+        4
+    } else {
+        2
+    }
+}
+
+/// Warps of kernel `name` the device holds at once, by (device ordinal, kernel name).
+fn resident_warps(
+    backend: &CudaBackend,
+    file: &'static str,
+    name: &'static str,
+) -> Result<usize, BackendError> {
+    static CACHE: OnceLock<Mutex<HashMap<(usize, &'static str), usize>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let context = backend.stream().context();
+    let key = (context.ordinal(), name);
+    if let Some(&warps) = cache.lock().expect("occupancy cache lock").get(&key) {
+        return Ok(warps);
+    }
+    let function = backend.kernel(OP, file, name)?;
+    let blocks = function
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+        .map_err(|e| backend.driver_error(OP, e))?;
+    let multiprocessors = context
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| backend.driver_error(OP, e))?;
+    let warps = (blocks.max(1) as usize) * (multiprocessors.max(1) as usize) * WARPS;
+    cache
+        .lock()
+        .expect("occupancy cache lock")
+        .insert(key, warps);
+    Ok(warps)
+}
+
+/// Float weights whose rows are at most this many bytes, with at least
+/// [`WARP_MIN_ROWS`] rows, take the warp-per-row kernels (an H200 ran the 151936 x 896 F16
+/// output matrix in 67 µs instead of 101, and 4864 x 896 in 4.2 µs instead of 4.8).
+const WARP_MAX_ROW_BYTES: usize = 2048;
+/// See [`WARP_MAX_ROW_BYTES`].
+const WARP_MIN_ROWS: usize = 4096;
+/// Other float weights of at least this many rows take the four-loads-per-thread kernels
+/// (18944 x 3584 F16: 4.1 TB/s instead of 3.7); fewer rows are faster with one load per
+/// thread and step (3584 x 3584 F16: 7.2 µs instead of 8.4).
+const UNROLLED_MIN_ROWS: usize = 8192;
+
+/// `(rows per warp, blocks)` for `n_out` rows on a device holding `resident` warps: the
+/// fewest rows per warp whose grid fits at once, then as few warps as that share needs.
+pub fn warp_rows(n_out: usize, resident: usize) -> (usize, usize) {
+    let per_warp = n_out.div_ceil(resident.max(1)).max(1);
+    let warps = n_out.div_ceil(per_warp);
+    (per_warp, warps.div_ceil(WARPS))
+}
 
 /// Bytes of q8_1 activations for `tokens` rows of `n_in` (a multiple of 32) values: the int8
 /// values (padded to 16 bytes), then one (d, d·sum) f32 pair per 32 values.
@@ -32,10 +98,20 @@ pub(super) fn run(
 ) -> Result<(), BackendError> {
     debug_assert!((1..=MATVEC_MAX_TOKENS).contains(&op.tokens));
     let variant = token_variant(op.tokens);
-    let grid = |rows_per_block: usize| LaunchConfig {
+    let block_grid = |rows_per_block: usize| LaunchConfig {
         grid_dim: (op.n_out.div_ceil(rows_per_block) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    };
+    let warp_grid = |name: &'static str| -> Result<(LaunchConfig, u32), BackendError> {
+        let resident = resident_warps(backend, kernels.matvec_file, name)?;
+        let (per_warp, blocks) = warp_rows(op.n_out, resident);
+        let config = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Ok((config, per_warp as u32))
     };
     let (row_bytes, n_in, n_out, tokens) = (
         op.row_bytes as u64,
@@ -43,7 +119,7 @@ pub(super) fn run(
         op.n_out as u32,
         op.tokens as u32,
     );
-    match kernels.matvec_vector {
+    match &kernels.matvec_vector {
         None => {
             // Sized for the largest token count, so the scratch grows only for longer rows.
             let len = q8_1_bytes(MATVEC_MAX_TOKENS, op.n_in.max(PREPARED_ROW_LEN));
@@ -76,7 +152,7 @@ pub(super) fn run(
                 OP,
                 kernels.matvec_file,
                 kernels.matvec[variant],
-                grid(rows_per_block(variant)),
+                block_grid(rows_per_block(variant)),
                 op.weight,
                 row_bytes,
                 n_in,
@@ -91,25 +167,47 @@ pub(super) fn run(
             let aligned = op.n_in.is_multiple_of(8)
                 && op.weight.is_multiple_of(16)
                 && op.x.is_multiple_of(16);
-            let name = if aligned {
-                vector[variant]
+            if aligned && op.row_bytes <= WARP_MAX_ROW_BYTES && op.n_out >= WARP_MIN_ROWS {
+                let name = vector.warp[variant];
+                let (config, per_warp) = warp_grid(name)?;
+                launch_kernel!(
+                    backend,
+                    OP,
+                    kernels.matvec_file,
+                    name,
+                    config,
+                    op.weight,
+                    row_bytes,
+                    n_in,
+                    n_out,
+                    op.x,
+                    op.out,
+                    tokens,
+                    per_warp
+                )
             } else {
-                kernels.matvec[variant]
-            };
-            launch_kernel!(
-                backend,
-                OP,
-                kernels.matvec_file,
-                name,
-                grid(1),
-                op.weight,
-                row_bytes,
-                n_in,
-                n_out,
-                op.x,
-                op.out,
-                tokens
-            )
+                let name = if !aligned {
+                    kernels.matvec[variant]
+                } else if op.n_out >= UNROLLED_MIN_ROWS {
+                    vector.unrolled[variant]
+                } else {
+                    vector.single[variant]
+                };
+                launch_kernel!(
+                    backend,
+                    OP,
+                    kernels.matvec_file,
+                    name,
+                    block_grid(1),
+                    op.weight,
+                    row_bytes,
+                    n_in,
+                    n_out,
+                    op.x,
+                    op.out,
+                    tokens
+                )
+            }
         }
     }
 }
@@ -129,5 +227,19 @@ mod tests {
             }
         }
         assert_eq!(q8_1_bytes(1, 32), 32 + 8);
+    }
+
+    #[test]
+    fn warp_rows_cover_every_row_in_one_wave() {
+        let resident = 132 * 8 * WARPS;
+        for n_out in [1, 7, 128, 512, 896, 3584, 4224, 4225, 4864, 18944, 151_936] {
+            let (per_warp, blocks) = warp_rows(n_out, resident);
+            assert!(blocks * WARPS * per_warp >= n_out, "{n_out}");
+            // The last block holds at least one row, and the grid fits at once.
+            assert!((blocks - 1) * WARPS * per_warp < n_out, "{n_out}");
+            assert!(blocks * WARPS <= resident + WARPS, "{n_out}");
+        }
+        assert_eq!(warp_rows(3584, resident), (1, 896));
+        assert_eq!(warp_rows(18944, resident), (5, 948));
     }
 }

@@ -6,14 +6,23 @@ use runit_quant::GgmlType;
 /// Matvec variants by token bound: `_t1`, `_t2`, `_t4`, `_t8`.
 pub type ByTokens = [&'static str; 4];
 
+/// The 16-byte-load matvec variants of a float type.
+pub struct VectorKernels {
+    pub single: ByTokens,
+    pub unrolled: ByTokens,
+    pub warp: ByTokens,
+}
+
 /// The kernels of one weight type.
 pub struct TypeKernels {
     /// Source file of the matvec kernels.
     pub matvec_file: &'static str,
     /// Matvec kernels; quantized types take q8_1 activations, float types f32.
     pub matvec: ByTokens,
-    /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight).
-    pub matvec_vector: Option<ByTokens>,
+    /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight),
+    /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
+    /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
+    pub matvec_vector: Option<VectorKernels>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
     /// `embedding.cu` kernel.
@@ -48,7 +57,11 @@ macro_rules! float {
         TypeKernels {
             matvec_file: "matvec_float.cu",
             matvec: by_tokens!("matvec_", $name),
-            matvec_vector: Some(by_tokens!("matvec_", $name, "_vec")),
+            matvec_vector: Some(VectorKernels {
+                single: by_tokens!("matvec_", $name, "_vec"),
+                unrolled: by_tokens!("matvec_", $name, "_vec4"),
+                warp: by_tokens!("matvec_", $name, "_vec_warp"),
+            }),
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
         }
@@ -85,15 +98,6 @@ pub fn token_variant(tokens: usize) -> usize {
         2 => 1,
         3 | 4 => 2,
         _ => 3,
-    }
-}
-
-/// Output rows per block of the quantized matvec variant (`MATVEC_ROWS` in matvec.cuh).
-pub fn rows_per_block(variant: usize) -> usize {
-    if variant <= 1 {
-        4
-    } else {
-        2
     }
 }
 
@@ -137,11 +141,16 @@ mod tests {
             for (bound, name) in [1, 2, 4, 8].iter().zip(k.matvec) {
                 assert_eq!(name, format!("matvec_{stem}_t{bound}"));
             }
-            for (bound, name) in [1, 2, 4, 8]
-                .iter()
-                .zip(k.matvec_vector.into_iter().flatten())
-            {
-                assert_eq!(name, format!("matvec_{stem}_vec_t{bound}"));
+            if let Some(vector) = &k.matvec_vector {
+                for (suffix, names) in [
+                    ("_vec", vector.single),
+                    ("_vec4", vector.unrolled),
+                    ("_vec_warp", vector.warp),
+                ] {
+                    for (bound, name) in [1, 2, 4, 8].iter().zip(names) {
+                        assert_eq!(name, format!("matvec_{stem}{suffix}_t{bound}"));
+                    }
+                }
             }
             if let Some(name) = k.dequant_f16 {
                 assert_eq!(name, format!("dequant_f16_{stem}"));
