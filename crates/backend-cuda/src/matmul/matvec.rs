@@ -1,6 +1,6 @@
 //! The decode path: each weight row's packed bytes are read once for all (up to 8) token rows.
 //!
-//! Quantized weights: the activations are first quantized to q8_1 (`quantize_q8_1` in
+//! Quantized weights: the activations are first quantized to q8_1 (`quantize_q8_cpu` in
 //! convert.cu: per 32 values an int8 block, its scale `d` and `d · sum`), then
 //! `matvec_<type>_t<T>` (matvec_legacy.cu / matvec_kquants.cu) dots weight parts with them by
 //! `dp4a`. Float weights: `matvec_<type>[_vec|_vec4|_vec_warp]_t<T>` (matvec_float.cu) on the
@@ -126,24 +126,33 @@ pub(super) fn run(
             let base = ensure(backend, &mut scratch.q8_1, len, "q8_1 activation")?;
             let values = op.tokens * op.n_in;
             let (aq, ads) = (base, base + values.next_multiple_of(16) as u64);
-            let blocks = values / 32;
+            // One warp per 32 values (per 256 for the K-quants' Q8_K-style scales).
+            let warps = values / if op.activation_mode == 2 { 256 } else { 32 };
             let quantize = LaunchConfig {
-                grid_dim: (blocks.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
+                grid_dim: (warps.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let current = (op.x, op.tokens, op.n_in, backend.write_generation(), base);
+            let current = (
+                op.x,
+                op.tokens,
+                op.n_in,
+                backend.write_generation(),
+                base,
+                op.activation_mode,
+            );
             if scratch.quantized != Some(current) {
                 launch_kernel!(
                     backend,
                     OP,
                     "convert.cu",
-                    "quantize_q8_1",
+                    "quantize_q8_cpu",
                     quantize,
                     op.x,
                     aq,
                     ads,
-                    values as u64
+                    values as u64,
+                    op.activation_mode
                 )?;
                 scratch.quantized = Some(current);
             }

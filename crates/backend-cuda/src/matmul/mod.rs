@@ -70,9 +70,9 @@ struct Scratch {
     half_weight: Option<CudaSlice<u16>>,
     blas: Option<cublas::Blas>,
     /// What `q8_1` holds: (input address, tokens, row length, the backend's write
-    /// generation when it was quantized, the scratch address). Q, K and V (and gate and up) read one input, so
+    /// generation when it was quantized, the scratch address, the rounding mode). Q, K and V (and gate and up) read one input, so
     /// the second and third matmul reuse its quantization.
-    quantized: Option<(u64, usize, usize, u64, u64)>,
+    quantized: Option<(u64, usize, usize, u64, u64, u32)>,
 }
 
 impl MatmulState {
@@ -185,10 +185,11 @@ pub fn matmul(
         x: buffer_ptr(OP, "x", x)?,
         out: buffer_ptr(OP, "out", out)?,
         tokens,
+        activation_mode: activation_mode(weight.ty),
     };
     let mut scratch = backend.matmul_state().lock();
     // This matmul overwrites `out`: a quantized copy of an input overlapping it is stale.
-    if let Some((x, rows, row_len, _, _)) = scratch.quantized {
+    if let Some((x, rows, row_len, ..)) = scratch.quantized {
         let input = x..x + (rows * row_len * 4) as u64;
         let output = operands.out..operands.out + (tokens * n_out * 4) as u64;
         if input.start < output.end && output.start < input.end {
@@ -247,4 +248,6 @@ struct Operands {
     x: u64,
     out: u64,
     tokens: usize,
+    /// How the activations are rounded (see [`activation_mode`]).
+    activation_mode: u32,
 }
