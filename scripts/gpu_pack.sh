@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-tests}
 rm -rf device && mkdir -p device/bin
 cargo build --release -p runit-cli --features cuda
-cp target/release/runit device/bin/runit
+cp "${CARGO_TARGET_DIR:-target}/release/runit" device/bin/runit
 if [ "$mode" = tests ]; then
   cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null |
     python3 -c '
