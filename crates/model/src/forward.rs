@@ -215,15 +215,25 @@ impl Model {
         let b: &dyn Backend = self.backend.as_ref();
         let tokens = batch.tokens.len();
         let embd = c.embedding_length;
+        let out_rows = batch.logit_rows.len();
+        let last = self.weights.layers.len().saturating_sub(1);
+        // Rows of the residual stream at each point: every token, except after the last
+        // layer's attention output projection, where (as llama.cpp's `inp_out_ids` does) only
+        // the rows whose logits are wanted go on, so that layer's FFN and the output matmul
+        // run with as many rows as there are logits (one for generation: the vec_dot order).
         let mut dump = |name: &str, layer: Option<usize>, buf: &Buffer, width: usize| {
             if let Some(obs) = observer.as_deref_mut() {
-                let mut host = vec![0.0; tokens * width];
+                let rows = match layer {
+                    Some(l) if l == last && !matches!(name, "attn_out" | "kqv_out") => out_rows,
+                    _ => tokens,
+                };
+                let mut host = vec![0.0; rows * width];
                 if b.download(buf, &mut host).is_ok() {
                     let full = match layer {
                         Some(l) => format!("{name}-{l}"),
                         None => name.to_string(),
                     };
-                    obs.observe(&full, tokens, width, &host);
+                    obs.observe(&full, rows, width, &host);
                 }
             }
         };
@@ -268,23 +278,44 @@ impl Model {
             dump("kqv_out", Some(i), &s.attn, c.q_width());
             b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
             dump("attn_out", Some(i), &s.proj, embd);
-            b.add(&mut s.x, &s.proj, tokens * embd)?;
+            let rows = if i == last {
+                if out_rows == 0 {
+                    // No logits wanted: the keys and values were all this pass had to make.
+                    return Ok(());
+                }
+                // [out_rows, embd]: the residual rows into `out_x`, their attention
+                // outputs into `normed` (free until the FFN norm), then added.
+                b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
+                b.gather_rows(&s.proj, batch.logit_rows, embd, &mut s.normed)?;
+                std::mem::swap(&mut s.x, &mut s.out_x);
+                std::mem::swap(&mut s.proj, &mut s.normed);
+                out_rows
+            } else {
+                tokens
+            };
+            b.add(&mut s.x, &s.proj, rows * embd)?;
             dump("ffn_inp", Some(i), &s.x, embd);
-            b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, tokens, &mut s.normed)?;
+            b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, rows, &mut s.normed)?;
             dump("ffn_norm", Some(i), &s.normed, embd);
-            self.feed_forward(layer, tokens, s)?;
+            self.feed_forward(layer, rows, s)?;
             if matches!(layer.ffn, FfnWeights::Dense { .. }) {
                 dump("ffn_swiglu", Some(i), &s.gate, c.feed_forward_length);
             }
             dump("ffn_out", Some(i), &s.proj, embd);
-            b.add(&mut s.x, &s.proj, tokens * embd)?;
+            b.add(&mut s.x, &s.proj, rows * embd)?;
             dump("l_out", Some(i), &s.x, embd);
         }
-        let out_rows = batch.logit_rows.len();
         if out_rows == 0 {
             return Ok(());
         }
-        b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
+        if self.weights.layers.is_empty() {
+            b.gather_rows(&s.x, batch.logit_rows, embd, &mut s.out_x)?;
+        } else {
+            // The last layer swapped the gathered rows into `x` and `proj`; swap back so that
+            // a captured pass leaves the scratch as it found it.
+            std::mem::swap(&mut s.x, &mut s.out_x);
+            std::mem::swap(&mut s.proj, &mut s.normed);
+        }
         b.rms_norm_in_place(
             &mut s.out_x,
             &self.weights.output_norm,

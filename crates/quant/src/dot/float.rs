@@ -1,42 +1,60 @@
-//! Scalar twins of the float dot products (F32 x F32, F16 x F16, BF16 x BF16).
+//! Scalar twins of the float dot products (F32 x F32, F16 x F16, BF16 x BF16), in the order of
+//! ggml-cpu's AVX-512 `ggml_vec_dot_{f32,f16,bf16}` (what llama.cpp runs for one activation
+//! row, or for any row count where tinyBLAS declines).
 //!
-//! These do not try to copy a ggml routine (ggml-cpu takes several different paths for float
-//! weights); they fix one order that the SIMD kernels reproduce: element `i` goes to lane
-//! `i % 32` by FMA, and the 32 lanes are reduced as `t = l[0..16] + l[16..32]`,
-//! `u = t[0..8] + t[8..16]`, then ggml's `hsum_float_8(u)`. Products of two f16 or two bf16
-//! values are exact in f32, so for those types only the summation rounds.
+//! F32 and F16 (`GGML_F32_STEP` / `GGML_F16_STEP` = 64, four 16-lane accumulators): element
+//! `i < n - n % 64` goes by FMA into accumulator `(i / 16) % 4`, lane `i % 16`; then
+//! `acc0 += acc2`, `acc1 += acc3`, `acc0 += acc1` and `_mm512_reduce_add_ps(acc0)`
+//! ([`reduce16`]). The last `n % 64` products are added one by one: in f32 for F32 (fused,
+//! as gcc contracts `sumf += x[i]*y[i]`), in f64 for F16, whose sum is then rounded to f32.
+//!
+//! BF16 (AVX512_BF16): per 64 elements, `vdpbf16ps` of elements `[i, i + 32)` into `c1` and of
+//! `[i + 32, i + 64)` into `c2` (lane `q` takes the odd element `2q + 1` first, then `2q`);
+//! the sum is `f64(reduce(c1)) + f64(reduce(c2))` plus the leftover products in f64, rounded
+//! to f32. Products of two f16 or two bf16 values are exact in f32.
 
 use super::lanes::{hsum8, Lanes};
 use crate::dequant::bf16_bits_to_f32;
 
-/// Lanes of the float kernels.
-pub(crate) const FLOAT_LANES: usize = 32;
+/// Elements per step of the float kernels (four 16-lane accumulators).
+pub(crate) const FLOAT_STEP: usize = 64;
 
-/// Reduces 32 lanes in the order described in the module documentation.
-pub(crate) fn reduce32(lanes: &[f32; FLOAT_LANES]) -> f32 {
-    let mut sixteen = [0.0f32; 16];
-    for i in 0..16 {
-        sixteen[i] = lanes[i] + lanes[i + 16];
-    }
-    let mut eight: Lanes = [0.0; 8];
-    for j in 0..8 {
-        eight[j] = sixteen[j] + sixteen[j + 8];
-    }
+/// `_mm512_reduce_add_ps` as gcc expands it: upper eight lanes onto the lower eight, then
+/// `hsum_float_8`.
+pub(crate) fn reduce16(lanes: &[f32; 16]) -> f32 {
+    let eight: Lanes = std::array::from_fn(|q| lanes[q] + lanes[q + 8]);
     hsum8(&eight)
 }
 
-/// Accumulates elements `start..n` into `lanes` (the SIMD kernels finish their tails here).
-pub(crate) fn accumulate_tail(
-    lanes: &mut [f32; FLOAT_LANES],
-    start: usize,
-    n: usize,
-    weight: impl Fn(usize) -> f32,
-    activation: impl Fn(usize) -> f32,
-) {
-    for i in start..n {
-        let lane = &mut lanes[i % FLOAT_LANES];
-        *lane = weight(i).mul_add(activation(i), *lane);
+/// Flushes an f32 denormal to a zero of the same sign (`vdpbf16ps`'s DAZ and FTZ).
+fn flush_denormal(x: f32) -> f32 {
+    if x.is_subnormal() {
+        f32::from_bits(x.to_bits() & 0x8000_0000)
+    } else {
+        x
     }
+}
+
+/// One `vdpbf16ps` lane step: `acc + w[1] * x[1]`, then `+ w[0] * x[0]`, each fused, with
+/// denormal inputs read as zero and denormal results flushed.
+fn dpbf16_lane(acc: f32, w: [f32; 2], x: [f32; 2]) -> f32 {
+    let first =
+        flush_denormal(flush_denormal(w[1]).mul_add(flush_denormal(x[1]), flush_denormal(acc)));
+    flush_denormal(flush_denormal(w[0]).mul_add(flush_denormal(x[0]), first))
+}
+
+/// The four 16-lane accumulators of `ggml_vec_dot_f32/f16`, reduced as ggml does.
+pub(crate) fn reduce_four(acc: &[[f32; 16]; 4]) -> f32 {
+    let mut first = acc[0];
+    let mut second = acc[1];
+    for q in 0..16 {
+        first[q] += acc[2][q];
+        second[q] += acc[3][q];
+    }
+    for q in 0..16 {
+        first[q] += second[q];
+    }
+    reduce16(&first)
 }
 
 fn checked_len(n: usize, element_bytes: usize, w: &[u8], a: &[u8]) {
@@ -65,38 +83,85 @@ pub(crate) fn bf16_element(bytes: &[u8], i: usize) -> f32 {
     bf16_bits_to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]))
 }
 
+/// The four accumulators after the whole 64-element steps.
+fn steps_of_four(
+    n: usize,
+    weight: impl Fn(usize) -> f32,
+    activation: impl Fn(usize) -> f32,
+) -> [[f32; 16]; 4] {
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in 0..n - n % FLOAT_STEP {
+        let lane = &mut acc[(i / 16) % 4][i % 16];
+        *lane = weight(i).mul_add(activation(i), *lane);
+    }
+    acc
+}
+
+/// F32 leftovers: `sum += w[i] * a[i]` (fused) for `i` in `start..n`.
+pub(crate) fn f32_tail(mut sum: f32, start: usize, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    for i in start..n {
+        sum = f32_at(w, i).mul_add(f32_at(a, i), sum);
+    }
+    sum
+}
+
+/// Leftovers of the f16 / bf16 kernels: exact f32 products summed in f64, rounded to f32.
+pub(crate) fn f64_tail(
+    mut sum: f64,
+    start: usize,
+    n: usize,
+    weight: impl Fn(usize) -> f32,
+    activation: impl Fn(usize) -> f32,
+) -> f32 {
+    for i in start..n {
+        sum += f64::from(weight(i) * activation(i));
+    }
+    sum as f32
+}
+
 /// F32 x F32.
 pub(crate) fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     checked_len(n, 4, w, a);
-    let mut lanes = [0.0f32; FLOAT_LANES];
-    accumulate_tail(&mut lanes, 0, n, |i| f32_at(w, i), |i| f32_at(a, i));
-    reduce32(&lanes)
+    let acc = steps_of_four(n, |i| f32_at(w, i), |i| f32_at(a, i));
+    f32_tail(reduce_four(&acc), n - n % FLOAT_STEP, n, w, a)
 }
 
 /// F16 x F16.
 pub(crate) fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     checked_len(n, 2, w, a);
-    let mut lanes = [0.0f32; FLOAT_LANES];
-    accumulate_tail(
-        &mut lanes,
-        0,
+    let acc = steps_of_four(n, |i| f16_element(w, i), |i| f16_element(a, i));
+    f64_tail(
+        f64::from(reduce_four(&acc)),
+        n - n % FLOAT_STEP,
         n,
         |i| f16_element(w, i),
         |i| f16_element(a, i),
-    );
-    reduce32(&lanes)
+    )
 }
 
 /// BF16 x BF16.
 pub(crate) fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     checked_len(n, 2, w, a);
-    let mut lanes = [0.0f32; FLOAT_LANES];
-    accumulate_tail(
-        &mut lanes,
-        0,
+    let mut halves = [[0.0f32; 16]; 2];
+    for step in (0..n - n % FLOAT_STEP).step_by(FLOAT_STEP) {
+        for (h, lanes) in halves.iter_mut().enumerate() {
+            let base = step + 32 * h;
+            for (q, lane) in lanes.iter_mut().enumerate() {
+                let (even, odd) = (base + 2 * q, base + 2 * q + 1);
+                *lane = dpbf16_lane(
+                    *lane,
+                    [bf16_element(w, even), bf16_element(w, odd)],
+                    [bf16_element(a, even), bf16_element(a, odd)],
+                );
+            }
+        }
+    }
+    let sum = f64::from(reduce16(&halves[0])) + f64::from(reduce16(&halves[1]));
+    f64_tail(
+        sum,
+        n - n % FLOAT_STEP,
         n,
         |i| bf16_element(w, i),
         |i| bf16_element(a, i),
-    );
-    reduce32(&lanes)
+    )
 }

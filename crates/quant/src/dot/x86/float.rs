@@ -1,10 +1,12 @@
-//! AVX2 and AVX-512 kernels of the float formats (F32, F16, BF16), in the 32-lane order of
-//! the scalar twin (`dot::float`): lane `i % 32` by FMA, tails finished by the twin's code.
+//! AVX2 and AVX-512 kernels of the float formats (F32, F16, BF16) in the order of the scalar
+//! twin (`dot::float`, ggml-cpu's AVX-512 `ggml_vec_dot_{f32,f16,bf16}`): the 64-element steps
+//! here, the reductions and the leftovers in the twin's own code.
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use crate::dot::float::{
-    accumulate_tail, bf16_element, f16_element, f32_at, reduce32, FLOAT_LANES,
+    bf16_element, f16_element, f32_tail, f64_tail, reduce16, reduce_four, FLOAT_STEP,
 };
 
 /// How to widen eight / sixteen elements of one float format to f32.
@@ -12,12 +14,10 @@ trait Element {
     const BYTES: usize;
     unsafe fn load8(p: *const u8) -> __m256;
     unsafe fn load16(p: *const u8) -> __m512;
-    fn scalar(bytes: &[u8], i: usize) -> f32;
 }
 
 struct F32;
 struct F16;
-struct BF16;
 
 impl Element for F32 {
     const BYTES: usize = 4;
@@ -28,9 +28,6 @@ impl Element for F32 {
     #[inline(always)]
     unsafe fn load16(p: *const u8) -> __m512 {
         _mm512_loadu_ps(p.cast())
-    }
-    fn scalar(bytes: &[u8], i: usize) -> f32 {
-        f32_at(bytes, i)
     }
 }
 
@@ -44,26 +41,11 @@ impl Element for F16 {
     unsafe fn load16(p: *const u8) -> __m512 {
         _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
     }
-    fn scalar(bytes: &[u8], i: usize) -> f32 {
-        f16_element(bytes, i)
-    }
 }
 
-impl Element for BF16 {
-    const BYTES: usize = 2;
-    #[inline(always)]
-    unsafe fn load8(p: *const u8) -> __m256 {
-        let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-        _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))
-    }
-    #[inline(always)]
-    unsafe fn load16(p: *const u8) -> __m512 {
-        let wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
-        _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))
-    }
-    fn scalar(bytes: &[u8], i: usize) -> f32 {
-        bf16_element(bytes, i)
-    }
+fn has_bf16() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
 }
 
 fn check(n: usize, bytes: usize, w: &[u8], a: &[u8]) {
@@ -75,122 +57,240 @@ fn check(n: usize, bytes: usize, w: &[u8], a: &[u8]) {
     );
 }
 
-/// Lanes 0..32 after the whole 32-element chunks, AVX2 form (four 8-lane accumulators).
+/// The four 16-lane accumulators after `steps` 64-element steps, AVX2 form (accumulator
+/// `j` as two 8-lane halves).
 #[inline(always)]
-unsafe fn chunks_avx2<E: Element>(chunks: usize, w: *const u8, a: *const u8) -> [f32; FLOAT_LANES] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for chunk in 0..chunks {
-        for (k, lane) in acc.iter_mut().enumerate() {
-            let offset = (32 * chunk + 8 * k) * E::BYTES;
-            *lane = _mm256_fmadd_ps(E::load8(w.add(offset)), E::load8(a.add(offset)), *lane);
+unsafe fn steps_avx2<E: Element>(steps: usize, w: *const u8, a: *const u8) -> [[f32; 16]; 4] {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for step in 0..steps {
+        for (k, lanes) in acc.iter_mut().enumerate() {
+            let offset = (FLOAT_STEP * step + 8 * k) * E::BYTES;
+            *lanes = _mm256_fmadd_ps(E::load8(w.add(offset)), E::load8(a.add(offset)), *lanes);
         }
     }
-    let mut lanes = [0.0f32; FLOAT_LANES];
-    for (k, lane) in acc.iter().enumerate() {
-        _mm256_storeu_ps(lanes[8 * k..].as_mut_ptr(), *lane);
+    let mut out = [[0.0f32; 16]; 4];
+    for (k, lanes) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out[k / 2][8 * (k % 2)..].as_mut_ptr(), *lanes);
     }
-    lanes
+    out
 }
 
-/// Lanes 0..32 after the whole 32-element chunks, AVX-512 form (two 16-lane accumulators).
+/// The four 16-lane accumulators after `steps` 64-element steps, AVX-512 form.
 #[inline(always)]
-unsafe fn chunks_avx512<E: Element>(
-    chunks: usize,
-    w: *const u8,
-    a: *const u8,
-) -> [f32; FLOAT_LANES] {
-    let mut acc = [_mm512_setzero_ps(); 2];
-    for chunk in 0..chunks {
-        for (k, lane) in acc.iter_mut().enumerate() {
-            let offset = (32 * chunk + 16 * k) * E::BYTES;
-            *lane = _mm512_fmadd_ps(E::load16(w.add(offset)), E::load16(a.add(offset)), *lane);
+unsafe fn steps_avx512<E: Element>(steps: usize, w: *const u8, a: *const u8) -> [[f32; 16]; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for step in 0..steps {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            let offset = (FLOAT_STEP * step + 16 * j) * E::BYTES;
+            *lanes = _mm512_fmadd_ps(E::load16(w.add(offset)), E::load16(a.add(offset)), *lanes);
         }
     }
-    let mut lanes = [0.0f32; FLOAT_LANES];
-    for (k, lane) in acc.iter().enumerate() {
-        _mm512_storeu_ps(lanes[16 * k..].as_mut_ptr(), *lane);
+    let mut out = [[0.0f32; 16]; 4];
+    for (j, lanes) in acc.iter().enumerate() {
+        _mm512_storeu_ps(out[j].as_mut_ptr(), *lanes);
     }
-    lanes
+    out
+}
+
+/// The twin's finish of F32 (leftovers fused in f32) or F16 (leftovers in f64).
+fn finish<E: Element>(n: usize, w: &[u8], a: &[u8], acc: &[[f32; 16]; 4]) -> f32 {
+    let start = n - n % FLOAT_STEP;
+    if E::BYTES == 4 {
+        f32_tail(reduce_four(acc), start, n, w, a)
+    } else {
+        f64_tail(
+            f64::from(reduce_four(acc)),
+            start,
+            n,
+            |i| f16_element(w, i),
+            |i| f16_element(a, i),
+        )
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn row_avx2<E: Element>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let chunks = n / FLOAT_LANES;
-    let mut lanes = chunks_avx2::<E>(chunks, w.as_ptr(), a.as_ptr());
-    accumulate_tail(
-        &mut lanes,
-        chunks * FLOAT_LANES,
-        n,
-        |i| E::scalar(w, i),
-        |i| E::scalar(a, i),
-    );
-    reduce32(&lanes)
+    let acc = steps_avx2::<E>(n / FLOAT_STEP, w.as_ptr(), a.as_ptr());
+    finish::<E>(n, w, a, &acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn row_avx512<E: Element>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let chunks = n / FLOAT_LANES;
-    let mut lanes = chunks_avx512::<E>(chunks, w.as_ptr(), a.as_ptr());
-    accumulate_tail(
-        &mut lanes,
-        chunks * FLOAT_LANES,
+    let acc = steps_avx512::<E>(n / FLOAT_STEP, w.as_ptr(), a.as_ptr());
+    finish::<E>(n, w, a, &acc)
+}
+
+/// The twin's finish of BF16: both halves reduced, summed in f64 with the leftovers.
+fn finish_bf16(n: usize, w: &[u8], a: &[u8], halves: &[[f32; 16]; 2]) -> f32 {
+    let sum = f64::from(reduce16(&halves[0])) + f64::from(reduce16(&halves[1]));
+    f64_tail(
+        sum,
+        n - n % FLOAT_STEP,
         n,
-        |i| E::scalar(w, i),
-        |i| E::scalar(a, i),
+        |i| bf16_element(w, i),
+        |i| bf16_element(a, i),
+    )
+}
+
+/// Two FMAs per lane in `vdpbf16ps` order (odd element, then even) on dwords holding a pair
+/// of bf16 values; equal to `vdpbf16ps` except where it would flush a denormal.
+#[inline(always)]
+unsafe fn dpbf16_emulated_256(acc: __m256, w: __m256i, x: __m256i) -> __m256 {
+    let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+    let odd = _mm256_fmadd_ps(
+        _mm256_castsi256_ps(_mm256_and_si256(w, high)),
+        _mm256_castsi256_ps(_mm256_and_si256(x, high)),
+        acc,
     );
-    reduce32(&lanes)
+    _mm256_fmadd_ps(
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)),
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x)),
+        odd,
+    )
 }
 
-/// Stamps the safe entry points of one format.
-macro_rules! entry_points {
-    ($avx2:ident, $avx512:ident, $element:ty) => {
-        pub(super) fn $avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check(n, <$element>::BYTES, w, a);
-            // SAFETY: handed out only once AVX2/FMA/F16C were detected; lengths checked.
-            unsafe { row_avx2::<$element>(n, w, a) }
-        }
-
-        pub(super) fn $avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check(n, <$element>::BYTES, w, a);
-            // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
-            unsafe { row_avx512::<$element>(n, w, a) }
-        }
-    };
+/// The 512-bit form of [`dpbf16_emulated_256`].
+#[inline(always)]
+unsafe fn dpbf16_emulated_512(acc: __m512, w: __m512i, x: __m512i) -> __m512 {
+    let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+    let odd = _mm512_fmadd_ps(
+        _mm512_castsi512_ps(_mm512_and_si512(w, high)),
+        _mm512_castsi512_ps(_mm512_and_si512(x, high)),
+        acc,
+    );
+    _mm512_fmadd_ps(
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)),
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(x)),
+        odd,
+    )
 }
 
-entry_points!(dot_f32_avx2, dot_f32_avx512, F32);
-entry_points!(dot_f16_avx2, dot_f16_avx512, F16);
-entry_points!(dot_bf16_avx2, dot_bf16_avx512, BF16);
-
-/// F16 weights against four activation rows at once: each weight chunk is widened once.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn f16_tile4(n: usize, w: &[u8], a: &[u8], row_bytes: usize, out: &mut [f32]) {
-    let chunks = n / FLOAT_LANES;
-    let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // Accumulator `k`: half `k / 2` (c1, c2), lanes `8 * (k % 2)..` of it.
+    let mut acc = [_mm256_setzero_ps(); 4];
     let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    for chunk in 0..chunks {
-        let offset = 32 * chunk * 2;
-        let w0 = F16::load16(wp.add(offset));
-        let w1 = F16::load16(wp.add(offset + 32));
-        for (c, lanes) in acc.iter_mut().enumerate() {
-            let row = ap.add(c * row_bytes + offset);
-            lanes[0] = _mm512_fmadd_ps(w0, F16::load16(row), lanes[0]);
-            lanes[1] = _mm512_fmadd_ps(w1, F16::load16(row.add(32)), lanes[1]);
+    for step in 0..n / FLOAT_STEP {
+        for (k, lanes) in acc.iter_mut().enumerate() {
+            let offset = 2 * (FLOAT_STEP * step + 16 * k);
+            *lanes = dpbf16_emulated_256(
+                *lanes,
+                _mm256_loadu_si256(wp.add(offset).cast()),
+                _mm256_loadu_si256(ap.add(offset).cast()),
+            );
         }
     }
-    for (c, pair) in acc.iter().enumerate() {
-        let mut lanes = [0.0f32; FLOAT_LANES];
-        _mm512_storeu_ps(lanes.as_mut_ptr(), pair[0]);
-        _mm512_storeu_ps(lanes[16..].as_mut_ptr(), pair[1]);
+    let mut halves = [[0.0f32; 16]; 2];
+    for (k, lanes) in acc.iter().enumerate() {
+        _mm256_storeu_ps(halves[k / 2][8 * (k % 2)..].as_mut_ptr(), *lanes);
+    }
+    finish_bf16(n, w, a, &halves)
+}
+
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
+unsafe fn bf16_avx512_emulated(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    for step in 0..n / FLOAT_STEP {
+        for (h, lanes) in acc.iter_mut().enumerate() {
+            let offset = 2 * (FLOAT_STEP * step + 32 * h);
+            *lanes = dpbf16_emulated_512(
+                *lanes,
+                _mm512_loadu_si512(wp.add(offset).cast()),
+                _mm512_loadu_si512(ap.add(offset).cast()),
+            );
+        }
+    }
+    let mut halves = [[0.0f32; 16]; 2];
+    for (h, lanes) in acc.iter().enumerate() {
+        _mm512_storeu_ps(halves[h].as_mut_ptr(), *lanes);
+    }
+    finish_bf16(n, w, a, &halves)
+}
+
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn bf16_avx512_native(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    for step in 0..n / FLOAT_STEP {
+        for (h, lanes) in acc.iter_mut().enumerate() {
+            let offset = 2 * (FLOAT_STEP * step + 32 * h);
+            let weights: __m512bh = std::mem::transmute(_mm512_loadu_si512(wp.add(offset).cast()));
+            let values: __m512bh = std::mem::transmute(_mm512_loadu_si512(ap.add(offset).cast()));
+            *lanes = _mm512_dpbf16_ps(*lanes, weights, values);
+        }
+    }
+    let mut halves = [[0.0f32; 16]; 2];
+    for (h, lanes) in acc.iter().enumerate() {
+        _mm512_storeu_ps(halves[h].as_mut_ptr(), *lanes);
+    }
+    finish_bf16(n, w, a, &halves)
+}
+
+pub(super) fn dot_f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 4, w, a);
+    // SAFETY: handed out only once AVX2/FMA/F16C were detected; lengths checked.
+    unsafe { row_avx2::<F32>(n, w, a) }
+}
+
+pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 4, w, a);
+    // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
+    unsafe { row_avx512::<F32>(n, w, a) }
+}
+
+pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 2, w, a);
+    // SAFETY: handed out only once AVX2/FMA/F16C were detected; lengths checked.
+    unsafe { row_avx2::<F16>(n, w, a) }
+}
+
+pub(super) fn dot_f16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 2, w, a);
+    // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
+    unsafe { row_avx512::<F16>(n, w, a) }
+}
+
+pub(super) fn dot_bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 2, w, a);
+    // SAFETY: handed out only once AVX2/FMA were detected; lengths checked.
+    unsafe { bf16_avx2(n, w, a) }
+}
+
+pub(super) fn dot_bf16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 2, w, a);
+    if has_bf16() {
+        // SAFETY: AVX512_BF16 was just detected, AVX-512 F/BW/VL before this kernel was
+        // handed out; lengths checked.
+        unsafe { bf16_avx512_native(n, w, a) }
+    } else {
+        // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
+        unsafe { bf16_avx512_emulated(n, w, a) }
+    }
+}
+
+/// F16 weights against four activation rows at once: each weight step is widened once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn f16_tile4(n: usize, w: &[u8], a: &[u8], row_bytes: usize, out: &mut [f32]) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    for step in 0..n / FLOAT_STEP {
+        for j in 0..4 {
+            let offset = (FLOAT_STEP * step + 16 * j) * 2;
+            let weights = F16::load16(wp.add(offset));
+            for (c, lanes) in acc.iter_mut().enumerate() {
+                let row = ap.add(c * row_bytes + offset);
+                lanes[j] = _mm512_fmadd_ps(weights, F16::load16(row), lanes[j]);
+            }
+        }
+    }
+    for (c, lanes) in acc.iter().enumerate() {
+        let mut four = [[0.0f32; 16]; 4];
+        for (j, half) in lanes.iter().enumerate() {
+            _mm512_storeu_ps(four[j].as_mut_ptr(), *half);
+        }
         let row = &a[c * row_bytes..(c + 1) * row_bytes];
-        accumulate_tail(
-            &mut lanes,
-            chunks * FLOAT_LANES,
-            n,
-            |i| f16_element(w, i),
-            |i| f16_element(row, i),
-        );
-        out[c] = reduce32(&lanes);
+        out[c] = finish::<F16>(n, w, row, &four);
     }
 }
 
