@@ -34,22 +34,30 @@ __device__ __forceinline__ int sub_bytes(u32 a, u32 b) { return (int)(((a | 0x80
 // which made Q8_0 and the K formats slower).
 template <class W> struct MatvecSteps { static constexpr int VALUE = 1; };
 
-// out[t][row] = W[row] . x[t] for t < tokens (T >= tokens, a compile-time bound so the
-// accumulators stay in registers), rows R * blockIdx.x .. + R; every thread loads its parts
-// of U steps of all R rows before using any.
+// out[t][row] = W[row] . x[t] (+ bias[row] when bias is not null) for t < tokens (T >= tokens,
+// a compile-time bound so the accumulators stay in registers), rows R * blockIdx.x .. + R;
+// every thread loads its parts of U steps of all R rows before using any.
+//
+// S (SwiGLU): the block's R weight rows are R / 2 rows of `w` (gate) and the same rows of
+// `w_up`, and out[t][row] = silu(gate . x[t]) * (up . x[t]), each dot summed exactly as the
+// plain kernel sums it and silu as silu_mul_f32 (elementwise.cu) computes it.
 #define MATVEC_ROWS(T) ((T) <= 2 ? 4 : 2)
-template <class W, int T, int R>
-__device__ __forceinline__ void matvec_block(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
-                                             const i8* __restrict__ aq, const float2* __restrict__ ads,
-                                             float* __restrict__ out, u32 tokens) {
+template <class W, int T, int R, bool S>
+__device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8* __restrict__ w_up, u64 row_bytes,
+                                             u32 n_in, u32 n_out, const i8* __restrict__ aq,
+                                             const float2* __restrict__ ads, float* __restrict__ out, u32 tokens,
+                                             const float* __restrict__ bias) {
     constexpr int U = MatvecSteps<W>::VALUE;
-    const u32 first_row = blockIdx.x * R;
+    // Output rows per block.
+    constexpr int O = S ? R / 2 : R;
+    const u32 first_row = blockIdx.x * O;
     const u8* rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         // Rows past the end repeat the last one; their sums are not written.
-        const u32 row = first_row + r < n_out ? first_row + r : n_out - 1;
-        rows[r] = w + (u64)row * row_bytes;
+        const u32 wanted = first_row + (u32)(r % O);
+        const u32 row = wanted < n_out ? wanted : n_out - 1;
+        rows[r] = (S && r >= O ? w_up : w) + (u64)row * row_bytes;
     }
     const u32 items = n_in / W::QK * W::PARTS;
     const u32 act_blocks = n_in / 32;
@@ -119,24 +127,37 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, u64 row_b
         }
     }
     __syncthreads();
-    if (threadIdx.x < R * T) {
+    if (threadIdx.x < O * T) {
         const int r = threadIdx.x / T, t = threadIdx.x % T;
         const u32 row = first_row + r;
         if (row < n_out && t < (int)tokens) {
             float sum = 0.0f;
 #pragma unroll
             for (int k = 0; k < MATVEC_THREADS / 32; k++) sum += partial[k][threadIdx.x];
-            out[(u64)t * n_out + row] = sum;
+            if constexpr (S) {
+                float up = 0.0f;
+#pragma unroll
+                for (int k = 0; k < MATVEC_THREADS / 32; k++) up += partial[k][threadIdx.x + O * T];
+                out[(u64)t * n_out + row] = __fmul_rn(sum / (1.0f + expf(-sum)), up);
+            } else {
+                out[(u64)t * n_out + row] = bias != nullptr ? sum + bias[row] : sum;
+            }
         }
     }
 }
 
-// The extern "C" entry points of one quantized type: matvec_<name>_t{1,2,4,8}.
+// The extern "C" entry points of one quantized type: matvec_<name>_t{1,2,4,8} (bias: an f32
+// [n_out] vector added in the epilogue, or null) and matvec_<name>_swiglu_t{1,2,4,8}.
 #define MATVEC_ENTRY(W, name, T)                                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
-                             const float2* ads, float* out, u32 tokens) {                            \
-        matvec_block<W, T, MATVEC_ROWS(T)>(w, row_bytes, n_in, n_out, aq, ads, out, tokens);        \
+                             const float2* ads, float* out, u32 tokens, const float* bias) {         \
+        matvec_block<W, T, MATVEC_ROWS(T), false>(w, w, row_bytes, n_in, n_out, aq, ads, out, tokens, bias); \
+    }                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
+        matvec_##name##_swiglu_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in, u32 n_out,  \
+                                    const i8* aq, const float2* ads, float* out, u32 tokens) {       \
+        matvec_block<W, T, MATVEC_ROWS(T), true>(gate, up, row_bytes, n_in, n_out, aq, ads, out, tokens, nullptr); \
     }
 #define MATVEC_ENTRIES(W, name) \
     MATVEC_ENTRY(W, name, 1)    \

@@ -44,6 +44,7 @@ pub const SOURCES: &[KernelSource] = &[
     source!("matvec_float.cu"),
     source!("matvec_legacy.cu"),
     source!("matvec_kquants.cu"),
+    source!("fused.cu"),
     // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
 ];
 

@@ -312,6 +312,12 @@ impl CudaBackend {
     }
 }
 
+/// `RUNIT_CUDA_FUSED=0` runs the fused ops as their primitive sequences (for comparing).
+fn fused_ops() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("RUNIT_CUDA_FUSED").map_or(true, |v| v != "0"))
+}
+
 /// Packed step inputs on the device, as handed to kernels (`const i32* step`).
 pub(crate) struct StepView {
     pub ptr: u64,
@@ -574,6 +580,90 @@ impl Backend for CudaBackend {
             s,
             len as u64
         )
+    }
+
+    fn matmul_bias(
+        &self,
+        weight: &Weight,
+        bias: Option<&Weight>,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.matmul(weight, x, tokens, out)?;
+            return match bias {
+                Some(bias) => self.add_bias(out, bias, tokens),
+                None => Ok(()),
+            };
+        }
+        matmul::matmul_bias(self, weight, bias, x, tokens, out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &mut Buffer,
+        delta: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.add(x, delta, rows * weight.row_len())?;
+            return self.rms_norm(x, weight, eps, rows, out);
+        }
+        ops::fused::add_rms_norm(self, x, delta, weight, eps, rows, out)
+    }
+
+    fn rope_kv_write(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        positions: &[u32],
+        q_params: &RopeParams,
+        k_params: &RopeParams,
+        freq_factors: Option<&Weight>,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.rope(q, positions, q_params, freq_factors)?;
+            self.rope(k, positions, k_params, freq_factors)?;
+            return self.kv_write(k, v, k_cache, v_cache, spans);
+        }
+        ops::fused::rope_kv_write(
+            self,
+            q,
+            k,
+            v,
+            positions,
+            q_params,
+            k_params,
+            freq_factors,
+            k_cache,
+            v_cache,
+            spans,
+        )
+    }
+
+    fn matmul_swiglu(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.matmul(gate, x, tokens, out)?;
+            self.matmul(up, x, tokens, up_out)?;
+            return self.silu_mul(out, up_out, tokens * gate.rows());
+        }
+        matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {

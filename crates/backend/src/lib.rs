@@ -171,6 +171,84 @@ pub trait Backend: Send + Sync {
     /// Waits until all submitted work is done.
     fn synchronize(&self) -> Result<(), BackendError>;
 
+    // Fused ops: each default composes the primitives above in the same order, so a backend
+    // that does not override them (the CPU reference) computes exactly what the model did
+    // before. A device backend overrides them to save launches; its fused result must equal
+    // its own primitive sequence value for value.
+
+    /// `out[t] = W · x[t] (+ bias)`: [`Backend::matmul`] followed by [`Backend::add_bias`]
+    /// on `out` when a bias is given.
+    fn matmul_bias(
+        &self,
+        weight: &Weight,
+        bias: Option<&Weight>,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        self.matmul(weight, x, tokens, out)?;
+        match bias {
+            Some(bias) => self.add_bias(out, bias, tokens),
+            None => Ok(()),
+        }
+    }
+
+    /// The residual add and the next norm: `x += delta` for the first `rows` rows of
+    /// `weight.shape[0]` values, then `out = rms_norm(x)` ([`Backend::add`] followed by
+    /// [`Backend::rms_norm`]). `out` may not alias `x` or `delta`.
+    fn add_rms_norm(
+        &self,
+        x: &mut Buffer,
+        delta: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        self.add(x, delta, rows * weight.row_len())?;
+        self.rms_norm(x, weight, eps, rows, out)
+    }
+
+    /// RoPE on the queries and keys of a step, then the keys and values into the cache:
+    /// [`Backend::rope`] of `q` with `q_params`, of `k` with `k_params` (same positions and
+    /// frequency factors), then [`Backend::kv_write`] of `k` and `v`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_write(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        positions: &[u32],
+        q_params: &RopeParams,
+        k_params: &RopeParams,
+        freq_factors: Option<&Weight>,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError> {
+        self.rope(q, positions, q_params, freq_factors)?;
+        self.rope(k, positions, k_params, freq_factors)?;
+        self.kv_write(k, v, k_cache, v_cache, spans)
+    }
+
+    /// The SwiGLU FFN input: `out[t] = silu(gate · x[t]) * (up · x[t])` ([`Backend::matmul`]
+    /// of `gate` into `out`, of `up` into `up_out`, then [`Backend::silu_mul`]). `gate` and
+    /// `up` have the same shape; `up_out` (`[tokens, up.shape[1]]`) is scratch that a fused
+    /// implementation may leave untouched.
+    fn matmul_swiglu(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        self.matmul(gate, x, tokens, out)?;
+        self.matmul(up, x, tokens, up_out)?;
+        self.silu_mul(out, up_out, tokens * gate.rows())
+    }
+
     /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).
     fn memory_available(&self) -> Option<usize> {
         None

@@ -217,6 +217,9 @@ impl Model {
         let embd = c.embedding_length;
         let out_rows = batch.logit_rows.len();
         let last = self.weights.layers.len().saturating_sub(1);
+        // Without an observer the fused ops run (fewer launches on a device backend, the
+        // same numbers); with one, the primitives, so that every intermediate can be dumped.
+        let fused = observer.is_none();
         // Rows of the residual stream at each point: every token, except after the last
         // layer's attention output projection, where (as llama.cpp's `inp_out_ids` does) only
         // the rows whose logits are wanted go on, so that layer's FFN and the output matmul
@@ -249,24 +252,42 @@ impl Model {
             sliding_window: c.sliding_window,
         };
         for (i, layer) in self.weights.layers.iter().enumerate() {
-            b.rms_norm(
-                &s.x,
-                &layer.attn_norm,
-                c.rms_norm_eps,
-                tokens,
-                &mut s.normed,
-            )?;
+            // Fused: the previous layer's residual add already normed `x` into `normed`.
+            if !fused || i == 0 {
+                b.rms_norm(
+                    &s.x,
+                    &layer.attn_norm,
+                    c.rms_norm_eps,
+                    tokens,
+                    &mut s.normed,
+                )?;
+            }
             dump("attn_norm", Some(i), &s.normed, embd);
             self.project_qkv(layer, tokens, s)?;
             dump("Qcur", Some(i), &s.q, c.q_width());
             dump("Kcur", Some(i), &s.k, c.kv_width());
             dump("Vcur", Some(i), &s.v, c.kv_width());
             let freq_factors = self.weights.rope_freqs.as_ref();
-            b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
-            b.rope(&mut s.k, batch.positions, &k_rope, freq_factors)?;
-            dump("Qrope", Some(i), &s.q, c.q_width());
-            dump("Krope", Some(i), &s.k, c.kv_width());
-            b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
+            if fused {
+                b.rope_kv_write(
+                    &mut s.q,
+                    &mut s.k,
+                    &s.v,
+                    batch.positions,
+                    &q_rope,
+                    &k_rope,
+                    freq_factors,
+                    &mut kv.keys[i],
+                    &mut kv.values[i],
+                    batch.spans,
+                )?;
+            } else {
+                b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
+                b.rope(&mut s.k, batch.positions, &k_rope, freq_factors)?;
+                dump("Qrope", Some(i), &s.q, c.q_width());
+                dump("Krope", Some(i), &s.k, c.kv_width());
+                b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
+            }
             b.attention(
                 &s.q,
                 &kv.keys[i],
@@ -293,17 +314,52 @@ impl Model {
             } else {
                 tokens
             };
-            b.add(&mut s.x, &s.proj, rows * embd)?;
-            dump("ffn_inp", Some(i), &s.x, embd);
-            b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, rows, &mut s.normed)?;
-            dump("ffn_norm", Some(i), &s.normed, embd);
-            self.feed_forward(layer, rows, s)?;
+            if fused {
+                b.add_rms_norm(
+                    &mut s.x,
+                    &s.proj,
+                    &layer.ffn_norm,
+                    c.rms_norm_eps,
+                    rows,
+                    &mut s.normed,
+                )?;
+            } else {
+                b.add(&mut s.x, &s.proj, rows * embd)?;
+                dump("ffn_inp", Some(i), &s.x, embd);
+                b.rms_norm(&s.x, &layer.ffn_norm, c.rms_norm_eps, rows, &mut s.normed)?;
+                dump("ffn_norm", Some(i), &s.normed, embd);
+            }
+            self.feed_forward(layer, rows, s, fused)?;
             if matches!(layer.ffn, FfnWeights::Dense { .. }) {
                 dump("ffn_swiglu", Some(i), &s.gate, c.feed_forward_length);
             }
             dump("ffn_out", Some(i), &s.proj, embd);
-            b.add(&mut s.x, &s.proj, rows * embd)?;
-            dump("l_out", Some(i), &s.x, embd);
+            if fused {
+                // The residual add with the norm after it: the next layer's attention norm
+                // into `normed`, or after the last layer the output norm of the logit rows
+                // into `out_x` (whose full-width residual rows are no longer needed).
+                match self.weights.layers.get(i + 1) {
+                    Some(next) => b.add_rms_norm(
+                        &mut s.x,
+                        &s.proj,
+                        &next.attn_norm,
+                        c.rms_norm_eps,
+                        rows,
+                        &mut s.normed,
+                    )?,
+                    None => b.add_rms_norm(
+                        &mut s.x,
+                        &s.proj,
+                        &self.weights.output_norm,
+                        c.rms_norm_eps,
+                        rows,
+                        &mut s.out_x,
+                    )?,
+                }
+            } else {
+                b.add(&mut s.x, &s.proj, rows * embd)?;
+                dump("l_out", Some(i), &s.x, embd);
+            }
         }
         if out_rows == 0 {
             return Ok(());
@@ -315,6 +371,10 @@ impl Model {
             // a captured pass leaves the scratch as it found it.
             std::mem::swap(&mut s.x, &mut s.out_x);
             std::mem::swap(&mut s.proj, &mut s.normed);
+            if fused {
+                // The last layer's fused add left the normed logit rows in (what is now) `x`.
+                return b.matmul(&self.weights.output, &s.x, out_rows, &mut s.logits);
+            }
         }
         b.rms_norm_in_place(
             &mut s.out_x,
@@ -346,14 +406,14 @@ impl Model {
     ) -> Result<(), BackendError> {
         let c = &self.config;
         let b = self.backend.as_ref();
-        b.matmul(&layer.q, &s.normed, tokens, &mut s.q)?;
-        b.matmul(&layer.k, &s.normed, tokens, &mut s.k)?;
-        b.matmul(&layer.v, &s.normed, tokens, &mut s.v)?;
-        if let (Some(qb), Some(kb), Some(vb)) = (&layer.q_bias, &layer.k_bias, &layer.v_bias) {
-            b.add_bias(&mut s.q, qb, tokens)?;
-            b.add_bias(&mut s.k, kb, tokens)?;
-            b.add_bias(&mut s.v, vb, tokens)?;
-        }
+        // The biases come all three or none (as the weights loader reads them).
+        let biases = match (&layer.q_bias, &layer.k_bias, &layer.v_bias) {
+            (Some(qb), Some(kb), Some(vb)) => [Some(qb), Some(kb), Some(vb)],
+            _ => [None; 3],
+        };
+        b.matmul_bias(&layer.q, biases[0], &s.normed, tokens, &mut s.q)?;
+        b.matmul_bias(&layer.k, biases[1], &s.normed, tokens, &mut s.k)?;
+        b.matmul_bias(&layer.v, biases[2], &s.normed, tokens, &mut s.v)?;
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
             // Rows are heads for a per-head norm, whole projections for a full-width one.
             let q_rows = tokens * c.q_width() / qn.row_len();
@@ -364,20 +424,26 @@ impl Model {
         Ok(())
     }
 
-    /// The FFN of `s.normed` into `s.proj`.
+    /// The FFN of `s.normed` into `s.proj`; a dense one's gate and up projections through
+    /// [`Backend::matmul_swiglu`] when `fused`.
     fn feed_forward(
         &self,
         layer: &LayerWeights,
         tokens: usize,
         s: &mut Scratch,
+        fused: bool,
     ) -> Result<(), BackendError> {
         let c = &self.config;
         let b = self.backend.as_ref();
         match &layer.ffn {
             FfnWeights::Dense { gate, up, down } => {
-                b.matmul(gate, &s.normed, tokens, &mut s.gate)?;
-                b.matmul(up, &s.normed, tokens, &mut s.up)?;
-                b.silu_mul(&mut s.gate, &s.up, tokens * c.feed_forward_length)?;
+                if fused {
+                    b.matmul_swiglu(gate, up, &s.normed, tokens, &mut s.up, &mut s.gate)?;
+                } else {
+                    b.matmul(gate, &s.normed, tokens, &mut s.gate)?;
+                    b.matmul(up, &s.normed, tokens, &mut s.up)?;
+                    b.silu_mul(&mut s.gate, &s.up, tokens * c.feed_forward_length)?;
+                }
                 b.matmul(down, &s.gate, tokens, &mut s.proj)?;
             }
             FfnWeights::Moe {

@@ -10,6 +10,10 @@
 //! kernels: one block per row (element-wise for rows of any length, or 16-byte loads), or,
 //! for many short rows, `_vec_warp` kernels that give each warp `rows_per_warp` consecutive
 //! rows; [`warp_rows`] sizes their grid to fit on the device at once.
+//!
+//! Every kernel takes a bias address (0: none) added to each output row in its epilogue, and
+//! has a `_swiglu` twin dotting the same rows of two weights (gate, up) that writes
+//! `silu(gate · x) * (up · x)`; the quantized twins give each block half as many output rows.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -89,11 +93,80 @@ pub fn q8_1_bytes(tokens: usize, n_in: usize) -> usize {
     (tokens * n_in).next_multiple_of(16) + tokens * n_in / 32 * 8
 }
 
-/// Runs the decode matvec for `op.tokens <= MATVEC_MAX_TOKENS` rows.
+/// Runs the decode matvec for `op.tokens <= MATVEC_MAX_TOKENS` rows (adding `op.bias` to
+/// each output row when it is not 0).
 pub(super) fn run(
     backend: &CudaBackend,
     kernels: &TypeKernels,
     op: &Operands,
+    scratch: &mut Scratch,
+) -> Result<(), BackendError> {
+    run_with(backend, kernels, op, None, scratch)
+}
+
+/// The SwiGLU decode matvec: `out = silu(W · x) * (W_up · x)` with `op.weight` the gate and
+/// `up` the address of the up weight (same type and shape).
+pub(super) fn run_swiglu(
+    backend: &CudaBackend,
+    kernels: &TypeKernels,
+    op: &Operands,
+    up: u64,
+    scratch: &mut Scratch,
+) -> Result<(), BackendError> {
+    run_with(backend, kernels, op, Some(up), scratch)
+}
+
+/// Quantizes the activations to q8_1 unless the scratch already holds them; returns the
+/// addresses of the int8 values and of the (d, d·sum) pairs.
+fn quantized_input(
+    backend: &CudaBackend,
+    op: &Operands,
+    scratch: &mut Scratch,
+) -> Result<(u64, u64), BackendError> {
+    // Sized for the largest token count, so the scratch grows only for longer rows.
+    let len = q8_1_bytes(MATVEC_MAX_TOKENS, op.n_in.max(PREPARED_ROW_LEN));
+    let base = ensure(backend, &mut scratch.q8_1, len, "q8_1 activation")?;
+    let values = op.tokens * op.n_in;
+    let (aq, ads) = (base, base + values.next_multiple_of(16) as u64);
+    // One warp per 32 values (per 256 for the K-quants' Q8_K-style scales).
+    let warps = values / if op.activation_mode == 2 { 256 } else { 32 };
+    let quantize = LaunchConfig {
+        grid_dim: (warps.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let current = (
+        op.x,
+        op.tokens,
+        op.n_in,
+        backend.write_generation(),
+        base,
+        op.activation_mode,
+    );
+    if scratch.quantized != Some(current) {
+        launch_kernel!(
+            backend,
+            OP,
+            "convert.cu",
+            "quantize_q8_cpu",
+            quantize,
+            op.x,
+            aq,
+            ads,
+            values as u64,
+            op.activation_mode
+        )?;
+        scratch.quantized = Some(current);
+    }
+    Ok((aq, ads))
+}
+
+/// [`run`] (`up` = `None`) or [`run_swiglu`].
+fn run_with(
+    backend: &CudaBackend,
+    kernels: &TypeKernels,
+    op: &Operands,
+    up: Option<u64>,
     scratch: &mut Scratch,
 ) -> Result<(), BackendError> {
     debug_assert!((1..=MATVEC_MAX_TOKENS).contains(&op.tokens));
@@ -119,103 +192,111 @@ pub(super) fn run(
         op.n_out as u32,
         op.tokens as u32,
     );
+    let file = kernels.matvec_file;
     match &kernels.matvec_vector {
         None => {
-            // Sized for the largest token count, so the scratch grows only for longer rows.
-            let len = q8_1_bytes(MATVEC_MAX_TOKENS, op.n_in.max(PREPARED_ROW_LEN));
-            let base = ensure(backend, &mut scratch.q8_1, len, "q8_1 activation")?;
-            let values = op.tokens * op.n_in;
-            let (aq, ads) = (base, base + values.next_multiple_of(16) as u64);
-            // One warp per 32 values (per 256 for the K-quants' Q8_K-style scales).
-            let warps = values / if op.activation_mode == 2 { 256 } else { 32 };
-            let quantize = LaunchConfig {
-                grid_dim: (warps.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let current = (
-                op.x,
-                op.tokens,
-                op.n_in,
-                backend.write_generation(),
-                base,
-                op.activation_mode,
-            );
-            if scratch.quantized != Some(current) {
-                launch_kernel!(
+            let (aq, ads) = quantized_input(backend, op, scratch)?;
+            match up {
+                None => launch_kernel!(
                     backend,
                     OP,
-                    "convert.cu",
-                    "quantize_q8_cpu",
-                    quantize,
-                    op.x,
+                    file,
+                    kernels.matvec[variant],
+                    block_grid(rows_per_block(variant)),
+                    op.weight,
+                    row_bytes,
+                    n_in,
+                    n_out,
                     aq,
                     ads,
-                    values as u64,
-                    op.activation_mode
-                )?;
-                scratch.quantized = Some(current);
+                    op.out,
+                    tokens,
+                    op.bias
+                ),
+                // Each block dots half its rows of gate and half of up (MATVEC_ROWS / 2
+                // output rows).
+                Some(up) => launch_kernel!(
+                    backend,
+                    OP,
+                    file,
+                    kernels.matvec_swiglu[variant],
+                    block_grid(rows_per_block(variant) / 2),
+                    op.weight,
+                    up,
+                    row_bytes,
+                    n_in,
+                    n_out,
+                    aq,
+                    ads,
+                    op.out,
+                    tokens
+                ),
             }
-            launch_kernel!(
-                backend,
-                OP,
-                kernels.matvec_file,
-                kernels.matvec[variant],
-                block_grid(rows_per_block(variant)),
-                op.weight,
-                row_bytes,
-                n_in,
-                n_out,
-                aq,
-                ads,
-                op.out,
-                tokens
-            )
         }
         Some(vector) => {
             let aligned = op.n_in.is_multiple_of(8)
                 && op.weight.is_multiple_of(16)
+                && up.is_none_or(|up| up.is_multiple_of(16))
                 && op.x.is_multiple_of(16);
             if aligned && op.row_bytes <= WARP_MAX_ROW_BYTES && op.n_out >= WARP_MIN_ROWS {
-                let name = vector.warp[variant];
-                let (config, per_warp) = warp_grid(name)?;
-                launch_kernel!(
-                    backend,
-                    OP,
-                    kernels.matvec_file,
-                    name,
-                    config,
-                    op.weight,
-                    row_bytes,
-                    n_in,
-                    n_out,
-                    op.x,
-                    op.out,
-                    tokens,
-                    per_warp
-                )
+                match up {
+                    None => {
+                        let name = vector.warp[variant];
+                        let (config, per_warp) = warp_grid(name)?;
+                        launch_kernel!(
+                            backend, OP, file, name, config, op.weight, row_bytes, n_in, n_out,
+                            op.x, op.out, tokens, per_warp, op.bias
+                        )
+                    }
+                    Some(up) => {
+                        let name = vector.warp_swiglu[variant];
+                        let (config, per_warp) = warp_grid(name)?;
+                        launch_kernel!(
+                            backend, OP, file, name, config, op.weight, up, row_bytes, n_in, n_out,
+                            op.x, op.out, tokens, per_warp
+                        )
+                    }
+                }
             } else {
-                let name = if !aligned {
-                    kernels.matvec[variant]
+                let (plain, swiglu) = if !aligned {
+                    (kernels.matvec[variant], kernels.matvec_swiglu[variant])
                 } else if op.n_out >= UNROLLED_MIN_ROWS {
-                    vector.unrolled[variant]
+                    (vector.unrolled[variant], vector.unrolled_swiglu[variant])
                 } else {
-                    vector.single[variant]
+                    (vector.single[variant], vector.single_swiglu[variant])
                 };
-                launch_kernel!(
-                    backend,
-                    OP,
-                    kernels.matvec_file,
-                    name,
-                    block_grid(1),
-                    op.weight,
-                    row_bytes,
-                    n_in,
-                    n_out,
-                    op.x,
-                    op.out,
-                    tokens
-                )
+                match up {
+                    None => launch_kernel!(
+                        backend,
+                        OP,
+                        file,
+                        plain,
+                        block_grid(1),
+                        op.weight,
+                        row_bytes,
+                        n_in,
+                        n_out,
+                        op.x,
+                        op.out,
+                        tokens,
+                        op.bias
+                    ),
+                    Some(up) => launch_kernel!(
+                        backend,
+                        OP,
+                        file,
+                        swiglu,
+                        block_grid(1),
+                        op.weight,
+                        up,
+                        row_bytes,
+                        n_in,
+                        n_out,
+                        op.x,
+                        op.out,
+                        tokens
+                    ),
+                }
             }
         }
     }

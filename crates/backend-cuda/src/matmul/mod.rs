@@ -9,6 +9,10 @@
 //!   as is, F32 as f32) and the activations converted to f16, multiplied by cuBLAS on the
 //!   tensor cores with f32 accumulation.
 //!
+//! Decode kernels also fuse two epilogues: a bias added to every output row
+//! ([`matmul_bias`]) and, for a SwiGLU FFN, both the gate and up rows' dots combined as
+//! `silu(gate) * up` ([`matmul_swiglu`]).
+//!
 //! [`MatmulState`] owns the scratch memory both paths reuse between calls: the q8_1
 //! activations, the f16 staging buffers and the cuBLAS handle. Scratch is allocated on first
 //! use and grown when a larger shape arrives, never while a graph is being captured (call
@@ -139,6 +143,109 @@ pub fn matmul(
     tokens: usize,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    matmul_bias(backend, weight, None, x, tokens, out)
+}
+
+/// [`matmul`] plus `bias[o]` (an F32 vector of the weight's row count) on every output row:
+/// added in the decode kernels' epilogue, or by `add_bias_f32` after a GEMM. A bias of another
+/// length is added as [`Backend::add_bias`] adds it, after the matmul.
+pub fn matmul_bias(
+    backend: &CudaBackend,
+    weight: &Weight,
+    bias: Option<&Weight>,
+    x: &Buffer,
+    tokens: usize,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    if let Some(bias) = bias.filter(|b| b.row_len() != weight.rows()) {
+        matmul_bias(backend, weight, None, x, tokens, out)?;
+        return backend.add_bias(out, bias, tokens);
+    }
+    let bias = match bias {
+        Some(bias) => {
+            crate::ops::elementwise::f32_weight(backend, OP, "bias", bias, weight.rows())?
+        }
+        None => 0,
+    };
+    let Some((kernels, operands)) = operands(backend, weight, x, tokens, out, bias)? else {
+        return Ok(());
+    };
+    let mut scratch = backend.matmul_state().lock();
+    forget_overwritten(&mut scratch, &operands);
+    if tokens <= MATVEC_MAX_TOKENS {
+        matvec::run(backend, &kernels, &operands, &mut scratch)
+    } else if matvec_only() {
+        // Diagnostics: every row through the decode kernels, 8 rows at a time.
+        for first in (0..tokens).step_by(MATVEC_MAX_TOKENS) {
+            let rows = MATVEC_MAX_TOKENS.min(tokens - first);
+            let part = Operands {
+                x: operands.x + (first * operands.n_in * 4) as u64,
+                out: operands.out + (first * operands.n_out * 4) as u64,
+                tokens: rows,
+                ..operands
+            };
+            matvec::run(backend, &kernels, &part, &mut scratch)?;
+        }
+        Ok(())
+    } else {
+        gemm::run(backend, weight.ty, &kernels, &operands, &mut scratch)?;
+        if operands.bias == 0 {
+            return Ok(());
+        }
+        // Launched as part of the matmul (no new write generation): it changes only `out`,
+        // which `forget_overwritten` already accounted for, so a quantized input stays valid.
+        let len = tokens * operands.n_out;
+        launch_kernel!(
+            backend,
+            OP,
+            "elementwise.cu",
+            "add_bias_f32",
+            crate::grid_for(len),
+            operands.out,
+            operands.bias,
+            operands.n_out as u64,
+            len as u64
+        )
+    }
+}
+
+/// `out[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
+/// decode kernel per weight type (the same sums as two matmuls, then `silu_mul`), more rows
+/// (or gate and up of different types or shapes) as the two matmuls and `silu_mul`, with
+/// `up · x` in `up_out`.
+pub fn matmul_swiglu(
+    backend: &CudaBackend,
+    gate: &Weight,
+    up: &Weight,
+    x: &Buffer,
+    tokens: usize,
+    up_out: &mut Buffer,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    if tokens > MATVEC_MAX_TOKENS || gate.ty != up.ty || gate.shape != up.shape {
+        matmul(backend, gate, x, tokens, out)?;
+        matmul(backend, up, x, tokens, up_out)?;
+        return backend.silu_mul(out, up_out, tokens * gate.rows());
+    }
+    let Some((kernels, operands)) = operands(backend, gate, x, tokens, out, 0)? else {
+        return Ok(());
+    };
+    let up = weight_ptr(OP, "up weight", up)?;
+    let mut scratch = backend.matmul_state().lock();
+    forget_overwritten(&mut scratch, &operands);
+    matvec::run_swiglu(backend, &kernels, &operands, up, &mut scratch)
+}
+
+/// Checks a matmul's shapes and gathers its device operands; `None` when there is nothing
+/// to compute.
+fn operands(
+    backend: &CudaBackend,
+    weight: &Weight,
+    x: &Buffer,
+    tokens: usize,
+    out: &Buffer,
+    bias: u64,
+) -> Result<Option<(names::TypeKernels, Operands)>, BackendError> {
     let kernels = names::kernels(weight.ty).ok_or_else(|| BackendError::Unsupported {
         backend: backend.name(),
         op: OP,
@@ -175,7 +282,7 @@ pub fn matmul(
         });
     }
     if tokens == 0 || n_out == 0 {
-        return Ok(());
+        return Ok(None);
     }
     let operands = Operands {
         weight: weight_ptr(OP, "weight", weight)?,
@@ -186,33 +293,19 @@ pub fn matmul(
         out: buffer_ptr(OP, "out", out)?,
         tokens,
         activation_mode: activation_mode(weight.ty),
+        bias,
     };
-    let mut scratch = backend.matmul_state().lock();
-    // This matmul overwrites `out`: a quantized copy of an input overlapping it is stale.
+    Ok(Some((kernels, operands)))
+}
+
+/// This matmul overwrites `out`: a quantized copy of an input overlapping it is stale.
+fn forget_overwritten(scratch: &mut Scratch, operands: &Operands) {
     if let Some((x, rows, row_len, ..)) = scratch.quantized {
         let input = x..x + (rows * row_len * 4) as u64;
-        let output = operands.out..operands.out + (tokens * n_out * 4) as u64;
+        let output = operands.out..operands.out + (operands.tokens * operands.n_out * 4) as u64;
         if input.start < output.end && output.start < input.end {
             scratch.quantized = None;
         }
-    }
-    if tokens <= MATVEC_MAX_TOKENS {
-        matvec::run(backend, &kernels, &operands, &mut scratch)
-    } else if matvec_only() {
-        // Diagnostics: every row through the decode kernels, 8 rows at a time.
-        for first in (0..tokens).step_by(MATVEC_MAX_TOKENS) {
-            let rows = MATVEC_MAX_TOKENS.min(tokens - first);
-            let part = Operands {
-                x: operands.x + (first * n_in * 4) as u64,
-                out: operands.out + (first * n_out * 4) as u64,
-                tokens: rows,
-                ..operands
-            };
-            matvec::run(backend, &kernels, &part, &mut scratch)?;
-        }
-        Ok(())
-    } else {
-        gemm::run(backend, weight.ty, &kernels, &operands, &mut scratch)
     }
 }
 
@@ -250,4 +343,6 @@ struct Operands {
     tokens: usize,
     /// How the activations are rounded (see [`activation_mode`]).
     activation_mode: u32,
+    /// Device address of an f32 bias of `n_out` values added to every output row (0: none).
+    bias: u64,
 }

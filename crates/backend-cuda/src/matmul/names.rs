@@ -11,6 +11,10 @@ pub struct VectorKernels {
     pub single: ByTokens,
     pub unrolled: ByTokens,
     pub warp: ByTokens,
+    /// The SwiGLU twins of `single`, `unrolled` and `warp` (gate and up weights).
+    pub single_swiglu: ByTokens,
+    pub unrolled_swiglu: ByTokens,
+    pub warp_swiglu: ByTokens,
 }
 
 /// The kernels of one weight type.
@@ -19,6 +23,8 @@ pub struct TypeKernels {
     pub matvec_file: &'static str,
     /// Matvec kernels; quantized types take q8_1 activations, float types f32.
     pub matvec: ByTokens,
+    /// The SwiGLU twins of `matvec`: `silu(gate · x) * (up · x)` from two weights.
+    pub matvec_swiglu: ByTokens,
     /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight),
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
@@ -45,6 +51,7 @@ macro_rules! quantized {
         TypeKernels {
             matvec_file: $file,
             matvec: by_tokens!("matvec_", $name),
+            matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
             matvec_vector: None,
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
@@ -57,10 +64,14 @@ macro_rules! float {
         TypeKernels {
             matvec_file: "matvec_float.cu",
             matvec: by_tokens!("matvec_", $name),
+            matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
             matvec_vector: Some(VectorKernels {
                 single: by_tokens!("matvec_", $name, "_vec"),
                 unrolled: by_tokens!("matvec_", $name, "_vec4"),
                 warp: by_tokens!("matvec_", $name, "_vec_warp"),
+                single_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec"),
+                unrolled_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec4"),
+                warp_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec_warp"),
             }),
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
@@ -141,11 +152,17 @@ mod tests {
             for (bound, name) in [1, 2, 4, 8].iter().zip(k.matvec) {
                 assert_eq!(name, format!("matvec_{stem}_t{bound}"));
             }
+            for (bound, name) in [1, 2, 4, 8].iter().zip(k.matvec_swiglu) {
+                assert_eq!(name, format!("matvec_{stem}_swiglu_t{bound}"));
+            }
             if let Some(vector) = &k.matvec_vector {
                 for (suffix, names) in [
                     ("_vec", vector.single),
                     ("_vec4", vector.unrolled),
                     ("_vec_warp", vector.warp),
+                    ("_swiglu_vec", vector.single_swiglu),
+                    ("_swiglu_vec4", vector.unrolled_swiglu),
+                    ("_swiglu_vec_warp", vector.warp_swiglu),
                 ] {
                     for (bound, name) in [1, 2, 4, 8].iter().zip(names) {
                         assert_eq!(name, format!("matvec_{stem}{suffix}_t{bound}"));

@@ -1,9 +1,10 @@
 //! The non-matmul ops: embedding lookup, norms, RoPE, element-wise ops, the KV cache writes,
-//! attention and the MoE row gather/scatter.
+//! attention and the MoE row gather/scatter, and the fused ops that combine some of them.
 
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
+pub mod fused;
 pub mod kv;
 pub mod norm;
 pub mod rope;

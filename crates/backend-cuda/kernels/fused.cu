@@ -1,0 +1,133 @@
+// Fused decoder ops that save launches, each with exactly the per-element arithmetic of the
+// primitive kernels it replaces (so results are identical):
+//   add_rms_norm_f32     add_f32 (elementwise.cu) then rms_norm_f32 (norm.cu)
+//   rope_kv_write_f16/32 rope_f32 (rope.cu) of q and of k, then kv_write_f16/32 (kv.cu)
+// The matmul epilogues (bias, SwiGLU) live in the matvec kernels (matvec.cuh, matvec_float.cu).
+#include "common.cuh"
+
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// x[r] += delta[r], then out[r] = x[r] / rms(x[r]) * weight for rows r < rows (out does not
+// overlap x or delta). Launch exactly as rms_norm_f32 (ops/norm.rs launch_config): blockDim
+// (threads_x, rows_per_block), one warp per short row or one block per long row, so the sum
+// of squares is reduced in the same order as inverse_rms in norm.cu.
+extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float* out, const float* weight, u32 width,
+                                            float eps, u32 rows) {
+    __shared__ double scratch[32];
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) return;  // whole rows (and so whole reducing groups) leave together
+    float* values = x + (u64)row * width;
+    const float* d = delta + (u64)row * width;
+    float* dst = out + (u64)row * width;
+    double sum = 0.0;
+#pragma unroll 4
+    for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+        const float value = values[i] + d[i];
+        values[i] = value;
+        sum += (double)__fmul_rn(value, value);
+    }
+    sum = warp_sum_f64(sum);
+    if (blockDim.x > 32) {
+        const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0) scratch[warp] = sum;
+        __syncthreads();
+        const u32 warps = (blockDim.x + 31) >> 5;
+        sum = warp_sum_f64(lane < warps ? scratch[lane] : 0.0);
+    }
+    const float mean = (float)(sum / (double)width);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    // Each thread reads back only the values it wrote.
+    for (u32 i = threadIdx.x; i < width; i += blockDim.x) dst[i] = values[i] * scale * weight[i];
+}
+
+// The span owning `row`, or -1 when no span's rows include it (as kv.cu).
+__device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h, i32 row) {
+    if (row >= h->tokens) return -1;
+    const i32 span = step[h->row_span + row];
+    if (span < 0 || span >= h->spans) return -1;
+    const i32* info = step + h->span_info + span * 4;
+    return row >= info[0] && row < info[0] + info[1] ? span : -1;
+}
+
+__device__ __forceinline__ void store_cell(u16* out, float value) { *out = float_to_half(value); }
+__device__ __forceinline__ void store_cell(float* out, float value) { *out = value; }
+
+// One block per row (grid.x = max(tokens, kv_rows)); dynamic shared memory of rotary_dim floats.
+// Row t < tokens: q ([tokens, q_heads, head_dim]) and k ([tokens, k_heads, head_dim]) rotated in
+// place as rope_f32 rotates them (one angle table: both use the same parameters). Then row
+// t < kv_rows: k and v ([tokens, width]) written to the cell of the row's position, as
+// kv_write_f16/32.
+template <class C>
+__device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v, C* k_cache, C* v_cache,
+                                              const i32* step, const float* factors, u32 has_factors, u32 q_heads,
+                                              u32 k_heads, u32 head_dim, u32 rotary_dim, float theta_scale,
+                                              float freq_scale, u32 neox, u32 tokens, u32 width, u32 kv_rows,
+                                              u64 k_cells, u64 v_cells) {
+    extern __shared__ float angles[];  // [pairs][2]: cos, sin
+    const StepHeader* h = (const StepHeader*)step;
+    const u32 token = blockIdx.x;
+    const bool rotate = token < tokens && (i32)token < h->tokens;
+    const u32 pairs = rotary_dim / 2;
+    if (rotate) {
+        const float position = (float)(u32)step[h->positions + token];
+        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x) {
+            float theta = position;
+            for (u32 i = 0; i < pair; ++i) theta = __fmul_rn(theta, theta_scale);
+            const float factor = has_factors ? factors[pair] : 1.0f;
+            const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, factor));
+            float s, c;
+            sincosf(angle, &s, &c);
+            angles[2 * pair] = c;
+            angles[2 * pair + 1] = s;
+        }
+    }
+    __syncthreads();
+    if (rotate) {
+        float* q_row = q + (u64)token * q_heads * head_dim;
+        float* k_row = k + (u64)token * k_heads * head_dim;
+        for (u32 index = threadIdx.x; index < (q_heads + k_heads) * pairs; index += blockDim.x) {
+            const u32 head = index / pairs, pair = index % pairs;
+            float* values = head < q_heads ? q_row + (u64)head * head_dim : k_row + (u64)(head - q_heads) * head_dim;
+            const u32 first = neox ? pair : 2 * pair;
+            const u32 second = neox ? pair + pairs : 2 * pair + 1;
+            const float x0 = values[first], x1 = values[second];
+            const float c = angles[2 * pair], s = angles[2 * pair + 1];
+            values[first] = fmaf(x0, c, -__fmul_rn(x1, s));
+            values[second] = fmaf(x0, s, __fmul_rn(x1, c));
+        }
+    }
+    // The rotated keys of this row, written by this block's threads, are read below.
+    __syncthreads();
+    const i32 row = (i32)token;
+    if (token >= kv_rows) return;
+    const i32 span = owning_span(step, h, row);
+    if (span < 0) return;
+    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
+    if (cell < 0) return;
+    const float* k_in = k + (u64)row * width;
+    const float* v_in = v + (u64)row * width;
+    if ((u64)cell < k_cells) {
+        C* out = k_cache + (u64)cell * width;
+        for (u32 i = threadIdx.x; i < width; i += blockDim.x) store_cell(out + i, k_in[i]);
+    }
+    if ((u64)cell < v_cells) {
+        C* out = v_cache + (u64)cell * width;
+        for (u32 i = threadIdx.x; i < width; i += blockDim.x) store_cell(out + i, v_in[i]);
+    }
+}
+
+#define ROPE_KV_WRITE(name, C)                                                                                     \
+    extern "C" __global__ void rope_kv_write_##name(float* q, float* k, const float* v, C* k_cache, C* v_cache,     \
+                                                    const i32* step, const float* factors, u32 has_factors,        \
+                                                    u32 q_heads, u32 k_heads, u32 head_dim, u32 rotary_dim,        \
+                                                    float theta_scale, float freq_scale, u32 neox, u32 tokens,     \
+                                                    u32 width, u32 kv_rows, u64 k_cells, u64 v_cells) {            \
+        rope_kv_write<C>(q, k, v, k_cache, v_cache, step, factors, has_factors, q_heads, k_heads, head_dim,        \
+                         rotary_dim, theta_scale, freq_scale, neox, tokens, width, kv_rows, k_cells, v_cells);     \
+    }
+ROPE_KV_WRITE(f16, u16)
+ROPE_KV_WRITE(f32, float)

@@ -1,0 +1,286 @@
+//! Fused ops (kernels/fused.cu) that save launches in a decode step, each computing exactly
+//! what its primitive sequence computes: the residual add with the next RMS norm, and RoPE
+//! of the queries and keys with the keys' and values' cache write. (The matmul epilogues, a
+//! bias and SwiGLU, are in [`crate::matmul`].)
+
+use cudarc::driver::LaunchConfig;
+use runit_backend::{
+    Backend, BackendError, Buffer, KvCache, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
+};
+
+use super::elementwise::{f32_weight, product, threads_for, to_u32};
+use super::kv::{check_block_sizes, check_cells, end_row};
+use crate::memory::{buffer_ptr, check_len, kv_ptr};
+use crate::{launch, CudaBackend};
+
+/// Rows up to this length take one warp each; longer rows a whole block (as ops/norm.rs).
+const WARP_ROW_MAX: usize = 256;
+/// Rows handled by one block of warp-per-row launches (as ops/norm.rs).
+const WARP_ROWS_PER_BLOCK: u32 = 4;
+
+/// `x += delta` for the first `rows` rows of `weight.row_len()` values, then
+/// `out = x / rms(x) * weight`.
+pub fn add_rms_norm(
+    backend: &CudaBackend,
+    x: &mut Buffer,
+    delta: &Buffer,
+    weight: &Weight,
+    eps: f32,
+    rows: usize,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    const OP: &str = "add_rms_norm";
+    let width = weight.row_len();
+    if width == 0 {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "norm weight length (non-zero)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    let len = product(OP, "rows × width", rows, width)?;
+    check_len(OP, "x", x, len)?;
+    check_len(OP, "delta", delta, len)?;
+    check_len(OP, "out", out, len)?;
+    let weight = f32_weight(backend, OP, "norm weight", weight, width)?;
+    let x = buffer_ptr(OP, "x", x)?;
+    let delta = buffer_ptr(OP, "delta", delta)?;
+    let out = buffer_ptr(OP, "out", out)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let config = norm_launch_config(width, rows);
+    let (width, rows) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
+    launch!(
+        backend,
+        OP,
+        "fused.cu",
+        "add_rms_norm_f32",
+        config,
+        x,
+        delta,
+        out,
+        weight,
+        width,
+        eps,
+        rows
+    )
+}
+
+/// The launch shape of `rms_norm_f32` (ops/norm.rs), which fixes the order its sum of
+/// squares is reduced in: the fused kernel must use the very same one.
+fn norm_launch_config(width: usize, rows: usize) -> LaunchConfig {
+    if width <= WARP_ROW_MAX {
+        LaunchConfig {
+            grid_dim: (rows.div_ceil(WARP_ROWS_PER_BLOCK as usize) as u32, 1, 1),
+            block_dim: (32, WARP_ROWS_PER_BLOCK, 1),
+            shared_mem_bytes: 0,
+        }
+    } else {
+        LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (threads_for(width / 4, 1024).max(64), 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// True when the query and key rotations share one angle table (all but the head count
+/// equal), as a model's always do.
+fn same_rotation(q: &RopeParams, k: &RopeParams) -> bool {
+    q.style == k.style
+        && q.head_dim == k.head_dim
+        && q.rotary_dim == k.rotary_dim
+        && q.theta.to_bits() == k.theta.to_bits()
+        && q.freq_scale.to_bits() == k.freq_scale.to_bits()
+}
+
+/// RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch. Unusual arguments
+/// (different rotations of q and k, caches of other widths or types) take the primitive ops.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_write(
+    backend: &CudaBackend,
+    q: &mut Buffer,
+    k: &mut Buffer,
+    v: &Buffer,
+    positions: &[u32],
+    q_params: &RopeParams,
+    k_params: &RopeParams,
+    freq_factors: Option<&Weight>,
+    k_cache: &mut KvCache,
+    v_cache: &mut KvCache,
+    spans: &[SequenceSpan],
+) -> Result<(), BackendError> {
+    const OP: &str = "rope_kv_write";
+    let (head_dim, rotary_dim) = (k_params.head_dim, k_params.rotary_dim);
+    let width = k_params.heads.saturating_mul(head_dim);
+    if !same_rotation(q_params, k_params)
+        || k_cache.width != width
+        || v_cache.width != width
+        || k_cache.ty != v_cache.ty
+        || !rotary_dim.is_multiple_of(2)
+        || rotary_dim > head_dim
+    {
+        backend.rope(q, positions, q_params, freq_factors)?;
+        backend.rope(k, positions, k_params, freq_factors)?;
+        return backend.kv_write(k, v, k_cache, v_cache, spans);
+    }
+    let tokens = positions.len();
+    let q_width = product(OP, "heads × head_dim", q_params.heads, head_dim)?;
+    check_len(OP, "q", q, product(OP, "tokens × width", tokens, q_width)?)?;
+    check_len(OP, "k", k, product(OP, "tokens × width", tokens, width)?)?;
+    // As kv_write: every span's rows in k and v, its cells in the caches.
+    check_block_sizes(OP, spans)?;
+    for span in spans {
+        let rows_end = span.first_row.saturating_add(span.rows);
+        let needed = product(OP, "rows × cache width", rows_end, width)?;
+        check_len(OP, "k/v elements (rows × cache width)", k, needed)?;
+        check_len(OP, "k/v elements (rows × cache width)", v, needed)?;
+        let end = span.start_position.saturating_add(span.rows);
+        check_cells(OP, span, span.start_position..end, k_cache.n_cells)?;
+        check_cells(OP, span, span.start_position..end, v_cache.n_cells)?;
+    }
+    let factors = match freq_factors {
+        Some(weight) => {
+            if weight.n_elements() != rotary_dim / 2 {
+                return Err(BackendError::Shape {
+                    op: OP,
+                    what: "rope_freqs elements",
+                    expected: rotary_dim / 2,
+                    found: weight.n_elements(),
+                });
+            }
+            Some(f32_weight(
+                backend,
+                OP,
+                "rope_freqs",
+                weight,
+                rotary_dim / 2,
+            )?)
+        }
+        None => None,
+    };
+    let kv_rows = end_row(spans);
+    let blocks = tokens.max(kv_rows);
+    if blocks == 0 {
+        return Ok(());
+    }
+    let q_ptr = buffer_ptr(OP, "q", q)?;
+    let k_ptr = buffer_ptr(OP, "k", k)?;
+    let v_ptr = buffer_ptr(OP, "v", v)?;
+    let k_cells = kv_ptr(OP, "k", k_cache)?;
+    let v_cells = kv_ptr(OP, "v", v_cache)?;
+    let pairs = product(
+        OP,
+        "heads × rotary pairs",
+        q_params.heads + k_params.heads,
+        rotary_dim / 2,
+    )?;
+    let config = LaunchConfig {
+        grid_dim: (to_u32(OP, "rows", blocks)?, 1, 1),
+        block_dim: (threads_for(pairs.max(width), 256), 1, 1),
+        shared_mem_bytes: to_u32(OP, "rotary_dim", rotary_dim * 4)?,
+    };
+    // As ops/rope.rs computes it.
+    let theta_scale = k_params.theta.powf(-2.0 / rotary_dim as f32);
+    let step = backend.step_inputs(OP, None, Some(positions), Some(spans), None)?;
+    let args = (
+        factors.unwrap_or(0),
+        u32::from(factors.is_some()),
+        to_u32(OP, "heads", q_params.heads)?,
+        to_u32(OP, "kv heads", k_params.heads)?,
+        to_u32(OP, "head_dim", head_dim)?,
+        to_u32(OP, "rotary_dim", rotary_dim)?,
+    );
+    let neox = u32::from(k_params.style == RopeStyle::Neox);
+    let tokens = to_u32(OP, "tokens", tokens)?;
+    let width = to_u32(OP, "cache width", width)?;
+    let kv_rows = to_u32(OP, "rows", kv_rows)?;
+    let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
+    match k_cache.ty {
+        KvType::F16 => launch!(
+            backend,
+            OP,
+            "fused.cu",
+            "rope_kv_write_f16",
+            config,
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            k_cells,
+            v_cells,
+            step.ptr,
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+            args.4,
+            args.5,
+            theta_scale,
+            k_params.freq_scale,
+            neox,
+            tokens,
+            width,
+            kv_rows,
+            k_n,
+            v_n
+        ),
+        KvType::F32 => launch!(
+            backend,
+            OP,
+            "fused.cu",
+            "rope_kv_write_f32",
+            config,
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            k_cells,
+            v_cells,
+            step.ptr,
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+            args.4,
+            args.5,
+            theta_scale,
+            k_params.freq_scale,
+            neox,
+            tokens,
+            width,
+            kv_rows,
+            k_n,
+            v_n
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_norm_launch_matches_the_plain_norm() {
+        assert_eq!(norm_launch_config(64, 24 * 5).block_dim, (32, 4, 1));
+        assert_eq!(norm_launch_config(64, 24 * 5).grid_dim, (30, 1, 1));
+        assert_eq!(norm_launch_config(896, 1).block_dim, (224, 1, 1));
+        assert_eq!(norm_launch_config(8192, 1).block_dim, (1024, 1, 1));
+        assert_eq!(norm_launch_config(2048, 3).grid_dim, (3, 1, 1));
+    }
+
+    #[test]
+    fn rotations_differing_in_more_than_heads_are_not_fused() {
+        let q = RopeParams {
+            style: RopeStyle::Neox,
+            heads: 14,
+            head_dim: 64,
+            rotary_dim: 64,
+            theta: 1e6,
+            freq_scale: 1.0,
+        };
+        let k = RopeParams { heads: 2, ..q };
+        assert!(same_rotation(&q, &k));
+        assert!(!same_rotation(&q, &RopeParams { theta: 1e4, ..k }));
+    }
+}

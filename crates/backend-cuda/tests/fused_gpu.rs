@@ -1,0 +1,318 @@
+//! The CUDA backend's fused ops against its own primitive sequences, value for value:
+//! `matmul_bias` (= matmul + add_bias), `matmul_swiglu` (= two matmuls + silu_mul),
+//! `add_rms_norm` (= add + rms_norm) and `rope_kv_write` (= two ropes + kv_write, the caches
+//! compared through attention over them), for every weight type and the shapes that pick
+//! each matvec variant, decode and prompt row counts.
+//!
+//! Without a CUDA driver or device every test prints a notice and passes, unless
+//! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
+
+use runit_backend::testing::parity::WEIGHT_TYPES;
+use runit_backend::testing::{make_weight, Rng};
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan,
+    Weight,
+};
+use runit_backend_cuda::CudaBackend;
+use runit_quant::GgmlType;
+
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(cuda) => Some(cuda),
+        Err(error) => {
+            let require = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
+            assert!(!require, "RUNIT_REQUIRE_GPU=1 but: {error}");
+            println!("NOTICE: no CUDA device, fused GPU op tests not run: {error}");
+            None
+        }
+    }
+}
+
+fn buffer(backend: &dyn Backend, values: &[f32]) -> Result<Buffer, BackendError> {
+    let mut buffer = backend.alloc(values.len())?;
+    backend.upload(&mut buffer, values)?;
+    Ok(buffer)
+}
+
+fn read(backend: &dyn Backend, buffer: &Buffer, len: usize) -> Vec<f32> {
+    let mut values = vec![0.0; len];
+    backend.download(buffer, &mut values).expect("download");
+    values
+}
+
+/// The first index where `a` and `b` differ bitwise (NaNs of any payload equal), if any.
+fn first_difference(a: &[f32], b: &[f32]) -> Option<(usize, f32, f32)> {
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .find(|(_, (x, y))| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()))
+        .map(|(i, (x, y))| (i, *x, *y))
+}
+
+fn expect_same(label: &str, fused: &[f32], primitive: &[f32], failures: &mut Vec<String>) {
+    assert_eq!(fused.len(), primitive.len());
+    if let Some((i, f, p)) = first_difference(fused, primitive) {
+        failures.push(format!(
+            "{label}: element {i}: fused {f:e}, primitive {p:e}"
+        ));
+    }
+}
+
+/// Weight shapes `(n_in, n_out)` for a type: small, and the shapes that take the float
+/// kernels' warp-per-row, four-loads and element-wise variants.
+fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
+    let mut shapes = vec![(256, 64), (512, 4224)];
+    match ty {
+        GgmlType::F32 => shapes.extend([(1024, 8192), (100, 48)]),
+        GgmlType::F16 | GgmlType::BF16 => shapes.extend([(2048, 8192), (104, 48)]),
+        _ => {}
+    }
+    shapes
+}
+
+const TOKEN_COUNTS: [usize; 6] = [1, 2, 3, 5, 8, 20];
+
+#[test]
+fn matmul_bias_equals_matmul_then_add_bias() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    for ty in WEIGHT_TYPES {
+        for (n_in, n_out) in shapes(ty) {
+            let mut rng = Rng::new(0xb1a5 + ty.id() as u64 * 13 + n_out as u64);
+            let w = rng.normal(n_in * n_out, 0.05);
+            let weight = make_weight(&cuda, "test.w", ty, &[n_in, n_out], &w).expect("weight");
+            let b = rng.values(n_out, -1.0, 1.0);
+            let bias = make_weight(&cuda, "test.b", GgmlType::F32, &[n_out], &b).expect("bias");
+            for tokens in TOKEN_COUNTS {
+                let label = format!("{ty} [{n_in}, {n_out}] x {tokens}");
+                let x = buffer(&cuda, &rng.values(tokens * n_in, -1.0, 1.0)).expect("x");
+                let len = tokens * n_out;
+                let mut fused = cuda.alloc(len).expect("out");
+                let mut primitive = cuda.alloc(len).expect("out");
+                let mut run = || -> Result<(), BackendError> {
+                    cuda.matmul_bias(&weight, Some(&bias), &x, tokens, &mut fused)?;
+                    cuda.matmul(&weight, &x, tokens, &mut primitive)?;
+                    cuda.add_bias(&mut primitive, &bias, tokens)
+                };
+                if let Err(error) = run() {
+                    failures.push(format!("{label}: {error}"));
+                    continue;
+                }
+                let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
+                expect_same(&format!("{label} bias"), &f, &p, &mut failures);
+                // Without a bias: the plain matmul.
+                cuda.matmul_bias(&weight, None, &x, tokens, &mut fused)
+                    .expect("matmul_bias without bias");
+                cuda.matmul(&weight, &x, tokens, &mut primitive)
+                    .expect("matmul");
+                let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
+                expect_same(&format!("{label} no bias"), &f, &p, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn matmul_swiglu_equals_two_matmuls_then_silu_mul() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    for ty in WEIGHT_TYPES {
+        for (n_in, n_out) in shapes(ty) {
+            let mut rng = Rng::new(0x5e1 + ty.id() as u64 * 17 + n_out as u64);
+            let load = |rng: &mut Rng, name: &str| -> Weight {
+                let w = rng.normal(n_in * n_out, 0.05);
+                make_weight(&cuda, name, ty, &[n_in, n_out], &w).expect("weight")
+            };
+            let gate = load(&mut rng, "test.gate");
+            let up = load(&mut rng, "test.up");
+            for tokens in TOKEN_COUNTS {
+                let label = format!("{ty} [{n_in}, {n_out}] x {tokens}");
+                // Large enough values that silu's exponential matters.
+                let x = buffer(&cuda, &rng.values(tokens * n_in, -3.0, 3.0)).expect("x");
+                let len = tokens * n_out;
+                let mut fused = cuda.alloc(len).expect("out");
+                let mut up_scratch = cuda.alloc(len).expect("up");
+                let mut primitive = cuda.alloc(len).expect("out");
+                let mut up_out = cuda.alloc(len).expect("up");
+                let mut run = || -> Result<(), BackendError> {
+                    cuda.matmul_swiglu(&gate, &up, &x, tokens, &mut up_scratch, &mut fused)?;
+                    cuda.matmul(&gate, &x, tokens, &mut primitive)?;
+                    cuda.matmul(&up, &x, tokens, &mut up_out)?;
+                    cuda.silu_mul(&mut primitive, &up_out, len)
+                };
+                if let Err(error) = run() {
+                    failures.push(format!("{label}: {error}"));
+                    continue;
+                }
+                let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
+                expect_same(&label, &f, &p, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn add_rms_norm_equals_add_then_rms_norm() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    let mut rng = Rng::new(0xadd);
+    for width in [64, 256, 896, 1000, 4096] {
+        let w = rng.values(width, 0.5, 1.5);
+        let weight = make_weight(&cuda, "test.norm", GgmlType::F32, &[width], &w).expect("w");
+        for rows in [1, 3, 9] {
+            let label = format!("width {width} x {rows}");
+            let len = rows * width;
+            let x0 = rng.values(len, -2.0, 2.0);
+            let delta = buffer(&cuda, &rng.values(len, -2.0, 2.0)).expect("delta");
+            let mut x_fused = buffer(&cuda, &x0).expect("x");
+            let mut x_primitive = buffer(&cuda, &x0).expect("x");
+            let mut fused = cuda.alloc(len).expect("out");
+            let mut primitive = cuda.alloc(len).expect("out");
+            let eps = 1e-6;
+            let mut run = || -> Result<(), BackendError> {
+                cuda.add_rms_norm(&mut x_fused, &delta, &weight, eps, rows, &mut fused)?;
+                cuda.add(&mut x_primitive, &delta, len)?;
+                cuda.rms_norm(&x_primitive, &weight, eps, rows, &mut primitive)
+            };
+            if let Err(error) = run() {
+                failures.push(format!("{label}: {error}"));
+                continue;
+            }
+            let (xf, xp) = (read(&cuda, &x_fused, len), read(&cuda, &x_primitive, len));
+            expect_same(&format!("{label} residual"), &xf, &xp, &mut failures);
+            let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
+            expect_same(&format!("{label} norm"), &f, &p, &mut failures);
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn rope_kv_write_equals_ropes_then_kv_write() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    let (heads, kv_heads, head_dim) = (14, 2, 64);
+    let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+    let block_size = 16;
+    // Two prompt chunks from position 0 (every attended cell is written) and a decode row.
+    let spans = vec![
+        SequenceSpan {
+            first_row: 0,
+            rows: 5,
+            start_position: 0,
+            block_table: vec![3],
+            block_size,
+        },
+        SequenceSpan {
+            first_row: 5,
+            rows: 18,
+            start_position: 0,
+            block_table: vec![0, 2],
+            block_size,
+        },
+        SequenceSpan {
+            first_row: 23,
+            rows: 1,
+            start_position: 0,
+            block_table: vec![1],
+            block_size,
+        },
+    ];
+    let positions: Vec<u32> = spans
+        .iter()
+        .flat_map(|s| (s.start_position..s.start_position + s.rows).map(|p| p as u32))
+        .collect();
+    let tokens = positions.len();
+    let n_cells = 4 * block_size;
+    let mut rng = Rng::new(0x20be);
+    let q0 = rng.values(tokens * q_width, -1.0, 1.0);
+    let k0 = rng.values(tokens * kv_width, -1.0, 1.0);
+    let v0 = rng.values(tokens * kv_width, -1.0, 1.0);
+    let attention = AttentionParams {
+        heads,
+        kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        sliding_window: None,
+    };
+    for kv_type in [KvType::F16, KvType::F32] {
+        for (style, rotary_dim, with_factors) in [
+            (RopeStyle::Neox, 64, false),
+            (RopeStyle::Normal, 64, true),
+            (RopeStyle::Neox, 32, false),
+        ] {
+            let label = format!("{kv_type:?} {style:?} rotary {rotary_dim} factors {with_factors}");
+            let q_params = RopeParams {
+                style,
+                heads,
+                head_dim,
+                rotary_dim,
+                theta: 1_000_000.0,
+                freq_scale: 1.0,
+            };
+            let k_params = RopeParams {
+                heads: kv_heads,
+                ..q_params.clone()
+            };
+            let factors = with_factors.then(|| {
+                let f = rng.values(rotary_dim / 2, 1.0, 4.0);
+                make_weight(
+                    &cuda,
+                    "test.rope_freqs",
+                    GgmlType::F32,
+                    &[rotary_dim / 2],
+                    &f,
+                )
+                .expect("factors")
+            });
+            let mut outputs = Vec::new();
+            for fused in [true, false] {
+                let run = || -> Result<[Vec<f32>; 3], BackendError> {
+                    let mut q = buffer(&cuda, &q0)?;
+                    let mut k = buffer(&cuda, &k0)?;
+                    let v = buffer(&cuda, &v0)?;
+                    let mut k_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
+                    let mut v_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
+                    if fused {
+                        cuda.rope_kv_write(
+                            &mut q,
+                            &mut k,
+                            &v,
+                            &positions,
+                            &q_params,
+                            &k_params,
+                            factors.as_ref(),
+                            &mut k_cache,
+                            &mut v_cache,
+                            &spans,
+                        )?;
+                    } else {
+                        cuda.rope(&mut q, &positions, &q_params, factors.as_ref())?;
+                        cuda.rope(&mut k, &positions, &k_params, factors.as_ref())?;
+                        cuda.kv_write(&k, &v, &mut k_cache, &mut v_cache, &spans)?;
+                    }
+                    let mut out = cuda.alloc(tokens * q_width)?;
+                    cuda.attention(&q, &k_cache, &v_cache, &spans, &attention, &mut out)?;
+                    Ok([
+                        read(&cuda, &q, tokens * q_width),
+                        read(&cuda, &k, tokens * kv_width),
+                        read(&cuda, &out, tokens * q_width),
+                    ])
+                };
+                match run() {
+                    Ok(values) => outputs.push(values),
+                    Err(error) => failures.push(format!("{label} fused {fused}: {error}")),
+                }
+            }
+            if let [f, p] = &outputs[..] {
+                for (what, a, b) in [("q", &f[0], &p[0]), ("k", &f[1], &p[1])] {
+                    expect_same(&format!("{label} {what}"), a, b, &mut failures);
+                }
+                expect_same(&format!("{label} attention"), &f[2], &p[2], &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
