@@ -14,6 +14,7 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
+mod moe;
 mod weights;
 
 use std::sync::Arc;

@@ -1,0 +1,458 @@
+//! The [`Backend`] trait on [`CudaBackend`]: buffers and weights in device memory, each op
+//! delegating to its module under `ops/` or `matmul/`, and the step/graph hooks (see
+//! [`crate::step`]).
+
+use std::sync::Arc;
+
+use runit_backend::{
+    AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, RopeParams,
+    SequenceSpan, StepInputs, StepKey, Weight,
+};
+use runit_quant::GgmlType;
+
+use crate::memory::{buffer_ptr, check_len, DeviceBuffer, DeviceKv, DeviceWeight};
+use crate::step::{self, HostIdentity};
+use crate::{device_address, fused_ops, grid_for, launch, matmul, ops, CudaBackend};
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        format!("cuda:{}", self.ordinal)
+    }
+
+    fn supports(&self, op: Op, ty: GgmlType) -> bool {
+        match op {
+            Op::Embedding => ops::embedding::supports(ty),
+            Op::MatMul => matmul::supports(ty),
+            _ => false,
+        }
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer, BackendError> {
+        let slice = self
+            .stream
+            .alloc_zeros::<f32>(len.max(1))
+            .map_err(|e| self.oom_or(e, "alloc", len * 4))?;
+        let ptr = device_address(&slice, &self.stream);
+        Ok(Buffer::new(len, Box::new(DeviceBuffer { slice, ptr })))
+    }
+
+    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> Result<(), BackendError> {
+        check_len("upload", "buffer", buffer, data.len())?;
+        let device = buffer
+            .payload_mut::<DeviceBuffer>()
+            .ok_or(BackendError::ForeignBuffer {
+                op: "upload",
+                what: "buffer",
+            })?;
+        let mut view = device.slice.slice_mut(..data.len());
+        self.note_write();
+        self.stream
+            .memcpy_htod(data, &mut view)
+            .map_err(|e| self.driver_error("upload", e))
+    }
+
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError> {
+        check_len("download", "buffer", buffer, out.len())?;
+        let device = buffer
+            .payload::<DeviceBuffer>()
+            .ok_or(BackendError::ForeignBuffer {
+                op: "download",
+                what: "buffer",
+            })?;
+        let view = device.slice.slice(..out.len());
+        self.stream
+            .memcpy_dtoh(&view, out)
+            .map_err(|e| self.driver_error("download", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| self.driver_error("download", e))
+    }
+
+    fn load_weight(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        shape: &[usize],
+        memory: Arc<dyn HostMemory>,
+        range: std::ops::Range<usize>,
+    ) -> Result<Weight, BackendError> {
+        let bytes = memory
+            .bytes()
+            .get(range.clone())
+            .ok_or(BackendError::Shape {
+                op: "load_weight",
+                what: "tensor byte range",
+                expected: range.end,
+                found: memory.bytes().len(),
+            })?;
+        let slice = self
+            .stream
+            .clone_htod(bytes)
+            .map_err(|e| self.oom_or(e, "load_weight", bytes.len()))?;
+        let ptr = device_address(&slice, &self.stream);
+        Ok(Weight::new(
+            name.to_string(),
+            ty,
+            shape.to_vec(),
+            Arc::new(DeviceWeight { bytes: slice, ptr }),
+        ))
+    }
+
+    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
+        let len = n_cells * width * Self::kv_element_bytes(ty);
+        let bytes = self
+            .stream
+            .alloc_zeros::<u8>(len.max(1))
+            .map_err(|e| self.oom_or(e, "alloc_kv", len))?;
+        let ptr = device_address(&bytes, &self.stream);
+        Ok(KvCache::new(
+            n_cells,
+            width,
+            ty,
+            Box::new(DeviceKv { bytes, ptr }),
+        ))
+    }
+
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+        ops::embedding::embedding(self, table, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        weight: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        matmul::matmul(self, weight, x, tokens, out)
+    }
+
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+        ops::elementwise::add_bias(self, x, bias, tokens)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        let out_ptr = buffer_ptr("rms_norm", "out", out)?;
+        check_len("rms_norm", "out", out, rows * weight.row_len())?;
+        ops::norm::rms_norm(self, x, weight, eps, rows, out_ptr)
+    }
+
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+    ) -> Result<(), BackendError> {
+        let ptr = buffer_ptr("rms_norm", "x", x)?;
+        ops::norm::rms_norm(self, x, weight, eps, rows, ptr)
+    }
+
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        positions: &[u32],
+        params: &RopeParams,
+        freq_factors: Option<&Weight>,
+    ) -> Result<(), BackendError> {
+        ops::rope::rope(self, x, positions, params, freq_factors)
+    }
+
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+        check_len("add", "dst", dst, len)?;
+        check_len("add", "src", src, len)?;
+        let d = buffer_ptr("add", "dst", dst)?;
+        let s = buffer_ptr("add", "src", src)?;
+        launch!(
+            self,
+            "add",
+            "elementwise.cu",
+            "add_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
+    }
+
+    fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError> {
+        ops::elementwise::silu_mul(self, gate, up, len)
+    }
+
+    fn kv_write(
+        &self,
+        k: &Buffer,
+        v: &Buffer,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError> {
+        ops::kv::kv_write(self, k, v, k_cache, v_cache, spans)
+    }
+
+    fn attention(
+        &self,
+        q: &Buffer,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+        spans: &[SequenceSpan],
+        params: &AttentionParams,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::attention::attention(self, q, k_cache, v_cache, spans, params, out)
+    }
+
+    fn gather_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        width: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::rows::gather_rows(self, src, rows, width, out)
+    }
+
+    fn scatter_add_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        scales: &[f32],
+        width: usize,
+        dst: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::rows::scatter_add_rows(self, src, rows, scales, width, dst)
+    }
+
+    fn copy(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &mut Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        check_len("copy", "src", src, src_offset + len)?;
+        check_len("copy", "dst", dst, dst_offset + len)?;
+        let s = buffer_ptr("copy", "src", src)? + 4 * src_offset as u64;
+        let d = buffer_ptr("copy", "dst", dst)? + 4 * dst_offset as u64;
+        launch!(
+            self,
+            "copy",
+            "elementwise.cu",
+            "copy_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
+    }
+
+    fn matmul_bias(
+        &self,
+        weight: &Weight,
+        bias: Option<&Weight>,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.matmul(weight, x, tokens, out)?;
+            return match bias {
+                Some(bias) => self.add_bias(out, bias, tokens),
+                None => Ok(()),
+            };
+        }
+        matmul::matmul_bias(self, weight, bias, x, tokens, out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &mut Buffer,
+        delta: &Buffer,
+        weight: &Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.add(x, delta, rows * weight.row_len())?;
+            return self.rms_norm(x, weight, eps, rows, out);
+        }
+        ops::fused::add_rms_norm(self, x, delta, weight, eps, rows, out)
+    }
+
+    fn rope_kv_write(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        positions: &[u32],
+        q_params: &RopeParams,
+        k_params: &RopeParams,
+        freq_factors: Option<&Weight>,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.rope(q, positions, q_params, freq_factors)?;
+            self.rope(k, positions, k_params, freq_factors)?;
+            return self.kv_write(k, v, k_cache, v_cache, spans);
+        }
+        ops::fused::rope_kv_write(
+            self,
+            q,
+            k,
+            v,
+            positions,
+            q_params,
+            k_params,
+            freq_factors,
+            k_cache,
+            v_cache,
+            spans,
+        )
+    }
+
+    fn matmul_swiglu(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            self.matmul(gate, x, tokens, out)?;
+            self.matmul(up, x, tokens, up_out)?;
+            return self.silu_mul(out, up_out, tokens * gate.rows());
+        }
+        matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| self.driver_error("synchronize", e))
+    }
+
+    fn memory_available(&self) -> Option<usize> {
+        self.context.mem_get_info().ok().map(|(free, _total)| free)
+    }
+
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> Result<(), BackendError> {
+        let packed = step::pack(
+            Some(inputs.tokens),
+            Some(inputs.positions),
+            Some(inputs.spans),
+            Some(inputs.logit_rows),
+        );
+        // A pass (and a captured graph) never starts from a quantized input of the last one.
+        self.note_write();
+        let mut state = self.step.lock().expect("step lock");
+        state
+            .upload(&self.stream, &packed)
+            .map_err(|e| self.driver_error("begin_step", e))?;
+        state.active = Some(HostIdentity::of(inputs));
+        Ok(())
+    }
+
+    fn end_step(&self) -> Result<(), BackendError> {
+        self.step.lock().expect("step lock").active = None;
+        Ok(())
+    }
+
+    fn captures_steps(&self) -> bool {
+        std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
+    }
+
+    fn run_captured(
+        &self,
+        key: StepKey,
+        body: &mut dyn FnMut() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let graph_key = {
+            let mut state = self.step.lock().expect("step lock");
+            let full_key = (key, state.table_stride);
+            if let Some(graph) = state.graphs.get(&full_key) {
+                return graph
+                    .0
+                    .launch()
+                    .map_err(|e| self.driver_error("graph replay", e));
+            }
+            // The first pass of a key runs op by op: kernels get compiled and lazily sized
+            // scratch buffers allocated outside the capture. The next one is captured.
+            if state.seen.insert(full_key) {
+                drop(state);
+                return body();
+            }
+            full_key
+        };
+        let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.stream
+            .begin_capture(mode)
+            .map_err(|e| self.driver_error("graph capture", e))?;
+        self.step.lock().expect("step lock").capturing = true;
+        let result = body();
+        self.step.lock().expect("step lock").capturing = false;
+        let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+        let graph = self.stream.end_capture(flags);
+        result?;
+        let graph = graph
+            .map_err(|e| self.driver_error("graph capture", e))?
+            .ok_or_else(|| BackendError::Device {
+                backend: self.name(),
+                op: "graph capture",
+                message: "the capture recorded nothing".into(),
+            })?;
+        if std::env::var_os("RUNIT_CUDA_DEBUG").is_some() {
+            let mut nodes = 0usize;
+            // SAFETY: querying the node count of a live graph (null array = count only).
+            unsafe {
+                cudarc::driver::sys::cuGraphGetNodes(
+                    graph.cu_graph(),
+                    std::ptr::null_mut(),
+                    &mut nodes,
+                )
+            };
+            eprintln!("runit-cuda: captured {key:?} as a graph of {nodes} nodes");
+        }
+        graph
+            .launch()
+            .map_err(|e| self.driver_error("graph replay", e))?;
+        self.step
+            .lock()
+            .expect("step lock")
+            .graphs
+            .insert(graph_key, step::Graph(graph));
+        Ok(())
+    }
+}
+
+impl CudaBackend {
+    /// An allocation failure, reported as out of memory with what is free.
+    pub(crate) fn oom_or(
+        &self,
+        error: cudarc::driver::DriverError,
+        op: &'static str,
+        bytes: usize,
+    ) -> BackendError {
+        if error.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            BackendError::OutOfMemory {
+                backend: self.name(),
+                bytes,
+                available: self.memory_available().unwrap_or(0),
+            }
+        } else {
+            self.driver_error(op, error)
+        }
+    }
+}
