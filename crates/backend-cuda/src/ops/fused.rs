@@ -13,11 +13,6 @@ use super::kv::{check_block_sizes, check_cells, end_row};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend};
 
-/// Rows up to this length take one warp each; longer rows a whole block (as ops/norm.rs).
-const WARP_ROW_MAX: usize = 256;
-/// Rows handled by one block of warp-per-row launches (as ops/norm.rs).
-const WARP_ROWS_PER_BLOCK: u32 = 4;
-
 /// `x += delta` for the first `rows` rows of `weight.row_len()` values, then
 /// `out = x / rms(x) * weight`.
 pub fn add_rms_norm(
@@ -50,7 +45,9 @@ pub fn add_rms_norm(
     if rows == 0 {
         return Ok(());
     }
-    let config = norm_launch_config(width, rows);
+    // The launch shape of rms_norm_f32 fixes the order its squares are summed in: the fused
+    // kernel uses the very same one.
+    let config = super::norm::launch_config(width, rows);
     let (width, rows) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
     launch!(
         backend,
@@ -66,24 +63,6 @@ pub fn add_rms_norm(
         eps,
         rows
     )
-}
-
-/// The launch shape of `rms_norm_f32` (ops/norm.rs), which fixes the order its sum of
-/// squares is reduced in: the fused kernel must use the very same one.
-fn norm_launch_config(width: usize, rows: usize) -> LaunchConfig {
-    if width <= WARP_ROW_MAX {
-        LaunchConfig {
-            grid_dim: (rows.div_ceil(WARP_ROWS_PER_BLOCK as usize) as u32, 1, 1),
-            block_dim: (32, WARP_ROWS_PER_BLOCK, 1),
-            shared_mem_bytes: 0,
-        }
-    } else {
-        LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads_for(width / 4, 1024).max(64), 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
 }
 
 /// True when the query and key rotations share one angle table (all but the head count
@@ -259,15 +238,6 @@ pub fn rope_kv_write(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_norm_launch_matches_the_plain_norm() {
-        assert_eq!(norm_launch_config(64, 24 * 5).block_dim, (32, 4, 1));
-        assert_eq!(norm_launch_config(64, 24 * 5).grid_dim, (30, 1, 1));
-        assert_eq!(norm_launch_config(896, 1).block_dim, (224, 1, 1));
-        assert_eq!(norm_launch_config(8192, 1).block_dim, (1024, 1, 1));
-        assert_eq!(norm_launch_config(2048, 3).grid_dim, (3, 1, 1));
-    }
 
     #[test]
     fn rotations_differing_in_more_than_heads_are_not_fused() {

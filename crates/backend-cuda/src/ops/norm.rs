@@ -76,7 +76,7 @@ pub fn rms_norm(
 /// One warp per row for short rows such as per-head norms (several rows per block), one
 /// block per row otherwise (about 4 values per thread, 64 to 1024 threads: a decode step's
 /// single row must not wait on one warp's chain of dependent loads).
-fn launch_config(width: usize, rows: usize) -> LaunchConfig {
+pub(crate) fn launch_config(width: usize, rows: usize) -> LaunchConfig {
     if width <= WARP_ROW_MAX {
         LaunchConfig {
             grid_dim: (rows.div_ceil(WARP_ROWS_PER_BLOCK as usize) as u32, 1, 1),
