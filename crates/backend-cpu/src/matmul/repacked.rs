@@ -1,9 +1,9 @@
 //! The matmul of weights that llama.cpp's CPU backend keeps in its REPACK buffer: every
 //! output goes through the repack-order dot product (`runit_quant::dot::repack_dot_fn`):
 //! ggml's gemm order for activation rows taken four at a time, its gemv order for the
-//! rest. The kernels take eight weight rows per call (`runit_quant::dot::repack_rows_fn`);
-//! each task walks its rows eight at a time and meets every activation row with them
-//! while they are in cache.
+//! rest. The kernels take eight weight rows per call (`runit_quant::dot::repack_rows_fn`),
+//! and up to four activation rows (the gemm kernels decode the weights once for four); each task walks its rows eight at a time and meets every activation row with
+//! them while they are in cache.
 
 use runit_quant::dot::{
     activation_format, activation_row_bytes, quantize_activation, repack_dot_fn, repack_rows_fn,
@@ -17,6 +17,8 @@ use super::{
 
 /// Weight rows one kernel call takes (ggml's interleave).
 const ROWS_PER_GROUP: usize = 8;
+/// Activation rows one gemm call takes (ggml's `block_q8_0x4` / `block_q8_Kx4`).
+const GEMM_ROWS: usize = 4;
 
 /// The repack-order kernels `(gemv, gemm)` for `weight`, or `None` when it follows
 /// `vec_dot` order.
@@ -31,7 +33,7 @@ pub(super) fn repack_kernel(weight: &PackedWeight) -> Option<(DotFn, DotFn)> {
 /// order.
 pub(super) fn gemm_rows(weight: &PackedWeight, tokens: usize) -> usize {
     match weight.layout {
-        Layout::Repacked => tokens - tokens % 4,
+        Layout::Repacked => tokens - tokens % GEMM_ROWS,
         Layout::Plain | Layout::RepackedExpert => 0,
     }
 }
@@ -85,15 +87,31 @@ pub(super) fn matmul_repacked(
         for group in (first..end).step_by(ROWS_PER_GROUP) {
             let count = ROWS_PER_GROUP.min(end - group);
             let rows = &weight.bytes[group * row_bytes..(group + count) * row_bytes];
-            for (t, activation) in activations.chunks_exact(activation_bytes).enumerate() {
-                let kernel = if t < gemm_rows { gemm } else { gemv };
-                // SAFETY: t < tokens and group + count <= n_out, inside `y`; columns
-                // group..group + count belong to this task alone (tasks own disjoint row
-                // ranges).
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(output.at(t * weight.n_out + group), count)
+            let mut t = 0;
+            while t < tokens {
+                // Four activation rows per call (fewer at the end of the gemv rows).
+                let (kernel, step) = if t < gemm_rows {
+                    (gemm, GEMM_ROWS)
+                } else {
+                    (gemv, GEMM_ROWS.min(tokens - t))
                 };
-                kernel(weight.n_in, rows, activation, out);
+                let activation = &activations[t * activation_bytes..(t + step) * activation_bytes];
+                let mut values = [0.0f32; GEMM_ROWS * ROWS_PER_GROUP];
+                let values = &mut values[..step * count];
+                kernel(weight.n_in, rows, activation, values);
+                for (s, values) in values.chunks_exact(count).enumerate() {
+                    // SAFETY: t + s < tokens and group + count <= n_out, inside `y`;
+                    // columns group..group + count belong to this task alone (tasks own
+                    // disjoint row ranges).
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            output.at((t + s) * weight.n_out + group),
+                            count,
+                        )
+                    };
+                    out.copy_from_slice(values);
+                }
+                t += step;
             }
         }
     };

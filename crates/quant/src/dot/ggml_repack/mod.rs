@@ -29,7 +29,9 @@
 //! (`block_q8_0x4` for the gemm, the same values as `quantize_row_q8_0`) or Q8_K.
 //!
 //! Every type has a scalar twin (a [`DotFn`] per output) and, on x86-64, an AVX2 kernel
-//! for eight rows at a time ([`RowsFn`]); the tests compare them bit for bit.
+//! for eight rows at a time ([`RowsFn`]); Q4_0 and IQ4_NL also take four activation rows
+//! per pass (decoding the weights once for the four) and use `vpdpbusd` where the level
+//! has it. The tests compare them bit for bit.
 
 mod iq4_nl;
 mod q2_k;
@@ -39,14 +41,18 @@ mod q4_k;
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_b32;
 
-use super::{DotFn, SimdLevel};
+use super::{activation_format, activation_row_bytes, DotFn, SimdLevel};
 use crate::GgmlType;
 
-/// `rows(n, weight_rows, activation_row, out)`: `out[r]` is the repack-order dot product of
-/// weight row `r` (`out.len()` rows of `n` elements back to back in `weight_rows`) with one
-/// activation row. Bit-identical to the scalar [`DotFn`] of the same order.
-pub type RowsFn = fn(n: usize, weight_rows: &[u8], activation_row: &[u8], out: &mut [f32]);
+/// `rows(n, weight_rows, activations, out)`: `out[t * R + r]` is the repack-order dot
+/// product of weight row `r` (`R` rows of `n` elements back to back in `weight_rows`)
+/// with activation row `t` (whole activation rows back to back in `activations`), so
+/// `out.len()` is `R` times the number of activation rows. Bit-identical to the scalar
+/// [`DotFn`] of the same order.
+pub type RowsFn = fn(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]);
 
 /// The repack-order dot products for weights of `ty` that ggml-cpu's x86 build repacks
 /// (see the module doc): `(gemv, gemm)`, the order of one activation row and the order of
@@ -68,7 +74,7 @@ pub fn repack_rows_fn(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)
     repack_dot_fn(ty)?;
     #[cfg(target_arch = "x86_64")]
     if level != SimdLevel::Scalar && SimdLevel::Avx2.is_available() {
-        if let Some(kernels) = x86::rows(ty) {
+        if let Some(kernels) = x86::rows(ty, level) {
             return Some(kernels);
         }
     }
@@ -79,18 +85,56 @@ pub fn repack_rows_fn(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)
 /// [`RowsFn`]s that call the scalar twin once per row.
 fn scalar_rows(ty: GgmlType) -> (RowsFn, RowsFn) {
     macro_rules! rows {
-        ($dot:path) => {{
-            fn rows(n: usize, weight_rows: &[u8], activation_row: &[u8], out: &mut [f32]) {
-                rows_by_dot(n, weight_rows, activation_row, out, $dot);
+        ($ty:ident, $dot:path) => {{
+            fn rows(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+                rows_by_dots(GgmlType::$ty, (n, weight_rows, activations, out), $dot);
             }
             rows as RowsFn
         }};
     }
     match ty {
-        GgmlType::Q4_0 => (rows!(q4_0::dot_q4_0), rows!(q4_0::dot_q4_0)),
-        GgmlType::IQ4_NL => (rows!(iq4_nl::dot_iq4_nl), rows!(iq4_nl::dot_iq4_nl)),
-        GgmlType::Q2_K => (rows!(q2_k::dot_q2_k_gemv), rows!(q2_k::dot_q2_k_gemm)),
-        _ => (rows!(q4_k::dot_q4_k_gemv), rows!(q4_k::dot_q4_k_gemm)),
+        GgmlType::Q4_0 => (rows!(Q4_0, q4_0::dot_q4_0), rows!(Q4_0, q4_0::dot_q4_0)),
+        GgmlType::IQ4_NL => (
+            rows!(IQ4_NL, iq4_nl::dot_iq4_nl),
+            rows!(IQ4_NL, iq4_nl::dot_iq4_nl),
+        ),
+        GgmlType::Q2_K => (
+            rows!(Q2_K, q2_k::dot_q2_k_gemv),
+            rows!(Q2_K, q2_k::dot_q2_k_gemm),
+        ),
+        _ => (
+            rows!(Q4_K, q4_k::dot_q4_k_gemv),
+            rows!(Q4_K, q4_k::dot_q4_k_gemm),
+        ),
+    }
+}
+
+/// [`rows_by_dot`] for every activation row of `activations` (whole rows of `ty`'s
+/// activation format); `out` holds one run of outputs per activation row.
+fn rows_by_dots(
+    ty: GgmlType,
+    (n, weight_rows, activations, out): (usize, &[u8], &[u8], &mut [f32]),
+    dot: DotFn,
+) {
+    let format = activation_format(ty).expect("repacked types have an activation format");
+    let activation_bytes = activation_row_bytes(format, n);
+    let tokens = activations.len() / activation_bytes;
+    assert!(
+        activations.len().is_multiple_of(activation_bytes)
+            && out.len().is_multiple_of(tokens.max(1)),
+        "{} bytes of {format:?} activations and {} outputs for {n} elements",
+        activations.len(),
+        out.len()
+    );
+    if tokens == 0 {
+        return;
+    }
+    let count = out.len() / tokens;
+    for (activation, out) in activations
+        .chunks_exact(activation_bytes)
+        .zip(out.chunks_exact_mut(count))
+    {
+        rows_by_dot(n, weight_rows, activation, out, dot);
     }
 }
 

@@ -83,3 +83,45 @@ fn rows_kernels_equal_the_scalar_twins_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn rows_kernels_over_many_activation_rows_equal_the_scalar_twins() {
+    let n = 256;
+    let rows = 17;
+    let tokens = 7; // a group of four and three single rows
+    for ty in TYPES {
+        let (_, packed, _, _) = fixture(ty, n, rows, 0.9);
+        let row_bytes = packed.len() / rows;
+        let format = activation_format(ty).expect("format");
+        let activation_bytes = activation_row_bytes(format, n);
+        let mut activations = vec![0u8; tokens * activation_bytes];
+        for (t, out) in activations.chunks_mut(activation_bytes).enumerate() {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * (t + 3)) as f32 * 0.21 + t as f32).sin() * (1.0 + t as f32))
+                .collect();
+            quantize_activation(format, &x, out);
+        }
+        let (gemv, gemm) = repack_dot_fn(ty).expect("repacked type");
+        let twins = |dot: DotFn| -> Vec<u32> {
+            activations
+                .chunks(activation_bytes)
+                .flat_map(|a| {
+                    packed
+                        .chunks(row_bytes)
+                        .map(move |w| dot(n, w, a).to_bits())
+                })
+                .collect()
+        };
+        let (want_gemv, want_gemm) = (twins(gemv), twins(gemm));
+        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+            let (rows_gemv, rows_gemm) = repack_rows_fn(ty, level).expect("kernels");
+            let mut out = vec![0.0f32; rows * tokens];
+            rows_gemv(n, &packed, &activations, &mut out);
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want_gemv, "{ty} gemv at {level:?}");
+            rows_gemm(n, &packed, &activations, &mut out);
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want_gemm, "{ty} gemm at {level:?}");
+        }
+    }
+}

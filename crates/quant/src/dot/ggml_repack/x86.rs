@@ -1,120 +1,187 @@
 //! AVX2 kernels of the repack order, eight weight rows per pass: one lane per row, as in
 //! ggml's interleaved blocks. Each row's integer sums of a span are reduced exactly into
 //! its lane, then one vector FMA per span folds them into the eight accumulators, which
-//! is the scalar twins' arithmetic lane by lane.
+//! is the scalar twins' arithmetic lane by lane. The Q4_K gemm also takes four activation
+//! rows per pass (the scales decoded once); Q4_0 and IQ4_NL live in `x86_b32`.
 
 use std::arch::x86_64::*;
 
+use super::x86_b32::{self, Integer};
 use super::{iq4_nl, q2_k, q4_0, q4_k, rows_by_dot, RowsFn};
-use crate::blocks::KVALUES_IQ4NL;
 use crate::dequant::scale_min_k4;
-use crate::dot::x86::nibbles;
-use crate::dot::{activation_format, activation_row_bytes, DotFn};
+use crate::dot::{activation_format, activation_row_bytes, DotFn, SimdLevel};
 use crate::GgmlType;
 
-/// Bytes of a Q8_0 activation block.
-const Q8_0_BYTES: usize = 34;
 /// Bytes of a Q8_K activation block (`d: f32`, `qs: [i8; 256]`, `bsums: [i16; 16]`).
 const Q8_K_BYTES: usize = 292;
 /// Offset of `bsums` in a Q8_K block.
 const Q8_K_BSUMS: usize = 260;
 
-/// The eight-row kernels `(gemv, gemm)` of `ty`; only called once AVX2, FMA and F16C
-/// were detected.
-pub(super) fn rows(ty: GgmlType) -> Option<(RowsFn, RowsFn)> {
+/// The eight-row kernels `(gemv, gemm)` of `ty` for `level`; only called once AVX2, FMA
+/// and F16C were detected.
+pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
+    let integer = if level == SimdLevel::Avx512Vnni && SimdLevel::Avx512Vnni.is_available() {
+        Integer::Avx512Vnni
+    } else if level == SimdLevel::AvxVnni && SimdLevel::AvxVnni.is_available() {
+        Integer::AvxVnni
+    } else {
+        Integer::Avx2
+    };
+    macro_rules! b32 {
+        ($iq4_nl:literal, $twin:path, $integer:expr) => {{
+            fn rows(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+                let (one, four) = x86_b32::kernels($iq4_nl, $integer);
+                let ty = if $iq4_nl {
+                    GgmlType::IQ4_NL
+                } else {
+                    GgmlType::Q4_0
+                };
+                drive(
+                    ty,
+                    (n, weight_rows, activations, out),
+                    (one, Some(four)),
+                    $twin,
+                );
+            }
+            rows as RowsFn
+        }};
+    }
+    macro_rules! b32_levels {
+        ($iq4_nl:literal, $twin:path) => {
+            match integer {
+                Integer::Avx2 => b32!($iq4_nl, $twin, Integer::Avx2),
+                Integer::AvxVnni => b32!($iq4_nl, $twin, Integer::AvxVnni),
+                Integer::Avx512Vnni => b32!($iq4_nl, $twin, Integer::Avx512Vnni),
+            }
+        };
+    }
     Some(match ty {
-        GgmlType::Q4_0 => (rows_q4_0, rows_q4_0),
-        GgmlType::IQ4_NL => (rows_iq4_nl, rows_iq4_nl),
+        GgmlType::Q4_0 => {
+            let kernel = b32_levels!(false, q4_0::dot_q4_0);
+            (kernel, kernel)
+        }
+        GgmlType::IQ4_NL => {
+            let kernel = b32_levels!(true, iq4_nl::dot_iq4_nl);
+            (kernel, kernel)
+        }
         GgmlType::Q2_K => (rows_q2_k_gemv, rows_q2_k_gemm),
         GgmlType::Q4_K => (rows_q4_k_gemv, rows_q4_k_gemm),
         _ => return None,
     })
 }
 
-/// A kernel over exactly eight rows: `(n, rows, row_bytes, activation, out)`.
-type GroupFn = unsafe fn(usize, *const u8, usize, *const u8, *mut f32);
+/// A kernel over exactly eight weight rows and one (or, for a gemm kernel, four)
+/// activation rows: `(n, rows, row_bytes, activations, activation_bytes, out,
+/// out_stride)`, writing `out[t * out_stride + r]`.
+pub(super) type GroupFn = unsafe fn(usize, *const u8, usize, *const u8, usize, *mut f32, usize);
 
-/// Checks the shapes, runs `group` on every whole group of eight rows and the scalar
-/// `twin` on the rows left over.
+/// Checks the shapes (see [`RowsFn`]), runs `four` on every group of eight weight rows
+/// and four activation rows, `one` on every group of eight weight rows and a remaining
+/// activation row, and the scalar `twin` on the weight rows left over.
 fn drive(
     ty: GgmlType,
-    (n, weight_rows, activation, out): (usize, &[u8], &[u8], &mut [f32]),
-    group: GroupFn,
+    (n, weight_rows, activations, out): (usize, &[u8], &[u8], &mut [f32]),
+    (one, four): (GroupFn, Option<GroupFn>),
     twin: DotFn,
 ) {
     let row_bytes = ty
         .row_bytes(n as u64)
         .unwrap_or_else(|| panic!("{n} elements is not a whole number of {ty} blocks"))
         as usize;
-    assert_eq!(
-        weight_rows.len(),
-        out.len() * row_bytes,
-        "{} {ty} rows of {n} elements",
-        out.len()
-    );
     let format = activation_format(ty).expect("repacked types have an activation format");
+    let activation_bytes = activation_row_bytes(format, n);
     assert!(
-        activation.len() >= activation_row_bytes(format, n),
-        "{format:?} activation row of {} bytes is shorter than {n} elements",
-        activation.len()
+        weight_rows.len().is_multiple_of(row_bytes)
+            && activations.len().is_multiple_of(activation_bytes),
+        "{} bytes of {ty} rows or {} bytes of {format:?} activations for {n} elements",
+        weight_rows.len(),
+        activations.len()
     );
-    let groups = out.len() / 8;
+    let (count, tokens) = (
+        weight_rows.len() / row_bytes,
+        activations.len() / activation_bytes,
+    );
+    assert_eq!(
+        out.len(),
+        count * tokens,
+        "{count} {ty} rows x {tokens} activation rows"
+    );
+    let groups = count / 8;
     for g in 0..groups {
-        // SAFETY: `rows` hands these kernels out only when AVX2, FMA and F16C are
-        // present; group `g` holds eight whole rows of `n` elements and the activation
-        // row `n` elements (both checked above); `out` has eight values from `8 g`.
-        unsafe {
-            group(
-                n,
-                weight_rows.as_ptr().add(8 * g * row_bytes),
-                row_bytes,
-                activation.as_ptr(),
-                out.as_mut_ptr().add(8 * g),
-            )
-        };
+        let mut t = 0;
+        while t < tokens {
+            let (kernel, step) = match four {
+                Some(four) if t + 4 <= tokens => (four, 4),
+                _ => (one, 1),
+            };
+            // SAFETY: `rows` hands these kernels out only when AVX2, FMA and F16C (and
+            // the VNNI of the level) are present; group `g` holds eight whole rows of
+            // `n` elements, activation rows `t..t + step` are whole (both checked
+            // above), and `out[(t + s) * count + 8 g + r]` for s < step, r < 8 is inside
+            // `out`.
+            unsafe {
+                kernel(
+                    n,
+                    weight_rows.as_ptr().add(8 * g * row_bytes),
+                    row_bytes,
+                    activations.as_ptr().add(t * activation_bytes),
+                    activation_bytes,
+                    out.as_mut_ptr().add(t * count + 8 * g),
+                    count,
+                )
+            };
+            t += step;
+        }
     }
-    rows_by_dot(
-        n,
-        &weight_rows[8 * groups * row_bytes..],
-        activation,
-        &mut out[8 * groups..],
-        twin,
+    for (activation, out) in activations
+        .chunks_exact(activation_bytes)
+        .zip(out.chunks_exact_mut(count))
+    {
+        let tail = &weight_rows[8 * groups * row_bytes..];
+        rows_by_dot(n, tail, activation, &mut out[8 * groups..], twin);
+    }
+}
+
+/// One-activation-row kernels of the K-quants, as [`GroupFn`]s.
+macro_rules! k_rows {
+    ($name:ident, $ty:expr, $group:ident, $twin:path) => {
+        fn $name(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+            let args = (n, weight_rows, activations, out);
+            drive($ty, args, ($group as GroupFn, None), $twin);
+        }
+    };
+}
+
+k_rows!(
+    rows_q4_k_gemv,
+    GgmlType::Q4_K,
+    group_q4_k_gemv,
+    q4_k::dot_q4_k_gemv
+);
+fn rows_q4_k_gemm(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+    let args = (n, weight_rows, activations, out);
+    let kernels = (
+        group_q4_k_gemm as GroupFn,
+        Some(group_q4_k_gemm4 as GroupFn),
     );
+    drive(GgmlType::Q4_K, args, kernels, q4_k::dot_q4_k_gemm);
 }
-
-fn rows_q4_0(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::Q4_0, args, group_q4_0, q4_0::dot_q4_0);
-}
-
-fn rows_iq4_nl(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::IQ4_NL, args, group_iq4_nl, iq4_nl::dot_iq4_nl);
-}
-
-fn rows_q4_k_gemv(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::Q4_K, args, group_q4_k_gemv, q4_k::dot_q4_k_gemv);
-}
-
-fn rows_q4_k_gemm(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::Q4_K, args, group_q4_k_gemm, q4_k::dot_q4_k_gemm);
-}
-
-fn rows_q2_k_gemv(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::Q2_K, args, group_q2_k_gemv, q2_k::dot_q2_k_gemv);
-}
-
-fn rows_q2_k_gemm(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    let args = (n, weight_rows, activation, out);
-    drive(GgmlType::Q2_K, args, group_q2_k_gemm, q2_k::dot_q2_k_gemm);
-}
+k_rows!(
+    rows_q2_k_gemv,
+    GgmlType::Q2_K,
+    group_q2_k_gemv,
+    q2_k::dot_q2_k_gemv
+);
+k_rows!(
+    rows_q2_k_gemm,
+    GgmlType::Q2_K,
+    group_q2_k_gemm,
+    q2_k::dot_q2_k_gemm
+);
 
 /// Lane `r` = the sum of the eight i32 of `v[r]` (exact, so the order is free).
 #[inline(always)]
-unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
+pub(super) unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
     let t0 = _mm256_hadd_epi32(v[0], v[1]);
     let t1 = _mm256_hadd_epi32(v[2], v[3]);
     let t2 = _mm256_hadd_epi32(v[4], v[5]);
@@ -130,7 +197,7 @@ unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
 
 /// The f16 at `offset` of each of eight rows `row_bytes` apart, widened (exactly).
 #[inline(always)]
-unsafe fn f16x8(rows: *const u8, row_bytes: usize, offset: usize) -> __m256 {
+pub(super) unsafe fn f16x8(rows: *const u8, row_bytes: usize, offset: usize) -> __m256 {
     let h = |r: usize| {
         rows.add(r * row_bytes + offset)
             .cast::<i16>()
@@ -148,77 +215,29 @@ unsafe fn f16x8(rows: *const u8, row_bytes: usize, offset: usize) -> __m256 {
     ))
 }
 
-/// The f16 at `p`, widened.
+/// Q4_K, one FMA per `span_chunks` 64-element chunks (4 for the gemv, 1 for the gemm),
+/// eight weight rows against `T` activation rows (`activation_bytes` apart), writing
+/// `out[t * out_stride + r]`; the scales are decoded once for the `T` rows.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
-}
-
-/// Q4_0 / IQ4_NL: eight rows of 18-byte blocks whose nibbles index `table` (16 i8).
-#[inline(always)]
-unsafe fn group_b32(
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn group_q4_k<const T: usize>(
     n: usize,
     rows: *const u8,
     row_bytes: usize,
-    activation: *const u8,
+    activations: *const u8,
+    activation_bytes: usize,
     out: *mut f32,
-    table: &[i8; 16],
-) {
-    let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()));
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..n / 32 {
-        let a = activation.add(b * Q8_0_BYTES);
-        let quants = _mm256_loadu_si256(a.add(2).cast());
-        let mut v = [_mm256_setzero_si256(); 8];
-        for (r, sums) in v.iter_mut().enumerate() {
-            let w = _mm256_shuffle_epi8(lut, nibbles(rows.add(r * row_bytes + b * 18 + 2)));
-            let products =
-                _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quants, w));
-            *sums = _mm256_madd_epi16(products, ones);
-        }
-        let scale = _mm256_mul_ps(
-            f16x8(rows.add(b * 18), row_bytes, 0),
-            _mm256_set1_ps(f16_at(a)),
-        );
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&v)), scale, acc);
-    }
-    _mm256_storeu_ps(out, acc);
-}
-
-/// The signed 4-bit values of Q4_0 (`q - 8`).
-const Q4_0_VALUES: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q4_0(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
-    group_b32(n, rows, rb, a, out, &Q4_0_VALUES);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_iq4_nl(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
-    group_b32(n, rows, rb, a, out, &KVALUES_IQ4NL);
-}
-
-/// Q4_K, one FMA per `span_chunks` 64-element chunks (4 for the gemv, 1 for the gemm).
-#[inline(always)]
-unsafe fn group_q4_k(
-    n: usize,
-    rows: *const u8,
-    row_bytes: usize,
-    activation: *const u8,
-    out: *mut f32,
+    out_stride: usize,
     span_chunks: usize,
 ) {
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_min = [_mm256_setzero_ps(); T];
     for b in 0..n / 256 {
-        let a = activation.add(b * Q8_K_BYTES);
-        let d_a = _mm256_set1_ps(a.cast::<f32>().read_unaligned());
         let base = rows.add(b * 144);
-        let scale = _mm256_mul_ps(f16x8(base, row_bytes, 0), d_a);
-        let scale_min = _mm256_mul_ps(f16x8(base, row_bytes, 2), d_a);
-        // [row][sub-block] scales and minimums; sums of 32 activations per sub-block.
+        let d_w = f16x8(base, row_bytes, 0);
+        let dmin_w = f16x8(base, row_bytes, 2);
+        // [row][sub-block] scales and minimums.
         let mut scales = [[0i16; 8]; 8];
         let mut mins = [[0i32; 8]; 8];
         for r in 0..8 {
@@ -232,48 +251,88 @@ unsafe fn group_q4_k(
                 mins[r][j] = i32::from(m);
             }
         }
-        let bsums = a.add(Q8_K_BSUMS).cast::<[i16; 16]>().read_unaligned();
-        let sub_sums: [i32; 8] =
-            std::array::from_fn(|j| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
-        for first in (0..4).step_by(span_chunks) {
-            let mut v = [_mm256_setzero_si256(); 8];
-            let mut imin = [0i32; 8];
-            for c in first..first + span_chunks {
-                let a_low = _mm256_loadu_si256(a.add(4 + 64 * c).cast());
-                let a_high = _mm256_loadu_si256(a.add(4 + 64 * c + 32).cast());
-                for r in 0..8 {
-                    let q = _mm256_loadu_si256(base.add(r * row_bytes + 16 + 32 * c).cast());
-                    let low = _mm256_and_si256(q, m4);
-                    let high = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    let p_low = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(low, a_low),
-                        _mm256_set1_epi16(scales[r][2 * c]),
-                    );
-                    let p_high = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(high, a_high),
-                        _mm256_set1_epi16(scales[r][2 * c + 1]),
-                    );
-                    v[r] = _mm256_add_epi32(v[r], _mm256_add_epi32(p_low, p_high));
-                    imin[r] +=
-                        mins[r][2 * c] * sub_sums[2 * c] + mins[r][2 * c + 1] * sub_sums[2 * c + 1];
-                }
+        for t in 0..T {
+            let a = activations.add(t * activation_bytes + b * Q8_K_BYTES);
+            let d_a = _mm256_set1_ps(a.cast::<f32>().read_unaligned());
+            let scale = _mm256_mul_ps(d_w, d_a);
+            let scale_min = _mm256_mul_ps(dmin_w, d_a);
+            // Sums of 32 activations per sub-block.
+            let bsums = a.add(Q8_K_BSUMS).cast::<[i16; 16]>().read_unaligned();
+            let mut sub_sums = [0i32; 8];
+            for j in 0..8 {
+                sub_sums[j] = i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
             }
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&v)), scale, acc);
-            let imin = _mm256_loadu_si256(imin.as_ptr().cast());
-            acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), scale_min, acc_min);
+            for first in (0..4).step_by(span_chunks) {
+                let mut v = [_mm256_setzero_si256(); 8];
+                let mut imin = [0i32; 8];
+                for c in first..first + span_chunks {
+                    let a_low = _mm256_loadu_si256(a.add(4 + 64 * c).cast());
+                    let a_high = _mm256_loadu_si256(a.add(4 + 64 * c + 32).cast());
+                    for r in 0..8 {
+                        let q = _mm256_loadu_si256(base.add(r * row_bytes + 16 + 32 * c).cast());
+                        let low = _mm256_and_si256(q, m4);
+                        let high = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                        let p_low = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(low, a_low),
+                            _mm256_set1_epi16(scales[r][2 * c]),
+                        );
+                        let p_high = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(high, a_high),
+                            _mm256_set1_epi16(scales[r][2 * c + 1]),
+                        );
+                        v[r] = _mm256_add_epi32(v[r], _mm256_add_epi32(p_low, p_high));
+                        imin[r] += mins[r][2 * c] * sub_sums[2 * c]
+                            + mins[r][2 * c + 1] * sub_sums[2 * c + 1];
+                    }
+                }
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&v)), scale, acc[t]);
+                let imin = _mm256_loadu_si256(imin.as_ptr().cast());
+                acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), scale_min, acc_min[t]);
+            }
         }
     }
-    _mm256_storeu_ps(out, _mm256_sub_ps(acc, acc_min));
+    for t in 0..T {
+        _mm256_storeu_ps(out.add(t * out_stride), _mm256_sub_ps(acc[t], acc_min[t]));
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q4_k_gemv(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
-    group_q4_k(n, rows, rb, a, out, 4);
+unsafe fn group_q4_k_gemv(
+    n: usize,
+    w: *const u8,
+    rb: usize,
+    a: *const u8,
+    ab: usize,
+    o: *mut f32,
+    os: usize,
+) {
+    group_q4_k::<1>(n, w, rb, a, ab, o, os, 4);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q4_k_gemm(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
-    group_q4_k(n, rows, rb, a, out, 1);
+unsafe fn group_q4_k_gemm(
+    n: usize,
+    w: *const u8,
+    rb: usize,
+    a: *const u8,
+    ab: usize,
+    o: *mut f32,
+    os: usize,
+) {
+    group_q4_k::<1>(n, w, rb, a, ab, o, os, 1);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_q4_k_gemm4(
+    n: usize,
+    w: *const u8,
+    rb: usize,
+    a: *const u8,
+    ab: usize,
+    o: *mut f32,
+    os: usize,
+) {
+    group_q4_k::<4>(n, w, rb, a, ab, o, os, 1);
 }
 
 /// Q2_K, one FMA per `span_halves` 128-element halves (2 for the gemv, 1 for the gemm).
@@ -332,11 +391,27 @@ unsafe fn group_q2_k(
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q2_k_gemv(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
+unsafe fn group_q2_k_gemv(
+    n: usize,
+    rows: *const u8,
+    rb: usize,
+    a: *const u8,
+    _ab: usize,
+    out: *mut f32,
+    _os: usize,
+) {
     group_q2_k(n, rows, rb, a, out, 2);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_q2_k_gemm(n: usize, rows: *const u8, rb: usize, a: *const u8, out: *mut f32) {
+unsafe fn group_q2_k_gemm(
+    n: usize,
+    rows: *const u8,
+    rb: usize,
+    a: *const u8,
+    _ab: usize,
+    out: *mut f32,
+    _os: usize,
+) {
     group_q2_k(n, rows, rb, a, out, 1);
 }
