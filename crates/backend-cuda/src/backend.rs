@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, RopeParams,
-    SequenceSpan, StepInputs, StepKey, Weight,
+    unfused, AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op,
+    RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -263,11 +263,7 @@ impl Backend for CudaBackend {
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
         if !fused_ops() {
-            self.matmul(weight, x, tokens, out)?;
-            return match bias {
-                Some(bias) => self.add_bias(out, bias, tokens),
-                None => Ok(()),
-            };
+            return unfused::matmul_bias(self, weight, bias, x, tokens, out);
         }
         matmul::matmul_bias(self, weight, bias, x, tokens, out)
     }
@@ -282,8 +278,7 @@ impl Backend for CudaBackend {
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
         if !fused_ops() {
-            self.add(x, delta, rows * weight.row_len())?;
-            return self.rms_norm(x, weight, eps, rows, out);
+            return unfused::add_rms_norm(self, x, delta, weight, eps, rows, out);
         }
         ops::fused::add_rms_norm(self, x, delta, weight, eps, rows, out)
     }
@@ -302,9 +297,19 @@ impl Backend for CudaBackend {
         spans: &[SequenceSpan],
     ) -> Result<(), BackendError> {
         if !fused_ops() {
-            self.rope(q, positions, q_params, freq_factors)?;
-            self.rope(k, positions, k_params, freq_factors)?;
-            return self.kv_write(k, v, k_cache, v_cache, spans);
+            return unfused::rope_kv_write(
+                self,
+                q,
+                k,
+                v,
+                positions,
+                q_params,
+                k_params,
+                freq_factors,
+                k_cache,
+                v_cache,
+                spans,
+            );
         }
         ops::fused::rope_kv_write(
             self,
@@ -331,9 +336,7 @@ impl Backend for CudaBackend {
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
         if !fused_ops() {
-            self.matmul(gate, x, tokens, out)?;
-            self.matmul(up, x, tokens, up_out)?;
-            return self.silu_mul(out, up_out, tokens * gate.rows());
+            return unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out);
         }
         matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }

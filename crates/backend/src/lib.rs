@@ -14,6 +14,7 @@ mod buffer;
 mod error;
 mod ops;
 pub mod testing;
+pub mod unfused;
 
 pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
@@ -186,11 +187,7 @@ pub trait Backend: Send + Sync {
         tokens: usize,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        self.matmul(weight, x, tokens, out)?;
-        match bias {
-            Some(bias) => self.add_bias(out, bias, tokens),
-            None => Ok(()),
-        }
+        unfused::matmul_bias(self, weight, bias, x, tokens, out)
     }
 
     /// The residual add and the next norm: `x += delta` for the first `rows` rows of
@@ -205,8 +202,7 @@ pub trait Backend: Send + Sync {
         rows: usize,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        self.add(x, delta, rows * weight.row_len())?;
-        self.rms_norm(x, weight, eps, rows, out)
+        unfused::add_rms_norm(self, x, delta, weight, eps, rows, out)
     }
 
     /// RoPE on the queries and keys of a step, then the keys and values into the cache:
@@ -226,9 +222,19 @@ pub trait Backend: Send + Sync {
         v_cache: &mut KvCache,
         spans: &[SequenceSpan],
     ) -> Result<(), BackendError> {
-        self.rope(q, positions, q_params, freq_factors)?;
-        self.rope(k, positions, k_params, freq_factors)?;
-        self.kv_write(k, v, k_cache, v_cache, spans)
+        unfused::rope_kv_write(
+            self,
+            q,
+            k,
+            v,
+            positions,
+            q_params,
+            k_params,
+            freq_factors,
+            k_cache,
+            v_cache,
+            spans,
+        )
     }
 
     /// The SwiGLU FFN input: `out[t] = silu(gate · x[t]) * (up · x[t])` ([`Backend::matmul`]
@@ -244,9 +250,7 @@ pub trait Backend: Send + Sync {
         up_out: &mut Buffer,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        self.matmul(gate, x, tokens, out)?;
-        self.matmul(up, x, tokens, up_out)?;
-        self.silu_mul(out, up_out, tokens * gate.rows())
+        unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
     /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).

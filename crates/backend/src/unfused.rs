@@ -1,0 +1,71 @@
+//! The fused ops of [`Backend`] as sequences of its primitive ops: the trait's default
+//! implementations, and what a backend with fused kernels runs when they are switched off.
+
+use crate::{Backend, BackendError, Buffer, KvCache, RopeParams, SequenceSpan, Weight};
+
+/// [`Backend::matmul_bias`]: [`Backend::matmul`], then [`Backend::add_bias`].
+pub fn matmul_bias<B: Backend + ?Sized>(
+    b: &B,
+    weight: &Weight,
+    bias: Option<&Weight>,
+    x: &Buffer,
+    tokens: usize,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    b.matmul(weight, x, tokens, out)?;
+    match bias {
+        Some(bias) => b.add_bias(out, bias, tokens),
+        None => Ok(()),
+    }
+}
+
+/// [`Backend::add_rms_norm`]: [`Backend::add`], then [`Backend::rms_norm`].
+pub fn add_rms_norm<B: Backend + ?Sized>(
+    b: &B,
+    x: &mut Buffer,
+    delta: &Buffer,
+    weight: &Weight,
+    eps: f32,
+    rows: usize,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    b.add(x, delta, rows * weight.row_len())?;
+    b.rms_norm(x, weight, eps, rows, out)
+}
+
+/// [`Backend::rope_kv_write`]: [`Backend::rope`] of `q` and of `k`, then
+/// [`Backend::kv_write`].
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_write<B: Backend + ?Sized>(
+    b: &B,
+    q: &mut Buffer,
+    k: &mut Buffer,
+    v: &Buffer,
+    positions: &[u32],
+    q_params: &RopeParams,
+    k_params: &RopeParams,
+    freq_factors: Option<&Weight>,
+    k_cache: &mut KvCache,
+    v_cache: &mut KvCache,
+    spans: &[SequenceSpan],
+) -> Result<(), BackendError> {
+    b.rope(q, positions, q_params, freq_factors)?;
+    b.rope(k, positions, k_params, freq_factors)?;
+    b.kv_write(k, v, k_cache, v_cache, spans)
+}
+
+/// [`Backend::matmul_swiglu`]: [`Backend::matmul`] of `gate` into `out` and of `up` into
+/// `up_out`, then [`Backend::silu_mul`].
+pub fn matmul_swiglu<B: Backend + ?Sized>(
+    b: &B,
+    gate: &Weight,
+    up: &Weight,
+    x: &Buffer,
+    tokens: usize,
+    up_out: &mut Buffer,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    b.matmul(gate, x, tokens, out)?;
+    b.matmul(up, x, tokens, up_out)?;
+    b.silu_mul(out, up_out, tokens * gate.rows())
+}
