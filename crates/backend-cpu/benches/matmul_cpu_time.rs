@@ -69,7 +69,11 @@ fn main() {
         GgmlType::Q6_K,
         GgmlType::F16,
     ];
+    let only = std::env::var("RUNIT_BENCH_TYPE").ok();
     for ty in types {
+        if only.as_ref().is_some_and(|only| *only != ty.to_string()) {
+            continue;
+        }
         for (n_in, n_out) in [(576usize, 1536usize), (1536, 576)] {
             if n_in % ty.block_size() != 0 {
                 continue;
@@ -78,11 +82,11 @@ fn main() {
             let mut bytes = vec![0u8; row_bytes * n_out];
             quantize(ty, &values(n_in * n_out, 7), &mut bytes).expect("quantizable");
             let weight = PackedWeight::new(ty, &bytes, n_in, n_out);
-            for tokens in [1usize, 128] {
+            for tokens in [1usize, 8, 128] {
                 let x = values(tokens * n_in, 11);
                 let mut y = vec![0.0f32; tokens * n_out];
                 let mut scratch = Vec::new();
-                let iterations = if tokens == 1 { 1000 } else { 10 };
+                let iterations = if tokens < 128 { 1000 / tokens } else { 10 };
                 let mut best = f64::MAX;
                 for _ in 0..5 {
                     let start = thread_cpu_seconds();
@@ -93,6 +97,8 @@ fn main() {
                 }
                 let figure = if tokens == 1 {
                     format!("{:.2} GB/s", bytes.len() as f64 / best / 1e9)
+                } else if tokens < 128 {
+                    format!("{:.1} us per token", best * 1e6 / tokens as f64)
                 } else {
                     format!(
                         "{:.1} GFLOP/s",

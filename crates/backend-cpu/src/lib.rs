@@ -35,7 +35,6 @@ mod vector;
 
 pub use runit_quant::dot::SimdLevel;
 
-use rayon::prelude::*;
 use runit_backend::BackendError;
 
 use vector::Isa;
@@ -107,6 +106,12 @@ impl CpuBackend {
         &self.pool
     }
 
+    /// Runs `work(chunk)` for every `chunk < chunks` on the calling thread and the matmul's
+    /// helper threads (the same threads every op uses, so ops never compete for cores).
+    fn run_chunks(&self, chunks: usize, work: &(dyn Fn(usize) + Sync)) {
+        matmul::Parallelism::pool(&self.pool).for_each_chunk(chunks, work);
+    }
+
     /// Runs `f(row_index, row)` over the `rows` rows of `width` elements at the start of
     /// `out`, on the pool when the work is large enough to pay for it.
     fn for_rows<F>(&self, out: &mut [f32], width: usize, rows: usize, f: F)
@@ -118,17 +123,57 @@ impl CpuBackend {
         }
         let out = &mut out[..rows * width];
         if self.threads > 1 && rows > 1 && rows * width >= PARALLEL_MIN_ELEMENTS {
-            let min_rows = (4096 / width).max(1);
-            self.pool.install(|| {
-                out.par_chunks_mut(width)
-                    .with_min_len(min_rows)
-                    .enumerate()
-                    .for_each(|(index, row)| f(index, row));
+            let per_chunk = (4096 / width).max(1);
+            let chunks = rows.div_ceil(per_chunk);
+            let shared = SharedRows::new(out, width);
+            self.run_chunks(chunks, &|chunk| {
+                let first = chunk * per_chunk;
+                for index in first..(first + per_chunk).min(rows) {
+                    // SAFETY: chunks cover disjoint row ranges, each row goes to one call.
+                    f(index, unsafe { shared.row(index) });
+                }
             });
         } else {
             for (index, row) in out.chunks_mut(width).enumerate() {
                 f(index, row);
             }
         }
+    }
+}
+
+/// Rows of one output buffer handed to parallel chunks, each row to exactly one of them.
+pub(crate) struct SharedRows {
+    start: *mut f32,
+    len: usize,
+    width: usize,
+}
+
+// SAFETY: the callers of `row` promise that each row is borrowed by one chunk at a time.
+unsafe impl Sync for SharedRows {}
+
+impl SharedRows {
+    /// `out` seen as rows of `width` values.
+    pub(crate) fn new(out: &mut [f32], width: usize) -> SharedRows {
+        SharedRows {
+            start: out.as_mut_ptr(),
+            len: out.len(),
+            width,
+        }
+    }
+
+    /// Row `index`, mutably.
+    ///
+    /// # Safety
+    /// No other reference to this row may be alive while the returned one is, and the
+    /// buffer given to [`SharedRows::new`] must outlive it.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn row(&self, index: usize) -> &mut [f32] {
+        let at = index * self.width;
+        assert!(
+            at + self.width <= self.len,
+            "row {index} is outside the buffer"
+        );
+        // SAFETY: in bounds (checked); exclusive by the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.start.add(at), self.width) }
     }
 }

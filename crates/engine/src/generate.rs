@@ -106,7 +106,7 @@ pub fn generate(
         };
         let logprob_source = logits.clone();
         let id = sampler.sample(&mut logits);
-        let logprob = crate::sampler::log_softmax(&logprob_source)[id as usize];
+        let logprob = crate::sampler::log_probability(&logprob_source, id);
         sampler.accept(id);
         tokens.push(id);
         let keep_going = on_token(&GeneratedToken { id, logprob, top });

@@ -31,9 +31,9 @@ mod tests;
 mod tinyblas;
 
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, block_scales, block_scales_len, dot_fn, gemv_fn,
-    multi_dot_fn, quantize_activation, tile_fn, ActivationFormat, BlockScales, DotFn, MultiDotFn,
-    SimdLevel, TileFn,
+    activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
+    block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn,
+    ActivationFormat, BlockScales, DotFn, MultiDotFn, SimdLevel, TileFn,
 };
 use runit_quant::GgmlType;
 
@@ -131,7 +131,7 @@ impl<'a> Parallelism<'a> {
 
     /// Runs `work(chunk)` for every `chunk < chunks`: on the calling thread and the
     /// matmul's spinning helpers (see `team`) when there are several threads.
-    fn for_each_chunk(&self, chunks: usize, work: &(dyn Fn(usize) + Sync)) {
+    pub(crate) fn for_each_chunk(&self, chunks: usize, work: &(dyn Fn(usize) + Sync)) {
         let threads = self.threads();
         match (threads > 1)
             .then(|| team::Team::with_helpers(threads - 1))
@@ -217,9 +217,15 @@ pub fn matmul(
     } else {
         0
     };
-    // [activations | alignment | d table | s table]
-    scratch.resize(quant_len + 4 + 2 * 4 * table_len, 0);
-    let (activations, tables) = scratch.split_at_mut(quant_len);
+    let block_quants_bytes = if tile.is_some() {
+        block_quants_len(weight.n_in, tokens)
+    } else {
+        0
+    };
+    // [activations | block-major quants | alignment | d table | s table]
+    scratch.resize(quant_len + block_quants_bytes + 4 + 2 * 4 * table_len, 0);
+    let (activations, rest) = scratch.split_at_mut(quant_len);
+    let (quants, tables) = rest.split_at_mut(block_quants_bytes);
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
         let shared = SharedBytes(activations.as_mut_ptr());
         let convert = |t: usize| {
@@ -241,7 +247,8 @@ pub fn matmul(
     let (d, s) = tables.split_at_mut(table_len);
     let kernel = match tile {
         Some(tile) => {
-            let filled = block_scales(format, activations, tokens, weight.n_in, d, s);
+            let filled = block_scales(format, activations, tokens, weight.n_in, d, s)
+                && block_quants(format, activations, tokens, weight.n_in, quants);
             assert!(
                 filled,
                 "tile kernels exist only for formats with block scales"
@@ -256,6 +263,7 @@ pub fn matmul(
                 BlockScales {
                     d,
                     s,
+                    quants,
                     stride: tokens,
                 },
             )

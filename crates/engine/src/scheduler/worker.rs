@@ -10,7 +10,7 @@ use runit_model::{Batch, KvState, Model, Scratch};
 
 use super::{EventSink, Pending, Request, SequenceEvent, Shared, BLOCK_SIZE, MAX_DECODE_ROWS};
 use crate::kv_blocks::BlockAllocator;
-use crate::sampler::{log_softmax, top_logprobs};
+use crate::sampler::{log_probability, top_logprobs};
 use crate::{GeneratedToken, Sampler, StopReason};
 
 /// An admitted sequence.
@@ -307,7 +307,7 @@ impl Worker {
         };
         let mut candidates = logits.to_vec();
         let id = sequence.sampler.sample(&mut candidates);
-        let logprob = log_softmax(logits)[id as usize];
+        let logprob = log_probability(logits, id);
         sequence.sampler.accept(id);
         sequence.generated += 1;
         let delivered =

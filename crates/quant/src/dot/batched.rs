@@ -31,6 +31,11 @@ pub struct BlockScales<'a> {
     pub d: &'a [f32],
     /// Q8_1's `s` of each block (empty for Q8_0).
     pub s: &'a [f32],
+    /// The activation quants (32 bytes per block), block-major like the scale tables:
+    /// block `i` of row `t` at bytes `[(i * stride + t) * 32..][..32]`, so that rows side by
+    /// side are adjacent in memory (see [`block_quants`]); empty when not made, and then
+    /// kernels read the rows themselves.
+    pub quants: &'a [u8],
     /// Rows in the tables (the distance between consecutive blocks of one row).
     pub stride: usize,
 }
@@ -45,6 +50,7 @@ impl BlockScales<'_> {
         BlockScales {
             d: &self.d[first.min(self.d.len())..],
             s: &self.s[first.min(self.s.len())..],
+            quants: &self.quants[(32 * first).min(self.quants.len())..],
             stride: self.stride,
         }
     }
@@ -73,7 +79,63 @@ impl BlockScales<'_> {
                 self.s.len()
             );
         }
+        if !self.quants.is_empty() {
+            // A pair of rows reads the partner of an odd last row too.
+            let quants_needed = ((blocks - 1) * self.stride + rows.next_multiple_of(2)) * 32;
+            assert!(
+                self.quants.len() >= quants_needed,
+                "quant table of {} bytes for {blocks} blocks x {rows} rows",
+                self.quants.len()
+            );
+        }
     }
+}
+
+/// Bytes of [`block_quants`]'s table for `rows` rows of `n` elements (with room for the
+/// partner of an odd last row).
+pub fn block_quants_len(n: usize, rows: usize) -> usize {
+    (n / 32 * rows + 1) * 32
+}
+
+/// Copies the quants of the `rows` activation rows of `n` elements in `activations`
+/// (format Q8_0 or Q8_1) into `quants` block-major, as [`BlockScales::quants`] describes
+/// with `stride == rows`; `quants` is [`block_quants_len`] long. Returns `false` (and
+/// leaves `quants` alone) for other formats.
+///
+/// # Panics
+/// When a length disagrees.
+pub fn block_quants(
+    format: ActivationFormat,
+    activations: &[u8],
+    rows: usize,
+    n: usize,
+    quants: &mut [u8],
+) -> bool {
+    let block_bytes = match format {
+        ActivationFormat::Q8_0 => 34,
+        ActivationFormat::Q8_1 => 36,
+        _ => return false,
+    };
+    let row_bytes = activation_row_bytes(format, n);
+    assert_eq!(
+        activations.len(),
+        rows * row_bytes,
+        "{rows} activation rows of {n}"
+    );
+    assert_eq!(
+        quants.len(),
+        block_quants_len(n, rows),
+        "quant table length"
+    );
+    let tail = quants.len() - 32;
+    quants[tail..].fill(0);
+    for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
+        for (i, block) in row.chunks_exact(block_bytes).enumerate() {
+            let at = (i * rows + t) * 32;
+            quants[at..at + 32].copy_from_slice(&block[block_bytes - 32..]);
+        }
+    }
+    true
 }
 
 /// Values in each table of [`block_scales`] for `rows` rows of `n` elements.

@@ -246,7 +246,7 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
         };
         let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
         for n in lengths(ty) {
-            let rows = 11;
+            let rows = 19;
             let weights: Vec<u8> = (0..rows)
                 .flat_map(|r| weight_row(ty, n, r % 2 == 1, &mut random))
                 .collect();
@@ -260,10 +260,21 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
             let len = block_scales_len(n, rows);
             let (mut d, mut s) = (vec![f32::NAN; len], vec![f32::NAN; len]);
             let has_tables = block_scales(format, &activations, rows, n, &mut d, &mut s);
-            let scales = BlockScales {
+            let mut quants = vec![0xa5u8; block_quants_len(n, rows)];
+            let has_quants = block_quants(format, &activations, rows, n, &mut quants);
+            assert_eq!(
+                has_quants, has_tables,
+                "{ty}: quant and scale tables go together"
+            );
+            let plain = BlockScales {
                 d: &d,
                 s: &s,
+                quants: &[],
                 stride: rows,
+            };
+            let with_quants = BlockScales {
+                quants: &quants,
+                ..plain
             };
             let mut levels = levels();
             levels.push(SimdLevel::Scalar);
@@ -287,7 +298,7 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                 if let Some(tile) = tile_fn(ty, level) {
                     assert!(has_tables, "{ty} has a tile kernel but no scale tables");
                     let w = &weights[..w_bytes];
-                    for first in 0..rows {
+                    for (first, scales) in (0..rows).flat_map(|f| [(f, plain), (f, with_quants)]) {
                         for count in 1..=rows - first {
                             let a = &activations[first * a_bytes..(first + count) * a_bytes];
                             let mut out = vec![0.0f32; count];

@@ -85,6 +85,17 @@ fn round_ties_even(value: f32) -> f32 {
 /// This differs from the reference quantizer above (which multiplies by `1 / d` and rounds
 /// half away from zero) in rare last-bit cases, and activations must match ggml-cpu.
 fn quantize_activation_block(x: &[f32], q: &mut [i8; 32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        let x: &[f32; 32] = x.try_into().expect("blocks of 32 values");
+        // SAFETY: AVX2 was detected just above.
+        return unsafe { x86::quantize_activation_block(x, q) };
+    }
+    quantize_activation_block_scalar(x, q)
+}
+
+/// The portable twin of [`quantize_activation_block`].
+fn quantize_activation_block_scalar(x: &[f32], q: &mut [i8; 32]) -> f32 {
     let amax = absolute_max(x);
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -125,6 +136,46 @@ pub fn quantize_row_q8_1_activation(x: &[f32], y: &mut [BlockQ8_1]) {
     }
 }
 
+/// AVX2 activation quantization: the same operations as the scalar twin, eight lanes at a
+/// time (`max` of absolute values is exact in any order; `vroundps` to nearest is the
+/// scalar's ties-to-even rounding).
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// See [`super::quantize_activation_block`].
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_activation_block(x: &[f32; 32], q: &mut [i8; 32]) -> f32 {
+        let sign = _mm256_set1_ps(-0.0);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.as_ptr().add(8 * i)));
+        let mut max = _mm256_andnot_ps(sign, v[0]);
+        for lane in &v[1..] {
+            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, *lane));
+        }
+        let quad = _mm_max_ps(_mm256_extractf128_ps::<1>(max), _mm256_castps256_ps128(max));
+        let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
+        let amax = _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let ints: [__m256i; 4] = std::array::from_fn(|i| {
+            let scaled = _mm256_mul_ps(v[i], id);
+            _mm256_cvtps_epi32(_mm256_round_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(scaled))
+        });
+        // Packing interleaves the 128-bit lanes; the permute puts the bytes back in order.
+        let words_low = _mm256_packs_epi32(ints[0], ints[1]);
+        let words_high = _mm256_packs_epi32(ints[2], ints[3]);
+        let bytes = _mm256_packs_epi16(words_low, words_high);
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr().cast(), ordered);
+        d
+    }
+}
+
 #[cfg(test)]
 mod activation_tests {
     use super::*;
@@ -147,6 +198,37 @@ mod activation_tests {
         let mut reference = [BlockQ8_0::zeroed()];
         quantize_row_q8_0(&x, &mut reference);
         assert_eq!(&reference[0].qs[..5], &[127, 3, -3, 4, -1]);
+    }
+
+    #[test]
+    fn simd_activation_blocks_equal_the_scalar_twin() {
+        let mut state = 0x9e37_79b9u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        for case in 0..2000 {
+            let scale = [1e-3f32, 0.5, 3.0, 1e4][case % 4];
+            let mut x: Vec<f32> = (0..32)
+                .map(|_| (next() as f32 / u32::MAX as f32 - 0.5) * scale)
+                .collect();
+            if case % 7 == 0 {
+                // Exact ties after scaling by 127 / amax = 1.
+                x[0] = 127.0;
+                x[1] = 2.5;
+                x[2] = -0.5;
+            }
+            if case % 11 == 0 {
+                x.fill(0.0);
+            }
+            let (mut simd, mut scalar) = ([0i8; 32], [0i8; 32]);
+            let d = quantize_activation_block(&x, &mut simd);
+            let d_scalar = quantize_activation_block_scalar(&x, &mut scalar);
+            assert_eq!(d.to_bits(), d_scalar.to_bits(), "case {case}");
+            assert_eq!(simd, scalar, "case {case}");
+        }
     }
 
     #[test]

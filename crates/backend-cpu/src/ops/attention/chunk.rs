@@ -2,16 +2,17 @@
 //! one query head at a time, keys one by one with an online softmax.
 
 use half::f16;
-use rayon::prelude::*;
 use runit_backend::SequenceSpan;
 
 use super::{CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
-use crate::CpuBackend;
+use crate::{CpuBackend, SharedRows};
 
 /// Fewest key positions (summed over rows and heads) worth handing to the thread pool.
 const PARALLEL_MIN_KEYS: usize = 4096;
+/// Chunks per thread (uneven context lengths balance out over several).
+const CHUNKS_PER_THREAD: usize = 8;
 
 /// Per-worker buffers: Q rounded to f16 and the f16 V accumulator.
 struct Scratch {
@@ -62,13 +63,17 @@ pub fn run(
         .map(|span| span.rows * (span.start_position + span.rows))
         .sum::<usize>()
         * heads;
-    if backend.threads > 1 && end_row * heads > 1 && keys >= PARALLEL_MIN_KEYS {
-        backend.pool.install(|| {
-            out.par_chunks_mut(head_dim)
-                .enumerate()
-                .for_each_init(new_scratch, |scratch, (index, dst)| {
-                    task(scratch, index, dst)
-                });
+    let units = end_row * heads;
+    if backend.threads > 1 && units > 1 && keys >= PARALLEL_MIN_KEYS {
+        let per_chunk = units.div_ceil(backend.threads * CHUNKS_PER_THREAD);
+        let shared = SharedRows::new(out, head_dim);
+        backend.run_chunks(units.div_ceil(per_chunk), &|chunk| {
+            let mut scratch = new_scratch();
+            let first = chunk * per_chunk;
+            for index in first..(first + per_chunk).min(units) {
+                // SAFETY: chunks cover disjoint (row, head) ranges.
+                task(&mut scratch, index, unsafe { shared.row(index) });
+            }
         });
     } else {
         let mut scratch = new_scratch();

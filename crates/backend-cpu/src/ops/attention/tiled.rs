@@ -4,7 +4,6 @@
 //! fused multiply-add chain over the head dimension, the softmax is online per key tile
 //! (the tile's exponentials summed in f64), and V is accumulated with fused multiply-adds.
 
-use rayon::prelude::*;
 use runit_backend::SequenceSpan;
 
 use super::{CacheRow, Problem};
@@ -40,13 +39,16 @@ pub fn run(backend: &CpuBackend, problem: &Problem<'_>, spans: &[SequenceSpan], 
     }
     let isa = backend.isa;
     let results: Vec<Vec<f32>> = if backend.threads > 1 && tasks.len() > 1 {
-        backend.pool.install(|| {
-            tasks
-                .par_iter()
-                .with_max_len(1)
-                .map(|task| tile(isa, problem, task))
-                .collect()
-        })
+        let slots: Vec<std::sync::Mutex<Vec<f32>>> =
+            tasks.iter().map(|_| Default::default()).collect();
+        backend.run_chunks(tasks.len(), &|index| {
+            let result = tile(isa, problem, &tasks[index]);
+            *slots[index].lock().expect("each slot is filled once") = result;
+        });
+        slots
+            .into_iter()
+            .map(|slot| slot.into_inner().expect("no chunk panicked"))
+            .collect()
     } else {
         tasks.iter().map(|task| tile(isa, problem, task)).collect()
     };

@@ -24,7 +24,7 @@ use crate::GgmlType;
 
 /// `[d, m, d, m]` of a Q4_1/Q5_1 block: its first four bytes, one load and one conversion.
 #[inline(always)]
-unsafe fn scale_and_minimum(p: *const u8) -> __m128 {
+pub(super) unsafe fn scale_and_minimum(p: *const u8) -> __m128 {
     let bits = p.cast::<i32>().read_unaligned();
     _mm_cvtph_ps(_mm_set1_epi32(bits))
 }
@@ -308,7 +308,13 @@ pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
     match level {
         SimdLevel::Avx2 => table!(weight, avx2, tile, TileFn),
         SimdLevel::AvxVnni => table!(weight, avx_vnni, tile, TileFn),
-        SimdLevel::Avx512Vnni => table!(weight, avx512_vnni, tile, TileFn),
+        SimdLevel::Avx512Vnni => table!(weight, self, pairs_tile, TileFn),
         _ => None,
     }
+}
+
+/// The AVX-512 tile kernel: two activation rows per register where the block-major quants
+/// are at hand (`pairs.rs`), the 256-bit kernel otherwise.
+fn pairs_tile<W: Legacy>(n: usize, w: &[u8], a: &[u8], scales: BlockScales<'_>, out: &mut [f32]) {
+    super::pairs::tile::<W>(n, w, a, scales, out, avx512_vnni::tile::<W>)
 }

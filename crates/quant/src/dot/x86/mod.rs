@@ -9,6 +9,7 @@ mod batched;
 mod float;
 mod kquants;
 mod legacy;
+mod pairs;
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;

@@ -1,0 +1,64 @@
+//! Scheduler throughput without HTTP: `N` greedy requests of `T` tokens submitted at once,
+//! against the same requests one at a time; prints aggregate generated tok/s of both.
+//!
+//! `cargo run --release -p runit-engine --example batch_decode -- MODEL [N] [T] [THREADS]`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use runit_engine::scheduler::{Request, Scheduler, SchedulerConfig, SequenceEvent};
+use runit_model::Model;
+
+fn run(scheduler: &Scheduler, prompts: &[Vec<u32>], tokens: usize) -> (usize, f64) {
+    let start = Instant::now();
+    let receivers: Vec<_> = prompts
+        .iter()
+        .map(|prompt| {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            scheduler
+                .submit(Request::greedy(prompt.clone(), tokens), Box::new(sender))
+                .expect("submitted");
+            receiver
+        })
+        .collect();
+    let mut generated = 0;
+    for receiver in receivers {
+        for event in receiver {
+            if let SequenceEvent::Token(_) = event {
+                generated += 1;
+            }
+        }
+    }
+    (generated, start.elapsed().as_secs_f64())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .expect("usage: batch_decode MODEL [N] [T] [THREADS]");
+    let count: usize = args.get(2).map_or(8, |a| a.parse().expect("N"));
+    let tokens: usize = args.get(3).map_or(128, |a| a.parse().expect("T"));
+    let threads: usize = args.get(4).map_or(2, |a| a.parse().expect("THREADS"));
+    let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
+    let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
+    let model = Arc::new(Model::load(file, backend).expect("model loads"));
+    let config = SchedulerConfig {
+        max_sequences: count,
+        ..SchedulerConfig::default()
+    };
+    let scheduler = Scheduler::start(model, &config).expect("scheduler");
+    let prompts: Vec<Vec<u32>> = (0..count as u32)
+        .map(|i| vec![1, 504 + i, 314 + 7 * i, 28 + i])
+        .collect();
+    // A first pass faults the weights in.
+    run(&scheduler, &prompts[..1], 8);
+    let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
+    let (all, all_time) = run(&scheduler, &prompts, tokens);
+    let single = one as f64 / one_time;
+    let batched = all as f64 / all_time;
+    println!(
+        "one request: {single:.1} tok/s; {count} at once: {batched:.1} tok/s ({:.2}x)",
+        batched / single
+    );
+}
