@@ -12,7 +12,7 @@ mode=${1:-tests}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ "$mode" = tests ]; then
   export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
-  for t in nvrtc parity ops_gpu matmul_gpu; do
+  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
     timeout 150 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1

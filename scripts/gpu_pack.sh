@@ -19,7 +19,7 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         name = m["target"]["name"]
-        if name in ("parity", "ops_gpu", "matmul_gpu", "fidelity", "perplexity", "nvrtc"):
+        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "fidelity", "perplexity", "nvrtc"):
             shutil.copy(m["executable"], "device/bin/" + name)
 '
   golden=../shared/golden

@@ -11,6 +11,9 @@ use runit_backend::{
 use runit_quant::GgmlType;
 
 use crate::memory::{buffer_ptr, check_len, DeviceBuffer, DeviceKv, DeviceWeight};
+
+/// Downloads of at least this many values go through page-locked staging memory.
+const PINNED_DOWNLOAD_MIN: usize = 1 << 14;
 use crate::step::{self, HostIdentity};
 use crate::{device_address, fused_ops, grid_for, launch, matmul, ops, CudaBackend};
 
@@ -60,6 +63,9 @@ impl Backend for CudaBackend {
                 what: "buffer",
             })?;
         let view = device.slice.slice(..out.len());
+        if out.len() >= PINNED_DOWNLOAD_MIN {
+            return self.download_pinned(&view, out);
+        }
         self.stream
             .memcpy_dtoh(&view, out)
             .map_err(|e| self.driver_error("download", e))?;

@@ -27,6 +27,7 @@ pub const HEADERS: &[KernelSource] = &[
     source!("common.cuh"),
     source!("quant_blocks.cuh"),
     source!("dequant.cuh"),
+    source!("quantize.cuh"),
     source!("matvec.cuh"),
 ];
 

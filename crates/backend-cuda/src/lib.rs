@@ -66,6 +66,9 @@ pub struct CudaBackend {
     writes: std::sync::atomic::AtomicU64,
     /// Attention's decode partials, kept between calls (one stream orders all work).
     attention_scratch: Mutex<Option<CudaSlice<f32>>>,
+    /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
+    /// the device instead of the driver staging a pageable copy; grown as needed.
+    download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
 }
 
 impl CudaBackend {
@@ -117,7 +120,45 @@ impl CudaBackend {
             matmul: matmul::MatmulState::default(),
             writes: std::sync::atomic::AtomicU64::new(0),
             attention_scratch: Mutex::new(None),
+            download_staging: Mutex::new(None),
         })
+    }
+
+    /// Copies `view` into `out` through the page-locked staging buffer (one DMA, then a host
+    /// copy), growing the buffer when `out` is larger than any download before.
+    fn download_pinned(
+        &self,
+        view: &cudarc::driver::CudaView<'_, f32>,
+        out: &mut [f32],
+    ) -> Result<(), runit_backend::BackendError> {
+        let error = |e| self.driver_error("download", e);
+        let mut staging = self
+            .download_staging
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if staging
+            .as_ref()
+            .is_none_or(|pinned| pinned.len() < out.len())
+        {
+            *staging = None;
+            // Flags 0: cached page-locked memory (write-combined memory is slow to read).
+            // SAFETY: the copy below writes every value that is read afterwards.
+            let pinned = unsafe { self.context.alloc_pinned_with_flags::<f32>(out.len(), 0) }
+                .map_err(error)?;
+            *staging = Some(pinned);
+        }
+        let pinned = staging
+            .as_mut()
+            .expect("allocated above")
+            .as_mut_slice()
+            .map_err(error)?;
+        // Only the view's length: a copy into the whole (possibly longer) staging buffer
+        // would read past the view.
+        let host = &mut pinned[..out.len()];
+        self.stream.memcpy_dtoh(view, host).map_err(error)?;
+        self.stream.synchronize().map_err(error)?;
+        out.copy_from_slice(host);
+        Ok(())
     }
 
     /// The device's marketing name (e.g. "NVIDIA H200").
