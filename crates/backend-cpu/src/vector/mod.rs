@@ -4,7 +4,9 @@
 //! Every kernel reproduces what ggml-cpu computed for the reference outputs (AVX-512 machine,
 //! gcc 12, which contracts `a * b + c` into fused multiply-adds): the dot products sum exact
 //! products in f64 (see [`dot_f16`]); the multiply-adds are fused and, for f16, rounded back
-//! to f16 after each step; the scalings are plain products. The loops mirror ggml's
+//! to f16 after each step; the scalings are plain products. That machine also has
+//! AVX512-FP16, so the f16 kernels handle the first `n - n % 128` elements of a row in native
+//! f16 arithmetic (`runit_quant::dot::half_arith`: head_dim 128 and up). The loops mirror ggml's
 //! `ggml_vec_dot_f16`, `ggml_vec_dot_f32`, `ggml_vec_mad_f16/f32`, `ggml_vec_scale_f16/f32`
 //! and `ggml_vec_swiglu_f32` (see [`silu`]). The AVX2 path and the scalar twin agree bit for
 //! bit.
@@ -14,6 +16,7 @@ mod silu;
 mod x86;
 
 use half::f16;
+use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
 
@@ -56,13 +59,25 @@ fn reduce(acc: &[f64; DOT_LANES]) -> f64 {
 
 /// `sum_i a[i] * b[i]` of two f16 rows (`a.len() == b.len()`), rounded to f32.
 ///
-/// The reference accumulates the (exact) f32 products in f64 (`ggml_float`), as ggml's
-/// scalar `ggml_vec_dot_f16` loop does; the layer dumps of the reference agree with that
-/// and not with ggml's 16-lane f32 SIMD reduction. An f64 sum of such products is exact
-/// unless their exponents span more than ~30 binades, so the eight f64 partial sums used
-/// here give the same f32 result as the sequential loop in practice, at SIMD speed.
+/// The reference machine has AVX512-FP16, so ggml's `ggml_vec_dot_f16` sums the first
+/// `n - n % 128` products in native f16 arithmetic (`runit_quant::dot::half_arith`); the
+/// remaining (exact f32) products are added one by one in f64 (`ggml_float`) and the total
+/// rounded to f32. Below 128 elements everything is that f64 loop: an f64 sum of such
+/// products is exact unless their exponents span more than ~30 binades, so the eight f64
+/// partial sums used here give the same f32 result as the sequential loop in practice, at
+/// SIMD speed.
 pub fn dot_f16(isa: Isa, a: &[f16], b: &[f16]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
+    let n = a.len().min(b.len());
+    let native = half_arith::body_len(n);
+    if native > 0 {
+        // `sumf` starts from the f16 sum of the native part, then takes the leftovers in order.
+        let mut sum = f64::from(half_arith::dot_body(&a[..n], &b[..n]));
+        for (x, y) in a[native..n].iter().zip(&b[native..n]) {
+            sum += f64::from(x.to_f32() * y.to_f32());
+        }
+        return sum as f32;
+    }
     match isa {
         // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
@@ -115,9 +130,14 @@ pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// `y[i] = f16(y[i] + x[i] * v)` with the multiply-add fused in f32.
+/// `y[i] = f16(y[i] + x[i] * v)` with the multiply-add fused in f32; the first
+/// `n - n % 128` elements in native f16 arithmetic as the reference computes them
+/// (`y[i] = fma(x[i], f16(v), y[i])`, see [`dot_f16`]).
 pub fn mad_f16(isa: Isa, y: &mut [f16], x: &[f16], v: f32) {
     debug_assert_eq!(x.len(), y.len());
+    let native = half_arith::body_len(y.len().min(x.len()));
+    half_arith::mad_body(y, x, v);
+    let (y, x) = (&mut y[native..], &x[native..]);
     match isa {
         // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
@@ -130,8 +150,12 @@ pub fn mad_f16(isa: Isa, y: &mut [f16], x: &[f16], v: f32) {
     }
 }
 
-/// `y[i] = f16(y[i] * v)`.
+/// `y[i] = f16(y[i] * v)`; the first `n - n % 128` elements as `f16(y[i] * f16(v))` in
+/// native f16 arithmetic (see [`dot_f16`]).
 pub fn scale_f16(isa: Isa, y: &mut [f16], v: f32) {
+    let native = half_arith::body_len(y.len());
+    half_arith::scale_body(y, v);
+    let y = &mut y[native..];
     match isa {
         // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]

@@ -2,17 +2,23 @@
 //! ggml-cpu's AVX-512 `ggml_vec_dot_{f32,f16,bf16}` (what llama.cpp runs for one activation
 //! row, or for any row count where tinyBLAS declines).
 //!
-//! F32 and F16 (`GGML_F32_STEP` / `GGML_F16_STEP` = 64, four 16-lane accumulators): element
-//! `i < n - n % 64` goes by FMA into accumulator `(i / 16) % 4`, lane `i % 16`; then
-//! `acc0 += acc2`, `acc1 += acc3`, `acc0 += acc1` and `_mm512_reduce_add_ps(acc0)`
-//! ([`reduce16`]). The last `n % 64` products are added one by one: in f32 for F32 (fused,
-//! as gcc contracts `sumf += x[i]*y[i]`), in f64 for F16, whose sum is then rounded to f32.
+//! F32 (`GGML_F32_STEP` = 64, four 16-lane accumulators): element `i < n - n % 64` goes by
+//! FMA into accumulator `(i / 16) % 4`, lane `i % 16`; then `acc0 += acc2`, `acc1 += acc3`,
+//! `acc0 += acc1` and `_mm512_reduce_add_ps(acc0)` ([`reduce16`]). The last `n % 64`
+//! products are added one by one in f32 (fused, as gcc contracts `sumf += x[i]*y[i]`).
+//!
+//! F16: the reference CPU has AVX512-FP16, so `GGML_F16_STEP` is 128 and the first
+//! `n - n % 128` products are summed in native f16 arithmetic ([`half_arith`]); the f16
+//! result starts an f64 sum of the remaining products, which is then rounded to f32.
 //!
 //! BF16 (AVX512_BF16): per 64 elements, `vdpbf16ps` of elements `[i, i + 32)` into `c1` and of
 //! `[i + 32, i + 64)` into `c2` (lane `q` takes the odd element `2q + 1` first, then `2q`);
 //! the sum is `f64(reduce(c1)) + f64(reduce(c2))` plus the leftover products in f64, rounded
 //! to f32. Products of two f16 or two bf16 values are exact in f32.
 
+use half::f16;
+
+use super::half_arith;
 use super::lanes::{hsum8, Lanes};
 use crate::dequant::bf16_bits_to_f32;
 
@@ -126,17 +132,43 @@ pub(crate) fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     f32_tail(reduce_four(&acc), n - n % FLOAT_STEP, n, w, a)
 }
 
-/// F16 x F16.
+/// F16 x F16 (scalar twin): the first `n - n % 128` products in native f16 arithmetic (see
+/// [`half_arith`]), the rest added in f64, rounded to f32.
 pub(crate) fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_f16_with(n, w, a, half_arith::dot_body_scalar)
+}
+
+/// `ggml_vec_dot_f16` on an AVX512-FP16 machine, with `body` computing the native part.
+pub(crate) fn dot_f16_with(n: usize, w: &[u8], a: &[u8], body: fn(&[f16], &[f16]) -> f16) -> f32 {
     checked_len(n, 2, w, a);
-    let acc = steps_of_four(n, |i| f16_element(w, i), |i| f16_element(a, i));
+    let native = half_arith::body_len(n);
+    let start = if native > 0 {
+        let bytes = 2 * native;
+        let (w_row, a_row) = (f16_row(&w[..bytes]), f16_row(&a[..bytes]));
+        f64::from(body(&w_row, &a_row))
+    } else {
+        0.0
+    };
     f64_tail(
-        f64::from(reduce_four(&acc)),
-        n - n % FLOAT_STEP,
+        start,
+        native,
         n,
         |i| f16_element(w, i),
         |i| f16_element(a, i),
     )
+}
+
+/// `bytes` as f16 values: borrowed when aligned, copied otherwise.
+fn f16_row(bytes: &[u8]) -> std::borrow::Cow<'_, [f16]> {
+    match bytemuck::try_cast_slice::<u8, f16>(bytes) {
+        Ok(values) => std::borrow::Cow::Borrowed(values),
+        Err(_) => std::borrow::Cow::Owned(
+            bytes
+                .chunks_exact(2)
+                .map(|pair| f16::from_le_bytes([pair[0], pair[1]]))
+                .collect(),
+        ),
+    }
 }
 
 /// BF16 x BF16.

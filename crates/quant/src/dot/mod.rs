@@ -33,6 +33,7 @@
 mod batched;
 mod float;
 mod ggml_repack;
+pub mod half_arith;
 mod kquants;
 mod lanes;
 mod legacy;

@@ -6,8 +6,9 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use crate::dot::float::{
-    bf16_element, f16_element, f32_tail, f64_tail, reduce16, reduce_four, FLOAT_STEP,
+    bf16_element, dot_f16_with, f32_tail, f64_tail, reduce16, reduce_four, FLOAT_STEP,
 };
+use crate::dot::half_arith;
 
 /// How to widen eight / sixteen elements of one float format to f32.
 trait Element {
@@ -17,7 +18,6 @@ trait Element {
 }
 
 struct F32;
-struct F16;
 
 impl Element for F32 {
     const BYTES: usize = 4;
@@ -28,18 +28,6 @@ impl Element for F32 {
     #[inline(always)]
     unsafe fn load16(p: *const u8) -> __m512 {
         _mm512_loadu_ps(p.cast())
-    }
-}
-
-impl Element for F16 {
-    const BYTES: usize = 2;
-    #[inline(always)]
-    unsafe fn load8(p: *const u8) -> __m256 {
-        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
-    }
-    #[inline(always)]
-    unsafe fn load16(p: *const u8) -> __m512 {
-        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
     }
 }
 
@@ -92,20 +80,9 @@ unsafe fn steps_avx512<E: Element>(steps: usize, w: *const u8, a: *const u8) -> 
     out
 }
 
-/// The twin's finish of F32 (leftovers fused in f32) or F16 (leftovers in f64).
+/// The twin's finish of F32: the leftovers fused in f32.
 fn finish<E: Element>(n: usize, w: &[u8], a: &[u8], acc: &[[f32; 16]; 4]) -> f32 {
-    let start = n - n % FLOAT_STEP;
-    if E::BYTES == 4 {
-        f32_tail(reduce_four(acc), start, n, w, a)
-    } else {
-        f64_tail(
-            f64::from(reduce_four(acc)),
-            start,
-            n,
-            |i| f16_element(w, i),
-            |i| f16_element(a, i),
-        )
-    }
+    f32_tail(reduce_four(acc), n - n % FLOAT_STEP, n, w, a)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -239,16 +216,10 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { row_avx512::<F32>(n, w, a) }
 }
 
+/// F16 (both levels): the native-f16 part through the AVX2 + F16C kernels of
+/// `half_arith`, the leftovers as the twin.
 pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    check(n, 2, w, a);
-    // SAFETY: handed out only once AVX2/FMA/F16C were detected; lengths checked.
-    unsafe { row_avx2::<F16>(n, w, a) }
-}
-
-pub(super) fn dot_f16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    check(n, 2, w, a);
-    // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
-    unsafe { row_avx512::<F16>(n, w, a) }
+    dot_f16_with(n, w, a, half_arith::dot_body)
 }
 
 pub(super) fn dot_bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -266,62 +237,5 @@ pub(super) fn dot_bf16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     } else {
         // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
         unsafe { bf16_avx512_emulated(n, w, a) }
-    }
-}
-
-/// F16 weights against four activation rows at once: each weight step is widened once.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn f16_tile4(n: usize, w: &[u8], a: &[u8], row_bytes: usize, out: &mut [f32]) {
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    for step in 0..n / FLOAT_STEP {
-        for j in 0..4 {
-            let offset = (FLOAT_STEP * step + 16 * j) * 2;
-            let weights = F16::load16(wp.add(offset));
-            for (c, lanes) in acc.iter_mut().enumerate() {
-                let row = ap.add(c * row_bytes + offset);
-                lanes[j] = _mm512_fmadd_ps(weights, F16::load16(row), lanes[j]);
-            }
-        }
-    }
-    for (c, lanes) in acc.iter().enumerate() {
-        let mut four = [[0.0f32; 16]; 4];
-        for (j, half) in lanes.iter().enumerate() {
-            _mm512_storeu_ps(four[j].as_mut_ptr(), *half);
-        }
-        let row = &a[c * row_bytes..(c + 1) * row_bytes];
-        out[c] = finish::<F16>(n, w, row, &four);
-    }
-}
-
-/// Multi-row F16 kernel (AVX-512).
-pub(super) fn multi_f16_avx512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    if out.is_empty() {
-        return;
-    }
-    let row_bytes = a.len() / out.len();
-    assert_eq!(
-        row_bytes * out.len(),
-        a.len(),
-        "activation rows of equal length"
-    );
-    check(n, 2, w, &a[..row_bytes]);
-    let mut start = 0;
-    while start + 4 <= out.len() {
-        // SAFETY: handed out only once AVX-512 F/BW/VL were detected; four rows of
-        // `row_bytes >= 2n` bytes start at this offset (lengths checked above).
-        unsafe {
-            f16_tile4(
-                n,
-                w,
-                &a[start * row_bytes..],
-                row_bytes,
-                &mut out[start..start + 4],
-            )
-        };
-        start += 4;
-    }
-    for c in start..out.len() {
-        out[c] = dot_f16_avx512(n, w, &a[c * row_bytes..(c + 1) * row_bytes]);
     }
 }

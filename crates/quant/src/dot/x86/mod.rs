@@ -7,6 +7,7 @@
 
 mod batched;
 mod float;
+pub(crate) mod half;
 mod kquants;
 mod legacy;
 mod pairs;
@@ -53,7 +54,7 @@ pub(super) fn dot(weight: GgmlType, level: SimdLevel) -> Option<DotFn> {
         (SimdLevel::Avx2, F16) => Some(float::dot_f16_avx2),
         (SimdLevel::Avx2, BF16) => Some(float::dot_bf16_avx2),
         (SimdLevel::Avx512, F32) => Some(float::dot_f32_avx512),
-        (SimdLevel::Avx512, F16) => Some(float::dot_f16_avx512),
+        (SimdLevel::Avx512, F16) => Some(float::dot_f16_avx2),
         (SimdLevel::Avx512, BF16) => Some(float::dot_bf16_avx512),
         (SimdLevel::Avx2, _) => legacy::dot(weight, level).or_else(|| kquants::dot(weight)),
         (SimdLevel::AvxVnni | SimdLevel::Avx512Vnni, _) => legacy::dot(weight, level),
@@ -70,7 +71,7 @@ pub(super) fn multi_dot(weight: GgmlType, level: SimdLevel) -> Option<MultiDotFn
         (SimdLevel::Avx2, F16) => Some(looped!(float::dot_f16_avx2)),
         (SimdLevel::Avx2, BF16) => Some(looped!(float::dot_bf16_avx2)),
         (SimdLevel::Avx512, F32) => Some(looped!(float::dot_f32_avx512)),
-        (SimdLevel::Avx512, F16) => Some(float::multi_f16_avx512),
+        (SimdLevel::Avx512, F16) => Some(looped!(float::dot_f16_avx2)),
         (SimdLevel::Avx512, BF16) => Some(looped!(float::dot_bf16_avx512)),
         (SimdLevel::Avx2, _) => {
             legacy::multi_dot(weight, level).or_else(|| kquants::multi_dot(weight))

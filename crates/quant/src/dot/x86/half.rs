@@ -1,0 +1,160 @@
+//! AVX2 + F16C kernels of `dot::half_arith` (native f16 arithmetic as AVX512-FP16 does it),
+//! eight lanes at a time, bit-identical to the scalar twins there.
+//!
+//! f16 values are held widened in f32 lanes. A product of two f16 values is exact in f32;
+//! a sum is computed in f32 together with its exact error (two-sum), the f32 result is
+//! turned into the round-to-odd value of the exact sum (adjusting its last bit when the sum
+//! was inexact), and that is rounded to f16 by `vcvtps2ph` (nearest even). Rounding to odd
+//! at 24 bits and then to nearest at 11 or fewer bits gives the correctly rounded result,
+//! which is what the scalar twins compute from f64.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+/// f32 lanes of one register.
+const LANES: usize = 8;
+
+/// Rounds eight f32 lanes to f16 and widens them back.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn round_f16(v: __m256) -> __m256 {
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+}
+
+/// `a + b` (f32 lanes holding f16 values or exact products of two) correctly rounded to f16.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn add_rounded(a: __m256, b: __m256) -> __m256 {
+    let sum = _mm256_add_ps(a, b);
+    let b_part = _mm256_sub_ps(sum, a);
+    let error = _mm256_add_ps(
+        _mm256_sub_ps(a, _mm256_sub_ps(sum, b_part)),
+        _mm256_sub_ps(b, b_part),
+    );
+    // Round to odd: where the sum was inexact and its last bit is even, step one unit
+    // towards the exact value (away from zero when the error has the sum's sign).
+    let bits = _mm256_castps_si256(sum);
+    let one = _mm256_set1_epi32(1);
+    let inexact = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_OQ>(error, _mm256_setzero_ps()));
+    let even = _mm256_cmpeq_epi32(_mm256_and_si256(bits, one), _mm256_setzero_si256());
+    let opposite = _mm256_srai_epi32::<31>(_mm256_xor_si256(bits, _mm256_castps_si256(error)));
+    let step = _mm256_or_si256(opposite, one); // +1 or -1
+    let adjust = _mm256_and_si256(step, _mm256_and_si256(inexact, even));
+    round_f16(_mm256_castsi256_ps(_mm256_add_epi32(bits, adjust)))
+}
+
+/// Loads eight f16 values widened to f32.
+///
+/// # Safety
+/// `p` must point at eight readable f16 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const f16) -> __m256 {
+    // SAFETY: the caller promises eight readable values; `loadu` takes any alignment.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast::<__m128i>()) })
+}
+
+/// Stores eight f32 lanes rounded to f16 (nearest even; exact for lanes holding f16 values).
+///
+/// # Safety
+/// `p` must point at eight writable f16 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store(p: *mut f16, v: __m256) {
+    let packed = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+    // SAFETY: the caller promises eight writable values; `storeu` takes any alignment.
+    unsafe { _mm_storeu_si128(p.cast::<__m128i>(), packed) }
+}
+
+/// `acc[q] = fma(x[step + q], y[step + q], acc[q])` for every 128-element step of the body
+/// (`x.len() == y.len()` is a multiple of 128, `acc` holds 128 lanes).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
+    let n = x.len().min(y.len()) / 128 * 128;
+    let mut lanes = [_mm256_setzero_ps(); 128 / LANES];
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        // SAFETY: 8 values at 8k < 128.
+        *lane = unsafe { load(acc.as_ptr().add(k * LANES)) };
+    }
+    for step in (0..n).step_by(128) {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let at = step + k * LANES;
+            // SAFETY: `at + 8 <= n` for both slices.
+            let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
+            *lane = add_rounded(_mm256_mul_ps(a, b), *lane);
+        }
+    }
+    for (k, lane) in lanes.iter().enumerate() {
+        // SAFETY: 8 values at 8k < 128.
+        unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
+    }
+}
+
+/// `y[i] = fma(x[i], v, y[i])` in f16 for `i < y.len()` (a multiple of 8, `<= x.len()`).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mad(y: &mut [f16], x: &[f16], v: f16) {
+    let n = y.len().min(x.len()) / LANES * LANES;
+    let scale = _mm256_set1_ps(v.to_f32());
+    for at in (0..n).step_by(LANES) {
+        // SAFETY: `at + 8 <= n` for both slices.
+        unsafe {
+            let (a, b) = (load(x.as_ptr().add(at)), load(y.as_ptr().add(at)));
+            store(
+                y.as_mut_ptr().add(at),
+                add_rounded(_mm256_mul_ps(a, scale), b),
+            );
+        }
+    }
+}
+
+/// `y[i] = y[i] * v` in f16 for `i < y.len()` (a multiple of 8).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scale(y: &mut [f16], v: f16) {
+    let n = y.len() / LANES * LANES;
+    let factor = _mm256_set1_ps(v.to_f32());
+    for at in (0..n).step_by(LANES) {
+        // SAFETY: `at + 8 <= n`; the exact f32 product is rounded once to f16.
+        unsafe {
+            let product = _mm256_mul_ps(load(y.as_ptr().add(at)), factor);
+            store(y.as_mut_ptr().add(at), product);
+        }
+    }
+}
+
+/// The reduction of `ggml_vec_dot_f16`'s four 32-lane accumulators (`acc[32 j + q]` is lane
+/// `q` of register `j`): `r0 += r2`, `r1 += r3`, `r0 += r1`, then gcc's
+/// `_mm512_reduce_add_ph` down to four lanes `[t0, t1, t2, t3]` (the caller finishes with
+/// `(t0 + t2) + (t1 + t3)`). Every addition rounds to f16.
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
+    let at = |k: usize| {
+        // SAFETY: 8 values at 8k < 128.
+        unsafe { load(acc.as_ptr().add(k * LANES)) }
+    };
+    // Registers 0..4 are vectors 4j..4j + 4.
+    let mut first = [at(0), at(1), at(2), at(3)];
+    for (k, lane) in first.iter_mut().enumerate() {
+        let (second, third, fourth) = (at(4 + k), at(8 + k), at(12 + k));
+        *lane = add_rounded(add_rounded(*lane, third), add_rounded(second, fourth));
+    }
+    // 32 lanes: 16 + 16, then 8 + 8.
+    let sixteen = [
+        add_rounded(first[0], first[2]),
+        add_rounded(first[1], first[3]),
+    ];
+    let eight = add_rounded(sixteen[0], sixteen[1]);
+    let four = add_rounded(eight, _mm256_permute2f128_ps::<1>(eight, eight));
+    let mut out = [f16::ZERO; LANES];
+    // SAFETY: eight writable values.
+    unsafe { store(out.as_mut_ptr(), four) };
+    [out[0], out[1], out[2], out[3]]
+}
