@@ -74,6 +74,15 @@ impl Backend for CudaBackend {
             .map_err(|e| self.driver_error("download", e))
     }
 
+    fn greedy_pick(
+        &self,
+        logits: &Buffer,
+        rows: usize,
+        width: usize,
+    ) -> Result<Vec<runit_backend::Pick>, BackendError> {
+        ops::pick::greedy_pick(self, logits, rows, width)
+    }
+
     fn load_weight(
         &self,
         name: &str,

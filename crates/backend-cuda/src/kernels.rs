@@ -40,6 +40,7 @@ pub const SOURCES: &[KernelSource] = &[
     source!("attention.cu"),
     source!("attention_mma.cu"),
     source!("rows.cu"),
+    source!("pick.cu"),
     source!("embedding.cu"),
     source!("convert.cu"),
     source!("matvec_float.cu"),

@@ -69,6 +69,8 @@ pub struct CudaBackend {
     /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
     /// the device instead of the driver staging a pageable copy; grown as needed.
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
+    /// The greedy picks' device output, kept between calls.
+    pick_scratch: Mutex<Option<CudaSlice<u32>>>,
 }
 
 impl CudaBackend {
@@ -121,6 +123,7 @@ impl CudaBackend {
             writes: std::sync::atomic::AtomicU64::new(0),
             attention_scratch: Mutex::new(None),
             download_staging: Mutex::new(None),
+            pick_scratch: Mutex::new(None),
         })
     }
 
@@ -159,6 +162,11 @@ impl CudaBackend {
         self.stream.synchronize().map_err(error)?;
         out.copy_from_slice(host);
         Ok(())
+    }
+
+    /// The greedy picks' device output (ops/pick.rs).
+    pub(crate) fn pick_scratch(&self) -> &Mutex<Option<CudaSlice<u32>>> {
+        &self.pick_scratch
     }
 
     /// The device's marketing name (e.g. "NVIDIA H200").

@@ -596,3 +596,42 @@ fn attention_timings() {
     cuda.end_step().expect("end_step");
     println!("one-element add in a graph: {micros:.1} us per kernel node");
 }
+
+#[test]
+fn greedy_picks_match_the_host() {
+    // The device's argmax (first of equal maxima, NaNs never win) and log-probability
+    // against `runit_backend::pick::pick_row`, over vocabulary-sized rows with planted ties.
+    let Some(cuda) = cuda() else { return };
+    let mut rng = Rng::new(0x91c);
+    for (rows, width) in [(1usize, 151_936usize), (3, 49_152), (2, 7), (5, 1000)] {
+        let mut values = rng.values(rows * width, -20.0, 20.0);
+        for r in 0..rows {
+            let row = &mut values[r * width..(r + 1) * width];
+            if width > 10 {
+                // Two equal maxima: the first must win; a NaN (row 0) must not.
+                row[width / 3] = 30.0;
+                row[width / 2] = 30.0;
+                if r == 0 {
+                    row[width / 4] = f32::NAN;
+                }
+            }
+        }
+        let logits = buffer(&cuda, &values).expect("logits");
+        let picks = cuda.greedy_pick(&logits, rows, width).expect("greedy_pick");
+        assert_eq!(picks.len(), rows);
+        for (r, pick) in picks.iter().enumerate() {
+            let expected = runit_backend::pick::pick_row(&values[r * width..(r + 1) * width]);
+            assert_eq!(pick.id, expected.id, "{rows} x {width}, row {r}");
+            // A NaN logit makes the softmax (so the log-probability) NaN on both sides.
+            let both_nan = pick.logprob.is_nan() && expected.logprob.is_nan();
+            assert!(
+                both_nan
+                    || (pick.logprob - expected.logprob).abs()
+                        <= 1e-4 * expected.logprob.abs().max(1.0),
+                "{rows} x {width}, row {r}: log-probability {} vs {}",
+                pick.logprob,
+                expected.logprob
+            );
+        }
+    }
+}

@@ -13,12 +13,14 @@
 mod buffer;
 mod error;
 mod ops;
+pub mod pick;
 pub mod testing;
 pub mod unfused;
 
 pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
 pub use ops::{AttentionParams, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey};
+pub use pick::Pick;
 
 use runit_quant::GgmlType;
 
@@ -48,6 +50,20 @@ pub trait Backend: Send + Sync {
 
     /// Copies the first `out.len()` elements of `buffer` into `out` (waits for pending work).
     fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError>;
+
+    /// The greedy [`Pick`] of each of the first `rows` rows of `width` logits in `logits`
+    /// (waits for pending work). The default downloads the rows and picks on the host; a
+    /// device backend picks on the device and downloads only the picks.
+    fn greedy_pick(
+        &self,
+        logits: &Buffer,
+        rows: usize,
+        width: usize,
+    ) -> Result<Vec<Pick>, BackendError> {
+        let mut host = vec![0.0; rows * width];
+        self.download(logits, &mut host)?;
+        Ok(host.chunks(width.max(1)).map(pick::pick_row).collect())
+    }
 
     /// Makes a weight usable by this backend. `bytes` is the packed tensor as stored in the
     /// file; a host backend may keep referring to it (zero copy), a device backend uploads it.

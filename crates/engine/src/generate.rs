@@ -93,20 +93,39 @@ pub fn generate(
     for &t in prompt {
         sampler.accept(t);
     }
+    // Plain greedy decoding needs only each step's largest logit: picked where the logits
+    // are (on a GPU, no vocabulary-sized download per token).
+    let plain_greedy = params.top_logprobs == 0 && sampler.is_plain_argmax();
     let started = Instant::now();
-    let mut logits = session.eval(prompt, false, None)?.to_vec();
+    let mut logits = Vec::new();
+    let mut pick = None;
+    if plain_greedy {
+        pick = Some(session.eval_greedy(prompt)?);
+    } else {
+        logits = session.eval(prompt, false, None)?.to_vec();
+    }
     let prompt_time = started.elapsed();
     let decode_started = Instant::now();
     let mut tokens = Vec::new();
     let stop = loop {
-        let top = if params.top_logprobs > 0 {
-            top_logprobs(&logits, params.top_logprobs)
-        } else {
-            Vec::new()
+        let (id, logprob, top) = match pick {
+            Some(pick) => (pick.id, f64::from(pick.logprob), Vec::new()),
+            None => {
+                let top = if params.top_logprobs > 0 {
+                    top_logprobs(&logits, params.top_logprobs)
+                } else {
+                    Vec::new()
+                };
+                let logprob_source = logits.clone();
+                let id = sampler.sample(&mut logits);
+                // The same value as in `top` when the token is listed there.
+                let logprob = top.iter().find(|&&(token, _)| token == id).map_or_else(
+                    || crate::sampler::log_probability(&logprob_source, id),
+                    |&(_, value)| value,
+                );
+                (id, logprob, top)
+            }
         };
-        let logprob_source = logits.clone();
-        let id = sampler.sample(&mut logits);
-        let logprob = crate::sampler::log_probability(&logprob_source, id);
         sampler.accept(id);
         tokens.push(id);
         let keep_going = on_token(&GeneratedToken { id, logprob, top });
@@ -119,8 +138,12 @@ pub fn generate(
         if tokens.len() >= params.max_tokens || session.n_past() + 1 > session.context_size() - 1 {
             break StopReason::Limit;
         }
-        logits.clear();
-        logits.extend_from_slice(session.eval(&[id], false, None)?);
+        if plain_greedy {
+            pick = Some(session.eval_greedy(&[id])?);
+        } else {
+            logits.clear();
+            logits.extend_from_slice(session.eval(&[id], false, None)?);
+        }
     };
     Ok(GenerationOutput {
         tokens,

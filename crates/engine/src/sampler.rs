@@ -195,6 +195,16 @@ impl Sampler {
         c[c.len() - 1].0
     }
 
+    /// True when [`Sampler::sample`] is the plain argmax of the logits: greedy, with no
+    /// penalty that would change them.
+    pub fn is_plain_argmax(&self) -> bool {
+        let p = &self.params;
+        p.is_greedy()
+            && p.repeat_penalty == 1.0
+            && p.frequency_penalty == 0.0
+            && p.presence_penalty == 0.0
+    }
+
     fn apply_penalties(&self, logits: &mut [f32]) {
         let p = &self.params;
         if self.recent.is_empty()
@@ -246,63 +256,10 @@ fn softmax_sorted(candidates: &[(u32, f32)], temperature: f32) -> Vec<f64> {
     probs
 }
 
-/// `ln(softmax(logits)[id])` for a generated token: one pass over the vocabulary with a
-/// vectorizable exponential (relative error below 1e-6, far under what a reported
-/// log-probability shows), where [`log_softmax`] calls the f64 `exp` per entry. Perplexity
-/// keeps the exact [`log_softmax`].
+/// `ln(softmax(logits)[id])` for a generated token, in one vectorizable pass (see
+/// [`runit_backend::pick::log_probability`]); perplexity keeps the exact [`log_softmax`].
 pub fn log_probability(logits: &[f32], id: u32) -> f64 {
-    const LANES: usize = 16;
-    let mut maxima = [f32::NEG_INFINITY; LANES];
-    let chunks = logits.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for chunk in chunks.clone() {
-        for (max, &l) in maxima.iter_mut().zip(chunk) {
-            *max = if l > *max { l } else { *max };
-        }
-    }
-    let max = tail
-        .iter()
-        .chain(&maxima)
-        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
-    if !max.is_finite() {
-        return f64::NAN;
-    }
-    let mut sums = [0.0f64; LANES];
-    for chunk in chunks {
-        let mut terms = [0.0f32; LANES];
-        for (term, &l) in terms.iter_mut().zip(chunk) {
-            *term = exp_nonpositive(l - max);
-        }
-        for (sum, term) in sums.iter_mut().zip(terms) {
-            *sum += f64::from(term);
-        }
-    }
-    let sum = sums.iter().sum::<f64>()
-        + tail
-            .iter()
-            .map(|&l| f64::from(exp_nonpositive(l - max)))
-            .sum::<f64>();
-    f64::from(logits[id as usize]) - f64::from(max) - sum.ln()
-}
-
-/// `e^x` for `x <= 0` without a library call: `2^n * 2^f` with `n` the nearest integer of
-/// `x * log2(e)` and a degree-6 polynomial for `2^f`, `|f| <= 1/2`; 0 below `2^-126`.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    let t = (x * std::f32::consts::LOG2_E).max(-126.0);
-    let n = (t + 12_582_912.0) - 12_582_912.0; // round to nearest
-    let f = t - n;
-    // Taylor coefficients of 2^f = e^(f ln 2), Horner's rule with separate multiplies and
-    // adds (`mul_add` is a library call on CPUs without FMA in the baseline target).
-    let p = 1.540_353_1e-4f32;
-    let p = p * f + 1.333_355_8e-3;
-    let p = p * f + 9.618_129e-3;
-    let p = p * f + 5.550_411e-2;
-    let p = p * f + 2.402_265e-1;
-    let p = p * f + 6.931_472e-1;
-    let p = p * f + 1.0;
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
-    p * scale
+    runit_backend::pick::log_probability(logits, id as usize)
 }
 
 /// Natural-log softmax of `logits` in f64 (for log-probabilities and perplexity).

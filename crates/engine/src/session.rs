@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use runit_backend::{KvType, SequenceSpan};
+use runit_backend::{KvType, Pick, SequenceSpan};
 use runit_model::{Batch, KvState, LayerObserver, Model, Scratch};
 
 use crate::kv_blocks::BlockAllocator;
@@ -31,6 +31,10 @@ impl Default for SessionConfig {
 
 /// Cells per KV block.
 const BLOCK_SIZE: usize = 16;
+
+/// What [`Session::run_chunks`] runs for each chunk: a forward pass of the batch.
+type ChunkPass<'a> = dyn FnMut(&Model, &Batch<'_>, &mut KvState, &mut Scratch) -> Result<(), runit_model::ModelError>
+    + 'a;
 
 /// One sequence being evaluated.
 pub struct Session {
@@ -103,6 +107,63 @@ impl Session {
         all_logits: bool,
         mut observer: Option<&mut (dyn LayerObserver + '_)>,
     ) -> Result<&[f32], EngineError> {
+        let vocab = self.model.config.vocab_size;
+        let mut collected = Vec::new();
+        let mut chunk_logits = std::mem::take(&mut self.chunk_logits);
+        let ran = self.run_chunks(tokens, all_logits, &mut |model, batch, kv, scratch| {
+            model.forward(
+                batch,
+                kv,
+                scratch,
+                &mut chunk_logits,
+                observer.as_deref_mut(),
+            )?;
+            if all_logits {
+                collected.extend_from_slice(&chunk_logits[..batch.tokens.len() * vocab]);
+            }
+            Ok(())
+        });
+        if ran.is_ok() {
+            if all_logits {
+                self.logits = collected;
+            } else {
+                self.logits.clear();
+                self.logits.extend_from_slice(&chunk_logits[..vocab]);
+            }
+        }
+        self.chunk_logits = chunk_logits;
+        ran?;
+        Ok(&self.logits)
+    }
+
+    /// Evaluates `tokens` as [`Session::eval`] does and returns the greedy [`Pick`] of the
+    /// last token (its largest logit and that token's log-probability), picked where the
+    /// logits are: on a GPU, two numbers cross to the host instead of the vocabulary.
+    pub fn eval_greedy(&mut self, tokens: &[u32]) -> Result<Pick, EngineError> {
+        let mut pick = None;
+        self.run_chunks(tokens, false, &mut |model, batch, kv, scratch| {
+            if batch.logit_rows.is_empty() {
+                model.forward(batch, kv, scratch, &mut Vec::new(), None)?;
+            } else {
+                pick = model.forward_greedy(batch, kv, scratch)?.first().copied();
+            }
+            Ok(())
+        })?;
+        pick.ok_or(EngineError::InvalidParameter {
+            name: "tokens",
+            message: "no logits were computed".into(),
+        })
+    }
+
+    /// Runs `tokens` through `pass` chunk by chunk (each a [`Batch`] whose logit rows are the
+    /// last token's, or every token's with `all_logits`), reserving cache blocks and
+    /// advancing the position.
+    fn run_chunks(
+        &mut self,
+        tokens: &[u32],
+        all_logits: bool,
+        pass: &mut ChunkPass<'_>,
+    ) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::InvalidParameter {
                 name: "tokens",
@@ -122,9 +183,6 @@ impl Session {
                 context: self.context_size,
             });
         }
-        let vocab = self.model.config.vocab_size;
-        let mut collected = Vec::new();
-        let mut chunk_logits = std::mem::take(&mut self.chunk_logits);
         let chunk_size = self.scratch.capacity;
         for chunk in tokens.chunks(chunk_size) {
             let start = self.n_past;
@@ -150,25 +208,9 @@ impl Session {
                 spans: &spans,
                 logit_rows: &logit_rows,
             };
-            self.model.forward(
-                &batch,
-                &mut self.kv,
-                &mut self.scratch,
-                &mut chunk_logits,
-                observer.as_deref_mut(),
-            )?;
+            pass(&self.model, &batch, &mut self.kv, &mut self.scratch)?;
             self.n_past = start + chunk.len();
-            if all_logits {
-                collected.extend_from_slice(&chunk_logits[..chunk.len() * vocab]);
-            }
         }
-        if all_logits {
-            self.logits = collected;
-        } else {
-            self.logits.clear();
-            self.logits.extend_from_slice(&chunk_logits[..vocab]);
-        }
-        self.chunk_logits = chunk_logits;
-        Ok(&self.logits)
+        Ok(())
     }
 }

@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, RopeParams, SequenceSpan,
-    StepInputs, StepKey,
+    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, Pick, RopeParams,
+    SequenceSpan, StepInputs, StepKey,
 };
 
 use crate::weights::{FfnWeights, LayerWeights};
@@ -140,6 +140,46 @@ impl Model {
         logits: &mut Vec<f32>,
         mut observer: Option<&mut (dyn LayerObserver + '_)>,
     ) -> Result<(), ModelError> {
+        self.run_pass(batch, kv, scratch, observer.as_deref_mut())?;
+        let c = &self.config;
+        let out_rows = batch.logit_rows.len();
+        if out_rows == 0 {
+            logits.clear();
+            return Ok(());
+        }
+        logits.resize(out_rows * c.vocab_size, 0.0);
+        self.backend.download(&scratch.logits, logits)?;
+        if let Some(obs) = observer {
+            obs.observe("result_output", out_rows, c.vocab_size, logits);
+        }
+        Ok(())
+    }
+
+    /// [`Model::forward`] for greedy decoding: the [`Pick`] (largest logit and its
+    /// log-probability) of each of `batch.logit_rows`, computed where the logits are, so a
+    /// device backend downloads two numbers per row instead of the vocabulary.
+    pub fn forward_greedy(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        scratch: &mut Scratch,
+    ) -> Result<Vec<Pick>, ModelError> {
+        self.run_pass(batch, kv, scratch, None)?;
+        let rows = batch.logit_rows.len();
+        Ok(self
+            .backend
+            .greedy_pick(&scratch.logits, rows, self.config.vocab_size)?)
+    }
+
+    /// The checks and ops of a pass, leaving the logits of `batch.logit_rows` in
+    /// `scratch.logits`.
+    fn run_pass(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        scratch: &mut Scratch,
+        observer: Option<&mut (dyn LayerObserver + '_)>,
+    ) -> Result<(), ModelError> {
         let c = &self.config;
         let b: &dyn Backend = self.backend.as_ref();
         let tokens = batch.tokens.len();
@@ -185,21 +225,11 @@ impl Model {
         let ran = if capture {
             b.run_captured(key, &mut || self.run_layers(batch, kv, scratch, None))
         } else {
-            self.run_layers(batch, kv, scratch, observer.as_deref_mut())
+            self.run_layers(batch, kv, scratch, observer)
         };
         let ended = b.end_step();
         ran?;
         ended?;
-        let out_rows = batch.logit_rows.len();
-        if out_rows == 0 {
-            logits.clear();
-            return Ok(());
-        }
-        logits.resize(out_rows * c.vocab_size, 0.0);
-        b.download(&scratch.logits, logits)?;
-        if let Some(obs) = observer {
-            obs.observe("result_output", out_rows, c.vocab_size, logits);
-        }
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! The non-matmul ops: embedding lookup, norms, RoPE, element-wise ops, the KV cache writes,
-//! attention and the MoE row gather/scatter, and the fused ops that combine some of them.
+//! attention and the MoE row gather/scatter, greedy picks from logits, and the fused ops that
+//! combine some of them.
 
 pub mod attention;
 pub mod elementwise;
@@ -7,5 +8,6 @@ pub mod embedding;
 pub mod fused;
 pub mod kv;
 pub mod norm;
+pub mod pick;
 pub mod rope;
 pub mod rows;

@@ -307,7 +307,11 @@ impl Worker {
         };
         let mut candidates = logits.to_vec();
         let id = sequence.sampler.sample(&mut candidates);
-        let logprob = log_probability(logits, id);
+        // The same value as in `top` when the token is listed there (exact softmax).
+        let logprob = top
+            .iter()
+            .find(|&&(token, _)| token == id)
+            .map_or_else(|| log_probability(logits, id), |&(_, value)| value);
         sequence.sampler.accept(id);
         sequence.generated += 1;
         let delivered =
