@@ -4,6 +4,9 @@
 // numbers per row instead of the row. One block of up to 1024 threads per row.
 #include "common.cuh"
 
+#define PICK_NEG_INF (-__int_as_float(0x7f800000))
+#define PICK_NAN __int_as_float(0x7fc00000)
+
 // (value, index) of the better of two candidates: the larger value, the lower index among
 // equal values. A thread with no candidate yet holds (-inf, 0xffffffff).
 __device__ __forceinline__ void better(float& value, u32& index, float other_value, u32 other_index) {
@@ -21,7 +24,7 @@ extern "C" __global__ void greedy_pick_f32(const float* __restrict__ logits, u32
     const u32 row = blockIdx.x;
     if (row >= rows) return;
     const float* l = logits + (u64)row * width;
-    float best = -INFINITY;
+    float best = PICK_NEG_INF;
     u32 index = 0xffffffffu;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
         const float v = l[i];
@@ -43,7 +46,7 @@ extern "C" __global__ void greedy_pick_f32(const float* __restrict__ logits, u32
     }
     __syncthreads();
     const int warps = (blockDim.x + 31) >> 5;
-    best = lane < warps ? values[lane] : -INFINITY;
+    best = lane < warps ? values[lane] : PICK_NEG_INF;
     index = lane < warps ? indices[lane] : 0xffffffffu;
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -59,6 +62,6 @@ extern "C" __global__ void greedy_pick_f32(const float* __restrict__ logits, u32
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) {
         ids[row] = index == 0xffffffffu ? 0u : index;
-        logprobs[row] = isfinite(best) ? -logf(sum) : NAN;
+        logprobs[row] = isfinite(best) ? -logf(sum) : PICK_NAN;
     }
 }
