@@ -1,6 +1,6 @@
 // Greedy picks from logits (Backend::greedy_pick): per row of `width` logits, the index of the
 // largest value (the first among equals; NaNs never win; 0 when every value is NaN) and that
-// choice's log-probability -ln(sum(exp(l - max))), so that greedy decoding downloads two
+// choice's log-probability -ln(sum(exp(l - max))) over the non-NaN values, so that greedy decoding downloads two
 // numbers per row instead of the row. One block of up to 1024 threads per row.
 #include "common.cuh"
 
@@ -57,7 +57,10 @@ extern "C" __global__ void greedy_pick_f32(const float* __restrict__ logits, u32
     // Every thread now holds the row's pick.
     float sum = 0.0f;
     if (isfinite(best)) {
-        for (u32 i = threadIdx.x; i < width; i += blockDim.x) sum += expf(l[i] - best);
+        for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+            const float v = l[i];
+            if (v == v) sum += expf(v - best);  // a NaN adds nothing, as on the host
+        }
     }
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) {

@@ -33,7 +33,8 @@ pub fn pick_row(row: &[f32]) -> Pick {
 }
 
 /// `ln(softmax(logits)[id])` in one pass with a vectorizable exponential (relative error
-/// below 1e-6, far under what a reported log-probability shows).
+/// below 1e-6, far under what a reported log-probability shows). NaN logits count as
+/// `-inf` (they add nothing).
 pub fn log_probability(logits: &[f32], id: usize) -> f64 {
     const LANES: usize = 16;
     let mut maxima = [f32::NEG_INFINITY; LANES];

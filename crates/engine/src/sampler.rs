@@ -161,10 +161,14 @@ impl Sampler {
         let c = &mut self.candidates;
         c.clear();
         c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        c.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Descending logits, ties by id: a total order, so selecting the top k first and
+        // sorting only those gives the same candidates as sorting the whole vocabulary.
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < c.len() {
+            c.select_nth_unstable_by(p.top_k - 1, order);
             c.truncate(p.top_k);
         }
+        c.sort_unstable_by(order);
         // Probabilities at temperature 1 for top-p and min-p, as llama.cpp orders them.
         let probs = softmax_sorted(c, 1.0);
         if p.top_p < 1.0 {
