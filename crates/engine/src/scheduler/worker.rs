@@ -204,12 +204,39 @@ impl Worker {
                 spans: &spans,
                 logit_rows: &logit_rows,
             };
-            if let Err(error) = self.forward(&batch) {
-                for &i in group {
-                    self.active[i]
-                        .sink
-                        .send(SequenceEvent::Failed(format!("decode failed: {error}")));
-                    finished.push(i);
+            // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
+            // per row instead of the vocabulary); the picks equal the host's argmax.
+            let greedy = group.iter().all(|&i| self.takes_greedy_pick(i));
+            let picks = if greedy {
+                self.model
+                    .forward_greedy(&batch, &mut self.kv, &mut self.scratch)
+                    .map(Some)
+            } else {
+                self.forward(&batch).map(|()| None)
+            };
+            let picks = match picks {
+                Ok(picks) => picks,
+                Err(error) => {
+                    for &i in group {
+                        self.active[i]
+                            .sink
+                            .send(SequenceEvent::Failed(format!("decode failed: {error}")));
+                        finished.push(i);
+                    }
+                    continue;
+                }
+            };
+            if let Some(picks) = picks {
+                for (&i, pick) in group.iter().zip(picks) {
+                    self.active[i].n_past += 1;
+                    let token = GeneratedToken {
+                        id: pick.id,
+                        logprob: f64::from(pick.logprob),
+                        top: Vec::new(),
+                    };
+                    if self.report(i, token) {
+                        finished.push(i);
+                    }
                 }
                 continue;
             }
@@ -298,7 +325,6 @@ impl Worker {
     /// Samples sequence `i`'s next token from `logits` and reports it (and the end, if this
     /// is the last one); true when the sequence is over, as `generate` decides it.
     fn emit(&mut self, i: usize, logits: &[f32]) -> bool {
-        let context_size = self.context_size;
         let sequence = &mut self.active[i];
         let top = if sequence.request.top_logprobs > 0 {
             top_logprobs(logits, sequence.request.top_logprobs)
@@ -312,6 +338,22 @@ impl Worker {
             .iter()
             .find(|&&(token, _)| token == id)
             .map_or_else(|| log_probability(logits, id), |&(_, value)| value);
+        self.report(i, GeneratedToken { id, logprob, top })
+    }
+
+    /// True when sequence `i`'s next token is the plain argmax of its logits with nothing
+    /// else asked of them (see [`Model::forward_greedy`]).
+    fn takes_greedy_pick(&self, i: usize) -> bool {
+        let sequence = &self.active[i];
+        sequence.request.top_logprobs == 0 && sequence.sampler.is_plain_argmax()
+    }
+
+    /// Reports sequence `i`'s next token `token` (and the end, if it is the last one); true
+    /// when the sequence is over, as `generate` decides it.
+    fn report(&mut self, i: usize, token: GeneratedToken) -> bool {
+        let context_size = self.context_size;
+        let sequence = &mut self.active[i];
+        let GeneratedToken { id, logprob, top } = token;
         sequence.sampler.accept(id);
         sequence.generated += 1;
         let delivered =
