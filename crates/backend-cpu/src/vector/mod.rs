@@ -183,6 +183,28 @@ pub fn mad_f32(isa: Isa, y: &mut [f32], x: &[f32], v: f32) {
     }
 }
 
+/// `y = y + c[r] * rows[r]` for each row `r` in order (each element one fused multiply-add
+/// per row, exactly [`mad_f32`] called row after row), skipping rows whose coefficient is 0
+/// when `skip_zero`. `rows` holds `coefficients.len()` rows of `y.len()` values. The SIMD
+/// version keeps a run of `y` in registers across all rows instead of reloading it per row.
+pub fn mad_rows_f32(isa: Isa, y: &mut [f32], rows: &[f32], coefficients: &[f32], skip_zero: bool) {
+    let width = y.len();
+    assert_eq!(rows.len(), coefficients.len() * width, "rows x width");
+    match isa {
+        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C; the
+        // lengths were checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::mad_rows_f32(y, rows, coefficients, skip_zero) },
+        Isa::Scalar => {
+            for (row, &c) in rows.chunks_exact(width.max(1)).zip(coefficients) {
+                if !(skip_zero && c == 0.0) {
+                    mad_f32(Isa::Scalar, y, row, c);
+                }
+            }
+        }
+    }
+}
+
 /// `y[i] *= v` (exact elementwise; plain code vectorises).
 pub fn scale_f32(y: &mut [f32], v: f32) {
     for out in y.iter_mut() {
@@ -242,6 +264,16 @@ mod tests {
             scale_f16(best, &mut y1, 0.61);
             scale_f16(Isa::Scalar, &mut y2, 0.61);
             assert_eq!(y1, y2);
+            for skip_zero in [false, true] {
+                let rows = 5;
+                let matrix = values(rows * n, 3);
+                let mut coefficients = values(rows, 9);
+                coefficients[2] = 0.0;
+                let (mut m1, mut m2) = (b.clone(), b.clone());
+                mad_rows_f32(best, &mut m1, &matrix, &coefficients, skip_zero);
+                mad_rows_f32(Isa::Scalar, &mut m2, &matrix, &coefficients, skip_zero);
+                assert_eq!(m1, m2, "mad_rows_f32 n={n} skip_zero={skip_zero}");
+            }
             let mut z1 = b.clone();
             let mut z2 = b.clone();
             mad_f32(best, &mut z1, &a, -1.3);

@@ -151,6 +151,53 @@ pub unsafe fn scale_f16(y: &mut [f16], v: f32) {
     }
 }
 
+/// AVX2 twin of [`super::mad_rows_f32`]: runs of 64 values of `y` stay in eight registers
+/// while every row's fused multiply-add goes through them (the same operation per element
+/// and the same row order as [`mad_f32`] row by row).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C; `rows.len() == coefficients.len() * y.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mad_rows_f32(y: &mut [f32], rows: &[f32], coefficients: &[f32], skip_zero: bool) {
+    const RUN: usize = 8 * HALF;
+    let width = y.len();
+    let body = width / HALF * HALF;
+    let mut start = 0;
+    while start < body {
+        let lanes = ((body - start) / HALF).min(RUN / HALF);
+        let mut acc = [_mm256_setzero_ps(); RUN / HALF];
+        for (k, acc) in acc.iter_mut().enumerate().take(lanes) {
+            // SAFETY: start + 8k + 8 <= body <= width.
+            *acc = unsafe { _mm256_loadu_ps(y.as_ptr().add(start + k * HALF)) };
+        }
+        for (r, &c) in coefficients.iter().enumerate() {
+            if skip_zero && c == 0.0 {
+                continue;
+            }
+            let scale = _mm256_set1_ps(c);
+            let row = r * width + start;
+            for (k, acc) in acc.iter_mut().enumerate().take(lanes) {
+                // SAFETY: row + 8k + 8 <= r * width + body <= rows.len().
+                let value = unsafe { _mm256_loadu_ps(rows.as_ptr().add(row + k * HALF)) };
+                *acc = _mm256_fmadd_ps(value, scale, *acc);
+            }
+        }
+        for (k, acc) in acc.iter().enumerate().take(lanes) {
+            // SAFETY: as the loads above.
+            unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(start + k * HALF), *acc) };
+        }
+        start += lanes * HALF;
+    }
+    for (r, &c) in coefficients.iter().enumerate() {
+        if skip_zero && c == 0.0 {
+            continue;
+        }
+        for (i, out) in y.iter_mut().enumerate().skip(body) {
+            *out = rows[r * width + i].mul_add(c, *out);
+        }
+    }
+}
+
 /// AVX2 twin of [`super::mad_f32`].
 ///
 /// # Safety

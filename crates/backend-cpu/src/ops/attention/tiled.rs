@@ -118,9 +118,8 @@ fn tile(isa: Isa, problem: &Problem<'_>, task: &Task<'_>) -> Vec<f32> {
         scores.fill(0.0);
         for (tq, score_row) in scores.chunks_exact_mut(KV_TILE).enumerate() {
             let query = problem.query(span.first_row + task.first + tq, task.head);
-            for (dk, q) in query.iter().enumerate() {
-                vector::mad_f32(isa, score_row, &keys[dk * KV_TILE..(dk + 1) * KV_TILE], *q);
-            }
+            // score[tk] += q[dk] * key[dk][tk], dk in order (one FMA chain per score).
+            vector::mad_rows_f32(isa, score_row, &keys[..d * KV_TILE], query, false);
         }
         vector::scale_f32(&mut scores, problem.scale);
         for (tq, score_row) in scores.chunks_exact_mut(KV_TILE).enumerate() {
@@ -148,11 +147,8 @@ fn tile(isa: Isa, problem: &Problem<'_>, task: &Task<'_>) -> Vec<f32> {
                 tile_sum += f64::from(*score);
             }
             sum[tq] = (f64::from(sum[tq]) + tile_sum) as f32;
-            for (tk, weight) in score_row[..count].iter().enumerate() {
-                if *weight != 0.0 {
-                    vector::mad_f32(isa, acc, &values[tk * d..(tk + 1) * d], *weight);
-                }
-            }
+            // acc += weight[tk] * value[tk], tk in order, zero weights skipped.
+            vector::mad_rows_f32(isa, acc, &values[..count * d], &score_row[..count], true);
         }
         start += KV_TILE;
     }
