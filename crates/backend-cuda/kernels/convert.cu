@@ -1,31 +1,8 @@
 // Conversions feeding the matmul kernels: f32 activations to q8_1 blocks (decode matvec) or
-// to f16 (tensor-core GEMM), and packed weights dequantized to an f16 staging matrix.
+// to f16 (tensor-core GEMM), both with the CPU's rounding, and packed weights dequantized to
+// an f16 staging matrix.
 #include "dequant.cuh"
 #include "quantize.cuh"
-
-// f32 [n] (n a multiple of 32) to q8_1 blocks: aq [n] int8, ads [n / 32] (d, d * sum of
-// the block's int8 values), d = max |x| / 127. One warp per block of 32.
-extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __restrict__ aq, float2* __restrict__ ads,
-                                         u64 n) {
-    const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
-    const int lane = threadIdx.x & 31;
-    for (u64 block = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); block < n / 32; block += warps) {
-        const float v = x[block * 32 + lane];
-        const float amax = warp_max(fabsf(v));
-        const float d = amax / 127.0f;
-        const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-        aq[block * 32 + lane] = (i8)q;
-        const float sum = warp_sum((float)q);
-        if (lane == 0) ads[block] = make_float2(d, d * sum);
-    }
-}
-
-// out[i] = f16(x[i])
-extern "C" __global__ void convert_f32_f16(const float* __restrict__ x, u16* __restrict__ out, u64 n) {
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        out[i] = float_to_half(x[i]);
-    }
-}
 
 // Rows [0, rows) of a weight (rows of row_bytes bytes, width elements) to f16 [rows][width].
 // One thread per group of 8 elements; width % 8 == 0 gives one 16-byte store per thread.
@@ -119,33 +96,12 @@ extern "C" __global__ void activation_f16_cpu(const float* __restrict__ x, u16* 
     for (u64 group = warp_id; group < n / 256; group += warps) {
         const float* src = x + group * 256;
         float v[8];
-        float amax = 0.0f, max = 0.0f;
-        int index = 1 << 30;
+        const float max = q8k_group_max(src, lane, v);
+        const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+        const float d = max != 0.0f ? 1.0f / iscale : 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            v[k] = src[lane * 8 + k];
-            if (fabsf(v[k]) > amax) {
-                amax = fabsf(v[k]);
-                max = v[k];
-                index = lane * 8 + k;
-            }
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float other_amax = __shfl_xor_sync(0xffffffffu, amax, offset);
-            const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
-            const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-            if (other_amax > amax || (other_amax == amax && other_index < index)) {
-                amax = other_amax;
-                max = other_max;
-                index = other_index;
-            }
-        }
-        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-        const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int q = amax != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
+            const int q = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
             out[group * 256 + lane * 8 + k] = float_to_half(d * (float)q);
         }
     }

@@ -11,6 +11,35 @@
 #pragma once
 #include "dequant.cuh"
 
+// The Q8_K scale search of quantize_row_q8_K over the 256 values at src, by one warp: lane l
+// loads values l*8 .. l*8+7 into v and every lane gets the signed value of largest magnitude
+// (the first of equal magnitudes, as on the CPU), or 0 when all are 0.
+__device__ __forceinline__ float q8k_group_max(const float* __restrict__ src, int lane, float v[8]) {
+    float amax = 0.0f, max = 0.0f;
+    int index = 1 << 30;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        v[k] = src[lane * 8 + k];
+        if (fabsf(v[k]) > amax) {
+            amax = fabsf(v[k]);
+            max = v[k];
+            index = lane * 8 + k;
+        }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other_amax = __shfl_xor_sync(0xffffffffu, amax, offset);
+        const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
+        const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+        if (other_amax > amax || (other_amax == amax && other_index < index)) {
+            amax = other_amax;
+            max = other_max;
+            index = other_index;
+        }
+    }
+    return max;
+}
+
 // Values [0, n) of x (n a multiple of 32, of 256 for mode 2), by warps warp_id, warp_id +
 // warps, ...: each warp takes whole blocks of 32 (mode 0/1) or groups of 256 (mode 2). Every
 // lane of a participating warp must call it.
@@ -40,35 +69,13 @@ __device__ __forceinline__ void quantize_q8_cpu_range(const float* __restrict__ 
     for (u64 group = warp_id; group < n / 256; group += warps) {
         const float* src = x + group * 256;
         float v[8];
-        float amax = 0.0f, max = 0.0f;
-        int index = 1 << 30;
-        // Lane l holds values l*8 .. l*8+7; the first of equal magnitudes wins, as on the CPU.
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            v[k] = src[lane * 8 + k];
-            if (fabsf(v[k]) > amax) {
-                amax = fabsf(v[k]);
-                max = v[k];
-                index = lane * 8 + k;
-            }
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float other_amax = __shfl_xor_sync(0xffffffffu, amax, offset);
-            const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
-            const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-            if (other_amax > amax || (other_amax == amax && other_index < index)) {
-                amax = other_amax;
-                max = other_max;
-                index = other_index;
-            }
-        }
-        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-        const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        const float max = q8k_group_max(src, lane, v);
+        const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+        const float d = max != 0.0f ? 1.0f / iscale : 0.0f;
         int sum = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const int q = amax != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
+            const int q = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
             aq[group * 256 + lane * 8 + k] = (i8)q;
             sum += q;
         }

@@ -32,7 +32,7 @@ use step::StepState;
 /// (device addresses as `u64`, scalars as `i32`/`u32`/`u64`/`f32`), mapping failures to a
 /// [`BackendError`] that names `$op`.
 macro_rules! launch {
-    ($backend:expr, $op:expr, $file:literal, $name:literal, $cfg:expr, $($arg:expr),* $(,)?) => {{
+    ($backend:expr, $op:expr, $file:literal, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
         let backend: &$crate::CudaBackend = $backend;
         let function = backend.kernel($op, $file, $name)?;
         let mut builder = backend.stream().launch_builder(&function);

@@ -1,7 +1,8 @@
 //! The prompt-processing path: cuBLAS GEMM on the tensor cores with f32 accumulation.
 //!
 //! F32 weights multiply the f32 activations directly. Otherwise the activations are converted
-//! to f16 (`convert_f32_f16`) and the weight is used as is (F16) or dequantized to f16
+//! to f16 carrying the CPU's rounding (`activation_f16_cpu`) and the weight is used as is
+//! (F16) or dequantized to f16
 //! (`dequant_f16_<type>`) into a staging matrix, in chunks of rows so the staging stays below
 //! [`STAGING_ELEMENTS`] (a 152064-row vocabulary projection takes a few chunks).
 

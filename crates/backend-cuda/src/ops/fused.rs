@@ -177,62 +177,37 @@ pub fn rope_kv_write(
     let width = to_u32(OP, "cache width", width)?;
     let kv_rows = to_u32(OP, "rows", kv_rows)?;
     let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
-    match k_cache.ty {
-        KvType::F16 => launch!(
-            backend,
-            OP,
-            "fused.cu",
-            "rope_kv_write_f16",
-            config,
-            q_ptr,
-            k_ptr,
-            v_ptr,
-            k_cells,
-            v_cells,
-            step.ptr,
-            args.0,
-            args.1,
-            args.2,
-            args.3,
-            args.4,
-            args.5,
-            theta_scale,
-            k_params.freq_scale,
-            neox,
-            tokens,
-            width,
-            kv_rows,
-            k_n,
-            v_n
-        ),
-        KvType::F32 => launch!(
-            backend,
-            OP,
-            "fused.cu",
-            "rope_kv_write_f32",
-            config,
-            q_ptr,
-            k_ptr,
-            v_ptr,
-            k_cells,
-            v_cells,
-            step.ptr,
-            args.0,
-            args.1,
-            args.2,
-            args.3,
-            args.4,
-            args.5,
-            theta_scale,
-            k_params.freq_scale,
-            neox,
-            tokens,
-            width,
-            kv_rows,
-            k_n,
-            v_n
-        ),
-    }
+    let name = match k_cache.ty {
+        KvType::F16 => "rope_kv_write_f16",
+        KvType::F32 => "rope_kv_write_f32",
+    };
+    launch!(
+        backend,
+        OP,
+        "fused.cu",
+        name,
+        config,
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        k_cells,
+        v_cells,
+        step.ptr,
+        args.0,
+        args.1,
+        args.2,
+        args.3,
+        args.4,
+        args.5,
+        theta_scale,
+        k_params.freq_scale,
+        neox,
+        tokens,
+        width,
+        kv_rows,
+        k_n,
+        v_n
+    )
 }
 
 #[cfg(test)]
