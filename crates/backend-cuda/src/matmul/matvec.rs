@@ -22,7 +22,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
 
-use super::names::{token_variant, TypeKernels};
+use super::names::{token_variant, TypeKernels, WIDE_MIN_ROW};
 use super::{ensure, launch_kernel, Operands, Scratch, MATVEC_MAX_TOKENS, OP, PREPARED_ROW_LEN};
 use crate::CudaBackend;
 
@@ -196,12 +196,18 @@ fn run_with(
     match &kernels.matvec_vector {
         None => {
             let (aq, ads) = quantized_input(backend, op, scratch)?;
+            let (plain, swiglu) = match &kernels.matvec_wide {
+                Some((plain, swiglu)) if op.n_in >= WIDE_MIN_ROW => {
+                    (plain[variant], swiglu[variant])
+                }
+                _ => (kernels.matvec[variant], kernels.matvec_swiglu[variant]),
+            };
             match up {
                 None => launch_kernel!(
                     backend,
                     OP,
                     file,
-                    kernels.matvec[variant],
+                    plain,
                     block_grid(rows_per_block(variant)),
                     op.weight,
                     row_bytes,
@@ -219,7 +225,7 @@ fn run_with(
                     backend,
                     OP,
                     file,
-                    kernels.matvec_swiglu[variant],
+                    swiglu,
                     block_grid(rows_per_block(variant) / 2),
                     op.weight,
                     up,

@@ -25,6 +25,9 @@ pub struct TypeKernels {
     pub matvec: ByTokens,
     /// The SwiGLU twins of `matvec`: `silu(gate · x) * (up · x)` from two weights.
     pub matvec_swiglu: ByTokens,
+    /// Quantized types with a long-row variant (`_w`, fewer and wider parts per block):
+    /// its plain and SwiGLU kernels, for rows of at least [`WIDE_MIN_ROW`] elements.
+    pub matvec_wide: Option<(ByTokens, ByTokens)>,
     /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight),
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
@@ -52,6 +55,7 @@ macro_rules! quantized {
             matvec_file: $file,
             matvec: by_tokens!("matvec_", $name),
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
+            matvec_wide: None,
             matvec_vector: None,
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
@@ -65,6 +69,7 @@ macro_rules! float {
             matvec_file: "matvec_float.cu",
             matvec: by_tokens!("matvec_", $name),
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
+            matvec_wide: None,
             matvec_vector: Some(VectorKernels {
                 single: by_tokens!("matvec_", $name, "_vec"),
                 unrolled: by_tokens!("matvec_", $name, "_vec4"),
@@ -79,6 +84,9 @@ macro_rules! float {
     };
 }
 
+/// Shortest row (elements) that takes a type's long-row matvec variant.
+pub const WIDE_MIN_ROW: usize = 2048;
+
 /// The kernels of `ty`, or `None` when the type has none.
 pub fn kernels(ty: GgmlType) -> Option<TypeKernels> {
     use GgmlType::*;
@@ -90,7 +98,13 @@ pub fn kernels(ty: GgmlType) -> Option<TypeKernels> {
         Q4_1 => quantized!("matvec_legacy.cu", "q4_1"),
         Q5_0 => quantized!("matvec_legacy.cu", "q5_0"),
         Q5_1 => quantized!("matvec_legacy.cu", "q5_1"),
-        Q8_0 => quantized!("matvec_legacy.cu", "q8_0"),
+        Q8_0 => TypeKernels {
+            matvec_wide: Some((
+                by_tokens!("matvec_q8_0w"),
+                by_tokens!("matvec_q8_0w_swiglu"),
+            )),
+            ..quantized!("matvec_legacy.cu", "q8_0")
+        },
         IQ4_NL => quantized!("matvec_legacy.cu", "iq4_nl"),
         Q2_K => quantized!("matvec_kquants.cu", "q2_k"),
         Q3_K => quantized!("matvec_kquants.cu", "q3_k"),
@@ -167,6 +181,21 @@ mod tests {
                     for (bound, name) in [1, 2, 4, 8].iter().zip(names) {
                         assert_eq!(name, format!("matvec_{stem}{suffix}_t{bound}"));
                     }
+                }
+            }
+            if let Some((plain, swiglu)) = &k.matvec_wide {
+                let wide = format!("{stem}w");
+                assert!(
+                    text(k.matvec_file)
+                        .lines()
+                        .any(|l| l.starts_with("MATVEC_ENTRIES(")
+                            && l.ends_with(&format!(", {wide})"))),
+                    "MATVEC_ENTRIES(.., {wide}) missing in {}",
+                    k.matvec_file
+                );
+                for (bound, (name, swiglu)) in [1, 2, 4, 8].iter().zip(plain.iter().zip(swiglu)) {
+                    assert_eq!(*name, format!("matvec_{wide}_t{bound}"));
+                    assert_eq!(*swiglu, format!("matvec_{wide}_swiglu_t{bound}"));
                 }
             }
             if let Some(name) = k.dequant_f16 {
