@@ -32,8 +32,8 @@ mod tinyblas;
 
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
-    block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn,
-    ActivationFormat, BlockScales, DotFn, MultiDotFn, SimdLevel, TileFn,
+    block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn, tile_rows_fn,
+    ActivationFormat, BlockScales, DotFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn,
 };
 use runit_quant::GgmlType;
 
@@ -260,6 +260,7 @@ pub fn matmul(
             };
             TileKernel::Scaled(
                 tile,
+                tile_rows_fn(weight.ty, parallelism.level),
                 BlockScales {
                     d,
                     s,
@@ -323,8 +324,9 @@ pub fn matmul(
 /// The kernel a tile of tokens goes through.
 #[derive(Clone, Copy)]
 enum TileKernel<'a> {
-    /// A 32-element format, with the activations' f32 scale tables.
-    Scaled(TileFn, BlockScales<'a>),
+    /// A 32-element format, with the activations' f32 scale tables (and, where the CPU has
+    /// it, the kernel that takes all of a task's weight rows in one call).
+    Scaled(TileFn, Option<TileRowsFn>, BlockScales<'a>),
     /// Any other type.
     Multi(MultiDotFn),
 }
@@ -379,14 +381,30 @@ unsafe fn tile_rows(
     y: &SharedOutput,
 ) {
     let mut dots = [0.0f32; TOKENS_PER_TILE];
+    let mut all_rows = Vec::new();
     for first_token in (0..tokens).step_by(TOKENS_PER_TILE) {
         let count = TOKENS_PER_TILE.min(tokens - first_token);
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
+        if let TileKernel::Scaled(_, Some(tile_rows), scales) = kernel {
+            // Every weight row of the task in one call: `all_rows[r * count + t]`.
+            all_rows.resize(rows.len() * count, 0.0);
+            let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
+            let scales = scales.from_row(first_token);
+            if tile_rows(weight.n_in, weights, block, scales, &mut all_rows) {
+                for (o, values) in rows.clone().zip(all_rows.chunks_exact(count)) {
+                    for (t, value) in values.iter().enumerate() {
+                        // SAFETY: as below.
+                        unsafe { *y.at((first_token + t) * weight.n_out + o) = *value };
+                    }
+                }
+                continue;
+            }
+        }
         for o in rows.clone() {
             let row = &weight.bytes[o * row_bytes..(o + 1) * row_bytes];
             match kernel {
-                TileKernel::Scaled(tile, scales) => tile(
+                TileKernel::Scaled(tile, _, scales) => tile(
                     weight.n_in,
                     row,
                     block,

@@ -21,6 +21,19 @@ pub type GemvFn = fn(n: usize, weight_rows: &[u8], activation_row: &[u8], out: &
 pub type TileFn =
     fn(n: usize, weight_row: &[u8], activations: &[u8], scales: BlockScales<'_>, out: &mut [f32]);
 
+/// `tile_rows(n, weight_rows, activations, scales, out)`: [`TileFn`] for several weight rows
+/// of `n` elements stored back to back, `out[r * tokens + c]` with `tokens = out.len() /
+/// rows`; the checks run once for all rows. Returns `false` (computing nothing) when it
+/// cannot run on these tables (no [`BlockScales::quants`]): loop over the [`TileFn`] then.
+/// Results equal the single-row [`DotFn`](super::DotFn) bit for bit.
+pub type TileRowsFn = fn(
+    n: usize,
+    weight_rows: &[u8],
+    activations: &[u8],
+    scales: BlockScales<'_>,
+    out: &mut [f32],
+) -> bool;
+
 /// The f16 block scales of activation rows in a 32-element format (Q8_0 `d`; Q8_1 `d` and
 /// `s`), widened to f32 and stored block-major: block `i` of row `t` at `[i * stride + t]`,
 /// so that a tile kernel reads one row's scale as a broadcast load and four rows' sums as
@@ -214,6 +227,23 @@ pub fn gemv_fn(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
         }
     }
     None
+}
+
+/// The several-weight-rows tile kernel for `weight` at exactly `level`, when this CPU has it
+/// (AVX-512 VNNI); `None` elsewhere (callers loop over [`tile_fn`]'s kernel).
+pub fn tile_rows_fn(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
+    if !level.is_available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::tile_rows(weight, level)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = weight;
+        None
+    }
 }
 
 /// The tile kernel for `weight` at `level` (or the best lower SIMD level that has one), or

@@ -46,8 +46,8 @@ pub mod tinyblas;
 mod x86;
 
 pub use batched::{
-    block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn, tile_fn, BlockScales,
-    GemvFn, TileFn, BLOCK_SCALES_PADDING,
+    block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn, tile_fn, tile_rows_fn,
+    BlockScales, GemvFn, TileFn, TileRowsFn, BLOCK_SCALES_PADDING,
 };
 pub use ggml_repack::{is_repacked, repack_dot_fn, repack_rows_fn, RowsFn};
 

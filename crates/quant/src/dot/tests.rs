@@ -302,6 +302,39 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                         }
                     }
                 }
+                if let Some(tile_rows) = tile_rows_fn(ty, level) {
+                    for first in [0, 3] {
+                        for count in [1, 2, 7, 16, rows - first] {
+                            let a = &activations[first * a_bytes..(first + count) * a_bytes];
+                            let mut out = vec![0.0f32; rows * count];
+                            assert!(
+                                !tile_rows(n, &weights, a, plain.from_row(first), &mut out),
+                                "tile_rows {ty} runs without block-major quants"
+                            );
+                            assert!(
+                                tile_rows(n, &weights, a, with_quants.from_row(first), &mut out),
+                                "tile_rows {ty} {level:?}"
+                            );
+                            for (r, values) in out.chunks_exact(count).enumerate() {
+                                let w = &weights[r * w_bytes..(r + 1) * w_bytes];
+                                for (c, value) in values.iter().enumerate() {
+                                    let row = first + c;
+                                    let expected = scalar(
+                                        n,
+                                        w,
+                                        &activations[row * a_bytes..(row + 1) * a_bytes],
+                                    );
+                                    assert_eq!(
+                                        value.to_bits(),
+                                        expected.to_bits(),
+                                        "tile_rows {ty} n={n} {level:?} rows {first}+{count}, weight row {r}, row {c}"
+                                    );
+                                    compared += 1;
+                                }
+                            }
+                        }
+                    }
+                }
                 if let Some(tile) = tile_fn(ty, level) {
                     assert!(has_tables, "{ty} has a tile kernel but no scale tables");
                     let w = &weights[..w_bytes];

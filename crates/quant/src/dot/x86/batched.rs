@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use super::legacy::{activation_quants, block_sums, Legacy};
 use super::{f16_splat, hsum8, Avx2, Avx512Vnni, AvxVnni, Isa};
-use crate::dot::{checked_blocks, BlockScales, GemvFn, SimdLevel, TileFn};
+use crate::dot::{checked_blocks, BlockScales, GemvFn, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
 /// `[d, m, d, m]` of a Q4_1/Q5_1 block: its first four bytes, one load and one conversion.
@@ -311,6 +311,25 @@ pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
         SimdLevel::Avx512Vnni => table!(weight, self, pairs_tile, TileFn),
         _ => None,
     }
+}
+
+/// The several-weight-rows tile kernel of `weight` for exactly `level` (AVX-512 VNNI only).
+pub(super) fn tile_rows_kernel(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
+    match level {
+        SimdLevel::Avx512Vnni => table!(weight, self, pairs_tile_rows, TileRowsFn),
+        _ => None,
+    }
+}
+
+/// [`super::pairs::tile_rows`] as a [`TileRowsFn`].
+fn pairs_tile_rows<W: Legacy>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    scales: BlockScales<'_>,
+    out: &mut [f32],
+) -> bool {
+    super::pairs::tile_rows::<W>(n, w, a, scales, out)
 }
 
 /// The AVX-512 tile kernel: two activation rows per register where the block-major quants

@@ -15,7 +15,7 @@ mod pairs;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn};
+use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
 pub(super) fn has_avx2() -> bool {
@@ -182,4 +182,9 @@ pub(super) fn gemv(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
 /// The tile kernel (f32 activation scales) of `weight` at exactly `level`, if there is one.
 pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
     batched::tile(weight, level)
+}
+
+/// The several-weight-rows tile kernel of `weight` written for exactly `level`, if any.
+pub(super) fn tile_rows(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
+    batched::tile_rows_kernel(weight, level)
 }

@@ -148,6 +148,93 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out);
 }
 
+/// [`TileRowsFn`](crate::dot::TileRowsFn): every weight row of `w` (rows of `n` elements,
+/// back to back) against the `out.len() / rows` activation rows, `out[r * tokens + c]`; the
+/// checks run once for all rows. Needs `scales.quants` (else `None`: the caller loops over
+/// the single-row [`tile`]).
+pub(super) fn tile_rows<W: Legacy>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    scales: BlockScales<'_>,
+    out: &mut [f32],
+) -> bool {
+    if scales.quants.is_empty() || out.is_empty() {
+        return !scales.quants.is_empty();
+    }
+    let row_bytes = n / 32 * W::BYTES;
+    let rows = w.len() / row_bytes.max(1);
+    assert_eq!(rows * row_bytes, w.len(), "whole weight rows");
+    let tokens = out.len() / rows.max(1);
+    assert_eq!(rows * tokens, out.len(), "out is [rows x tokens]");
+    let activation_bytes = a.len() / tokens;
+    assert_eq!(
+        activation_bytes * tokens,
+        a.len(),
+        "activation rows of equal length"
+    );
+    let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
+    scales.check(blocks, tokens, W::HAS_MIN);
+    for (r, out_row) in out.chunks_exact_mut(tokens).enumerate() {
+        let w = w[r * row_bytes..].as_ptr();
+        let mut start = 0;
+        while start < tokens {
+            let count = (tokens - start).min(2 * MAX_PAIRS);
+            // SAFETY: as in `tile`: features detected before this kernel is handed out, the
+            // checks above cover every row (all have `row_bytes` bytes), `out_row` has
+            // `tokens` slots.
+            unsafe {
+                run_group::<W>(
+                    blocks,
+                    w,
+                    scales,
+                    start,
+                    count,
+                    out_row[start..].as_mut_ptr(),
+                )
+            };
+            start += count;
+        }
+    }
+    true
+}
+
+/// One weight row at `w` against activation rows `start .. start + count` (count <= 16).
+///
+/// # Safety
+/// AVX-512 VNNI is available; `scales` passed `check` for `blocks` and at least `start +
+/// count` rows; `w` holds `blocks` blocks; `out` has `count` slots.
+unsafe fn run_group<W: Legacy>(
+    blocks: usize,
+    w: *const u8,
+    scales: BlockScales<'_>,
+    start: usize,
+    count: usize,
+    out: *mut f32,
+) {
+    let quants = scales.quants[start * 32..].as_ptr();
+    let d = scales.d[start..].as_ptr();
+    let s = if W::HAS_MIN {
+        scales.s[start..].as_ptr()
+    } else {
+        d
+    };
+    let stride = scales.stride;
+    // SAFETY: the caller's contract.
+    unsafe {
+        match count.div_ceil(2) {
+            8 => tile_group::<W, 8>(blocks, w, quants, d, s, stride, count, out),
+            7 => tile_group::<W, 7>(blocks, w, quants, d, s, stride, count, out),
+            6 => tile_group::<W, 6>(blocks, w, quants, d, s, stride, count, out),
+            5 => tile_group::<W, 5>(blocks, w, quants, d, s, stride, count, out),
+            4 => tile_group::<W, 4>(blocks, w, quants, d, s, stride, count, out),
+            3 => tile_group::<W, 3>(blocks, w, quants, d, s, stride, count, out),
+            2 => tile_group::<W, 2>(blocks, w, quants, d, s, stride, count, out),
+            _ => tile_group::<W, 1>(blocks, w, quants, d, s, stride, count, out),
+        }
+    }
+}
+
 /// The tile kernel ([`TileFn`](crate::dot::TileFn)): `scales.quants` must hold the block-major copy of the
 /// activation quants; without it the 256-bit kernel `fallback` runs.
 pub(super) fn tile<W: Legacy>(
@@ -175,31 +262,20 @@ pub(super) fn tile<W: Legacy>(
     let mut start = 0;
     while start < out.len() {
         let count = (out.len() - start).min(2 * MAX_PAIRS);
-        let quants = scales.quants[start * 32..].as_ptr();
-        let d = scales.d[start..].as_ptr();
-        let s = if W::HAS_MIN {
-            scales.s[start..].as_ptr()
-        } else {
-            d
-        };
-        let out_at = out[start..].as_mut_ptr();
-        let (w, stride) = (w.as_ptr(), scales.stride);
         // SAFETY: the caller handed out this kernel only where AVX-512 VNNI was detected;
         // `scales.check` verified that the tables hold every value read (sums four at a
         // time past each block's rows, quants up to the pair partner of the last row, d
-        // through a masked load), and `out_at` has `count` slots.
+        // through a masked load), and `out` has `count` slots from `start`.
         unsafe {
-            match count.div_ceil(2) {
-                8 => tile_group::<W, 8>(blocks, w, quants, d, s, stride, count, out_at),
-                7 => tile_group::<W, 7>(blocks, w, quants, d, s, stride, count, out_at),
-                6 => tile_group::<W, 6>(blocks, w, quants, d, s, stride, count, out_at),
-                5 => tile_group::<W, 5>(blocks, w, quants, d, s, stride, count, out_at),
-                4 => tile_group::<W, 4>(blocks, w, quants, d, s, stride, count, out_at),
-                3 => tile_group::<W, 3>(blocks, w, quants, d, s, stride, count, out_at),
-                2 => tile_group::<W, 2>(blocks, w, quants, d, s, stride, count, out_at),
-                _ => tile_group::<W, 1>(blocks, w, quants, d, s, stride, count, out_at),
-            }
-        }
+            run_group::<W>(
+                blocks,
+                w.as_ptr(),
+                scales,
+                start,
+                count,
+                out[start..].as_mut_ptr(),
+            )
+        };
         start += count;
     }
 }
