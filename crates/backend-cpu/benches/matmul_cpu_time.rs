@@ -1,8 +1,9 @@
 //! Matmul kernel speed measured in per-thread CPU time, on the calling thread only: a figure
 //! that stays meaningful on a machine shared with other jobs (wall-clock benchmarks there
 //! mostly measure the neighbours). Shapes are SmolLM2-135M's; prints GB/s of weights for
-//! one token and GFLOP/s for 128 tokens, per thread, at the detected SIMD level (pass
-//! `avx2` or `scalar` to force a lower one).
+//! one token, µs per token for a decode batch of 8, and GFLOP/s for 128 tokens, per thread,
+//! at the detected SIMD level (pass `avx2` or `scalar` to force a lower one;
+//! `RUNIT_BENCH_TYPE=Q4_1` measures one weight type).
 //!
 //! `cargo bench -p runit-backend-cpu --bench matmul_cpu_time [-- avx2]` (Linux only).
 
