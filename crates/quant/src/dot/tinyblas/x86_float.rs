@@ -83,18 +83,10 @@ impl Step for BF16Emulated {
     /// `vdpbf16ps` only where a denormal would be flushed.
     #[inline(always)]
     unsafe fn step(acc: __m512, w: *const u8, x: *const u8) -> __m512 {
-        let w = _mm512_loadu_si512(w.cast());
-        let x = _mm512_loadu_si512(x.cast());
-        let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
-        let odd = _mm512_fmadd_ps(
-            _mm512_castsi512_ps(_mm512_and_si512(w, high)),
-            _mm512_castsi512_ps(_mm512_and_si512(x, high)),
+        crate::dot::x86::float::dpbf16_emulated_512(
             acc,
-        );
-        _mm512_fmadd_ps(
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)),
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(x)),
-            odd,
+            _mm512_loadu_si512(w.cast()),
+            _mm512_loadu_si512(x.cast()),
         )
     }
 }

@@ -128,7 +128,7 @@ unsafe fn dpbf16_emulated_256(acc: __m256, w: __m256i, x: __m256i) -> __m256 {
 
 /// The 512-bit form of [`dpbf16_emulated_256`].
 #[inline(always)]
-unsafe fn dpbf16_emulated_512(acc: __m512, w: __m512i, x: __m512i) -> __m512 {
+pub(in crate::dot) unsafe fn dpbf16_emulated_512(acc: __m512, w: __m512i, x: __m512i) -> __m512 {
     let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
     let odd = _mm512_fmadd_ps(
         _mm512_castsi512_ps(_mm512_and_si512(w, high)),

@@ -6,7 +6,7 @@
 //! that [`SimdLevel::is_available`] confirmed on this CPU.
 
 mod batched;
-mod float;
+pub(super) mod float;
 pub(crate) mod half;
 mod kquants;
 mod legacy;
