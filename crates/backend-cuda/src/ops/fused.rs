@@ -10,6 +10,7 @@ use runit_backend::{
 
 use super::elementwise::{f32_weight, product, threads_for, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
+use super::rope::freq_factors_address;
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend};
 
@@ -120,26 +121,7 @@ pub fn rope_kv_write(
         check_cells(OP, span, span.start_position..end, k_cache.n_cells)?;
         check_cells(OP, span, span.start_position..end, v_cache.n_cells)?;
     }
-    let factors = match freq_factors {
-        Some(weight) => {
-            if weight.n_elements() != rotary_dim / 2 {
-                return Err(BackendError::Shape {
-                    op: OP,
-                    what: "rope_freqs elements",
-                    expected: rotary_dim / 2,
-                    found: weight.n_elements(),
-                });
-            }
-            Some(f32_weight(
-                backend,
-                OP,
-                "rope_freqs",
-                weight,
-                rotary_dim / 2,
-            )?)
-        }
-        None => None,
-    };
+    let factors = freq_factors_address(backend, OP, freq_factors, rotary_dim)?;
     let kv_rows = end_row(spans);
     let blocks = tokens.max(kv_rows);
     if blocks == 0 {

@@ -30,26 +30,7 @@ pub fn rope(
     let width = product(OP, "heads × head_dim", params.heads, head_dim)?;
     let len = product(OP, "tokens × width", positions.len(), width)?;
     check_len(OP, "x", x, len)?;
-    let factors = match freq_factors {
-        Some(weight) => {
-            if weight.n_elements() != rotary_dim / 2 {
-                return Err(BackendError::Shape {
-                    op: OP,
-                    what: "rope_freqs elements",
-                    expected: rotary_dim / 2,
-                    found: weight.n_elements(),
-                });
-            }
-            Some(f32_weight(
-                backend,
-                OP,
-                "rope_freqs",
-                weight,
-                rotary_dim / 2,
-            )?)
-        }
-        None => None,
-    };
+    let factors = freq_factors_address(backend, OP, freq_factors, rotary_dim)?;
     let x = buffer_ptr(OP, "x", x)?;
     if rotary_dim == 0 || len == 0 {
         return Ok(());
@@ -86,6 +67,28 @@ pub fn rope(
 /// The per-pair frequency ratio `θ^(-2/rotary_dim)`, in f32 as the CPU reference computes it.
 fn theta_scale(params: &RopeParams) -> f32 {
     params.theta.powf(-2.0 / params.rotary_dim as f32)
+}
+
+/// The device address of RoPE's frequency factors (`rotary_dim / 2` F32 values), checked
+/// against the rotation; `None` without factors.
+pub(super) fn freq_factors_address(
+    backend: &CudaBackend,
+    op: &'static str,
+    freq_factors: Option<&Weight>,
+    rotary_dim: usize,
+) -> Result<Option<u64>, BackendError> {
+    let Some(weight) = freq_factors else {
+        return Ok(None);
+    };
+    if weight.n_elements() != rotary_dim / 2 {
+        return Err(BackendError::Shape {
+            op,
+            what: "rope_freqs elements",
+            expected: rotary_dim / 2,
+            found: weight.n_elements(),
+        });
+    }
+    f32_weight(backend, op, "rope_freqs", weight, rotary_dim / 2).map(Some)
 }
 
 #[cfg(test)]
