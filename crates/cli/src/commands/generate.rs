@@ -17,8 +17,12 @@ pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The prompt. Special-token text such as `<|im_start|>` is parsed as the special token.
-    #[arg(short = 'p', long, conflicts_with = "file")]
+    #[arg(short = 'p', long, conflicts_with_all = ["file", "prompt_ids"])]
     pub prompt: Option<String>,
+    /// The prompt as token ids, comma-separated (e.g. `1,376,259`), evaluated exactly as given
+    /// (no tokenizer, no BOS added): for replaying a reference's token sequence.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["file", "chat"])]
+    pub prompt_ids: Option<Vec<u32>>,
     /// Read the prompt from this file.
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
@@ -64,11 +68,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("-n must be at least 1");
     }
     let params = args.sampling.params()?;
-    let prompt_text = match (&args.prompt, &args.file) {
-        (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f)
+    let prompt_text = match (&args.prompt, &args.file, &args.prompt_ids) {
+        (Some(p), _, _) => p.clone(),
+        (None, Some(f), _) => std::fs::read_to_string(f)
             .with_context(|| format!("reading the prompt from {}", f.display()))?,
-        (None, None) => anyhow::bail!("give a prompt with -p TEXT or -f FILE"),
+        (None, None, Some(_)) => String::new(),
+        (None, None, None) => {
+            anyhow::bail!("give a prompt with -p TEXT, -f FILE or --prompt-ids IDS")
+        }
     };
     let loaded = load(&args.model)?;
     let tokenizer = &loaded.tokenizer;
@@ -83,7 +90,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         prompt_text
     };
-    let prompt_ids = tokenizer.encode(&text, true, !args.no_parse_special);
+    let prompt_ids = match &args.prompt_ids {
+        Some(ids) => {
+            let vocab = loaded.model.config.vocab_size;
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                anyhow::bail!(
+                    "--prompt-ids: token id {bad} is outside the vocabulary (0..{vocab})"
+                );
+            }
+            ids.clone()
+        }
+        None => tokenizer.encode(&text, true, !args.no_parse_special),
+    };
     if prompt_ids.is_empty() {
         anyhow::bail!("the prompt is empty");
     }

@@ -1,0 +1,59 @@
+//! `runit generate --prompt-ids`: a token-id prompt is evaluated exactly as given (the same
+//! completion as the text that tokenizes to those ids), and an id outside the vocabulary is a
+//! clean error (exit code 1).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/golden/models/synth-qwen2-Q8_0.gguf")
+}
+
+fn generate(prompt: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runit"))
+        .arg("generate")
+        .arg("-m")
+        .arg(model())
+        .args(prompt)
+        .args(["-n", "8", "--temperature", "0", "--output-format", "json"])
+        .output()
+        .expect("runit runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn token_ids_replay_the_tokenized_prompt() {
+    let text = json(&generate(&[
+        "-p",
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n",
+    ]));
+    let ids: Vec<String> = text["prompt_ids"]
+        .as_array()
+        .expect("prompt_ids")
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    let replay = json(&generate(&["--prompt-ids", &ids.join(",")]));
+    assert_eq!(replay["prompt_ids"], text["prompt_ids"]);
+    assert_eq!(replay["tokens"], text["tokens"]);
+}
+
+#[test]
+fn an_id_outside_the_vocabulary_is_a_clean_error() {
+    let out = generate(&["--prompt-ids", "1,2,4000000"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("4000000") && stderr.contains("vocabulary"),
+        "{stderr}"
+    );
+}
