@@ -9,16 +9,11 @@ use serde_json::Value;
 
 const TOLERANCE: f64 = 0.003;
 
-/// Models outside the tolerance today. Q5_0: with 128-token batches llama.cpp runs some
-/// matmuls through kernels whose order RunIT does not mirror yet. Q4_0 (-0.38%) moved here when
-/// its matmuls started following ggml's repacked gemm (groups of 4 rows) instead of `vec_dot`:
-/// greedy generation now matches exactly, perplexity (almost all rows in 4-row groups) does not,
-/// so the 4-row gemm order is suspect. `remaining_models_perplexity_matches_llama_cpp` checks
+/// Models outside the tolerance today: the files with Q6_K tensors, whose Q6_K matmuls differ
+/// from llama.cpp's in a way RunIT has not explained yet (every other file matches llama.cpp's
+/// running perplexity chunk for chunk). `remaining_models_perplexity_matches_llama_cpp` checks
 /// them with `--ignored`.
-const KNOWN_GAPS: &[&str] = &[
-    "SmolLM2-135M-Instruct.requant-Q5_0.gguf",
-    "SmolLM2-135M-Instruct.requant-Q4_0.gguf",
-];
+const KNOWN_GAPS: &[&str] = &["SmolLM2-135M-Instruct.requant-Q4_K_M.gguf"];
 
 fn run(select: impl Fn(&str) -> bool) {
     let dir = common::golden_dir().join("perplexity");

@@ -12,6 +12,7 @@
 //! bit.
 
 mod silu;
+mod softmax;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -19,6 +20,7 @@ use half::f16;
 use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
+pub use softmax::soft_max_f32;
 
 /// Which kernels run: chosen once by the backend from its SIMD level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

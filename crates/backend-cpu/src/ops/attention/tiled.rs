@@ -2,7 +2,7 @@
 //! batches of 64 query rows or more: per (head, tile of up to 64 query rows), keys in tiles of
 //! 64 positions. Everything is f32: K and V are widened from the cache, each score is one
 //! fused multiply-add chain over the head dimension, the softmax is online per key tile
-//! (the tile's exponentials summed in f64), and V is accumulated with fused multiply-adds.
+//! (the tile's exponentials by ggml's `ggml_vec_soft_max_f32`: its polynomial `exp`, f32 sums of 16 added in f64), and V is accumulated with fused multiply-adds.
 
 use runit_backend::SequenceSpan;
 
@@ -141,11 +141,8 @@ fn tile(isa: Isa, problem: &Problem<'_>, task: &Task<'_>) -> Vec<f32> {
                 sum[tq] *= rescale;
             }
             max[tq] = new_max;
-            let mut tile_sum = 0.0f64;
-            for score in score_row.iter_mut() {
-                *score = (*score - new_max).exp();
-                tile_sum += f64::from(*score);
-            }
+            // ggml_vec_soft_max_f32 over the whole tile (masked and padded keys are -inf).
+            let tile_sum = vector::soft_max_f32(score_row, new_max);
             sum[tq] = (f64::from(sum[tq]) + tile_sum) as f32;
             // acc += weight[tk] * value[tk], tk in order, zero weights skipped.
             vector::mad_rows_f32(isa, acc, &values[..count * d], &score_row[..count], true);
