@@ -10,16 +10,6 @@ use runit_engine::sampler::{argmax, log_softmax};
 use runit_engine::{Session, SessionConfig};
 use serde_json::Value;
 
-/// Golden files with a difference RunIT does not explain yet: Q6_K and the K-quant mixes
-/// (rare token-specific divergences while most steps agree to 1e-5). They fail the check
-/// below today; `remaining_models_match_llama_cpp` runs them with `--ignored`.
-const KNOWN_GAPS: &[&str] = &[
-    "SmolLM2-135M-Instruct.requant-Q4_K_M.json",
-    "SmolLM2-135M-Instruct.requant-Q5_K_M.json",
-    "SmolLM2-135M-Instruct.requant-Q6_K.json",
-    "synth-qwen2-Q6_K.json",
-];
-
 const NEAR_TIE: f64 = 0.01;
 const LOGPROB_TOLERANCE: f64 = 0.02;
 
@@ -187,16 +177,10 @@ fn run(select: impl Fn(&str, &str) -> bool) {
 
 #[test]
 fn synthetic_models_match_llama_cpp() {
-    run(|model, golden| model.starts_with("synth-") && !KNOWN_GAPS.contains(&golden));
+    run(|model, _| model.starts_with("synth-"));
 }
 
 #[test]
 fn real_models_match_llama_cpp() {
-    run(|model, golden| !model.starts_with("synth-") && !KNOWN_GAPS.contains(&golden));
-}
-
-#[test]
-#[ignore = "issue 4 is open for these weight types: see KNOWN_GAPS"]
-fn remaining_models_match_llama_cpp() {
-    run(|_, golden| KNOWN_GAPS.contains(&golden));
+    run(|model, _| !model.starts_with("synth-"));
 }

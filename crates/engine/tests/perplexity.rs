@@ -9,12 +9,6 @@ use serde_json::Value;
 
 const TOLERANCE: f64 = 0.003;
 
-/// Models outside the tolerance today: the files with Q6_K tensors, whose Q6_K matmuls differ
-/// from llama.cpp's in a way RunIT has not explained yet (every other file matches llama.cpp's
-/// running perplexity chunk for chunk). `remaining_models_perplexity_matches_llama_cpp` checks
-/// them with `--ignored`.
-const KNOWN_GAPS: &[&str] = &["SmolLM2-135M-Instruct.requant-Q4_K_M.gguf"];
-
 fn run(select: impl Fn(&str) -> bool) {
     let dir = common::golden_dir().join("perplexity");
     let golden: Value = serde_json::from_slice(
@@ -71,16 +65,10 @@ fn run(select: impl Fn(&str) -> bool) {
 
 #[test]
 fn synthetic_models_perplexity_matches_llama_cpp() {
-    run(|name| name.starts_with("synth-") && !KNOWN_GAPS.contains(&name));
+    run(|name| name.starts_with("synth-"));
 }
 
 #[test]
 fn real_models_perplexity_matches_llama_cpp() {
-    run(|name| !name.starts_with("synth-") && !KNOWN_GAPS.contains(&name));
-}
-
-#[test]
-#[ignore = "issue 4 is open for these models: see KNOWN_GAPS"]
-fn remaining_models_perplexity_matches_llama_cpp() {
-    run(|name| KNOWN_GAPS.contains(&name));
+    run(|name| !name.starts_with("synth-"));
 }

@@ -4,7 +4,9 @@
 //! Each super-block is decoded to integers, its scaled integer dot product is split into the
 //! eight lanes (exact), and the f32 part follows ggml's AVX2 code: `d = d_a * d_w`, one FMA
 //! per lane per super-block, the minimum correction either in the same lanes (Q2_K), in four
-//! extra lanes (Q4_K) or in a scalar (Q5_K).
+//! extra lanes (Q4_K) or in a scalar (Q5_K). Q6_K's `-32` offset comes out of the lanes through
+//! the activation block sums (ggml's `q8sclsub`), which splits the same integer total across
+//! the lanes differently from subtracting it per element — and so rounds differently.
 
 use super::checked_blocks;
 use super::lanes::{block, fma_lanes, hsum8, Lanes};
@@ -159,19 +161,29 @@ pub(crate) fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let y: BlockQ8K = block(a, i);
         let d = y.d * x.d.to_f32();
         let scales: [i32; 16] = x.scales.map(i32::from);
-        let mut q = [0i8; 256];
+        // The six-bit codes 0..63 (the value is code - 32).
+        let mut q = [0u8; 256];
         for half in 0..2 {
             let ql = &x.ql[64 * half..64 * half + 64];
             let qh = &x.qh[32 * half..32 * half + 32];
             for l in 0..32 {
                 let base = 128 * half + l;
-                q[base] = ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) as i8 - 32;
-                q[base + 32] = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                q[base + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                q[base + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                q[base] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                q[base + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                q[base + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                q[base + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
             }
         }
-        fma_lanes(&mut acc, d, &scaled_lane_sums(&q, &scales, &y.qs));
+        // ggml takes the -32 offset out through the activation sums: lane k loses
+        // 32 * (scale * sum of 16) of sub-blocks 2k and 2k+1 (a different split of the same
+        // integer total than subtracting per element, so a different f32 rounding).
+        let mut lanes = scaled_lane_sums(&q, &scales, &y.qs);
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            *lane -= 32
+                * (scales[2 * k] * i32::from(y.bsums[2 * k])
+                    + scales[2 * k + 1] * i32::from(y.bsums[2 * k + 1]));
+        }
+        fma_lanes(&mut acc, d, &lanes);
     }
     hsum8(&acc)
 }

@@ -256,7 +256,8 @@ unsafe fn q45_k<const C: usize, const FIVE: bool>(
     }
 }
 
-/// Q6_K: `q - 32` as `vpmaddubsw(q, y) - vpmaddubsw(32, y)`.
+/// Q6_K: the unsigned six-bit codes against the activations, the `-32` offset taken out
+/// per lane through the Q8_K block sums (`32 * vpmaddwd(bsums, scales)`), as ggml does.
 #[inline(always)]
 unsafe fn q6_k<const C: usize>(
     blocks: usize,
@@ -267,11 +268,11 @@ unsafe fn q6_k<const C: usize>(
 ) {
     let mask4 = _mm256_set1_epi8(0x0f);
     let mask2 = _mm256_set1_epi8(3);
-    let thirty_two = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..blocks {
         let x = w.add(i * 210);
         let scale = x.add(192).cast::<[i8; 16]>().read_unaligned();
+        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192).cast()));
         let dw = f16_at(x.add(208));
         let mut sumi = [_mm256_setzero_si256(); C];
         for half in 0..2 {
@@ -293,17 +294,17 @@ unsafe fn q6_k<const C: usize>(
                 let scales = scale_pair(i16::from(scale[group]), i16::from(scale[group + 1]));
                 for c in 0..C {
                     let y = q8k_quants(row::<C>(a, rb, c, i), 128 * half + 32 * k);
-                    let p = _mm256_sub_epi16(
-                        _mm256_maddubs_epi16(q, y),
-                        _mm256_maddubs_epi16(thirty_two, y),
-                    );
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scales, p));
+                    sumi[c] = _mm256_add_epi32(sumi[c], scaled(q, y, scales));
                 }
             }
         }
         for c in 0..C {
-            let d = q8k_scale(row::<C>(a, rb, c, i)) * dw;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            let y = row::<C>(a, rb, c, i);
+            let bsums = _mm256_loadu_si256(y.add(Q8K_BSUMS).cast());
+            let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
+            let d = q8k_scale(y) * dw;
+            let lanes = _mm256_sub_epi32(sumi[c], offset);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[c]);
         }
     }
     for c in 0..C {
