@@ -11,21 +11,21 @@ use super::{Isa, LANES};
 
 // The constants of `ggml_v_expf`, as f32 bit patterns (hex floats in ggml's source).
 /// `0x1.8p23`: adding it rounds to an integer.
-const SHIFT: u32 = 0x4b40_0000;
+pub(super) const SHIFT: u32 = 0x4b40_0000;
 /// `0x1.715476p+0` ≈ log2(e).
-const LOG2_E: u32 = 0x3fb8_aa3b;
+pub(super) const LOG2_E: u32 = 0x3fb8_aa3b;
 /// `0x1.62e4p-1` and `0x1.7f7d1cp-20`: ln 2 split in a high and a low part.
-const LN2_HIGH: u32 = 0x3f31_7200;
-const LN2_LOW: u32 = 0x35bf_be8e;
+pub(super) const LN2_HIGH: u32 = 0x3f31_7200;
+pub(super) const LN2_LOW: u32 = 0x35bf_be8e;
 /// Polynomial coefficients `0x1.0e4020p-7`, `0x1.573e2ep-5`, `0x1.555e66p-3`,
 /// `0x1.fffdb6p-2`, `0x1.ffffecp-1`.
-const C5: u32 = 0x3c07_2010;
-const C4: u32 = 0x3d2b_9f17;
-const C3: u32 = 0x3e2a_af33;
-const C2: u32 = 0x3eff_fedb;
-const C1: u32 = 0x3f7f_fff6;
+pub(super) const C5: u32 = 0x3c07_2010;
+pub(super) const C4: u32 = 0x3d2b_9f17;
+pub(super) const C3: u32 = 0x3e2a_af33;
+pub(super) const C2: u32 = 0x3eff_fedb;
+pub(super) const C1: u32 = 0x3f7f_fff6;
 
-fn constant(bits: u32) -> f32 {
+pub(super) fn constant(bits: u32) -> f32 {
     f32::from_bits(bits)
 }
 

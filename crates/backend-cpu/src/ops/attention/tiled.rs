@@ -142,7 +142,7 @@ fn tile(isa: Isa, problem: &Problem<'_>, task: &Task<'_>) -> Vec<f32> {
             }
             max[tq] = new_max;
             // ggml_vec_soft_max_f32 over the whole tile (masked and padded keys are -inf).
-            let tile_sum = vector::soft_max_f32(score_row, new_max);
+            let tile_sum = vector::soft_max_f32(isa, score_row, new_max);
             sum[tq] = (f64::from(sum[tq]) + tile_sum) as f32;
             // acc += weight[tk] * value[tk], tk in order, zero weights skipped.
             vector::mad_rows_f32(isa, acc, &values[..count * d], &score_row[..count], true);
