@@ -56,22 +56,28 @@ __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h,
 __device__ __forceinline__ void store_cell(u16* out, float value) { *out = float_to_half(value); }
 __device__ __forceinline__ void store_cell(float* out, float value) { *out = value; }
 
-// One block per row (grid.x = max(tokens, kv_rows)); dynamic shared memory of rotary_dim floats.
-// Row t < tokens: q ([tokens, q_heads, head_dim]) and k ([tokens, k_heads, head_dim]) rotated in
-// place as rope_f32 rotates them (one angle table: both use the same parameters). Then row
-// t < kv_rows: k and v ([tokens, width]) written to the cell of the row's position, as
-// kv_write_f16/32.
+// One block per (row, head): grid.x = max(tokens, kv_rows), grid.y = q_heads + k_heads (the
+// query heads first), any block size. Row t < tokens: the block's head of q ([tokens, q_heads,
+// head_dim]) or k ([tokens, k_heads, head_dim]) is rotated in place as rope_f32 rotates it, each
+// thread computing its own pair's angle. Then a key head's block writes, for rows t < kv_rows,
+// that head of k and the same head of v ([tokens, width]) to the cell of the row's position, as
+// kv_write_f16/32. Many small blocks instead of one per row: a decode step's single row no
+// longer runs on one multiprocessor.
 template <class C>
 __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v, C* k_cache, C* v_cache,
                                               const i32* step, const float* factors, u32 has_factors, u32 q_heads,
                                               u32 k_heads, u32 head_dim, u32 rotary_dim, float theta_scale,
                                               float freq_scale, u32 neox, u32 tokens, u32 width, u32 kv_rows,
                                               u64 k_cells, u64 v_cells) {
-    extern __shared__ float angles[];  // [pairs][2]: cos, sin
     const StepHeader* h = (const StepHeader*)step;
-    const u32 token = blockIdx.x;
+    const u32 token = blockIdx.x, slot = blockIdx.y;
     const bool rotate = token < tokens && (i32)token < h->tokens;
+    const bool key = slot >= q_heads;
+    if (!key && !rotate) return;  // uniform over the block
     const u32 pairs = rotary_dim / 2;
+    const u32 kv_head = key ? slot - q_heads : 0;
+    float* values = key ? k + (u64)token * width + (u64)kv_head * head_dim
+                        : q + ((u64)token * q_heads + slot) * head_dim;
     if (rotate) {
         const float position = (float)(u32)step[h->positions + token];
         for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x) {
@@ -81,26 +87,15 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
             const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, factor));
             float s, c;
             sincosf(angle, &s, &c);
-            angles[2 * pair] = c;
-            angles[2 * pair + 1] = s;
-        }
-    }
-    __syncthreads();
-    if (rotate) {
-        float* q_row = q + (u64)token * q_heads * head_dim;
-        float* k_row = k + (u64)token * k_heads * head_dim;
-        for (u32 index = threadIdx.x; index < (q_heads + k_heads) * pairs; index += blockDim.x) {
-            const u32 head = index / pairs, pair = index % pairs;
-            float* values = head < q_heads ? q_row + (u64)head * head_dim : k_row + (u64)(head - q_heads) * head_dim;
             const u32 first = neox ? pair : 2 * pair;
             const u32 second = neox ? pair + pairs : 2 * pair + 1;
             const float x0 = values[first], x1 = values[second];
-            const float c = angles[2 * pair], s = angles[2 * pair + 1];
             values[first] = fmaf(x0, c, -__fmul_rn(x1, s));
             values[second] = fmaf(x0, s, __fmul_rn(x1, c));
         }
     }
-    // The rotated keys of this row, written by this block's threads, are read below.
+    if (!key) return;
+    // The rotated key head, written by this block's threads, is read below.
     __syncthreads();
     const i32 row = (i32)token;
     if (token >= kv_rows) return;
@@ -108,15 +103,15 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
     if (span < 0) return;
     const i32 cell = step_cell(step, h, span, step[h->positions + row]);
     if (cell < 0) return;
-    const float* k_in = k + (u64)row * width;
-    const float* v_in = v + (u64)row * width;
+    const u64 at = (u64)kv_head * head_dim;
+    const float* v_in = v + (u64)row * width + at;
     if ((u64)cell < k_cells) {
-        C* out = k_cache + (u64)cell * width;
-        for (u32 i = threadIdx.x; i < width; i += blockDim.x) store_cell(out + i, k_in[i]);
+        C* out = k_cache + (u64)cell * width + at;
+        for (u32 i = threadIdx.x; i < head_dim; i += blockDim.x) store_cell(out + i, values[i]);
     }
     if ((u64)cell < v_cells) {
-        C* out = v_cache + (u64)cell * width;
-        for (u32 i = threadIdx.x; i < width; i += blockDim.x) store_cell(out + i, v_in[i]);
+        C* out = v_cache + (u64)cell * width + at;
+        for (u32 i = threadIdx.x; i < head_dim; i += blockDim.x) store_cell(out + i, v_in[i]);
     }
 }
 

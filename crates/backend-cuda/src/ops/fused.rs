@@ -132,16 +132,15 @@ pub fn rope_kv_write(
     let v_ptr = buffer_ptr(OP, "v", v)?;
     let k_cells = kv_ptr(OP, "k", k_cache)?;
     let v_cells = kv_ptr(OP, "v", v_cache)?;
-    let pairs = product(
-        OP,
-        "heads × rotary pairs",
-        q_params.heads + k_params.heads,
-        rotary_dim / 2,
-    )?;
+    // One block per (row, head); a thread per rotary pair (and per two cache elements).
     let config = LaunchConfig {
-        grid_dim: (to_u32(OP, "rows", blocks)?, 1, 1),
-        block_dim: (threads_for(pairs.max(width), 256), 1, 1),
-        shared_mem_bytes: to_u32(OP, "rotary_dim", rotary_dim * 4)?,
+        grid_dim: (
+            to_u32(OP, "rows", blocks)?,
+            to_u32(OP, "heads", q_params.heads + k_params.heads)?,
+            1,
+        ),
+        block_dim: (threads_for(head_dim.div_ceil(2), 256), 1, 1),
+        shared_mem_bytes: 0,
     };
     // As ops/rope.rs computes it.
     let theta_scale = k_params.theta.powf(-2.0 / rotary_dim as f32);

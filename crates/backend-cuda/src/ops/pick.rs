@@ -10,6 +10,11 @@ use crate::{device_address, launch, CudaBackend};
 
 const OP: &str = "greedy_pick";
 
+/// Logits per phase-1 block (256 threads, eight each).
+const SLICE: usize = 2048;
+/// Most phase-1 blocks per row.
+const MAX_PARTS: usize = 256;
+
 /// The [`Pick`] of each of the first `rows` rows of `width` values of `logits`.
 pub fn greedy_pick(
     backend: &CudaBackend,
@@ -39,35 +44,59 @@ pub fn greedy_pick(
         .pick_scratch()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    // [ids | log-probabilities as f32 bits]
+    // Phase 1 splits each row into `parts` slices of `chunk` logits.
+    let parts = width.div_ceil(SLICE).min(MAX_PARTS);
+    let chunk = width.div_ceil(parts);
+    // [ids | log-probabilities as f32 bits | partials: rows × parts × (value, index, sum)]
+    let needed = product(OP, "rows × parts", rows, 3 * parts)?.saturating_add(2 * rows);
     if slot
         .as_ref()
-        .is_none_or(|s: &CudaSlice<u32>| s.len() < 2 * rows)
+        .is_none_or(|s: &CudaSlice<u32>| s.len() < needed)
     {
         *slot = None;
         let slice = backend
             .stream()
-            .alloc_zeros::<u32>(2 * rows)
+            .alloc_zeros::<u32>(needed)
             .map_err(|e| backend.driver_error(OP, e))?;
         *slot = Some(slice);
     }
     let scratch = slot.as_ref().expect("allocated above");
     let ids = device_address(scratch, backend.stream());
     let logprobs = ids + 4 * rows as u64;
+    let partials = ids + 8 * rows as u64;
+    let (rows_u32, parts_u32) = (to_u32(OP, "rows", rows)?, to_u32(OP, "parts", parts)?);
     let config = LaunchConfig {
-        grid_dim: (to_u32(OP, "rows", rows)?, 1, 1),
-        block_dim: (1024, 1, 1),
+        grid_dim: (parts_u32, rows_u32, 1),
+        block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
     launch!(
         backend,
         OP,
         "pick.cu",
-        "greedy_pick_f32",
+        "greedy_pick_partial_f32",
         config,
         logits,
         to_u32(OP, "width", width)?,
-        to_u32(OP, "rows", rows)?,
+        rows_u32,
+        parts_u32,
+        to_u32(OP, "chunk", chunk)?,
+        partials
+    )?;
+    let config = LaunchConfig {
+        grid_dim: (rows_u32, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        backend,
+        OP,
+        "pick.cu",
+        "greedy_pick_combine_f32",
+        config,
+        partials,
+        parts_u32,
+        rows_u32,
         ids,
         logprobs
     )?;
