@@ -189,7 +189,7 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
 attention_decode_f16(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* part_acc,
                      float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
-                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) {
+                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
     decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
                  chunk_len, chunks, heads_per_block, round_q);
 }
@@ -197,7 +197,7 @@ attention_decode_f16(const float* q, const u16* k_cache, const u16* v_cache, con
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
 attention_decode_f32(const float* q, const float* k_cache, const float* v_cache, const i32* step, float* part_acc,
                      float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
-                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) {
+                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
     decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
                  chunk_len, chunks, heads_per_block, round_q);
 }
@@ -207,7 +207,7 @@ attention_decode_f32(const float* q, const float* k_cache, const float* v_cache,
 // attention_decode_mma_* kernels), rows whose range lies in one chunk are already in `out`.
 extern "C" __global__ void attention_combine(float* out, const float* part_acc, const float* part_stats,
                                              const i32* step, u32 heads, u32 head_dim, u32 window,
-                                             u32 chunk_len, u32 chunks, u32 direct) {
+                                             u32 chunk_len, u32 chunks, u32 direct) { pdl_start();
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
     const u32 head = blockIdx.x;
@@ -354,12 +354,12 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
 
 extern "C" __global__ void attention_prefill_f16(const float* q, const u16* k_cache, const u16* v_cache,
                                                  const i32* step, float* out, u32 heads, u32 kv_heads,
-                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) {
+                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) { pdl_start();
     prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
 }
 
 extern "C" __global__ void attention_prefill_f32(const float* q, const float* k_cache, const float* v_cache,
                                                  const i32* step, float* out, u32 heads, u32 kv_heads,
-                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) {
+                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) { pdl_start();
     prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
 }

@@ -375,13 +375,13 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_prefill_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
-                          u32 heads, u32 kv_heads, float scale, u32 window) {
+                          u32 heads, u32 kv_heads, float scale, u32 window) { pdl_start();
     prefill_mma<64>(q, k_cache, v_cache, step, out, heads, kv_heads, scale, window);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
-                           u32 heads, u32 kv_heads, float scale, u32 window) {
+                           u32 heads, u32 kv_heads, float scale, u32 window) { pdl_start();
     prefill_mma<128>(q, k_cache, v_cache, step, out, heads, kv_heads, scale, window);
 }
 
@@ -531,7 +531,7 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                          float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                         u32 chunk_len, u32 chunks, u32 heads_per_block) {
+                         u32 chunk_len, u32 chunks, u32 heads_per_block) { pdl_start();
     decode_mma<64>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
                    chunks, heads_per_block);
 }
@@ -539,7 +539,7 @@ attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache,
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                           float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                          u32 chunk_len, u32 chunks, u32 heads_per_block) {
+                          u32 chunk_len, u32 chunks, u32 heads_per_block) { pdl_start();
     decode_mma<128>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
                     chunks, heads_per_block);
 }

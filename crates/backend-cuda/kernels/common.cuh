@@ -11,6 +11,18 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 // IEEE half <-> float through PTX (no cuda_fp16.h needed).
+// Programmatic dependent launch (sm_90 and newer): first let the next kernel of the stream
+// begin launching, then wait until every earlier kernel has finished and its writes are
+// visible. Every kernel calls this first, so launching any kernel with the programmatic-
+// serialization attribute keeps the stream's memory order while the launch overlaps the
+// predecessor's tail (src/lib.rs launch!). A no-op on older devices.
+__device__ __forceinline__ void pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float half_to_float(u16 h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

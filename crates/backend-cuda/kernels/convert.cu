@@ -31,7 +31,7 @@ __device__ __forceinline__ void dequant_f16(const u8* __restrict__ w, u64 row_by
 
 #define DEQUANT_F16(W, name)                                                                        \
     extern "C" __global__ void dequant_f16_##name(const u8* w, u64 row_bytes, u64 width, u64 rows, \
-                                                  u16* out) {                                       \
+                                                  u16* out) { pdl_start();                                       \
         dequant_f16<W>(w, row_bytes, width, rows, out);                                             \
     }
 
@@ -53,7 +53,7 @@ DEQUANT_F16(IQ4_XS, iq4_xs)
 // activation side of a matmul (modes in quantize.cuh). One warp per 32 values (mode 0/1) or
 // per 256 (mode 2).
 extern "C" __global__ void quantize_q8_cpu(const float* __restrict__ x, i8* __restrict__ aq,
-                                           float2* __restrict__ ads, u64 n, u32 mode) {
+                                           float2* __restrict__ ads, u64 n, u32 mode) { pdl_start();
     const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
     const u64 warp_id = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     quantize_q8_cpu_range(x, aq, ads, n, mode, warp_id, warps);
@@ -64,7 +64,7 @@ extern "C" __global__ void quantize_q8_cpu(const float* __restrict__ x, i8* __re
 // rounding (mode 3, F16 weights) or bf16 rounding (mode 4, BF16 weights). n is a multiple of
 // 32 (256 for mode 2); one warp per 32 (or 256) values for modes 0-2.
 extern "C" __global__ void activation_f16_cpu(const float* __restrict__ x, u16* __restrict__ out, u64 n,
-                                              u32 mode) {
+                                              u32 mode) { pdl_start();
     const u64 threads = (u64)gridDim.x * blockDim.x;
     const u64 thread = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (mode >= 3) {

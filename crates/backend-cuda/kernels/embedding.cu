@@ -24,7 +24,7 @@ __device__ __forceinline__ void embedding(const u8* __restrict__ table, u64 row_
 
 #define EMBEDDING(W, name)                                                                     \
     extern "C" __global__ void embedding_##name(const u8* table, u64 row_bytes, u64 width,     \
-                                                const i32* step, float* out) {                 \
+                                                const i32* step, float* out) { pdl_start();                 \
         embedding<W>(table, row_bytes, width, step, out);                                      \
     }
 

@@ -16,7 +16,7 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 // (threads_x, rows_per_block), one warp per short row or one block per long row, so the sum
 // of squares is reduced in the same order as inverse_rms in norm.cu.
 extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float* out, const float* weight, u32 width,
-                                            float eps, u32 rows) {
+                                            float eps, u32 rows) { pdl_start();
     __shared__ double scratch[32];
     const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;  // whole rows (and so whole reducing groups) leave together
@@ -120,7 +120,7 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
                                                     const i32* step, const float* factors, u32 has_factors,        \
                                                     u32 q_heads, u32 k_heads, u32 head_dim, u32 rotary_dim,        \
                                                     float theta_scale, float freq_scale, u32 neox, u32 tokens,     \
-                                                    u32 width, u32 kv_rows, u64 k_cells, u64 v_cells) {            \
+                                                    u32 width, u32 kv_rows, u64 k_cells, u64 v_cells) { pdl_start();            \
         rope_kv_write<C>(q, k, v, k_cache, v_cache, step, factors, has_factors, q_heads, k_heads, head_dim,        \
                          rotary_dim, theta_scale, freq_scale, neox, tokens, width, kv_rows, k_cells, v_cells);     \
     }

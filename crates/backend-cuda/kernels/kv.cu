@@ -14,7 +14,7 @@ __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h,
     return row >= info[0] && row < info[0] + info[1] ? span : -1;
 }
 
-extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) {
+extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.x;
     if ((u32)row >= rows) return;
@@ -27,7 +27,7 @@ extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32*
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) out[i] = float_to_half(in[i]);
 }
 
-extern "C" __global__ void kv_write_f32(float* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) {
+extern "C" __global__ void kv_write_f32(float* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.x;
     if ((u32)row >= rows) return;

@@ -151,12 +151,12 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
 #define MATVEC_ENTRY(W, name, T)                                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
-                             const float2* ads, float* out, u32 tokens, const float* bias) {         \
+                             const float2* ads, float* out, u32 tokens, const float* bias) { pdl_start();         \
         matvec_block<W, T, MATVEC_ROWS(T), false>(w, w, row_bytes, n_in, n_out, aq, ads, out, tokens, bias); \
     }                                                                                                  \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_swiglu_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in, u32 n_out,  \
-                                    const i8* aq, const float2* ads, float* out, u32 tokens) {       \
+                                    const i8* aq, const float2* ads, float* out, u32 tokens) { pdl_start();       \
         matvec_block<W, T, MATVEC_ROWS(T), true>(gate, up, row_bytes, n_in, n_out, aq, ads, out, tokens, nullptr); \
     }
 #define MATVEC_ENTRIES(W, name) \

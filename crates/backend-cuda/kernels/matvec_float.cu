@@ -260,12 +260,12 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, const u8*
 #define FLOAT_BLOCK_ENTRY(W, name, suffix, T, U)                                                      \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
         matvec_##name##suffix##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x, \
-                                     float* out, u32 tokens, const float* bias) {                    \
+                                     float* out, u32 tokens, const float* bias) { pdl_start();                    \
         matvec_float<W, T, U, false>(w, w, row_bytes, n_in, n_out, x, out, tokens, bias);            \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
         matvec_##name##_swiglu##suffix##_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in,  \
-                                              u32 n_out, const float* x, float* out, u32 tokens) {   \
+                                              u32 n_out, const float* x, float* out, u32 tokens) { pdl_start();   \
         matvec_float<W, T, U, true>(gate, up, row_bytes, n_in, n_out, x, out, tokens, nullptr);      \
     }
 #define FLOAT_ENTRY(W, name, T)                                                                       \
@@ -274,13 +274,13 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, const u8*
     FLOAT_BLOCK_ENTRY(W, name, _vec4, T, 4)                                                          \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, (T) <= 2 ? 8 : 4)                   \
         matvec_##name##_vec_warp_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const float* x, \
-                                      float* out, u32 tokens, u32 rows_per_warp, const float* bias) { \
+                                      float* out, u32 tokens, u32 rows_per_warp, const float* bias) { pdl_start(); \
         matvec_float_vec<W, T, false>(w, w, row_bytes, n_in, n_out, x, out, tokens, rows_per_warp, bias); \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, (T) <= 2 ? 8 : 4)                   \
         matvec_##name##_swiglu_vec_warp_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in,  \
                                              u32 n_out, const float* x, float* out, u32 tokens,      \
-                                             u32 rows_per_warp) {                                    \
+                                             u32 rows_per_warp) { pdl_start();                                    \
         matvec_float_vec<W, T, true>(gate, up, row_bytes, n_in, n_out, x, out, tokens, rows_per_warp, nullptr); \
     }
 #define FLOAT_ENTRIES(W, name) \

@@ -36,7 +36,7 @@ __device__ __forceinline__ float inverse_rms(const float* x, u32 width, float ep
 }
 
 // out[r] = x[r] / rms(x[r]) * weight for rows r < rows; x and out do not overlap.
-extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float* weight, u32 width, float eps, u32 rows) {
+extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float* weight, u32 width, float eps, u32 rows) { pdl_start();
     const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;  // whole rows (and so whole reducing groups) leave together
     const float* src = x + (u64)row * width;
@@ -46,7 +46,7 @@ extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float*
 }
 
 // rms_norm_f32 writing back into x (each value is read before the same thread overwrites it).
-extern "C" __global__ void rms_norm_in_place_f32(float* x, const float* weight, u32 width, float eps, u32 rows) {
+extern "C" __global__ void rms_norm_in_place_f32(float* x, const float* weight, u32 width, float eps, u32 rows) { pdl_start();
     const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;
     float* values = x + (u64)row * width;

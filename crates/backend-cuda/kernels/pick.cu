@@ -22,7 +22,7 @@ __device__ __forceinline__ void better(float& value, u32& index, float other_val
 // partials[row][part] = {value, index bits, sum}. Many blocks per row: one block per row was
 // latency-bound (95 us for a 151936-wide row on an H200).
 extern "C" __global__ void greedy_pick_partial_f32(const float* __restrict__ logits, u32 width, u32 rows, u32 parts,
-                                                   u32 chunk, float* __restrict__ partials) {
+                                                   u32 chunk, float* __restrict__ partials) { pdl_start();
     __shared__ float values[32];
     __shared__ u32 indices[32];
     __shared__ float scratch[32];
@@ -82,7 +82,7 @@ extern "C" __global__ void greedy_pick_partial_f32(const float* __restrict__ log
 // over the parts with a finite maximum (NaN when the row's maximum is not finite). The row's
 // id is 0 when every logit is NaN.
 extern "C" __global__ void greedy_pick_combine_f32(const float* __restrict__ partials, u32 parts, u32 rows,
-                                                   u32* __restrict__ ids, float* __restrict__ logprobs) {
+                                                   u32* __restrict__ ids, float* __restrict__ logprobs) { pdl_start();
     const u32 row = blockIdx.x;
     if (row >= rows) return;
     const float* p = partials + (u64)row * parts * 3;

@@ -11,7 +11,7 @@
 
 extern "C" __global__ void rope_f32(float* x, const i32* step, const float* factors, u32 has_factors, u32 heads,
                                     u32 head_dim, u32 rotary_dim, float theta_scale, float freq_scale, u32 neox,
-                                    u32 tokens) {
+                                    u32 tokens) { pdl_start();
     extern __shared__ float angles[];  // [pairs][2]: cos, sin
     const StepHeader* h = (const StepHeader*)step;
     const u32 token = blockIdx.x;

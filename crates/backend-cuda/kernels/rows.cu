@@ -4,7 +4,7 @@
 // out[i] = src[rows[i]] for the step's logit rows (rows[] = step + logit_row_ids, count
 // logit_rows), rows of `width` values. Indices at or past src_rows are skipped.
 // Launch: one block per output row (grid.x = the number of rows), any block size.
-extern "C" __global__ void gather_rows_f32(float* out, const float* src, const i32* step, u32 width, u64 src_rows) {
+extern "C" __global__ void gather_rows_f32(float* out, const float* src, const i32* step, u32 width, u64 src_rows) { pdl_start();
     const StepHeader* h = (const StepHeader*)step;
     const i32 i = blockIdx.x;
     if (i >= h->logit_rows) return;
@@ -22,7 +22,7 @@ extern "C" __global__ void gather_rows_f32(float* out, const float* src, const i
 // source index).
 // Launch: one block per destination row (grid.x = n_targets), any block size.
 extern "C" __global__ void scatter_add_rows_f32(float* dst, const float* src, const i32* plan, u32 n_targets,
-                                                u32 n_sources, u32 width, u64 dst_rows) {
+                                                u32 n_sources, u32 width, u64 dst_rows) { pdl_start();
     const u32 target = blockIdx.x;
     if (target >= n_targets) return;
     const i32* targets = plan;

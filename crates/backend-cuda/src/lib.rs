@@ -32,18 +32,24 @@ use step::StepState;
 /// (device addresses as `u64`, scalars as `i32`/`u32`/`u64`/`f32`), mapping failures to a
 /// [`BackendError`] that names `$op`.
 macro_rules! launch {
-    ($backend:expr, $op:expr, $file:literal, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
+    ($backend:expr, $op:expr, $file:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
         let backend: &$crate::CudaBackend = $backend;
         let function = backend.kernel($op, $file, $name)?;
-        let mut builder = backend.stream().launch_builder(&function);
-        #[allow(unused_imports)]
-        use cudarc::driver::PushKernelArg as _;
-        $( let arg = $arg; builder.arg(&arg); )*
+        // Each argument boxed, so that its address stays put while the parameter list
+        // (addresses of the values, as cuLaunchKernelEx takes them) is in use.
+        let mut values: Vec<Box<dyn std::any::Any>> = Vec::new();
+        let mut params: Vec<*mut std::ffi::c_void> = Vec::new();
+        $(
+            let value = Box::new($arg);
+            params.push(&*value as *const _ as *mut std::ffi::c_void);
+            values.push(value);
+        )*
         // SAFETY: the kernel's parameter list matches these arguments (same order and
-        // types, checked by the kernel's author against kernels/*.cu), and every address
-        // points to live device memory owned by a handle the caller holds.
-        let launched = unsafe { builder.launch($cfg) };
-        launched.map_err(|e| backend.driver_error($op, e))?;
+        // types, checked by the kernel's author against kernels/*.cu), every address points
+        // to live device memory owned by a handle the caller holds, and `values` outlives
+        // the call.
+        unsafe { backend.launch_raw($op, &function, $cfg, &mut params) }?;
+        drop(values);
         backend.after_launch($op)
     }};
 }
@@ -71,6 +77,8 @@ pub struct CudaBackend {
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     /// The greedy picks' device output, kept between calls.
     pick_scratch: Mutex<Option<CudaSlice<u32>>>,
+    /// Launch with programmatic stream serialization (sm_90+, `RUNIT_CUDA_PDL` not `0`).
+    programmatic_launch: bool,
 }
 
 impl CudaBackend {
@@ -124,6 +132,8 @@ impl CudaBackend {
             attention_scratch: Mutex::new(None),
             download_staging: Mutex::new(None),
             pick_scratch: Mutex::new(None),
+            programmatic_launch: major >= 9
+                && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -212,6 +222,56 @@ impl CudaBackend {
             op,
             message: error.to_string(),
         }
+    }
+
+    /// Launches `function` on the stream with cuLaunchKernelEx. On sm_90 and newer (unless
+    /// `RUNIT_CUDA_PDL=0`) with programmatic stream serialization: the kernel may begin
+    /// launching while its predecessor runs, and waits in `pdl_start()` (every kernel's first
+    /// statement, kernels/common.cuh) until the predecessor has finished.
+    ///
+    /// # Safety
+    /// `params` holds the addresses of values matching the kernel's parameter list, alive
+    /// until the call returns; device addresses among them point to live memory.
+    pub(crate) unsafe fn launch_raw(
+        &self,
+        op: &'static str,
+        function: &cudarc::driver::CudaFunction,
+        cfg: cudarc::driver::LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), BackendError> {
+        use cudarc::driver::sys;
+        self.context
+            .bind_to_thread()
+            .map_err(|e| self.driver_error(op, e))?;
+        // SAFETY: a zeroed attribute is a valid value of this plain C struct; the union field
+        // written is the one the attribute id selects.
+        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: u32::from(self.programmatic_launch),
+        };
+        // SAFETY: the caller guarantees the parameters; `config` and `attribute` live across
+        // the call, which copies them.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                function.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| self.driver_error(op, e))
     }
 
     /// Called after every launch: in `RUNIT_CUDA_SYNC=1` mode waits, so that an asynchronous

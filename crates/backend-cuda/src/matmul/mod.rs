@@ -38,22 +38,11 @@ pub const MATVEC_MAX_TOKENS: usize = 8;
 const OP: &str = "matmul";
 
 /// Launches kernel `$name` of `$file` (both `&'static str` values, not only literals) with
-/// the given arguments; the twin of the crate's `launch!` for names chosen at run time.
+/// the given arguments: the crate's `launch!`.
 macro_rules! launch_kernel {
-    ($backend:expr, $op:expr, $file:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
-        let backend: &$crate::CudaBackend = $backend;
-        let function = backend.kernel($op, $file, $name)?;
-        let mut builder = backend.stream().launch_builder(&function);
-        #[allow(unused_imports)]
-        use cudarc::driver::PushKernelArg as _;
-        $( let arg = $arg; builder.arg(&arg); )*
-        // SAFETY: the kernel's parameter list matches these arguments (same order and types,
-        // see the kernels' signatures in kernels/*.cu), and every address points to live
-        // device memory owned by a handle the caller holds.
-        let launched = unsafe { builder.launch($cfg) };
-        launched.map_err(|e| backend.driver_error($op, e))?;
-        backend.after_launch($op)
-    }};
+    ($($tokens:tt)*) => {
+        $crate::launch!($($tokens)*)
+    };
 }
 pub(crate) use launch_kernel;
 
