@@ -56,7 +56,8 @@ __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h,
 __device__ __forceinline__ void store_cell(u16* out, float value) { *out = float_to_half(value); }
 __device__ __forceinline__ void store_cell(float* out, float value) { *out = value; }
 
-// One block per (row, head): grid.x = max(tokens, kv_rows), grid.y = q_heads + k_heads (the
+// One block per (row, head), optionally RMS-normalising the head first (Qwen3's per-head
+// q/k norms, has_norm): grid.x = max(tokens, kv_rows), grid.y = q_heads + k_heads (the
 // query heads first), any block size. Row t < tokens: the block's head of q ([tokens, q_heads,
 // head_dim]) or k ([tokens, k_heads, head_dim]) is rotated in place as rope_f32 rotates it, each
 // thread computing its own pair's angle. Then a key head's block writes, for rows t < kv_rows,
@@ -68,7 +69,9 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
                                               const i32* step, const float* factors, u32 has_factors, u32 q_heads,
                                               u32 k_heads, u32 head_dim, u32 rotary_dim, float theta_scale,
                                               float freq_scale, u32 neox, u32 tokens, u32 width, u32 kv_rows,
-                                              u64 k_cells, u64 v_cells) {
+                                              u64 k_cells, u64 v_cells, const float* q_norm, const float* k_norm,
+                                              u32 has_norm, float eps) {
+    __shared__ float norm_scale;
     const StepHeader* h = (const StepHeader*)step;
     const u32 token = blockIdx.x, slot = blockIdx.y;
     const bool rotate = token < tokens && (i32)token < h->tokens;
@@ -78,6 +81,26 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
     const u32 kv_head = key ? slot - q_heads : 0;
     float* values = key ? k + (u64)token * width + (u64)kv_head * head_dim
                         : q + ((u64)token * q_heads + slot) * head_dim;
+    if (rotate && has_norm) {
+        // The head's RMS norm as rms_norm_in_place_f32 computes a row of head_dim <= 256
+        // values (one warp: lane l sums the squares of l, l + 32, ... in f64, then the xor
+        // tree), written back before the rotation reads it.
+        if (threadIdx.x < 32) {
+            double sum = 0.0;
+            for (u32 i = threadIdx.x; i < head_dim; i += 32) {
+                const float value = values[i];
+                sum += (double)__fmul_rn(value, value);
+            }
+            sum = warp_sum_f64(sum);
+            const float mean = (float)(sum / (double)head_dim);
+            if (threadIdx.x == 0) norm_scale = 1.0f / sqrtf(mean + eps);
+        }
+        __syncthreads();
+        const float scale = norm_scale;
+        const float* weight = key ? k_norm : q_norm;
+        for (u32 i = threadIdx.x; i < head_dim; i += blockDim.x) values[i] = values[i] * scale * weight[i];
+        __syncthreads();
+    }
     if (rotate) {
         const float position = (float)(u32)step[h->positions + token];
         for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x) {
@@ -120,9 +143,12 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
                                                     const i32* step, const float* factors, u32 has_factors,        \
                                                     u32 q_heads, u32 k_heads, u32 head_dim, u32 rotary_dim,        \
                                                     float theta_scale, float freq_scale, u32 neox, u32 tokens,     \
-                                                    u32 width, u32 kv_rows, u64 k_cells, u64 v_cells) { pdl_start();            \
+                                                    u32 width, u32 kv_rows, u64 k_cells, u64 v_cells,              \
+                                                    const float* q_norm, const float* k_norm, u32 has_norm,        \
+                                                    float eps) { pdl_start();                                      \
         rope_kv_write<C>(q, k, v, k_cache, v_cache, step, factors, has_factors, q_heads, k_heads, head_dim,        \
-                         rotary_dim, theta_scale, freq_scale, neox, tokens, width, kv_rows, k_cells, v_cells);     \
+                         rotary_dim, theta_scale, freq_scale, neox, tokens, width, kv_rows, k_cells, v_cells,      \
+                         q_norm, k_norm, has_norm, eps);                                                           \
     }
 ROPE_KV_WRITE(f16, u16)
 ROPE_KV_WRITE(f32, float)

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use runit_backend::{
-    unfused, AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op,
-    RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    unfused, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache,
+    KvType, Op, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -310,6 +310,7 @@ impl Backend for CudaBackend {
         k_cache: &mut KvCache,
         v_cache: &mut KvCache,
         spans: &[SequenceSpan],
+        head_norms: Option<HeadNorms<'_>>,
     ) -> Result<(), BackendError> {
         if !fused_ops() {
             return unfused::rope_kv_write(
@@ -324,6 +325,7 @@ impl Backend for CudaBackend {
                 k_cache,
                 v_cache,
                 spans,
+                head_norms,
             );
         }
         ops::fused::rope_kv_write(
@@ -338,6 +340,7 @@ impl Backend for CudaBackend {
             k_cache,
             v_cache,
             spans,
+            head_norms,
         )
     }
 

@@ -10,8 +10,8 @@
 use runit_backend::testing::parity::WEIGHT_TYPES;
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan,
-    Weight,
+    AttentionParams, Backend, BackendError, Buffer, HeadNorms, KvType, RopeParams, RopeStyle,
+    SequenceSpan, Weight,
 };
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;
@@ -238,12 +238,28 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
         sliding_window: None,
     };
     for kv_type in [KvType::F16, KvType::F32] {
-        for (style, rotary_dim, with_factors) in [
-            (RopeStyle::Neox, 64, false),
-            (RopeStyle::Normal, 64, true),
-            (RopeStyle::Neox, 32, false),
+        for (style, rotary_dim, with_factors, with_norms) in [
+            (RopeStyle::Neox, 64, false, false),
+            (RopeStyle::Normal, 64, true, false),
+            (RopeStyle::Neox, 32, false, false),
+            (RopeStyle::Neox, 64, false, true),
+            (RopeStyle::Normal, 32, true, true),
         ] {
-            let label = format!("{kv_type:?} {style:?} rotary {rotary_dim} factors {with_factors}");
+            let label = format!(
+                "{kv_type:?} {style:?} rotary {rotary_dim} factors {with_factors} norms {with_norms}"
+            );
+            // Qwen3-style per-head q/k norms (weights of head_dim values).
+            let norms = with_norms.then(|| {
+                let weight = |name: &str, rng: &mut Rng| {
+                    let w = rng.values(head_dim, 0.5, 1.5);
+                    make_weight(&cuda, name, GgmlType::F32, &[head_dim], &w).expect("norm")
+                };
+                (
+                    weight("test.q_norm", &mut rng),
+                    weight("test.k_norm", &mut rng),
+                )
+            });
+            let head_norms = norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: 1e-6 });
             let q_params = RopeParams {
                 style,
                 heads,
@@ -287,8 +303,13 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                             &mut k_cache,
                             &mut v_cache,
                             &spans,
+                            head_norms,
                         )?;
                     } else {
+                        if let Some(n) = head_norms {
+                            cuda.rms_norm_in_place(&mut q, n.q, n.eps, tokens * heads)?;
+                            cuda.rms_norm_in_place(&mut k, n.k, n.eps, tokens * kv_heads)?;
+                        }
                         cuda.rope(&mut q, &positions, &q_params, factors.as_ref())?;
                         cuda.rope(&mut k, &positions, &k_params, factors.as_ref())?;
                         cuda.kv_write(&k, &v, &mut k_cache, &mut v_cache, &spans)?;

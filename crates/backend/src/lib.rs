@@ -19,7 +19,9 @@ pub mod unfused;
 
 pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
-pub use ops::{AttentionParams, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey};
+pub use ops::{
+    AttentionParams, HeadNorms, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey,
+};
 pub use pick::Pick;
 
 use runit_quant::GgmlType;
@@ -222,8 +224,9 @@ pub trait Backend: Send + Sync {
     }
 
     /// RoPE on the queries and keys of a step, then the keys and values into the cache:
-    /// [`Backend::rope`] of `q` with `q_params`, of `k` with `k_params` (same positions and
-    /// frequency factors), then [`Backend::kv_write`] of `k` and `v`.
+    /// with `head_norms`, first [`Backend::rms_norm_in_place`] of every head of `q` and of
+    /// `k`; then [`Backend::rope`] of `q` with `q_params`, of `k` with `k_params` (same
+    /// positions and frequency factors), then [`Backend::kv_write`] of `k` and `v`.
     #[allow(clippy::too_many_arguments)]
     fn rope_kv_write(
         &self,
@@ -237,6 +240,7 @@ pub trait Backend: Send + Sync {
         k_cache: &mut KvCache,
         v_cache: &mut KvCache,
         spans: &[SequenceSpan],
+        head_norms: Option<HeadNorms<'_>>,
     ) -> Result<(), BackendError> {
         unfused::rope_kv_write(
             self,
@@ -250,6 +254,7 @@ pub trait Backend: Send + Sync {
             k_cache,
             v_cache,
             spans,
+            head_norms,
         )
     }
 

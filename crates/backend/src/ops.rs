@@ -24,6 +24,15 @@ pub struct RopeParams {
     pub freq_scale: f32,
 }
 
+/// Per-head RMS norms of the queries and keys (Qwen3's `attn_q_norm` / `attn_k_norm`): one
+/// weight of `head_dim` values each, applied to every head before RoPE.
+#[derive(Clone, Copy)]
+pub struct HeadNorms<'a> {
+    pub q: &'a crate::Weight,
+    pub k: &'a crate::Weight,
+    pub eps: f32,
+}
+
 /// The part of a batch that belongs to one sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SequenceSpan {

@@ -1,7 +1,7 @@
 //! The fused ops of [`Backend`] as sequences of its primitive ops: the trait's default
 //! implementations, and what a backend with fused kernels runs when they are switched off.
 
-use crate::{Backend, BackendError, Buffer, KvCache, RopeParams, SequenceSpan, Weight};
+use crate::{Backend, BackendError, Buffer, HeadNorms, KvCache, RopeParams, SequenceSpan, Weight};
 
 /// [`Backend::matmul_bias`]: [`Backend::matmul`], then [`Backend::add_bias`].
 pub fn matmul_bias<B: Backend + ?Sized>(
@@ -33,8 +33,8 @@ pub fn add_rms_norm<B: Backend + ?Sized>(
     b.rms_norm(x, weight, eps, rows, out)
 }
 
-/// [`Backend::rope_kv_write`]: [`Backend::rope`] of `q` and of `k`, then
-/// [`Backend::kv_write`].
+/// [`Backend::rope_kv_write`]: the head norms ([`Backend::rms_norm_in_place`] of `q` and of
+/// `k`) when given, [`Backend::rope`] of `q` and of `k`, then [`Backend::kv_write`].
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv_write<B: Backend + ?Sized>(
     b: &B,
@@ -48,7 +48,13 @@ pub fn rope_kv_write<B: Backend + ?Sized>(
     k_cache: &mut KvCache,
     v_cache: &mut KvCache,
     spans: &[SequenceSpan],
+    head_norms: Option<HeadNorms<'_>>,
 ) -> Result<(), BackendError> {
+    if let Some(norms) = head_norms {
+        let tokens = positions.len();
+        b.rms_norm_in_place(q, norms.q, norms.eps, tokens * q_params.heads)?;
+        b.rms_norm_in_place(k, norms.k, norms.eps, tokens * k_params.heads)?;
+    }
     b.rope(q, positions, q_params, freq_factors)?;
     b.rope(k, positions, k_params, freq_factors)?;
     b.kv_write(k, v, k_cache, v_cache, spans)

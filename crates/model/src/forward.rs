@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, Pick, RopeParams,
+    AttentionParams, Backend, BackendError, Buffer, HeadNorms, KvCache, KvType, Pick, RopeParams,
     SequenceSpan, StepInputs, StepKey,
 };
 
@@ -293,7 +293,20 @@ impl Model {
                 )?;
             }
             dump("attn_norm", Some(i), &s.normed, embd);
-            self.project_qkv(layer, tokens, s)?;
+            // Per-head q/k norms go into the fused RoPE + KV write (one kernel on a GPU).
+            let head_norms = match (&layer.q_norm, &layer.k_norm) {
+                (Some(q), Some(k))
+                    if fused && q.row_len() == c.head_dim && k.row_len() == c.head_dim =>
+                {
+                    Some(HeadNorms {
+                        q,
+                        k,
+                        eps: c.rms_norm_eps,
+                    })
+                }
+                _ => None,
+            };
+            self.project_qkv(layer, tokens, s, head_norms.is_none())?;
             dump("Qcur", Some(i), &s.q, c.q_width());
             dump("Kcur", Some(i), &s.k, c.kv_width());
             dump("Vcur", Some(i), &s.v, c.kv_width());
@@ -310,6 +323,7 @@ impl Model {
                     &mut kv.keys[i],
                     &mut kv.values[i],
                     batch.spans,
+                    head_norms,
                 )?;
             } else {
                 b.rope(&mut s.q, batch.positions, &q_rope, freq_factors)?;
@@ -433,6 +447,7 @@ impl Model {
         layer: &LayerWeights,
         tokens: usize,
         s: &mut Scratch,
+        with_norms: bool,
     ) -> Result<(), BackendError> {
         let c = &self.config;
         let b = self.backend.as_ref();
@@ -444,7 +459,7 @@ impl Model {
         b.matmul_bias(&layer.q, biases[0], &s.normed, tokens, &mut s.q)?;
         b.matmul_bias(&layer.k, biases[1], &s.normed, tokens, &mut s.k)?;
         b.matmul_bias(&layer.v, biases[2], &s.normed, tokens, &mut s.v)?;
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+        if let (true, Some(qn), Some(kn)) = (with_norms, &layer.q_norm, &layer.k_norm) {
             // Rows are heads for a per-head norm, whole projections for a full-width one.
             let q_rows = tokens * c.q_width() / qn.row_len();
             let k_rows = tokens * c.kv_width() / kn.row_len();

@@ -5,13 +5,15 @@
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::{
-    Backend, BackendError, Buffer, KvCache, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
+    Backend, BackendError, Buffer, HeadNorms, KvCache, KvType, RopeParams, RopeStyle, SequenceSpan,
+    Weight,
 };
+use runit_quant::GgmlType;
 
 use super::elementwise::{f32_weight, product, threads_for, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
 use super::rope::freq_factors_address;
-use crate::memory::{buffer_ptr, check_len, kv_ptr};
+use crate::memory::{buffer_ptr, check_len, kv_ptr, weight_ptr};
 use crate::{launch, CudaBackend};
 
 /// `x += delta` for the first `rows` rows of `weight.row_len()` values, then
@@ -91,9 +93,21 @@ pub fn rope_kv_write(
     k_cache: &mut KvCache,
     v_cache: &mut KvCache,
     spans: &[SequenceSpan],
+    head_norms: Option<HeadNorms<'_>>,
 ) -> Result<(), BackendError> {
     const OP: &str = "rope_kv_write";
     let (head_dim, rotary_dim) = (k_params.head_dim, k_params.rotary_dim);
+    // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
+    let in_kernel = |w: &Weight| w.ty == GgmlType::F32 && w.shape == [head_dim];
+    let head_norms = match head_norms {
+        Some(n) if !(in_kernel(n.q) && in_kernel(n.k) && q_params.head_dim == head_dim) => {
+            let tokens = positions.len();
+            backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
+            backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
+            None
+        }
+        other => other,
+    };
     let width = k_params.heads.saturating_mul(head_dim);
     if !same_rotation(q_params, k_params)
         || k_cache.width != width
@@ -102,6 +116,11 @@ pub fn rope_kv_write(
         || !rotary_dim.is_multiple_of(2)
         || rotary_dim > head_dim
     {
+        if let Some(n) = head_norms {
+            let tokens = positions.len();
+            backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
+            backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
+        }
         backend.rope(q, positions, q_params, freq_factors)?;
         backend.rope(k, positions, k_params, freq_factors)?;
         return backend.kv_write(k, v, k_cache, v_cache, spans);
@@ -158,6 +177,14 @@ pub fn rope_kv_write(
     let width = to_u32(OP, "cache width", width)?;
     let kv_rows = to_u32(OP, "rows", kv_rows)?;
     let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
+    let (q_norm, k_norm, norm_eps) = match head_norms {
+        Some(n) => (
+            weight_ptr(OP, "q norm", n.q)?,
+            weight_ptr(OP, "k norm", n.k)?,
+            n.eps,
+        ),
+        None => (0, 0, 0.0),
+    };
     let name = match k_cache.ty {
         KvType::F16 => "rope_kv_write_f16",
         KvType::F32 => "rope_kv_write_f32",
@@ -187,7 +214,11 @@ pub fn rope_kv_write(
         width,
         kv_rows,
         k_n,
-        v_n
+        v_n,
+        q_norm,
+        k_norm,
+        u32::from(head_norms.is_some()),
+        norm_eps
     )
 }
 
