@@ -46,11 +46,11 @@ template <class W, int T, int R, bool S>
 __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8* __restrict__ w_up, u64 row_bytes,
                                              u32 n_in, u32 n_out, const i8* __restrict__ aq,
                                              const float2* __restrict__ ads, float* __restrict__ out, u32 tokens,
-                                             const float* __restrict__ bias) {
+                                             const float* __restrict__ bias, u32 block_index) {
     constexpr int U = MatvecSteps<W>::VALUE;
     // Output rows per block.
     constexpr int O = S ? R / 2 : R;
-    const u32 first_row = blockIdx.x * O;
+    const u32 first_row = block_index * O;
     const u8* rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -152,12 +152,33 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
                              const float2* ads, float* out, u32 tokens, const float* bias) { pdl_start();         \
-        matvec_block<W, T, MATVEC_ROWS(T), false>(w, w, row_bytes, n_in, n_out, aq, ads, out, tokens, bias); \
+        matvec_block<W, T, MATVEC_ROWS(T), false>(w, w, row_bytes, n_in, n_out, aq, ads, out, tokens, bias, \
+                                                  blockIdx.x);                                         \
     }                                                                                                  \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_swiglu_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in, u32 n_out,  \
                                     const i8* aq, const float2* ads, float* out, u32 tokens) { pdl_start();       \
-        matvec_block<W, T, MATVEC_ROWS(T), true>(gate, up, row_bytes, n_in, n_out, aq, ads, out, tokens, nullptr); \
+        matvec_block<W, T, MATVEC_ROWS(T), true>(gate, up, row_bytes, n_in, n_out, aq, ads, out, tokens, nullptr, \
+                                                 blockIdx.x);                                          \
+    }                                                                                                  \
+    /* Q, K and V of one input in one launch: the first ceil(n_q / R) blocks compute q, the next */  \
+    /* ceil(n_kv / R) k, the rest v, each block exactly as matvec_<name>_t<T>. */                   \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
+        matvec_##name##_qkv_t##T(const u8* wq, const u8* wk, const u8* wv, u64 row_bytes, u32 n_in,    \
+                                 u32 n_q, u32 n_kv, const i8* aq, const float2* ads, float* out_q,      \
+                                 float* out_k, float* out_v, u32 tokens, const float* bias_q,           \
+                                 const float* bias_k, const float* bias_v) { pdl_start();              \
+        constexpr u32 R = MATVEC_ROWS(T);                                                              \
+        const u32 q_blocks = (n_q + R - 1) / R, kv_blocks = (n_kv + R - 1) / R;                        \
+        const u32 b = blockIdx.x;                                                                      \
+        if (b < q_blocks)                                                                              \
+            matvec_block<W, T, R, false>(wq, wq, row_bytes, n_in, n_q, aq, ads, out_q, tokens, bias_q, b); \
+        else if (b < q_blocks + kv_blocks)                                                             \
+            matvec_block<W, T, R, false>(wk, wk, row_bytes, n_in, n_kv, aq, ads, out_k, tokens, bias_k, \
+                                         b - q_blocks);                                                \
+        else                                                                                           \
+            matvec_block<W, T, R, false>(wv, wv, row_bytes, n_in, n_kv, aq, ads, out_v, tokens, bias_v, \
+                                         b - q_blocks - kv_blocks);                                    \
     }
 #define MATVEC_ENTRIES(W, name) \
     MATVEC_ENTRY(W, name, 1)    \

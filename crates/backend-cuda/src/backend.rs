@@ -283,6 +283,20 @@ impl Backend for CudaBackend {
         matmul::matmul_bias(self, weight, bias, x, tokens, out)
     }
 
+    fn matmul_qkv(
+        &self,
+        weights: [&Weight; 3],
+        biases: [Option<&Weight>; 3],
+        x: &Buffer,
+        tokens: usize,
+        outs: [&mut Buffer; 3],
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            return unfused::matmul_qkv(self, weights, biases, x, tokens, outs);
+        }
+        matmul::matmul_qkv(self, weights, biases, x, tokens, outs)
+    }
+
     fn add_rms_norm(
         &self,
         x: &mut Buffer,

@@ -1,5 +1,5 @@
 //! The CUDA backend's fused ops against its own primitive sequences, value for value:
-//! `matmul_bias` (= matmul + add_bias), `matmul_swiglu` (= two matmuls + silu_mul),
+//! `matmul_bias` (= matmul + add_bias), `matmul_qkv` (= three matmul_bias), `matmul_swiglu` (= two matmuls + silu_mul),
 //! `add_rms_norm` (= add + rms_norm) and `rope_kv_write` (= two ropes + kv_write, the caches
 //! compared through attention over them), for every weight type and the shapes that pick
 //! each matvec variant, decode and prompt row counts.
@@ -107,6 +107,82 @@ fn matmul_bias_equals_matmul_then_add_bias() {
                     .expect("matmul");
                 let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
                 expect_same(&format!("{label} no bias"), &f, &p, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn matmul_qkv_equals_three_matmul_bias() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    for ty in WEIGHT_TYPES {
+        // (n_in, n_q, n_kv): short rows, and rows long enough for the Q8_0 long-row variant.
+        for (n_in, n_q, n_kv) in [(256, 96, 32), (2048, 256, 64)] {
+            let mut rng = Rng::new(0x9c7 + ty.id() as u64 * 7 + n_in as u64);
+            let weight = |name: &str, rows: usize, rng: &mut Rng| {
+                let w = rng.normal(n_in * rows, 0.05);
+                make_weight(&cuda, name, ty, &[n_in, rows], &w).expect("weight")
+            };
+            let (wq, wk, wv) = (
+                weight("test.q", n_q, &mut rng),
+                weight("test.k", n_kv, &mut rng),
+                weight("test.v", n_kv, &mut rng),
+            );
+            let bias = |name: &str, rows: usize, rng: &mut Rng| {
+                let b = rng.values(rows, -1.0, 1.0);
+                make_weight(&cuda, name, GgmlType::F32, &[rows], &b).expect("bias")
+            };
+            let (bq, bk, bv) = (
+                bias("test.bq", n_q, &mut rng),
+                bias("test.bk", n_kv, &mut rng),
+                bias("test.bv", n_kv, &mut rng),
+            );
+            for tokens in TOKEN_COUNTS {
+                for with_bias in [true, false] {
+                    let label =
+                        format!("{ty} [{n_in}] q {n_q} kv {n_kv} x {tokens} bias {with_bias}");
+                    let x = buffer(&cuda, &rng.values(tokens * n_in, -1.0, 1.0)).expect("x");
+                    let biases = if with_bias {
+                        [Some(&bq), Some(&bk), Some(&bv)]
+                    } else {
+                        [None; 3]
+                    };
+                    let lens = [tokens * n_q, tokens * n_kv, tokens * n_kv];
+                    let mut fused: Vec<Buffer> =
+                        lens.iter().map(|&l| cuda.alloc(l).expect("out")).collect();
+                    let mut primitive: Vec<Buffer> =
+                        lens.iter().map(|&l| cuda.alloc(l).expect("out")).collect();
+                    let weights = [&wq, &wk, &wv];
+                    let mut run = || -> Result<(), BackendError> {
+                        let [a, b, c] = &mut fused[..] else {
+                            unreachable!()
+                        };
+                        cuda.matmul_qkv(weights, biases, &x, tokens, [a, b, c])?;
+                        for ((w, bias), out) in weights.iter().zip(biases).zip(primitive.iter_mut())
+                        {
+                            cuda.matmul_bias(w, bias, &x, tokens, out)?;
+                        }
+                        Ok(())
+                    };
+                    if let Err(error) = run() {
+                        failures.push(format!("{label}: {error}"));
+                        continue;
+                    }
+                    for (i, len) in lens.iter().enumerate() {
+                        let (f, p) = (
+                            read(&cuda, &fused[i], *len),
+                            read(&cuda, &primitive[i], *len),
+                        );
+                        expect_same(
+                            &format!("{label} {}", ["q", "k", "v"][i]),
+                            &f,
+                            &p,
+                            &mut failures,
+                        );
+                    }
+                }
             }
         }
     }

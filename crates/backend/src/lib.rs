@@ -208,6 +208,20 @@ pub trait Backend: Send + Sync {
         unfused::matmul_bias(self, weight, bias, x, tokens, out)
     }
 
+    /// The Q, K and V projections of one input: [`Backend::matmul_bias`] of each weight with
+    /// its bias into its output (a backend may run the three in one kernel; each output must
+    /// equal its `matmul_bias` bit for bit).
+    fn matmul_qkv(
+        &self,
+        weights: [&Weight; 3],
+        biases: [Option<&Weight>; 3],
+        x: &Buffer,
+        tokens: usize,
+        outs: [&mut Buffer; 3],
+    ) -> Result<(), BackendError> {
+        unfused::matmul_qkv(self, weights, biases, x, tokens, outs)
+    }
+
     /// The residual add and the next norm: `x += delta` for the first `rows` rows of
     /// `weight.shape[0]` values, then `out = rms_norm(x)` ([`Backend::add`] followed by
     /// [`Backend::rms_norm`]). `out` may not alias `x` or `delta`.

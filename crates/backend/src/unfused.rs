@@ -19,6 +19,21 @@ pub fn matmul_bias<B: Backend + ?Sized>(
     }
 }
 
+/// [`Backend::matmul_qkv`]: [`Backend::matmul_bias`] of each weight.
+pub fn matmul_qkv<B: Backend + ?Sized>(
+    b: &B,
+    weights: [&Weight; 3],
+    biases: [Option<&Weight>; 3],
+    x: &Buffer,
+    tokens: usize,
+    outs: [&mut Buffer; 3],
+) -> Result<(), BackendError> {
+    for ((weight, bias), out) in weights.into_iter().zip(biases).zip(outs) {
+        b.matmul_bias(weight, bias, x, tokens, out)?;
+    }
+    Ok(())
+}
+
 /// [`Backend::add_rms_norm`]: [`Backend::add`], then [`Backend::rms_norm`].
 pub fn add_rms_norm<B: Backend + ?Sized>(
     b: &B,

@@ -456,9 +456,13 @@ impl Model {
             (Some(qb), Some(kb), Some(vb)) => [Some(qb), Some(kb), Some(vb)],
             _ => [None; 3],
         };
-        b.matmul_bias(&layer.q, biases[0], &s.normed, tokens, &mut s.q)?;
-        b.matmul_bias(&layer.k, biases[1], &s.normed, tokens, &mut s.k)?;
-        b.matmul_bias(&layer.v, biases[2], &s.normed, tokens, &mut s.v)?;
+        b.matmul_qkv(
+            [&layer.q, &layer.k, &layer.v],
+            biases,
+            &s.normed,
+            tokens,
+            [&mut s.q, &mut s.k, &mut s.v],
+        )?;
         if let (true, Some(qn), Some(kn)) = (with_norms, &layer.q_norm, &layer.k_norm) {
             // Rows are heads for a per-head norm, whole projections for a full-width one.
             let q_rows = tokens * c.q_width() / qn.row_len();

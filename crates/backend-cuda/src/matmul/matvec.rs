@@ -116,6 +116,58 @@ pub(super) fn run_swiglu(
     run_with(backend, kernels, op, Some(up), scratch)
 }
 
+/// Q, K and V of one input in one launch (quantized types with a `matvec_qkv` kernel):
+/// `q`, `k`, `v` share the type, row length, `x` and token count; `k` and `v` the row count.
+/// Returns `false` (nothing launched) when the type has no such kernel.
+pub(super) fn run_qkv(
+    backend: &CudaBackend,
+    kernels: &TypeKernels,
+    q: &Operands,
+    k: &Operands,
+    v: &Operands,
+    scratch: &mut Scratch,
+) -> Result<bool, BackendError> {
+    debug_assert!((1..=MATVEC_MAX_TOKENS).contains(&q.tokens));
+    let variant = token_variant(q.tokens);
+    let name = match (&kernels.matvec_wide, &kernels.matvec_qkv) {
+        (Some((_, _, wide)), _) if q.n_in >= WIDE_MIN_ROW => wide[variant],
+        (_, Some(qkv)) if kernels.matvec_vector.is_none() => qkv[variant],
+        _ => return Ok(false),
+    };
+    let (aq, ads) = quantized_input(backend, q, scratch)?;
+    let rows = rows_per_block(variant);
+    let blocks = q.n_out.div_ceil(rows) + 2 * k.n_out.div_ceil(rows);
+    let config = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch_kernel!(
+        backend,
+        OP,
+        kernels.matvec_file,
+        name,
+        config,
+        q.weight,
+        k.weight,
+        v.weight,
+        q.row_bytes as u64,
+        q.n_in as u32,
+        q.n_out as u32,
+        k.n_out as u32,
+        aq,
+        ads,
+        q.out,
+        k.out,
+        v.out,
+        q.tokens as u32,
+        q.bias,
+        k.bias,
+        v.bias
+    )?;
+    Ok(true)
+}
+
 /// Quantizes the activations to q8_1 unless the scratch already holds them; returns the
 /// addresses of the int8 values and of the (d, d·sum) pairs.
 fn quantized_input(
@@ -197,7 +249,7 @@ fn run_with(
         None => {
             let (aq, ads) = quantized_input(backend, op, scratch)?;
             let (plain, swiglu) = match &kernels.matvec_wide {
-                Some((plain, swiglu)) if op.n_in >= WIDE_MIN_ROW => {
+                Some((plain, swiglu, _)) if op.n_in >= WIDE_MIN_ROW => {
                     (plain[variant], swiglu[variant])
                 }
                 _ => (kernels.matvec[variant], kernels.matvec_swiglu[variant]),

@@ -198,6 +198,60 @@ pub fn matmul_bias(
     }
 }
 
+/// Q, K and V projections of one input (`biases` all or none): one decode kernel for all
+/// three when they share the type, row length and K/V shape (quantized types, up to
+/// [`MATVEC_MAX_TOKENS`] rows, biases of the weights' row counts), else three [`matmul_bias`].
+/// Each output equals its [`matmul_bias`] bit for bit.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qkv(
+    backend: &CudaBackend,
+    weights: [&Weight; 3],
+    biases: [Option<&Weight>; 3],
+    x: &Buffer,
+    tokens: usize,
+    outs: [&mut Buffer; 3],
+) -> Result<(), BackendError> {
+    let [q, k, v] = weights;
+    let [out_q, out_k, out_v] = outs;
+    let fits = |w: &Weight, b: Option<&Weight>| b.is_none_or(|b| b.row_len() == w.rows());
+    let same = q.ty == k.ty
+        && q.ty == v.ty
+        && q.row_len() == k.row_len()
+        && q.row_len() == v.row_len()
+        && k.shape == v.shape
+        && biases.iter().all(|b| b.is_some()) == biases.iter().any(|b| b.is_some())
+        && fits(q, biases[0])
+        && fits(k, biases[1])
+        && fits(v, biases[2]);
+    if tokens <= MATVEC_MAX_TOKENS && same && !matvec_only() {
+        let bias = |b: Option<&Weight>, w: &Weight| match b {
+            Some(b) => crate::ops::elementwise::f32_weight(backend, OP, "bias", b, w.rows()),
+            None => Ok(0),
+        };
+        let (bq, bk, bv) = (
+            bias(biases[0], q)?,
+            bias(biases[1], k)?,
+            bias(biases[2], v)?,
+        );
+        if let (Some((kernels, oq)), Some((_, ok)), Some((_, ov))) = (
+            operands(backend, q, x, tokens, out_q, bq)?,
+            operands(backend, k, x, tokens, out_k, bk)?,
+            operands(backend, v, x, tokens, out_v, bv)?,
+        ) {
+            let mut scratch = backend.matmul_state().lock();
+            for op in [&oq, &ok, &ov] {
+                forget_overwritten(&mut scratch, op);
+            }
+            if matvec::run_qkv(backend, &kernels, &oq, &ok, &ov, &mut scratch)? {
+                return Ok(());
+            }
+        }
+    }
+    matmul_bias(backend, q, biases[0], x, tokens, out_q)?;
+    matmul_bias(backend, k, biases[1], x, tokens, out_k)?;
+    matmul_bias(backend, v, biases[2], x, tokens, out_v)
+}
+
 /// `out[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
 /// decode kernel per weight type (the same sums as two matmuls, then `silu_mul`), more rows
 /// (or gate and up of different types or shapes) as the two matmuls and `silu_mul`, with

@@ -25,9 +25,11 @@ pub struct TypeKernels {
     pub matvec: ByTokens,
     /// The SwiGLU twins of `matvec`: `silu(gate · x) * (up · x)` from two weights.
     pub matvec_swiglu: ByTokens,
+    /// Quantized types: Q, K and V of one input in one launch (`matvec_<type>_qkv_t<T>`).
+    pub matvec_qkv: Option<ByTokens>,
     /// Quantized types with a long-row variant (`_w`, fewer and wider parts per block):
-    /// its plain and SwiGLU kernels, for rows of at least [`WIDE_MIN_ROW`] elements.
-    pub matvec_wide: Option<(ByTokens, ByTokens)>,
+    /// its plain, SwiGLU and QKV kernels, for rows of at least [`WIDE_MIN_ROW`] elements.
+    pub matvec_wide: Option<(ByTokens, ByTokens, ByTokens)>,
     /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight),
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
@@ -55,6 +57,7 @@ macro_rules! quantized {
             matvec_file: $file,
             matvec: by_tokens!("matvec_", $name),
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
+            matvec_qkv: Some(by_tokens!("matvec_", $name, "_qkv")),
             matvec_wide: None,
             matvec_vector: None,
             dequant_f16: Some(concat!("dequant_f16_", $name)),
@@ -69,6 +72,7 @@ macro_rules! float {
             matvec_file: "matvec_float.cu",
             matvec: by_tokens!("matvec_", $name),
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
+            matvec_qkv: None,
             matvec_wide: None,
             matvec_vector: Some(VectorKernels {
                 single: by_tokens!("matvec_", $name, "_vec"),
@@ -102,6 +106,7 @@ pub fn kernels(ty: GgmlType) -> Option<TypeKernels> {
             matvec_wide: Some((
                 by_tokens!("matvec_q8_0w"),
                 by_tokens!("matvec_q8_0w_swiglu"),
+                by_tokens!("matvec_q8_0w_qkv"),
             )),
             ..quantized!("matvec_legacy.cu", "q8_0")
         },
@@ -183,7 +188,15 @@ mod tests {
                     }
                 }
             }
-            if let Some((plain, swiglu)) = &k.matvec_wide {
+            if let Some(qkv) = &k.matvec_qkv {
+                for (bound, name) in [1, 2, 4, 8].iter().zip(qkv) {
+                    assert_eq!(*name, format!("matvec_{stem}_qkv_t{bound}"));
+                }
+            }
+            if let Some((plain, swiglu, qkv)) = &k.matvec_wide {
+                for (bound, name) in [1, 2, 4, 8].iter().zip(qkv) {
+                    assert_eq!(*name, format!("matvec_{stem}w_qkv_t{bound}"));
+                }
                 let wide = format!("{stem}w");
                 assert!(
                     text(k.matvec_file)
