@@ -388,11 +388,15 @@ attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cach
 // ----- decode ----------------------------------------------------------------------------------
 // grid (chunks, kv_heads * slices, rows), MMA_THREADS threads; heads_per_block <= 16. Partials
 // as attention_decode_* writes them ([rows, heads, chunks] of (max, sum) and head_dim values).
+// A row whose visible range lies in one chunk is written to `out` directly. Otherwise the last
+// block of a (row, head group) to finish (counted in `counters[row][blockIdx.y]`, zero at rest:
+// that block resets it) merges the group's chunks into `out` as attention_combine would, so no
+// combine kernel follows.
 template <int D>
 __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, const u16* v_cache, const i32* step,
                                            float* out, float* part_acc, float* part_stats, u32 heads,
                                            u32 kv_heads, float scale, u32 window, u32 chunk_len, u32 chunks,
-                                           u32 heads_per_block) {
+                                           u32 heads_per_block, u32* counters) {
     constexpr int STRIDE = D + ROW_PAD;
     constexpr int LOADS = SUB_TILE * (D / 8) / 32;
     constexpr int WARP_HALVES = 2 * SUB_TILE * STRIDE;  // a warp's keys, then its values
@@ -526,20 +530,58 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
             }
         }
     }
+    if (direct) return;
+    // Publish this block's partials, then count it; the last block of the group merges.
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last_block;
+    const u32 first_chunk = (u32)lo / chunk_len;
+    const u32 last_chunk = min((u32)position / chunk_len, chunks - 1);
+    if (threadIdx.x == 0) {
+        u32* counter = counters + (u64)row * gridDim.y + blockIdx.y;
+        const u32 done = atomicAdd(counter, 1u);
+        last_block = done == last_chunk - first_chunk;
+        if (last_block) *counter = 0u;  // every other block of the group has counted
+    }
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    // Each head's chunk weights exp(m_c - max) / sum_c(s_c exp(m_c - max)), then the values.
+    __shared__ float weights[16][64];  // heads_per_block <= 16, chunks <= plan::MAX_CHUNKS
+    const u32 n = last_chunk - first_chunk + 1;
+    if (threadIdx.x < n_heads) {
+        const u64 base = (((u64)row * heads + first_head + threadIdx.x) * chunks + first_chunk) * 2;
+        float max_all = NEG_INF;
+        for (u32 c = 0; c < n; ++c) max_all = fmaxf(max_all, __ldcg(part_stats + base + 2 * c));
+        float sum_all = 0.0f;
+        for (u32 c = 0; c < n; ++c)
+            sum_all += __ldcg(part_stats + base + 2 * c + 1) * expf(__ldcg(part_stats + base + 2 * c) - max_all);
+        const float inverse = sum_all == 0.0f ? 0.0f : 1.0f / sum_all;
+        for (u32 c = 0; c < n; ++c) weights[threadIdx.x][c] = expf(__ldcg(part_stats + base + 2 * c) - max_all) * inverse;
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < n_heads * D; i += MMA_THREADS) {
+        const u32 head_row = i / D, d = i % D;
+        const u64 row_head = (u64)row * heads + first_head + head_row;
+        const float* acc_c = part_acc + (row_head * chunks + first_chunk) * D + d;
+        float value = 0.0f;
+        for (u32 c = 0; c < n; ++c) value += __ldcg(acc_c + (u64)c * D) * weights[head_row][c];
+        out[row_head * D + d] = value;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                          float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                         u32 chunk_len, u32 chunks, u32 heads_per_block) { pdl_start();
+                         u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<64>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
-                   chunks, heads_per_block);
+                   chunks, heads_per_block, counters);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                           float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                          u32 chunk_len, u32 chunks, u32 heads_per_block) { pdl_start();
+                          u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<128>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
-                    chunks, heads_per_block);
+                    chunks, heads_per_block, counters);
 }

@@ -72,6 +72,8 @@ pub struct CudaBackend {
     writes: std::sync::atomic::AtomicU64,
     /// Attention's decode partials, kept between calls (one stream orders all work).
     attention_scratch: Mutex<Option<CudaSlice<f32>>>,
+    /// The tensor-core decode's per-(row, head group) arrival counters, zero at rest.
+    attention_counters: Mutex<Option<CudaSlice<u32>>>,
     /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
     /// the device instead of the driver staging a pageable copy; grown as needed.
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
@@ -132,6 +134,7 @@ impl CudaBackend {
             attention_scratch: Mutex::new(None),
             download_staging: Mutex::new(None),
             pick_scratch: Mutex::new(None),
+            attention_counters: Mutex::new(None),
             programmatic_launch: major >= 9
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
         })
@@ -313,6 +316,37 @@ impl CudaBackend {
         let slice = self
             .stream
             .alloc_zeros::<f32>(len.max(1).next_power_of_two())
+            .map_err(|e| self.oom_or(e, op, len * 4))?;
+        let ptr = device_address(&slice, &self.stream);
+        *slot = Some(slice);
+        Ok(ptr)
+    }
+
+    /// The address of at least `len` arrival counters for the tensor-core decode, all zero
+    /// between calls (its last block per group resets its counter); grown, zeroed, outside a
+    /// capture only.
+    pub(crate) fn attention_counters(
+        &self,
+        op: &'static str,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        let mut slot = self
+            .attention_counters
+            .lock()
+            .expect("attention counters lock");
+        if let Some(slice) = slot.as_ref().filter(|s| s.len() >= len) {
+            return Ok(device_address(slice, &self.stream));
+        }
+        if self.capturing() {
+            return Err(BackendError::Device {
+                backend: self.name(),
+                op,
+                message: format!("attention counters must grow to {len} during a capture"),
+            });
+        }
+        let slice = self
+            .stream
+            .alloc_zeros::<u32>(len.max(1).next_power_of_two())
             .map_err(|e| self.oom_or(e, op, len * 4))?;
         let ptr = device_address(&slice, &self.stream);
         *slot = Some(slice);

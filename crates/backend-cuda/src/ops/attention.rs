@@ -170,7 +170,8 @@ fn check_params(params: &AttentionParams) -> Result<(), BackendError> {
 }
 
 /// Flash-decoding: chunk partials into scratch memory, then the combine into `out` (with
-/// `mma`, the tensor-core kernel writes rows whose range is one chunk to `out` itself).
+/// `mma`, the tensor-core kernel writes rows whose range is one chunk to `out` itself and
+/// merges the others in the last block of each head group: no combine kernel).
 fn decode(
     backend: &CudaBackend,
     call: &Call,
@@ -234,14 +235,15 @@ fn decode(
         };
     }
     if mma {
-        decode_mma(
+        // The tensor-core kernel merges the chunks itself (its last block per head group).
+        return decode_mma(
             backend,
             call,
             step,
             (partials_ptr, stats_ptr),
             plan,
             config.grid_dim,
-        )?;
+        );
     } else if call.f16 {
         decode_kernel!("attention_decode_f16")?;
     } else {
@@ -332,6 +334,7 @@ fn decode_mma(
     };
     let (chunk_len, chunks) = (plan.chunk_len as u32, plan.chunks as u32);
     let heads_per_block = plan.heads_per_block as u32;
+    let counters = backend.attention_counters(OP, grid_dim.1 as usize * grid_dim.2 as usize)?;
     macro_rules! kernel {
         ($name:literal) => {
             launch!(
@@ -353,7 +356,8 @@ fn decode_mma(
                 call.window,
                 chunk_len,
                 chunks,
-                heads_per_block
+                heads_per_block,
+                counters
             )
         };
     }
