@@ -16,6 +16,16 @@ __device__ __forceinline__ void better(float& value, u32& index, float other_val
     }
 }
 
+// The warp's best candidate (as `better` orders them), in every lane.
+__device__ __forceinline__ void warp_best(float& value, u32& index) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other_value = __shfl_xor_sync(0xffffffffu, value, offset);
+        const u32 other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+        better(value, index, other_value, other_index);
+    }
+}
+
 // Phase 1: block (part, row) scans its slice of `chunk` logits of the row and writes the
 // slice's pick (value, index: the first largest, NaNs never win; (-inf, none) for a slice of
 // NaNs) and the slice's sum of exp(l - slice max) over its non-NaN values to
@@ -40,12 +50,7 @@ extern "C" __global__ void greedy_pick_partial_f32(const float* __restrict__ log
             index = i;
         }
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float other_value = __shfl_xor_sync(0xffffffffu, best, offset);
-        const u32 other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-        better(best, index, other_value, other_index);
-    }
+    warp_best(best, index);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         values[warp] = best;
@@ -55,12 +60,7 @@ extern "C" __global__ void greedy_pick_partial_f32(const float* __restrict__ log
     const int warps = (blockDim.x + 31) >> 5;
     best = lane < warps ? values[lane] : PICK_NEG_INF;
     index = lane < warps ? indices[lane] : 0xffffffffu;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float other_value = __shfl_xor_sync(0xffffffffu, best, offset);
-        const u32 other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-        better(best, index, other_value, other_index);
-    }
+    warp_best(best, index);
     float sum = 0.0f;
     if (isfinite(best)) {
         for (u32 i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -93,12 +93,7 @@ extern "C" __global__ void greedy_pick_combine_f32(const float* __restrict__ par
         const u32 at = (u32)__float_as_int(p[3 * i + 1]);
         if (at != 0xffffffffu) better(best, index, v, at);
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float other_value = __shfl_xor_sync(0xffffffffu, best, offset);
-        const u32 other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-        better(best, index, other_value, other_index);
-    }
+    warp_best(best, index);
     float sum = 0.0f;
     if (isfinite(best)) {
         for (u32 i = threadIdx.x; i < parts; i += 32) {

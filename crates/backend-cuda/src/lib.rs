@@ -299,27 +299,7 @@ impl CudaBackend {
         op: &'static str,
         len: usize,
     ) -> Result<u64, BackendError> {
-        let mut slot = self
-            .attention_scratch
-            .lock()
-            .expect("attention scratch lock");
-        if let Some(slice) = slot.as_ref().filter(|s| s.len() >= len) {
-            return Ok(device_address(slice, &self.stream));
-        }
-        if self.capturing() {
-            return Err(BackendError::Device {
-                backend: self.name(),
-                op,
-                message: format!("attention scratch must grow to {len} values during a capture"),
-            });
-        }
-        let slice = self
-            .stream
-            .alloc_zeros::<f32>(len.max(1).next_power_of_two())
-            .map_err(|e| self.oom_or(e, op, len * 4))?;
-        let ptr = device_address(&slice, &self.stream);
-        *slot = Some(slice);
-        Ok(ptr)
+        self.persistent(&self.attention_scratch, op, "attention scratch", len)
     }
 
     /// The address of at least `len` arrival counters for the tensor-core decode, all zero
@@ -330,10 +310,20 @@ impl CudaBackend {
         op: &'static str,
         len: usize,
     ) -> Result<u64, BackendError> {
-        let mut slot = self
-            .attention_counters
-            .lock()
-            .expect("attention counters lock");
+        self.persistent(&self.attention_counters, op, "attention counters", len)
+    }
+
+    /// The address of the buffer in `slot`, replaced by a zeroed one of at least `len`
+    /// elements (a power of two) when missing or too small; growing inside a capture is an
+    /// error (no allocation nodes in a graph).
+    fn persistent<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        slot: &Mutex<Option<CudaSlice<T>>>,
+        op: &'static str,
+        what: &str,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(slice) = slot.as_ref().filter(|s| s.len() >= len) {
             return Ok(device_address(slice, &self.stream));
         }
@@ -341,13 +331,13 @@ impl CudaBackend {
             return Err(BackendError::Device {
                 backend: self.name(),
                 op,
-                message: format!("attention counters must grow to {len} during a capture"),
+                message: format!("{what} must grow to {len} values during a capture"),
             });
         }
         let slice = self
             .stream
-            .alloc_zeros::<u32>(len.max(1).next_power_of_two())
-            .map_err(|e| self.oom_or(e, op, len * 4))?;
+            .alloc_zeros::<T>(len.max(1).next_power_of_two())
+            .map_err(|e| self.oom_or(e, op, len * std::mem::size_of::<T>()))?;
         let ptr = device_address(&slice, &self.stream);
         *slot = Some(slice);
         Ok(ptr)
