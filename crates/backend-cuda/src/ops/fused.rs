@@ -97,30 +97,23 @@ pub fn rope_kv_write(
 ) -> Result<(), BackendError> {
     const OP: &str = "rope_kv_write";
     let (head_dim, rotary_dim) = (k_params.head_dim, k_params.rotary_dim);
+    let width = k_params.heads.saturating_mul(head_dim);
+    let fused = same_rotation(q_params, k_params)
+        && k_cache.width == width
+        && v_cache.width == width
+        && k_cache.ty == v_cache.ty
+        && rotary_dim.is_multiple_of(2)
+        && rotary_dim <= head_dim;
     // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
     let in_kernel = |w: &Weight| w.ty == GgmlType::F32 && w.shape == [head_dim];
-    let head_norms = match head_norms {
-        Some(n) if !(in_kernel(n.q) && in_kernel(n.k) && q_params.head_dim == head_dim) => {
-            let tokens = positions.len();
-            backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
-            backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
-            None
-        }
-        other => other,
-    };
-    let width = k_params.heads.saturating_mul(head_dim);
-    if !same_rotation(q_params, k_params)
-        || k_cache.width != width
-        || v_cache.width != width
-        || k_cache.ty != v_cache.ty
-        || !rotary_dim.is_multiple_of(2)
-        || rotary_dim > head_dim
-    {
-        if let Some(n) = head_norms {
-            let tokens = positions.len();
-            backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
-            backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
-        }
+    let norms_in_kernel = fused && head_norms.is_some_and(|n| in_kernel(n.q) && in_kernel(n.k));
+    if let Some(n) = head_norms.filter(|_| !norms_in_kernel) {
+        let tokens = positions.len();
+        backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
+        backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
+    }
+    let head_norms = head_norms.filter(|_| norms_in_kernel);
+    if !fused {
         backend.rope(q, positions, q_params, freq_factors)?;
         backend.rope(k, positions, k_params, freq_factors)?;
         return backend.kv_write(k, v, k_cache, v_cache, spans);
