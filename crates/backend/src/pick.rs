@@ -108,16 +108,9 @@ mod tests {
 
     #[test]
     fn log_probability_agrees_with_the_f64_formula() {
-        let mut state = 0x1234_5678u32;
+        let mut rng = crate::testing::Rng::new(0x1234_5678);
         for size in [1usize, 7, 16, 100, 49_152] {
-            let logits: Vec<f32> = (0..size)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 17;
-                    state ^= state << 5;
-                    (state as f32 / u32::MAX as f32 - 0.5) * 60.0
-                })
-                .collect();
+            let logits = rng.values(size, -30.0, 30.0);
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let log_sum = logits
                 .iter()
