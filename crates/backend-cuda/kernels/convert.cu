@@ -94,15 +94,9 @@ extern "C" __global__ void activation_f16_cpu(const float* __restrict__ x, u16* 
         return;
     }
     for (u64 group = warp_id; group < n / 256; group += warps) {
-        const float* src = x + group * 256;
-        float v[8];
-        const float max = q8k_group_max(src, lane, v);
-        const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
-        const float d = max != 0.0f ? 1.0f / iscale : 0.0f;
+        int q[8];
+        const float d = q8k_group_quants(x + group * 256, lane, q);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int q = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
-            out[group * 256 + lane * 8 + k] = float_to_half(d * (float)q);
-        }
+        for (int k = 0; k < 8; k++) out[group * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
     }
 }

@@ -40,6 +40,17 @@ __device__ __forceinline__ float q8k_group_max(const float* __restrict__ src, in
     return max;
 }
 
+// quantize_row_q8_K of the 256 values at src by one warp: lane l's quants of values
+// l*8 .. l*8+7 into q, the block scale d returned (0 with zero quants for an all-zero group).
+__device__ __forceinline__ float q8k_group_quants(const float* __restrict__ src, int lane, int q[8]) {
+    float v[8];
+    const float max = q8k_group_max(src, lane, v);
+    const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
+    return max != 0.0f ? 1.0f / iscale : 0.0f;
+}
+
 // Values [0, n) of x (n a multiple of 32, of 256 for mode 2), by warps warp_id, warp_id +
 // warps, ...: each warp takes whole blocks of 32 (mode 0/1) or groups of 256 (mode 2). Every
 // lane of a participating warp must call it.
@@ -67,17 +78,13 @@ __device__ __forceinline__ void quantize_q8_cpu_range(const float* __restrict__ 
         return;
     }
     for (u64 group = warp_id; group < n / 256; group += warps) {
-        const float* src = x + group * 256;
-        float v[8];
-        const float max = q8k_group_max(src, lane, v);
-        const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
-        const float d = max != 0.0f ? 1.0f / iscale : 0.0f;
+        int q[8];
+        const float d = q8k_group_quants(x + group * 256, lane, q);
         int sum = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const int q = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
-            aq[group * 256 + lane * 8 + k] = (i8)q;
-            sum += q;
+            aq[group * 256 + lane * 8 + k] = (i8)q[k];
+            sum += q[k];
         }
         // Lanes 4b .. 4b+3 hold block b of 32.
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);

@@ -212,7 +212,6 @@ pub fn matmul_qkv(
     outs: [&mut Buffer; 3],
 ) -> Result<(), BackendError> {
     let [q, k, v] = weights;
-    let [out_q, out_k, out_v] = outs;
     let fits = |w: &Weight, b: Option<&Weight>| b.is_none_or(|b| b.row_len() == w.rows());
     let same = q.ty == k.ty
         && q.ty == v.ty
@@ -234,9 +233,9 @@ pub fn matmul_qkv(
             bias(biases[2], v)?,
         );
         if let (Some((kernels, oq)), Some((_, ok)), Some((_, ov))) = (
-            operands(backend, q, x, tokens, out_q, bq)?,
-            operands(backend, k, x, tokens, out_k, bk)?,
-            operands(backend, v, x, tokens, out_v, bv)?,
+            operands(backend, q, x, tokens, outs[0], bq)?,
+            operands(backend, k, x, tokens, outs[1], bk)?,
+            operands(backend, v, x, tokens, outs[2], bv)?,
         ) {
             let mut scratch = backend.matmul_state().lock();
             for op in [&oq, &ok, &ov] {
@@ -247,9 +246,7 @@ pub fn matmul_qkv(
             }
         }
     }
-    matmul_bias(backend, q, biases[0], x, tokens, out_q)?;
-    matmul_bias(backend, k, biases[1], x, tokens, out_k)?;
-    matmul_bias(backend, v, biases[2], x, tokens, out_v)
+    runit_backend::unfused::matmul_qkv(backend, weights, biases, x, tokens, outs)
 }
 
 /// `out[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
