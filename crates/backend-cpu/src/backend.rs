@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use half::f16;
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, RopeParams,
-    SequenceSpan, Weight,
+    pick, AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, Pick,
+    RopeParams, SequenceSpan, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -15,6 +15,22 @@ use crate::storage::{
     at_least, data, data_mut, exactly, packed_len, product, CpuBuffer, CpuKv, CpuWeight,
 };
 use crate::CpuBackend;
+
+/// The picks shared between chunks that each write one of them.
+struct SharedPicks(*mut Pick);
+// SAFETY: each chunk writes only its own pick.
+unsafe impl Sync for SharedPicks {}
+
+impl SharedPicks {
+    /// Writes pick `index` (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    /// `index` lies inside the picks and no other chunk writes it.
+    unsafe fn write(&self, index: usize, pick: Pick) {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.add(index).write(pick) }
+    }
+}
 
 /// A zeroed vector of `len` elements, or an out-of-memory error.
 fn zeroed<T: Clone>(len: usize, zero: T) -> Result<Vec<T>, BackendError> {
@@ -59,6 +75,32 @@ impl Backend for CpuBackend {
         at_least("download", "buffer elements", out.len(), source.len())?;
         out.copy_from_slice(&source[..out.len()]);
         Ok(())
+    }
+
+    /// Picks in place (no copy of the logits), one row per chunk of the thread team.
+    fn greedy_pick(
+        &self,
+        logits: &Buffer,
+        rows: usize,
+        width: usize,
+    ) -> Result<Vec<Pick>, BackendError> {
+        let source = data(logits, "greedy_pick", "logits")?;
+        let needed = product("greedy_pick", "rows × width", rows, width)?;
+        at_least("greedy_pick", "logit elements", needed, source.len())?;
+        let mut picks = vec![
+            Pick {
+                id: 0,
+                logprob: f32::NAN
+            };
+            rows
+        ];
+        let out = SharedPicks(picks.as_mut_ptr());
+        self.run_chunks(rows, &|row| {
+            let pick = pick::pick_row(&source[row * width..(row + 1) * width]);
+            // SAFETY: chunk `row` alone writes pick `row` (< rows, inside `picks`).
+            unsafe { out.write(row, pick) };
+        });
+        Ok(picks)
     }
 
     fn load_weight(

@@ -392,10 +392,13 @@ unsafe fn tile_rows(
             let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
             let scales = scales.from_row(first_token);
             if tile_rows(weight.n_in, weights, block, scales, &mut all_rows) {
-                for (o, values) in rows.clone().zip(all_rows.chunks_exact(count)) {
-                    for (t, value) in values.iter().enumerate() {
+                // Token by token, so that the stores into `y` are contiguous.
+                for t in 0..count {
+                    for (r, o) in rows.clone().enumerate() {
                         // SAFETY: as below.
-                        unsafe { *y.at((first_token + t) * weight.n_out + o) = *value };
+                        unsafe {
+                            *y.at((first_token + t) * weight.n_out + o) = all_rows[r * count + t]
+                        };
                     }
                 }
                 continue;

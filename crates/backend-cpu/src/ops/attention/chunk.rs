@@ -7,17 +7,22 @@ use runit_backend::SequenceSpan;
 use super::{CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
+
+mod group;
 use crate::{CpuBackend, SharedRows};
 
-/// Fewest key positions (summed over rows and heads) worth handing to the thread pool.
-const PARALLEL_MIN_KEYS: usize = 4096;
+/// Fewest key positions (summed over rows and heads) worth handing to the thread team
+/// (whose helpers spin between ops: a hand-off costs about a microsecond).
+const PARALLEL_MIN_KEYS: usize = 512;
 /// Chunks per thread (uneven context lengths balance out over several).
 const CHUNKS_PER_THREAD: usize = 8;
 
-/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator.
+/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator (one head), and for
+/// [`group`] the same of a whole group of heads held as f32 plus the group's scores.
 struct Scratch {
     query: Vec<f16>,
     accumulator: Vec<f16>,
+    group: group::Scratch,
 }
 
 /// Computes every (row, head) of `out` (`[end_row, heads, head_dim]`) that a span owns.
@@ -36,48 +41,59 @@ pub fn run(
     let head_dim = problem.head_dim;
     let out = &mut out[..end_row * heads * head_dim];
     let isa = backend.isa;
+    // One unit is a (row, head), or with the group kernel a (row, KV head) and the query
+    // heads that share it, whose outputs are adjacent.
+    let grouped = group::applies(isa, problem);
+    let unit_heads = if grouped { problem.group } else { 1 };
+    let width = unit_heads * head_dim;
+    let units_per_row = heads / unit_heads;
     let new_scratch = || Scratch {
         query: vec![f16::ZERO; head_dim],
         accumulator: vec![f16::ZERO; head_dim],
+        group: group::Scratch::default(),
     };
     let task = |scratch: &mut Scratch, index: usize, dst: &mut [f32]| {
-        let row = index / heads;
+        let row = index / units_per_row;
         if let Some(span) = spans.get(owner[row]) {
             let position = span.start_position + (row - span.first_row);
-            one_head(
-                isa,
-                problem,
-                span,
-                row,
-                index % heads,
-                position,
-                dst,
-                scratch,
-            );
+            let first_head = index % units_per_row * unit_heads;
+            if grouped {
+                group::run(
+                    problem,
+                    span,
+                    row,
+                    first_head,
+                    position,
+                    dst,
+                    &mut scratch.group,
+                );
+            } else {
+                one_head(isa, problem, span, row, first_head, position, dst, scratch);
+            }
         }
     };
     // Key positions visited, summed over (row, head): below PARALLEL_MIN_KEYS (a decode step
-    // at short context) a rayon hand-off costs more than the work.
+    // at a short context) the hand-off costs more than the work.
     let keys: usize = spans
         .iter()
         .map(|span| span.rows * (span.start_position + span.rows))
         .sum::<usize>()
         * heads;
-    let units = end_row * heads;
+    let units = end_row * units_per_row;
     if backend.threads > 1 && units > 1 && keys >= PARALLEL_MIN_KEYS {
         let per_chunk = units.div_ceil(backend.threads * CHUNKS_PER_THREAD);
-        let shared = SharedRows::new(out, head_dim);
+        let shared = SharedRows::new(out, width);
         backend.run_chunks(units.div_ceil(per_chunk), &|chunk| {
             let mut scratch = new_scratch();
             let first = chunk * per_chunk;
             for index in first..(first + per_chunk).min(units) {
-                // SAFETY: chunks cover disjoint (row, head) ranges.
+                // SAFETY: chunks cover disjoint unit ranges, each unit its own row of `width`.
                 task(&mut scratch, index, unsafe { shared.row(index) });
             }
         });
     } else {
         let mut scratch = new_scratch();
-        for (index, dst) in out.chunks_mut(head_dim).enumerate() {
+        for (index, dst) in out.chunks_mut(width).enumerate() {
             task(&mut scratch, index, dst);
         }
     }

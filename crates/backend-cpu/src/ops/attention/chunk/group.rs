@@ -1,0 +1,323 @@
+//! ggml's one-chunk flash attention for all the query heads that share one KV head, for f16
+//! keys and values below 128 dimensions (where ggml's f16 vector code is all f32 products
+//! and f64 sums; no native f16 part): per head exactly the operations of
+//! [`super::one_head`], bit for bit, arranged for speed. Each key and value row is widened
+//! once for the group; the Q·K dots of all visible keys run first (they do not depend on
+//! one another, so they pipeline instead of waiting on the softmax); then one pass over the
+//! keys runs every head's online softmax and V accumulation, the accumulators kept as f32
+//! values rounded to f16 after every step (as ggml's f16 accumulator rounds them).
+
+use half::f16;
+use runit_backend::SequenceSpan;
+
+use super::super::Problem;
+use crate::storage::CpuKv;
+use crate::vector::Isa;
+
+/// Largest group of query heads per KV head this kernel takes (the accumulator arrays).
+const MAX_GROUP: usize = 16;
+
+/// Per-worker buffers.
+#[derive(Default)]
+pub(in crate::ops::attention) struct Scratch {
+    /// The group's queries rounded to f16, widened back (`[group, head_dim]`).
+    query: Vec<f32>,
+    /// The group's V accumulators (`[group, head_dim]`), f16 values.
+    accumulator: Vec<f32>,
+    /// Scaled Q·K of every head and visible key (`[group, keys]`).
+    scores: Vec<f32>,
+}
+
+/// True when [`run`] computes this problem: AVX2 kernels, f16 caches, head_dim a multiple
+/// of 8 below 128, at most [`MAX_GROUP`] query heads per KV head.
+pub(in crate::ops::attention) fn applies(isa: Isa, problem: &Problem<'_>) -> bool {
+    let caches = matches!(
+        (problem.keys, problem.values),
+        (CpuKv::F16(_), CpuKv::F16(_))
+    );
+    let d = problem.head_dim;
+    cfg!(target_arch = "x86_64")
+        && isa != Isa::Scalar
+        && caches
+        && d.is_multiple_of(8)
+        && runit_quant::dot::half_arith::body_len(d) == 0
+        && problem.group <= MAX_GROUP
+}
+
+/// Attention of the queries at `row`, heads `first_head .. first_head + group` (one KV
+/// head's), over positions `first_visible ..= position`, into `dst` (`[group, head_dim]`).
+/// Only called where [`applies`] holds.
+pub(in crate::ops::attention) fn run(
+    problem: &Problem<'_>,
+    span: &SequenceSpan,
+    row: usize,
+    first_head: usize,
+    position: usize,
+    dst: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    let (CpuKv::F16(keys), CpuKv::F16(values)) = (problem.keys, problem.values) else {
+        unreachable!("`applies` checked the cache types");
+    };
+    let (group, d) = (problem.group, problem.head_dim);
+    let first = problem.first_visible(position);
+    let visible = position + 1 - first;
+    scratch.query.clear();
+    for g in 0..group {
+        let query = problem.query(row, first_head + g);
+        scratch
+            .query
+            .extend(query.iter().map(|&x| f16::from_f32(x).to_f32()));
+    }
+    scratch.accumulator.clear();
+    scratch.accumulator.resize(group * d, 0.0);
+    scratch.scores.resize(group * visible, 0.0);
+    let kv_offset = first_head / group * d;
+    let cells = (first..=position).map(|p| span.cell(p) * problem.kv_width + kv_offset);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `applies` (AVX2, FMA and F16C detected: `isa` is not scalar) holds; every row
+    // read lies inside its cache (the attention op checked every cell of the span), and
+    // the scratch buffers have the sizes set above.
+    unsafe {
+        x86::scores(
+            &scratch.query,
+            keys,
+            cells.clone(),
+            d,
+            problem.scale,
+            visible,
+            &mut scratch.scores,
+        );
+        let mut max = [f32::NEG_INFINITY; MAX_GROUP];
+        let mut sum = [0.0f32; MAX_GROUP];
+        let mut rescales = [1.0f32; MAX_GROUP];
+        let mut weights = [1.0f32; MAX_GROUP];
+        for (j, at) in cells.enumerate() {
+            // The online softmax of `one_head`, head by head.
+            for g in 0..group {
+                let score = scratch.scores[g * visible + j];
+                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
+                if score > max[g] {
+                    rescale = (max[g] - score).exp();
+                    max[g] = score;
+                } else {
+                    weight = (score - max[g]).exp();
+                }
+                sum[g] = sum[g].mul_add(rescale, weight);
+                rescales[g] = rescale;
+                weights[g] = weight;
+            }
+            x86::accumulate(
+                &mut scratch.accumulator,
+                &values[at..at + d],
+                &rescales[..group],
+                &weights[..group],
+            );
+            rescales[..group].fill(1.0);
+        }
+        for g in 0..group {
+            let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
+            for (out, &value) in dst[g * d..(g + 1) * d]
+                .iter_mut()
+                .zip(&scratch.accumulator[g * d..(g + 1) * d])
+            {
+                *out = value * inverse;
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (keys, values, cells, dst);
+        unreachable!("`applies` is false off x86-64");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    /// Eight f16 at `p` widened.
+    #[inline(always)]
+    unsafe fn widen(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+
+    /// Rounds eight f32 lanes to f16 and back (nearest even), as storing them in an f16
+    /// accumulator does.
+    #[inline(always)]
+    unsafe fn round_f16(v: __m256) -> __m256 {
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+
+    /// `scores[g * visible + j] = dot(query g, key at cells[j]) * scale`, each dot as
+    /// `vector::dot_f16`'s AVX2 twin computes it: f32 products of eight lanes added into
+    /// eight f64 partial sums, folded in `vector::reduce`'s order, rounded to f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores(
+        query: &[f32],
+        keys: &[f16],
+        cells: impl Iterator<Item = usize>,
+        d: usize,
+        scale: f32,
+        visible: usize,
+        scores: &mut [f32],
+    ) {
+        let group = query.len() / d;
+        for (j, at) in cells.enumerate() {
+            let key = keys[at..at + d].as_ptr();
+            for g in 0..group {
+                let q = query[g * d..(g + 1) * d].as_ptr();
+                let (mut low, mut high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+                for c in (0..d).step_by(8) {
+                    let products = _mm256_mul_ps(_mm256_loadu_ps(q.add(c)), widen(key.add(c)));
+                    low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(products)));
+                    high =
+                        _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(products)));
+                }
+                let pairs = _mm256_add_pd(low, high);
+                let folded = _mm_add_pd(
+                    _mm256_castpd256_pd128(pairs),
+                    _mm256_extractf128_pd::<1>(pairs),
+                );
+                let dot = _mm_cvtsd_f64(folded) + _mm_cvtsd_f64(_mm_unpackhi_pd(folded, folded));
+                scores[g * visible + j] = dot as f32 * scale;
+            }
+        }
+    }
+
+    /// For every head `g` of the accumulators (`[group, d]`, f16 values): where the maximum
+    /// moved (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
+    /// `acc = f16(fma(value, weights[g], acc))` (`vector::mad_f16`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn accumulate(
+        accumulator: &mut [f32],
+        value: &[f16],
+        rescales: &[f32],
+        weights: &[f32],
+    ) {
+        let d = value.len();
+        let v = value.as_ptr();
+        for (g, (&rescale, &weight)) in rescales.iter().zip(weights).enumerate() {
+            let acc = accumulator[g * d..(g + 1) * d].as_mut_ptr();
+            let weight = _mm256_set1_ps(weight);
+            let rescale = (rescale != 1.0).then(|| _mm256_set1_ps(rescale));
+            for c in (0..d).step_by(8) {
+                let mut a = _mm256_loadu_ps(acc.add(c));
+                if let Some(rescale) = rescale {
+                    a = round_f16(_mm256_mul_ps(a, rescale));
+                }
+                a = round_f16(_mm256_fmadd_ps(widen(v.add(c)), weight, a));
+                _mm256_storeu_ps(acc.add(c), a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+    use runit_backend::testing::Rng;
+    use runit_backend::SequenceSpan;
+
+    use super::super::super::Problem;
+    use crate::storage::CpuKv;
+    use crate::vector::Isa;
+
+    /// The group kernel equals the scalar `one_head` of every head bit for bit, over
+    /// group sizes, head dims, windows, block tables and value ranges that overflow f16
+    /// accumulators.
+    #[test]
+    fn group_kernel_equals_the_scalar_one_head() {
+        let isa = Isa::detect(true);
+        if isa == Isa::Scalar {
+            return;
+        }
+        let mut rng = Rng::new(0x9a0c);
+        let mut compared = 0;
+        for (heads, kv_heads, d, window, magnitude) in [
+            (9, 3, 64, None, 1.0),
+            (14, 2, 64, None, 4.0),
+            (4, 4, 32, Some(5), 1.0),
+            (8, 1, 120, None, 2.0),
+            (6, 3, 8, Some(40), 30.0),
+        ] {
+            let kv_width = kv_heads * d;
+            let (block_size, blocks) = (16, 8);
+            let n_cells = block_size * blocks;
+            let half = |n: usize, rng: &mut Rng| -> Vec<f16> {
+                rng.values(n, -magnitude, magnitude)
+                    .into_iter()
+                    .map(f16::from_f32)
+                    .collect()
+            };
+            let keys = CpuKv::F16(half(n_cells * kv_width, &mut rng));
+            let values = CpuKv::F16(half(n_cells * kv_width, &mut rng));
+            let rows = 3;
+            let q = rng.values(rows * heads * d, -magnitude, magnitude);
+            let problem = Problem {
+                q: &q,
+                keys: &keys,
+                values: &values,
+                kv_width,
+                heads,
+                group: heads / kv_heads,
+                head_dim: d,
+                scale: 1.0 / (d as f32).sqrt(),
+                window,
+            };
+            assert!(super::applies(isa, &problem));
+            let span = SequenceSpan {
+                first_row: 0,
+                rows,
+                start_position: 70,
+                block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
+                block_size,
+            };
+            let mut scratch = super::super::Scratch {
+                query: vec![f16::ZERO; d],
+                accumulator: vec![f16::ZERO; d],
+                group: super::Scratch::default(),
+            };
+            let group = problem.group;
+            for row in 0..rows {
+                let position = span.start_position + row;
+                for kv_head in 0..kv_heads {
+                    let mut fast = vec![0.0f32; group * d];
+                    super::run(
+                        &problem,
+                        &span,
+                        row,
+                        kv_head * group,
+                        position,
+                        &mut fast,
+                        &mut scratch.group,
+                    );
+                    for g in 0..group {
+                        let mut twin = vec![0.0f32; d];
+                        let head = kv_head * group + g;
+                        super::super::one_head(
+                            Isa::Scalar,
+                            &problem,
+                            &span,
+                            row,
+                            head,
+                            position,
+                            &mut twin,
+                            &mut scratch,
+                        );
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&fast[g * d..(g + 1) * d]),
+                            bits(&twin),
+                            "h{heads}/{kv_heads} d{d} window {window:?} row {row} head {head}"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared > 100, "{compared} heads compared");
+    }
+}
