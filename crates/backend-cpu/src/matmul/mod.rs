@@ -387,19 +387,20 @@ unsafe fn tile_rows(
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
         if let TileKernel::Scaled(_, Some(tile_rows), scales) = kernel {
-            // Every weight row of the task in one call: `all_rows[r * count + t]`.
+            // Every weight row of the task in one call: `all_rows[t * rows + r]`.
             all_rows.resize(rows.len() * count, 0.0);
             let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
             let scales = scales.from_row(first_token);
             if tile_rows(weight.n_in, weights, block, scales, &mut all_rows) {
-                // Token by token, so that the stores into `y` are contiguous.
-                for t in 0..count {
-                    for (r, o) in rows.clone().enumerate() {
-                        // SAFETY: as below.
-                        unsafe {
-                            *y.at((first_token + t) * weight.n_out + o) = all_rows[r * count + t]
-                        };
-                    }
+                for (t, values) in all_rows.chunks_exact(rows.len()).enumerate() {
+                    // SAFETY: as below: columns `rows` of token `first_token + t`.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            y.at((first_token + t) * weight.n_out + rows.start),
+                            rows.len(),
+                        )
+                    };
+                    out.copy_from_slice(values);
                 }
                 continue;
             }

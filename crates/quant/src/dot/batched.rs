@@ -22,8 +22,9 @@ pub type TileFn =
     fn(n: usize, weight_row: &[u8], activations: &[u8], scales: BlockScales<'_>, out: &mut [f32]);
 
 /// `tile_rows(n, weight_rows, activations, scales, out)`: [`TileFn`] for several weight rows
-/// of `n` elements stored back to back, `out[r * tokens + c]` with `tokens = out.len() /
-/// rows`; the checks run once for all rows. Returns `false` (computing nothing) when it
+/// of `n` elements stored back to back, `out[c * rows + r]` (token-major, so that each
+/// token's results are one run) with `tokens = out.len() / rows`; the checks run once for
+/// all rows. Returns `false` (computing nothing) when it
 /// cannot run on these tables (no [`BlockScales::quants`]): loop over the [`TileFn`] then.
 /// Results equal the single-row [`DotFn`](super::DotFn) bit for bit.
 pub type TileRowsFn = fn(

@@ -128,12 +128,26 @@ pub fn quantize_row_q8_1_activation(x: &[f32], y: &mut [BlockQ8_1]) {
         y.len() * 32,
         "Q8_1 activation: 32 values per block"
     );
-    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
-        let d = quantize_activation_block(x, &mut block.qs);
-        let sum: i32 = block.qs.iter().map(|&q| i32::from(q)).sum();
-        block.d = f16::from_f32(d);
-        block.s = f16::from_f32(d * sum as f32);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+        for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+            let x: &[f32; 32] = x.try_into().expect("blocks of 32 values");
+            // SAFETY: AVX2 and F16C were detected just above.
+            unsafe { x86::quantize_block_q8_1(x, block) };
+        }
+        return;
     }
+    for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
+        quantize_block_q8_1_scalar(x, block);
+    }
+}
+
+/// The portable twin of one block of [`quantize_row_q8_1_activation`].
+fn quantize_block_q8_1_scalar(x: &[f32], block: &mut BlockQ8_1) {
+    let d = quantize_activation_block_scalar(x, &mut block.qs);
+    let sum: i32 = block.qs.iter().map(|&q| i32::from(q)).sum();
+    block.d = f16::from_f32(d);
+    block.s = f16::from_f32(d * sum as f32);
 }
 
 /// AVX2 activation quantization: the same operations as the scalar twin, eight lanes at a
@@ -142,6 +156,30 @@ pub fn quantize_row_q8_1_activation(x: &[f32], y: &mut [BlockQ8_1]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    /// [`super::quantize_block_q8_1_scalar`]: the block's quants, then `d` and `d * sum(q)`
+    /// rounded to f16 together (`vcvtps2ph`, ties to even like `f16::from_f32`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn quantize_block_q8_1(x: &[f32; 32], block: &mut super::BlockQ8_1) {
+        let d = quantize_activation_block(x, &mut block.qs);
+        let q = _mm256_loadu_si256(block.qs.as_ptr().cast());
+        let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+        let quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+        let half = _mm_add_epi32(
+            _mm256_castsi256_si128(quads),
+            _mm256_extracti128_si256::<1>(quads),
+        );
+        let two = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32::<1>(two)));
+        let halves =
+            _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_setr_ps(d, d * sum as f32, 0.0, 0.0));
+        let bits = _mm_cvtsi128_si32(halves) as u32;
+        block.d = half::f16::from_bits(bits as u16);
+        block.s = half::f16::from_bits((bits >> 16) as u16);
+    }
 
     /// See [`super::quantize_activation_block`].
     ///
@@ -223,6 +261,14 @@ mod activation_tests {
             if case % 11 == 0 {
                 x.fill(0.0);
             }
+            let (mut simd_block, mut scalar_block) = (BlockQ8_1::zeroed(), BlockQ8_1::zeroed());
+            quantize_row_q8_1_activation(&x, std::slice::from_mut(&mut simd_block));
+            quantize_block_q8_1_scalar(&x, &mut scalar_block);
+            assert_eq!(
+                bytemuck::bytes_of(&simd_block),
+                bytemuck::bytes_of(&scalar_block),
+                "Q8_1 case {case}"
+            );
             let (mut simd, mut scalar) = ([0i8; 32], [0i8; 32]);
             let d = quantize_activation_block(&x, &mut simd);
             let d_scalar = quantize_activation_block_scalar(&x, &mut scalar);

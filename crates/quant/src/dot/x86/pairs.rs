@@ -59,7 +59,7 @@ unsafe fn pair_sums<W: Legacy>(q: __m512i, magnitude: __m512i, y: __m512i) -> __
 
 /// One weight row against `count <= 2 * P` activation rows whose quants are the block-major
 /// table `quants` (`32` bytes at `[i * stride + c]`) and whose block scales are `d` and `s`
-/// at `[i * stride + c]`.
+/// at `[i * stride + c]`; row `c`'s result goes to `out[c * out_stride]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_pairs<W: Legacy, const P: usize>(
@@ -71,6 +71,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     stride: usize,
     count: usize,
     out: *mut f32,
+    out_stride: usize,
 ) {
     let mut acc = [_mm512_setzero_ps(); P];
     // Lane c % 4 of minimums[c / 4]: the running `m * s` of row c.
@@ -127,7 +128,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
             let c = 2 * p + half;
             if c < count {
                 let sum = hsum8(value);
-                *out.add(c) = if W::HAS_MIN { sum + minimum[c] } else { sum };
+                *out.add(c * out_stride) = if W::HAS_MIN { sum + minimum[c] } else { sum };
             }
         }
     }
@@ -144,12 +145,13 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     stride: usize,
     count: usize,
     out: *mut f32,
+    out_stride: usize,
 ) {
-    tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out);
+    tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out, out_stride);
 }
 
 /// [`TileRowsFn`](crate::dot::TileRowsFn): every weight row of `w` (rows of `n` elements,
-/// back to back) against the `out.len() / rows` activation rows, `out[r * tokens + c]`; the
+/// back to back) against the `out.len() / rows` activation rows, `out[c * rows + r]`; the
 /// checks run once for all rows. Needs `scales.quants` (else `None`: the caller loops over
 /// the single-row [`tile`]).
 pub(super) fn tile_rows<W: Legacy>(
@@ -166,7 +168,7 @@ pub(super) fn tile_rows<W: Legacy>(
     let rows = w.len() / row_bytes.max(1);
     assert_eq!(rows * row_bytes, w.len(), "whole weight rows");
     let tokens = out.len() / rows.max(1);
-    assert_eq!(rows * tokens, out.len(), "out is [rows x tokens]");
+    assert_eq!(rows * tokens, out.len(), "out is [tokens x rows]");
     let activation_bytes = a.len() / tokens;
     assert_eq!(
         activation_bytes * tokens,
@@ -175,14 +177,16 @@ pub(super) fn tile_rows<W: Legacy>(
     );
     let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
     scales.check(blocks, tokens, W::HAS_MIN);
-    for (r, out_row) in out.chunks_exact_mut(tokens).enumerate() {
+    let out = out.as_mut_ptr();
+    for r in 0..rows {
         let w = w[r * row_bytes..].as_ptr();
         let mut start = 0;
         while start < tokens {
             let count = (tokens - start).min(2 * MAX_PAIRS);
             // SAFETY: as in `tile`: features detected before this kernel is handed out, the
-            // checks above cover every row (all have `row_bytes` bytes), `out_row` has
-            // `tokens` slots.
+            // checks above cover every row (all have `row_bytes` bytes); `out` holds
+            // `tokens * rows` values, of which this group writes `(start + c) * rows + r`
+            // for `c < count`.
             unsafe {
                 run_group::<W>(
                     blocks,
@@ -190,7 +194,8 @@ pub(super) fn tile_rows<W: Legacy>(
                     scales,
                     start,
                     count,
-                    out_row[start..].as_mut_ptr(),
+                    out.add(start * rows + r),
+                    rows,
                 )
             };
             start += count;
@@ -199,11 +204,12 @@ pub(super) fn tile_rows<W: Legacy>(
     true
 }
 
-/// One weight row at `w` against activation rows `start .. start + count` (count <= 16).
+/// One weight row at `w` against activation rows `start .. start + count` (count <= 16),
+/// row `c`'s result to `out[c * out_stride]`.
 ///
 /// # Safety
 /// AVX-512 VNNI is available; `scales` passed `check` for `blocks` and at least `start +
-/// count` rows; `w` holds `blocks` blocks; `out` has `count` slots.
+/// count` rows; `w` holds `blocks` blocks; `out` has the `count` slots written.
 unsafe fn run_group<W: Legacy>(
     blocks: usize,
     w: *const u8,
@@ -211,6 +217,7 @@ unsafe fn run_group<W: Legacy>(
     start: usize,
     count: usize,
     out: *mut f32,
+    out_stride: usize,
 ) {
     let quants = scales.quants[start * 32..].as_ptr();
     let d = scales.d[start..].as_ptr();
@@ -223,14 +230,14 @@ unsafe fn run_group<W: Legacy>(
     // SAFETY: the caller's contract.
     unsafe {
         match count.div_ceil(2) {
-            8 => tile_group::<W, 8>(blocks, w, quants, d, s, stride, count, out),
-            7 => tile_group::<W, 7>(blocks, w, quants, d, s, stride, count, out),
-            6 => tile_group::<W, 6>(blocks, w, quants, d, s, stride, count, out),
-            5 => tile_group::<W, 5>(blocks, w, quants, d, s, stride, count, out),
-            4 => tile_group::<W, 4>(blocks, w, quants, d, s, stride, count, out),
-            3 => tile_group::<W, 3>(blocks, w, quants, d, s, stride, count, out),
-            2 => tile_group::<W, 2>(blocks, w, quants, d, s, stride, count, out),
-            _ => tile_group::<W, 1>(blocks, w, quants, d, s, stride, count, out),
+            8 => tile_group::<W, 8>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            7 => tile_group::<W, 7>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            6 => tile_group::<W, 6>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            5 => tile_group::<W, 5>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            4 => tile_group::<W, 4>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            3 => tile_group::<W, 3>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            2 => tile_group::<W, 2>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            _ => tile_group::<W, 1>(blocks, w, quants, d, s, stride, count, out, out_stride),
         }
     }
 }
@@ -274,6 +281,7 @@ pub(super) fn tile<W: Legacy>(
                 start,
                 count,
                 out[start..].as_mut_ptr(),
+                1,
             )
         };
         start += count;

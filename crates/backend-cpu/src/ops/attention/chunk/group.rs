@@ -7,7 +7,6 @@
 //! keys runs every head's online softmax and V accumulation, the accumulators kept as f32
 //! values rounded to f16 after every step (as ggml's f16 accumulator rounds them).
 
-use half::f16;
 use runit_backend::SequenceSpan;
 
 use super::super::Problem;
@@ -26,6 +25,8 @@ pub(in crate::ops::attention) struct Scratch {
     accumulator: Vec<f32>,
     /// Scaled Q·K of every head and visible key (`[group, keys]`).
     scores: Vec<f32>,
+    /// Offset of each visible key's row (and value's) in its cache.
+    rows: Vec<usize>,
 }
 
 /// True when [`run`] computes this problem: AVX2 kernels, f16 caches, head_dim a multiple
@@ -62,27 +63,30 @@ pub(in crate::ops::attention) fn run(
     let (group, d) = (problem.group, problem.head_dim);
     let first = problem.first_visible(position);
     let visible = position + 1 - first;
-    scratch.query.clear();
-    for g in 0..group {
-        let query = problem.query(row, first_head + g);
-        scratch
-            .query
-            .extend(query.iter().map(|&x| f16::from_f32(x).to_f32()));
-    }
+    scratch.query.resize(group * d, 0.0);
     scratch.accumulator.clear();
     scratch.accumulator.resize(group * d, 0.0);
     scratch.scores.resize(group * visible, 0.0);
     let kv_offset = first_head / group * d;
-    let cells = (first..=position).map(|p| span.cell(p) * problem.kv_width + kv_offset);
+    scratch.rows.clear();
+    scratch
+        .rows
+        .extend((first..=position).map(|p| span.cell(p) * problem.kv_width + kv_offset));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `applies` (AVX2, FMA and F16C detected: `isa` is not scalar) holds; every row
     // read lies inside its cache (the attention op checked every cell of the span), and
     // the scratch buffers have the sizes set above.
     unsafe {
+        for g in 0..group {
+            x86::round_to_f16(
+                problem.query(row, first_head + g),
+                &mut scratch.query[g * d..(g + 1) * d],
+            );
+        }
         x86::scores(
             &scratch.query,
             keys,
-            cells.clone(),
+            &scratch.rows,
             d,
             problem.scale,
             visible,
@@ -92,7 +96,10 @@ pub(in crate::ops::attention) fn run(
         let mut sum = [0.0f32; MAX_GROUP];
         let mut rescales = [1.0f32; MAX_GROUP];
         let mut weights = [1.0f32; MAX_GROUP];
-        for (j, at) in cells.enumerate() {
+        for (j, &at) in scratch.rows.iter().enumerate() {
+            if let Some(&ahead) = scratch.rows.get(j + x86::PREFETCH_KEYS) {
+                x86::prefetch_row(values, ahead, d);
+            }
             // The online softmax of `one_head`, head by head.
             for g in 0..group {
                 let score = scratch.scores[g * visible + j];
@@ -127,7 +134,7 @@ pub(in crate::ops::attention) fn run(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (keys, values, cells, dst);
+        let _ = (keys, values, dst);
         unreachable!("`applies` is false off x86-64");
     }
 }
@@ -151,21 +158,48 @@ mod x86 {
         _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
     }
 
-    /// `scores[g * visible + j] = dot(query g, key at cells[j]) * scale`, each dot as
+    /// `dst = f16(src)` widened back (`vector::to_f16` of the query); lengths are equal
+    /// multiples of 8.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn round_to_f16(src: &[f32], dst: &mut [f32]) {
+        for (src, dst) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+            _mm256_storeu_ps(dst.as_mut_ptr(), round_f16(_mm256_loadu_ps(src.as_ptr())));
+        }
+    }
+
+    /// How many keys ahead the loops prefetch cache rows: a decode step reads each
+    /// sequence's rows once, mostly from memory, and their strided addresses (one head of
+    /// each cell) outrun the hardware prefetcher.
+    pub(super) const PREFETCH_KEYS: usize = 8;
+
+    /// Prefetches the `d` f16 values at `cache[at..]`.
+    #[inline(always)]
+    pub(super) fn prefetch_row(cache: &[f16], at: usize, d: usize) {
+        let row = &cache[at..at + d];
+        for line in (0..d).step_by(32) {
+            // SAFETY: a prefetch of an address inside `row`; it never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row[line..].as_ptr().cast()) };
+        }
+    }
+
+    /// `scores[g * visible + j] = dot(query g, key at rows[j]) * scale`, each dot as
     /// `vector::dot_f16`'s AVX2 twin computes it: f32 products of eight lanes added into
     /// eight f64 partial sums, folded in `vector::reduce`'s order, rounded to f32.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn scores(
         query: &[f32],
         keys: &[f16],
-        cells: impl Iterator<Item = usize>,
+        rows: &[usize],
         d: usize,
         scale: f32,
         visible: usize,
         scores: &mut [f32],
     ) {
         let group = query.len() / d;
-        for (j, at) in cells.enumerate() {
+        for (j, &at) in rows.iter().enumerate() {
+            if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
+                prefetch_row(keys, ahead, d);
+            }
             let key = keys[at..at + d].as_ptr();
             for g in 0..group {
                 let q = query[g * d..(g + 1) * d].as_ptr();
