@@ -1,7 +1,9 @@
 //! Scheduler throughput without HTTP: `N` greedy requests of `T` tokens submitted at once,
-//! against the same requests one at a time; prints aggregate generated tok/s of both.
+//! against one request alone; prints aggregate generated tok/s of both. The two alternate
+//! for `ROUNDS` rounds (a shared machine's speed drifts between runs) and the median of
+//! each is reported.
 //!
-//! `cargo run --release -p runit-engine --example batch_decode -- MODEL [N] [T] [THREADS]`
+//! `cargo run --release -p runit-engine --example batch_decode -- MODEL [N] [T] [THREADS] [ROUNDS]`
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +42,7 @@ fn main() {
     let count: usize = args.get(2).map_or(8, |a| a.parse().expect("N"));
     let tokens: usize = args.get(3).map_or(128, |a| a.parse().expect("T"));
     let threads: usize = args.get(4).map_or(2, |a| a.parse().expect("THREADS"));
+    let rounds: usize = args.get(5).map_or(3, |a| a.parse().expect("ROUNDS"));
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
     let model = Arc::new(Model::load(file, backend).expect("model loads"));
@@ -53,12 +56,25 @@ fn main() {
         .collect();
     // A first pass faults the weights in.
     run(&scheduler, &prompts[..1], 8);
-    let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
-    let (all, all_time) = run(&scheduler, &prompts, tokens);
-    let single = one as f64 / one_time;
-    let batched = all as f64 / all_time;
+    let (mut singles, mut batches) = (Vec::new(), Vec::new());
+    for _ in 0..rounds.max(1) {
+        let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
+        let (all, all_time) = run(&scheduler, &prompts, tokens);
+        singles.push(one as f64 / one_time);
+        batches.push(all as f64 / all_time);
+        println!(
+            "round: one request {:.1} tok/s; {count} at once {:.1} tok/s",
+            singles.last().unwrap(),
+            batches.last().unwrap()
+        );
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let (single, batched) = (median(&mut singles), median(&mut batches));
     println!(
-        "one request: {single:.1} tok/s; {count} at once: {batched:.1} tok/s ({:.2}x)",
+        "median: one request: {single:.1} tok/s; {count} at once: {batched:.1} tok/s ({:.2}x)",
         batched / single
     );
 }

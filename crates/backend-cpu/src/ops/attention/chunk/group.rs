@@ -7,6 +7,7 @@
 //! keys runs every head's online softmax and V accumulation, the accumulators kept as f32
 //! values rounded to f16 after every step (as ggml's f16 accumulator rounds them).
 
+use half::f16;
 use runit_backend::SequenceSpan;
 
 use super::super::Problem;
@@ -19,10 +20,10 @@ const MAX_GROUP: usize = 16;
 /// Per-worker buffers.
 #[derive(Default)]
 pub(in crate::ops::attention) struct Scratch {
-    /// The group's queries rounded to f16, widened back (`[group, head_dim]`).
-    query: Vec<f32>,
-    /// The group's V accumulators (`[group, head_dim]`), f16 values.
-    accumulator: Vec<f32>,
+    /// The group's queries rounded to f16, widened to f64 (`[group, head_dim]`).
+    query: Vec<f64>,
+    /// The group's f16 V accumulators (`[group, head_dim]`).
+    accumulator: Vec<f16>,
     /// Scaled Q·K of every head and visible key (`[group, keys]`).
     scores: Vec<f32>,
     /// Offset of each visible key's row (and value's) in its cache.
@@ -65,7 +66,7 @@ pub(in crate::ops::attention) fn run(
     let visible = position + 1 - first;
     scratch.query.resize(group * d, 0.0);
     scratch.accumulator.clear();
-    scratch.accumulator.resize(group * d, 0.0);
+    scratch.accumulator.resize(group * d, f16::ZERO);
     scratch.scores.resize(group * visible, 0.0);
     let kv_offset = first_head / group * d;
     scratch.rows.clear();
@@ -89,7 +90,6 @@ pub(in crate::ops::attention) fn run(
             &scratch.rows,
             d,
             problem.scale,
-            visible,
             &mut scratch.scores,
         );
         let mut max = [f32::NEG_INFINITY; MAX_GROUP];
@@ -124,12 +124,11 @@ pub(in crate::ops::attention) fn run(
         }
         for g in 0..group {
             let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
-            for (out, &value) in dst[g * d..(g + 1) * d]
-                .iter_mut()
-                .zip(&scratch.accumulator[g * d..(g + 1) * d])
-            {
-                *out = value * inverse;
-            }
+            x86::finish(
+                &scratch.accumulator[g * d..(g + 1) * d],
+                inverse,
+                &mut dst[g * d..(g + 1) * d],
+            );
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -158,12 +157,20 @@ mod x86 {
         _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
     }
 
-    /// `dst = f16(src)` widened back (`vector::to_f16` of the query); lengths are equal
+    /// `dst = f16(src)` widened to f64 (`vector::to_f16` of the query); lengths are equal
     /// multiples of 8.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn round_to_f16(src: &[f32], dst: &mut [f32]) {
+    pub(super) unsafe fn round_to_f16(src: &[f32], dst: &mut [f64]) {
         for (src, dst) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
-            _mm256_storeu_ps(dst.as_mut_ptr(), round_f16(_mm256_loadu_ps(src.as_ptr())));
+            let rounded = round_f16(_mm256_loadu_ps(src.as_ptr()));
+            _mm256_storeu_pd(
+                dst.as_mut_ptr(),
+                _mm256_cvtps_pd(_mm256_castps256_ps128(rounded)),
+            );
+            _mm256_storeu_pd(
+                dst.as_mut_ptr().add(4),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(rounded)),
+            );
         }
     }
 
@@ -182,35 +189,42 @@ mod x86 {
         }
     }
 
-    /// `scores[g * visible + j] = dot(query g, key at rows[j]) * scale`, each dot as
-    /// `vector::dot_f16`'s AVX2 twin computes it: f32 products of eight lanes added into
-    /// eight f64 partial sums, folded in `vector::reduce`'s order, rounded to f32.
+    /// `scores[g * visible + j] = dot(query g, key at rows[j]) * scale` for the `G` heads,
+    /// each dot as `vector::dot_f16`'s AVX2 twin computes it: lane `c % 8` of eight f64
+    /// partial sums takes the product of element `c` (exact in f32, so an f64 FMA of the
+    /// widened operands adds the same value), folded in `vector::reduce`'s order, rounded
+    /// to f32. `query` holds the group's f16-rounded queries widened to f64; each key chunk
+    /// is widened once for all heads.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn scores(
-        query: &[f32],
+    unsafe fn scores_of<const G: usize>(
+        query: &[f64],
         keys: &[f16],
         rows: &[usize],
         d: usize,
         scale: f32,
-        visible: usize,
         scores: &mut [f32],
     ) {
-        let group = query.len() / d;
+        let visible = rows.len();
+        let q = query[..G * d].as_ptr();
         for (j, &at) in rows.iter().enumerate() {
             if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
                 prefetch_row(keys, ahead, d);
             }
             let key = keys[at..at + d].as_ptr();
-            for g in 0..group {
-                let q = query[g * d..(g + 1) * d].as_ptr();
-                let (mut low, mut high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
-                for c in (0..d).step_by(8) {
-                    let products = _mm256_mul_ps(_mm256_loadu_ps(q.add(c)), widen(key.add(c)));
-                    low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(products)));
-                    high =
-                        _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(products)));
+            let mut low = [_mm256_setzero_pd(); G];
+            let mut high = [_mm256_setzero_pd(); G];
+            for c in (0..d).step_by(8) {
+                let k = widen(key.add(c));
+                let k_low = _mm256_cvtps_pd(_mm256_castps256_ps128(k));
+                let k_high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(k));
+                for g in 0..G {
+                    let qg = q.add(g * d + c);
+                    low[g] = _mm256_fmadd_pd(_mm256_loadu_pd(qg), k_low, low[g]);
+                    high[g] = _mm256_fmadd_pd(_mm256_loadu_pd(qg.add(4)), k_high, high[g]);
                 }
-                let pairs = _mm256_add_pd(low, high);
+            }
+            for g in 0..G {
+                let pairs = _mm256_add_pd(low[g], high[g]);
                 let folded = _mm_add_pd(
                     _mm256_castpd256_pd128(pairs),
                     _mm256_extractf128_pd::<1>(pairs),
@@ -221,12 +235,36 @@ mod x86 {
         }
     }
 
-    /// For every head `g` of the accumulators (`[group, d]`, f16 values): where the maximum
-    /// moved (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
+    /// [`scores_of`] for a group of `query.len() / d` heads (at most `MAX_GROUP`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `keys`; `scores`
+    /// holds `group * rows.len()` values.
+    pub(super) unsafe fn scores(
+        query: &[f64],
+        keys: &[f16],
+        rows: &[usize],
+        d: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        macro_rules! by_group {
+            ($($g:literal)*) => {
+                match query.len() / d {
+                    $($g => scores_of::<$g>(query, keys, rows, d, scale, scores),)*
+                    group => unreachable!("groups of {group} heads"),
+                }
+            };
+        }
+        by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+    }
+
+    /// For every head `g` of the accumulators (`[group, d]`): where the maximum moved
+    /// (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
     /// `acc = f16(fma(value, weights[g], acc))` (`vector::mad_f16`).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn accumulate(
-        accumulator: &mut [f32],
+        accumulator: &mut [f16],
         value: &[f16],
         rescales: &[f32],
         weights: &[f32],
@@ -238,13 +276,28 @@ mod x86 {
             let weight = _mm256_set1_ps(weight);
             let rescale = (rescale != 1.0).then(|| _mm256_set1_ps(rescale));
             for c in (0..d).step_by(8) {
-                let mut a = _mm256_loadu_ps(acc.add(c));
+                let mut a = widen(acc.add(c));
                 if let Some(rescale) = rescale {
                     a = round_f16(_mm256_mul_ps(a, rescale));
                 }
-                a = round_f16(_mm256_fmadd_ps(widen(v.add(c)), weight, a));
-                _mm256_storeu_ps(acc.add(c), a);
+                let sum = _mm256_fmadd_ps(widen(v.add(c)), weight, a);
+                _mm_storeu_si128(
+                    acc.add(c).cast(),
+                    _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(sum),
+                );
             }
+        }
+    }
+
+    /// `dst = f32(accumulator) * inverse` (`vector::to_f32`, then `vector::scale_f32`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn finish(accumulator: &[f16], inverse: f32, dst: &mut [f32]) {
+        let inverse = _mm256_set1_ps(inverse);
+        for (acc, dst) in accumulator.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+            _mm256_storeu_ps(
+                dst.as_mut_ptr(),
+                _mm256_mul_ps(widen(acc.as_ptr()), inverse),
+            );
         }
     }
 }
