@@ -7,7 +7,6 @@
 //! keys runs every head's online softmax and V accumulation, the accumulators kept as f32
 //! values rounded to f16 after every step (as ggml's f16 accumulator rounds them).
 
-use half::f16;
 use runit_backend::SequenceSpan;
 
 use super::super::Problem;
@@ -22,8 +21,8 @@ const MAX_GROUP: usize = 16;
 pub(in crate::ops::attention) struct Scratch {
     /// The group's queries rounded to f16, widened to f64 (`[group, head_dim]`).
     query: Vec<f64>,
-    /// The group's f16 V accumulators (`[group, head_dim]`).
-    accumulator: Vec<f16>,
+    /// The group's V accumulators (`[group, head_dim]`), f16 values held as f32.
+    accumulator: Vec<f32>,
     /// Scaled Q·K of every head and visible key (`[group, keys]`).
     scores: Vec<f32>,
     /// Offset of each visible key's row (and value's) in its cache.
@@ -66,7 +65,7 @@ pub(in crate::ops::attention) fn run(
     let visible = position + 1 - first;
     scratch.query.resize(group * d, 0.0);
     scratch.accumulator.clear();
-    scratch.accumulator.resize(group * d, f16::ZERO);
+    scratch.accumulator.resize(group * d, 0.0);
     scratch.scores.resize(group * visible, 0.0);
     let kv_offset = first_head / group * d;
     scratch.rows.clear();
@@ -124,11 +123,12 @@ pub(in crate::ops::attention) fn run(
         }
         for g in 0..group {
             let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
-            x86::finish(
-                &scratch.accumulator[g * d..(g + 1) * d],
-                inverse,
-                &mut dst[g * d..(g + 1) * d],
-            );
+            for (out, &value) in dst[g * d..(g + 1) * d]
+                .iter_mut()
+                .zip(&scratch.accumulator[g * d..(g + 1) * d])
+            {
+                *out = value * inverse;
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -259,12 +259,12 @@ mod x86 {
         by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
     }
 
-    /// For every head `g` of the accumulators (`[group, d]`): where the maximum moved
+    /// For every head `g` of the accumulators (`[group, d]`, f16 values held as f32): where the maximum moved
     /// (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
     /// `acc = f16(fma(value, weights[g], acc))` (`vector::mad_f16`).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn accumulate(
-        accumulator: &mut [f16],
+        accumulator: &mut [f32],
         value: &[f16],
         rescales: &[f32],
         weights: &[f32],
@@ -276,28 +276,13 @@ mod x86 {
             let weight = _mm256_set1_ps(weight);
             let rescale = (rescale != 1.0).then(|| _mm256_set1_ps(rescale));
             for c in (0..d).step_by(8) {
-                let mut a = widen(acc.add(c));
+                let mut a = _mm256_loadu_ps(acc.add(c));
                 if let Some(rescale) = rescale {
                     a = round_f16(_mm256_mul_ps(a, rescale));
                 }
-                let sum = _mm256_fmadd_ps(widen(v.add(c)), weight, a);
-                _mm_storeu_si128(
-                    acc.add(c).cast(),
-                    _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(sum),
-                );
+                a = round_f16(_mm256_fmadd_ps(widen(v.add(c)), weight, a));
+                _mm256_storeu_ps(acc.add(c), a);
             }
-        }
-    }
-
-    /// `dst = f32(accumulator) * inverse` (`vector::to_f32`, then `vector::scale_f32`).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn finish(accumulator: &[f16], inverse: f32, dst: &mut [f32]) {
-        let inverse = _mm256_set1_ps(inverse);
-        for (acc, dst) in accumulator.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
-            _mm256_storeu_ps(
-                dst.as_mut_ptr(),
-                _mm256_mul_ps(widen(acc.as_ptr()), inverse),
-            );
         }
     }
 }
