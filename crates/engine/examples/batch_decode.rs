@@ -68,13 +68,16 @@ fn main() {
             batches.last().unwrap()
         );
     }
-    let median = |values: &mut Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
+    let ratios: Vec<f64> = batches.iter().zip(&singles).map(|(b, s)| b / s).collect();
+    let median = |values: &[f64]| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted[sorted.len() / 2]
     };
-    let (single, batched) = (median(&mut singles), median(&mut batches));
     println!(
-        "median: one request: {single:.1} tok/s; {count} at once: {batched:.1} tok/s ({:.2}x)",
-        batched / single
+        "median: one request: {:.1} tok/s; {count} at once: {:.1} tok/s; ratio per round {:.2}x (median)",
+        median(&singles),
+        median(&batches),
+        median(&ratios)
     );
 }
