@@ -223,7 +223,10 @@ pub fn matmul(
         0
     };
     // [activations | block-major quants | alignment | d table | s table]
-    scratch.resize(quant_len + block_quants_bytes + 4 + 2 * 4 * table_len, 0);
+    let scratch = grown(
+        scratch,
+        quant_len + block_quants_bytes + 4 + 2 * 4 * table_len,
+    );
     let (activations, rest) = scratch.split_at_mut(quant_len);
     let (quants, tables) = rest.split_at_mut(block_quants_bytes);
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
@@ -319,6 +322,15 @@ pub fn matmul(
         };
     };
     parallelism.for_each_chunk(chunks, &task);
+}
+
+/// The first `len` bytes of `scratch`, grown if shorter. It never shrinks: matmuls of
+/// several sizes take turns with one scratch, and regrowing it zeroes the new part.
+fn grown(scratch: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    &mut scratch[..len]
 }
 
 /// The kernel a tile of tokens goes through.

@@ -11,7 +11,7 @@ use runit_quant::dot::{
 };
 
 use super::{
-    Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
+    grown, Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
     PARALLEL_QUANTIZE_TOKENS,
 };
 
@@ -53,8 +53,7 @@ pub(super) fn matmul_repacked(
     let (gemv, gemm) =
         repack_rows_fn(weight.ty, parallelism.level).expect("repacked types have kernels");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
-    scratch.resize(tokens * activation_bytes, 0);
-    let activations = &mut scratch[..tokens * activation_bytes];
+    let activations = grown(scratch, tokens * activation_bytes);
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
         let shared = SharedBytes(activations.as_mut_ptr());
         let convert = |t: usize| {

@@ -8,7 +8,7 @@ use runit_quant::dot::tinyblas::{self, KernelFn};
 use runit_quant::dot::{tile_rows_fn, SimdLevel};
 
 use super::{
-    Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
+    grown, Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
     PARALLEL_QUANTIZE_TOKENS,
 };
 
@@ -56,8 +56,7 @@ pub(super) fn matmul_tinyblas(
     let unit_tokens = tinyblas::unit_tokens(ty);
     let unit_bytes = tinyblas::prepared_unit_bytes(ty, n_in);
     let units = tokens.div_ceil(unit_tokens);
-    scratch.resize(units * unit_bytes, 0);
-    let prepared = &mut scratch[..units * unit_bytes];
+    let prepared = grown(scratch, units * unit_bytes);
     let convert = |unit: usize, out: &mut [u8]| {
         let first = unit * unit_tokens;
         let last = (first + unit_tokens).min(tokens);
