@@ -39,8 +39,10 @@ use runit_backend::BackendError;
 
 use vector::Isa;
 
-/// Below this many f32 elements of work an op runs on the calling thread.
-const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+/// Below this many f32 elements of work an op runs on the calling thread (a hand-off to
+/// the spinning helpers costs about a microsecond; a decode batch of eight rows of 576 is
+/// worth splitting).
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 12;
 
 /// The CPU backend. Cheap to share: hold it in an `Arc<dyn Backend>`.
 pub struct CpuBackend {
@@ -123,7 +125,8 @@ impl CpuBackend {
         }
         let out = &mut out[..rows * width];
         if self.threads > 1 && rows > 1 && rows * width >= PARALLEL_MIN_ELEMENTS {
-            let per_chunk = (4096 / width).max(1);
+            // About 4096 elements a chunk, and at least one chunk per thread.
+            let per_chunk = (4096 / width).min(rows.div_ceil(self.threads)).max(1);
             let chunks = rows.div_ceil(per_chunk);
             let shared = SharedRows::new(out, width);
             self.run_chunks(chunks, &|chunk| {

@@ -333,6 +333,11 @@ fn grown(scratch: &mut Vec<u8>, len: usize) -> &mut [u8] {
     &mut scratch[..len]
 }
 
+thread_local! {
+    /// The results buffer of `tile_rows`, kept per thread.
+    static TILE_RESULTS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// The kernel a tile of tokens goes through.
 #[derive(Clone, Copy)]
 enum TileKernel<'a> {
@@ -393,17 +398,21 @@ unsafe fn tile_rows(
     y: &SharedOutput,
 ) {
     let mut dots = [0.0f32; TOKENS_PER_TILE];
-    let mut all_rows = Vec::new();
+    // Reused between calls on this thread (a decode step makes hundreds).
+    let mut all_rows = TILE_RESULTS.take();
     for first_token in (0..tokens).step_by(TOKENS_PER_TILE) {
         let count = TOKENS_PER_TILE.min(tokens - first_token);
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
         if let TileKernel::Scaled(_, Some(tile_rows), scales) = kernel {
             // Every weight row of the task in one call: `all_rows[t * rows + r]`.
-            all_rows.resize(rows.len() * count, 0.0);
+            if all_rows.len() < rows.len() * count {
+                all_rows.resize(rows.len() * count, 0.0);
+            }
+            let all_rows = &mut all_rows[..rows.len() * count];
             let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
             let scales = scales.from_row(first_token);
-            if tile_rows(weight.n_in, weights, block, scales, &mut all_rows) {
+            if tile_rows(weight.n_in, weights, block, scales, all_rows) {
                 for (t, values) in all_rows.chunks_exact(rows.len()).enumerate() {
                     // SAFETY: as below: columns `rows` of token `first_token + t`.
                     let out = unsafe {
@@ -436,6 +445,7 @@ unsafe fn tile_rows(
             }
         }
     }
+    TILE_RESULTS.set(all_rows);
 }
 
 /// The scalar twin of [`matmul`]: one thread, scalar kernels, one dot product per output.
