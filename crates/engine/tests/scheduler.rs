@@ -25,9 +25,13 @@ fn model(name: &str) -> Option<Arc<Model>> {
     }
 }
 
-/// Prompts of different lengths (one longer than a chunk of 16, to exercise chunking).
-fn prompts(vocab: usize) -> Vec<Vec<u32>> {
-    [3usize, 11, 40, 7]
+/// Prompt lengths of the invariance tests: one longer than a chunk of 16 (chunking), the
+/// first two short enough to share a prefill pass.
+const LENGTHS: [usize; 4] = [3, 11, 40, 7];
+
+/// Prompts of the given lengths.
+fn prompts(vocab: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
+    lengths
         .iter()
         .enumerate()
         .map(|(p, &len)| {
@@ -80,9 +84,14 @@ fn collect(receiver: &Receiver<SequenceEvent>) -> (Vec<u32>, StopReason) {
 }
 
 fn check_batch_invariance(name: &str, max_tokens: usize) {
+    check_invariance_with(name, max_tokens, &LENGTHS, 16);
+}
+
+/// Greedy requests with prompts of `lengths`, submitted together (the first two at once,
+/// the others while those decode), each equal to its lone run with the same `batch_size`.
+fn check_invariance_with(name: &str, max_tokens: usize, lengths: &[usize], batch_size: usize) {
     let Some(model) = model(name) else { return };
-    let batch_size = 16;
-    let requests: Vec<Request> = prompts(model.config.vocab_size)
+    let requests: Vec<Request> = prompts(model.config.vocab_size, lengths)
         .into_iter()
         .map(|prompt| Request::greedy(prompt, max_tokens))
         .collect();
@@ -135,6 +144,14 @@ fn concurrent_greedy_equals_alone_synthetic() {
 #[test]
 fn concurrent_greedy_equals_alone_smollm2() {
     check_batch_invariance("SmolLM2-135M-Instruct.Q4_1.gguf", 12);
+}
+
+/// A prefill pass holding a span of 64 rows or more (the tiled attention path) beside short
+/// ones (the one-chunk path): every span still gets its lone numbers.
+#[test]
+fn prompts_sharing_a_pass_across_attention_paths_equal_alone() {
+    check_invariance_with("synth-qwen2-Q8_0.gguf", 10, &[5, 90, 12, 70], 128);
+    check_invariance_with("SmolLM2-135M-Instruct.Q4_1.gguf", 8, &[5, 90, 12, 70], 128);
 }
 
 /// A sink whose receiver is gone after `limit` tokens.

@@ -4,10 +4,11 @@
 //! decode together, one token of every active sequence per forward pass. A sequence whose
 //! receiver goes away is dropped (its blocks freed) at the next step.
 //!
-//! Greedy outputs do not depend on what else runs: a prompt chunk is evaluated in a pass of
-//! its own, chunked exactly as [`Session::eval`](crate::Session::eval) chunks it, and decode
-//! passes hold at most [`MAX_DECODE_ROWS`] rows so that every row takes the attention path a
-//! lone sequence takes (the matmul computes each row the same whatever the batch).
+//! Greedy outputs do not depend on what else runs: prompts are chunked exactly as
+//! [`Session::eval`](crate::Session::eval) chunks them (the chunks of several prompts that
+//! arrive together share a prefill pass, each its own span), the backend attends each span
+//! as it would alone, decode passes hold at most [`MAX_DECODE_ROWS`] rows, and the matmul
+//! computes each row the same whatever the batch.
 //!
 //! ```no_run
 //! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), Box<dyn std::error::Error>> {

@@ -255,61 +255,87 @@ impl Worker {
         self.remove_all(finished);
     }
 
-    /// Evaluates the next chunk of the oldest sequence whose prompt is not in the cache yet;
-    /// the chunk that ends the prompt yields its first token.
+    /// Evaluates, in one pass, the next prompt chunk of the sequences whose prompts are not
+    /// in the cache yet, oldest first, while their chunks fit in one pass of `chunk_size`
+    /// tokens (the oldest always goes). Each chunk is the one the sequence alone would
+    /// evaluate next (chunks start at multiples of `chunk_size`, as `Session::eval` cuts
+    /// them), and each span of the pass is attended and multiplied as if alone, so several
+    /// prompts arriving together start in one pass without changing anyone's numbers. The
+    /// chunk that ends a prompt yields its first token.
     fn prefill(&mut self) {
-        let Some(i) = self
-            .active
-            .iter()
-            .position(|sequence| sequence.prefilled < sequence.request.prompt.len())
-        else {
+        // (sequence, first prompt position, end) of each chunk of the pass.
+        let mut chunks = Vec::new();
+        let mut total = 0;
+        for (i, sequence) in self.active.iter().enumerate() {
+            let len = sequence.request.prompt.len();
+            if sequence.prefilled >= len {
+                continue;
+            }
+            let start = sequence.prefilled;
+            let end = (start + self.chunk_size).min(len);
+            if !chunks.is_empty() && total + (end - start) > self.chunk_size {
+                break;
+            }
+            chunks.push((i, start, end));
+            total += end - start;
+        }
+        if chunks.is_empty() {
             return;
-        };
-        let sequence = &mut self.active[i];
-        let start = sequence.prefilled;
-        let end = (start + self.chunk_size).min(sequence.request.prompt.len());
-        let reserved = self.blocks.reserve(&mut sequence.block_table, end);
-        assert!(reserved, "commitments keep enough blocks free");
-        let chunk = sequence.request.prompt[start..end].to_vec();
-        let positions: Vec<u32> = (start..end).map(|p| p as u32).collect();
-        let is_last = end == sequence.request.prompt.len();
-        let logit_rows: Vec<u32> = if is_last {
-            vec![chunk.len() as u32 - 1]
-        } else {
-            Vec::new()
-        };
-        let spans = [SequenceSpan {
-            first_row: 0,
-            rows: chunk.len(),
-            start_position: start,
-            block_table: sequence.block_table.clone(),
-            block_size: BLOCK_SIZE,
-        }];
+        }
+        let mut tokens = Vec::with_capacity(total);
+        let mut positions = Vec::with_capacity(total);
+        let mut spans = Vec::with_capacity(chunks.len());
+        let mut logit_rows = Vec::new();
+        // The sequences whose prompts this pass ends, in the order of `logit_rows`.
+        let mut ending = Vec::new();
+        for &(i, start, end) in &chunks {
+            let sequence = &mut self.active[i];
+            let reserved = self.blocks.reserve(&mut sequence.block_table, end);
+            assert!(reserved, "commitments keep enough blocks free");
+            spans.push(SequenceSpan {
+                first_row: tokens.len(),
+                rows: end - start,
+                start_position: start,
+                block_table: sequence.block_table.clone(),
+                block_size: BLOCK_SIZE,
+            });
+            tokens.extend_from_slice(&sequence.request.prompt[start..end]);
+            positions.extend((start..end).map(|p| p as u32));
+            if end == sequence.request.prompt.len() {
+                logit_rows.push(tokens.len() as u32 - 1);
+                ending.push(i);
+            }
+        }
         let batch = Batch {
-            tokens: &chunk,
+            tokens: &tokens,
             positions: &positions,
             spans: &spans,
             logit_rows: &logit_rows,
         };
         if let Err(error) = self.forward(&batch) {
-            self.active[i]
-                .sink
-                .send(SequenceEvent::Failed(format!("prompt failed: {error}")));
-            self.remove(i);
+            for &(i, ..) in &chunks {
+                self.active[i]
+                    .sink
+                    .send(SequenceEvent::Failed(format!("prompt failed: {error}")));
+            }
+            self.remove_all(chunks.iter().map(|&(i, ..)| i).collect());
             return;
         }
-        let sequence = &mut self.active[i];
-        sequence.prefilled = end;
-        sequence.n_past = end;
-        if is_last {
-            let vocab = self.model.config.vocab_size;
-            let logits = std::mem::take(&mut self.logits);
-            let done = self.emit(i, &logits[..vocab]);
-            self.logits = logits;
-            if done {
-                self.remove(i);
+        for &(i, _, end) in &chunks {
+            let sequence = &mut self.active[i];
+            sequence.prefilled = end;
+            sequence.n_past = end;
+        }
+        let vocab = self.model.config.vocab_size;
+        let logits = std::mem::take(&mut self.logits);
+        let mut finished = Vec::new();
+        for (row, &i) in ending.iter().enumerate() {
+            if self.emit(i, &logits[row * vocab..(row + 1) * vocab]) {
+                finished.push(i);
             }
         }
+        self.logits = logits;
+        self.remove_all(finished);
     }
 
     fn forward(&mut self, batch: &Batch<'_>) -> Result<(), runit_model::ModelError> {

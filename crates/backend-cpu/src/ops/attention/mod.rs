@@ -1,11 +1,15 @@
 //! Causal grouped-query attention over the paged KV cache, mirroring ggml's CPU flash
 //! attention (`ggml_compute_forward_flash_attn_ext_f16`), which the reference runs with:
 //!
-//! - batches of fewer than [`TILED_MIN_ROWS`] query rows take ggml's one-chunk path
-//!   ([`chunk`]): Q is rounded to the K cache type (f16) for the Q·K dot, the softmax is
+//! - a sequence's span of fewer than [`TILED_MIN_ROWS`] query rows takes ggml's one-chunk
+//!   path ([`chunk`]): Q is rounded to the K cache type (f16) for the Q·K dot, the softmax is
 //!   online in f32 key by key, and V is accumulated in the V cache type (f16 rounding at every
 //!   step for an f16 cache);
-//! - larger batches take ggml's tiled path ([`tiled`]): everything in f32, keys in tiles of 64.
+//! - a larger span takes ggml's tiled path ([`tiled`]): everything in f32, keys in tiles of 64.
+//!
+//! ggml picks the path from the query rows of the whole batch; llama.cpp's batch is one
+//! sequence's span, so choosing per span gives each sequence of a multi-sequence batch the
+//! numbers it gets alone.
 //!
 //! Keys are visited in position order (a single sequence in llama.cpp's cache sits in cell
 //! order = position order). Work is split over (query row, head) pairs or (head, query tile).
@@ -138,11 +142,9 @@ pub fn attention(
     let values = kv(v_cache, OP, "v cache")?;
     let n_cells = k_cache.n_cells.min(v_cache.n_cells);
     let mut end_row = 0;
-    let mut total_rows = 0usize;
     for span in spans {
         let span_end = span.first_row.saturating_add(span.rows);
         end_row = end_row.max(span_end);
-        total_rows = total_rows.saturating_add(span.rows);
         let end_position = span.start_position.saturating_add(span.rows);
         check_cells(OP, span, 0..end_position, n_cells)?;
     }
@@ -163,10 +165,21 @@ pub fn attention(
         scale,
         window: sliding_window,
     };
-    if total_rows >= TILED_MIN_ROWS && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE) {
+    // Each span takes the path it would take alone (ggml decides per graph, and a lone
+    // sequence's graph is its span), so a span's numbers do not depend on the others.
+    let takes_tiled = |span: &SequenceSpan| {
+        span.rows >= TILED_MIN_ROWS && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE)
+    };
+    let tiled_spans = spans.iter().filter(|span| takes_tiled(span)).count();
+    if tiled_spans == spans.len() {
         tiled::run(backend, &problem, spans, out);
-    } else {
+    } else if tiled_spans == 0 {
         chunk::run(backend, &problem, spans, end_row, out);
+    } else {
+        let (tiled, chunked): (Vec<SequenceSpan>, Vec<SequenceSpan>) =
+            spans.iter().cloned().partition(|span| takes_tiled(span));
+        tiled::run(backend, &problem, &tiled, out);
+        chunk::run(backend, &problem, &chunked, end_row, out);
     }
     Ok(())
 }
