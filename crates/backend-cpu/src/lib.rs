@@ -42,7 +42,7 @@ use vector::Isa;
 /// Below this many f32 elements of work an op runs on the calling thread (a hand-off to
 /// the spinning helpers costs about a microsecond; a decode batch of eight rows of 576 is
 /// worth splitting).
-const PARALLEL_MIN_ELEMENTS: usize = 1 << 12;
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
 /// The CPU backend. Cheap to share: hold it in an `Arc<dyn Backend>`.
 pub struct CpuBackend {
