@@ -230,21 +230,6 @@ pub(crate) fn widen_half(bits: u16) -> f32 {
     }
 }
 
-#[cfg(test)]
-mod widen_tests {
-    #[test]
-    fn widen_half_equals_the_half_crate_for_every_value() {
-        for bits in 0..=u16::MAX {
-            let expected = half::f16::from_bits(bits).to_f32();
-            assert_eq!(
-                super::widen_half(bits).to_bits(),
-                expected.to_bits(),
-                "f16 bits {bits:#06x}"
-            );
-        }
-    }
-}
-
 /// The gemv kernel for `weight` at `level` (or the best lower SIMD level that has one), or
 /// `None` when there is none (callers loop over the [`DotFn`](super::DotFn)).
 pub fn gemv_fn(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
@@ -306,4 +291,19 @@ pub fn tile_fn(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod widen_tests {
+    #[test]
+    fn widen_half_equals_the_half_crate_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let expected = half::f16::from_bits(bits).to_f32();
+            assert_eq!(
+                super::widen_half(bits).to_bits(),
+                expected.to_bits(),
+                "f16 bits {bits:#06x}"
+            );
+        }
+    }
 }
