@@ -141,10 +141,12 @@ impl Team {
                 thread.unpark();
             }
         }
+        let mut mine = 0;
         while let Some(chunk) = claim(shared, generation) {
             work(chunk);
-            shared.done.fetch_add(1, Ordering::AcqRel);
+            mine += 1;
         }
+        shared.done.fetch_add(mine, Ordering::AcqRel);
         let mut spins = 0u32;
         while shared.done.load(Ordering::Acquire) < chunks {
             // A helper holding a chunk may have been preempted: let it have the core.
@@ -184,16 +186,28 @@ fn helper(shared: &Shared, index: usize) {
     loop {
         let generation = wait_for_job(shared, index, seen);
         seen = generation;
+        // Chunks finished here, added to `done` once after the last: the caller waits for
+        // that sum, so it cannot return (and publish a newer job) before this thread's
+        // chunks of `generation` are all counted, and the counter's cache line is not
+        // fought over once per chunk.
+        let mut finished = 0;
+        let mut job = None;
         while let Some(chunk) = claim(shared, generation) {
-            let job = shared
-                .job
-                .lock()
-                .expect("the job slot is never poisoned")
-                .expect("a job is published before its chunks");
-            // SAFETY: this thread holds an unfinished chunk of `generation`, so the caller
-            // that published the job is still inside `Team::run` and the closure is alive.
+            let job = *job.get_or_insert_with(|| {
+                shared
+                    .job
+                    .lock()
+                    .expect("the job slot is never poisoned")
+                    .expect("a job is published before its chunks")
+            });
+            // SAFETY: this thread holds an unfinished chunk of `generation` (its finished
+            // chunks are not counted yet), so the caller that published the job is still
+            // inside `Team::run` and the closure is alive.
             unsafe { (*job.0)(chunk) };
-            shared.done.fetch_add(1, Ordering::AcqRel);
+            finished += 1;
+        }
+        if finished > 0 {
+            shared.done.fetch_add(finished, Ordering::AcqRel);
         }
     }
 }
