@@ -91,36 +91,13 @@ pub(in crate::ops::attention) fn run(
             problem.scale,
             &mut scratch.scores,
         );
-        let mut max = [f32::NEG_INFINITY; MAX_GROUP];
-        let mut sum = [0.0f32; MAX_GROUP];
-        let mut rescales = [1.0f32; MAX_GROUP];
-        let mut weights = [1.0f32; MAX_GROUP];
-        for (j, &at) in scratch.rows.iter().enumerate() {
-            if let Some(&ahead) = scratch.rows.get(j + x86::PREFETCH_KEYS) {
-                x86::prefetch_row(values, ahead, d);
-            }
-            // The online softmax of `one_head`, head by head.
-            for g in 0..group {
-                let score = scratch.scores[g * visible + j];
-                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
-                if score > max[g] {
-                    rescale = (max[g] - score).exp();
-                    max[g] = score;
-                } else {
-                    weight = (score - max[g]).exp();
-                }
-                sum[g] = sum[g].mul_add(rescale, weight);
-                rescales[g] = rescale;
-                weights[g] = weight;
-            }
-            x86::accumulate(
-                &mut scratch.accumulator,
-                &values[at..at + d],
-                &rescales[..group],
-                &weights[..group],
-            );
-            rescales[..group].fill(1.0);
-        }
+        let sum = x86::attend(
+            &scratch.scores,
+            &scratch.rows,
+            values,
+            d,
+            &mut scratch.accumulator,
+        );
         for g in 0..group {
             let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
             for (out, &value) in dst[g * d..(g + 1) * d]
@@ -143,6 +120,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use half::f16;
+
+    use super::MAX_GROUP;
 
     /// Eight f16 at `p` widened.
     #[inline(always)]
@@ -259,11 +238,73 @@ mod x86 {
         by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
     }
 
+    /// The key loop of `one_head` for the `G` heads: per key, each head's online softmax
+    /// step (`rescale`/`weight` from `exp`, `sum = fma(sum, rescale, weight)`), then its V
+    /// accumulation ([`accumulate`]); returns the heads' sums.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn attend_of<const G: usize>(
+        scores: &[f32],
+        rows: &[usize],
+        values: &[f16],
+        d: usize,
+        accumulator: &mut [f32],
+    ) -> [f32; MAX_GROUP] {
+        let visible = rows.len();
+        let mut max = [f32::NEG_INFINITY; G];
+        let mut sum = [0.0f32; MAX_GROUP];
+        let mut rescales = [1.0f32; G];
+        let mut weights = [1.0f32; G];
+        for (j, &at) in rows.iter().enumerate() {
+            if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
+                prefetch_row(values, ahead, d);
+            }
+            for g in 0..G {
+                let score = scores[g * visible + j];
+                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
+                if score > max[g] {
+                    rescale = (max[g] - score).exp();
+                    max[g] = score;
+                } else {
+                    weight = (score - max[g]).exp();
+                }
+                sum[g] = sum[g].mul_add(rescale, weight);
+                rescales[g] = rescale;
+                weights[g] = weight;
+            }
+            accumulate(accumulator, &values[at..at + d], &rescales, &weights);
+        }
+        sum
+    }
+
+    /// [`attend_of`] for a group of `accumulator.len() / d` heads (at most `MAX_GROUP`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `values`;
+    /// `scores` holds `group * rows.len()` values.
+    pub(super) unsafe fn attend(
+        scores: &[f32],
+        rows: &[usize],
+        values: &[f16],
+        d: usize,
+        accumulator: &mut [f32],
+    ) -> [f32; MAX_GROUP] {
+        macro_rules! by_group {
+            ($($g:literal)*) => {
+                match accumulator.len() / d {
+                    $($g => attend_of::<$g>(scores, rows, values, d, accumulator),)*
+                    group => unreachable!("groups of {group} heads"),
+                }
+            };
+        }
+        by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+    }
+
     /// For every head `g` of the accumulators (`[group, d]`, f16 values held as f32): where the maximum moved
     /// (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
     /// `acc = f16(fma(value, weights[g], acc))` (`vector::mad_f16`).
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn accumulate(
+    unsafe fn accumulate(
         accumulator: &mut [f32],
         value: &[f16],
         rescales: &[f32],
