@@ -123,6 +123,20 @@ mod x86 {
 
     use super::MAX_GROUP;
 
+    /// `$function::<G>(args)` for the group size `$group` known at run time (1 to
+    /// `MAX_GROUP`).
+    macro_rules! with_group {
+        ($group:expr, $function:ident $args:tt) => {
+            with_group!(@ $group, $function $args; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+        };
+        (@ $group:expr, $function:ident $args:tt; $($g:literal)*) => {
+            match $group {
+                $($g => $function::<$g> $args,)*
+                group => unreachable!("groups of {group} heads"),
+            }
+        };
+    }
+
     /// Eight f16 at `p` widened.
     #[inline(always)]
     unsafe fn widen(p: *const f16) -> __m256 {
@@ -228,15 +242,10 @@ mod x86 {
         scale: f32,
         scores: &mut [f32],
     ) {
-        macro_rules! by_group {
-            ($($g:literal)*) => {
-                match query.len() / d {
-                    $($g => scores_of::<$g>(query, keys, rows, d, scale, scores),)*
-                    group => unreachable!("groups of {group} heads"),
-                }
-            };
-        }
-        by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+        with_group!(
+            query.len() / d,
+            scores_of(query, keys, rows, d, scale, scores)
+        )
     }
 
     /// The key loop of `one_head` for the `G` heads: per key, each head's online softmax
@@ -289,15 +298,10 @@ mod x86 {
         d: usize,
         accumulator: &mut [f32],
     ) -> [f32; MAX_GROUP] {
-        macro_rules! by_group {
-            ($($g:literal)*) => {
-                match accumulator.len() / d {
-                    $($g => attend_of::<$g>(scores, rows, values, d, accumulator),)*
-                    group => unreachable!("groups of {group} heads"),
-                }
-            };
-        }
-        by_group!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+        with_group!(
+            accumulator.len() / d,
+            attend_of(scores, rows, values, d, accumulator)
+        )
     }
 
     /// For every head `g` of the accumulators (`[group, d]`, f16 values held as f32): where the maximum moved
