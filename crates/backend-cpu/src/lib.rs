@@ -39,9 +39,8 @@ use runit_backend::BackendError;
 
 use vector::Isa;
 
-/// Below this many f32 elements of work an op runs on the calling thread (a hand-off to
-/// the spinning helpers costs about a microsecond; a decode batch of eight rows of 576 is
-/// worth splitting).
+/// Below this many f32 elements of work an op runs on the calling thread: splitting a
+/// decode batch's small rows (8 x 576) over the team cost more in waits than it saved.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
 /// The CPU backend. Cheap to share: hold it in an `Arc<dyn Backend>`.

@@ -17,8 +17,8 @@ const PARALLEL_MIN_KEYS: usize = 512;
 /// Chunks per thread (uneven context lengths balance out over several).
 const CHUNKS_PER_THREAD: usize = 8;
 
-/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator (one head), and for
-/// [`group`] the same of a whole group of heads held as f32 plus the group's scores.
+/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator (one head), and the
+/// [`group`] kernel's buffers (a whole group of heads).
 struct Scratch {
     query: Vec<f16>,
     accumulator: Vec<f16>,
