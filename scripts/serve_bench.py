@@ -12,7 +12,9 @@ the median of the rounds' ratios. Standard library only.
 
 Requests are text completions with distinct story prompts, `temperature: 0`, `max_tokens`
 tokens and `stream_options.include_usage`, so token counts come from the server's usage.
-A request that stops early (end of text) counts the tokens it did generate.
+Every request generates exactly `max_tokens` tokens (`ignore_eos`, as vLLM's and llama.cpp's
+serving benchmarks do), so each round's batch holds all its sequences to the end; with
+`--allow-eos` a request may stop at its end of text and counts the tokens it did generate.
 """
 
 import argparse
@@ -46,7 +48,7 @@ PROMPTS = [
 ]
 
 
-def stream_request(host, port, prompt, max_tokens, model):
+def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
     """One streamed completion: (time to first token, end time, completion tokens, start)."""
     body = {
         "prompt": prompt,
@@ -55,6 +57,8 @@ def stream_request(host, port, prompt, max_tokens, model):
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if ignore_eos:
+        body["ignore_eos"] = True
     if model:
         body["model"] = model
     connection = http.client.HTTPConnection(host, port, timeout=600)
@@ -84,14 +88,14 @@ def stream_request(host, port, prompt, max_tokens, model):
     return first if first is not None else end - start, end, tokens, start
 
 
-def run_batch(host, port, prompts, max_tokens, model):
+def run_batch(host, port, prompts, max_tokens, model, ignore_eos):
     """Runs `prompts` at once; returns (aggregate tok/s, time to first token list, tokens)."""
     results = [None] * len(prompts)
     errors = []
 
     def worker(i, prompt):
         try:
-            results[i] = stream_request(host, port, prompt, max_tokens, model)
+            results[i] = stream_request(host, port, prompt, max_tokens, model, ignore_eos)
         except Exception as error:  # reported below
             errors.append(error)
 
@@ -130,7 +134,7 @@ def start_server(args):
     ]
     if args.threads:
         command += ["--threads", str(args.threads)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:
         if process.poll() is not None:
@@ -155,9 +159,12 @@ def main():
     parser.add_argument("--ctx-size", type=int, default=4096)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--allow-eos", action="store_true",
+                        help="let requests stop at their end of text (default: ignore_eos)")
     parser.add_argument("--rounds", type=int, default=2, help="repeats of each measurement")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    ignore_eos = not args.allow_eos
     process = None
     if args.base_url:
         url = urllib.parse.urlparse(args.base_url)
@@ -177,14 +184,16 @@ def main():
         batch_rates, batch_ttft, batch_tokens = [], [], []
         for round_index in range(args.rounds):
             prompt = PROMPTS[round_index % len(PROMPTS)]
-            rate, ttft, _ = run_batch(host, port, [prompt], args.max_tokens, None)
+            rate, ttft, _ = run_batch(host, port, [prompt], args.max_tokens, None, ignore_eos)
             single_rates.append(rate)
             single_ttft += ttft
             prompts = [
                 PROMPTS[(round_index * args.concurrency + i) % len(PROMPTS)]
                 for i in range(args.concurrency)
             ]
-            rate, ttft, tokens = run_batch(host, port, prompts, args.max_tokens, None)
+            rate, ttft, tokens = run_batch(
+                host, port, prompts, args.max_tokens, None, ignore_eos
+            )
             batch_rates.append(rate)
             batch_ttft += ttft
             batch_tokens.append(tokens)
@@ -194,6 +203,7 @@ def main():
             process.wait()
     report = {
         "max_tokens": args.max_tokens,
+        "ignore_eos": ignore_eos,
         "concurrency": args.concurrency,
         "single_tok_per_s": statistics.median(single_rates),
         "single_ttft_p50_s": percentile(single_ttft, 0.5),

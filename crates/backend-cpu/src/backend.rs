@@ -164,6 +164,29 @@ impl Backend for CpuBackend {
         ops::linear::matmul(self, weight, x, tokens, out)
     }
 
+    fn matmul_qkv(
+        &self,
+        weights: [&Weight; 3],
+        biases: [Option<&Weight>; 3],
+        x: &Buffer,
+        tokens: usize,
+        outs: [&mut Buffer; 3],
+    ) -> Result<(), BackendError> {
+        ops::linear::matmul_qkv(self, weights, biases, x, tokens, outs)
+    }
+
+    fn matmul_swiglu(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::linear::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
+    }
+
     fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
         ops::elementwise::add_bias(self, x, bias, tokens)
     }

@@ -327,3 +327,125 @@ fn matmul_rows_do_not_depend_on_the_batch() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+// The fused matmuls (Q/K/V in one dispatch, gate and up with the SwiGLU in one) give every
+// output the bits of their primitive sequences, for every weight type, with biases, at any
+// thread count: the CPU overrides change only how the work is scheduled.
+
+/// Types of every activation format and path (plain kernels, tinyBLAS, repacked).
+const FUSED_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+fn bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn fused_qkv_and_swiglu_equal_their_primitives() {
+    let mut rng = Rng::new(23);
+    let k = 512;
+    // Q wider than K and V (GQA); a SwiGLU width that is whole SIMD groups and one that is
+    // not (which takes the unfused path).
+    let (q_rows, kv_rows) = (256, 64);
+    for backend in [CpuBackend::new(1).unwrap(), CpuBackend::new(2).unwrap()] {
+        for &ty in FUSED_TYPES {
+            let mut weight = |name: &str, rows: usize| {
+                let values = rng.normal(k * rows, 0.05);
+                make_weight(&backend, name, ty, &[k, rows], &values).unwrap()
+            };
+            let (wq, wk, wv) = (
+                weight("q", q_rows),
+                weight("k", kv_rows),
+                weight("v", kv_rows),
+            );
+            let (gate, up) = (weight("gate", 384), weight("up", 384));
+            let (odd_gate, odd_up) = (weight("gate", 72), weight("up", 72));
+            let bias = |rng: &mut Rng, name: &str, rows: usize| {
+                make_weight(
+                    &backend,
+                    name,
+                    GgmlType::F32,
+                    &[rows],
+                    &rng.normal(rows, 0.5),
+                )
+                .unwrap()
+            };
+            let biases = [
+                bias(&mut rng, "bq", q_rows),
+                bias(&mut rng, "bk", kv_rows),
+                bias(&mut rng, "bv", kv_rows),
+            ];
+            for tokens in [1usize, 2, 5, 8, 16, 17, 40] {
+                let x = buffer(&backend, &rng.normal(tokens * k, 1.0));
+                for with_bias in [false, true] {
+                    let bias_of = |i: usize| with_bias.then_some(&biases[i]);
+                    let mut fused =
+                        [q_rows, kv_rows, kv_rows].map(|n| backend.alloc(tokens * n).unwrap());
+                    let [fq, fk, fv] = &mut fused;
+                    backend
+                        .matmul_qkv(
+                            [&wq, &wk, &wv],
+                            [bias_of(0), bias_of(1), bias_of(2)],
+                            &x,
+                            tokens,
+                            [fq, fk, fv],
+                        )
+                        .unwrap();
+                    for (i, (w, out)) in [&wq, &wk, &wv].into_iter().zip(&fused).enumerate() {
+                        let mut alone = backend.alloc(w.rows() * tokens).unwrap();
+                        backend
+                            .matmul_bias(w, bias_of(i), &x, tokens, &mut alone)
+                            .unwrap();
+                        assert_eq!(
+                            bits(&read(&backend, out)),
+                            bits(&read(&backend, &alone)),
+                            "{ty}, {tokens} tokens, projection {i}, bias {with_bias}"
+                        );
+                    }
+                }
+                for (gate, up) in [(&gate, &up), (&odd_gate, &odd_up)] {
+                    let n = gate.rows();
+                    let (mut up_out, mut out) = (
+                        backend.alloc(tokens * n).unwrap(),
+                        backend.alloc(tokens * n).unwrap(),
+                    );
+                    backend
+                        .matmul_swiglu(gate, up, &x, tokens, &mut up_out, &mut out)
+                        .unwrap();
+                    let (mut g, mut u) = (
+                        backend.alloc(tokens * n).unwrap(),
+                        backend.alloc(tokens * n).unwrap(),
+                    );
+                    backend.matmul(gate, &x, tokens, &mut g).unwrap();
+                    backend.matmul(up, &x, tokens, &mut u).unwrap();
+                    backend.silu_mul(&mut g, &u, tokens * n).unwrap();
+                    assert_eq!(
+                        bits(&read(&backend, &up_out)),
+                        bits(&read(&backend, &u)),
+                        "{ty}, {tokens} tokens, up of {n}"
+                    );
+                    assert_eq!(
+                        bits(&read(&backend, &out)),
+                        bits(&read(&backend, &g)),
+                        "{ty}, {tokens} tokens, swiglu of {n}"
+                    );
+                }
+            }
+        }
+    }
+}

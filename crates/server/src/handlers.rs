@@ -280,7 +280,11 @@ async fn run(
                 prompt: prompt.clone(),
                 sampling,
                 max_tokens,
-                end_of_generation: state.tokenizer.eog_ids(),
+                end_of_generation: if options.ignore_eos {
+                    Vec::new()
+                } else {
+                    state.tokenizer.eog_ids()
+                },
                 top_logprobs: options.top_logprobs,
             };
             // On failure the choices already submitted are dropped, which cancels them.

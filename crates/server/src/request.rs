@@ -31,6 +31,9 @@ pub struct Options {
     pub n: usize,
     pub stream: bool,
     pub include_usage: bool,
+    /// `ignore_eos` (an extension that llama.cpp's server and vLLM also accept): generation
+    /// runs on past end-of-generation tokens until `max_tokens` or the context ends them.
+    pub ignore_eos: bool,
 }
 
 /// The body as a JSON object; malformed JSON or another JSON type is a 400.
@@ -205,6 +208,7 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
             .unwrap_or(false),
         Some(other) => return Err(wrong_type("stream_options", "an object", other)),
     };
+    let ignore_eos = boolean(body, "ignore_eos")?.unwrap_or(false);
     if let Some(user) = field(body, "user") {
         if !user.is_string() {
             return Err(wrong_type("user", "a string", user));
@@ -220,6 +224,7 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         n: n as usize,
         stream,
         include_usage,
+        ignore_eos,
     })
 }
 

@@ -290,6 +290,14 @@ async fn malformed_requests_get_openai_error_bodies() {
     expect_error(
         &f,
         chat,
+        &format!(r#"{{{hi}, "ignore_eos": 1}}"#),
+        bad,
+        Some("ignore_eos"),
+    )
+    .await;
+    expect_error(
+        &f,
+        chat,
         &format!(r#"{{{hi}, "max_tokens": 0}}"#),
         bad,
         Some("max_tokens"),

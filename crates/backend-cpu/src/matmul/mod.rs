@@ -204,6 +204,145 @@ pub fn matmul(
         tinyblas::matmul_tinyblas(weight, x, tokens, y, scratch, parallelism, kernel);
         return;
     }
+    let targets = [Target::new(*weight, y, parallelism, 1)];
+    run_plain(&targets, x, tokens, scratch, parallelism, Epilogue::None);
+}
+
+/// One weight of [`matmul_fused`] and its output `y` (`[tokens, n_out]`).
+pub(crate) struct Part<'p, 'a> {
+    pub(crate) weight: PackedWeight<'a>,
+    pub(crate) y: &'p mut [f32],
+}
+
+/// What [`matmul_fused`] does with a task's outputs once its products are written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Epilogue {
+    /// Nothing.
+    None,
+    /// The SwiGLU gate of parts `[gate, up]`: `gate = silu(gate) * up`, in place, for the
+    /// task's columns of every token (`vector::silu_mul`, as the separate op computes it).
+    SiluMul(crate::vector::Isa),
+}
+
+/// Several weights of one type and input width times the same activations, as if each went
+/// through [`matmul`] (the same kernels, so the same bits), but with the activations
+/// converted once and every part's output rows split among the threads in one dispatch.
+/// With [`Epilogue::SiluMul`] the two parts' tasks own the same row ranges, and each task
+/// applies the gate to its columns as soon as they are written.
+///
+/// Returns false, having done nothing, when the parts cannot share a dispatch: different
+/// types or input widths, a weight that takes another path than the plain kernels
+/// (repacked or tinyBLAS), or a SwiGLU whose parts differ in rows or whose rows are not
+/// whole groups of the gate's SIMD width.
+///
+/// # Panics
+/// As [`matmul`], for each part.
+pub(crate) fn matmul_fused(
+    parts: &mut [Part],
+    x: &[f32],
+    tokens: usize,
+    scratch: &mut Vec<u8>,
+    parallelism: &Parallelism,
+    epilogue: Epilogue,
+) -> bool {
+    let Some(first) = parts.first().map(|part| part.weight) else {
+        return true;
+    };
+    let plain = |weight: &PackedWeight| {
+        weight.ty == first.ty
+            && weight.n_in == first.n_in
+            && repacked::repack_kernel(weight).is_none()
+            && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
+    };
+    if !parts.iter().all(|part| plain(&part.weight)) {
+        return false;
+    }
+    let row_multiple = match epilogue {
+        Epilogue::None => 1,
+        Epilogue::SiluMul(_) => {
+            let lanes = crate::vector::SILU_GROUP;
+            if parts.len() != 2
+                || parts[1].weight.n_out != first.n_out
+                || !first.n_out.is_multiple_of(lanes)
+            {
+                return false;
+            }
+            lanes
+        }
+    };
+    for part in parts.iter() {
+        check_shapes(&part.weight, x, tokens, part.y);
+    }
+    if tokens == 0 {
+        return true;
+    }
+    let targets: Vec<Target> = parts
+        .iter_mut()
+        .map(|part| Target::new(part.weight, part.y, parallelism, row_multiple))
+        .collect();
+    run_plain(&targets, x, tokens, scratch, parallelism, epilogue);
+    true
+}
+
+/// A part of a plain-kernel matmul: its weight, where its outputs go, and how its rows are
+/// split into tasks.
+struct Target<'a> {
+    weight: PackedWeight<'a>,
+    y: SharedOutput,
+    rows_per_task: usize,
+    chunks: usize,
+}
+
+impl<'a> Target<'a> {
+    /// `rows_per_task` is rounded up to a multiple of `row_multiple`.
+    fn new(
+        weight: PackedWeight<'a>,
+        y: &mut [f32],
+        parallelism: &Parallelism,
+        row_multiple: usize,
+    ) -> Target<'a> {
+        let rows_per_task = (weight.n_out / (parallelism.threads() * 8))
+            .max(MIN_ROWS_PER_TASK)
+            .next_multiple_of(row_multiple)
+            .min(weight.n_out)
+            .max(1);
+        Target {
+            weight,
+            y: SharedOutput(y.as_mut_ptr()),
+            rows_per_task,
+            chunks: weight.n_out.div_ceil(rows_per_task),
+        }
+    }
+
+    /// The rows of task `chunk`.
+    fn rows(&self, chunk: usize) -> std::ops::Range<usize> {
+        let first = chunk * self.rows_per_task;
+        first..(first + self.rows_per_task).min(self.weight.n_out)
+    }
+}
+
+/// The vec_dot-ordered kernels of one activation format (the same for every target).
+#[derive(Clone, Copy)]
+struct RowKernels<'a> {
+    /// One token: the several-rows matvec, else one dot per row.
+    gemv: Option<runit_quant::dot::GemvFn>,
+    dot: DotFn,
+    /// Several tokens.
+    tile: TileKernel<'a>,
+}
+
+/// The plain-kernel matmul of `targets` (one type and input width, at least one token and
+/// one row each): the activations converted once, then every target's tasks in one
+/// dispatch.
+fn run_plain(
+    targets: &[Target],
+    x: &[f32],
+    tokens: usize,
+    scratch: &mut Vec<u8>,
+    parallelism: &Parallelism,
+    epilogue: Epilogue,
+) {
+    let weight = &targets[0].weight;
     let format = activation_format(weight.ty).expect("checked by check_shapes");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
     let tile = if tokens > 1 {
@@ -248,7 +387,7 @@ pub fn matmul(
     let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
     let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 2 * 4 * table_len]);
     let (d, s) = tables.split_at_mut(table_len);
-    let kernel = match tile {
+    let tile = match tile {
         Some(tile) => {
             let filled = block_scales(format, activations, tokens, weight.n_in, d, s)
                 && block_quants(format, activations, tokens, weight.n_in, quants);
@@ -276,52 +415,98 @@ pub fn matmul(
             multi_dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes"),
         ),
     };
-    let row_bytes = weight.row_bytes();
-    let rows_per_task = (weight.n_out / (parallelism.threads() * 8))
-        .max(MIN_ROWS_PER_TASK)
-        .min(weight.n_out);
-    let chunks = weight.n_out.div_ceil(rows_per_task);
-    let output = SharedOutput(y.as_mut_ptr());
-    if tokens == 1 {
-        let gemv = gemv_fn(weight.ty, parallelism.level);
-        let dot = dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes");
-        let task = |chunk: usize| {
-            let first = chunk * rows_per_task;
-            let count = rows_per_task.min(weight.n_out - first);
-            let rows = &weight.bytes[first * row_bytes..(first + count) * row_bytes];
-            // SAFETY: chunk `chunk` alone writes outputs first..first + count (< n_out).
-            let out = unsafe { std::slice::from_raw_parts_mut(output.at(first), count) };
-            match gemv {
-                Some(gemv) => gemv(weight.n_in, rows, activations, out),
-                None => {
-                    for (value, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
-                        *value = dot(weight.n_in, row, activations);
+    let kernels = RowKernels {
+        gemv: gemv_fn(weight.ty, parallelism.level),
+        dot: dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes"),
+        tile,
+    };
+    let rows_of = |target: &Target, rows: std::ops::Range<usize>| {
+        // SAFETY: every task owns a distinct row range of its target, so it alone writes
+        // those outputs of every token; the outputs outlive the dispatch.
+        unsafe { run_rows(target, rows, activations, activation_bytes, tokens, kernels) }
+    };
+    match epilogue {
+        Epilogue::None => {
+            let chunks = targets.iter().map(|target| target.chunks).sum();
+            let task = |mut chunk: usize| {
+                for target in targets {
+                    if chunk < target.chunks {
+                        rows_of(target, target.rows(chunk));
+                        return;
                     }
+                    chunk -= target.chunks;
+                }
+            };
+            parallelism.for_each_chunk(chunks, &task);
+        }
+        Epilogue::SiluMul(isa) => {
+            let [gate, up] = targets else {
+                unreachable!("matmul_fused checked the SwiGLU's two parts")
+            };
+            let n_out = gate.weight.n_out;
+            let task = |chunk: usize| {
+                let rows = gate.rows(chunk);
+                rows_of(gate, rows.clone());
+                rows_of(up, rows.clone());
+                for t in 0..tokens {
+                    let at = t * n_out + rows.start;
+                    // SAFETY: this task's columns of token `t`, written just above by this
+                    // task alone (both parts split their rows alike).
+                    let (g, u) = unsafe {
+                        (
+                            std::slice::from_raw_parts_mut(gate.y.at(at), rows.len()),
+                            std::slice::from_raw_parts(up.y.at(at), rows.len()),
+                        )
+                    };
+                    crate::vector::silu_mul(isa, g, u);
+                }
+            };
+            parallelism.for_each_chunk(gate.chunks, &task);
+        }
+    }
+}
+
+/// Outputs `rows` of `target` for every token.
+///
+/// # Safety
+/// No other thread may write those outputs meanwhile.
+unsafe fn run_rows(
+    target: &Target,
+    rows: std::ops::Range<usize>,
+    activations: &[u8],
+    activation_bytes: usize,
+    tokens: usize,
+    kernels: RowKernels,
+) {
+    let weight = &target.weight;
+    let row_bytes = weight.row_bytes();
+    if tokens == 1 {
+        let bytes = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
+        // SAFETY: outputs `rows` of the one token, owned by the caller (contract).
+        let out = unsafe { std::slice::from_raw_parts_mut(target.y.at(rows.start), rows.len()) };
+        match kernels.gemv {
+            Some(gemv) => gemv(weight.n_in, bytes, activations, out),
+            None => {
+                for (value, row) in out.iter_mut().zip(bytes.chunks_exact(row_bytes)) {
+                    *value = (kernels.dot)(weight.n_in, row, activations);
                 }
             }
-        };
-        parallelism.for_each_chunk(chunks, &task);
+        }
         return;
     }
-    let task = |chunk: usize| {
-        let first = chunk * rows_per_task;
-        let rows = first..(first + rows_per_task).min(weight.n_out);
-        // SAFETY: tasks own disjoint row ranges, so each writes only the columns `rows` of
-        // `y`; `y` outlives the parallel section and holds tokens * n_out values.
-        unsafe {
-            tile_rows(
-                weight,
-                row_bytes,
-                rows,
-                activations,
-                activation_bytes,
-                tokens,
-                kernel,
-                &output,
-            )
-        };
+    // SAFETY: as above, columns `rows` of every token.
+    unsafe {
+        tile_rows(
+            weight,
+            row_bytes,
+            rows,
+            activations,
+            activation_bytes,
+            tokens,
+            kernels.tile,
+            &target.y,
+        )
     };
-    parallelism.for_each_chunk(chunks, &task);
 }
 
 /// The first `len` bytes of `scratch`, grown if shorter. It never shrinks: matmuls of

@@ -23,6 +23,107 @@ pub fn matmul(
     tokens: usize,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    let packed = packed(weight)?;
+    let x = input(x, tokens, packed.n_in)?;
+    let out = output(out, tokens, packed.n_out)?;
+    with_scratch(backend, |scratch, parallelism| {
+        matmul::matmul(&packed, x, tokens, out, scratch, parallelism)
+    });
+    Ok(())
+}
+
+/// [`Backend::matmul_qkv`](runit_backend::Backend::matmul_qkv): the three projections in one
+/// dispatch with the activations converted once when their weights share a type and take
+/// the plain kernels (the same numbers as three [`matmul`]s), else one after another.
+pub fn matmul_qkv(
+    backend: &CpuBackend,
+    weights: [&Weight; 3],
+    biases: [Option<&Weight>; 3],
+    x: &Buffer,
+    tokens: usize,
+    outs: [&mut Buffer; 3],
+) -> Result<(), BackendError> {
+    let [q, k, v] = outs;
+    let fused = {
+        let packed = [
+            packed(weights[0])?,
+            packed(weights[1])?,
+            packed(weights[2])?,
+        ];
+        let input = input(x, tokens, packed[0].n_in)?;
+        let mut parts = Vec::with_capacity(3);
+        for (weight, out) in packed.into_iter().zip([&mut *q, &mut *k, &mut *v]) {
+            let y = output(out, tokens, weight.n_out)?;
+            parts.push(matmul::Part { weight, y });
+        }
+        with_scratch(backend, |scratch, parallelism| {
+            matmul::matmul_fused(
+                &mut parts,
+                input,
+                tokens,
+                scratch,
+                parallelism,
+                matmul::Epilogue::None,
+            )
+        })
+    };
+    if !fused {
+        return runit_backend::unfused::matmul_qkv(backend, weights, biases, x, tokens, [q, k, v]);
+    }
+    for (bias, out) in biases.into_iter().zip([q, k, v]) {
+        if let Some(bias) = bias {
+            super::elementwise::add_bias(backend, out, bias, tokens)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`Backend::matmul_swiglu`](runit_backend::Backend::matmul_swiglu): the gate and up
+/// projections in one dispatch, each task applying `silu(gate) * up` to its columns (the
+/// same numbers as two [`matmul`]s and the separate `silu_mul`), when the two weights can
+/// share a dispatch; else the three ops one after another.
+pub fn matmul_swiglu(
+    backend: &CpuBackend,
+    gate: &Weight,
+    up: &Weight,
+    x: &Buffer,
+    tokens: usize,
+    up_out: &mut Buffer,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let fused = {
+        let (gate, up) = (packed(gate)?, packed(up)?);
+        let input = input(x, tokens, gate.n_in)?;
+        let mut parts = [
+            matmul::Part {
+                weight: gate,
+                y: output(out, tokens, gate.n_out)?,
+            },
+            matmul::Part {
+                weight: up,
+                y: output(up_out, tokens, up.n_out)?,
+            },
+        ];
+        with_scratch(backend, |scratch, parallelism| {
+            matmul::matmul_fused(
+                &mut parts,
+                input,
+                tokens,
+                scratch,
+                parallelism,
+                matmul::Epilogue::SiluMul(backend.isa),
+            )
+        })
+    };
+    if fused {
+        return Ok(());
+    }
+    runit_backend::unfused::matmul_swiglu(backend, gate, up, x, tokens, up_out, out)
+}
+
+/// The packed view of a 2-D weight, in the layout whose order llama.cpp's CPU backend
+/// would use for it.
+fn packed(weight: &Weight) -> Result<PackedWeight<'_>, BackendError> {
     if !supports(weight.ty) {
         return Err(BackendError::Unsupported {
             backend: "cpu".to_string(),
@@ -41,12 +142,6 @@ pub fn matmul(
     let n_in = weight.row_len();
     let n_out = weight.rows();
     let bytes = weight_bytes(weight, OP)?;
-    let x = data(x, OP, "x")?;
-    let x_len = product(OP, "x", tokens, n_in)?;
-    at_least(OP, "x elements (tokens × row length)", x_len, x.len())?;
-    let out = data_mut(out, OP, "out")?;
-    let out_len = product(OP, "out", tokens, n_out)?;
-    at_least(OP, "out elements (tokens × rows)", out_len, out.len())?;
     // ggml-cpu keeps the token embedding out of its REPACK buffer (GET_ROWS reads it), so a
     // tied output matmul stays in `vec_dot` order.
     // One expert of a 3-D tensor (`Weight::matrix` names it `name[index]`) goes through
@@ -59,25 +154,37 @@ pub fn matmul(
         } else {
             Layout::Repacked
         };
-    let packed = PackedWeight::new(weight.ty, bytes, n_in, n_out).with_layout(layout);
+    Ok(PackedWeight::new(weight.ty, bytes, n_in, n_out).with_layout(layout))
+}
+
+/// The first `tokens` rows of `n_in` values of `x`.
+fn input(x: &Buffer, tokens: usize, n_in: usize) -> Result<&[f32], BackendError> {
+    let x = data(x, OP, "x")?;
+    let len = product(OP, "x", tokens, n_in)?;
+    at_least(OP, "x elements (tokens × row length)", len, x.len())?;
+    Ok(&x[..len])
+}
+
+/// The first `tokens` rows of `n_out` values of `out`.
+fn output(out: &mut Buffer, tokens: usize, n_out: usize) -> Result<&mut [f32], BackendError> {
+    let out = data_mut(out, OP, "out")?;
+    let len = product(OP, "out", tokens, n_out)?;
+    at_least(OP, "out elements (tokens × rows)", len, out.len())?;
+    Ok(&mut out[..len])
+}
+
+/// Runs `f` with the backend's activation scratch (a fresh one when another caller holds
+/// it) and its threads.
+fn with_scratch<T>(backend: &CpuBackend, f: impl FnOnce(&mut Vec<u8>, &Parallelism) -> T) -> T {
     let parallelism = Parallelism {
         pool: (backend.threads > 1).then_some(&backend.pool),
         level: backend.simd,
     };
-    // The activation scratch is reused between calls; a concurrent caller gets its own.
     let mut fresh = Vec::new();
     let mut shared = backend.matmul_scratch.try_lock();
     let scratch = match shared.as_deref_mut() {
         Ok(scratch) => scratch,
         Err(_) => &mut fresh,
     };
-    matmul::matmul(
-        &packed,
-        &x[..x_len],
-        tokens,
-        &mut out[..out_len],
-        scratch,
-        &parallelism,
-    );
-    Ok(())
+    f(scratch, &parallelism)
 }

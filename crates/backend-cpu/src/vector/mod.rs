@@ -51,6 +51,9 @@ impl Isa {
 /// f32 lanes of one ggml SIMD vector on the reference machine (AVX-512): the SwiGLU kernel
 /// works in groups of this many values.
 const LANES: usize = 16;
+/// Values [`silu_mul`] takes in whole groups: a range that starts and ends on a multiple of
+/// this gets the same bits from it as the whole row does.
+pub(crate) const SILU_GROUP: usize = LANES;
 /// f64 partial sums of the dot products (see [`dot_f16`]).
 const DOT_LANES: usize = 8;
 

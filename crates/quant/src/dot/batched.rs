@@ -47,8 +47,8 @@ pub struct BlockScales<'a> {
     pub s: &'a [f32],
     /// The activation quants (32 bytes per block), block-major like the scale tables:
     /// block `i` of row `t` at bytes `[(i * stride + t) * 32..][..32]`, so that rows side by
-    /// side are adjacent in memory (see [`block_quants`]); empty when not made, and then
-    /// kernels read the rows themselves.
+    /// side are adjacent in memory (see [`block_quants`], which stores Q8_0's plus 128);
+    /// empty when not made, and then kernels read the rows themselves.
     pub quants: &'a [u8],
     /// Rows in the tables (the distance between consecutive blocks of one row).
     pub stride: usize,
@@ -113,7 +113,8 @@ pub fn block_quants_len(n: usize, rows: usize) -> usize {
 
 /// Copies the quants of the `rows` activation rows of `n` elements in `activations`
 /// (format Q8_0 or Q8_1) into `quants` block-major, as [`BlockScales::quants`] describes
-/// with `stride == rows`; `quants` is [`block_quants_len`] long. Returns `false` (and
+/// with `stride == rows`; `quants` is [`block_quants_len`] long. Q8_0's are stored plus 128
+/// (`q ^ 0x80`: unsigned bytes), Q8_1's as they are. Returns `false` (and
 /// leaves `quants` alone) for other formats.
 ///
 /// # Panics
@@ -143,10 +144,22 @@ pub fn block_quants(
     );
     let tail = quants.len() - 32;
     quants[tail..].fill(0);
+    // Q8_0 pairs with signed weights: its quants are stored plus 128 (as unsigned bytes),
+    // the operand `vpdpbusd` takes unsigned (see the pair kernel's `sums_base`).
+    let offset = if format == ActivationFormat::Q8_0 {
+        0x80
+    } else {
+        0
+    };
     for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
         for (i, block) in row.chunks_exact(block_bytes).enumerate() {
             let at = (i * rows + t) * 32;
-            quants[at..at + 32].copy_from_slice(&block[block_bytes - 32..]);
+            for (stored, &q) in quants[at..at + 32]
+                .iter_mut()
+                .zip(&block[block_bytes - 32..])
+            {
+                *stored = q ^ offset;
+            }
         }
     }
     true

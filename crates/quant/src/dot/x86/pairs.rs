@@ -1,11 +1,13 @@
 //! AVX-512 tile kernel of the 32-element block formats that computes two activation rows
 //! per 512-bit register: the weight block's quants sit in both halves, the two rows'
 //! activation quants side by side (the block-major copy of [`BlockScales::quants`]), and
-//! each half goes through exactly the 256-bit operations of the single-row kernel
-//! (`vpdpbusd` lane sums, `d_w * d_a` rounded to f32, one FMA per block into eight lanes,
-//! then the same horizontal sum), so every result equals the single-row kernel bit for bit.
-//! Per pair of rows and block that is one load, one `vpdpbusd`, one conversion, one FMA and
-//! one permute of the scale products, about half the instructions of two 256-bit rows.
+//! each half goes through the arithmetic of the single-row kernel (the same integer lane
+//! sums, `d_w * d_a` rounded to f32, one FMA per block into eight lanes, then the same
+//! horizontal sum), so every result equals the single-row kernel bit for bit. Per pair of
+//! rows and block that is one load, one `vpdpbusd`, one conversion, one FMA and one permute
+//! of the scale products, about half the instructions of two 256-bit rows. Signed formats
+//! need no sign trick per row: their activation quants come offset to unsigned, and the
+//! offset's share is taken out once per weight block (`sums_base`).
 
 // Kernels index several per-pair arrays (accumulators, permutations) by the same `p`.
 #![allow(clippy::needless_range_loop)]
@@ -42,18 +44,32 @@ unsafe fn weight_quants<W: Legacy>(p: *const u8) -> __m512i {
     }
 }
 
-/// `vpdpbusd` lane sums of the weight quants `q` (both halves) and two activation rows `y`,
-/// as `block_sums` computes them for one row: unsigned weights directly; signed ones as
-/// `|q|` against `y` negated where `q < 0` (what `vpsignb` does in 256 bits; where `q == 0`
-/// the product is zero either way).
+/// What the `vpdpbusd` of a signed format's block starts from: `-128 * (sum of the four
+/// weight quants of each lane)`, so that adding the products with the activation quants
+/// offset to unsigned (`y + 128`, as [`block_quants`](crate::dot::block_quants) stores
+/// Q8_0's) leaves exactly the lane sums `block_sums` computes with the sign trick (the
+/// integers are exact either way). Zero for unsigned formats.
 #[inline(always)]
-unsafe fn pair_sums<W: Legacy>(q: __m512i, magnitude: __m512i, y: __m512i) -> __m512i {
+unsafe fn sums_base<W: Legacy>(q: __m512i) -> __m512i {
+    let zero = _mm512_setzero_si512();
     if W::SIGNED {
-        let negative = _mm512_movepi8_mask(q);
-        let y = _mm512_mask_sub_epi8(y, negative, _mm512_setzero_si512(), y);
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, y)
+        let offset = _mm512_set1_epi8(0x80u8 as i8);
+        _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, q))
     } else {
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y)
+        zero
+    }
+}
+
+/// `vpdpbusd` lane sums of the weight quants `q` (both halves) and two activation rows `y`,
+/// as `block_sums` computes them for one row: unsigned weights against the activations;
+/// signed ones as the offset activations (unsigned) against the weights, from `base`
+/// ([`sums_base`]).
+#[inline(always)]
+unsafe fn pair_sums<W: Legacy>(q: __m512i, base: __m512i, y: __m512i) -> __m512i {
+    if W::SIGNED {
+        _mm512_dpbusd_epi32(base, y, q)
+    } else {
+        _mm512_dpbusd_epi32(base, q, y)
     }
 }
 
@@ -93,7 +109,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     for i in 0..blocks {
         let wb = w.add(i * W::BYTES);
         let q = weight_quants::<W>(wb);
-        let magnitude = if W::SIGNED { _mm512_abs_epi8(q) } else { q };
+        let base = sums_base::<W>(q);
         let d_w = if W::HAS_MIN {
             let dm = scale_and_minimum(wb);
             let m = _mm_permute_ps::<0b0101_0101>(dm);
@@ -110,7 +126,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
         let row_quants = quants.add(i * stride * 32);
         for p in 0..P {
             let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
-            let sums = pair_sums::<W>(q, magnitude, y);
+            let sums = pair_sums::<W>(q, base, y);
             let scale = _mm512_permutexvar_ps(spread[p], products);
             acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
         }
