@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over what scripts/gpu_pack.sh put in device/.
-#   scripts/gpu_check.sh tests   # NVRTC build, parity suite, op tests, golden fidelity + perplexity on CUDA
+#   scripts/gpu_check.sh tests   # ops, then golden (below)
+#   scripts/gpu_check.sh ops     # NVRTC build, parity suite, op tests, MoE tests, planted kernel fault
+#   scripts/gpu_check.sh golden  # golden fidelity + perplexity on CUDA
 #   scripts/gpu_check.sh bench [rows...]   # synthetic real-shape models + runit bench (issue 5's table)
 # Logs go to $OUT when set (the device tool brings them back).
 set -uo pipefail
@@ -10,21 +12,27 @@ mkdir -p "$out"
 export RUNIT_REQUIRE_GPU=1 RUNIT_REQUIRE_NVRTC=1 RUNIT_CACHE_DIR=/tmp/runit-cache
 mode=${1:-tests}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-if [ "$mode" = tests ]; then
-  export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
-  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu; do
+export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
+if [ "$mode" = tests ] || [ "$mode" = ops ]; then
+  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
     timeout 150 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
     echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures" "$out/$t.log" | head -20
   done
+  echo "=== cuda_fault"
+  RUNIT_BIN=$PWD/device/bin/runit timeout 200 device/bin/cuda_fault --nocapture --test-threads 1 >"$out/cuda_fault.log" 2>&1
+  echo "rc=$?"; grep -E "^test |test result|panicked|error:" "$out/cuda_fault.log" | head -20
+fi
+if [ "$mode" = tests ] || [ "$mode" = golden ]; then
   echo "=== fidelity (CUDA)"
   timeout 200 device/bin/fidelity --include-ignored --nocapture --test-threads 1 >"$out/fidelity.log" 2>&1
   echo "rc=$?"; grep -E "prompts|TOTAL|test result|panicked" "$out/fidelity.log" | head -60
   echo "=== perplexity (CUDA)"
   timeout 150 device/bin/perplexity --include-ignored --nocapture --test-threads 1 >"$out/perplexity.log" 2>&1
   echo "rc=$?"; grep -Ei "ppl|perplexity|test result|panicked" "$out/perplexity.log" | head -60
-else
+fi
+if [ "$mode" = bench ]; then
   shift || true
   rows=${*:-"qwen2.5-0.5b:Q8_0 qwen2.5-0.5b:Q4_0 qwen2.5-0.5b:F16 qwen3-0.6b:Q8_0 qwen2.5-7b:Q4_K_M qwen2.5-7b:Q8_0 qwen2.5-7b:F16"}
   mkdir -p /tmp/synth

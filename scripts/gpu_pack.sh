@@ -11,17 +11,20 @@ mode=${1:-tests}
 rm -rf device && mkdir -p device/bin
 cargo build --release -p runit-cli --features cuda
 cp "${CARGO_TARGET_DIR:-target}/release/runit" device/bin/runit
-if [ "$mode" = tests ]; then
-  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null |
-    python3 -c '
+pick_tests() {
+  python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         name = m["target"]["name"]
-        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "fidelity", "perplexity", "nvrtc"):
+        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault"):
             shutil.copy(m["executable"], "device/bin/" + name)
 '
+}
+if [ "$mode" = tests ]; then
+  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null | pick_tests
+  cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null | pick_tests
   golden=../shared/golden
   mkdir -p device/golden/generation device/golden/perplexity device/golden/models
   cp "$golden"/models/synth-*.gguf device/golden/models/

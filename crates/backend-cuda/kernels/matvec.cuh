@@ -147,7 +147,8 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
 }
 
 // The extern "C" entry points of one quantized type: matvec_<name>_t{1,2,4,8} (bias: an f32
-// [n_out] vector added in the epilogue, or null) and matvec_<name>_swiglu_t{1,2,4,8}.
+// [n_out] vector added in the epilogue, or null), matvec_<name>_swiglu_t{1,2,4,8},
+// matvec_<name>_qkv_t{1,2,4,8} and the expert twins matvec_<name>[_swiglu]_id.
 #define MATVEC_ENTRY(W, name, T)                                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
@@ -180,8 +181,36 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
             matvec_block<W, T, R, false>(wv, wv, row_bytes, n_in, n_kv, aq, ads, out_v, tokens, bias_v, \
                                          b - q_blocks - kv_blocks);                                    \
     }
+// The expert-indexed (mixture-of-experts) twins of matvec_<name>_t1 and _swiglu_t1, for one
+// token row per pair p = blockIdx.y: the matrix of expert ids[p] (matrices expert_bytes apart
+// from w, gate, up) times activation row p / x_group (x_group = experts per token when every
+// slot of a token reads the token's row, 1 when each pair has its own row), into out row p.
+// Each row is summed exactly as the one-token kernels sum it.
+#define MATVEC_ID_ENTRIES(W, name)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
+        matvec_##name##_id(const u8* w, u64 expert_bytes, u64 row_bytes, u32 n_in, u32 n_out,           \
+                           const i8* aq, const float2* ads, float* out, const u32* ids, u32 x_group) {  \
+        pdl_start();                                                                                   \
+        const u32 pair = blockIdx.y, x_row = pair / x_group;                                           \
+        const u8* m = w + (u64)ids[pair] * expert_bytes;                                               \
+        matvec_block<W, 1, MATVEC_ROWS(1), false>(m, m, row_bytes, n_in, n_out, aq + (u64)x_row * n_in, \
+                                                  ads + (u64)x_row * (n_in / 32), out + (u64)pair * n_out, \
+                                                  1, nullptr, blockIdx.x);                             \
+    }                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
+        matvec_##name##_swiglu_id(const u8* gate, const u8* up, u64 expert_bytes, u64 row_bytes,       \
+                                  u32 n_in, u32 n_out, const i8* aq, const float2* ads, float* out,    \
+                                  const u32* ids, u32 x_group) {                                       \
+        pdl_start();                                                                                   \
+        const u32 pair = blockIdx.y, x_row = pair / x_group;                                           \
+        const u64 offset = (u64)ids[pair] * expert_bytes;                                              \
+        matvec_block<W, 1, MATVEC_ROWS(1), true>(gate + offset, up + offset, row_bytes, n_in, n_out,    \
+                                                 aq + (u64)x_row * n_in, ads + (u64)x_row * (n_in / 32), \
+                                                 out + (u64)pair * n_out, 1, nullptr, blockIdx.x);     \
+    }
 #define MATVEC_ENTRIES(W, name) \
     MATVEC_ENTRY(W, name, 1)    \
     MATVEC_ENTRY(W, name, 2)    \
     MATVEC_ENTRY(W, name, 4)    \
-    MATVEC_ENTRY(W, name, 8)
+    MATVEC_ENTRY(W, name, 8)    \
+    MATVEC_ID_ENTRIES(W, name)

@@ -283,11 +283,62 @@ __device__ __forceinline__ void matvec_float(const u8* __restrict__ w, const u8*
                                              u32 rows_per_warp) { pdl_start();                                    \
         matvec_float_vec<W, T, true>(gate, up, row_bytes, n_in, n_out, x, out, tokens, rows_per_warp, nullptr); \
     }
+// The expert-indexed (mixture-of-experts) twins of the one-token kernels,
+// matvec_<name>[_swiglu][|_vec|_vec4|_vec_warp]_id: one token row per pair p = blockIdx.y, the
+// matrix of expert ids[p] (matrices expert_bytes apart) times x row p / x_group into out row p,
+// each row summed exactly as the one-token kernel of the same variant sums it.
+#define FLOAT_ID_BLOCK_ENTRY(W, name, suffix, U)                                                       \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
+        matvec_##name##suffix##_id(const u8* w, u64 expert_bytes, u64 row_bytes, u32 n_in, u32 n_out,  \
+                                   const float* x, float* out, const u32* ids, u32 x_group) {        \
+        pdl_start();                                                                                 \
+        const u32 pair = blockIdx.y;                                                                 \
+        const u8* m = w + (u64)ids[pair] * expert_bytes;                                             \
+        matvec_float<W, 1, U, false>(m, m, row_bytes, n_in, n_out, x + (u64)(pair / x_group) * n_in,  \
+                                     out + (u64)pair * n_out, 1, nullptr);                          \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                     \
+        matvec_##name##_swiglu##suffix##_id(const u8* gate, const u8* up, u64 expert_bytes,          \
+                                            u64 row_bytes, u32 n_in, u32 n_out, const float* x,      \
+                                            float* out, const u32* ids, u32 x_group) {               \
+        pdl_start();                                                                                 \
+        const u32 pair = blockIdx.y;                                                                 \
+        const u64 offset = (u64)ids[pair] * expert_bytes;                                            \
+        matvec_float<W, 1, U, true>(gate + offset, up + offset, row_bytes, n_in, n_out,              \
+                                    x + (u64)(pair / x_group) * n_in, out + (u64)pair * n_out, 1, nullptr); \
+    }
+#define FLOAT_ID_ENTRIES(W, name)                                                                     \
+    FLOAT_ID_BLOCK_ENTRY(W, name, , 0)                                                               \
+    FLOAT_ID_BLOCK_ENTRY(W, name, _vec, 1)                                                           \
+    FLOAT_ID_BLOCK_ENTRY(W, name, _vec4, 4)                                                          \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 8)                                  \
+        matvec_##name##_vec_warp_id(const u8* w, u64 expert_bytes, u64 row_bytes, u32 n_in, u32 n_out, \
+                                    const float* x, float* out, const u32* ids, u32 x_group,          \
+                                    u32 rows_per_warp) {                                             \
+        pdl_start();                                                                                 \
+        const u32 pair = blockIdx.y;                                                                 \
+        const u8* m = w + (u64)ids[pair] * expert_bytes;                                             \
+        matvec_float_vec<W, 1, false>(m, m, row_bytes, n_in, n_out, x + (u64)(pair / x_group) * n_in, \
+                                      out + (u64)pair * n_out, 1, rows_per_warp, nullptr);          \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 8)                                  \
+        matvec_##name##_swiglu_vec_warp_id(const u8* gate, const u8* up, u64 expert_bytes,           \
+                                           u64 row_bytes, u32 n_in, u32 n_out, const float* x,       \
+                                           float* out, const u32* ids, u32 x_group,                  \
+                                           u32 rows_per_warp) {                                      \
+        pdl_start();                                                                                 \
+        const u32 pair = blockIdx.y;                                                                 \
+        const u64 offset = (u64)ids[pair] * expert_bytes;                                            \
+        matvec_float_vec<W, 1, true>(gate + offset, up + offset, row_bytes, n_in, n_out,             \
+                                     x + (u64)(pair / x_group) * n_in, out + (u64)pair * n_out, 1,  \
+                                     rows_per_warp, nullptr);                                        \
+    }
 #define FLOAT_ENTRIES(W, name) \
     FLOAT_ENTRY(W, name, 1)    \
     FLOAT_ENTRY(W, name, 2)    \
     FLOAT_ENTRY(W, name, 4)    \
-    FLOAT_ENTRY(W, name, 8)
+    FLOAT_ENTRY(W, name, 8)    \
+    FLOAT_ID_ENTRIES(W, name)
 
 FLOAT_ENTRIES(F32, f32)
 FLOAT_ENTRIES(F16, f16)

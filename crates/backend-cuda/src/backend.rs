@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use runit_backend::{
     unfused, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache,
-    KvType, Op, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    KvType, MoeBuffers, MoeFfn, Op, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -373,6 +373,24 @@ impl Backend for CudaBackend {
         matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
+    fn moe_ffn(
+        &self,
+        ffn: &MoeFfn<'_>,
+        x: &Buffer,
+        tokens: usize,
+        scratch: MoeBuffers<'_>,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !fused_ops() {
+            return unfused::moe_ffn(self, ffn, x, tokens, scratch, out);
+        }
+        ops::moe::moe_ffn(self, ffn, x, tokens, scratch, out)
+    }
+
+    fn moe_ffn_on_device(&self, tokens: usize) -> bool {
+        fused_ops() && tokens <= ops::moe::DEVICE_MAX_TOKENS
+    }
+
     fn synchronize(&self) -> Result<(), BackendError> {
         self.stream
             .synchronize()
@@ -418,10 +436,12 @@ impl Backend for CudaBackend {
             let mut state = self.step.lock().expect("step lock");
             let full_key = (key, state.table_stride);
             if let Some(graph) = state.graphs.get(&full_key) {
-                return graph
+                graph
                     .0
                     .launch()
-                    .map_err(|e| self.driver_error("graph replay", e));
+                    .map_err(|e| self.driver_error("graph replay", e))?;
+                drop(state);
+                return self.after_launch("graph replay");
             }
             // The first pass of a key runs op by op: kernels get compiled and lazily sized
             // scratch buffers allocated outside the capture. The next one is captured.
@@ -463,6 +483,7 @@ impl Backend for CudaBackend {
         graph
             .launch()
             .map_err(|e| self.driver_error("graph replay", e))?;
+        self.after_launch("graph replay")?;
         self.step
             .lock()
             .expect("step lock")

@@ -47,6 +47,8 @@ pub const SOURCES: &[KernelSource] = &[
     source!("matvec_legacy.cu"),
     source!("matvec_kquants.cu"),
     source!("fused.cu"),
+    source!("moe.cu"),
+    source!("fault.cu"),
     // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
 ];
 

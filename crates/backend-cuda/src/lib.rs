@@ -66,6 +66,11 @@ pub struct CudaBackend {
     step: Mutex<StepState>,
     /// `RUNIT_CUDA_SYNC=1`: wait after every launch so a fault names its op.
     sync_each_launch: bool,
+    /// `RUNIT_CUDA_PLANT_FAULT=<op>` (a testing hook): the first launch of that op outside a
+    /// capture is followed by a kernel that stores through an invalid address.
+    planted_fault: Option<String>,
+    /// Set once the planted fault has been launched.
+    fault_launched: std::sync::atomic::AtomicBool,
     matmul: matmul::MatmulState,
     /// Counts launches and uploads that may write activations (every one but a matmul's), so
     /// the matmul knows when its quantized copy of an input is still current.
@@ -79,6 +84,10 @@ pub struct CudaBackend {
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     /// The greedy picks' device output, kept between calls.
     pick_scratch: Mutex<Option<CudaSlice<u32>>>,
+    /// The MoE routing table (expert ids, then weights as f32 bits; ops/moe.rs).
+    moe_routes: Mutex<Option<CudaSlice<u32>>>,
+    /// The MoE decode path's per-(token, expert) activations (ops/moe.rs).
+    moe_activations: Mutex<Option<CudaSlice<f32>>>,
     /// Launch with programmatic stream serialization (sm_90+, `RUNIT_CUDA_PDL` not `0`).
     programmatic_launch: bool,
 }
@@ -120,6 +129,9 @@ impl CudaBackend {
         let stream = context.new_stream().map_err(driver("creating a stream"))?;
         let kernels = kernels::Kernels::new(Arc::clone(&context), target.clone());
         let sync_each_launch = std::env::var("RUNIT_CUDA_SYNC").is_ok_and(|v| v == "1");
+        let planted_fault = std::env::var("RUNIT_CUDA_PLANT_FAULT")
+            .ok()
+            .filter(|op| !op.is_empty());
         Ok(CudaBackend {
             ordinal,
             device_name,
@@ -129,11 +141,15 @@ impl CudaBackend {
             kernels,
             step: Mutex::new(StepState::default()),
             sync_each_launch,
+            planted_fault,
+            fault_launched: std::sync::atomic::AtomicBool::new(false),
             matmul: matmul::MatmulState::default(),
             writes: std::sync::atomic::AtomicU64::new(0),
             attention_scratch: Mutex::new(None),
             download_staging: Mutex::new(None),
             pick_scratch: Mutex::new(None),
+            moe_routes: Mutex::new(None),
+            moe_activations: Mutex::new(None),
             attention_counters: Mutex::new(None),
             programmatic_launch: major >= 9
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
@@ -211,19 +227,43 @@ impl CudaBackend {
     ) -> Result<cudarc::driver::CudaFunction, BackendError> {
         self.kernels
             .function(file, name)
-            .map_err(|e| e.into_backend(&self.name(), op))
+            .map_err(|e| self.fault_or(op, e.into_backend(&self.name(), op)))
     }
 
-    /// A driver failure as a backend error naming `op`.
+    /// `error`, unless the context holds a kernel fault (which makes every later call fail
+    /// too): then the fault, reported as [`CudaBackend::driver_error`] reports it. (Not
+    /// checked during a capture, where the stream cannot be waited for.)
+    pub(crate) fn fault_or(&self, op: &'static str, error: BackendError) -> BackendError {
+        if self.capturing() {
+            return error;
+        }
+        match self.stream.synchronize() {
+            Err(fault) if is_kernel_fault(&fault) => self.driver_error(op, fault),
+            _ => error,
+        }
+    }
+
+    /// A driver failure as a backend error naming `op`. A kernel fault found here (the
+    /// context's sticky error) may come from any kernel launched before: the message says so
+    /// and how to find the one that faulted.
     pub(crate) fn driver_error(
         &self,
         op: &'static str,
         error: cudarc::driver::DriverError,
     ) -> BackendError {
+        let message = if is_kernel_fault(&error) {
+            format!(
+                "{error}: a kernel fault was detected at {op}; kernels run asynchronously, so it \
+                 may come from an earlier op: rerun with RUNIT_CUDA_SYNC=1 to name the op whose \
+                 kernel faulted"
+            )
+        } else {
+            error.to_string()
+        };
         BackendError::Device {
             backend: self.name(),
             op,
-            message: error.to_string(),
+            message,
         }
     }
 
@@ -278,18 +318,88 @@ impl CudaBackend {
         .map_err(|e| self.driver_error(op, e))
     }
 
-    /// Called after every launch: in `RUNIT_CUDA_SYNC=1` mode waits, so that an asynchronous
+    /// Called after every launch: plants the fault of `RUNIT_CUDA_PLANT_FAULT` after the
+    /// first launch of its op, and in `RUNIT_CUDA_SYNC=1` mode waits, so that an asynchronous
     /// fault is reported by the op that caused it.
     pub(crate) fn after_launch(&self, op: &'static str) -> Result<(), BackendError> {
         if op != "matmul" {
             self.note_write();
         }
+        if self.planted_fault.as_deref() == Some(op)
+            && !self.capturing()
+            && !self
+                .fault_launched
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Reported as `op`'s own launch (this macro calls after_launch again, which then
+            // finds the fault already planted).
+            launch!(self, op, "fault.cu", "plant_fault", grid_for(1), 0u64)?;
+        }
         if self.sync_each_launch && !self.capturing() {
-            self.stream
-                .synchronize()
-                .map_err(|e| self.driver_error(op, e))?;
+            self.stream.synchronize().map_err(|e| {
+                if is_kernel_fault(&e) {
+                    BackendError::Device {
+                        backend: self.name(),
+                        op,
+                        message: format!("a kernel of {op} faulted: {e}"),
+                    }
+                } else {
+                    self.driver_error(op, e)
+                }
+            })?;
         }
         Ok(())
+    }
+
+    /// The address of the MoE routing table of at least `len` u32 values (ops/moe.rs).
+    pub(crate) fn moe_routes(&self, op: &'static str, len: usize) -> Result<u64, BackendError> {
+        self.persistent(&self.moe_routes, op, "MoE routing table", len)
+    }
+
+    /// The address of the MoE decode activations of at least `len` f32 values (ops/moe.rs).
+    pub(crate) fn moe_activations(
+        &self,
+        op: &'static str,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        self.persistent(&self.moe_activations, op, "MoE activations", len)
+    }
+
+    /// The first `out.len()` values of the MoE routing table (waits for the stream).
+    pub(crate) fn read_moe_routes(
+        &self,
+        op: &'static str,
+        out: &mut [u32],
+    ) -> Result<(), BackendError> {
+        let slot = self
+            .moe_routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let table = slot
+            .as_ref()
+            .filter(|table| table.len() >= out.len())
+            .ok_or_else(|| BackendError::Device {
+                backend: self.name(),
+                op,
+                message: format!("the routing table holds fewer than {} values", out.len()),
+            })?;
+        self.stream
+            .memcpy_dtoh(&table.slice(..out.len()), out)
+            .map_err(|e| self.driver_error(op, e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| self.driver_error(op, e))
+    }
+
+    /// Drops every captured graph (and the record of keys seen), because a buffer whose
+    /// address they hold is being replaced; the next passes are captured anew.
+    pub(crate) fn forget_graphs(&self) {
+        let mut state = self
+            .step
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.graphs.clear();
+        state.seen.clear();
     }
 
     /// The address of attention's scratch of at least `len` f32 values, grown (outside a
@@ -333,6 +443,10 @@ impl CudaBackend {
                 op,
                 message: format!("{what} must grow to {len} values during a capture"),
             });
+        }
+        if slot.take().is_some() {
+            // Captured graphs hold the old address, which is freed now.
+            self.forget_graphs();
         }
         let slice = self
             .stream
@@ -440,6 +554,23 @@ impl CudaBackend {
             KvType::F16 => 2,
         }
     }
+}
+
+/// True for the errors of a kernel that faulted (the context's sticky errors).
+fn is_kernel_fault(error: &cudarc::driver::DriverError) -> bool {
+    use cudarc::driver::sys::CUresult::*;
+    matches!(
+        error.0,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+    )
 }
 
 /// `RUNIT_CUDA_FUSED=0` runs the fused ops as their primitive sequences (for comparing).

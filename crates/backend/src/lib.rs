@@ -12,6 +12,7 @@
 
 mod buffer;
 mod error;
+pub mod moe;
 mod ops;
 pub mod pick;
 pub mod testing;
@@ -20,7 +21,8 @@ pub mod unfused;
 pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
 pub use ops::{
-    AttentionParams, HeadNorms, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey,
+    AttentionParams, HeadNorms, MoeBuffers, MoeFfn, RopeParams, RopeStyle, SequenceSpan,
+    StepInputs, StepKey,
 };
 pub use pick::Pick;
 
@@ -286,6 +288,33 @@ pub trait Backend: Send + Sync {
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
         unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
+    }
+
+    /// The mixture-of-experts FFN of `x` (`[tokens, embd]`) into `out` (`[tokens, embd]`):
+    /// the router's logits, each token's `ffn.used` experts and weights
+    /// ([`moe::route_tokens`]), and for each expert the SwiGLU FFN of its rows, added to
+    /// their `out` rows times their weights, expert by expert from zero. The default
+    /// ([`unfused::moe_ffn`]) reads the logits back to route on the host, then runs
+    /// [`Backend::gather_rows`], [`Backend::matmul`] of the expert's gate and up,
+    /// [`Backend::silu_mul`], [`Backend::matmul`] of its down and
+    /// [`Backend::scatter_add_rows`] per expert.
+    fn moe_ffn(
+        &self,
+        ffn: &MoeFfn<'_>,
+        x: &Buffer,
+        tokens: usize,
+        scratch: MoeBuffers<'_>,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        unfused::moe_ffn(self, ffn, x, tokens, scratch, out)
+    }
+
+    /// True when [`Backend::moe_ffn`] of `tokens` rows reads nothing back to the host, so a
+    /// pass containing it can be captured by [`Backend::run_captured`]. The default's
+    /// routing reads the router logits: `false`.
+    fn moe_ffn_on_device(&self, tokens: usize) -> bool {
+        let _ = tokens;
+        false
     }
 
     /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).

@@ -92,3 +92,28 @@ pub struct StepKey {
     pub spans: usize,
     pub logit_rows: usize,
 }
+
+/// One mixture-of-experts FFN layer (OLMoE, Qwen3-MoE, Mixtral): the router, the experts'
+/// stacked SwiGLU weights (`Weight::matrix(e)` is expert `e`) and the routing rule.
+#[derive(Clone, Copy)]
+pub struct MoeFfn<'a> {
+    pub router: &'a crate::Weight, // [embd, experts]
+    pub gate: &'a crate::Weight,   // [embd, ff, experts]
+    pub up: &'a crate::Weight,     // [embd, ff, experts]
+    pub down: &'a crate::Weight,   // [ff, embd, experts]
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub used: usize,
+    /// Divide the chosen experts' weights by their sum.
+    pub renormalise: bool,
+}
+
+/// Scratch buffers of [`crate::Backend::moe_ffn`] for batches of up to `tokens` rows (what
+/// the default needs; a backend may leave any of them untouched).
+pub struct MoeBuffers<'a> {
+    pub router: &'a mut crate::Buffer, // [tokens, experts] router logits
+    pub gathered: &'a mut crate::Buffer, // [tokens, embd] one expert's input rows
+    pub gate: &'a mut crate::Buffer,   // [tokens, ff]
+    pub up: &'a mut crate::Buffer,     // [tokens, ff]
+    pub expert_out: &'a mut crate::Buffer, // [tokens, embd] one expert's output rows
+}

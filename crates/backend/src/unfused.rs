@@ -1,7 +1,11 @@
 //! The fused ops of [`Backend`] as sequences of its primitive ops: the trait's default
 //! implementations, and what a backend with fused kernels runs when they are switched off.
 
-use crate::{Backend, BackendError, Buffer, HeadNorms, KvCache, RopeParams, SequenceSpan, Weight};
+use crate::moe::{self, Routes};
+use crate::{
+    Backend, BackendError, Buffer, HeadNorms, KvCache, MoeBuffers, MoeFfn, RopeParams,
+    SequenceSpan, Weight,
+};
 
 /// [`Backend::matmul_bias`]: [`Backend::matmul`], then [`Backend::add_bias`].
 pub fn matmul_bias<B: Backend + ?Sized>(
@@ -89,4 +93,56 @@ pub fn matmul_swiglu<B: Backend + ?Sized>(
     b.matmul(gate, x, tokens, out)?;
     b.matmul(up, x, tokens, up_out)?;
     b.silu_mul(out, up_out, tokens * gate.rows())
+}
+
+/// [`Backend::moe_ffn`]: [`Backend::matmul`] of the router into `scratch.router`, the logits
+/// read back and routed on the host ([`moe::route_tokens`]), then [`moe_experts`].
+pub fn moe_ffn<B: Backend + ?Sized>(
+    b: &B,
+    ffn: &MoeFfn<'_>,
+    x: &Buffer,
+    tokens: usize,
+    scratch: MoeBuffers<'_>,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    b.matmul(ffn.router, x, tokens, scratch.router)?;
+    let mut logits = vec![0.0; tokens * ffn.experts];
+    b.download(scratch.router, &mut logits)?;
+    let routes = moe::route_tokens(&logits, tokens, ffn.experts, ffn.used, ffn.renormalise);
+    moe_experts(b, ffn, x, tokens, &routes, scratch, out)
+}
+
+/// The expert half of [`moe_ffn`] for routes already made: `out` zeroed, then per expert
+/// with rows, [`Backend::gather_rows`] of its rows of `x`, [`Backend::matmul`] of its gate
+/// and up, [`Backend::silu_mul`], [`Backend::matmul`] of its down and
+/// [`Backend::scatter_add_rows`] of the result with the rows' weights.
+pub fn moe_experts<B: Backend + ?Sized>(
+    b: &B,
+    ffn: &MoeFfn<'_>,
+    x: &Buffer,
+    tokens: usize,
+    routes: &Routes,
+    scratch: MoeBuffers<'_>,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let (embd, ff) = (ffn.gate.row_len(), ffn.gate.rows());
+    b.upload(out, &vec![0.0; tokens * embd])?;
+    for (expert, (rows, scales)) in routes.iter().enumerate() {
+        if rows.is_empty() {
+            continue;
+        }
+        let n = rows.len();
+        b.gather_rows(x, rows, embd, scratch.gathered)?;
+        b.matmul(&ffn.gate.matrix(expert), scratch.gathered, n, scratch.gate)?;
+        b.matmul(&ffn.up.matrix(expert), scratch.gathered, n, scratch.up)?;
+        b.silu_mul(scratch.gate, scratch.up, n * ff)?;
+        b.matmul(
+            &ffn.down.matrix(expert),
+            scratch.gate,
+            n,
+            scratch.expert_out,
+        )?;
+        b.scatter_add_rows(scratch.expert_out, rows, scales, embd, out)?;
+    }
+    Ok(())
 }

@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, HeadNorms, KvCache, KvType, Pick, RopeParams,
-    SequenceSpan, StepInputs, StepKey,
+    AttentionParams, Backend, BackendError, Buffer, HeadNorms, KvCache, KvType, MoeBuffers, MoeFfn,
+    Pick, RopeParams, SequenceSpan, StepInputs, StepKey,
 };
 
 use crate::weights::{FfnWeights, LayerWeights};
@@ -91,7 +91,6 @@ struct MoeScratch {
     router: Buffer,     // [tokens, experts]
     gathered: Buffer,   // [tokens, embd]
     expert_out: Buffer, // [tokens, embd]
-    router_host: Vec<f32>,
 }
 
 impl Scratch {
@@ -105,7 +104,6 @@ impl Scratch {
                 router: b.alloc(t * c.expert_count)?,
                 gathered: b.alloc(t * c.embedding_length)?,
                 expert_out: b.alloc(t * c.embedding_length)?,
-                router_host: vec![0.0; t * c.expert_count],
             })
         } else {
             None
@@ -208,10 +206,11 @@ impl Model {
             logit_rows: batch.logit_rows,
         };
         // A pass with one row per sequence (decode) is captured once and replayed; prompt
-        // chunks vary in length, MoE routing reads the router on the host, and the observer
-        // downloads intermediates, so those run op by op.
+        // chunks vary in length, MoE routing may read the router on the host (the backend
+        // says when it does not), and the observer downloads intermediates, so those run op
+        // by op.
         let capture = observer.is_none()
-            && c.expert_count == 0
+            && (c.expert_count == 0 || b.moe_ffn_on_device(tokens))
             && tokens == batch.spans.len()
             && !batch.logit_rows.is_empty()
             && b.captures_steps();
@@ -474,7 +473,8 @@ impl Model {
     }
 
     /// The FFN of `s.normed` into `s.proj`; a dense one's gate and up projections through
-    /// [`Backend::matmul_swiglu`] when `fused`.
+    /// [`Backend::matmul_swiglu`], a mixture of experts through [`Backend::moe_ffn`] when
+    /// `fused` (else their primitive sequences).
     fn feed_forward(
         &self,
         layer: &LayerWeights,
@@ -502,33 +502,31 @@ impl Model {
                 down,
             } => {
                 let moe = s.moe.as_mut().expect("MoE scratch exists for MoE models");
-                b.matmul(router, &s.normed, tokens, &mut moe.router)?;
-                let n_expert = c.expert_count;
-                let host = &mut moe.router_host[..tokens * n_expert];
-                b.download(&moe.router, host)?;
-                let routes = crate::moe::route_tokens(
-                    host,
-                    tokens,
-                    n_expert,
-                    c.expert_used_count,
-                    c.expert_weights_norm,
-                );
-                b.upload(&mut s.proj, &vec![0.0; tokens * c.embedding_length])?;
-                for (expert, (rows, scales)) in routes.iter().enumerate() {
-                    if rows.is_empty() {
-                        continue;
-                    }
-                    let n = rows.len();
-                    b.gather_rows(&s.normed, rows, c.embedding_length, &mut moe.gathered)?;
-                    b.matmul(&gate.matrix(expert), &moe.gathered, n, &mut s.gate)?;
-                    b.matmul(&up.matrix(expert), &moe.gathered, n, &mut s.up)?;
-                    b.silu_mul(&mut s.gate, &s.up, n * c.feed_forward_length)?;
-                    b.matmul(&down.matrix(expert), &s.gate, n, &mut moe.expert_out)?;
-                    b.scatter_add_rows(
-                        &moe.expert_out,
-                        rows,
-                        scales,
-                        c.embedding_length,
+                let ffn = MoeFfn {
+                    router,
+                    gate,
+                    up,
+                    down,
+                    experts: c.expert_count,
+                    used: c.expert_used_count,
+                    renormalise: c.expert_weights_norm,
+                };
+                let buffers = MoeBuffers {
+                    router: &mut moe.router,
+                    gathered: &mut moe.gathered,
+                    gate: &mut s.gate,
+                    up: &mut s.up,
+                    expert_out: &mut moe.expert_out,
+                };
+                if fused {
+                    b.moe_ffn(&ffn, &s.normed, tokens, buffers, &mut s.proj)?;
+                } else {
+                    runit_backend::unfused::moe_ffn(
+                        b,
+                        &ffn,
+                        &s.normed,
+                        tokens,
+                        buffers,
                         &mut s.proj,
                     )?;
                 }

@@ -14,7 +14,6 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
-mod moe;
 mod weights;
 
 use std::sync::Arc;

@@ -27,12 +27,12 @@ use super::{ensure, launch_kernel, Operands, Scratch, MATVEC_MAX_TOKENS, OP, PRE
 use crate::CudaBackend;
 
 /// Threads per block (MATVEC_THREADS in the kernels).
-const THREADS: u32 = 128;
+pub(super) const THREADS: u32 = 128;
 /// Warps per block.
 const WARPS: usize = THREADS as usize / 32;
 
 /// Output rows per block of the quantized kernels (`MATVEC_ROWS` in matvec.cuh).
-fn rows_per_block(variant: usize) -> usize {
+pub(super) fn rows_per_block(variant: usize) -> usize {
     if variant <= 1 {
         4
     } else {
@@ -41,7 +41,7 @@ fn rows_per_block(variant: usize) -> usize {
 }
 
 /// Warps of kernel `name` the device holds at once, by (device ordinal, kernel name).
-fn resident_warps(
+pub(super) fn resident_warps(
     backend: &CudaBackend,
     file: &'static str,
     name: &'static str,
@@ -71,13 +71,13 @@ fn resident_warps(
 /// Float weights whose rows are at most this many bytes, with at least
 /// [`WARP_MIN_ROWS`] rows, take the warp-per-row kernels (an H200 ran the 151936 x 896 F16
 /// output matrix in 67 µs instead of 101, and 4864 x 896 in 4.2 µs instead of 4.8).
-const WARP_MAX_ROW_BYTES: usize = 2048;
+pub(super) const WARP_MAX_ROW_BYTES: usize = 2048;
 /// See [`WARP_MAX_ROW_BYTES`].
-const WARP_MIN_ROWS: usize = 4096;
+pub(super) const WARP_MIN_ROWS: usize = 4096;
 /// Other float weights of at least this many rows take the four-loads-per-thread kernels
 /// (18944 x 3584 F16: 4.1 TB/s instead of 3.7); fewer rows are faster with one load per
 /// thread and step (3584 x 3584 F16: 7.2 µs instead of 8.4).
-const UNROLLED_MIN_ROWS: usize = 8192;
+pub(super) const UNROLLED_MIN_ROWS: usize = 8192;
 
 /// `(rows per warp, blocks)` for `n_out` rows on a device holding `resident` warps: the
 /// fewest rows per warp whose grid fits at once, then as few warps as that share needs.
@@ -169,14 +169,17 @@ pub(super) fn run_qkv(
 }
 
 /// Quantizes the activations to q8_1 unless the scratch already holds them; returns the
-/// addresses of the int8 values and of the (d, d·sum) pairs.
-fn quantized_input(
+/// addresses of the int8 values and of the (d, d·sum) pairs. `op.tokens` may exceed
+/// [`MATVEC_MAX_TOKENS`] (the expert matvecs quantize one row per token and expert).
+pub(super) fn quantized_input(
     backend: &CudaBackend,
     op: &Operands,
     scratch: &mut Scratch,
 ) -> Result<(u64, u64), BackendError> {
-    // Sized for the largest token count, so the scratch grows only for longer rows.
-    let len = q8_1_bytes(MATVEC_MAX_TOKENS, op.n_in.max(PREPARED_ROW_LEN));
+    // Sized for the largest token count, so the scratch grows only for longer rows (or more
+    // rows than a decode matmul has).
+    let len = q8_1_bytes(MATVEC_MAX_TOKENS, op.n_in.max(PREPARED_ROW_LEN))
+        .max(q8_1_bytes(op.tokens, op.n_in));
     let base = ensure(backend, &mut scratch.q8_1, len, "q8_1 activation")?;
     let values = op.tokens * op.n_in;
     let (aq, ads) = (base, base + values.next_multiple_of(16) as u64);

@@ -11,7 +11,8 @@
 //!
 //! Decode kernels also fuse two epilogues: a bias added to every output row
 //! ([`matmul_bias`]) and, for a SwiGLU FFN, both the gate and up rows' dots combined as
-//! `silu(gate) * up` ([`matmul_swiglu`]).
+//! `silu(gate) * up` ([`matmul_swiglu`]). Their expert-indexed twins ([`experts`]) run the
+//! experts of a mixture-of-experts FFN with the expert of each row read from device memory.
 //!
 //! [`MatmulState`] owns the scratch memory both paths reuse between calls: the q8_1
 //! activations, the f16 staging buffers and the cuBLAS handle. Scratch is allocated on first
@@ -19,6 +20,7 @@
 //! [`prepare`] before a capture so that decode needs no allocation).
 
 mod cublas;
+pub(crate) mod experts;
 mod gemm;
 mod matvec;
 pub(crate) mod names;
@@ -95,7 +97,10 @@ fn ensure<T: DeviceRepr + ValidAsZeroBits>(
             ),
         });
     }
-    *slot = None;
+    if slot.take().is_some() {
+        // Captured graphs hold the old address, which is freed now.
+        backend.forget_graphs();
+    }
     let slice = backend
         .stream()
         .alloc_zeros::<T>(len.max(1))

@@ -6,6 +6,14 @@ use runit_quant::GgmlType;
 /// Matvec variants by token bound: `_t1`, `_t2`, `_t4`, `_t8`.
 pub type ByTokens = [&'static str; 4];
 
+/// The expert-indexed twins (`_id`, for mixture-of-experts FFNs) of a one-token matvec
+/// kernel and of its SwiGLU kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct ById {
+    pub plain: &'static str,
+    pub swiglu: &'static str,
+}
+
 /// The 16-byte-load matvec variants of a float type.
 pub struct VectorKernels {
     pub single: ByTokens,
@@ -15,6 +23,11 @@ pub struct VectorKernels {
     pub single_swiglu: ByTokens,
     pub unrolled_swiglu: ByTokens,
     pub warp_swiglu: ByTokens,
+    /// The expert twins of `single`, `unrolled` and `warp` (the warp kernels take rows per
+    /// warp as their last parameter).
+    pub single_id: ById,
+    pub unrolled_id: ById,
+    pub warp_id: ById,
 }
 
 /// The kernels of one weight type.
@@ -30,6 +43,10 @@ pub struct TypeKernels {
     /// Quantized types with a long-row variant (`_w`, fewer and wider parts per block):
     /// its plain, SwiGLU and QKV kernels, for rows of at least [`WIDE_MIN_ROW`] elements.
     pub matvec_wide: Option<(ByTokens, ByTokens, ByTokens)>,
+    /// The expert twins of `matvec[0]` and `matvec_swiglu[0]`.
+    pub matvec_id: ById,
+    /// The expert twins of the long-row variant's one-token kernels.
+    pub matvec_wide_id: Option<ById>,
     /// Float types only: the 16-byte-load variants (row length % 8 == 0, aligned weight),
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
@@ -51,6 +68,16 @@ macro_rules! by_tokens {
     };
 }
 
+/// `matvec_<name><variant>_id` and `matvec_<name>_swiglu<variant>_id`.
+macro_rules! by_id {
+    ($name:literal, $variant:literal) => {
+        ById {
+            plain: concat!("matvec_", $name, $variant, "_id"),
+            swiglu: concat!("matvec_", $name, "_swiglu", $variant, "_id"),
+        }
+    };
+}
+
 macro_rules! quantized {
     ($file:literal, $name:literal) => {
         TypeKernels {
@@ -59,6 +86,8 @@ macro_rules! quantized {
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
             matvec_qkv: Some(by_tokens!("matvec_", $name, "_qkv")),
             matvec_wide: None,
+            matvec_id: by_id!($name, ""),
+            matvec_wide_id: None,
             matvec_vector: None,
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
@@ -74,6 +103,8 @@ macro_rules! float {
             matvec_swiglu: by_tokens!("matvec_", $name, "_swiglu"),
             matvec_qkv: None,
             matvec_wide: None,
+            matvec_id: by_id!($name, ""),
+            matvec_wide_id: None,
             matvec_vector: Some(VectorKernels {
                 single: by_tokens!("matvec_", $name, "_vec"),
                 unrolled: by_tokens!("matvec_", $name, "_vec4"),
@@ -81,6 +112,9 @@ macro_rules! float {
                 single_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec"),
                 unrolled_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec4"),
                 warp_swiglu: by_tokens!("matvec_", $name, "_swiglu_vec_warp"),
+                single_id: by_id!($name, "_vec"),
+                unrolled_id: by_id!($name, "_vec4"),
+                warp_id: by_id!($name, "_vec_warp"),
             }),
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
@@ -108,6 +142,7 @@ pub fn kernels(ty: GgmlType) -> Option<TypeKernels> {
                 by_tokens!("matvec_q8_0w_swiglu"),
                 by_tokens!("matvec_q8_0w_qkv"),
             )),
+            matvec_wide_id: Some(by_id!("q8_0w", "")),
             ..quantized!("matvec_legacy.cu", "q8_0")
         },
         IQ4_NL => quantized!("matvec_legacy.cu", "iq4_nl"),
@@ -174,6 +209,18 @@ mod tests {
             for (bound, name) in [1, 2, 4, 8].iter().zip(k.matvec_swiglu) {
                 assert_eq!(name, format!("matvec_{stem}_swiglu_t{bound}"));
             }
+            let expert_twins = |names: ById, variant: &str, wide: &str| {
+                assert_eq!(names.plain, format!("matvec_{stem}{wide}{variant}_id"));
+                assert_eq!(
+                    names.swiglu,
+                    format!("matvec_{stem}{wide}_swiglu{variant}_id")
+                );
+            };
+            expert_twins(k.matvec_id, "", "");
+            if let Some(names) = k.matvec_wide_id {
+                expert_twins(names, "", "w");
+            }
+            assert_eq!(k.matvec_wide.is_some(), k.matvec_wide_id.is_some());
             if let Some(vector) = &k.matvec_vector {
                 for (suffix, names) in [
                     ("_vec", vector.single),
@@ -187,6 +234,9 @@ mod tests {
                         assert_eq!(name, format!("matvec_{stem}{suffix}_t{bound}"));
                     }
                 }
+                expert_twins(vector.single_id, "_vec", "");
+                expert_twins(vector.unrolled_id, "_vec4", "");
+                expert_twins(vector.warp_id, "_vec_warp", "");
             }
             if let Some(qkv) = &k.matvec_qkv {
                 for (bound, name) in [1, 2, 4, 8].iter().zip(qkv) {

@@ -1,12 +1,13 @@
 //! The non-matmul ops: embedding lookup, norms, RoPE, element-wise ops, the KV cache writes,
-//! attention and the MoE row gather/scatter, greedy picks from logits, and the fused ops that
-//! combine some of them.
+//! attention, the mixture-of-experts FFN and its row gather/scatter, greedy picks from logits,
+//! and the fused ops that combine some of them.
 
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod fused;
 pub mod kv;
+pub mod moe;
 pub mod norm;
 pub mod pick;
 pub mod rope;

@@ -13,6 +13,7 @@
 use runit_quant::GgmlType;
 
 use super::attention_setup::AttentionSetup;
+use super::moe_setup::MoeCase;
 use super::random::{make_weight, Rng};
 use super::report::{nmse, ParityCase, ParityOutcome, ParityReport};
 use crate::{
@@ -67,6 +68,7 @@ pub fn run_parity(reference: &dyn Backend, candidate: &dyn Backend) -> ParityRep
     suite.rope();
     suite.attention();
     suite.rows();
+    suite.moe();
     suite.errors();
     suite.report
 }
@@ -382,6 +384,25 @@ impl Suite<'_> {
                 read(b, &out, dst.len())
             },
         );
+    }
+
+    /// The mixture-of-experts FFN: a decode row and a prompt-sized batch (a device backend
+    /// may route the two differently), with the exact router of [`MoeCase`].
+    fn moe(&mut self) {
+        for ty in WEIGHT_TYPES {
+            for (tokens, experts, used, renormalise) in [(1, 4, 2, true), (11, 8, 2, false)] {
+                let seed = 0x5eed_0007 + ty.id() as u64 * 5 + tokens as u64;
+                let case = MoeCase::new(seed, ty, (256, 256), (experts, used), renormalise);
+                let x = case.inputs(&mut Rng::new(seed + 1), tokens);
+                self.case(
+                    "moe_ffn",
+                    case.describe(tokens),
+                    Some((Op::MatMul, ty)),
+                    MATMUL_BOUND,
+                    |b| case.run(b, &x, tokens, false),
+                );
+            }
+        }
     }
 
     /// Bad shapes must come back as errors, not panics or silent success.
