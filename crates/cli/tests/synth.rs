@@ -1,8 +1,8 @@
-//! `runit synth` end to end: small files read back (shapes and types against the model's
-//! configuration), loaded on the CPU backend and run (finite logits, `runit bench` and
-//! `runit generate`), full-depth SmolLM2 files against the per-tensor types llama-quantize
-//! chose for the real model (shared/golden/MODELS.json, and the real files' tensor tables when
-//! fetched), and clear errors with exit code 1.
+//! `runit synth` end to end: small dense and mixture-of-experts files read back (shapes and
+//! types against the model's configuration), loaded on the CPU backend and run (finite logits,
+//! `runit bench` and `runit generate`), full-depth SmolLM2 files against the per-tensor types
+//! llama-quantize chose for the real model (shared/golden/MODELS.json, and the real files' tensor
+//! tables when fetched), and clear errors with exit code 1.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use runit_backend::{Backend, KvType, SequenceSpan};
 use runit_backend_cpu::CpuBackend;
 use runit_gguf::{GgufFile, TensorInfo};
+use runit_model::arch::{FfnKind, QkNorm};
 use runit_model::{Batch, KvState, Model, ModelConfig, Scratch};
 use runit_quant::GgmlType;
 use serde_json::Value as Json;
@@ -62,21 +63,26 @@ fn synth(shape: &str, ty: &str, layers: Option<&str>, out: &TempFile) -> GgufFil
     GgufFile::open(&out.0).expect("the synthetic file reads back")
 }
 
-/// The shape every tensor must have, from the configuration alone (ggml order).
-fn expected_shapes(config: &ModelConfig) -> BTreeMap<String, Vec<u64>> {
-    let [embd, vocab, ff, head_dim, q, kv] = [
+/// The shape every tensor must have, from the configuration and whether the model ties its
+/// embeddings (ggml order).
+fn expected_shapes(config: &ModelConfig, tied_embeddings: bool) -> BTreeMap<String, Vec<u64>> {
+    let [embd, vocab, ff, head_dim, q, kv, experts] = [
         config.embedding_length,
         config.vocab_size,
         config.feed_forward_length,
         config.head_dim,
         config.q_width(),
         config.kv_width(),
+        config.expert_count,
     ]
     .map(|value| value as u64);
     let mut shapes = BTreeMap::from([
         ("token_embd.weight".to_string(), vec![embd, vocab]),
         ("output_norm.weight".to_string(), vec![embd]),
     ]);
+    if !tied_embeddings {
+        shapes.insert("output.weight".to_string(), vec![embd, vocab]);
+    }
     for layer in 0..config.block_count {
         let mut add = |suffix: &str, shape: &[u64]| {
             shapes.insert(format!("blk.{layer}.{suffix}"), shape.to_vec());
@@ -90,22 +96,44 @@ fn expected_shapes(config: &ModelConfig) -> BTreeMap<String, Vec<u64>> {
             add("attn_k.bias", &[kv]);
             add("attn_v.bias", &[kv]);
         }
-        if config.arch.name == "qwen3" {
-            add("attn_q_norm.weight", &[head_dim]);
-            add("attn_k_norm.weight", &[head_dim]);
+        match config.arch.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead => {
+                add("attn_q_norm.weight", &[head_dim]);
+                add("attn_k_norm.weight", &[head_dim]);
+            }
+            QkNorm::FullWidth => {
+                add("attn_q_norm.weight", &[q]);
+                add("attn_k_norm.weight", &[kv]);
+            }
         }
         add("attn_output.weight", &[q, embd]);
         add("ffn_norm.weight", &[embd]);
-        add("ffn_gate.weight", &[embd, ff]);
-        add("ffn_up.weight", &[embd, ff]);
-        add("ffn_down.weight", &[ff, embd]);
+        match config.arch.ffn {
+            FfnKind::DenseSwiGlu => {
+                add("ffn_gate.weight", &[embd, ff]);
+                add("ffn_up.weight", &[embd, ff]);
+                add("ffn_down.weight", &[ff, embd]);
+            }
+            FfnKind::MoeSwiGlu => {
+                add("ffn_gate_inp.weight", &[embd, experts]);
+                add("ffn_gate_exps.weight", &[embd, ff, experts]);
+                add("ffn_up_exps.weight", &[embd, ff, experts]);
+                add("ffn_down_exps.weight", &[ff, embd, experts]);
+            }
+        }
     }
     shapes
 }
 
 /// Every tensor has the configured shape; vectors are F32 and matrices pass `matrix_type`.
-fn check_tensors(file: &GgufFile, config: &ModelConfig, matrix_type: impl Fn(&TensorInfo) -> bool) {
-    let expected = expected_shapes(config);
+fn check_tensors(
+    file: &GgufFile,
+    config: &ModelConfig,
+    tied_embeddings: bool,
+    matrix_type: impl Fn(&TensorInfo) -> bool,
+) {
+    let expected = expected_shapes(config, tied_embeddings);
     let found: BTreeMap<String, Vec<u64>> = file
         .tensors()
         .iter()
@@ -190,8 +218,7 @@ fn qwen2_5_q8_0_reads_back_loads_and_runs() {
     );
     assert_eq!(hyperparameters, (2, 896, 4864, 14, 2, 64, 151_936));
     assert_eq!(config.rope_theta, 1e6);
-    assert!(file.tensor("output.weight").is_none(), "tied embeddings");
-    check_tensors(&file, &config, |info| info.ty == GgmlType::Q8_0);
+    check_tensors(&file, &config, true, |info| info.ty == GgmlType::Q8_0);
     forward_is_finite(file);
 
     let path = out.0.to_str().expect("UTF-8 path");
@@ -209,7 +236,7 @@ fn qwen3_q4_k_m_matches_the_quantize_plan_and_runs() {
     assert_eq!(config.arch.name, "qwen3");
     assert_eq!((config.head_dim, config.q_width()), (128, 2048));
     assert_eq!((config.head_count, config.head_count_kv), (16, 8));
-    check_tensors(&file, &config, |info| {
+    check_tensors(&file, &config, true, |info| {
         matches!(info.ty, GgmlType::Q4_K | GgmlType::Q6_K)
     });
     // `runit quantize` re-plans every tensor from its name and shape: it must keep each type.
@@ -221,6 +248,46 @@ fn qwen3_q4_k_m_matches_the_quantize_plan_and_runs() {
         assert_eq!((&info.name, info.ty), (&other.name, other.ty));
     }
     forward_is_finite(file);
+}
+
+#[test]
+fn olmoe_q8_0_reads_back_loads_and_runs() {
+    let out = TempFile::new("olmoe-1b-7b-Q8_0.gguf");
+    let file = synth("olmoe-1b-7b", "Q8_0", Some("1"), &out);
+    assert_eq!(file.get_str("general.architecture").expect("arch"), "olmoe");
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let hyperparameters = (
+        config.block_count,
+        config.embedding_length,
+        config.feed_forward_length,
+        config.head_count,
+        config.head_count_kv,
+        config.head_dim,
+        config.vocab_size,
+    );
+    assert_eq!(hyperparameters, (1, 2048, 1024, 16, 16, 128, 50_304));
+    let experts = (
+        config.expert_count,
+        config.expert_used_count,
+        config.expert_weights_norm,
+    );
+    assert_eq!(experts, (64, 8, false));
+    assert_eq!((config.rope_theta, config.rms_norm_eps), (10_000.0, 1e-5));
+    assert_eq!(config.context_length, 4096);
+    // The router stays F32 as llama-quantize keeps it; every other matrix is Q8_0.
+    check_tensors(&file, &config, false, |info| {
+        let router = info.name.ends_with("ffn_gate_inp.weight");
+        info.ty
+            == if router {
+                GgmlType::F32
+            } else {
+                GgmlType::Q8_0
+            }
+    });
+    forward_is_finite(file);
+
+    let path = out.0.to_str().expect("UTF-8 path");
+    succeed(&["generate", "-m", path, "-p", "hello", "-n", "4", "-t", "2"]);
 }
 
 /// llama-quantize's choices for the real SmolLM2-135M, per preset: synth must make the same.
@@ -282,7 +349,7 @@ fn unknown_shapes_and_types_fail_with_the_valid_names() {
         .skip(1)
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert_eq!(names.len(), 5, "{list}");
+    assert_eq!(names.len(), 6, "{list}");
     let out = TempFile::new("refused.gguf");
     let path = out.0.to_str().expect("UTF-8 path");
     let output = runit(&["synth", "--shape", "gpt-5", "--type", "Q8_0", path]);

@@ -3,10 +3,10 @@
 //! where the real multi-gigabyte file cannot be carried.
 //!
 //! Each tensor's type is what `runit quantize` (and so `llama-quantize`) would choose for a
-//! real file of that shape ([`plan_types`] in loader order); norms and biases stay F32. The
-//! file carries a loadable byte-level BPE tokenizer of the model's vocabulary size. Weight
-//! matrices are filled from small pools of pre-quantized random rows ([`fill`]) and streamed
-//! to the file one tensor at a time.
+//! real file of that shape ([`plan_types`] in loader order); norms, biases and MoE routers stay
+//! F32. The file carries a loadable byte-level BPE tokenizer of the model's vocabulary size.
+//! Weight matrices (and the stacked expert matrices of MoE models) are filled from small pools
+//! of pre-quantized random rows ([`fill`]) and streamed to the file one tensor at a time.
 
 mod fill;
 mod shapes;
@@ -35,8 +35,8 @@ const SINGLE_TYPES: [GgmlType; 3] = [GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q
 /// Arguments of `runit synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The model to imitate: qwen2.5-0.5b, qwen2.5-7b, qwen3-0.6b, llama3-8b or smollm2-135m
-    /// (`--list-shapes` prints their hyperparameters).
+    /// The model to imitate: qwen2.5-0.5b, qwen2.5-7b, qwen3-0.6b, llama3-8b, smollm2-135m or
+    /// olmoe-1b-7b (`--list-shapes` prints their hyperparameters).
     #[arg(long, required_unless_present = "list_shapes")]
     pub shape: Option<String>,
     /// Weight type: a llama-quantize preset (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S,
@@ -169,11 +169,11 @@ fn tensor_types(
             ty: GgmlType::F32,
         })
         .collect();
-    let count = |value: u64| u32::try_from(value).context("head count above u32");
+    let count = |value: u64| u32::try_from(value).context("head or expert count above u32");
     let facts = ModelFacts {
         architecture: shape.architecture.to_string(),
         num_layers,
-        num_experts: 0,
+        num_experts: count(shape.experts.map_or(0, |experts| experts.count))?,
         num_heads: count(shape.num_heads)?,
         num_kv_heads: count(shape.num_kv_heads)?,
     };
@@ -233,17 +233,32 @@ fn type_counts(plan: &[(&TensorSpec, GgmlType)]) -> String {
 /// The `--list-shapes` table.
 fn print_shapes() -> Result<()> {
     println!(
-        "{:<14} {:<6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7} {:>5} {:>8}  source",
-        "shape", "arch", "layers", "embd", "ff", "heads/kv", "head_dim", "vocab", "tied", "params"
+        "{:<14} {:<6} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7} {:>5} {:>8}  source",
+        "shape",
+        "arch",
+        "layers",
+        "embd",
+        "ff",
+        "experts",
+        "heads/kv",
+        "head_dim",
+        "vocab",
+        "tied",
+        "params"
     );
     for shape in &SHAPES {
+        let experts = match shape.experts {
+            Some(experts) => format!("{}/{}", experts.used_per_token, experts.count),
+            None => "-".to_string(),
+        };
         println!(
-            "{:<14} {:<6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7} {:>5} {:>7.3}B  {}",
+            "{:<14} {:<6} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7} {:>5} {:>7.3}B  {}",
             shape.name,
             shape.architecture,
             shape.num_layers,
             shape.embedding_length,
             shape.feed_forward_length,
+            experts,
             format!("{}/{}", shape.num_heads, shape.num_kv_heads),
             shape.head_dim(),
             shape.vocab_size,
@@ -287,6 +302,48 @@ mod tests {
                 shape.name
             );
         }
+    }
+
+    /// llama-quantize's Q4_K_M for the full OLMoE-1B-7B (64 experts, so none of the 8-expert
+    /// rules): V and the experts' down projections get Q6_K in the first and last eighth of
+    /// the 16 layers and every third layer between, the output head Q6_K, the router F32.
+    #[test]
+    fn olmoe_q4_k_m_follows_llama_quantize() {
+        let shape = shapes::find("olmoe-1b-7b").expect("shape in the table");
+        let mut tensors = shape.tensors(shape.num_layers).expect("tensors");
+        tensors.sort_by(|a, b| loader_order(&a.name, &b.name));
+        let types = tensor_types(shape, shape.num_layers, &tensors, Preset::Q4_K_M, false)
+            .expect("a type for every tensor");
+        let more_bits_layers = ["0", "1", "4", "7", "10", "13", "14", "15"];
+        let mut counts = BTreeMap::new();
+        for (tensor, ty) in tensors.iter().zip(types) {
+            let name = tensor.name.as_str();
+            let layer = name
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split('.').next());
+            let sensitive = ["attn_v.weight", "ffn_down_exps.weight"]
+                .iter()
+                .any(|suffix| name.ends_with(suffix));
+            let expected = if tensor.shape.len() == 1 || name.ends_with("ffn_gate_inp.weight") {
+                GgmlType::F32
+            } else if name == "output.weight"
+                || (sensitive && layer.is_some_and(|layer| more_bits_layers.contains(&layer)))
+            {
+                GgmlType::Q6_K
+            } else {
+                GgmlType::Q4_K
+            };
+            assert_eq!(ty, expected, "{name}");
+            *counts.entry(ty).or_insert(0) += 1;
+        }
+        // Per layer 4 norms and a router stay F32 and 7 matrices are quantized, 2 of them
+        // sensitive in 8 of the 16 layers; plus the final norm, embedding and output head.
+        let expected_counts = [
+            (GgmlType::F32, 16 * 5 + 1),
+            (GgmlType::Q4_K, 16 * 7 - 2 * 8 + 1),
+            (GgmlType::Q6_K, 2 * 8 + 1),
+        ];
+        assert_eq!(counts, BTreeMap::from(expected_counts));
     }
 
     #[test]

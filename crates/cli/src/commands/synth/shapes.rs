@@ -20,7 +20,7 @@ pub struct Shape {
     pub num_layers: u32,
     /// `hidden_size`.
     pub embedding_length: u64,
-    /// `intermediate_size`.
+    /// `intermediate_size`: the dense FFN's width, or each expert's.
     pub feed_forward_length: u64,
     /// `num_attention_heads`.
     pub num_heads: u64,
@@ -39,12 +39,25 @@ pub struct Shape {
     pub vocab_size: u64,
     /// `tie_word_embeddings`: no `output.weight`, the embedding doubles as the output head.
     pub tied_embeddings: bool,
+    /// The experts of a mixture-of-experts FFN; `None` for a dense one.
+    pub experts: Option<Experts>,
     /// Special tokens and pre-tokenizer of the model's tokenizer.
     pub tokenizer: &'static TokenizerStyle,
 }
 
+/// The mixture-of-experts FFN of a shape: a router and `count` SwiGLU experts per layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Experts {
+    /// `num_experts`.
+    pub count: u64,
+    /// `num_experts_per_tok`: experts each token is sent to.
+    pub used_per_token: u64,
+    /// `norm_topk_prob`: the chosen experts' router weights are renormalised to sum to 1.
+    pub normalize_weights: bool,
+}
+
 /// Every shape, in the order `--list-shapes` prints them.
-pub const SHAPES: [Shape; 5] = [
+pub const SHAPES: [Shape; 6] = [
     Shape {
         name: "qwen2.5-0.5b",
         source: "Qwen/Qwen2.5-0.5B-Instruct",
@@ -60,6 +73,7 @@ pub const SHAPES: [Shape; 5] = [
         rms_norm_eps: 1e-6,
         vocab_size: 151_936,
         tied_embeddings: true,
+        experts: None,
         tokenizer: &super::vocab::QWEN,
     },
     Shape {
@@ -77,6 +91,7 @@ pub const SHAPES: [Shape; 5] = [
         rms_norm_eps: 1e-6,
         vocab_size: 152_064,
         tied_embeddings: false,
+        experts: None,
         tokenizer: &super::vocab::QWEN,
     },
     Shape {
@@ -94,6 +109,7 @@ pub const SHAPES: [Shape; 5] = [
         rms_norm_eps: 1e-6,
         vocab_size: 151_936,
         tied_embeddings: true,
+        experts: None,
         tokenizer: &super::vocab::QWEN,
     },
     Shape {
@@ -111,6 +127,7 @@ pub const SHAPES: [Shape; 5] = [
         rms_norm_eps: 1e-5,
         vocab_size: 128_256,
         tied_embeddings: false,
+        experts: None,
         tokenizer: &super::vocab::LLAMA3,
     },
     Shape {
@@ -128,7 +145,30 @@ pub const SHAPES: [Shape; 5] = [
         rms_norm_eps: 1e-5,
         vocab_size: 49_152,
         tied_embeddings: true,
+        experts: None,
         tokenizer: &super::vocab::SMOLLM,
+    },
+    Shape {
+        name: "olmoe-1b-7b",
+        source: "allenai/OLMoE-1B-7B-0924",
+        architecture: "olmoe",
+        num_layers: 16,
+        embedding_length: 2048,
+        feed_forward_length: 1024,
+        num_heads: 16,
+        num_kv_heads: 16,
+        explicit_head_dim: None,
+        context_length: 4096,
+        rope_theta: 10_000.0,
+        rms_norm_eps: 1e-5,
+        vocab_size: 50_304,
+        tied_embeddings: false,
+        experts: Some(Experts {
+            count: 64,
+            used_per_token: 8,
+            normalize_weights: false,
+        }),
+        tokenizer: &super::vocab::OLMO,
     },
 ];
 
@@ -206,10 +246,17 @@ impl Shape {
     /// loader names them (callers sort them into llama.cpp's loader order).
     pub fn tensors(&self, num_layers: u32) -> Result<Vec<TensorSpec>> {
         let row = self.architecture_row()?;
-        if row.ffn != FfnKind::DenseSwiGlu {
+        if (row.ffn == FfnKind::MoeSwiGlu) != self.experts.is_some() {
             bail!(
-                "shape `{}`: only dense feed-forward architectures can be synthesized",
-                self.name
+                "shape `{}`: architecture `{}` has a {:?} feed-forward but the shape {} experts",
+                self.name,
+                self.architecture,
+                row.ffn,
+                if self.experts.is_some() {
+                    "has"
+                } else {
+                    "lacks"
+                }
             );
         }
         let embd = self.embedding_length;
@@ -250,9 +297,32 @@ impl Shape {
                 &[q_width, embd],
             ));
             tensors.push(TensorSpec::new(name("ffn_norm.weight"), &[embd]));
-            tensors.push(TensorSpec::new(name("ffn_gate.weight"), &[embd, ff]));
-            tensors.push(TensorSpec::new(name("ffn_up.weight"), &[embd, ff]));
-            tensors.push(TensorSpec::new(name("ffn_down.weight"), &[ff, embd]));
+            match self.experts {
+                None => {
+                    tensors.push(TensorSpec::new(name("ffn_gate.weight"), &[embd, ff]));
+                    tensors.push(TensorSpec::new(name("ffn_up.weight"), &[embd, ff]));
+                    tensors.push(TensorSpec::new(name("ffn_down.weight"), &[ff, embd]));
+                }
+                Some(Experts { count: experts, .. }) => {
+                    // The router, then every expert's projection stacked on a third axis.
+                    tensors.push(TensorSpec::new(
+                        name("ffn_gate_inp.weight"),
+                        &[embd, experts],
+                    ));
+                    tensors.push(TensorSpec::new(
+                        name("ffn_gate_exps.weight"),
+                        &[embd, ff, experts],
+                    ));
+                    tensors.push(TensorSpec::new(
+                        name("ffn_up_exps.weight"),
+                        &[embd, ff, experts],
+                    ));
+                    tensors.push(TensorSpec::new(
+                        name("ffn_down_exps.weight"),
+                        &[ff, embd, experts],
+                    ));
+                }
+            }
         }
         Ok(tensors)
     }
@@ -278,6 +348,15 @@ impl Shape {
         if let Some(head_dim) = self.explicit_head_dim {
             keys.push((key("attention.key_length"), count(head_dim)));
             keys.push((key("attention.value_length"), count(head_dim)));
+        }
+        if let Some(experts) = self.experts {
+            keys.push((key("expert_count"), count(experts.count)));
+            keys.push((key("expert_used_count"), count(experts.used_per_token)));
+            // llama.cpp's converter writes this only for models that renormalise (not OLMoE);
+            // an absent key reads as false.
+            if experts.normalize_weights {
+                keys.push((key("expert_weights_norm"), Value::Bool(true)));
+            }
         }
         keys.push((key("vocab_size"), count(self.vocab_size)));
         keys.push((key("rope.dimension_count"), count(self.head_dim())));
@@ -307,6 +386,7 @@ mod tests {
             ("qwen3-0.6b", 0.596e9),
             ("llama3-8b", 8.03e9),
             ("smollm2-135m", 0.1348e9),
+            ("olmoe-1b-7b", 6.92e9),
         ];
         for (name, parameters) in stated {
             let shape = find(name).expect("shape in the table");

@@ -22,8 +22,8 @@ pub struct TokenizerStyle {
     pub eos: u32,
     /// `tokenizer.ggml.add_bos_token`.
     pub add_bos: bool,
-    /// `tokenizer.chat_template`.
-    pub chat_template: &'static str,
+    /// `tokenizer.chat_template`; `None` for base models that ship none.
+    pub chat_template: Option<&'static str>,
 }
 
 /// Qwen2, Qwen2.5 and Qwen3 (ChatML; `<|im_end|>` ends a turn).
@@ -37,7 +37,7 @@ pub const QWEN: TokenizerStyle = TokenizerStyle {
     bos: 151_643,
     eos: 151_645,
     add_bos: false,
-    chat_template: CHATML_TEMPLATE,
+    chat_template: Some(CHATML_TEMPLATE),
 };
 
 /// LLaMA 3 Instruct (`<|eot_id|>` ends a turn).
@@ -53,7 +53,7 @@ pub const LLAMA3: TokenizerStyle = TokenizerStyle {
     bos: 128_000,
     eos: 128_009,
     add_bos: true,
-    chat_template: LLAMA3_TEMPLATE,
+    chat_template: Some(LLAMA3_TEMPLATE),
 };
 
 /// SmolLM2 Instruct (ChatML at ids 1 and 2).
@@ -63,7 +63,25 @@ pub const SMOLLM: TokenizerStyle = TokenizerStyle {
     bos: 1,
     eos: 2,
     add_bos: false,
-    chat_template: CHATML_TEMPLATE,
+    chat_template: Some(CHATML_TEMPLATE),
+};
+
+/// OLMo and OLMoE: GPT-NeoX-20B's BPE with the PII-masking tokens of Dolma, GPT-2's
+/// pre-tokenizer (llama.cpp's `olmo`). `<|endoftext|>` both separates documents and ends them;
+/// the base models add no BOS and have no chat template.
+pub const OLMO: TokenizerStyle = TokenizerStyle {
+    pre: "olmo",
+    specials: &[
+        (0, "|||IP_ADDRESS|||"),
+        (1, "<|padding|>"),
+        (50_277, "|||EMAIL_ADDRESS|||"),
+        (50_278, "|||PHONE_NUMBER|||"),
+        (50_279, "<|endoftext|>"),
+    ],
+    bos: 50_279,
+    eos: 50_279,
+    add_bos: false,
+    chat_template: None,
 };
 
 /// LLaMA 3's chat format, without its date and tool preamble.
@@ -84,7 +102,7 @@ const CONTROL: i32 = 3;
 pub fn tokenizer_metadata(style: &TokenizerStyle, vocab_size: u64) -> Result<Vec<(String, Value)>> {
     let (tokens, types) = tokens(style, vocab_size)?;
     let merges: Vec<String> = MERGES.iter().map(|merge| merge.to_string()).collect();
-    let entries = [
+    let mut entries = vec![
         ("tokenizer.ggml.model", Value::String("gpt2".to_string())),
         ("tokenizer.ggml.pre", Value::String(style.pre.to_string())),
         ("tokenizer.ggml.tokens", Value::Array(Array::String(tokens))),
@@ -93,11 +111,13 @@ pub fn tokenizer_metadata(style: &TokenizerStyle, vocab_size: u64) -> Result<Vec
         ("tokenizer.ggml.bos_token_id", Value::U32(style.bos)),
         ("tokenizer.ggml.eos_token_id", Value::U32(style.eos)),
         ("tokenizer.ggml.add_bos_token", Value::Bool(style.add_bos)),
-        (
-            "tokenizer.chat_template",
-            Value::String(style.chat_template.to_string()),
-        ),
     ];
+    if let Some(template) = style.chat_template {
+        entries.push((
+            "tokenizer.chat_template",
+            Value::String(template.to_string()),
+        ));
+    }
     Ok(entries
         .into_iter()
         .map(|(key, value)| (key.to_string(), value))
@@ -162,7 +182,12 @@ mod tests {
 
     #[test]
     fn every_family_loads_and_round_trips_text() {
-        for (style, size) in [(&QWEN, 151_936), (&LLAMA3, 128_256), (&SMOLLM, 49_152)] {
+        for (style, size) in [
+            (&QWEN, 151_936),
+            (&LLAMA3, 128_256),
+            (&SMOLLM, 49_152),
+            (&OLMO, 50_304),
+        ] {
             let tokenizer = tokenizer(style, size);
             assert_eq!(tokenizer.n_vocab() as u64, size);
             let text = "hello the world, ünïcödé 123!";
@@ -171,6 +196,7 @@ mod tests {
             let decoded = tokenizer.decode(&ids).expect("decode");
             assert_eq!(String::from_utf8_lossy(&decoded), text);
             assert!(tokenizer.eog_ids().contains(&style.eos));
+            assert_eq!(tokenizer.chat_template(), style.chat_template);
         }
     }
 
