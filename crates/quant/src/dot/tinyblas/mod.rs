@@ -20,8 +20,13 @@
 //! [`prepare`] into [`prepared_unit_bytes`] bytes each, back to back, and run [`kernel`] on
 //! any set of whole weight rows. The scalar twin ([`SimdLevel::Scalar`]) reads the same
 //! prepared bytes and performs the same operations, so every level agrees bit for bit.
+//! x86 kernels: AVX-512 for the float types (`x86_float`) and, with VNNI, the Q8_0-paired
+//! ones (`x86_q0`); AVX2 + FMA for the float types (`x86_avx2`, the same 16 lanes in two
+//! 256-bit halves) on CPUs without AVX-512.
 
 mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_float;
 #[cfg(target_arch = "x86_64")]
@@ -168,8 +173,9 @@ fn prepare_q0_scalar(x: &[f32], n_in: usize, rows: usize, out: &mut [u8]) {
 }
 
 /// The tinyBLAS kernel of `ty` at `level`, or at the best lower level with one (the
-/// scalar twin at least). `None` for a type [`accepts`] never takes, and for the types of
-/// [`same_as_vec_dot`] at a SIMD level without a tinyBLAS kernel.
+/// scalar twin at least; the x86 levels fall back to AVX2 where AVX-512 is missing).
+/// `None` for a type [`accepts`] never takes, and for the types of [`same_as_vec_dot`] at
+/// a SIMD level without a tinyBLAS kernel.
 pub fn kernel(ty: GgmlType, level: SimdLevel) -> Option<KernelFn> {
     if float_step(ty).is_none() && !is_q0(ty) {
         return None;
@@ -186,6 +192,15 @@ pub fn kernel(ty: GgmlType, level: SimdLevel) -> Option<KernelFn> {
                 if let Some(kernel) = x86_q0::kernel(ty) {
                     return Some(kernel);
                 }
+            }
+        }
+        let avx2 = matches!(
+            level,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512 | SimdLevel::Avx512Vnni
+        ) && SimdLevel::Avx2.is_available();
+        if avx2 {
+            if let Some(kernel) = x86_avx2::kernel(ty) {
+                return Some(kernel);
             }
         }
     }

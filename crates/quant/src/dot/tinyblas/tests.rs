@@ -54,10 +54,27 @@ fn run(ty: GgmlType, level: SimdLevel, n: usize, rows: usize, tokens: usize) -> 
     let (w_seed, x_seed) = seeds(n, rows, tokens);
     let w = weights(ty, n, rows, w_seed);
     let x = values(n * tokens, x_seed);
-    let prepared = prepared(ty, &x, n, tokens);
+    outputs(ty, level, n, &w, &x, tokens)
+}
+
+/// The kernel of `ty` at `level` on weight rows `w` (bytes of `ty`) and activations `x`.
+fn outputs(
+    ty: GgmlType,
+    level: SimdLevel,
+    n: usize,
+    w: &[u8],
+    x: &[f32],
+    tokens: usize,
+) -> Vec<f32> {
+    let rows = w.len() / ty.row_bytes(n as u64).unwrap() as usize;
+    let prepared = prepared(ty, x, n, tokens);
     let mut out = vec![f32::NAN; rows * tokens];
-    kernel(ty, level).expect("kernel")(n, &w, &prepared, tokens, &mut out);
+    kernel(ty, level).expect("kernel")(n, w, &prepared, tokens, &mut out);
     out
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
 }
 
 #[test]
@@ -73,17 +90,22 @@ fn every_level_matches_the_scalar_twin_bit_for_bit() {
                 (256, 12, 7),
                 (96, 5, 9),
                 (32, 3, 1),
+                (16, 4, 3),
+                (48, 7, 5),
+                (32, 1, 4),
+                (160, 9, 17),
+                (576, 6, 11),
+                (1024, 5, 21),
             ] {
-                if n % 32 != 0 && ty == GgmlType::BF16 {
+                if n % 32 != 0 && (ty == GgmlType::BF16 || is_q0(ty)) {
                     continue;
                 }
                 let ours = run(ty, level, n, rows, tokens);
                 let twin = run(ty, SimdLevel::Scalar, n, rows, tokens);
-                let same = ours
-                    .iter()
-                    .zip(&twin)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{ty} {level:?} n={n} rows={rows} tokens={tokens}");
+                assert!(
+                    same_bits(&ours, &twin),
+                    "{ty} {level:?} n={n} rows={rows} tokens={tokens}"
+                );
             }
         }
     }
@@ -196,5 +218,62 @@ fn simd_preparation_equals_the_portable_one() {
         prepare(GgmlType::Q8_0, &x, n, &mut fast);
         super::prepare_q0_scalar(&x, n, rows, &mut portable);
         assert_eq!(fast, portable, "n={n} rows={rows}");
+    }
+}
+
+/// Rows of [`values`] scaled row by row by the powers of two `exponents` (cycled), so that
+/// products and partial sums reach f32's (and f16's) denormal range.
+fn tiny_values(n: usize, rows: usize, seed: u32, exponents: &[i32]) -> Vec<f32> {
+    let mut x = values(n * rows, seed);
+    for (row, chunk) in x.chunks_exact_mut(n).enumerate() {
+        let scale = 2.0f32.powi(exponents[row % exponents.len()]);
+        chunk.iter_mut().for_each(|v| *v *= scale);
+    }
+    x
+}
+
+#[test]
+fn float_kernels_match_the_twin_on_denormals() {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        // AVX-512 without AVX512_BF16 emulates `vdpbf16ps` without its flushing.
+        let levels = SimdLevel::ALL.into_iter().filter(|l| {
+            l.is_available()
+                && !(ty == GgmlType::BF16 && matches!(l, SimdLevel::Avx512 | SimdLevel::Avx512Vnni))
+        });
+        for level in levels {
+            for (n, rows, tokens) in [(64, 6, 5), (96, 5, 7), (32, 8, 9)] {
+                let (w_seed, x_seed) = seeds(n, rows, tokens);
+                let w_values = tiny_values(n, rows, w_seed, &[0, -64, -12, -75, -20, -130]);
+                let mut w = vec![0u8; rows * ty.row_bytes(n as u64).unwrap() as usize];
+                quantize(ty, &w_values, &mut w).unwrap();
+                let x = tiny_values(n, tokens, x_seed, &[-70, 0, -8, -64, -140, -16, -60]);
+                let ours = outputs(ty, level, n, &w, &x, tokens);
+                let twin = outputs(ty, SimdLevel::Scalar, n, &w, &x, tokens);
+                assert!(
+                    same_bits(&ours, &twin),
+                    "{ty} {level:?} n={n} rows={rows} tokens={tokens}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_kernels_flush_denormals_as_vdpbf16ps() {
+    // Row 0 holds the smallest bf16 denormal (read as zero), row 1 2^-70; token 0 holds
+    // 2^100, token 1 2^-70 (2^-70 * 2^-70 = 2^-140 is flushed), all at element 1.
+    let n = 32;
+    let mut w = vec![0u8; 2 * 2 * n];
+    w[2..4].copy_from_slice(&1u16.to_le_bytes());
+    let tiny = (2.0f32.powi(-70).to_bits() >> 16) as u16;
+    w[2 * n + 2..2 * n + 4].copy_from_slice(&tiny.to_le_bytes());
+    let mut x = vec![0.0f32; 2 * n];
+    x[1] = 2.0f32.powi(100);
+    x[n + 1] = 2.0f32.powi(-70);
+    let want = [0.0, 2.0f32.powi(30), 0.0, 0.0];
+    let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::AvxVnni];
+    for level in levels.into_iter().filter(|l| l.is_available()) {
+        let ours = outputs(GgmlType::BF16, level, n, &w, &x, 2);
+        assert!(same_bits(&ours, &want), "{level:?}: {ours:?}");
     }
 }
