@@ -16,11 +16,28 @@ typedef long long i64;
 // visible. Every kernel calls this first, so launching any kernel with the programmatic-
 // serialization attribute keeps the stream's memory order while the launch overlaps the
 // predecessor's tail (src/lib.rs launch!). A no-op on older devices.
-__device__ __forceinline__ void pdl_start() {
+// A kernel may split the two (pdl_launch_dependents first, then work that reads nothing an
+// earlier kernel writes, such as prefetching weights, then pdl_wait).
+__device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_start() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+// Asks for the bytes [p, p + bytes) to be brought into L2, one 128-byte line per thread and
+// step (a hint: no value is read, and the address need not be aligned).
+__device__ __forceinline__ void prefetch_l2(const u8* p, u64 bytes) {
+    for (u64 offset = (u64)threadIdx.x * 128; offset < bytes; offset += (u64)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + offset));
 }
 
 __device__ __forceinline__ float half_to_float(u16 h) {

@@ -16,16 +16,36 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 // (threads_x, rows_per_block), one warp per short row or one block per long row, so the sum
 // of squares is reduced in the same order as inverse_rms in norm.cu.
 extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float* out, const float* weight, u32 width,
-                                            float eps, u32 rows) { pdl_start();
+                                            float eps, u32 rows) {
+    // A thread's first CACHED values (i = threadIdx.x + k * blockDim.x) stay in registers, and
+    // their norm weights, which no earlier kernel writes, are read before waiting for it.
+    constexpr u32 CACHED = 4;
+    pdl_launch_dependents();
     __shared__ double scratch[32];
     const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;  // whole rows (and so whole reducing groups) leave together
+    float scales[CACHED], kept[CACHED];
+#pragma unroll
+    for (u32 k = 0; k < CACHED; k++) {
+        const u32 i = threadIdx.x + k * blockDim.x;
+        scales[k] = i < width ? weight[i] : 0.0f;
+    }
+    pdl_wait();
     float* values = x + (u64)row * width;
     const float* d = delta + (u64)row * width;
     float* dst = out + (u64)row * width;
     double sum = 0.0;
-#pragma unroll 4
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+#pragma unroll
+    for (u32 k = 0; k < CACHED; k++) {
+        const u32 i = threadIdx.x + k * blockDim.x;
+        if (i < width) {
+            const float value = values[i] + d[i];
+            values[i] = value;
+            kept[k] = value;
+            sum += (double)__fmul_rn(value, value);
+        }
+    }
+    for (u32 i = threadIdx.x + CACHED * blockDim.x; i < width; i += blockDim.x) {
         const float value = values[i] + d[i];
         values[i] = value;
         sum += (double)__fmul_rn(value, value);
@@ -40,8 +60,13 @@ extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float*
     }
     const float mean = (float)(sum / (double)width);
     const float scale = 1.0f / sqrtf(mean + eps);
-    // Each thread reads back only the values it wrote.
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) dst[i] = values[i] * scale * weight[i];
+    // Past the cached values, each thread reads back only the values it wrote.
+#pragma unroll
+    for (u32 k = 0; k < CACHED; k++) {
+        const u32 i = threadIdx.x + k * blockDim.x;
+        if (i < width) dst[i] = kept[k] * scale * scales[k];
+    }
+    for (u32 i = threadIdx.x + CACHED * blockDim.x; i < width; i += blockDim.x) dst[i] = values[i] * scale * weight[i];
 }
 
 // The span owning `row`, or -1 when no span's rows include it (as kv.cu).

@@ -59,6 +59,15 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
         const u32 row = wanted < n_out ? wanted : n_out - 1;
         rows[r] = (S && r >= O ? w_up : w) + (u64)row * row_bytes;
     }
+    // The weights are never written by an earlier kernel: while that kernel finishes (the
+    // entry points only let dependents launch), this block's rows are pulled toward L2; then
+    // it waits for the activations. (A second wait, after an entry's pdl_start, returns at once.)
+    if (first_row < n_out) {
+        const u64 bytes = (u64)(n_out - first_row < (u32)O ? n_out - first_row : (u32)O) * row_bytes;
+        prefetch_l2(w + (u64)first_row * row_bytes, bytes);
+        if constexpr (S) prefetch_l2(w_up + (u64)first_row * row_bytes, bytes);
+    }
+    pdl_wait();
     const u32 items = n_in / W::QK * W::PARTS;
     const u32 act_blocks = n_in / 32;
     float acc[R][T];
@@ -152,13 +161,13 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
 #define MATVEC_ENTRY(W, name, T)                                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_t##T(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq,          \
-                             const float2* ads, float* out, u32 tokens, const float* bias) { pdl_start();         \
+                             const float2* ads, float* out, u32 tokens, const float* bias) { pdl_launch_dependents(); \
         matvec_block<W, T, MATVEC_ROWS(T), false>(w, w, row_bytes, n_in, n_out, aq, ads, out, tokens, bias, \
                                                   blockIdx.x);                                         \
     }                                                                                                  \
     extern "C" __global__ void __launch_bounds__(MATVEC_THREADS)                                       \
         matvec_##name##_swiglu_t##T(const u8* gate, const u8* up, u64 row_bytes, u32 n_in, u32 n_out,  \
-                                    const i8* aq, const float2* ads, float* out, u32 tokens) { pdl_start();       \
+                                    const i8* aq, const float2* ads, float* out, u32 tokens) { pdl_launch_dependents(); \
         matvec_block<W, T, MATVEC_ROWS(T), true>(gate, up, row_bytes, n_in, n_out, aq, ads, out, tokens, nullptr, \
                                                  blockIdx.x);                                          \
     }                                                                                                  \
@@ -168,7 +177,7 @@ __device__ __forceinline__ void matvec_block(const u8* __restrict__ w, const u8*
         matvec_##name##_qkv_t##T(const u8* wq, const u8* wk, const u8* wv, u64 row_bytes, u32 n_in,    \
                                  u32 n_q, u32 n_kv, const i8* aq, const float2* ads, float* out_q,      \
                                  float* out_k, float* out_v, u32 tokens, const float* bias_q,           \
-                                 const float* bias_k, const float* bias_v) { pdl_start();              \
+                                 const float* bias_k, const float* bias_v) { pdl_launch_dependents(); \
         constexpr u32 R = MATVEC_ROWS(T);                                                              \
         const u32 q_blocks = (n_q + R - 1) / R, kv_blocks = (n_kv + R - 1) / R;                        \
         const u32 b = blockIdx.x;                                                                      \
