@@ -361,12 +361,15 @@ fn run_plain(
     } else {
         0
     };
-    // [activations | block-major quants | alignment | d table | s table]
+    // [activations | alignment | block-major quants | alignment | d table | s table]; the
+    // quants start on a 32-byte boundary, so that no block's load straddles a cache line.
     let scratch = grown(
         scratch,
-        quant_len + block_quants_bytes + 4 + 2 * 4 * table_len,
+        quant_len + 32 + block_quants_bytes + 4 + 2 * 4 * table_len,
     );
     let (activations, rest) = scratch.split_at_mut(quant_len);
+    let skip = rest.as_ptr().align_offset(32);
+    let rest = &mut rest[skip..];
     let (quants, tables) = rest.split_at_mut(block_quants_bytes);
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
         let shared = SharedBytes(activations.as_mut_ptr());

@@ -133,6 +133,76 @@ unsafe fn tile_rows<W: Legacy, I: Isa, const C: usize>(
     }
 }
 
+/// Blocks whose `d_w * d_a` products one pass of [`tile_block_major`] stores before using.
+const SCALE_BLOCKS: usize = 16;
+
+/// One weight row against `C` (at most eight) activation rows read from the block-major
+/// quant table `q` (block `i` of row `c` at `(i * stride + c) * 32`; Q8_0's stored plus 128)
+/// with scales `d` and Q8_1 sums `s` laid out alike; row `c`'s result to
+/// `out[c * out_stride]`.
+///
+/// Per block the products `d_w * d_a` of all rows are formed in one multiply and stored,
+/// and the accumulation reads each back as a broadcast load: a register broadcast would
+/// cost a shuffle per (block, row), and on AVX2 the per-row work (two integer multiplies,
+/// a conversion, an FMA) already saturates the vector ports. The arithmetic per (row,
+/// token) pair is that of the single-row kernel.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_block_major<W: Legacy, I: Isa, const C: usize>(
+    blocks: usize,
+    w: *const u8,
+    q: *const u8,
+    d: *const f32,
+    s: *const f32,
+    stride: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut acc = [_mm256_setzero_ps(); C];
+    // Lane c: the running `m * s` of row c (formats with a minimum).
+    let mut minimums = _mm256_setzero_ps();
+    let mut scales = [0.0f32; 8 * SCALE_BLOCKS];
+    let offset = _mm256_set1_epi8(if W::SIGNED { 0x80u8 as i8 } else { 0 });
+    let mut start = 0;
+    while start < blocks {
+        let end = (start + SCALE_BLOCKS).min(blocks);
+        for i in start..end {
+            let wb = w.add(i * W::BYTES);
+            let d_w = if W::HAS_MIN {
+                let dm = scale_and_minimum(wb);
+                let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+                minimums = _mm256_fmadd_ps(m, _mm256_loadu_ps(s.add(i * stride)), minimums);
+                _mm256_broadcastss_ps(dm)
+            } else {
+                W::scale(wb)
+            };
+            _mm256_storeu_ps(
+                scales.as_mut_ptr().add(8 * (i - start)),
+                _mm256_mul_ps(d_w, _mm256_loadu_ps(d.add(i * stride))),
+            );
+        }
+        for i in start..end {
+            let quants = W::quants(w.add(i * W::BYTES));
+            let row_scales = scales.as_ptr().add(8 * (i - start));
+            for c in 0..C {
+                let stored = _mm256_loadu_si256(q.add((i * stride + c) * 32).cast());
+                // Q8_0's quants come back from their unsigned form (a no-op for Q8_1's).
+                let y = _mm256_xor_si256(stored, offset);
+                let sums = block_sums::<W, I>(quants, y);
+                let scale = _mm256_broadcast_ss(&*row_scales.add(c));
+                acc[c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[c]);
+            }
+        }
+        start = end;
+    }
+    let mut minimum = [0.0f32; 8];
+    _mm256_storeu_ps(minimum.as_mut_ptr(), minimums);
+    for c in 0..C {
+        let sum = hsum8(acc[c]);
+        *out.add(c * out_stride) = if W::HAS_MIN { sum + minimum[c] } else { sum };
+    }
+}
+
 /// Stamps out the `#[target_feature]` entry points of one instruction set.
 macro_rules! entry_points {
     ($module:ident, $isa:ty, $features:literal, $tile:literal) => {
@@ -166,6 +236,99 @@ macro_rules! entry_points {
                 out: *mut f32,
             ) {
                 tile_rows::<W, $isa, C>(blocks, w, a, row_bytes, d, s, stride, out);
+            }
+
+            #[target_feature(enable = $features)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn block_major_group<W: Legacy, const C: usize>(
+                blocks: usize,
+                w: *const u8,
+                q: *const u8,
+                d: *const f32,
+                s: *const f32,
+                stride: usize,
+                out: *mut f32,
+                out_stride: usize,
+            ) {
+                tile_block_major::<W, $isa, C>(blocks, w, q, d, s, stride, out, out_stride);
+            }
+
+            /// [`TileRowsFn`]: every weight row of `w` against the activation rows, eight
+            /// at a time, from the block-major tables; `false` without them. (AVX-512 VNNI
+            /// hands out its pair kernel instead.)
+            #[allow(dead_code)]
+            pub(super) fn block_major<W: Legacy>(
+                n: usize,
+                w: &[u8],
+                a: &[u8],
+                scales: BlockScales<'_>,
+                out: &mut [f32],
+            ) -> bool {
+                if scales.quants.is_empty() || out.is_empty() {
+                    return !scales.quants.is_empty();
+                }
+                let row_bytes = n / 32 * W::BYTES;
+                let rows = w.len() / row_bytes.max(1);
+                assert_eq!(rows * row_bytes, w.len(), "whole weight rows");
+                let tokens = out.len() / rows.max(1);
+                assert_eq!(rows * tokens, out.len(), "out is [tokens x rows]");
+                let activation_bytes = a.len() / tokens;
+                assert_eq!(
+                    activation_bytes * tokens,
+                    a.len(),
+                    "activation rows of equal length"
+                );
+                let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
+                scales.check(blocks, tokens, W::HAS_MIN);
+                let s = if W::HAS_MIN { scales.s } else { scales.d };
+                let out = out.as_mut_ptr();
+                for r in 0..rows {
+                    let w = w[r * row_bytes..].as_ptr();
+                    let mut start = 0;
+                    while start < tokens {
+                        let count = (tokens - start).min(8);
+                        let q = scales.quants[32 * start..].as_ptr();
+                        let d = scales.d[start..].as_ptr();
+                        let s = s[start..].as_ptr();
+                        let out = out.wrapping_add(start * rows + r);
+                        let stride = scales.stride;
+                        // SAFETY: features detected before this kernel is handed out; every
+                        // weight row holds `blocks` blocks; `scales.check` verified that the
+                        // tables hold the `tokens` rows of every block (plus the padding the
+                        // eight-wide scale loads read); `out` holds `tokens * rows` values,
+                        // of which this group writes `(start + c) * rows + r`, `c < count`.
+                        unsafe {
+                            match count {
+                                8 => {
+                                    block_major_group::<W, 8>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                7 => {
+                                    block_major_group::<W, 7>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                6 => {
+                                    block_major_group::<W, 6>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                5 => {
+                                    block_major_group::<W, 5>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                4 => {
+                                    block_major_group::<W, 4>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                3 => {
+                                    block_major_group::<W, 3>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                2 => {
+                                    block_major_group::<W, 2>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                                _ => {
+                                    block_major_group::<W, 1>(blocks, w, q, d, s, stride, out, rows)
+                                }
+                            }
+                        }
+                        start += count;
+                    }
+                }
+                true
             }
 
             pub(super) fn gemv<W: Legacy>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
@@ -313,9 +476,11 @@ pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
     }
 }
 
-/// The several-weight-rows tile kernel of `weight` for exactly `level` (AVX-512 VNNI only).
+/// The several-weight-rows tile kernel of `weight` for exactly `level`.
 pub(super) fn tile_rows_kernel(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
     match level {
+        SimdLevel::Avx2 => table!(weight, avx2, block_major, TileRowsFn),
+        SimdLevel::AvxVnni => table!(weight, avx_vnni, block_major, TileRowsFn),
         SimdLevel::Avx512Vnni => table!(weight, self, pairs_tile_rows, TileRowsFn),
         _ => None,
     }
