@@ -267,15 +267,20 @@ pub fn gemv_fn(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
     None
 }
 
-/// The several-weight-rows tile kernel for `weight` at exactly `level`, when this CPU has it
-/// (AVX-512 VNNI); `None` elsewhere (callers loop over [`tile_fn`]'s kernel).
+/// The several-weight-rows tile kernel for `weight` at `level` (or the best lower SIMD level
+/// that has one: AVX-512 VNNI's pair kernel, the AVX-VNNI and AVX2 block-major kernels), when
+/// this CPU has it; `None` elsewhere (callers loop over [`tile_fn`]'s kernel).
 pub fn tile_rows_fn(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
     if !level.is_available() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        x86::tile_rows(weight, level)
+        level
+            .fallback_chain()
+            .iter()
+            .filter(|candidate| candidate.is_available())
+            .find_map(|&candidate| x86::tile_rows(weight, candidate))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
