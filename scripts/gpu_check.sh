@@ -14,7 +14,7 @@ mode=${1:-tests}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
 if [ "$mode" = tests ] || [ "$mode" = ops ]; then
-  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu; do
+  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
     timeout 150 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1

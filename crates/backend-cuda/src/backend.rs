@@ -15,7 +15,7 @@ use crate::memory::{buffer_ptr, check_len, DeviceBuffer, DeviceKv, DeviceWeight}
 /// Downloads of at least this many values go through page-locked staging memory.
 const PINNED_DOWNLOAD_MIN: usize = 1 << 14;
 use crate::step::{self, HostIdentity};
-use crate::{device_address, fused_ops, grid_for, launch, matmul, ops, CudaBackend};
+use crate::{device_address, exact, grid_for, launch, matmul, ops, CudaBackend};
 
 impl Backend for CudaBackend {
     fn name(&self) -> String {
@@ -139,6 +139,9 @@ impl Backend for CudaBackend {
         tokens: usize,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
+        if self.exact_numerics() {
+            return exact::matmul::matmul(self, weight, x, tokens, out);
+        }
         matmul::matmul(self, weight, x, tokens, out)
     }
 
@@ -277,7 +280,7 @@ impl Backend for CudaBackend {
         tokens: usize,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::matmul_bias(self, weight, bias, x, tokens, out);
         }
         matmul::matmul_bias(self, weight, bias, x, tokens, out)
@@ -291,7 +294,7 @@ impl Backend for CudaBackend {
         tokens: usize,
         outs: [&mut Buffer; 3],
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::matmul_qkv(self, weights, biases, x, tokens, outs);
         }
         matmul::matmul_qkv(self, weights, biases, x, tokens, outs)
@@ -306,7 +309,7 @@ impl Backend for CudaBackend {
         rows: usize,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::add_rms_norm(self, x, delta, weight, eps, rows, out);
         }
         ops::fused::add_rms_norm(self, x, delta, weight, eps, rows, out)
@@ -326,7 +329,7 @@ impl Backend for CudaBackend {
         spans: &[SequenceSpan],
         head_norms: Option<HeadNorms<'_>>,
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::rope_kv_write(
                 self,
                 q,
@@ -367,7 +370,7 @@ impl Backend for CudaBackend {
         up_out: &mut Buffer,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out);
         }
         matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
@@ -381,14 +384,14 @@ impl Backend for CudaBackend {
         scratch: MoeBuffers<'_>,
         out: &mut Buffer,
     ) -> Result<(), BackendError> {
-        if !fused_ops() {
+        if !self.fused_ops() {
             return unfused::moe_ffn(self, ffn, x, tokens, scratch, out);
         }
         ops::moe::moe_ffn(self, ffn, x, tokens, scratch, out)
     }
 
     fn moe_ffn_on_device(&self, tokens: usize) -> bool {
-        fused_ops() && tokens <= ops::moe::DEVICE_MAX_TOKENS
+        self.fused_ops() && tokens <= ops::moe::DEVICE_MAX_TOKENS
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
@@ -424,7 +427,7 @@ impl Backend for CudaBackend {
     }
 
     fn captures_steps(&self) -> bool {
-        std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
+        !self.exact_numerics() && std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
     }
 
     fn run_captured(

@@ -25,6 +25,9 @@ pub struct KernelSource {
     /// File name under `crates/backend-cuda/kernels/`.
     pub file: &'static str,
     pub text: &'static str,
+    /// NVRTC options of this module on top of the shared ones (the exact-numerics modules
+    /// take `--fmad=false`, so that no multiply and add are fused unless written as an FMA).
+    pub options: &'static [&'static str],
 }
 
 /// A GPU architecture to compile for, as NVRTC names it (`sm_90`).
@@ -54,7 +57,7 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 /// Compiles `source` for `target`, or loads the cached cubin. Returns the cubin bytes.
 pub fn compile(source: &KernelSource, target: &Target) -> Result<Vec<u8>, CudaError> {
     let version = nvrtc_version()?;
-    let options = options(target);
+    let options = options(source, target);
     let key = cache_key(source, &options, version);
     let cached = cache_dir().map(|dir| dir.join(format!("{}-{key}.cubin", source.file)));
     if let Some(path) = &cached {
@@ -72,10 +75,10 @@ pub fn compile(source: &KernelSource, target: &Target) -> Result<Vec<u8>, CudaEr
 /// Compiles every embedded kernel for `target` without touching the cache (what CI runs to
 /// prove the kernels build without a GPU). Returns `(file, cubin size)` pairs.
 pub fn compile_all(target: &Target) -> Result<Vec<(&'static str, usize)>, CudaError> {
-    let options = options(target);
     SOURCES
         .iter()
         .map(|source| {
+            let options = options(source, target);
             Ok((
                 source.file,
                 compile_uncached(source, target, &options)?.len(),
@@ -84,8 +87,12 @@ pub fn compile_all(target: &Target) -> Result<Vec<(&'static str, usize)>, CudaEr
         .collect()
 }
 
-fn options(target: &Target) -> Vec<String> {
-    let mut options: Vec<String> = OPTIONS.iter().map(|o| o.to_string()).collect();
+fn options(source: &KernelSource, target: &Target) -> Vec<String> {
+    let mut options: Vec<String> = OPTIONS
+        .iter()
+        .chain(source.options)
+        .map(|o| o.to_string())
+        .collect();
     options.push(format!("--gpu-architecture={}", target.arch()));
     options
 }

@@ -15,9 +15,13 @@ use crate::error::CudaError;
 
 macro_rules! source {
     ($file:literal) => {
+        source!($file, [])
+    };
+    ($file:literal, [$($option:literal),*]) => {
         KernelSource {
             file: $file,
             text: include_str!(concat!("../kernels/", $file)),
+            options: &[$($option),*],
         }
     };
 }
@@ -29,6 +33,8 @@ pub const HEADERS: &[KernelSource] = &[
     source!("dequant.cuh"),
     source!("quantize.cuh"),
     source!("matvec.cuh"),
+    source!("exact_dot.cuh"),
+    source!("exact_gemm.cuh"),
 ];
 
 /// Every kernel module, in the order CI compiles them.
@@ -49,6 +55,9 @@ pub const SOURCES: &[KernelSource] = &[
     source!("fused.cu"),
     source!("moe.cu"),
     source!("fault.cu"),
+    // Exact numerics: no multiply and add fused unless the source writes an FMA.
+    source!("exact_matmul.cu", ["--fmad=false"]),
+    source!("exact_gemm.cu", ["--fmad=false"]),
     // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
 ];
 

@@ -10,6 +10,7 @@
 mod backend;
 pub mod compile;
 mod error;
+mod exact;
 mod kernels;
 mod library;
 mod matmul;
@@ -90,6 +91,8 @@ pub struct CudaBackend {
     moe_activations: Mutex<Option<CudaSlice<f32>>>,
     /// Launch with programmatic stream serialization (sm_90+, `RUNIT_CUDA_PDL` not `0`).
     programmatic_launch: bool,
+    /// Exact numerics (see [`CudaBackend::with_exact_numerics`]).
+    exact: bool,
 }
 
 impl CudaBackend {
@@ -153,7 +156,24 @@ impl CudaBackend {
             attention_counters: Mutex::new(None),
             programmatic_launch: major >= 9
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
+            exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
         })
+    }
+
+    /// Turns exact numerics on or off (`RUNIT_CUDA_EXACT=1` turns it on when the backend is
+    /// opened). In exact mode every op computes the CPU backend's float operations, which
+    /// are llama.cpp's CPU ones, in the same order and with the same roundings, so results
+    /// equal the CPU's bit for bit: for checking greedy outputs against llama.cpp token for
+    /// token. Its kernels give one thread to each output and the fused ops and graph capture
+    /// are off, so it is much slower than the default mode.
+    pub fn with_exact_numerics(mut self, exact: bool) -> CudaBackend {
+        self.exact = exact;
+        self
+    }
+
+    /// True in exact-numerics mode ([`CudaBackend::with_exact_numerics`]).
+    pub fn exact_numerics(&self) -> bool {
+        self.exact
     }
 
     /// Copies `view` into `out` through the page-locked staging buffer (one DMA, then a host
@@ -574,9 +594,18 @@ fn is_kernel_fault(error: &cudarc::driver::DriverError) -> bool {
 }
 
 /// `RUNIT_CUDA_FUSED=0` runs the fused ops as their primitive sequences (for comparing).
-fn fused_ops() -> bool {
+fn fused_ops_enabled() -> bool {
     static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FUSED.get_or_init(|| std::env::var("RUNIT_CUDA_FUSED").map_or(true, |v| v != "0"))
+}
+
+impl CudaBackend {
+    /// True when the fused ops run their fused kernels: not with `RUNIT_CUDA_FUSED=0`, and
+    /// not in exact-numerics mode, whose twins are those of the CPU's primitive ops (the
+    /// CPU's fused ops give the same bits as its primitive sequences).
+    pub(crate) fn fused_ops(&self) -> bool {
+        !self.exact && fused_ops_enabled()
+    }
 }
 
 /// Packed step inputs on the device, as handed to kernels (`const i32* step`).

@@ -36,6 +36,7 @@ fn a_broken_kernel_reports_the_nvrtc_log() {
     let broken = runit_backend_cuda::KernelSource {
         file: "broken.cu",
         text: "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }",
+        options: &[],
     };
     match runit_backend_cuda::compile::compile(&broken, &Target { major: 9, minor: 0 }) {
         Err(CudaError::Compile { file, log, .. }) => {

@@ -283,7 +283,7 @@ pub fn matmul_swiglu(
 
 /// Checks a matmul's shapes and gathers its device operands; `None` when there is nothing
 /// to compute.
-fn operands(
+pub(crate) fn operands(
     backend: &CudaBackend,
     weight: &Weight,
     x: &Buffer,
@@ -378,14 +378,14 @@ fn matvec_only() -> bool {
 
 /// The device operands of one matmul.
 #[derive(Clone, Copy)]
-struct Operands {
-    weight: u64,
-    row_bytes: usize,
-    n_in: usize,
-    n_out: usize,
-    x: u64,
-    out: u64,
-    tokens: usize,
+pub(crate) struct Operands {
+    pub(crate) weight: u64,
+    pub(crate) row_bytes: usize,
+    pub(crate) n_in: usize,
+    pub(crate) n_out: usize,
+    pub(crate) x: u64,
+    pub(crate) out: u64,
+    pub(crate) tokens: usize,
     /// How the activations are rounded (see [`activation_mode`]).
     activation_mode: u32,
     /// Device address of an f32 bias of `n_out` values added to every output row (0: none).

@@ -1,0 +1,142 @@
+//! The exact-numerics mode (`CudaBackend::with_exact_numerics`) against the CPU backend, bit
+//! for bit: every op the model runs, for every weight type and the paths the CPU takes
+//! (`vec_dot`, tinyBLAS, ggml's repack orders; one-chunk and tiled attention).
+//!
+//! Without a CUDA driver or device the tests print a notice and pass, unless
+//! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
+
+use runit_backend::testing::parity::WEIGHT_TYPES;
+use runit_backend::testing::{make_weight, Rng};
+use runit_backend::{Backend, BackendError, Weight};
+use runit_backend_cpu::CpuBackend;
+use runit_backend_cuda::CudaBackend;
+
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(cuda) => Some(cuda.with_exact_numerics(true)),
+        Err(error) => {
+            let require = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
+            assert!(!require, "RUNIT_REQUIRE_GPU=1 but: {error}");
+            println!("NOTICE: no CUDA device, exact-numerics tests not run: {error}");
+            None
+        }
+    }
+}
+
+fn cpu() -> CpuBackend {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
+    CpuBackend::new(threads).expect("cpu backend")
+}
+
+/// `W · x` for `tokens` rows on `backend`.
+fn run_matmul(
+    backend: &dyn Backend,
+    weight: &Weight,
+    x: &[f32],
+    tokens: usize,
+) -> Result<Vec<f32>, BackendError> {
+    let mut input = backend.alloc(x.len())?;
+    backend.upload(&mut input, x)?;
+    let n_out = weight.rows();
+    let mut out = backend.alloc(tokens * n_out)?;
+    backend.matmul(weight, &input, tokens, &mut out)?;
+    let mut values = vec![0.0; tokens * n_out];
+    backend.download(&out, &mut values)?;
+    Ok(values)
+}
+
+/// The first output whose bits differ, as a message.
+fn first_difference(expected: &[f32], found: &[f32]) -> Option<String> {
+    if expected.len() != found.len() {
+        return Some(format!(
+            "{} values, expected {}",
+            found.len(),
+            expected.len()
+        ));
+    }
+    let differing = expected
+        .iter()
+        .zip(found)
+        .filter(|(e, f)| e.to_bits() != f.to_bits())
+        .count();
+    let (index, (e, f)) = expected
+        .iter()
+        .zip(found)
+        .enumerate()
+        .find(|(_, (e, f))| e.to_bits() != f.to_bits())?;
+    Some(format!(
+        "{differing} of {} values differ; first at {index}: {f:e} (cpu {e:e})",
+        expected.len()
+    ))
+}
+
+/// Weight names that take each of the CPU's matmul paths: a plain 2-D weight (repacked
+/// where ggml repacks its type), the token embedding (never repacked), one expert of a
+/// 3-D weight (repacked, every row in the gemv order).
+const NAMES: [&str; 3] = [
+    "blk.0.ffn_up.weight",
+    "token_embd.weight",
+    "blk.0.ffn_up_exps.weight",
+];
+
+#[test]
+fn exact_matmul_equals_the_cpu_bit_for_bit() {
+    let Some(cuda) = gpu() else { return };
+    let reference = cpu();
+    println!("device: {} ({})", cuda.device_name(), cuda.target().arch());
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for (n_in, n_out) in [(256usize, 64usize), (512, 40), (1024, 24)] {
+        for ty in WEIGHT_TYPES {
+            if n_in % ty.block_size() != 0 {
+                continue;
+            }
+            for name in NAMES {
+                let experts = usize::from(name.contains("exps")) * 2 + 1;
+                let mut rng = Rng::new(0xe8ac + ty.id() as u64 * 11 + n_in as u64 + experts as u64);
+                let w = rng.normal(n_in * n_out * experts, 0.05);
+                let shape: Vec<usize> = if experts > 1 {
+                    vec![n_in, n_out, experts]
+                } else {
+                    vec![n_in, n_out]
+                };
+                let load = |backend: &dyn Backend| -> Result<Weight, BackendError> {
+                    let weight = make_weight(backend, name, ty, &shape, &w)?;
+                    Ok(if experts > 1 {
+                        weight.matrix(1)
+                    } else {
+                        weight
+                    })
+                };
+                let expected_weight = load(&reference).expect("cpu weight");
+                let weight = match load(&cuda) {
+                    Ok(weight) => weight,
+                    Err(error) => {
+                        failures.push(format!("{ty} {shape:?} {name}: {error}"));
+                        continue;
+                    }
+                };
+                for tokens in [1usize, 2, 3, 4, 5, 8, 13, 70] {
+                    let x = rng.values(tokens * n_in, -1.0, 1.0);
+                    let expected =
+                        run_matmul(&reference, &expected_weight, &x, tokens).expect("cpu matmul");
+                    let label = format!("{ty} [{n_in}, {n_out}] {name} x {tokens}");
+                    match run_matmul(&cuda, &weight, &x, tokens) {
+                        Ok(found) => {
+                            compared += found.len();
+                            if let Some(difference) = first_difference(&expected, &found) {
+                                failures.push(format!("{label}: {difference}"));
+                            }
+                        }
+                        Err(error) => failures.push(format!("{label}: {error}")),
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "{compared} outputs compared, {} cases failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
