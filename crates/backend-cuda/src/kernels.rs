@@ -35,6 +35,7 @@ pub const HEADERS: &[KernelSource] = &[
     source!("matvec.cuh"),
     source!("exact_dot.cuh"),
     source!("exact_gemm.cuh"),
+    source!("exact_math.cuh"),
 ];
 
 /// Every kernel module, in the order CI compiles them.
@@ -58,6 +59,7 @@ pub const SOURCES: &[KernelSource] = &[
     // Exact numerics: no multiply and add fused unless the source writes an FMA.
     source!("exact_matmul.cu", ["--fmad=false"]),
     source!("exact_gemm.cu", ["--fmad=false"]),
+    source!("exact_ops.cu", ["--fmad=false"]),
     // ops (norm, rope, embedding, kv, attention) and matmul sources are listed here too.
 ];
 

@@ -93,6 +93,8 @@ pub struct CudaBackend {
     programmatic_launch: bool,
     /// Exact numerics (see [`CudaBackend::with_exact_numerics`]).
     exact: bool,
+    /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
+    exact_angles: exact::ops::AngleTable,
 }
 
 impl CudaBackend {
@@ -157,6 +159,7 @@ impl CudaBackend {
             programmatic_launch: major >= 9
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
+            exact_angles: exact::ops::AngleTable::default(),
         })
     }
 
@@ -174,6 +177,10 @@ impl CudaBackend {
     /// True in exact-numerics mode ([`CudaBackend::with_exact_numerics`]).
     pub fn exact_numerics(&self) -> bool {
         self.exact
+    }
+
+    pub(crate) fn exact_angles(&self) -> &exact::ops::AngleTable {
+        &self.exact_angles
     }
 
     /// Copies `view` into `out` through the page-locked staging buffer (one DMA, then a host

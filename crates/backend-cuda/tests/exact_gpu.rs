@@ -140,3 +140,38 @@ fn exact_matmul_equals_the_cpu_bit_for_bit() {
     );
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
+
+/// The whole parity suite (every op, every weight type, the attention and MoE cases) in
+/// exact mode: every case must come out with an NMSE of exactly zero (and the bad-input
+/// checks must still be refused).
+#[test]
+fn every_parity_case_is_exact() {
+    use runit_backend::testing::{run_parity, ParityOutcome};
+    use runit_backend_cpu::SimdLevel;
+    let Some(cuda) = gpu() else { return };
+    let reference = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let report = run_parity(&reference, &cuda);
+    println!("{report}");
+    let inexact: Vec<String> = report
+        .cases
+        .iter()
+        .filter(|case| !case.ok() || (case.outcome == ParityOutcome::Passed && case.nmse != 0.0))
+        .map(|case| {
+            format!(
+                "{} {} {:?}: nmse {:e} ({:?})",
+                case.op, case.detail, case.ty, case.nmse, case.outcome
+            )
+        })
+        .collect();
+    let skipped = report
+        .cases
+        .iter()
+        .filter(|case| matches!(case.outcome, ParityOutcome::Skipped(_)))
+        .count();
+    println!(
+        "{} cases, {} not exact, {skipped} skipped",
+        report.cases.len(),
+        inexact.len()
+    );
+    assert!(inexact.is_empty(), "not exact:\n{}", inexact.join("\n"));
+}

@@ -24,6 +24,25 @@ pub struct RopeParams {
     pub freq_scale: f32,
 }
 
+impl RopeParams {
+    /// `(cos, sin)` of every pair's angle at `position` (`cache.len()` pairs, normally
+    /// `rotary_dim / 2`), as ggml's CPU rope computes them: a running angle in f32, `θ₀ =
+    /// position` and `θ *= θ_base^(-2/rotary_dim)` after each pair; pair `i` takes
+    /// `freq_scale * (θᵢ / factors[i])` (`factors`: the optional `rope_freqs` tensor), then
+    /// libm's `cosf` and `sinf`. Every backend rotates with these values (the CUDA exact mode
+    /// uploads them), so the angles are computed in this one place.
+    pub fn angles(&self, position: u32, factors: Option<&[f32]>, cache: &mut [(f32, f32)]) {
+        let theta_scale = self.theta.powf(-2.0 / self.rotary_dim as f32);
+        let mut theta = position as f32;
+        for (pair, slot) in cache.iter_mut().enumerate() {
+            let factor = factors.map_or(1.0, |f| f[pair]);
+            let angle = self.freq_scale * (theta / factor);
+            *slot = (angle.cos(), angle.sin());
+            theta *= theta_scale;
+        }
+    }
+}
+
 /// Per-head RMS norms of the queries and keys (Qwen3's `attn_q_norm` / `attn_k_norm`): one
 /// weight of `head_dim` values each, applied to every head before RoPE.
 #[derive(Clone, Copy)]

@@ -5,7 +5,7 @@
 //! with `factor` the optional `rope_freqs` tensor. Normal style rotates `(x[2i], x[2i+1])`,
 //! NEOX style `(x[i], x[i + rotary_dim/2])`; dims past `rotary_dim` are left as they are.
 //! The rotation fuses one product of each output as gcc does ([`rotate_pair`]); cos and sin
-//! come from libm's `cosf`/`sinf`, as in ggml.
+//! come from libm's `cosf`/`sinf`, as in ggml ([`RopeParams::angles`]).
 
 use runit_backend::{BackendError, Buffer, RopeParams, RopeStyle, Weight};
 
@@ -49,29 +49,12 @@ pub fn rope(
     }
     backend.for_rows(x, width, positions.len(), |token, row| {
         let mut cache = vec![(0.0f32, 0.0f32); rotary_dim / 2];
-        angle_cache(positions[token], params, factors.as_deref(), &mut cache);
+        params.angles(positions[token], factors.as_deref(), &mut cache);
         for head in row.chunks_exact_mut(head_dim) {
             rotate_head(params.style, &cache, &mut head[..rotary_dim]);
         }
     });
     Ok(())
-}
-
-/// `(cos, sin)` of every pair's angle at `position`, in ggml's order of f32 operations.
-fn angle_cache(
-    position: u32,
-    params: &RopeParams,
-    factors: Option<&[f32]>,
-    cache: &mut [(f32, f32)],
-) {
-    let theta_scale = params.theta.powf(-2.0 / params.rotary_dim as f32);
-    let mut theta = position as f32;
-    for (pair, slot) in cache.iter_mut().enumerate() {
-        let factor = factors.map_or(1.0, |f| f[pair]);
-        let angle = params.freq_scale * (theta / factor);
-        *slot = (angle.cos(), angle.sin());
-        theta *= theta_scale;
-    }
 }
 
 /// One rotated pair as ggml computes it: gcc contracts `x0*cos - x1*sin` and
@@ -138,7 +121,7 @@ mod tests {
     fn rotates_a_known_vector() {
         // base 100, rotary_dim 4: pair 0 turns by pos, pair 1 by pos / 10.
         let mut cache = [(0.0, 0.0); 2];
-        angle_cache(3, &params(RopeStyle::Normal), None, &mut cache);
+        params(RopeStyle::Normal).angles(3, None, &mut cache);
         let x = [1.0f32, 2.0, 3.0, 4.0];
         let (a0, a1) = (3.0f64, 0.3f64);
         let mut normal = x;
@@ -170,7 +153,7 @@ mod tests {
         let mut p = params(RopeStyle::Normal);
         p.freq_scale = 0.5;
         let mut cache = [(0.0, 0.0); 2];
-        angle_cache(8, &p, Some(&[2.0, 4.0]), &mut cache);
+        p.angles(8, Some(&[2.0, 4.0]), &mut cache);
         // pair 0: 0.5 * 8 / 2 = 2; pair 1: 0.5 * 0.8 / 4 = 0.1.
         assert!((cache[0].0 - 2.0f32.cos()).abs() < 1e-6);
         assert!((cache[1].1 - 0.1f32.sin()).abs() < 1e-6);
@@ -179,7 +162,7 @@ mod tests {
     #[test]
     fn position_zero_is_identity() {
         let mut cache = [(0.0, 0.0); 2];
-        angle_cache(0, &params(RopeStyle::Neox), None, &mut cache);
+        params(RopeStyle::Neox).angles(0, None, &mut cache);
         let mut x = [1.0f32, -2.0, 3.5, 4.0];
         rotate_head(RopeStyle::Neox, &cache, &mut x);
         assert_eq!(x, [1.0, -2.0, 3.5, 4.0]);

@@ -5,3 +5,4 @@
 //! this module picks, per call, the same arithmetic order the CPU backend would pick.
 
 pub(crate) mod matmul;
+pub(crate) mod ops;

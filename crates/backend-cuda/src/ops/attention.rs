@@ -109,6 +109,23 @@ pub fn attention(
         return Ok(());
     }
     let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
+    if backend.exact_numerics() {
+        return crate::exact::ops::attention(
+            backend,
+            f16,
+            call.q,
+            call.k,
+            call.v,
+            &step,
+            call.out,
+            end_row,
+            call.heads,
+            call.kv_heads,
+            call.head_dim,
+            call.scale,
+            call.window,
+        );
+    }
     let mma = use_mma(f16, head_dim);
     if use_prefill(total_rows, end_row, spans.len()) {
         if mma {

@@ -23,6 +23,9 @@ pub fn silu_mul(
     }
     let gate = buffer_ptr(OP, "gate", gate)?;
     let up = buffer_ptr(OP, "up", up)?;
+    if backend.exact_numerics() {
+        return crate::exact::ops::silu_mul(backend, gate, up, len);
+    }
     launch!(
         backend,
         OP,

@@ -43,6 +43,9 @@ pub fn rms_norm(
     }
     let config = launch_config(width, rows);
     let (width, rows) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
+    if backend.exact_numerics() {
+        return crate::exact::ops::rms_norm(backend, x_ptr, weight, width, eps, rows, out_ptr);
+    }
     if x_ptr == out_ptr {
         launch!(
             backend,

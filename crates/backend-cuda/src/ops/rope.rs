@@ -44,6 +44,19 @@ pub fn rope(
     };
     let theta_scale = theta_scale(params);
     let step = backend.step_inputs(OP, None, Some(positions), None, None)?;
+    if backend.exact_numerics() {
+        let max_position = positions.iter().copied().max().unwrap_or(0);
+        return crate::exact::ops::rope(
+            backend,
+            x,
+            &step,
+            positions.len(),
+            max_position,
+            params,
+            freq_factors,
+            factors,
+        );
+    }
     launch!(
         backend,
         OP,
