@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over what scripts/gpu_pack.sh put in device/.
 #   scripts/gpu_check.sh tests   # ops, then golden (below)
-#   scripts/gpu_check.sh ops     # NVRTC build, parity suite, op tests, MoE tests, planted kernel fault
-#   scripts/gpu_check.sh golden  # golden fidelity + perplexity on CUDA
+#   scripts/gpu_check.sh ops     # NVRTC build, parity suite, op tests, MoE tests, exact numerics, planted kernel fault
+#   scripts/gpu_check.sh golden  # golden fidelity + perplexity on CUDA (exact numerics, then the fast kernels)
 #   scripts/gpu_check.sh bench [rows...]   # synthetic real-shape models + runit bench (issue 5's table)
 # Logs go to $OUT when set (the device tool brings them back).
 set -uo pipefail
@@ -25,12 +25,17 @@ if [ "$mode" = tests ] || [ "$mode" = ops ]; then
   echo "rc=$?"; grep -E "^test |test result|panicked|error:" "$out/cuda_fault.log" | head -20
 fi
 if [ "$mode" = tests ] || [ "$mode" = golden ]; then
-  echo "=== fidelity (CUDA)"
-  timeout 200 device/bin/fidelity --include-ignored --nocapture --test-threads 1 >"$out/fidelity.log" 2>&1
-  echo "rc=$?"; grep -E "prompts|TOTAL|test result|panicked" "$out/fidelity.log" | head -60
-  echo "=== perplexity (CUDA)"
-  timeout 150 device/bin/perplexity --include-ignored --nocapture --test-threads 1 >"$out/perplexity.log" 2>&1
-  echo "rc=$?"; grep -Ei "ppl|perplexity|test result|panicked" "$out/perplexity.log" | head -60
+  # Exact numerics (--exact, RUNIT_CUDA_EXACT=1) must equal llama.cpp as the CPU does; the
+  # default fast kernels are reported for comparison.
+  for numerics in exact fast; do
+    exact=$([ "$numerics" = exact ] && echo 1 || echo 0)
+    echo "=== fidelity (CUDA, $numerics)"
+    RUNIT_CUDA_EXACT=$exact timeout 200 device/bin/fidelity synthetic --nocapture --test-threads 1 >"$out/fidelity-$numerics.log" 2>&1
+    echo "rc=$?"; grep -E "prompts|TOTAL|test result|panicked" "$out/fidelity-$numerics.log" | head -30
+    echo "=== perplexity (CUDA, $numerics)"
+    RUNIT_CUDA_EXACT=$exact timeout 150 device/bin/perplexity synthetic --nocapture --test-threads 1 >"$out/perplexity-$numerics.log" 2>&1
+    echo "rc=$?"; grep -Ei "diff|test result|panicked" "$out/perplexity-$numerics.log" | head -30
+  done
 fi
 if [ "$mode" = bench ]; then
   shift || true

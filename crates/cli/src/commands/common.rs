@@ -22,6 +22,11 @@ pub struct ModelArgs {
     /// Compute device: `cpu`, or `cuda` / `cuda:N` (GPU N; builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// On a GPU, compute every op exactly as the CPU backend (and llama.cpp's CPU build)
+    /// does, so outputs equal them bit for bit: greedy generations token for token. Much
+    /// slower than the default GPU kernels; the CPU is always exact.
+    #[arg(long)]
+    pub exact: bool,
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -78,7 +83,7 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
         Some(path) => Tokenizer::from_tokenizer_json(path, &file)?,
         None => Tokenizer::from_gguf(&file)?,
     };
-    let backend = make_backend(&args.device, args.thread_count())?;
+    let backend = make_backend(&args.device, args.thread_count(), args.exact)?;
     let model = Model::load(Arc::clone(&file), backend)
         .with_context(|| format!("loading {}", args.model.display()))?;
     if tokenizer.n_vocab() > model.config.vocab_size {
@@ -95,8 +100,8 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     })
 }
 
-/// The backend named by `--device`.
-pub fn make_backend(device: &str, threads: usize) -> anyhow::Result<Arc<dyn Backend>> {
+/// The backend named by `--device` (with `--exact` numerics on a GPU).
+pub fn make_backend(device: &str, threads: usize, exact: bool) -> anyhow::Result<Arc<dyn Backend>> {
     if device == "cpu" {
         return Ok(Arc::new(runit_backend_cpu::CpuBackend::new(threads)?));
     }
@@ -108,18 +113,23 @@ pub fn make_backend(device: &str, threads: usize) -> anyhow::Result<Arc<dyn Back
             .with_context(|| format!("bad device `{device}`; expected cuda or cuda:N"))?,
         None => anyhow::bail!("unknown device `{device}`; available: cpu, cuda, cuda:N"),
     };
-    cuda_backend(ordinal)
+    cuda_backend(ordinal, exact)
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_backend(ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+fn cuda_backend(ordinal: usize, exact: bool) -> anyhow::Result<Arc<dyn Backend>> {
     let backend = runit_backend_cuda::CudaBackend::new(ordinal)?;
+    let backend = if exact {
+        backend.with_exact_numerics(true)
+    } else {
+        backend
+    };
     backend.warm_up()?;
     Ok(Arc::new(backend))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_backend(_ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+fn cuda_backend(_ordinal: usize, _exact: bool) -> anyhow::Result<Arc<dyn Backend>> {
     anyhow::bail!(
         "this runit was built without CUDA support; rebuild with `cargo build --release --features cuda`"
     )
