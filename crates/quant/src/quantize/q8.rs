@@ -94,15 +94,53 @@ fn quantize_activation_block(x: &[f32], q: &mut [i8; 32]) -> f32 {
     quantize_activation_block_scalar(x, q)
 }
 
-/// The portable twin of [`quantize_activation_block`].
+/// The portable twin of [`quantize_activation_block`], equal to it for every input, NaNs,
+/// infinities and blocks whose `127 / amax` overflows included.
 fn quantize_activation_block_scalar(x: &[f32], q: &mut [i8; 32]) -> f32 {
-    let amax = absolute_max(x);
+    let amax = absolute_max_x86(x);
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     for (q, &value) in q.iter_mut().zip(x) {
-        *q = round_ties_even(value * id) as i8;
+        *q = to_i8_x86(round_ties_even(value * id));
     }
     d
+}
+
+/// `maxps` on one lane: the first operand when it is the larger, else the second (so a NaN
+/// in either gives the second).
+fn max_x86(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// The x86 kernel's `amax` of a block of 32, in its reduction tree (the same value as a
+/// plain maximum unless a value is NaN): eight lanes over the four rows of eight, then the
+/// upper lanes onto the lower ones by halves.
+fn absolute_max_x86(x: &[f32]) -> f32 {
+    let abs = |v: f32| f32::from_bits(v.to_bits() & 0x7fff_ffff);
+    let mut lanes: [f32; 8] = std::array::from_fn(|k| abs(x[k]));
+    for row in x.chunks_exact(8).skip(1) {
+        for (lane, &v) in lanes.iter_mut().zip(row) {
+            *lane = max_x86(*lane, abs(v));
+        }
+    }
+    let quad: [f32; 4] = std::array::from_fn(|k| max_x86(lanes[4 + k], lanes[k]));
+    let pair = [max_x86(quad[0], quad[2]), max_x86(quad[1], quad[3])];
+    max_x86(pair[0], pair[1])
+}
+
+/// A rounded value to i8 as `vcvtps2dq` and the saturating packs take it: NaN and values
+/// outside i32 become `i32::MIN`, then everything is clamped to the i8 range.
+fn to_i8_x86(rounded: f32) -> i8 {
+    let int = if rounded.is_nan() || !(-2_147_483_648.0..2_147_483_648.0).contains(&rounded) {
+        i32::MIN
+    } else {
+        rounded as i32
+    };
+    int.clamp(i32::from(i8::MIN), i32::from(i8::MAX)) as i8
 }
 
 /// Q8_0 activations, bit for bit as ggml-cpu quantizes the activation side of a matmul on
@@ -260,6 +298,19 @@ mod activation_tests {
             }
             if case % 11 == 0 {
                 x.fill(0.0);
+            }
+            // Blocks whose 127 / amax overflows, infinities and NaNs: the x86 conversion's
+            // out-of-range value and the maximum's NaN order.
+            match case % 13 {
+                1 => x.iter_mut().for_each(|v| *v *= 1e-39),
+                2 => x[5] = f32::INFINITY,
+                3 => x[9] = f32::NEG_INFINITY,
+                4 => x[case % 32] = f32::NAN,
+                5 => {
+                    x[3] = f32::NAN;
+                    x[20] = f32::INFINITY;
+                }
+                _ => {}
             }
             let (mut simd_block, mut scalar_block) = (BlockQ8_1::zeroed(), BlockQ8_1::zeroed());
             quantize_row_q8_1_activation(&x, std::slice::from_mut(&mut simd_block));
