@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
-use runit_backend::{BackendError, RopeParams, RopeStyle, Weight};
+use runit_backend::{BackendError, RopeParams, RopeStyle};
 
 use crate::{grid_for, launch, CudaBackend, StepView};
 
@@ -91,16 +91,17 @@ pub(crate) struct AngleTable {
 }
 
 struct Angles {
-    /// theta and freq_scale bits, rotary_dim, the factors' values.
-    key: (u32, u32, usize, Vec<u32>),
+    /// theta and freq_scale bits, rotary_dim, and the device address of the frequency
+    /// factors (0 without; a weight's values never change).
+    key: (u32, u32, usize, u64),
     positions: usize,
-    device: CudaSlice<f32>,
+    /// The table's device memory (`ptr` points into it; dropped when the table is rebuilt).
+    _memory: CudaSlice<f32>,
     ptr: u64,
 }
 
 /// Rotates the first `rotary_dim` dims of every head of the step's tokens (positions from
-/// `step`, `max_position` their largest).
-#[allow(clippy::too_many_arguments)]
+/// `step`, `max_position` their largest; `factors`: the device address of `rope_freqs`).
 pub(crate) fn rope(
     backend: &CudaBackend,
     x: u64,
@@ -108,32 +109,31 @@ pub(crate) fn rope(
     tokens: usize,
     max_position: u32,
     params: &RopeParams,
-    freq_factors: Option<&Weight>,
-    factors_ptr: Option<u64>,
+    factors: Option<u64>,
 ) -> Result<(), BackendError> {
     const OP: &str = "rope";
     let pairs = params.rotary_dim / 2;
-    let factors = match (freq_factors, factors_ptr) {
-        (Some(_), Some(ptr)) => Some(download_f32(backend, OP, ptr, pairs)?),
-        _ => None,
-    };
     let key = (
         params.theta.to_bits(),
         params.freq_scale.to_bits(),
         params.rotary_dim,
-        factors.iter().flatten().map(|f| f.to_bits()).collect(),
+        factors.unwrap_or(0),
     );
     let positions = max_position as usize + 1;
     let mut table = backend
         .exact_angles()
         .table
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let current = table
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !table
         .as_ref()
-        .is_some_and(|t| t.key == key && t.positions >= positions);
-    if !current {
-        // Room for some positions beyond these, so a decode does not rebuild it every step.
+        .is_some_and(|t| t.key == key && t.positions >= positions)
+    {
+        let factors = match factors {
+            Some(ptr) => Some(download_f32(backend, OP, ptr, pairs)?),
+            None => None,
+        };
+        // Room for positions beyond these, so that decoding does not rebuild it every step.
         let positions = positions.next_power_of_two().max(64);
         let mut values = vec![0.0f32; positions * pairs * 2];
         let mut cache = vec![(0.0f32, 0.0f32); pairs];
@@ -144,22 +144,21 @@ pub(crate) fn rope(
                 slot[1] = sin;
             }
         }
-        let (device, ptr) = backend.upload_small(OP, &values)?;
+        let (memory, ptr) = backend.upload_small(OP, &values)?;
         *table = Some(Angles {
             key,
             positions,
-            device,
+            _memory: memory,
             ptr,
         });
     }
     let angles = table.as_ref().expect("filled above");
-    let work = tokens * params.heads * pairs;
-    let result = launch!(
+    launch!(
         backend,
         OP,
         "exact_ops.cu",
         "exact_rope",
-        grid_for(work),
+        grid_for(tokens * params.heads * pairs),
         x,
         step.ptr,
         angles.ptr,
@@ -168,9 +167,7 @@ pub(crate) fn rope(
         params.head_dim as u32,
         params.rotary_dim as u32,
         u32::from(params.style == RopeStyle::Neox)
-    );
-    let _ = &angles.device;
-    result
+    )
 }
 
 /// `len` f32 values at device address `ptr`, copied to the host.

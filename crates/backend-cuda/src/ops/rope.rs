@@ -53,7 +53,6 @@ pub fn rope(
             positions.len(),
             max_position,
             params,
-            freq_factors,
             factors,
         );
     }
