@@ -119,6 +119,36 @@ impl Weight {
     pub fn payload<T: 'static>(&self) -> Option<&T> {
         self.payload.downcast_ref()
     }
+
+    /// Where llama.cpp's CPU backend would keep this matrix, which decides the order of its
+    /// dot products: ggml-cpu repacks the types with a repack kernel
+    /// (`runit_quant::dot::is_repacked`) except the token embedding, which GET_ROWS reads from
+    /// a plain buffer (so a tied output matmul stays in `vec_dot` order); one expert of a 3-D
+    /// tensor (`Weight::matrix` names it `name[index]`) goes through MUL_MAT_ID.
+    pub fn ggml_layout(&self) -> GgmlLayout {
+        if self.name == "token_embd.weight" || !runit_quant::dot::is_repacked(self.ty, self.rows())
+        {
+            GgmlLayout::Plain
+        } else if self.name.ends_with(']') {
+            GgmlLayout::RepackedExpert
+        } else {
+            GgmlLayout::Repacked
+        }
+    }
+}
+
+/// Where ggml-cpu keeps a weight ([`Weight::ggml_layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GgmlLayout {
+    /// A plain buffer: `vec_dot` (or tinyBLAS) order.
+    #[default]
+    Plain,
+    /// The REPACK buffer, as a 2-D matrix (MUL_MAT: gemm order for groups of four
+    /// activation rows, gemv order for the rest).
+    Repacked,
+    /// The REPACK buffer, as one expert of a 3-D tensor (MUL_MAT_ID: gemv order for every
+    /// activation row).
+    RepackedExpert,
 }
 
 /// Element type of the KV cache.
@@ -162,5 +192,33 @@ impl KvCache {
     /// Mutable twin of [`KvCache::payload`].
     pub fn payload_mut<T: 'static>(&mut self) -> Option<&mut T> {
         self.payload.downcast_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weight(name: &str, ty: GgmlType, shape: Vec<usize>) -> Weight {
+        Weight::new(name.into(), ty, shape, Arc::new(()))
+    }
+
+    #[test]
+    fn ggml_layout_follows_ggml_cpu_repack_rules() {
+        let up = weight("blk.0.ffn_up.weight", GgmlType::Q4_0, vec![64, 16]);
+        assert_eq!(up.ggml_layout(), GgmlLayout::Repacked);
+        let embedding = weight("token_embd.weight", GgmlType::Q4_0, vec![64, 16]);
+        assert_eq!(embedding.ggml_layout(), GgmlLayout::Plain);
+        let experts = weight("blk.0.ffn_up_exps.weight", GgmlType::Q4_K, vec![256, 8, 4]);
+        assert_eq!(experts.matrix(2).ggml_layout(), GgmlLayout::RepackedExpert);
+        // No repack kernel for the type, or rows not a multiple of 8.
+        assert_eq!(
+            weight("w", GgmlType::Q8_0, vec![64, 16]).ggml_layout(),
+            GgmlLayout::Plain
+        );
+        assert_eq!(
+            weight("w", GgmlType::Q4_0, vec![64, 12]).ggml_layout(),
+            GgmlLayout::Plain
+        );
     }
 }

@@ -18,7 +18,7 @@ pub mod pick;
 pub mod testing;
 pub mod unfused;
 
-pub use buffer::{Buffer, HostMemory, KvCache, KvType, Weight};
+pub use buffer::{Buffer, GgmlLayout, HostMemory, KvCache, KvType, Weight};
 pub use error::BackendError;
 pub use ops::{
     AttentionParams, HeadNorms, MoeBuffers, MoeFfn, RopeParams, RopeStyle, SequenceSpan,

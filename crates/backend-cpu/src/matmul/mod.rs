@@ -60,19 +60,8 @@ pub struct PackedWeight<'a> {
     pub layout: Layout,
 }
 
-/// Where ggml-cpu keeps a weight (see `runit_quant::dot::is_repacked`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Layout {
-    /// A plain buffer: `vec_dot` (or tinyBLAS) order.
-    #[default]
-    Plain,
-    /// The REPACK buffer, as a 2-D matrix (MUL_MAT: gemm order for groups of four
-    /// activation rows, gemv order for the rest).
-    Repacked,
-    /// The REPACK buffer, as one expert of a 3-D tensor (MUL_MAT_ID: gemv order for every
-    /// activation row).
-    RepackedExpert,
-}
+/// Where ggml-cpu keeps a weight (see [`runit_backend::Weight::ggml_layout`]).
+pub use runit_backend::GgmlLayout as Layout;
 
 impl<'a> PackedWeight<'a> {
     /// A weight view; the shape is checked by [`matmul`].

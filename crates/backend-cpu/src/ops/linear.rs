@@ -4,7 +4,7 @@
 
 use runit_backend::{BackendError, Buffer, Weight};
 
-use crate::matmul::{self, Layout, PackedWeight, Parallelism};
+use crate::matmul::{self, PackedWeight, Parallelism};
 use crate::storage::{at_least, data, data_mut, exactly, product, weight_bytes};
 use crate::CpuBackend;
 
@@ -142,19 +142,7 @@ fn packed(weight: &Weight) -> Result<PackedWeight<'_>, BackendError> {
     let n_in = weight.row_len();
     let n_out = weight.rows();
     let bytes = weight_bytes(weight, OP)?;
-    // ggml-cpu keeps the token embedding out of its REPACK buffer (GET_ROWS reads it), so a
-    // tied output matmul stays in `vec_dot` order.
-    // One expert of a 3-D tensor (`Weight::matrix` names it `name[index]`) goes through
-    // MUL_MAT_ID there.
-    let layout =
-        if weight.name == "token_embd.weight" || !runit_quant::dot::is_repacked(weight.ty, n_out) {
-            Layout::Plain
-        } else if weight.name.ends_with(']') {
-            Layout::RepackedExpert
-        } else {
-            Layout::Repacked
-        };
-    Ok(PackedWeight::new(weight.ty, bytes, n_in, n_out).with_layout(layout))
+    Ok(PackedWeight::new(weight.ty, bytes, n_in, n_out).with_layout(weight.ggml_layout()))
 }
 
 /// The first `tokens` rows of `n_in` values of `x`.

@@ -1,15 +1,13 @@
 //! The exact matmul: the CPU backend's choice among ggml's orders (`backend-cpu`
 //! `matmul::matmul`), then that order's kernel. ggml-cpu repacks the weights of some types
-//! (`runit_quant::dot::is_repacked`; never the token embedding) and multiplies them in the
+//! (`Weight::ggml_layout`; never the token embedding) and multiplies them in the
 //! repack gemm order four activation rows at a time and the gemv order for the rest (every
 //! row of one expert of a 3-D weight); takes llamafile's tinyBLAS for two or more rows of
 //! the types it accepts; and the type's `vec_dot` otherwise.
 
 use cudarc::driver::CudaSlice;
-use runit_backend::{Backend, BackendError, Buffer, Weight};
-use runit_quant::dot::{
-    activation_format, activation_row_bytes, is_repacked, tinyblas, ActivationFormat,
-};
+use runit_backend::{Backend, BackendError, Buffer, GgmlLayout, Weight};
+use runit_quant::dot::{activation_format, activation_row_bytes, tinyblas, ActivationFormat};
 use runit_quant::GgmlType;
 
 use crate::matmul::{launch_kernel, operands, Operands};
@@ -59,16 +57,15 @@ enum Order {
 }
 
 fn order(weight: &Weight, tokens: usize) -> Order {
-    let (ty, n_in, n_out) = (weight.ty, weight.row_len(), weight.rows());
-    if weight.name != "token_embd.weight" && is_repacked(ty, n_out) {
-        // `Weight::matrix` names one expert of a 3-D weight `name[index]`.
-        Order::Repacked {
-            expert: weight.name.ends_with(']'),
+    match weight.ggml_layout() {
+        GgmlLayout::Repacked => Order::Repacked { expert: false },
+        GgmlLayout::RepackedExpert => Order::Repacked { expert: true },
+        GgmlLayout::Plain
+            if tinyblas::accepts(weight.ty, weight.row_len(), weight.rows(), tokens) =>
+        {
+            Order::TinyBlas
         }
-    } else if tinyblas::accepts(ty, n_in, n_out, tokens) {
-        Order::TinyBlas
-    } else {
-        Order::VecDot
+        GgmlLayout::Plain => Order::VecDot,
     }
 }
 
@@ -144,15 +141,6 @@ fn quantize(
     Ok((slice, ptr, row_bytes))
 }
 
-fn type_format(backend: &CudaBackend, ty: GgmlType) -> Result<ActivationFormat, BackendError> {
-    activation_format(ty).ok_or_else(|| BackendError::Unsupported {
-        backend: backend.name(),
-        op: OP,
-        ty,
-        tensor: String::from("(activation format)"),
-    })
-}
-
 /// Launches matmul kernel `kernel` of `file` on activation rows `a` (`a_row_bytes` apart; for
 /// tinyBLAS's two-row units, the bytes between units), with `expert` appended for the
 /// kernels that take it.
@@ -214,7 +202,9 @@ fn vec_dot(
     kernel: &'static str,
     operands: &Operands,
 ) -> Result<(), BackendError> {
-    let (_activations, a, a_row_bytes) = quantize(backend, type_format(backend, ty)?, operands)?;
+    let format =
+        activation_format(ty).expect("every type with exact kernels has an activation format");
+    let (_activations, a, a_row_bytes) = quantize(backend, format, operands)?;
     launch_order(backend, PLAIN, kernel, operands, a, a_row_bytes, None)
 }
 
