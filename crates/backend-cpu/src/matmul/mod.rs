@@ -33,7 +33,7 @@ mod tinyblas;
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
     block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn, tile_rows_fn,
-    ActivationFormat, BlockScales, DotFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn,
+    ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn, TileRowsFn,
 };
 use runit_quant::GgmlType;
 
@@ -345,19 +345,20 @@ fn run_plain(
     } else {
         0
     };
+    let layout = QuantLayout::for_level(parallelism.level);
     let block_quants_bytes = if tile.is_some() {
         block_quants_len(weight.n_in, tokens)
     } else {
         0
     };
     // [activations | alignment | block-major quants | alignment | d table | s table]; the
-    // quants start on a 32-byte boundary, so that no block's load straddles a cache line.
+    // quants start on a cache line, so that no block's (or pair's) load straddles two.
     let scratch = grown(
         scratch,
-        quant_len + 32 + block_quants_bytes + 4 + 2 * 4 * table_len,
+        quant_len + 64 + block_quants_bytes + 4 + 2 * 4 * table_len,
     );
     let (activations, rest) = scratch.split_at_mut(quant_len);
-    let skip = rest.as_ptr().align_offset(32);
+    let skip = rest.as_ptr().align_offset(64);
     let rest = &mut rest[skip..];
     let (quants, tables) = rest.split_at_mut(block_quants_bytes);
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
@@ -382,7 +383,7 @@ fn run_plain(
     let tile = match tile {
         Some(tile) => {
             let filled = block_scales(format, activations, tokens, weight.n_in, d, s)
-                && block_quants(format, activations, tokens, weight.n_in, quants);
+                && block_quants(format, activations, tokens, weight.n_in, quants, layout);
             assert!(
                 filled,
                 "tile kernels exist only for formats with block scales"
@@ -400,6 +401,7 @@ fn run_plain(
                     s,
                     quants,
                     stride: tokens,
+                    layout,
                 },
             )
         }

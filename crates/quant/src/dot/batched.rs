@@ -52,6 +52,45 @@ pub struct BlockScales<'a> {
     pub quants: &'a [u8],
     /// Rows in the tables (the distance between consecutive blocks of one row).
     pub stride: usize,
+    /// How `quants` arranges a block's rows.
+    pub layout: QuantLayout,
+}
+
+/// How [`block_quants`] arranges the quants of one block's rows (`stride` rows a block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantLayout {
+    /// Row `t` of block `i`: 32 bytes at `(i * stride + t) * 32` (the AVX2 kernels).
+    Rows,
+    /// Rows in pairs (0 with 1, 2 with 3, ...): the 64 bytes of the pair holding row `t` of
+    /// block `i` at `(i * even + t - t % 2) * 32`, `even` being `stride` rounded up to a
+    /// multiple of two, with the rows' four-byte groups interleaved: group `g` of the even
+    /// row at byte `8 * g`, of the odd row at `8 * g + 4` (zero past an odd last row). A
+    /// 512-bit register then holds both rows with each lane's group in the same place as the
+    /// weight's doubled groups, so the pair kernel needs no shuffle per pair.
+    Pairs,
+}
+
+impl QuantLayout {
+    /// The layout the tile kernels at `level` read (after its fallbacks on this CPU).
+    pub fn for_level(level: SimdLevel) -> QuantLayout {
+        let resolved = level
+            .fallback_chain()
+            .iter()
+            .copied()
+            .find(|candidate| candidate.is_available());
+        match resolved {
+            Some(SimdLevel::Avx512Vnni) => QuantLayout::Pairs,
+            _ => QuantLayout::Rows,
+        }
+    }
+
+    /// Rows a block takes in the table: `stride`, rounded up to pairs for [`Self::Pairs`].
+    fn block_rows(self, stride: usize) -> usize {
+        match self {
+            QuantLayout::Rows => stride,
+            QuantLayout::Pairs => stride.next_multiple_of(2),
+        }
+    }
 }
 
 /// Values of padding after the tables of [`block_scales`]: a tile kernel reads the tables
@@ -59,13 +98,19 @@ pub struct BlockScales<'a> {
 pub const BLOCK_SCALES_PADDING: usize = 8;
 
 impl BlockScales<'_> {
-    /// These tables, starting at row `first`.
+    /// These tables, starting at row `first`. A paired quant table cannot start in the
+    /// middle of a pair: from an odd row it is left out (kernels then read the rows).
     pub fn from_row(self, first: usize) -> Self {
+        let quants = if self.layout == QuantLayout::Pairs && first % 2 == 1 {
+            &[]
+        } else {
+            &self.quants[(32 * first).min(self.quants.len())..]
+        };
         BlockScales {
             d: &self.d[first.min(self.d.len())..],
             s: &self.s[first.min(self.s.len())..],
-            quants: &self.quants[(32 * first).min(self.quants.len())..],
-            stride: self.stride,
+            quants,
+            ..self
         }
     }
 
@@ -95,7 +140,8 @@ impl BlockScales<'_> {
         }
         if !self.quants.is_empty() {
             // A pair of rows reads the partner of an odd last row too.
-            let quants_needed = ((blocks - 1) * self.stride + rows.next_multiple_of(2)) * 32;
+            let block_rows = self.layout.block_rows(self.stride);
+            let quants_needed = ((blocks - 1) * block_rows + rows.next_multiple_of(2)) * 32;
             assert!(
                 self.quants.len() >= quants_needed,
                 "quant table of {} bytes for {blocks} blocks x {rows} rows",
@@ -105,16 +151,16 @@ impl BlockScales<'_> {
     }
 }
 
-/// Bytes of [`block_quants`]'s table for `rows` rows of `n` elements (with room for the
-/// partner of an odd last row).
+/// Bytes of [`block_quants`]'s table for `rows` rows of `n` elements in either layout (with
+/// room for the partner of an odd last row).
 pub fn block_quants_len(n: usize, rows: usize) -> usize {
-    (n / 32 * rows + 1) * 32
+    (n / 32 * rows.next_multiple_of(2) + 1) * 32
 }
 
 /// Copies the quants of the `rows` activation rows of `n` elements in `activations`
-/// (format Q8_0 or Q8_1) into `quants` block-major, as [`BlockScales::quants`] describes
-/// with `stride == rows`; `quants` is [`block_quants_len`] long. Q8_0's are stored plus 128
-/// (`q ^ 0x80`: unsigned bytes), Q8_1's as they are. Returns `false` (and
+/// (format Q8_0 or Q8_1) into `quants` block-major, as [`BlockScales::quants`] and `layout`
+/// describe with `stride == rows`; `quants` is [`block_quants_len`] long. Q8_0's are stored
+/// plus 128 (`q ^ 0x80`: unsigned bytes), Q8_1's as they are. Returns `false` (and
 /// leaves `quants` alone) for other formats.
 ///
 /// # Panics
@@ -125,6 +171,7 @@ pub fn block_quants(
     rows: usize,
     n: usize,
     quants: &mut [u8],
+    layout: QuantLayout,
 ) -> bool {
     let block_bytes = match format {
         ActivationFormat::Q8_0 => 34,
@@ -142,8 +189,16 @@ pub fn block_quants(
         block_quants_len(n, rows),
         "quant table length"
     );
+    let block_rows = layout.block_rows(rows);
     let tail = quants.len() - 32;
     quants[tail..].fill(0);
+    if block_rows > rows {
+        // The missing partner of the odd last row of every block.
+        for i in 0..n / 32 {
+            let at = (i * block_rows + rows - 1) * 32;
+            quants[at..at + 64].fill(0);
+        }
+    }
     // Q8_0 pairs with signed weights: its quants are stored plus 128 (as unsigned bytes),
     // the operand `vpdpbusd` takes unsigned (see the pair kernel's `sums_base`).
     let offset = if format == ActivationFormat::Q8_0 {
@@ -151,14 +206,18 @@ pub fn block_quants(
     } else {
         0
     };
+    // Four quants at a time (one group), the offset applied to all four bytes at once.
+    let offset = u32::from_ne_bytes([offset; 4]);
     for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
         for (i, block) in row.chunks_exact(block_bytes).enumerate() {
-            let at = (i * rows + t) * 32;
-            for (stored, &q) in quants[at..at + 32]
-                .iter_mut()
-                .zip(&block[block_bytes - 32..])
-            {
-                *stored = q ^ offset;
+            let (at, step) = match layout {
+                QuantLayout::Rows => ((i * rows + t) * 32, 4),
+                QuantLayout::Pairs => ((i * block_rows + t - t % 2) * 32 + 4 * (t % 2), 8),
+            };
+            for (g, group) in block[block_bytes - 32..].chunks_exact(4).enumerate() {
+                let group = u32::from_ne_bytes(group.try_into().expect("four bytes")) ^ offset;
+                let at = at + step * g;
+                quants[at..at + 4].copy_from_slice(&group.to_ne_bytes());
             }
         }
     }

@@ -267,25 +267,47 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
             let len = block_scales_len(n, rows);
             let (mut d, mut s) = (vec![f32::NAN; len], vec![f32::NAN; len]);
             let has_tables = block_scales(format, &activations, rows, n, &mut d, &mut s);
-            let mut quants = vec![0xa5u8; block_quants_len(n, rows)];
-            let has_quants = block_quants(format, &activations, rows, n, &mut quants);
-            assert_eq!(
-                has_quants, has_tables,
-                "{ty}: quant and scale tables go together"
-            );
+            // The quant table in both layouts; each level's kernels read theirs.
+            let tables: Vec<(QuantLayout, Vec<u8>)> = [QuantLayout::Rows, QuantLayout::Pairs]
+                .into_iter()
+                .map(|layout| {
+                    let mut quants = vec![0xa5u8; block_quants_len(n, rows)];
+                    let has_quants =
+                        block_quants(format, &activations, rows, n, &mut quants, layout);
+                    assert_eq!(
+                        has_quants, has_tables,
+                        "{ty}: quant and scale tables go together"
+                    );
+                    (layout, quants)
+                })
+                .collect();
             let plain = BlockScales {
                 d: &d,
                 s: &s,
                 quants: &[],
                 stride: rows,
-            };
-            let with_quants = BlockScales {
-                quants: &quants,
-                ..plain
+                layout: QuantLayout::Rows,
             };
             let mut levels = levels();
             levels.push(SimdLevel::Scalar);
             for level in levels {
+                let layout = QuantLayout::for_level(level);
+                let table = |wanted: QuantLayout| {
+                    let (layout, quants) = tables
+                        .iter()
+                        .find(|(layout, _)| *layout == wanted)
+                        .expect("both layouts made");
+                    BlockScales {
+                        quants,
+                        layout: *layout,
+                        ..plain
+                    }
+                };
+                let with_quants = table(layout);
+                let other = table(match layout {
+                    QuantLayout::Rows => QuantLayout::Pairs,
+                    QuantLayout::Pairs => QuantLayout::Rows,
+                });
                 if let Some(gemv) = gemv_fn(ty, level) {
                     for count in 1..=rows {
                         let a = &activations[(count - 1) * a_bytes..count * a_bytes];
@@ -303,7 +325,7 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                     }
                 }
                 if let Some(tile_rows) = tile_rows_fn(ty, level) {
-                    for first in [0, 3] {
+                    for first in [0, 2, 3] {
                         for count in [1, 2, 7, 16, rows - first] {
                             let a = &activations[first * a_bytes..(first + count) * a_bytes];
                             let mut out = vec![0.0f32; rows * count];
@@ -312,9 +334,20 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                                 "tile_rows {ty} runs without block-major quants"
                             );
                             assert!(
-                                tile_rows(n, &weights, a, with_quants.from_row(first), &mut out),
-                                "tile_rows {ty} {level:?}"
+                                !tile_rows(n, &weights, a, other.from_row(first), &mut out),
+                                "tile_rows {ty} {level:?} runs on the other layout"
                             );
+                            // A paired table cannot start at an odd row: the caller then
+                            // loops over the tile kernel.
+                            let runs = !(layout == QuantLayout::Pairs && first % 2 == 1);
+                            assert_eq!(
+                                tile_rows(n, &weights, a, with_quants.from_row(first), &mut out),
+                                runs,
+                                "tile_rows {ty} {level:?} from row {first}"
+                            );
+                            if !runs {
+                                continue;
+                            }
                             for r in 0..rows {
                                 let w = &weights[r * w_bytes..(r + 1) * w_bytes];
                                 for (c, value) in out.iter().skip(r).step_by(rows).enumerate() {
@@ -338,7 +371,9 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                 if let Some(tile) = tile_fn(ty, level) {
                     assert!(has_tables, "{ty} has a tile kernel but no scale tables");
                     let w = &weights[..w_bytes];
-                    for (first, scales) in (0..rows).flat_map(|f| [(f, plain), (f, with_quants)]) {
+                    for (first, scales) in
+                        (0..rows).flat_map(|f| [(f, plain), (f, with_quants), (f, other)])
+                    {
                         for count in 1..=rows - first {
                             let a = &activations[first * a_bytes..(first + count) * a_bytes];
                             let mut out = vec![0.0f32; count];

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use super::legacy::{activation_quants, block_sums, Legacy};
 use super::{f16_splat, hsum8, Avx2, Avx512Vnni, AvxVnni, Isa};
-use crate::dot::{checked_blocks, BlockScales, GemvFn, SimdLevel, TileFn, TileRowsFn};
+use crate::dot::{checked_blocks, BlockScales, GemvFn, QuantLayout, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
 /// `[d, m, d, m]` of a Q4_1/Q5_1 block: its first four bytes, one load and one conversion.
@@ -254,7 +254,8 @@ macro_rules! entry_points {
             }
 
             /// [`TileRowsFn`]: every weight row of `w` against the activation rows, eight
-            /// at a time, from the block-major tables; `false` without them. (AVX-512 VNNI
+            /// at a time, from the block-major tables ([`QuantLayout::Rows`]); `false`
+            /// without them. (AVX-512 VNNI
             /// hands out its pair kernel instead.)
             #[allow(dead_code)]
             pub(super) fn block_major<W: Legacy>(
@@ -264,8 +265,9 @@ macro_rules! entry_points {
                 scales: BlockScales<'_>,
                 out: &mut [f32],
             ) -> bool {
-                if scales.quants.is_empty() || out.is_empty() {
-                    return !scales.quants.is_empty();
+                let rows_table = scales.layout == QuantLayout::Rows && !scales.quants.is_empty();
+                if !rows_table || out.is_empty() {
+                    return rows_table;
                 }
                 let row_bytes = n / 32 * W::BYTES;
                 let rows = w.len() / row_bytes.max(1);

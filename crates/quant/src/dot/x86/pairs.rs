@@ -1,38 +1,46 @@
 //! AVX-512 tile kernel of the 32-element block formats that computes two activation rows
-//! per 512-bit register: the weight block's quants sit in both halves, the two rows'
-//! activation quants side by side (the block-major copy of [`BlockScales::quants`]), and
-//! each half goes through the arithmetic of the single-row kernel (the same integer lane
-//! sums, `d_w * d_a` rounded to f32, one FMA per block into eight lanes, then the same
-//! horizontal sum), so every result equals the single-row kernel bit for bit. Per pair of
-//! rows and block that is one load, one `vpdpbusd`, one conversion, one FMA and one permute
-//! of the scale products, about half the instructions of two 256-bit rows. Signed formats
-//! need no sign trick per row: their activation quants come offset to unsigned, and the
-//! offset's share is taken out once per weight block (`sums_base`).
+//! per 512-bit register. The two rows' activation quants come interleaved by four-byte
+//! group ([`QuantLayout::Pairs`]: group `g` of the first row in lane `2g`, of the second in
+//! lane `2g + 1`) and the weight block's groups doubled to match, so one `vpdpbusd` gives
+//! both rows' lane sums, and each row's eight lanes go through the arithmetic of the
+//! single-row kernel (the same integer lane sums, `d_w * d_a` rounded to f32, one FMA per
+//! block into eight lanes, then the same horizontal sum): every result equals the
+//! single-row kernel bit for bit. Per pair of rows and block that is one `vpdpbusd`, one
+//! multiply (`d_w` by the pair's two `d_a`, a 64-bit broadcast load), one conversion and
+//! one FMA, with no shuffle; the weight's doubling (one permute) and the scale conversions
+//! (one gather and conversion per sixteen blocks) are shared by all pairs.
+//! Signed formats need no sign trick per row: their activation quants come offset to
+//! unsigned, and the offset's share is taken out once per weight block (`sums_base`).
 
-// Kernels index several per-pair arrays (accumulators, permutations) by the same `p`.
+// Kernels index several per-pair arrays (accumulators, sums) by the same `p`.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use super::batched::scale_and_minimum;
-use super::hsum8;
 use super::legacy::Legacy;
-use crate::dot::{checked_blocks, BlockScales};
+use crate::dot::{checked_blocks, BlockScales, QuantLayout};
 use crate::GgmlType;
 
-/// Most pairs of activation rows per call (sixteen rows; 16 accumulators of 32 registers).
+/// Most pairs of activation rows per call (sixteen rows).
 const MAX_PAIRS: usize = 8;
 
-/// The weight block's 32 quants (as the single-row kernel unpacks them) in both halves.
+/// Weight blocks whose scales one pass widens (two gathers) before their sums.
+const SCALE_BLOCKS: usize = 32;
+
+/// The weight block's 32 quants (as the single-row kernel unpacks them) with every
+/// four-quant group doubled: group `g` in lanes `2g` and `2g + 1`.
 #[inline(always)]
 unsafe fn weight_quants<W: Legacy>(p: *const u8) -> __m512i {
     match W::TYPE {
-        // Nibble formats: the 16 packed bytes in all four lanes (a load), the upper lane of
-        // each half shifted by four.
+        // Nibble formats: the 16 packed bytes' dwords doubled (lanes 0-7 and 8-15 alike),
+        // the upper half shifted down to the high nibbles (groups 4-7).
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            let offset = W::BYTES - 16;
-            let packed = _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(offset).cast()));
-            let both = _mm512_srlv_epi64(packed, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+            let packed = _mm512_castsi128_si512(_mm_loadu_si128(p.add(W::BYTES - 16).cast()));
+            let doubled = _mm512_permutexvar_epi32(
+                _mm512_set_epi32(3, 3, 2, 2, 1, 1, 0, 0, 3, 3, 2, 2, 1, 1, 0, 0),
+                packed,
+            );
+            let both = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
             let nibbles = _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
             if W::SIGNED {
                 _mm512_sub_epi8(nibbles, _mm512_set1_epi8(8))
@@ -40,7 +48,10 @@ unsafe fn weight_quants<W: Legacy>(p: *const u8) -> __m512i {
                 nibbles
             }
         }
-        _ => _mm512_broadcast_i64x4(W::quants(p)),
+        _ => _mm512_permutexvar_epi32(
+            _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+            _mm512_castsi256_si512(W::quants(p)),
+        ),
     }
 }
 
@@ -60,10 +71,10 @@ unsafe fn sums_base<W: Legacy>(q: __m512i) -> __m512i {
     }
 }
 
-/// `vpdpbusd` lane sums of the weight quants `q` (both halves) and two activation rows `y`,
-/// as `block_sums` computes them for one row: unsigned weights against the activations;
-/// signed ones as the offset activations (unsigned) against the weights, from `base`
-/// ([`sums_base`]).
+/// `vpdpbusd` lane sums of the weight quants `q` (groups doubled) and a pair of activation
+/// rows `y`, as `block_sums` computes them for one row: unsigned weights against the
+/// activations; signed ones as the offset activations (unsigned) against the weights, from
+/// `base` ([`sums_base`]).
 #[inline(always)]
 unsafe fn pair_sums<W: Legacy>(q: __m512i, base: __m512i, y: __m512i) -> __m512i {
     if W::SIGNED {
@@ -73,9 +84,19 @@ unsafe fn pair_sums<W: Legacy>(q: __m512i, base: __m512i, y: __m512i) -> __m512i
     }
 }
 
-/// One weight row against `count <= 2 * P` activation rows whose quants are the block-major
-/// table `quants` (`32` bytes at `[i * stride + c]`) and whose block scales are `d` and `s`
-/// at `[i * stride + c]`; row `c`'s result goes to `out[c * out_stride]`.
+/// Keeps the compiler from seeing through the stores behind `p`: the values are then read
+/// back from memory as broadcast loads instead of being shuffled out of the register that
+/// was stored, which would cost the shuffle port twice per block.
+#[inline(always)]
+fn opaque<T>(p: *const T) {
+    // SAFETY: an empty assembly block; it only takes the pointer's value.
+    unsafe { std::arch::asm!("/* {0} */", in(reg) p, options(nostack, preserves_flags)) };
+}
+
+/// One weight row against `count <= 2 * P` activation rows whose quants are the paired
+/// table `quants` (the pair of rows `2p, 2p + 1` of block `i` at `(i * block_rows + 2p) *
+/// 32`) and whose block scales are `d` and `s` at `[i * stride + c]`; row `c`'s result goes
+/// to `out[c * out_stride]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_pairs<W: Legacy, const P: usize>(
@@ -89,70 +110,110 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     out: *mut f32,
     out_stride: usize,
 ) {
+    let block_rows = stride.next_multiple_of(2);
     let mut acc = [_mm512_setzero_ps(); P];
-    // Lane c % 4 of minimums[c / 4]: the running `m * s` of row c.
-    let mut minimums = [_mm_setzero_ps(); 4];
-    let groups = count.div_ceil(4);
-    // Pair p takes product 2p into its lower half and 2p + 1 into its upper half.
-    let mut spread = [_mm512_setzero_si512(); P];
+    // Lane c % 8 of minimums[c / 8]: the running `m * s` of row c. Up to four pairs the
+    // rows fit one octet; from five they need both (`count > 8`).
+    let octets = if P > 4 { 2 } else { 1 };
+    let mut minimums = [_mm256_setzero_ps(); 2];
+    // The first four bytes of up to sixteen blocks (`d`, and `m` where the format has one;
+    // every block is at least 18 bytes long), gathered at once.
+    let offsets = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(W::BYTES as i32),
+    );
+    // Per pass: `d_w` of block b at [b], `m` at [SCALE_BLOCKS + b].
+    let mut weight_scales = [0.0f32; 2 * SCALE_BLOCKS];
+    let mut start = 0;
+    while start < blocks {
+        let end = (start + SCALE_BLOCKS).min(blocks);
+        // Sixteen blocks per gather.
+        for half in 0..SCALE_BLOCKS / 16 {
+            let first = start + 16 * half;
+            let pass = end.saturating_sub(first).min(16);
+            if pass == 0 {
+                break;
+            }
+            let mask: __mmask16 = if pass >= 16 {
+                0xffff
+            } else {
+                (1u16 << pass) - 1
+            };
+            let words = _mm512_mask_i32gather_epi32::<1>(
+                _mm512_setzero_si512(),
+                mask,
+                offsets,
+                w.add(first * W::BYTES).cast(),
+            );
+            let scale_halves = _mm512_cvtepi32_epi16(words);
+            let at = weight_scales.as_mut_ptr().add(16 * half);
+            _mm512_storeu_ps(at, _mm512_cvtph_ps(scale_halves));
+            if W::HAS_MIN {
+                let minimum_halves = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(words));
+                _mm512_storeu_ps(at.add(SCALE_BLOCKS), _mm512_cvtph_ps(minimum_halves));
+            }
+        }
+        opaque(weight_scales.as_ptr());
+        for i in start..end {
+            if W::HAS_MIN {
+                // In this loop, not the one above: the sums chain block to block, and here
+                // the rest of the block's work hides the FMA's latency.
+                let m = _mm256_set1_ps(*weight_scales.as_ptr().add(SCALE_BLOCKS + i - start));
+                for octet in 0..octets {
+                    let sums = _mm256_loadu_ps(s.add(i * stride + 8 * octet));
+                    minimums[octet] = _mm256_fmadd_ps(m, sums, minimums[octet]);
+                }
+            }
+            let q = weight_quants::<W>(w.add(i * W::BYTES));
+            let base = sums_base::<W>(q);
+            let row_quants = quants.add(i * block_rows * 32);
+            let d_w = _mm512_set1_ps(*weight_scales.as_ptr().add(i - start));
+            let row_d = d.add(i * stride);
+            for p in 0..P {
+                let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
+                let sums = pair_sums::<W>(q, base, y);
+                let pair = row_d.add(2 * p).cast::<f64>().read_unaligned();
+                let scale = _mm512_mul_ps(d_w, _mm512_castpd_ps(_mm512_set1_pd(pair)));
+                acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
+            }
+        }
+        start = end;
+    }
+    // The horizontal sums, as `hsum8` adds one row's eight lanes (`((l0 + l4) + (l2 + l6))
+    // + ((l1 + l5) + (l3 + l7))`), for both rows of a pair at once: their lanes g sit side
+    // by side, so each step adds the upper half of the interleaved vector to the lower.
+    let mut sums = [0.0f32; 16];
     for p in 0..P {
-        let (low, high) = (2 * p as i32, 2 * p as i32 + 1);
-        spread[p] = _mm512_set_epi32(
-            high, high, high, high, high, high, high, high, low, low, low, low, low, low, low, low,
+        let v = acc[p];
+        let quads = _mm256_add_ps(
+            _mm512_castps512_ps256(v),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
         );
+        let pairs = _mm_add_ps(
+            _mm256_castps256_ps128(quads),
+            _mm256_extractf128_ps::<1>(quads),
+        );
+        let both = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
+        _mm_storel_epi64(sums.as_mut_ptr().add(2 * p).cast(), _mm_castps_si128(both));
     }
-    let rows_mask: __mmask16 = if count >= 16 {
-        0xffff
-    } else {
-        (1u16 << count) - 1
-    };
-    for i in 0..blocks {
-        let wb = w.add(i * W::BYTES);
-        let q = weight_quants::<W>(wb);
-        let base = sums_base::<W>(q);
-        let d_w = if W::HAS_MIN {
-            let dm = scale_and_minimum(wb);
-            let m = _mm_permute_ps::<0b0101_0101>(dm);
-            for group in 0..groups {
-                let sums = _mm_loadu_ps(s.add(i * stride + 4 * group));
-                minimums[group] = _mm_fmadd_ps(m, sums, minimums[group]);
-            }
-            _mm512_broadcastss_ps(dm)
-        } else {
-            _mm512_broadcastss_ps(_mm256_castps256_ps128(W::scale(wb)))
-        };
-        // d_w * d_a of every row in one multiply (masked lanes are zero and unused).
-        let products = _mm512_mul_ps(d_w, _mm512_maskz_loadu_ps(rows_mask, d.add(i * stride)));
-        let row_quants = quants.add(i * stride * 32);
-        for p in 0..P {
-            let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
-            let sums = pair_sums::<W>(q, base, y);
-            let scale = _mm512_permutexvar_ps(spread[p], products);
-            acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
+    if W::HAS_MIN {
+        for octet in 0..octets {
+            let at = sums.as_mut_ptr().add(8 * octet);
+            _mm256_storeu_ps(at, _mm256_add_ps(_mm256_loadu_ps(at), minimums[octet]));
         }
     }
-    let mut minimum = [0.0f32; 16];
-    for group in 0..4 {
-        _mm_storeu_ps(minimum.as_mut_ptr().add(4 * group), minimums[group]);
-    }
-    for p in 0..P {
-        let halves = [
-            _mm512_castps512_ps256(acc[p]),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[p]))),
-        ];
-        for (half, &value) in halves.iter().enumerate() {
-            let c = 2 * p + half;
-            if c < count {
-                let sum = hsum8(value);
-                *out.add(c * out_stride) = if W::HAS_MIN { sum + minimum[c] } else { sum };
-            }
-        }
+    for c in 0..count {
+        *out.add(c * out_stride) = sums[c];
     }
 }
 
+/// [`tile_pairs`] for `rows` weight rows `row_bytes` apart, row `r`'s results starting at
+/// `out[r * row_step]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_group<W: Legacy, const P: usize>(
+    rows: usize,
+    row_bytes: usize,
     blocks: usize,
     w: *const u8,
     quants: *const u8,
@@ -162,14 +223,19 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     count: usize,
     out: *mut f32,
     out_stride: usize,
+    row_step: usize,
 ) {
-    tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out, out_stride);
+    for r in 0..rows {
+        let w = w.add(r * row_bytes);
+        let out = out.add(r * row_step);
+        tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out, out_stride);
+    }
 }
 
 /// [`TileRowsFn`](crate::dot::TileRowsFn): every weight row of `w` (rows of `n` elements,
 /// back to back) against the `out.len() / rows` activation rows, `out[c * rows + r]`; the
-/// checks run once for all rows. Needs `scales.quants` (else `None`: the caller loops over
-/// the single-row [`tile`]).
+/// checks run once for all rows. Needs `scales.quants` in the paired layout (else `false`:
+/// the caller loops over the single-row [`tile`]).
 pub(super) fn tile_rows<W: Legacy>(
     n: usize,
     w: &[u8],
@@ -177,8 +243,9 @@ pub(super) fn tile_rows<W: Legacy>(
     scales: BlockScales<'_>,
     out: &mut [f32],
 ) -> bool {
-    if scales.quants.is_empty() || out.is_empty() {
-        return !scales.quants.is_empty();
+    let paired = scales.layout == QuantLayout::Pairs && !scales.quants.is_empty();
+    if !paired || out.is_empty() {
+        return paired;
     }
     let row_bytes = n / 32 * W::BYTES;
     let rows = w.len() / row_bytes.max(1);
@@ -194,39 +261,54 @@ pub(super) fn tile_rows<W: Legacy>(
     let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
     scales.check(blocks, tokens, W::HAS_MIN);
     let out = out.as_mut_ptr();
-    for r in 0..rows {
-        let w = w[r * row_bytes..].as_ptr();
-        let mut start = 0;
-        while start < tokens {
-            let count = (tokens - start).min(2 * MAX_PAIRS);
-            // SAFETY: as in `tile`: features detected before this kernel is handed out, the
-            // checks above cover every row (all have `row_bytes` bytes); `out` holds
-            // `tokens * rows` values, of which this group writes `(start + c) * rows + r`
-            // for `c < count`.
-            unsafe {
-                run_group::<W>(
-                    blocks,
-                    w,
-                    scales,
-                    start,
-                    count,
-                    out.add(start * rows + r),
-                    rows,
-                )
-            };
-            start += count;
-        }
+    let mut start = 0;
+    while start < tokens {
+        let count = (tokens - start).min(2 * MAX_PAIRS);
+        // SAFETY: as in `tile`: features detected before this kernel is handed out, the
+        // checks above cover every row (all have `row_bytes` bytes); `out` holds `tokens *
+        // rows` values, of which this group writes `(start + c) * rows + r` for `c < count`
+        // and every `r`.
+        unsafe {
+            run_group::<W>(
+                Rows {
+                    count: rows,
+                    bytes: row_bytes,
+                    step: 1,
+                },
+                blocks,
+                w.as_ptr(),
+                scales,
+                start,
+                count,
+                out.add(start * rows),
+                rows,
+            )
+        };
+        start += count;
     }
     true
 }
 
-/// One weight row at `w` against activation rows `start .. start + count` (count <= 16),
-/// row `c`'s result to `out[c * out_stride]`.
+/// The weight rows of one [`run_group`] call: `count` rows `bytes` apart, whose results
+/// start `step` outputs apart.
+#[derive(Clone, Copy)]
+struct Rows {
+    count: usize,
+    bytes: usize,
+    step: usize,
+}
+
+/// The weight rows at `w` against activation rows `start .. start + count` (count <= 16,
+/// `start` even), row `c`'s result of weight row `r` to `out[r * rows.step + c *
+/// out_stride]`.
 ///
 /// # Safety
 /// AVX-512 VNNI is available; `scales` passed `check` for `blocks` and at least `start +
-/// count` rows; `w` holds `blocks` blocks; `out` has the `count` slots written.
+/// count` rows, in the paired layout; every weight row holds `blocks` blocks; `out` has
+/// the slots written.
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_group<W: Legacy>(
+    rows: Rows,
     blocks: usize,
     w: *const u8,
     scales: BlockScales<'_>,
@@ -243,23 +325,35 @@ unsafe fn run_group<W: Legacy>(
         d
     };
     let stride = scales.stride;
+    let Rows {
+        count: n_rows,
+        bytes,
+        step,
+    } = rows;
+    macro_rules! group {
+        ($pairs:literal) => {
+            tile_group::<W, $pairs>(
+                n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
+            )
+        };
+    }
     // SAFETY: the caller's contract.
     unsafe {
         match count.div_ceil(2) {
-            8 => tile_group::<W, 8>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            7 => tile_group::<W, 7>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            6 => tile_group::<W, 6>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            5 => tile_group::<W, 5>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            4 => tile_group::<W, 4>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            3 => tile_group::<W, 3>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            2 => tile_group::<W, 2>(blocks, w, quants, d, s, stride, count, out, out_stride),
-            _ => tile_group::<W, 1>(blocks, w, quants, d, s, stride, count, out, out_stride),
+            8 => group!(8),
+            7 => group!(7),
+            6 => group!(6),
+            5 => group!(5),
+            4 => group!(4),
+            3 => group!(3),
+            2 => group!(2),
+            _ => group!(1),
         }
     }
 }
 
-/// The tile kernel ([`TileFn`](crate::dot::TileFn)): `scales.quants` must hold the block-major copy of the
-/// activation quants; without it the 256-bit kernel `fallback` runs.
+/// The tile kernel ([`TileFn`](crate::dot::TileFn)): `scales.quants` must hold the paired
+/// copy of the activation quants; without it the 256-bit kernel `fallback` runs.
 pub(super) fn tile<W: Legacy>(
     n: usize,
     w: &[u8],
@@ -271,7 +365,7 @@ pub(super) fn tile<W: Legacy>(
     if out.is_empty() {
         return;
     }
-    if scales.quants.is_empty() {
+    if scales.layout != QuantLayout::Pairs || scales.quants.is_empty() {
         return fallback(n, w, a, scales, out);
     }
     let row_bytes = a.len() / out.len();
@@ -286,11 +380,16 @@ pub(super) fn tile<W: Legacy>(
     while start < out.len() {
         let count = (out.len() - start).min(2 * MAX_PAIRS);
         // SAFETY: the caller handed out this kernel only where AVX-512 VNNI was detected;
-        // `scales.check` verified that the tables hold every value read (sums four at a
+        // `scales.check` verified that the tables hold every value read (sums eight at a
         // time past each block's rows, quants up to the pair partner of the last row, d
         // through a masked load), and `out` has `count` slots from `start`.
         unsafe {
             run_group::<W>(
+                Rows {
+                    count: 1,
+                    bytes: 0,
+                    step: 0,
+                },
                 blocks,
                 w.as_ptr(),
                 scales,
