@@ -409,3 +409,61 @@ fn unavailable_levels_fall_back() {
     assert!(dot_fn(GgmlType::Q8_K, SimdLevel::Scalar).is_none());
     assert!(dot_fn(GgmlType::IQ2_XXS, SimdLevel::detect()).is_none());
 }
+
+/// The several-weight-rows kernels over more rows than one pass of widened weight scales
+/// holds, and over rows too long for that pass's buffer, still equal the scalar twin.
+#[test]
+fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
+    let mut random = Random(0x5ca1e);
+    let level = SimdLevel::detect();
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (Some(format), Some(tile_rows)) = (activation_format(ty), tile_rows_fn(ty, level))
+        else {
+            continue;
+        };
+        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+        for (n, rows) in [(576, 130), (32 * 1056, 3)] {
+            let tokens = 8;
+            let weights: Vec<u8> = (0..rows)
+                .flat_map(|_| weight_row(ty, n, false, &mut random))
+                .collect();
+            let x: Vec<f32> = (0..n * tokens).map(|_| random.value()).collect();
+            let activations: Vec<u8> = x
+                .chunks(n)
+                .flat_map(|row| activation_row(ty, row))
+                .collect();
+            let len = block_scales_len(n, tokens);
+            let (mut d, mut s) = (vec![0.0; len], vec![0.0; len]);
+            let layout = QuantLayout::for_level(level);
+            let mut quants = vec![0u8; block_quants_len(n, tokens)];
+            assert!(
+                block_scales(format, &activations, tokens, n, &mut d, &mut s)
+                    && block_quants(format, &activations, tokens, n, &mut quants, layout)
+            );
+            let scales = BlockScales {
+                d: &d,
+                s: &s,
+                quants: &quants,
+                stride: tokens,
+                layout,
+            };
+            let mut out = vec![0.0f32; rows * tokens];
+            assert!(tile_rows(n, &weights, &activations, scales, &mut out));
+            let (w_bytes, a_bytes) = (weights.len() / rows, activations.len() / tokens);
+            for r in 0..rows {
+                for t in 0..tokens {
+                    let expected = scalar(
+                        n,
+                        &weights[r * w_bytes..(r + 1) * w_bytes],
+                        &activations[t * a_bytes..(t + 1) * a_bytes],
+                    );
+                    assert_eq!(
+                        out[t * rows + r].to_bits(),
+                        expected.to_bits(),
+                        "{ty} n={n} weight row {r} token {t}"
+                    );
+                }
+            }
+        }
+    }
+}

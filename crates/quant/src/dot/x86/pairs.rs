@@ -24,9 +24,6 @@ use crate::GgmlType;
 /// Most pairs of activation rows per call (sixteen rows).
 const MAX_PAIRS: usize = 8;
 
-/// Weight blocks whose scales one pass widens (two gathers) before their sums.
-const SCALE_BLOCKS: usize = 32;
-
 /// The weight block's 32 quants (as the single-row kernel unpacks them) with every
 /// four-quant group doubled: group `g` in lanes `2g` and `2g + 1`.
 #[inline(always)]
@@ -93,15 +90,57 @@ fn opaque<T>(p: *const T) {
     unsafe { std::arch::asm!("/* {0} */", in(reg) p, options(nostack, preserves_flags)) };
 }
 
+/// Blocks whose widened scales one [`tile_group`] pass holds (on the stack; rows of more
+/// blocks take a buffer of their own).
+const SCALE_BUFFER: usize = 1024;
+
+/// `d` (to `d_w[k]`) and, for formats with a minimum, `m` (to `m_w[k]`) of the `total`
+/// weight blocks from `w` on, `W::BYTES` apart, widened to f32, sixteen blocks per gather.
+/// Both buffers take up to 15 values past `total`.
+#[inline(always)]
+unsafe fn widen_scales<W: Legacy>(w: *const u8, total: usize, d_w: *mut f32, m_w: *mut f32) {
+    // The first four bytes of each block: `d`, and `m` where the format has one (every
+    // block is at least 18 bytes long).
+    let offsets = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(W::BYTES as i32),
+    );
+    for first in (0..total).step_by(16) {
+        let left = total - first;
+        let mask: __mmask16 = if left >= 16 {
+            0xffff
+        } else {
+            (1u16 << left) - 1
+        };
+        let words = _mm512_mask_i32gather_epi32::<1>(
+            _mm512_setzero_si512(),
+            mask,
+            offsets,
+            w.add(first * W::BYTES).cast(),
+        );
+        _mm512_storeu_ps(
+            d_w.add(first),
+            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)),
+        );
+        if W::HAS_MIN {
+            let minimums = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(words));
+            _mm512_storeu_ps(m_w.add(first), _mm512_cvtph_ps(minimums));
+        }
+    }
+}
+
 /// One weight row against `count <= 2 * P` activation rows whose quants are the paired
 /// table `quants` (the pair of rows `2p, 2p + 1` of block `i` at `(i * block_rows + 2p) *
-/// 32`) and whose block scales are `d` and `s` at `[i * stride + c]`; row `c`'s result goes
-/// to `out[c * out_stride]`.
+/// 32`) and whose block scales are `d` and `s` at `[i * stride + c]`; the weight's block
+/// scales are `d_w[i]` and `m_w[i]` (widened); row `c`'s result goes to
+/// `out[c * out_stride]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_pairs<W: Legacy, const P: usize>(
     blocks: usize,
     w: *const u8,
+    d_w: *const f32,
+    m_w: *const f32,
     quants: *const u8,
     d: *const f32,
     s: *const f32,
@@ -109,6 +148,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     count: usize,
     out: *mut f32,
     out_stride: usize,
+    ahead: usize,
 ) {
     let block_rows = stride.next_multiple_of(2);
     let mut acc = [_mm512_setzero_ps(); P];
@@ -116,68 +156,27 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     // rows fit one octet; from five they need both (`count > 8`).
     let octets = if P > 4 { 2 } else { 1 };
     let mut minimums = [_mm256_setzero_ps(); 2];
-    // The first four bytes of up to sixteen blocks (`d`, and `m` where the format has one;
-    // every block is at least 18 bytes long), gathered at once.
-    let offsets = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi32(W::BYTES as i32),
-    );
-    // Per pass: `d_w` of block b at [b], `m` at [SCALE_BLOCKS + b].
-    let mut weight_scales = [0.0f32; 2 * SCALE_BLOCKS];
-    let mut start = 0;
-    while start < blocks {
-        let end = (start + SCALE_BLOCKS).min(blocks);
-        // Sixteen blocks per gather.
-        for half in 0..SCALE_BLOCKS / 16 {
-            let first = start + 16 * half;
-            let pass = end.saturating_sub(first).min(16);
-            if pass == 0 {
-                break;
-            }
-            let mask: __mmask16 = if pass >= 16 {
-                0xffff
-            } else {
-                (1u16 << pass) - 1
-            };
-            let words = _mm512_mask_i32gather_epi32::<1>(
-                _mm512_setzero_si512(),
-                mask,
-                offsets,
-                w.add(first * W::BYTES).cast(),
-            );
-            let scale_halves = _mm512_cvtepi32_epi16(words);
-            let at = weight_scales.as_mut_ptr().add(16 * half);
-            _mm512_storeu_ps(at, _mm512_cvtph_ps(scale_halves));
-            if W::HAS_MIN {
-                let minimum_halves = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(words));
-                _mm512_storeu_ps(at.add(SCALE_BLOCKS), _mm512_cvtph_ps(minimum_halves));
+    for i in 0..blocks {
+        if W::HAS_MIN {
+            let m = _mm256_set1_ps(*m_w.add(i));
+            for octet in 0..octets {
+                let sums = _mm256_loadu_ps(s.add(i * stride + 8 * octet));
+                minimums[octet] = _mm256_fmadd_ps(m, sums, minimums[octet]);
             }
         }
-        opaque(weight_scales.as_ptr());
-        for i in start..end {
-            if W::HAS_MIN {
-                // In this loop, not the one above: the sums chain block to block, and here
-                // the rest of the block's work hides the FMA's latency.
-                let m = _mm256_set1_ps(*weight_scales.as_ptr().add(SCALE_BLOCKS + i - start));
-                for octet in 0..octets {
-                    let sums = _mm256_loadu_ps(s.add(i * stride + 8 * octet));
-                    minimums[octet] = _mm256_fmadd_ps(m, sums, minimums[octet]);
-                }
-            }
-            let q = weight_quants::<W>(w.add(i * W::BYTES));
-            let base = sums_base::<W>(q);
-            let row_quants = quants.add(i * block_rows * 32);
-            let d_w = _mm512_set1_ps(*weight_scales.as_ptr().add(i - start));
-            let row_d = d.add(i * stride);
-            for p in 0..P {
-                let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
-                let sums = pair_sums::<W>(q, base, y);
-                let pair = row_d.add(2 * p).cast::<f64>().read_unaligned();
-                let scale = _mm512_mul_ps(d_w, _mm512_castpd_ps(_mm512_set1_pd(pair)));
-                acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
-            }
+        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(i * W::BYTES + ahead).cast());
+        let q = weight_quants::<W>(w.add(i * W::BYTES));
+        let base = sums_base::<W>(q);
+        let row_quants = quants.add(i * block_rows * 32);
+        let scale_w = _mm512_set1_ps(*d_w.add(i));
+        let row_d = d.add(i * stride);
+        for p in 0..P {
+            let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
+            let sums = pair_sums::<W>(q, base, y);
+            let pair = row_d.add(2 * p).cast::<f64>().read_unaligned();
+            let scale = _mm512_mul_ps(scale_w, _mm512_castpd_ps(_mm512_set1_pd(pair)));
+            acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
         }
-        start = end;
     }
     // The horizontal sums, as `hsum8` adds one row's eight lanes (`((l0 + l4) + (l2 + l6))
     // + ((l1 + l5) + (l3 + l7))`), for both rows of a pair at once: their lanes g sit side
@@ -207,8 +206,10 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     }
 }
 
-/// [`tile_pairs`] for `rows` weight rows `row_bytes` apart, row `r`'s results starting at
-/// `out[r * row_step]`.
+/// [`tile_pairs`] for `rows` weight rows stored back to back (`row_bytes` apart, so every
+/// block of them is `W::BYTES` after the last), row `r`'s results starting at
+/// `out[r * row_step]`. The weight scales of as many rows as [`SCALE_BUFFER`] holds are
+/// widened in one pass before their sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_group<W: Legacy, const P: usize>(
@@ -225,10 +226,44 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     out_stride: usize,
     row_step: usize,
 ) {
-    for r in 0..rows {
-        let w = w.add(r * row_bytes);
-        let out = out.add(r * row_step);
-        tile_pairs::<W, P>(blocks, w, quants, d, s, stride, count, out, out_stride);
+    // `d_w` of the pass's blocks, then `m` (16 values of slack after each for the gathers'
+    // last stores).
+    let mut stack = [0.0f32; 2 * (SCALE_BUFFER + 16)];
+    let mut heap = Vec::new();
+    let (scales, capacity) = if blocks <= SCALE_BUFFER {
+        (stack.as_mut_ptr(), SCALE_BUFFER)
+    } else {
+        heap.resize(2 * (blocks + 16), 0.0f32);
+        (heap.as_mut_ptr(), blocks)
+    };
+    let group_rows = (capacity / blocks.max(1)).max(1);
+    let (d_w, m_w) = (scales, scales.add(capacity + 16));
+    // Each block prefetches the one a pass of rows later: the next pass's scale gathers
+    // (which cannot overlap the sums they precede) then find their lines in the cache.
+    let ahead = group_rows * row_bytes;
+    let mut first = 0;
+    while first < rows {
+        let group = group_rows.min(rows - first);
+        widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w);
+        opaque(scales);
+        for r in first..first + group {
+            let at = (r - first) * blocks;
+            tile_pairs::<W, P>(
+                blocks,
+                w.add(r * row_bytes),
+                d_w.add(at),
+                m_w.add(at),
+                quants,
+                d,
+                s,
+                stride,
+                count,
+                out.add(r * row_step),
+                out_stride,
+                ahead,
+            );
+        }
+        first += group;
     }
 }
 
