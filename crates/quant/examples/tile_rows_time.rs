@@ -11,7 +11,7 @@ use std::time::Instant;
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
     block_scales_len, quantize_activation, tile_rows_fn, ActivationFormat, BlockScales,
-    QuantLayout, SimdLevel,
+    QuantLayout, SimdLevel, TileOut,
 };
 use runit_quant::{quantize, GgmlType};
 
@@ -73,7 +73,13 @@ fn main() {
         .map(|_| {
             let start = Instant::now();
             for _ in 0..reps {
-                kernel(n, &weights, &activations, scales, &mut out);
+                kernel(
+                    n,
+                    &weights,
+                    &activations,
+                    scales,
+                    TileOut::new(&mut out, rows),
+                );
             }
             start.elapsed().as_secs_f64() / reps as f64
         })

@@ -33,7 +33,8 @@ mod tinyblas;
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
     block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn, tile_rows_fn,
-    ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn, TileRowsFn,
+    ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn, TileOut,
+    TileRowsFn,
 };
 use runit_quant::GgmlType;
 
@@ -512,11 +513,6 @@ fn grown(scratch: &mut Vec<u8>, len: usize) -> &mut [u8] {
     &mut scratch[..len]
 }
 
-thread_local! {
-    /// The results buffer of `tile_rows`, kept per thread.
-    static TILE_RESULTS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
 /// The kernel a tile of tokens goes through.
 #[derive(Clone, Copy)]
 enum TileKernel<'a> {
@@ -577,31 +573,26 @@ unsafe fn tile_rows(
     y: &SharedOutput,
 ) {
     let mut dots = [0.0f32; TOKENS_PER_TILE];
-    // Reused between calls on this thread (a decode step makes hundreds).
-    let mut all_rows = TILE_RESULTS.take();
     for first_token in (0..tokens).step_by(TOKENS_PER_TILE) {
         let count = TOKENS_PER_TILE.min(tokens - first_token);
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
         if let TileKernel::Scaled(_, Some(tile_rows), scales) = kernel {
-            // Every weight row of the task in one call: `all_rows[t * rows + r]`.
-            if all_rows.len() < rows.len() * count {
-                all_rows.resize(rows.len() * count, 0.0);
-            }
-            let all_rows = &mut all_rows[..rows.len() * count];
+            // Every weight row of the task in one call, written in place.
             let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
             let scales = scales.from_row(first_token);
-            if tile_rows(weight.n_in, weights, block, scales, all_rows) {
-                for (t, values) in all_rows.chunks_exact(rows.len()).enumerate() {
-                    // SAFETY: as below: columns `rows` of token `first_token + t`.
-                    let out = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            y.at((first_token + t) * weight.n_out + rows.start),
-                            rows.len(),
-                        )
-                    };
-                    out.copy_from_slice(values);
-                }
+            // SAFETY: columns `rows` of tokens `first_token .. first_token + count` lie
+            // inside `y` (`[tokens, n_out]`) and belong to this task alone (the function's
+            // contract); `rows.len() <= n_out`.
+            let out = unsafe {
+                TileOut::from_raw(
+                    y.at(first_token * weight.n_out + rows.start),
+                    count,
+                    rows.len(),
+                    weight.n_out,
+                )
+            };
+            if tile_rows(weight.n_in, weights, block, scales, out) {
                 continue;
             }
         }
@@ -624,7 +615,6 @@ unsafe fn tile_rows(
             }
         }
     }
-    TILE_RESULTS.set(all_rows);
 }
 
 /// The scalar twin of [`matmul`]: one thread, scalar kernels, one dot product per output.

@@ -22,18 +22,90 @@ pub type TileFn =
     fn(n: usize, weight_row: &[u8], activations: &[u8], scales: BlockScales<'_>, out: &mut [f32]);
 
 /// `tile_rows(n, weight_rows, activations, scales, out)`: [`TileFn`] for several weight rows
-/// of `n` elements stored back to back, `out[c * rows + r]` (token-major, so that each
-/// token's results are one run) with `tokens = out.len() / rows`; the checks run once for
-/// all rows. Returns `false` (computing nothing) when it
-/// cannot run on these tables (no [`BlockScales::quants`]): loop over the [`TileFn`] then.
-/// Results equal the single-row [`DotFn`](super::DotFn) bit for bit.
+/// of `n` elements stored back to back against `out`'s tokens (the activation rows), row
+/// `r`'s result for token `c` to `out`'s `[c * stride + r]` (token-major, so that each
+/// token's results are one run); the checks run once for all rows. Returns `false`
+/// (computing nothing) when it cannot run on these tables (no [`BlockScales::quants`], or
+/// another [`QuantLayout`]): loop over the [`TileFn`] then. Results equal the single-row
+/// [`DotFn`](super::DotFn) bit for bit.
 pub type TileRowsFn = fn(
     n: usize,
     weight_rows: &[u8],
     activations: &[u8],
     scales: BlockScales<'_>,
-    out: &mut [f32],
+    out: TileOut<'_>,
 ) -> bool;
+
+/// Where a [`TileRowsFn`] writes: `tokens` runs of `rows` results, `stride` values apart.
+/// Made from a slice, or from a pointer into a larger output that other threads fill in
+/// other columns at the same time (the matmul writes its tasks' results in place).
+#[derive(Debug)]
+pub struct TileOut<'a> {
+    start: *mut f32,
+    tokens: usize,
+    rows: usize,
+    stride: usize,
+    marker: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> TileOut<'a> {
+    /// `out` as `[tokens, rows]`.
+    ///
+    /// # Panics
+    /// Unless `out.len()` is a multiple of `rows`.
+    pub fn new(out: &'a mut [f32], rows: usize) -> TileOut<'a> {
+        let tokens = out.len() / rows.max(1);
+        assert_eq!(tokens * rows, out.len(), "out is [tokens x {rows}]");
+        TileOut {
+            start: out.as_mut_ptr(),
+            tokens,
+            rows,
+            stride: rows,
+            marker: std::marker::PhantomData,
+        }
+    }
+
+    /// `tokens` runs of `rows` values from `start`, `stride` apart.
+    ///
+    /// # Safety
+    /// Every `start + c * stride + r` (`c < tokens`, `r < rows`) is valid for writes for
+    /// `'a`, and nothing else reads or writes those values meanwhile; `rows <= stride`.
+    pub unsafe fn from_raw(
+        start: *mut f32,
+        tokens: usize,
+        rows: usize,
+        stride: usize,
+    ) -> TileOut<'a> {
+        debug_assert!(rows <= stride || tokens <= 1);
+        TileOut {
+            start,
+            tokens,
+            rows,
+            stride,
+            marker: std::marker::PhantomData,
+        }
+    }
+
+    /// Tokens (runs of results).
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    /// Results per token.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values between two tokens' runs.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// The first value.
+    pub fn start(&mut self) -> *mut f32 {
+        self.start
+    }
+}
 
 /// The f16 block scales of activation rows in a 32-element format (Q8_0 `d`; Q8_1 `d` and
 /// `s`), widened to f32 and stored block-major: block `i` of row `t` at `[i * stride + t]`,

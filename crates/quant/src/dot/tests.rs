@@ -330,18 +330,36 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                             let a = &activations[first * a_bytes..(first + count) * a_bytes];
                             let mut out = vec![0.0f32; rows * count];
                             assert!(
-                                !tile_rows(n, &weights, a, plain.from_row(first), &mut out),
+                                !tile_rows(
+                                    n,
+                                    &weights,
+                                    a,
+                                    plain.from_row(first),
+                                    TileOut::new(&mut out, rows)
+                                ),
                                 "tile_rows {ty} runs without block-major quants"
                             );
                             assert!(
-                                !tile_rows(n, &weights, a, other.from_row(first), &mut out),
+                                !tile_rows(
+                                    n,
+                                    &weights,
+                                    a,
+                                    other.from_row(first),
+                                    TileOut::new(&mut out, rows)
+                                ),
                                 "tile_rows {ty} {level:?} runs on the other layout"
                             );
                             // A paired table cannot start at an odd row: the caller then
                             // loops over the tile kernel.
                             let runs = !(layout == QuantLayout::Pairs && first % 2 == 1);
                             assert_eq!(
-                                tile_rows(n, &weights, a, with_quants.from_row(first), &mut out),
+                                tile_rows(
+                                    n,
+                                    &weights,
+                                    a,
+                                    with_quants.from_row(first),
+                                    TileOut::new(&mut out, rows)
+                                ),
                                 runs,
                                 "tile_rows {ty} {level:?} from row {first}"
                             );
@@ -448,7 +466,13 @@ fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
                 layout,
             };
             let mut out = vec![0.0f32; rows * tokens];
-            assert!(tile_rows(n, &weights, &activations, scales, &mut out));
+            assert!(tile_rows(
+                n,
+                &weights,
+                &activations,
+                scales,
+                TileOut::new(&mut out, rows)
+            ));
             let (w_bytes, a_bytes) = (weights.len() / rows, activations.len() / tokens);
             for r in 0..rows {
                 for t in 0..tokens {

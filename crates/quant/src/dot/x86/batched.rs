@@ -19,7 +19,9 @@ use std::arch::x86_64::*;
 
 use super::legacy::{activation_quants, block_sums, Legacy};
 use super::{f16_splat, hsum8, Avx2, Avx512Vnni, AvxVnni, Isa};
-use crate::dot::{checked_blocks, BlockScales, GemvFn, QuantLayout, SimdLevel, TileFn, TileRowsFn};
+use crate::dot::{
+    checked_blocks, BlockScales, GemvFn, QuantLayout, SimdLevel, TileFn, TileOut, TileRowsFn,
+};
 use crate::GgmlType;
 
 /// `[d, m, d, m]` of a Q4_1/Q5_1 block: its first four bytes, one load and one conversion.
@@ -263,17 +265,17 @@ macro_rules! entry_points {
                 w: &[u8],
                 a: &[u8],
                 scales: BlockScales<'_>,
-                out: &mut [f32],
+                mut out: TileOut<'_>,
             ) -> bool {
                 let rows_table = scales.layout == QuantLayout::Rows && !scales.quants.is_empty();
-                if !rows_table || out.is_empty() {
+                let tokens = out.tokens();
+                if !rows_table || tokens == 0 || w.is_empty() {
                     return rows_table;
                 }
                 let row_bytes = n / 32 * W::BYTES;
                 let rows = w.len() / row_bytes.max(1);
                 assert_eq!(rows * row_bytes, w.len(), "whole weight rows");
-                let tokens = out.len() / rows.max(1);
-                assert_eq!(rows * tokens, out.len(), "out is [tokens x rows]");
+                assert_eq!(rows, out.rows(), "one output per weight row");
                 let activation_bytes = a.len() / tokens;
                 assert_eq!(
                     activation_bytes * tokens,
@@ -283,7 +285,7 @@ macro_rules! entry_points {
                 let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
                 scales.check(blocks, tokens, W::HAS_MIN);
                 let s = if W::HAS_MIN { scales.s } else { scales.d };
-                let out = out.as_mut_ptr();
+                let (out_stride, out) = (out.stride(), out.start());
                 for r in 0..rows {
                     let w = w[r * row_bytes..].as_ptr();
                     let mut start = 0;
@@ -292,39 +294,40 @@ macro_rules! entry_points {
                         let q = scales.quants[32 * start..].as_ptr();
                         let d = scales.d[start..].as_ptr();
                         let s = s[start..].as_ptr();
-                        let out = out.wrapping_add(start * rows + r);
+                        let out = out.wrapping_add(start * out_stride + r);
                         let stride = scales.stride;
                         // SAFETY: features detected before this kernel is handed out; every
                         // weight row holds `blocks` blocks; `scales.check` verified that the
                         // tables hold the `tokens` rows of every block (plus the padding the
-                        // eight-wide scale loads read); `out` holds `tokens * rows` values,
-                        // of which this group writes `(start + c) * rows + r`, `c < count`.
+                        // eight-wide scale loads read); `out` may be written at `c *
+                        // out_stride + r` for every token and row (`TileOut`'s promise), of
+                        // which this group writes `(start + c) * out_stride + r`, `c < count`.
                         unsafe {
                             match count {
-                                8 => {
-                                    block_major_group::<W, 8>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                7 => {
-                                    block_major_group::<W, 7>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                6 => {
-                                    block_major_group::<W, 6>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                5 => {
-                                    block_major_group::<W, 5>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                4 => {
-                                    block_major_group::<W, 4>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                3 => {
-                                    block_major_group::<W, 3>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                2 => {
-                                    block_major_group::<W, 2>(blocks, w, q, d, s, stride, out, rows)
-                                }
-                                _ => {
-                                    block_major_group::<W, 1>(blocks, w, q, d, s, stride, out, rows)
-                                }
+                                8 => block_major_group::<W, 8>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                7 => block_major_group::<W, 7>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                6 => block_major_group::<W, 6>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                5 => block_major_group::<W, 5>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                4 => block_major_group::<W, 4>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                3 => block_major_group::<W, 3>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                2 => block_major_group::<W, 2>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
+                                _ => block_major_group::<W, 1>(
+                                    blocks, w, q, d, s, stride, out, out_stride,
+                                ),
                             }
                         }
                         start += count;
@@ -494,7 +497,7 @@ fn pairs_tile_rows<W: Legacy>(
     w: &[u8],
     a: &[u8],
     scales: BlockScales<'_>,
-    out: &mut [f32],
+    out: TileOut<'_>,
 ) -> bool {
     super::pairs::tile_rows::<W>(n, w, a, scales, out)
 }

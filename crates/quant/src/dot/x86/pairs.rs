@@ -18,7 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::Legacy;
-use crate::dot::{checked_blocks, BlockScales, QuantLayout};
+use crate::dot::{checked_blocks, BlockScales, QuantLayout, TileOut};
 use crate::GgmlType;
 
 /// Most pairs of activation rows per call (sixteen rows).
@@ -227,11 +227,12 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     row_step: usize,
 ) {
     // `d_w` of the pass's blocks, then `m` (16 values of slack after each for the gathers'
-    // last stores).
-    let mut stack = [0.0f32; 2 * (SCALE_BUFFER + 16)];
+    // last stores). Left unset: every value read was widened there first (zeroing 8 KB per
+    // call showed up in decode profiles).
+    let mut stack = std::mem::MaybeUninit::<[f32; 2 * (SCALE_BUFFER + 16)]>::uninit();
     let mut heap = Vec::new();
     let (scales, capacity) = if blocks <= SCALE_BUFFER {
-        (stack.as_mut_ptr(), SCALE_BUFFER)
+        (stack.as_mut_ptr().cast::<f32>(), SCALE_BUFFER)
     } else {
         heap.resize(2 * (blocks + 16), 0.0f32);
         (heap.as_mut_ptr(), blocks)
@@ -276,17 +277,17 @@ pub(super) fn tile_rows<W: Legacy>(
     w: &[u8],
     a: &[u8],
     scales: BlockScales<'_>,
-    out: &mut [f32],
+    mut out: TileOut<'_>,
 ) -> bool {
     let paired = scales.layout == QuantLayout::Pairs && !scales.quants.is_empty();
-    if !paired || out.is_empty() {
+    let tokens = out.tokens();
+    if !paired || tokens == 0 || w.is_empty() {
         return paired;
     }
     let row_bytes = n / 32 * W::BYTES;
     let rows = w.len() / row_bytes.max(1);
     assert_eq!(rows * row_bytes, w.len(), "whole weight rows");
-    let tokens = out.len() / rows.max(1);
-    assert_eq!(rows * tokens, out.len(), "out is [tokens x rows]");
+    assert_eq!(rows, out.rows(), "one output per weight row");
     let activation_bytes = a.len() / tokens;
     assert_eq!(
         activation_bytes * tokens,
@@ -295,14 +296,14 @@ pub(super) fn tile_rows<W: Legacy>(
     );
     let blocks = checked_blocks(W::TYPE, n, &w[..row_bytes], &a[..activation_bytes]);
     scales.check(blocks, tokens, W::HAS_MIN);
-    let out = out.as_mut_ptr();
+    let (stride, first) = (out.stride(), out.start());
     let mut start = 0;
     while start < tokens {
         let count = (tokens - start).min(2 * MAX_PAIRS);
         // SAFETY: as in `tile`: features detected before this kernel is handed out, the
-        // checks above cover every row (all have `row_bytes` bytes); `out` holds `tokens *
-        // rows` values, of which this group writes `(start + c) * rows + r` for `c < count`
-        // and every `r`.
+        // checks above cover every row (all have `row_bytes` bytes); `out` may be written
+        // at `c * stride + r` for every token `c` and row `r` (`TileOut`'s promise), and
+        // this group writes `(start + c) * stride + r` for `c < count`.
         unsafe {
             run_group::<W>(
                 Rows {
@@ -315,8 +316,8 @@ pub(super) fn tile_rows<W: Legacy>(
                 scales,
                 start,
                 count,
-                out.add(start * rows),
-                rows,
+                first.add(start * stride),
+                stride,
             )
         };
         start += count;
