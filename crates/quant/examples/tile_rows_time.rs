@@ -3,8 +3,9 @@
 //! the best of nine trials.
 //! For kernel experiments; the end-to-end figure is `runit-engine`'s `batch_decode`.
 //!
-//! `cargo run --release -p runit-quant --example tile_rows_time -- [TYPE] [N] [ROWS] [TOKENS] [GHZ]`
-//! (defaults: Q4_1, 576 inputs, 1536 weight rows, 8 tokens, cycles at 3.75 GHz).
+//! `cargo run --release -p runit-quant --example tile_rows_time -- [TYPE] [N] [ROWS] [TOKENS] [GHZ] [avx2]`
+//! (defaults: Q4_1, 576 inputs, 1536 weight rows, 8 tokens, cycles at 3.75 GHz, the best
+//! SIMD level of this CPU; `avx2` forces the AVX2 kernels).
 
 use std::time::Instant;
 
@@ -46,7 +47,11 @@ fn main() {
     }
     let len = block_scales_len(n, tokens);
     let (mut d, mut s) = (vec![0.0f32; len], vec![0.0f32; len]);
-    let level = SimdLevel::detect();
+    let level = if arg(5, "") == "avx2" {
+        SimdLevel::Avx2
+    } else {
+        SimdLevel::detect()
+    };
     let layout = QuantLayout::for_level(level);
     let mut table = vec![0u8; block_quants_len(n, tokens) + 64];
     let skip = table.as_ptr().align_offset(64);

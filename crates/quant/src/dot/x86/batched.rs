@@ -135,6 +135,11 @@ unsafe fn tile_rows<W: Legacy, I: Isa, const C: usize>(
     }
 }
 
+/// How far ahead of the block being summed [`tile_block_major`] prefetches the weight (a few
+/// rows: the rows follow one another in memory, and a weight that does not fit the cache
+/// otherwise arrives a line at a time).
+const TILE_PREFETCH_BYTES: usize = 4096;
+
 /// Blocks whose `d_w * d_a` products one pass of [`tile_block_major`] stores before using.
 const SCALE_BLOCKS: usize = 16;
 
@@ -184,6 +189,7 @@ unsafe fn tile_block_major<W: Legacy, I: Isa, const C: usize>(
             );
         }
         for i in start..end {
+            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(i * W::BYTES + TILE_PREFETCH_BYTES).cast());
             let quants = W::quants(w.add(i * W::BYTES));
             let row_scales = scales.as_ptr().add(8 * (i - start));
             for c in 0..C {
