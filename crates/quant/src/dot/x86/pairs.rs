@@ -179,27 +179,37 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
         }
     }
     // The horizontal sums, as `hsum8` adds one row's eight lanes (`((l0 + l4) + (l2 + l6))
-    // + ((l1 + l5) + (l3 + l7))`), for both rows of a pair at once: their lanes g sit side
-    // by side, so each step adds the upper half of the interleaved vector to the lower.
+    // + ((l1 + l5) + (l3 + l7))`), for four pairs (eight rows) at once: a pair's two rows
+    // sit side by side lane by lane, so every step adds the upper half of each pair's
+    // values to the lower, and the shuffles only gather the halves of several pairs into
+    // one register. Pairs past `P` are zeros and unused.
+    let mut padded = [_mm512_setzero_ps(); 8];
+    padded[..P].copy_from_slice(&acc);
     let mut sums = [0.0f32; 16];
-    for p in 0..P {
-        let v = acc[p];
-        let quads = _mm256_add_ps(
-            _mm512_castps512_ps256(v),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+    for octet in 0..octets {
+        let [a, b, c, e] = [0, 1, 2, 3].map(|k| padded[4 * octet + k]);
+        // Pairs (a, b) and (c, e): lane k of each one's upper 256 bits onto its lower.
+        let halves = |x: __m512, y: __m512| {
+            let low = _mm512_shuffle_f32x4::<0b01_00_01_00>(x, y);
+            let high = _mm512_shuffle_f32x4::<0b11_10_11_10>(x, y);
+            _mm512_add_ps(low, high)
+        };
+        let (ab, ce) = (halves(a, b), halves(c, e));
+        // Each pair's upper 128 bits onto its lower: [pairs a, b, c, e].
+        let low = _mm512_shuffle_f32x4::<0b10_00_10_00>(ab, ce);
+        let high = _mm512_shuffle_f32x4::<0b11_01_11_01>(ab, ce);
+        let pairs = _mm512_add_ps(low, high);
+        // Lanes 2, 3 of each 128 bits onto lanes 0, 1: the two rows' sums.
+        let both = _mm512_add_ps(pairs, _mm512_shuffle_ps::<0b11_10_11_10>(pairs, pairs));
+        let rows = _mm512_permutexvar_ps(
+            _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 12, 9, 8, 5, 4, 1, 0),
+            both,
         );
-        let pairs = _mm_add_ps(
-            _mm256_castps256_ps128(quads),
-            _mm256_extractf128_ps::<1>(quads),
-        );
-        let both = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
-        _mm_storel_epi64(sums.as_mut_ptr().add(2 * p).cast(), _mm_castps_si128(both));
-    }
-    if W::HAS_MIN {
-        for octet in 0..octets {
-            let at = sums.as_mut_ptr().add(8 * octet);
-            _mm256_storeu_ps(at, _mm256_add_ps(_mm256_loadu_ps(at), minimums[octet]));
+        let mut rows = _mm512_castps512_ps256(rows);
+        if W::HAS_MIN {
+            rows = _mm256_add_ps(rows, minimums[octet]);
         }
+        _mm256_storeu_ps(sums.as_mut_ptr().add(8 * octet), rows);
     }
     for c in 0..count {
         *out.add(c * out_stride) = sums[c];
