@@ -211,6 +211,23 @@ unsafe fn tile_block_major<W: Legacy, I: Isa, const C: usize>(
     }
 }
 
+/// `$function::<W, C>(args)` for the row count `$count` known at run time: 1 to 8 (callers
+/// never pass more).
+macro_rules! with_count {
+    ($count:expr, $function:ident ($($arg:expr),* $(,)?)) => {
+        match $count {
+            8 => $function::<W, 8>($($arg),*),
+            7 => $function::<W, 7>($($arg),*),
+            6 => $function::<W, 6>($($arg),*),
+            5 => $function::<W, 5>($($arg),*),
+            4 => $function::<W, 4>($($arg),*),
+            3 => $function::<W, 3>($($arg),*),
+            2 => $function::<W, 2>($($arg),*),
+            _ => $function::<W, 1>($($arg),*),
+        }
+    };
+}
+
 /// Stamps out the `#[target_feature]` entry points of one instruction set.
 macro_rules! entry_points {
     ($module:ident, $isa:ty, $features:literal, $tile:literal) => {
@@ -309,32 +326,10 @@ macro_rules! entry_points {
                         // out_stride + r` for every token and row (`TileOut`'s promise), of
                         // which this group writes `(start + c) * out_stride + r`, `c < count`.
                         unsafe {
-                            match count {
-                                8 => block_major_group::<W, 8>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                7 => block_major_group::<W, 7>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                6 => block_major_group::<W, 6>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                5 => block_major_group::<W, 5>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                4 => block_major_group::<W, 4>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                3 => block_major_group::<W, 3>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                2 => block_major_group::<W, 2>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                                _ => block_major_group::<W, 1>(
-                                    blocks, w, q, d, s, stride, out, out_stride,
-                                ),
-                            }
+                            with_count!(
+                                count,
+                                block_major_group(blocks, w, q, d, s, stride, out, out_stride)
+                            )
                         }
                         start += count;
                     }
@@ -409,32 +404,10 @@ macro_rules! entry_points {
                     // verified that the tables hold every index the kernel reads (eight
                     // values past each block's first row of the group); `out_at` has room.
                     unsafe {
-                        match count {
-                            8 => tile_group::<W, 8>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            7 => tile_group::<W, 7>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            6 => tile_group::<W, 6>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            5 => tile_group::<W, 5>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            4 => tile_group::<W, 4>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            3 => tile_group::<W, 3>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            2 => tile_group::<W, 2>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                            _ => tile_group::<W, 1>(
-                                blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at,
-                            ),
-                        }
+                        with_count!(
+                            count,
+                            tile_group(blocks, w, a_at, row_bytes, d_at, s_at, stride, out_at)
+                        )
                     }
                     start += count;
                 }
