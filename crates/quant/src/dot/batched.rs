@@ -157,7 +157,7 @@ impl QuantLayout {
     }
 
     /// Rows a block takes in the table: `stride`, rounded up to pairs for [`Self::Pairs`].
-    fn block_rows(self, stride: usize) -> usize {
+    pub(crate) fn block_rows(self, stride: usize) -> usize {
         match self {
             QuantLayout::Rows => stride,
             QuantLayout::Pairs => stride.next_multiple_of(2),

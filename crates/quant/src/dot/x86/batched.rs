@@ -26,7 +26,7 @@ use crate::GgmlType;
 
 /// `[d, m, d, m]` of a Q4_1/Q5_1 block: its first four bytes, one load and one conversion.
 #[inline(always)]
-pub(super) unsafe fn scale_and_minimum(p: *const u8) -> __m128 {
+unsafe fn scale_and_minimum(p: *const u8) -> __m128 {
     let bits = p.cast::<i32>().read_unaligned();
     _mm_cvtph_ps(_mm_set1_epi32(bits))
 }
@@ -278,9 +278,9 @@ macro_rules! entry_points {
                 tile_block_major::<W, $isa, C>(blocks, w, q, d, s, stride, out, out_stride);
             }
 
-            /// [`TileRowsFn`]: every weight row of `w` against the activation rows, eight
-            /// at a time, from the block-major tables ([`QuantLayout::Rows`]); `false`
-            /// without them. (AVX-512 VNNI
+            /// [`TileRowsFn`]: every weight row of `w` against `out`'s tokens, eight at a
+            /// time, from the block-major tables ([`QuantLayout::Rows`]), into `out` in
+            /// place; `false` without them. (AVX-512 VNNI
             /// hands out its pair kernel instead.)
             #[allow(dead_code)]
             pub(super) fn block_major<W: Legacy>(

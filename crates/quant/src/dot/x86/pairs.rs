@@ -150,7 +150,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     out_stride: usize,
     ahead: usize,
 ) {
-    let block_rows = stride.next_multiple_of(2);
+    let block_rows = QuantLayout::Pairs.block_rows(stride);
     let mut acc = [_mm512_setzero_ps(); P];
     // Lane c % 8 of minimums[c / 8]: the running `m * s` of row c. Up to four pairs the
     // rows fit one octet; from five they need both (`count > 8`).
@@ -279,8 +279,8 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
 }
 
 /// [`TileRowsFn`](crate::dot::TileRowsFn): every weight row of `w` (rows of `n` elements,
-/// back to back) against the `out.len() / rows` activation rows, `out[c * rows + r]`; the
-/// checks run once for all rows. Needs `scales.quants` in the paired layout (else `false`:
+/// back to back) against `out`'s tokens (the activation rows), row `r` of token `c` to
+/// `out`'s `[c * stride + r]`; the checks run once for all rows. Needs `scales.quants` in the paired layout (else `false`:
 /// the caller loops over the single-row [`tile`]).
 pub(super) fn tile_rows<W: Legacy>(
     n: usize,
