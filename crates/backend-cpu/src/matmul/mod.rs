@@ -194,8 +194,8 @@ pub fn matmul(
         tinyblas::matmul_tinyblas(weight, x, tokens, y, scratch, parallelism, kernel);
         return;
     }
-    let targets = [Target::new(*weight, y, parallelism, 1)];
-    run_plain(&targets, x, tokens, scratch, parallelism, Epilogue::None);
+    let targets = [Target::new(*weight, y)];
+    run_plain(&targets, x, tokens, scratch, parallelism, Epilogue::None, 1);
 }
 
 /// One weight of [`matmul_fused`] and its output `y` (`[tokens, n_out]`).
@@ -268,47 +268,61 @@ pub(crate) fn matmul_fused(
     }
     let targets: Vec<Target> = parts
         .iter_mut()
-        .map(|part| Target::new(part.weight, part.y, parallelism, row_multiple))
+        .map(|part| Target::new(part.weight, part.y))
         .collect();
-    run_plain(&targets, x, tokens, scratch, parallelism, epilogue);
+    run_plain(
+        &targets,
+        x,
+        tokens,
+        scratch,
+        parallelism,
+        epilogue,
+        row_multiple,
+    );
     true
 }
 
-/// A part of a plain-kernel matmul: its weight, where its outputs go, and how its rows are
-/// split into tasks.
+/// A part of a plain-kernel matmul: its weight and where its outputs go.
 struct Target<'a> {
     weight: PackedWeight<'a>,
     y: SharedOutput,
-    rows_per_task: usize,
-    chunks: usize,
 }
 
 impl<'a> Target<'a> {
-    /// `rows_per_task` is rounded up to a multiple of `row_multiple`.
-    fn new(
-        weight: PackedWeight<'a>,
-        y: &mut [f32],
-        parallelism: &Parallelism,
-        row_multiple: usize,
-    ) -> Target<'a> {
-        let rows_per_task = (weight.n_out / (parallelism.threads() * 8))
-            .max(MIN_ROWS_PER_TASK)
-            .next_multiple_of(row_multiple)
-            .min(weight.n_out)
-            .max(1);
+    fn new(weight: PackedWeight<'a>, y: &mut [f32]) -> Target<'a> {
         Target {
             weight,
             y: SharedOutput(y.as_mut_ptr()),
-            rows_per_task,
-            chunks: weight.n_out.div_ceil(rows_per_task),
         }
     }
+}
 
-    /// The rows of task `chunk`.
-    fn rows(&self, chunk: usize) -> std::ops::Range<usize> {
-        let first = chunk * self.rows_per_task;
-        first..(first + self.rows_per_task).min(self.weight.n_out)
+/// Where the tasks of `rows` output rows split them, on `threads` threads: the boundaries
+/// (`0` first, `rows` last) of ever smaller tasks (guided self-scheduling), each about
+/// `1 / (2 * threads)` of the rows still left, a multiple of `multiple` rows and at least
+/// [`MIN_ROWS_PER_TASK`]. The threads claim tasks in order, so the big ones go first and
+/// the last ones to finish are small: a thread that finishes early waits for at most a
+/// small task, where equal tasks of a sixteenth each left it waiting for half of one on
+/// average (the decode step's matmuls are a few tens of microseconds each). Which rows
+/// share a task never changes a result.
+fn task_bounds(rows: usize, threads: usize, multiple: usize) -> Vec<usize> {
+    let mut bounds = vec![0];
+    if threads <= 1 {
+        bounds.push(rows);
+        return bounds;
     }
+    let mut start = 0;
+    while start < rows {
+        let left = rows - start;
+        let size = left
+            .div_ceil(2 * threads)
+            .max(MIN_ROWS_PER_TASK)
+            .next_multiple_of(multiple)
+            .min(left);
+        start += size;
+        bounds.push(start);
+    }
+    bounds
 }
 
 /// The vec_dot-ordered kernels of one activation format (the same for every target).
@@ -323,7 +337,9 @@ struct RowKernels<'a> {
 
 /// The plain-kernel matmul of `targets` (one type and input width, at least one token and
 /// one row each): the activations converted once, then every target's tasks in one
-/// dispatch.
+/// dispatch ([`task_bounds`] over the targets' rows one after the other; with the SwiGLU
+/// epilogue, over the gate's rows, each task a multiple of `row_multiple` of them, taking
+/// the same rows of both parts).
 fn run_plain(
     targets: &[Target],
     x: &[f32],
@@ -331,6 +347,7 @@ fn run_plain(
     scratch: &mut Vec<u8>,
     parallelism: &Parallelism,
     epilogue: Epilogue,
+    row_multiple: usize,
 ) {
     let weight = &targets[0].weight;
     let format = activation_format(weight.ty).expect("checked by check_shapes");
@@ -422,25 +439,30 @@ fn run_plain(
     };
     match epilogue {
         Epilogue::None => {
-            let chunks = targets.iter().map(|target| target.chunks).sum();
-            let task = |mut chunk: usize| {
+            let total = targets.iter().map(|target| target.weight.n_out).sum();
+            let bounds = task_bounds(total, parallelism.threads(), row_multiple);
+            let task = |chunk: usize| {
+                // The task's rows of the targets' rows one after the other.
+                let (start, end) = (bounds[chunk], bounds[chunk + 1]);
+                let mut first = 0;
                 for target in targets {
-                    if chunk < target.chunks {
-                        rows_of(target, target.rows(chunk));
-                        return;
+                    let rows = start.max(first)..end.min(first + target.weight.n_out);
+                    if !rows.is_empty() {
+                        rows_of(target, rows.start - first..rows.end - first);
                     }
-                    chunk -= target.chunks;
+                    first += target.weight.n_out;
                 }
             };
-            parallelism.for_each_chunk(chunks, &task);
+            parallelism.for_each_chunk(bounds.len() - 1, &task);
         }
         Epilogue::SiluMul(isa) => {
             let [gate, up] = targets else {
                 unreachable!("matmul_fused checked the SwiGLU's two parts")
             };
             let n_out = gate.weight.n_out;
+            let bounds = task_bounds(n_out, parallelism.threads(), row_multiple);
             let task = |chunk: usize| {
-                let rows = gate.rows(chunk);
+                let rows = bounds[chunk]..bounds[chunk + 1];
                 rows_of(gate, rows.clone());
                 rows_of(up, rows.clone());
                 for t in 0..tokens {
@@ -456,7 +478,7 @@ fn run_plain(
                     crate::vector::silu_mul(isa, g, u);
                 }
             };
-            parallelism.for_each_chunk(gate.chunks, &task);
+            parallelism.for_each_chunk(bounds.len() - 1, &task);
         }
     }
 }

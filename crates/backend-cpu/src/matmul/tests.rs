@@ -167,3 +167,46 @@ fn concurrent_callers_share_the_team_and_stay_exact() {
         }
     });
 }
+
+/// Guided task bounds cover the rows once, in order, in tasks that shrink to the minimum
+/// (every task but the last a multiple of the requested rows); one thread takes one task.
+#[test]
+fn task_bounds_cover_the_rows_in_shrinking_tasks() {
+    for rows in [1usize, 7, 8, 9, 64, 192, 576, 960, 1536, 49152] {
+        for threads in [1usize, 2, 3, 8] {
+            for multiple in [1usize, 8, 16] {
+                if rows % multiple != 0 {
+                    continue;
+                }
+                let bounds = super::task_bounds(rows, threads, multiple);
+                let what = format!("{rows} rows, {threads} threads, multiples of {multiple}");
+                assert_eq!(bounds.first(), Some(&0), "{what}");
+                assert_eq!(bounds.last(), Some(&rows), "{what}");
+                if threads == 1 {
+                    assert_eq!(bounds, [0, rows], "{what}");
+                    continue;
+                }
+                let sizes: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
+                assert!(sizes.iter().all(|&size| size > 0), "{what}: {sizes:?}");
+                assert!(
+                    sizes.windows(2).all(|w| w[1] <= w[0]),
+                    "{what}: sizes never grow: {sizes:?}"
+                );
+                for &size in &sizes[..sizes.len() - 1] {
+                    assert!(
+                        size % multiple == 0 && size >= super::MIN_ROWS_PER_TASK,
+                        "{what}: {sizes:?}"
+                    );
+                }
+                assert!(
+                    sizes[0]
+                        <= rows
+                            .div_ceil(2 * threads)
+                            .max(super::MIN_ROWS_PER_TASK)
+                            .next_multiple_of(multiple),
+                    "{what}: the first task is about 1 / (2 * threads) of the rows: {sizes:?}"
+                );
+            }
+        }
+    }
+}
