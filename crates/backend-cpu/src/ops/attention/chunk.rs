@@ -81,7 +81,14 @@ pub fn run(
         * heads;
     let units = end_row * units_per_row;
     if backend.threads > 1 && units > 1 && keys >= PARALLEL_MIN_KEYS {
-        let per_chunk = units.div_ceil(backend.threads * CHUNKS_PER_THREAD);
+        // Whole rows per chunk where there are rows enough for every thread: a row's KV
+        // heads share its cache rows' lines, so the one thread that takes them all finds
+        // the other heads' parts already fetched (the hardware prefetcher streams the
+        // cells of the first). With fewer rows the heads of one row are split.
+        let mut per_chunk = units.div_ceil(backend.threads * CHUNKS_PER_THREAD);
+        if end_row >= 2 * backend.threads {
+            per_chunk = per_chunk.next_multiple_of(units_per_row);
+        }
         let shared = SharedRows::new(out, width);
         backend.run_chunks(units.div_ceil(per_chunk), &|chunk| {
             let mut scratch = new_scratch();
