@@ -51,6 +51,10 @@ impl Backend for CpuBackend {
         "cpu".to_string()
     }
 
+    fn reads_weights_from_host(&self) -> bool {
+        true
+    }
+
     fn supports(&self, op: Op, ty: GgmlType) -> bool {
         match op {
             Op::Embedding => runit_quant::can_dequantize(ty),

@@ -317,6 +317,13 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// True when the backend computes straight from the host memory its weights are loaded
+    /// from (the CPU backend) instead of copying them to a device: the loader may then copy
+    /// that memory into a faster layout first (huge pages; `runit_model::WeightPlacement`).
+    fn reads_weights_from_host(&self) -> bool {
+        false
+    }
+
     /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).
     fn memory_available(&self) -> Option<usize> {
         None

@@ -1,5 +1,6 @@
 //! Model loading and the generic decoder: configuration from GGUF metadata, the architecture
-//! table, weights used in place from the memory map, and the forward pass.
+//! table, weights used in place from the memory map (or its huge-page copy), and the forward
+//! pass.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -14,6 +15,7 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
+pub mod resident;
 mod weights;
 
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use runit_gguf::GgufFile;
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use forward::{Batch, KvState, LayerObserver, Scratch};
+pub use resident::WeightPlacement;
 pub use weights::{FfnWeights, LayerWeights, ModelWeights};
 
 /// A loaded decoder: configuration, weights on a backend, and the file they live in.
@@ -37,6 +40,15 @@ pub struct Model {
 impl Model {
     /// Reads the configuration and loads the weights of `file` onto `backend`.
     pub fn load(file: Arc<GgufFile>, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
+        Model::load_placed(file, backend, WeightPlacement::Auto)
+    }
+
+    /// [`Model::load`] with the weights' host memory chosen by `placement`.
+    pub fn load_placed(
+        file: Arc<GgufFile>,
+        backend: Arc<dyn Backend>,
+        placement: WeightPlacement,
+    ) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         if let Some(available) = backend.memory_available() {
             let needed: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
@@ -48,7 +60,8 @@ impl Model {
                 });
             }
         }
-        let weights = ModelWeights::load(&file, &config, backend.as_ref())?;
+        let memory = resident::host_memory(&file, placement, backend.reads_weights_from_host());
+        let weights = ModelWeights::load(&file, memory, &config, backend.as_ref())?;
         Ok(Model {
             config,
             weights,

@@ -1,5 +1,6 @@
 //! Weight loading: every tensor the configuration implies, checked for shape and type, handed
-//! to the backend in place (the CPU backend reads the memory map directly; no copy).
+//! to the backend in place (the CPU backend computes from that host memory: the memory map,
+//! or its huge-page copy; see `resident`).
 
 use std::sync::Arc;
 
@@ -8,15 +9,6 @@ use runit_gguf::GgufFile;
 
 use crate::arch::{FfnKind, QkNorm};
 use crate::{ModelConfig, ModelError};
-
-/// The memory-mapped model file, shared with backends that read weights in place.
-pub struct MappedFile(pub Arc<GgufFile>);
-
-impl HostMemory for MappedFile {
-    fn bytes(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
 
 /// Feed-forward weights of one layer.
 pub enum FfnWeights {
@@ -108,15 +100,17 @@ impl Loader<'_> {
 }
 
 impl ModelWeights {
-    /// Loads every weight of `config` from `file` onto `backend`.
+    /// Loads every weight of `config` from `file` onto `backend`, the tensors' bytes read
+    /// from `memory` (the file's bytes, or a copy of them at the same offsets).
     pub fn load(
         file: &Arc<GgufFile>,
+        memory: Arc<dyn HostMemory>,
         config: &ModelConfig,
         backend: &dyn Backend,
     ) -> Result<ModelWeights, ModelError> {
         let loader = Loader {
             file,
-            memory: Arc::new(MappedFile(Arc::clone(file))),
+            memory,
             backend,
         };
         let embd = config.embedding_length;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use runit_backend::{Backend, KvType};
 use runit_engine::SessionConfig;
 use runit_gguf::GgufFile;
-use runit_model::Model;
+use runit_model::{Model, WeightPlacement};
 use runit_tokenizer::Tokenizer;
 
 /// Flags naming the model and how to run it.
@@ -39,6 +39,11 @@ pub struct ModelArgs {
     /// KV cache element type.
     #[arg(long = "kv-type", value_enum, default_value_t = KvTypeArg::F16)]
     pub kv_type: KvTypeArg,
+    /// On the CPU, compute from the file's memory map instead of a copy of the weights in
+    /// huge pages (made when the system has transparent huge pages and the file takes at most
+    /// half of the available memory). The copy decodes faster; the map uses no extra memory.
+    #[arg(long)]
+    pub mmap: bool,
 }
 
 /// `--kv-type` values.
@@ -84,7 +89,12 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
         None => Tokenizer::from_gguf(&file)?,
     };
     let backend = make_backend(&args.device, args.thread_count(), args.exact)?;
-    let model = Model::load(Arc::clone(&file), backend)
+    let placement = if args.mmap {
+        WeightPlacement::Mapped
+    } else {
+        WeightPlacement::Auto
+    };
+    let model = Model::load_placed(Arc::clone(&file), backend, placement)
         .with_context(|| format!("loading {}", args.model.display()))?;
     if tokenizer.n_vocab() > model.config.vocab_size {
         anyhow::bail!(
