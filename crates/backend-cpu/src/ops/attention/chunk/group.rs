@@ -6,6 +6,11 @@
 //! one another, so they pipeline instead of waiting on the softmax); then one pass over the
 //! keys runs every head's online softmax and V accumulation, the accumulators kept as f32
 //! values rounded to f16 after every step (as ggml's f16 accumulator rounds them).
+//!
+//! With AVX-512, where the group's accumulators fit sixteen registers (SmolLM2's three
+//! heads of 64: twelve), the dots take 512-bit f64 registers, every head's softmax steps
+//! (the `exp` calls) run before the V pass, and the V pass keeps the accumulators in
+//! registers; the same operations in the same order, so the same bits as the AVX2 kernels.
 
 use runit_backend::SequenceSpan;
 
@@ -27,6 +32,12 @@ pub(in crate::ops::attention) struct Scratch {
     scores: Vec<f32>,
     /// Offset of each visible key's row (and value's) in its cache.
     rows: Vec<usize>,
+    /// Per visible key and head (`[keys, group]`), the online softmax's step: what the
+    /// accumulator is scaled by (1 where the maximum held) and the key's weight.
+    steps: Vec<[f32; 2]>,
+    /// Keeps to the AVX2 kernels where the AVX-512 ones apply (for the tests that compare
+    /// the two).
+    pub(in crate::ops::attention) narrow: bool,
 }
 
 /// True when [`run`] computes this problem: AVX2 kernels, f16 caches, head_dim a multiple
@@ -69,9 +80,18 @@ pub(in crate::ops::attention) fn run(
     scratch.scores.resize(group * visible, 0.0);
     let kv_offset = first_head / group * d;
     scratch.rows.clear();
-    scratch
-        .rows
-        .extend((first..=position).map(|p| span.cell(p) * problem.kv_width + kv_offset));
+    // Block by block (`span.cell` divides per position).
+    let block_size = span.block_size.max(1);
+    let mut p = first;
+    while p <= position {
+        let block = span.block_table[p / block_size] as usize * block_size;
+        let end = (p / block_size + 1) * block_size;
+        for p in p..end.min(position + 1) {
+            let cell = block + p % block_size;
+            scratch.rows.push(cell * problem.kv_width + kv_offset);
+        }
+        p = end;
+    }
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `applies` (AVX2, FMA and F16C detected: `isa` is not scalar) holds; every row
     // read lies inside its cache (the attention op checked every cell of the span), and
@@ -83,21 +103,47 @@ pub(in crate::ops::attention) fn run(
                 &mut scratch.query[g * d..(g + 1) * d],
             );
         }
-        x86::scores(
-            &scratch.query,
-            keys,
-            &scratch.rows,
-            d,
-            problem.scale,
-            &mut scratch.scores,
-        );
-        let sum = x86::attend(
-            &scratch.scores,
-            &scratch.rows,
-            values,
-            d,
-            &mut scratch.accumulator,
-        );
+        let wide = !scratch.narrow && x86::wide(group, d);
+        if wide {
+            x86::scores_wide(
+                &scratch.query,
+                keys,
+                &scratch.rows,
+                d,
+                problem.scale,
+                &mut scratch.scores,
+            );
+        } else {
+            x86::scores(
+                &scratch.query,
+                keys,
+                &scratch.rows,
+                d,
+                problem.scale,
+                &mut scratch.scores,
+            );
+        }
+        let sum = if wide {
+            // The softmax's exponentials first (calls, which would spill registers held
+            // across them), then the V sums with the accumulators in registers.
+            let sum = x86::softmax_steps(&scratch.scores, group, &mut scratch.steps);
+            x86::attend_wide(
+                &scratch.steps,
+                &scratch.rows,
+                values,
+                d,
+                &mut scratch.accumulator,
+            );
+            sum
+        } else {
+            x86::attend(
+                &scratch.scores,
+                &scratch.rows,
+                values,
+                d,
+                &mut scratch.accumulator,
+            )
+        };
         for g in 0..group {
             let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
             for (out, &value) in dst[g * d..(g + 1) * d]
@@ -117,6 +163,9 @@ pub(in crate::ops::attention) fn run(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    // The kernels index several per-head arrays (accumulators, scores) by the same `g`.
+    #![allow(clippy::needless_range_loop)]
+
     use std::arch::x86_64::*;
 
     use half::f16;
@@ -304,6 +353,177 @@ mod x86 {
         )
     }
 
+    /// The online softmax of `group` heads over their `scores` (`[group, keys]`), key by key
+    /// as `one_head` runs it: each step's `[rescale, weight]` into `steps` (`[keys, group]`);
+    /// returns the heads' sums.
+    ///
+    /// # Safety
+    /// FMA is available.
+    #[target_feature(enable = "fma")]
+    pub(super) unsafe fn softmax_steps(
+        scores: &[f32],
+        group: usize,
+        steps: &mut Vec<[f32; 2]>,
+    ) -> [f32; MAX_GROUP] {
+        let visible = scores.len() / group.max(1);
+        steps.clear();
+        steps.resize(visible * group, [1.0, 1.0]);
+        let mut sum = [0.0f32; MAX_GROUP];
+        for g in 0..group {
+            let mut max = f32::NEG_INFINITY;
+            for (j, &score) in scores[g * visible..(g + 1) * visible].iter().enumerate() {
+                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
+                if score > max {
+                    rescale = (max - score).exp();
+                    max = score;
+                } else {
+                    weight = (score - max).exp();
+                }
+                sum[g] = sum[g].mul_add(rescale, weight);
+                steps[j * group + g] = [rescale, weight];
+            }
+        }
+        sum
+    }
+
+    /// True when this CPU has the AVX-512 kernels ([`scores_wide`], [`attend_wide`]) and
+    /// they take `group` heads of `d` dimensions: the accumulators of all the heads (`d / 16`
+    /// registers each) fit in sixteen registers.
+    pub(super) fn wide(group: usize, d: usize) -> bool {
+        matches!(d, 32 | 64)
+            && group * d / 16 <= 16
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// [`scores_of`] with each head's eight f64 partial sums in one 512-bit register (lane
+    /// `c % 8` takes element `c`, as there), folded in the same order.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn scores_wide_of<const G: usize>(
+        query: &[f64],
+        keys: &[f16],
+        rows: &[usize],
+        d: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let visible = rows.len();
+        let q = query[..G * d].as_ptr();
+        for (j, &at) in rows.iter().enumerate() {
+            if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
+                prefetch_row(keys, ahead, d);
+            }
+            let key = keys[at..at + d].as_ptr();
+            let mut acc = [_mm512_setzero_pd(); G];
+            for c in (0..d).step_by(8) {
+                let k = _mm512_cvtps_pd(widen(key.add(c)));
+                for g in 0..G {
+                    acc[g] = _mm512_fmadd_pd(_mm512_loadu_pd(q.add(g * d + c)), k, acc[g]);
+                }
+            }
+            for g in 0..G {
+                let pairs = _mm256_add_pd(
+                    _mm512_castpd512_pd256(acc[g]),
+                    _mm512_extractf64x4_pd::<1>(acc[g]),
+                );
+                let folded = _mm_add_pd(
+                    _mm256_castpd256_pd128(pairs),
+                    _mm256_extractf128_pd::<1>(pairs),
+                );
+                let dot = _mm_cvtsd_f64(folded) + _mm_cvtsd_f64(_mm_unpackhi_pd(folded, folded));
+                scores[g * visible + j] = dot as f32 * scale;
+            }
+        }
+    }
+
+    /// [`scores`] through [`scores_wide_of`].
+    ///
+    /// # Safety
+    /// As [`scores`], and [`wide`] holds.
+    pub(super) unsafe fn scores_wide(
+        query: &[f64],
+        keys: &[f16],
+        rows: &[usize],
+        d: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        with_group!(
+            query.len() / d,
+            scores_wide_of(query, keys, rows, d, scale, scores)
+        )
+    }
+
+    /// Sixteen f32 lanes rounded to f16 and back (nearest even).
+    #[inline(always)]
+    unsafe fn round_f16_wide(v: __m512) -> __m512 {
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+
+    /// [`attend_of`]'s V sums for `G` heads of `16 * C` dimensions, with the softmax's
+    /// steps given (`steps[j * G + g]`, from `softmax_steps`) and the accumulators held in
+    /// registers: per key, where the head's maximum moved `acc = f16(acc * rescale)`, then
+    /// `acc = f16(fma(value, weight, acc))`, lane for lane as [`accumulate`] computes them.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn attend_wide_of<const G: usize, const C: usize>(
+        steps: &[[f32; 2]],
+        rows: &[usize],
+        values: &[f16],
+        accumulator: &mut [f32],
+    ) {
+        let d = 16 * C;
+        assert!(steps.len() >= rows.len() * G && accumulator.len() >= G * d);
+        let mut acc = [[_mm512_setzero_ps(); C]; G];
+        for (j, &at) in rows.iter().enumerate() {
+            if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
+                prefetch_row(values, ahead, d);
+            }
+            let v = values[at..at + d].as_ptr();
+            let value: [__m512; C] =
+                std::array::from_fn(|c| _mm512_cvtph_ps(_mm256_loadu_si256(v.add(16 * c).cast())));
+            for g in 0..G {
+                let [rescale, weight] = *steps.get_unchecked(j * G + g);
+                if rescale != 1.0 {
+                    let rescale = _mm512_set1_ps(rescale);
+                    for c in 0..C {
+                        acc[g][c] = round_f16_wide(_mm512_mul_ps(acc[g][c], rescale));
+                    }
+                }
+                let weight = _mm512_set1_ps(weight);
+                for c in 0..C {
+                    acc[g][c] = round_f16_wide(_mm512_fmadd_ps(value[c], weight, acc[g][c]));
+                }
+            }
+        }
+        for g in 0..G {
+            for c in 0..C {
+                _mm512_storeu_ps(accumulator.as_mut_ptr().add(g * d + 16 * c), acc[g][c]);
+            }
+        }
+    }
+
+    /// [`attend_wide_of`] for the group of `accumulator.len() / d` heads.
+    ///
+    /// # Safety
+    /// As [`attend`], `steps` holds `group * rows.len()` steps, and [`wide`] holds.
+    pub(super) unsafe fn attend_wide(
+        steps: &[[f32; 2]],
+        rows: &[usize],
+        values: &[f16],
+        d: usize,
+        accumulator: &mut [f32],
+    ) {
+        macro_rules! dispatch {
+            ($($g:literal $c:literal),*) => {
+                match (accumulator.len() / d, d / 16) {
+                    $(($g, $c) => attend_wide_of::<$g, $c>(steps, rows, values, accumulator),)*
+                    (group, chunks) => unreachable!("`wide` refuses {group} heads of {chunks} x 16"),
+                }
+            };
+        }
+        dispatch!(1 2, 2 2, 3 2, 4 2, 5 2, 6 2, 7 2, 8 2, 1 4, 2 4, 3 4, 4 4)
+    }
+
     /// For every head `g` of the accumulators (`[group, d]`, f16 values held as f32): where the maximum moved
     /// (`rescales[g] != 1`), `acc = f16(acc * rescale)` (`vector::scale_f16`); then
     /// `acc = f16(fma(value, weights[g], acc))` (`vector::mad_f16`).
@@ -360,6 +580,8 @@ mod tests {
             (4, 4, 32, Some(5), 1.0),
             (8, 1, 120, None, 2.0),
             (6, 3, 8, Some(40), 30.0),
+            (16, 2, 32, None, 8.0),
+            (8, 2, 64, Some(60), 1.0),
         ] {
             let kv_width = kv_heads * d;
             let (block_size, blocks) = (16, 8);
@@ -402,16 +624,21 @@ mod tests {
             for row in 0..rows {
                 let position = span.start_position + row;
                 for kv_head in 0..kv_heads {
-                    let mut fast = vec![0.0f32; group * d];
-                    super::run(
-                        &problem,
-                        &span,
-                        row,
-                        kv_head * group,
-                        position,
-                        &mut fast,
-                        &mut scratch.group,
-                    );
+                    // The AVX-512 kernels where this CPU has them and the shape takes
+                    // them, and the AVX2 ones.
+                    let [mut fast, mut narrow] = [0, 1].map(|_| vec![0.0f32; group * d]);
+                    for (out, narrow) in [(&mut fast, false), (&mut narrow, true)] {
+                        scratch.group.narrow = narrow;
+                        super::run(
+                            &problem,
+                            &span,
+                            row,
+                            kv_head * group,
+                            position,
+                            out,
+                            &mut scratch.group,
+                        );
+                    }
                     for g in 0..group {
                         let mut twin = vec![0.0f32; d];
                         let head = kv_head * group + g;
@@ -426,11 +653,13 @@ mod tests {
                             &mut scratch,
                         );
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&fast[g * d..(g + 1) * d]),
-                            bits(&twin),
-                            "h{heads}/{kv_heads} d{d} window {window:?} row {row} head {head}"
-                        );
+                        for (fast, kernels) in [(&fast, "best"), (&narrow, "AVX2")] {
+                            assert_eq!(
+                                bits(&fast[g * d..(g + 1) * d]),
+                                bits(&twin),
+                                "{kernels} kernels, h{heads}/{kv_heads} d{d} window {window:?} row {row} head {head}"
+                            );
+                        }
                         compared += 1;
                     }
                 }
