@@ -129,16 +129,19 @@ unsafe fn widen_scales<W: Legacy>(w: *const u8, total: usize, d_w: *mut f32, m_w
     }
 }
 
-/// One weight row against `count <= 2 * P` activation rows whose quants are the paired
-/// table `quants` (the pair of rows `2p, 2p + 1` of block `i` at `(i * block_rows + 2p) *
-/// 32`) and whose block scales are `d` and `s` at `[i * stride + c]`; the weight's block
-/// scales are `d_w[i]` and `m_w[i]` (widened); row `c`'s result goes to
-/// `out[c * out_stride]`.
+/// `R` weight rows (`row_bytes` apart) against `count <= 2 * P` activation rows whose
+/// quants are the paired table `quants` (the pair of rows `2p, 2p + 1` of block `i` at
+/// `(i * block_rows + 2p) * 32`) and whose block scales are `d` and `s` at `[i * stride + c]`;
+/// weight row `r`'s block scales are `d_w[r * blocks + i]` and `m_w[r * blocks + i]`
+/// (widened); row `c`'s result of weight row `r` goes to `out[r * row_step + c *
+/// out_stride]`. The rows share each block's activation loads (the quants and the pairs'
+/// scales), which cost this core's vector ports as much as the arithmetic does.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_pairs<W: Legacy, const P: usize>(
+unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
     blocks: usize,
     w: *const u8,
+    row_bytes: usize,
     d_w: *const f32,
     m_w: *const f32,
     quants: *const u8,
@@ -148,43 +151,76 @@ unsafe fn tile_pairs<W: Legacy, const P: usize>(
     count: usize,
     out: *mut f32,
     out_stride: usize,
+    row_step: usize,
     ahead: usize,
 ) {
     let block_rows = QuantLayout::Pairs.block_rows(stride);
-    let mut acc = [_mm512_setzero_ps(); P];
-    // Lane c % 8 of minimums[c / 8]: the running `m * s` of row c. Up to four pairs the
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    // Lane c % 8 of minimums[r][c / 8]: the running `m * s` of row c. Up to four pairs the
     // rows fit one octet; from five they need both (`count > 8`).
     let octets = if P > 4 { 2 } else { 1 };
-    let mut minimums = [_mm256_setzero_ps(); 2];
+    let mut minimums = [[_mm256_setzero_ps(); 2]; R];
     for i in 0..blocks {
         if W::HAS_MIN {
-            let m = _mm256_set1_ps(*m_w.add(i));
             for octet in 0..octets {
                 let sums = _mm256_loadu_ps(s.add(i * stride + 8 * octet));
-                minimums[octet] = _mm256_fmadd_ps(m, sums, minimums[octet]);
+                for r in 0..R {
+                    let m = _mm256_set1_ps(*m_w.add(r * blocks + i));
+                    minimums[r][octet] = _mm256_fmadd_ps(m, sums, minimums[r][octet]);
+                }
             }
         }
-        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(i * W::BYTES + ahead).cast());
-        let q = weight_quants::<W>(w.add(i * W::BYTES));
-        let base = sums_base::<W>(q);
+        let q: [__m512i; R] = std::array::from_fn(|r| {
+            let block = w.add(r * row_bytes + i * W::BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
+            weight_quants::<W>(block)
+        });
+        let base: [__m512i; R] = std::array::from_fn(|r| sums_base::<W>(q[r]));
+        let scale_w: [__m512; R] =
+            std::array::from_fn(|r| _mm512_set1_ps(*d_w.add(r * blocks + i)));
         let row_quants = quants.add(i * block_rows * 32);
-        let scale_w = _mm512_set1_ps(*d_w.add(i));
         let row_d = d.add(i * stride);
         for p in 0..P {
             let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
-            let sums = pair_sums::<W>(q, base, y);
-            let pair = row_d.add(2 * p).cast::<f64>().read_unaligned();
-            let scale = _mm512_mul_ps(scale_w, _mm512_castpd_ps(_mm512_set1_pd(pair)));
-            acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[p]);
+            let pair = _mm512_castpd_ps(_mm512_set1_pd(
+                row_d.add(2 * p).cast::<f64>().read_unaligned(),
+            ));
+            for r in 0..R {
+                let sums = pair_sums::<W>(q[r], base[r], y);
+                let scale = _mm512_mul_ps(scale_w[r], pair);
+                acc[r][p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[r][p]);
+            }
         }
     }
+    for r in 0..R {
+        store_sums::<W, P>(
+            &acc[r],
+            &minimums[r],
+            count,
+            out.add(r * row_step),
+            out_stride,
+        );
+    }
+}
+
+/// One weight row's results from its pair accumulators `acc` (and, for formats with a
+/// minimum, the running `m * s` of each activation row): row `c`'s to `out[c * out_stride]`.
+#[inline(always)]
+unsafe fn store_sums<W: Legacy, const P: usize>(
+    acc: &[__m512; P],
+    minimums: &[__m256; 2],
+    count: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let octets = if P > 4 { 2 } else { 1 };
     // The horizontal sums, as `hsum8` adds one row's eight lanes (`((l0 + l4) + (l2 + l6))
     // + ((l1 + l5) + (l3 + l7))`), for four pairs (eight rows) at once: a pair's two rows
     // sit side by side lane by lane, so every step adds the upper half of each pair's
     // values to the lower, and the shuffles only gather the halves of several pairs into
     // one register. Pairs past `P` are zeros and unused.
     let mut padded = [_mm512_setzero_ps(); 8];
-    padded[..P].copy_from_slice(&acc);
+    padded[..P].copy_from_slice(acc);
     let mut sums = [0.0f32; 16];
     for octet in 0..octets {
         let [a, b, c, e] = [0, 1, 2, 3].map(|k| padded[4 * octet + k]);
@@ -257,22 +293,37 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
         let group = group_rows.min(rows - first);
         widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w);
         opaque(scales);
-        for r in first..first + group {
+        // Two weight rows at a time, the odd last one alone.
+        let mut r = first;
+        while r < first + group {
             let at = (r - first) * blocks;
-            tile_pairs::<W, P>(
-                blocks,
-                w.add(r * row_bytes),
-                d_w.add(at),
-                m_w.add(at),
-                quants,
-                d,
-                s,
-                stride,
-                count,
-                out.add(r * row_step),
-                out_stride,
-                ahead,
-            );
+            macro_rules! rows {
+                ($rows:literal) => {
+                    tile_pairs::<W, P, $rows>(
+                        blocks,
+                        w.add(r * row_bytes),
+                        row_bytes,
+                        d_w.add(at),
+                        m_w.add(at),
+                        quants,
+                        d,
+                        s,
+                        stride,
+                        count,
+                        out.add(r * row_step),
+                        out_stride,
+                        row_step,
+                        ahead,
+                    )
+                };
+            }
+            if r + 2 <= first + group {
+                rows!(2);
+                r += 2;
+            } else {
+                rows!(1);
+                r += 1;
+            }
         }
         first += group;
     }
