@@ -1,0 +1,110 @@
+//! Wall-clock time of the decode attention op: `ROWS` sequences of `CONTEXT` cached positions
+//! each (SmolLM2-135M's heads: 9 query heads, 3 KV heads of 64), one query row per sequence,
+//! f16 caches. With `LAYERS` caches taken in turn the caches stream from the last-level
+//! cache or memory, as a model's layers do; with one they stay in L2.
+//!
+//! `cargo run --release -p runit-backend-cpu --example attention_time -- [ROWS] [CONTEXT] [LAYERS] [THREADS]`
+
+use std::time::Instant;
+
+use runit_backend::{AttentionParams, Backend, KvType, SequenceSpan};
+use runit_backend_cpu::CpuBackend;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| -> usize {
+        args.get(i)
+            .map_or(default, String::as_str)
+            .parse()
+            .expect("a number")
+    };
+    let (rows, context, layers, threads) = (arg(0, "8"), arg(1, "70"), arg(2, "30"), arg(3, "2"));
+    let (heads, kv_heads, head_dim, block_size) = (9, 3, 64, 16);
+    let kv_width = kv_heads * head_dim;
+    let blocks_per_sequence = (context + 1).div_ceil(block_size);
+    let cells = rows * blocks_per_sequence * block_size;
+    let backend = CpuBackend::new(threads).expect("backend");
+    let mut state = 0x1234_5678u64;
+    let mut values = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    };
+    // Sequences' blocks interleaved through the cache, as a server's allocator leaves them.
+    let spans: Vec<SequenceSpan> = (0..rows)
+        .map(|r| SequenceSpan {
+            first_row: r,
+            rows: 1,
+            start_position: context,
+            block_table: (0..blocks_per_sequence)
+                .map(|b| (b * rows + r) as u32)
+                .collect(),
+            block_size,
+        })
+        .collect();
+    let caches: Vec<_> = (0..layers)
+        .map(|_| {
+            let mut k = backend
+                .alloc_kv(cells, kv_width, KvType::F16)
+                .expect("cache");
+            let mut v = backend
+                .alloc_kv(cells, kv_width, KvType::F16)
+                .expect("cache");
+            let mut kb = backend.alloc(cells * kv_width).expect("buffer");
+            let mut vb = backend.alloc(cells * kv_width).expect("buffer");
+            backend
+                .upload(&mut kb, &values(cells * kv_width))
+                .expect("upload");
+            backend
+                .upload(&mut vb, &values(cells * kv_width))
+                .expect("upload");
+            let all = [SequenceSpan {
+                first_row: 0,
+                rows: cells,
+                start_position: 0,
+                block_table: (0..cells / block_size).map(|b| b as u32).collect(),
+                block_size,
+            }];
+            backend
+                .kv_write(&kb, &vb, &mut k, &mut v, &all)
+                .expect("kv write");
+            (k, v)
+        })
+        .collect();
+    let mut q = backend.alloc(rows * heads * head_dim).expect("buffer");
+    backend
+        .upload(&mut q, &values(rows * heads * head_dim))
+        .expect("upload");
+    let mut out = backend.alloc(rows * heads * head_dim).expect("buffer");
+    let params = AttentionParams {
+        heads,
+        kv_heads,
+        head_dim,
+        scale: 0.125,
+        sliding_window: None,
+    };
+    let mut best = f64::MAX;
+    for _ in 0..9 {
+        let start = Instant::now();
+        for _ in 0..10 {
+            for (k, v) in &caches {
+                backend
+                    .attention(&q, k, v, &spans, &params, &mut out)
+                    .expect("attention");
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64() / (10 * layers) as f64);
+    }
+    let keys = rows * (context + 1);
+    println!(
+        "{rows} rows x {} keys, {layers} caches, {threads} threads: {:.1} us per call, {:.1} ns per key (all heads)",
+        context + 1,
+        best * 1e6,
+        best * 1e9 / keys as f64
+    );
+}
