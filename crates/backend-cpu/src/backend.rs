@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use half::f16;
 use runit_backend::{
-    pick, AttentionParams, Backend, BackendError, Buffer, HostMemory, KvCache, KvType, Op, Pick,
-    RopeParams, SequenceSpan, Weight,
+    pick, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache, KvType,
+    Op, Pick, RopeParams, SequenceSpan, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -232,6 +232,38 @@ impl Backend for CpuBackend {
 
     fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError> {
         ops::elementwise::silu_mul(self, gate, up, len)
+    }
+
+    fn rope_kv_write(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        positions: &[u32],
+        q_params: &RopeParams,
+        k_params: &RopeParams,
+        freq_factors: Option<&Weight>,
+        k_cache: &mut KvCache,
+        v_cache: &mut KvCache,
+        spans: &[SequenceSpan],
+        head_norms: Option<HeadNorms<'_>>,
+    ) -> Result<(), BackendError> {
+        if let Some(norms) = head_norms {
+            let tokens = positions.len();
+            self.rms_norm_in_place(q, norms.q, norms.eps, tokens * q_params.heads)?;
+            self.rms_norm_in_place(k, norms.k, norms.eps, tokens * k_params.heads)?;
+        }
+        // Q and K with one angle table per token (the unfused default computes it twice).
+        ops::rope::rope_both(
+            self,
+            q,
+            Some(k),
+            positions,
+            q_params,
+            k_params,
+            freq_factors,
+        )?;
+        self.kv_write(k, v, k_cache, v_cache, spans)
     }
 
     fn kv_write(

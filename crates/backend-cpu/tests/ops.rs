@@ -449,3 +449,100 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
         }
     }
 }
+
+/// The CPU's fused RoPE + KV write (one angle table per token for Q and K, tokens split
+/// among the threads) equals the unfused default bit for bit: the rotated Q and K, and the
+/// cache the attention then reads; with and without head norms and frequency factors.
+#[test]
+fn fused_rope_kv_write_equals_the_unfused_ops() {
+    use runit_backend::{unfused, HeadNorms};
+    let mut rng = Rng::new(0x0a9e);
+    let (heads, kv_heads, head_dim) = (6, 2, 16);
+    for b in backends() {
+        for (tokens, norms, factors) in [(1, false, false), (8, false, true), (5, true, false)] {
+            let positions: Vec<u32> = (0..tokens as u32).map(|t| 3 + 2 * t).collect();
+            let params = |heads: usize| RopeParams {
+                style: RopeStyle::Neox,
+                heads,
+                head_dim,
+                rotary_dim: head_dim,
+                theta: 10_000.0,
+                freq_scale: 1.0,
+            };
+            let (q_params, k_params) = (params(heads), params(kv_heads));
+            let q = rng.values(tokens * heads * head_dim, -2.0, 2.0);
+            let k = rng.values(tokens * kv_heads * head_dim, -2.0, 2.0);
+            let v = rng.values(tokens * kv_heads * head_dim, -2.0, 2.0);
+            let freqs = factors.then(|| {
+                let values = rng.values(head_dim / 2, 1.0, 4.0);
+                make_weight(&b, "freqs", GgmlType::F32, &[head_dim / 2], &values).unwrap()
+            });
+            let norm = |name: &str, rng: &mut Rng| {
+                let values = rng.values(head_dim, 0.5, 1.5);
+                make_weight(&b, name, GgmlType::F32, &[head_dim], &values).unwrap()
+            };
+            let (q_norm, k_norm) = (norm("q_norm", &mut rng), norm("k_norm", &mut rng));
+            let head_norms = norms.then_some(HeadNorms {
+                q: &q_norm,
+                k: &k_norm,
+                eps: 1e-6,
+            });
+            let spans = [span(0, tokens, 0, &[0, 1, 2, 3])];
+            let run = |fused: bool| {
+                let (mut qb, mut kb, vb) = (buffer(&b, &q), buffer(&b, &k), buffer(&b, &v));
+                let mut k_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
+                let mut v_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
+                let args = (&positions[..], &q_params, &k_params, freqs.as_ref());
+                if fused {
+                    b.rope_kv_write(
+                        &mut qb,
+                        &mut kb,
+                        &vb,
+                        args.0,
+                        args.1,
+                        args.2,
+                        args.3,
+                        &mut k_cache,
+                        &mut v_cache,
+                        &spans,
+                        head_norms,
+                    )
+                } else {
+                    unfused::rope_kv_write(
+                        &b,
+                        &mut qb,
+                        &mut kb,
+                        &vb,
+                        args.0,
+                        args.1,
+                        args.2,
+                        args.3,
+                        &mut k_cache,
+                        &mut v_cache,
+                        &spans,
+                        head_norms,
+                    )
+                }
+                .unwrap();
+                let mut out = b.alloc(tokens * heads * head_dim).unwrap();
+                let attention = AttentionParams {
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    scale: 0.25,
+                    sliding_window: None,
+                };
+                b.attention(&qb, &k_cache, &v_cache, &spans, &attention, &mut out)
+                    .unwrap();
+                [read(&b, &qb), read(&b, &kb), read(&b, &out)]
+                    .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+            };
+            assert_eq!(
+                run(true),
+                run(false),
+                "{} threads, {tokens} tokens, norms {norms}, factors {factors}",
+                b.threads()
+            );
+        }
+    }
+}

@@ -10,7 +10,7 @@
 use runit_backend::{BackendError, Buffer, RopeParams, RopeStyle, Weight};
 
 use crate::storage::{at_least, data_mut, exactly, product, weight_f32};
-use crate::CpuBackend;
+use crate::{CpuBackend, SharedRows};
 
 const OP: &str = "rope";
 
@@ -22,8 +22,82 @@ pub fn rope(
     params: &RopeParams,
     freq_factors: Option<&Weight>,
 ) -> Result<(), BackendError> {
-    let head_dim = params.head_dim;
-    let rotary_dim = params.rotary_dim;
+    rope_both(backend, x, None, positions, params, params, freq_factors)
+}
+
+/// [`rope`] of `q` with `q_params` and, when given, of `k` with `k_params` (the same
+/// positions and factors): each token's angles are computed once for both where the two
+/// rotate alike (the same style, dims, base and scale; only the head counts differ), and
+/// the tokens are split among the threads (a decode step's eight rows are too few for
+/// `for_rows`, but their libm `cosf`/`sinf` calls are most of this op).
+pub fn rope_both(
+    backend: &CpuBackend,
+    q: &mut Buffer,
+    k: Option<&mut Buffer>,
+    positions: &[u32],
+    q_params: &RopeParams,
+    k_params: &RopeParams,
+    freq_factors: Option<&Weight>,
+) -> Result<(), BackendError> {
+    let shared = |a: &RopeParams, b: &RopeParams| {
+        (
+            a.style,
+            a.head_dim,
+            a.rotary_dim,
+            a.theta.to_bits(),
+            a.freq_scale.to_bits(),
+        ) == (
+            b.style,
+            b.head_dim,
+            b.rotary_dim,
+            b.theta.to_bits(),
+            b.freq_scale.to_bits(),
+        )
+    };
+    if let Some(k) = k {
+        if !shared(q_params, k_params) {
+            rope_both(
+                backend,
+                q,
+                None,
+                positions,
+                q_params,
+                q_params,
+                freq_factors,
+            )?;
+            return rope_both(
+                backend,
+                k,
+                None,
+                positions,
+                k_params,
+                k_params,
+                freq_factors,
+            );
+        }
+        let k = Some(checked(k, positions, k_params)?);
+        let q = checked(q, positions, q_params)?;
+        return rotate_tokens(backend, q, k, positions, q_params, k_params, freq_factors);
+    }
+    let q = checked(q, positions, q_params)?;
+    rotate_tokens(
+        backend,
+        q,
+        None,
+        positions,
+        q_params,
+        k_params,
+        freq_factors,
+    )
+}
+
+/// The token rows of `x` that `params` rotate, after the shape checks.
+fn checked<'b>(
+    x: &'b mut Buffer,
+    positions: &[u32],
+    params: &RopeParams,
+) -> Result<&'b mut [f32], BackendError> {
+    let (head_dim, rotary_dim) = (params.head_dim, params.rotary_dim);
     if !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
         return Err(BackendError::Shape {
             op: OP,
@@ -34,6 +108,25 @@ pub fn rope(
     }
     let width = product(OP, "heads × head_dim", params.heads, head_dim)?;
     let len = product(OP, "tokens × width", positions.len(), width)?;
+    let x = data_mut(x, OP, "x")?;
+    at_least(OP, "x elements", len, x.len())?;
+    Ok(&mut x[..len])
+}
+
+/// Tokens from which [`rotate_tokens`] splits its work among the threads.
+const PARALLEL_TOKENS: usize = 4;
+
+/// Rotates each token's row of `q` (and of `k`) with the token's angles.
+fn rotate_tokens(
+    backend: &CpuBackend,
+    q: &mut [f32],
+    k: Option<&mut [f32]>,
+    positions: &[u32],
+    q_params: &RopeParams,
+    k_params: &RopeParams,
+    freq_factors: Option<&Weight>,
+) -> Result<(), BackendError> {
+    let rotary_dim = q_params.rotary_dim;
     let factors = match freq_factors {
         Some(weight) => {
             let values = weight_f32(weight, OP)?;
@@ -42,20 +135,47 @@ pub fn rope(
         }
         None => None,
     };
-    let x = data_mut(x, OP, "x")?;
-    at_least(OP, "x elements", len, x.len())?;
     if rotary_dim == 0 {
         return Ok(());
     }
-    backend.for_rows(x, width, positions.len(), |token, row| {
-        let mut cache = vec![(0.0f32, 0.0f32); rotary_dim / 2];
-        params.angles(positions[token], factors.as_deref(), &mut cache);
-        for head in row.chunks_exact_mut(head_dim) {
-            rotate_head(params.style, &cache, &mut head[..rotary_dim]);
+    let q_width = q_params.heads * q_params.head_dim;
+    let k_width = k_params.heads * k_params.head_dim;
+    let q_rows = SharedRows::new(q, q_width);
+    let k_rows = k.map(|k| SharedRows::new(k, k_width));
+    let token = |t: usize| {
+        let mut cache = [(0.0f32, 0.0f32); MAX_CACHED_PAIRS];
+        let mut heap = Vec::new();
+        let cache: &mut [(f32, f32)] = if rotary_dim / 2 <= MAX_CACHED_PAIRS {
+            &mut cache[..rotary_dim / 2]
+        } else {
+            heap.resize(rotary_dim / 2, (0.0, 0.0));
+            &mut heap
+        };
+        q_params.angles(positions[t], factors.as_deref(), cache);
+        let rows = [
+            Some((&q_rows, q_params)),
+            k_rows.as_ref().map(|k| (k, k_params)),
+        ];
+        for (rows, params) in rows.into_iter().flatten() {
+            // SAFETY: token `t`'s row, which only this call touches (each token is one
+            // chunk), inside the buffer the shape checks sized.
+            let row = unsafe { rows.row(t) };
+            for head in row.chunks_exact_mut(params.head_dim) {
+                rotate_head(params.style, cache, &mut head[..rotary_dim]);
+            }
         }
-    });
+    };
+    let tokens = positions.len();
+    if backend.threads > 1 && tokens >= PARALLEL_TOKENS {
+        backend.run_chunks(tokens, &token);
+    } else {
+        (0..tokens).for_each(token);
+    }
     Ok(())
 }
+
+/// Pairs whose angles one token keeps on the stack (a head of 256 dimensions).
+const MAX_CACHED_PAIRS: usize = 128;
 
 /// One rotated pair as ggml computes it: gcc contracts `x0*cos - x1*sin` and
 /// `x0*sin + x1*cos` into a fused multiply-add on the first product of each.
