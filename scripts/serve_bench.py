@@ -78,6 +78,11 @@ def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
         data = line[5:].strip()
         if data == b"[DONE]":
             break
+        # Only the chunks that matter are decoded (the first with text, and the usage one),
+        # so that the client, which shares the machine's cores with the server, takes as
+        # little of them as it can.
+        if first is not None and b'"usage"' not in data:
+            continue
         chunk = json.loads(data)
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
