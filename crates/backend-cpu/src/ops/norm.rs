@@ -91,9 +91,9 @@ fn inverse_rms_rows(x: &[f32], width: usize, eps: f32, scales: &mut [f32]) {
         let row: [&[f32]; GROUP] = std::array::from_fn(|r| &x[r * width..(r + 1) * width]);
         let mut sums = [0.0f64; GROUP];
         for i in 0..width {
-            for r in 0..GROUP {
-                let value = row[r][i];
-                sums[r] += f64::from(value * value);
+            for (sum, row) in sums.iter_mut().zip(&row) {
+                let value = row[i];
+                *sum += f64::from(value * value);
             }
         }
         for (scale, sum) in scales.iter_mut().zip(sums) {
