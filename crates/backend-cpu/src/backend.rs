@@ -3,13 +3,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use half::f16;
 use runit_backend::{
     pick, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache, KvType,
     Op, Pick, RopeParams, SequenceSpan, Weight,
 };
 use runit_quant::GgmlType;
 
+use crate::cells::Cells;
 use crate::ops;
 use crate::storage::{
     at_least, data, data_mut, exactly, packed_len, product, CpuBuffer, CpuKv, CpuWeight,
@@ -147,9 +147,14 @@ impl Backend for CpuBackend {
 
     fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
         let len = product("alloc_kv", "cells × width", n_cells, width)?;
+        let out_of_memory = |element: usize| BackendError::OutOfMemory {
+            backend: "cpu".to_string(),
+            bytes: len.saturating_mul(element),
+            available: 0,
+        };
         let cells = match ty {
-            KvType::F16 => CpuKv::F16(zeroed(len, f16::ZERO)?),
-            KvType::F32 => CpuKv::F32(zeroed(len, 0.0f32)?),
+            KvType::F16 => CpuKv::F16(Cells::zeroed(len).ok_or_else(|| out_of_memory(2))?),
+            KvType::F32 => CpuKv::F32(Cells::zeroed(len).ok_or_else(|| out_of_memory(4))?),
         };
         Ok(KvCache::new(n_cells, width, ty, Box::new(cells)))
     }

@@ -28,6 +28,7 @@
 //! ```
 
 mod backend;
+mod cells;
 pub mod matmul;
 mod ops;
 mod storage;

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use half::f16;
 use runit_backend::{BackendError, Buffer, HostMemory, KvCache, Weight};
+
+use crate::cells::Cells;
 use runit_quant::GgmlType;
 
 /// Storage of a CPU activation buffer.
@@ -22,8 +24,8 @@ pub struct CpuWeight {
 
 /// Storage of one layer's K or V cache, `[n_cells, width]`.
 pub enum CpuKv {
-    F16(Vec<f16>),
-    F32(Vec<f32>),
+    F16(Cells<f16>),
+    F32(Cells<f32>),
 }
 
 impl CpuKv {

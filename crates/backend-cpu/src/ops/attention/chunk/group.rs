@@ -560,6 +560,7 @@ mod tests {
     use runit_backend::SequenceSpan;
 
     use super::super::super::Problem;
+    use crate::cells::Cells;
     use crate::storage::CpuKv;
     use crate::vector::Isa;
 
@@ -592,8 +593,8 @@ mod tests {
                     .map(f16::from_f32)
                     .collect()
             };
-            let keys = CpuKv::F16(half(n_cells * kv_width, &mut rng));
-            let values = CpuKv::F16(half(n_cells * kv_width, &mut rng));
+            let keys = CpuKv::F16(Cells::from(&half(n_cells * kv_width, &mut rng)[..]));
+            let values = CpuKv::F16(Cells::from(&half(n_cells * kv_width, &mut rng)[..]));
             let rows = 3;
             let q = rng.values(rows * heads * d, -magnitude, magnitude);
             let problem = Problem {
