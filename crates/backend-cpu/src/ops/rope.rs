@@ -39,23 +39,15 @@ pub fn rope_both(
     k_params: &RopeParams,
     freq_factors: Option<&Weight>,
 ) -> Result<(), BackendError> {
-    let shared = |a: &RopeParams, b: &RopeParams| {
-        (
-            a.style,
-            a.head_dim,
-            a.rotary_dim,
-            a.theta.to_bits(),
-            a.freq_scale.to_bits(),
-        ) == (
-            b.style,
-            b.head_dim,
-            b.rotary_dim,
-            b.theta.to_bits(),
-            b.freq_scale.to_bits(),
-        )
+    let alike = |a: &RopeParams, b: &RopeParams| {
+        let key = |p: &RopeParams| {
+            let (theta, scale) = (p.theta.to_bits(), p.freq_scale.to_bits());
+            (p.style, p.head_dim, p.rotary_dim, theta, scale)
+        };
+        key(a) == key(b)
     };
-    if let Some(k) = k {
-        if !shared(q_params, k_params) {
+    match k {
+        Some(k) if !alike(q_params, k_params) => {
             rope_both(
                 backend,
                 q,
@@ -65,7 +57,7 @@ pub fn rope_both(
                 q_params,
                 freq_factors,
             )?;
-            return rope_both(
+            rope_both(
                 backend,
                 k,
                 None,
@@ -73,22 +65,34 @@ pub fn rope_both(
                 k_params,
                 k_params,
                 freq_factors,
-            );
+            )
         }
-        let k = Some(checked(k, positions, k_params)?);
-        let q = checked(q, positions, q_params)?;
-        return rotate_tokens(backend, q, k, positions, q_params, k_params, freq_factors);
+        Some(k) => {
+            let k = checked(k, positions, k_params)?;
+            let q = checked(q, positions, q_params)?;
+            rotate_tokens(
+                backend,
+                q,
+                Some(k),
+                positions,
+                q_params,
+                k_params,
+                freq_factors,
+            )
+        }
+        None => {
+            let q = checked(q, positions, q_params)?;
+            rotate_tokens(
+                backend,
+                q,
+                None,
+                positions,
+                q_params,
+                k_params,
+                freq_factors,
+            )
+        }
     }
-    let q = checked(q, positions, q_params)?;
-    rotate_tokens(
-        backend,
-        q,
-        None,
-        positions,
-        q_params,
-        k_params,
-        freq_factors,
-    )
 }
 
 /// The token rows of `x` that `params` rotate, after the shape checks.
