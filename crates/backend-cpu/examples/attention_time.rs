@@ -24,17 +24,8 @@ fn main() {
     let blocks_per_sequence = (context + 1).div_ceil(block_size);
     let cells = rows * blocks_per_sequence * block_size;
     let backend = CpuBackend::new(threads).expect("backend");
-    let mut state = 0x1234_5678u64;
-    let mut values = |n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
-    };
+    let mut rng = runit_backend::testing::Rng::new(0x1234_5678);
+    let mut values = |n: usize| rng.values(n, -0.5, 0.5);
     // Sequences' blocks interleaved through the cache, as a server's allocator leaves them.
     let spans: Vec<SequenceSpan> = (0..rows)
         .map(|r| SequenceSpan {

@@ -10,16 +10,9 @@ use std::time::Instant;
 use runit_backend_cpu::matmul::{matmul, PackedWeight, Parallelism};
 use runit_quant::{quantize, GgmlType};
 
+/// Values in [-1, 1) from a generator fixed by `seed`.
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
+    runit_backend::testing::Rng::new(seed).values(count, -1.0, 1.0)
 }
 
 fn main() {

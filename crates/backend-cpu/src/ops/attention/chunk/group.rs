@@ -232,6 +232,18 @@ mod x86 {
         }
     }
 
+    /// The sum of eight f64 partial sums (lanes 0-3 in `low`, 4-7 in `high`) in
+    /// `vector::reduce`'s order: `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+    #[inline(always)]
+    unsafe fn reduce(low: __m256d, high: __m256d) -> f64 {
+        let pairs = _mm256_add_pd(low, high);
+        let folded = _mm_add_pd(
+            _mm256_castpd256_pd128(pairs),
+            _mm256_extractf128_pd::<1>(pairs),
+        );
+        _mm_cvtsd_f64(folded) + _mm_cvtsd_f64(_mm_unpackhi_pd(folded, folded))
+    }
+
     /// `scores[g * visible + j] = dot(query g, key at rows[j]) * scale` for the `G` heads,
     /// each dot as `vector::dot_f16`'s AVX2 twin computes it: lane `c % 8` of eight f64
     /// partial sums takes the product of element `c` (exact in f32, so an f64 FMA of the
@@ -267,13 +279,7 @@ mod x86 {
                 }
             }
             for g in 0..G {
-                let pairs = _mm256_add_pd(low[g], high[g]);
-                let folded = _mm_add_pd(
-                    _mm256_castpd256_pd128(pairs),
-                    _mm256_extractf128_pd::<1>(pairs),
-                );
-                let dot = _mm_cvtsd_f64(folded) + _mm_cvtsd_f64(_mm_unpackhi_pd(folded, folded));
-                scores[g * visible + j] = dot as f32 * scale;
+                scores[g * visible + j] = reduce(low[g], high[g]) as f32 * scale;
             }
         }
     }
@@ -422,16 +428,11 @@ mod x86 {
                 }
             }
             for g in 0..G {
-                let pairs = _mm256_add_pd(
+                let (low, high) = (
                     _mm512_castpd512_pd256(acc[g]),
                     _mm512_extractf64x4_pd::<1>(acc[g]),
                 );
-                let folded = _mm_add_pd(
-                    _mm256_castpd256_pd128(pairs),
-                    _mm256_extractf128_pd::<1>(pairs),
-                );
-                let dot = _mm_cvtsd_f64(folded) + _mm_cvtsd_f64(_mm_unpackhi_pd(folded, folded));
-                scores[g * visible + j] = dot as f32 * scale;
+                scores[g * visible + j] = reduce(low, high) as f32 * scale;
             }
         }
     }
