@@ -47,7 +47,7 @@ fn matmul_equals_its_scalar_twin_for_every_type_level_and_token_count() {
     for ty in TYPES {
         let bytes = packed(ty, n_in, n_out);
         let weight = PackedWeight::new(ty, &bytes, n_in, n_out);
-        for tokens in [1, 7, 64, 67] {
+        for tokens in [1, 7, 8, 64, 67] {
             let x = values(tokens * n_in, tokens as u64);
             let mut expected = vec![0.0f32; tokens * n_out];
             matmul_scalar(&weight, &x, tokens, &mut expected);
