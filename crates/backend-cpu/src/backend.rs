@@ -4,8 +4,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use runit_backend::{
-    pick, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache, KvType,
-    Op, Pick, RopeParams, SequenceSpan, Weight,
+    pick, unfused, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache,
+    KvType, Op, Pick, RopeParams, SequenceSpan, Weight,
 };
 use runit_quant::GgmlType;
 
@@ -255,8 +255,7 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         if let Some(norms) = head_norms {
             let tokens = positions.len();
-            self.rms_norm_in_place(q, norms.q, norms.eps, tokens * q_params.heads)?;
-            self.rms_norm_in_place(k, norms.k, norms.eps, tokens * k_params.heads)?;
+            unfused::head_norms_in_place(self, q, k, tokens, q_params, k_params, norms)?;
         }
         // Q and K with one angle table per token (the unfused default computes it twice).
         ops::rope::rope_both(

@@ -72,6 +72,7 @@ impl<T: Copy> Cells<T> {
     }
 }
 
+#[cfg(test)]
 impl<T: Copy> From<&[T]> for Cells<T> {
     /// A copy of `values` (the zeroed cells, then the values written over them).
     fn from(values: &[T]) -> Cells<T> {

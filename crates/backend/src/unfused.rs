@@ -52,6 +52,21 @@ pub fn add_rms_norm<B: Backend + ?Sized>(
     b.rms_norm(x, weight, eps, rows, out)
 }
 
+/// The head norms of [`Backend::rope_kv_write`]: [`Backend::rms_norm_in_place`] of every head
+/// of `q` (`q_params.heads` per token) and of `k`, for `tokens` tokens.
+pub fn head_norms_in_place<B: Backend + ?Sized>(
+    b: &B,
+    q: &mut Buffer,
+    k: &mut Buffer,
+    tokens: usize,
+    q_params: &RopeParams,
+    k_params: &RopeParams,
+    norms: HeadNorms<'_>,
+) -> Result<(), BackendError> {
+    b.rms_norm_in_place(q, norms.q, norms.eps, tokens * q_params.heads)?;
+    b.rms_norm_in_place(k, norms.k, norms.eps, tokens * k_params.heads)
+}
+
 /// [`Backend::rope_kv_write`]: the head norms ([`Backend::rms_norm_in_place`] of `q` and of
 /// `k`) when given, [`Backend::rope`] of `q` and of `k`, then [`Backend::kv_write`].
 #[allow(clippy::too_many_arguments)]
@@ -70,9 +85,7 @@ pub fn rope_kv_write<B: Backend + ?Sized>(
     head_norms: Option<HeadNorms<'_>>,
 ) -> Result<(), BackendError> {
     if let Some(norms) = head_norms {
-        let tokens = positions.len();
-        b.rms_norm_in_place(q, norms.q, norms.eps, tokens * q_params.heads)?;
-        b.rms_norm_in_place(k, norms.k, norms.eps, tokens * k_params.heads)?;
+        head_norms_in_place(b, q, k, positions.len(), q_params, k_params, norms)?;
     }
     b.rope(q, positions, q_params, freq_factors)?;
     b.rope(k, positions, k_params, freq_factors)?;
