@@ -433,13 +433,7 @@ fn unavailable_levels_fall_back() {
 #[test]
 fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
     let mut random = Random(0x5ca1e);
-    let level = SimdLevel::detect();
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
-        let (Some(format), Some(tile_rows)) = (activation_format(ty), tile_rows_fn(ty, level))
-        else {
-            continue;
-        };
-        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
         // 131 rows: passes of 56, 56 and 19 (pairs of weight rows, then one alone).
         for (n, rows) in [(576, 131), (32 * 1056, 3)] {
             let tokens = 8;
@@ -451,44 +445,118 @@ fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
                 .chunks(n)
                 .flat_map(|row| activation_row(ty, row))
                 .collect();
-            let len = block_scales_len(n, tokens);
-            let (mut d, mut s) = (vec![0.0; len], vec![0.0; len]);
-            let layout = QuantLayout::for_level(level);
-            let mut quants = vec![0u8; block_quants_len(n, tokens)];
-            assert!(
-                block_scales(format, &activations, tokens, n, &mut d, &mut s)
-                    && block_quants(format, &activations, tokens, n, &mut quants, layout)
-            );
-            let scales = BlockScales {
-                d: &d,
-                s: &s,
-                quants: &quants,
-                stride: tokens,
-                layout,
-            };
-            let mut out = vec![0.0f32; rows * tokens];
-            assert!(tile_rows(
-                n,
-                &weights,
-                &activations,
-                scales,
-                TileOut::new(&mut out, rows)
-            ));
-            let (w_bytes, a_bytes) = (weights.len() / rows, activations.len() / tokens);
-            for r in 0..rows {
-                for t in 0..tokens {
-                    let expected = scalar(
-                        n,
-                        &weights[r * w_bytes..(r + 1) * w_bytes],
-                        &activations[t * a_bytes..(t + 1) * a_bytes],
-                    );
-                    assert_eq!(
-                        out[t * rows + r].to_bits(),
-                        expected.to_bits(),
-                        "{ty} n={n} weight row {r} token {t}"
-                    );
-                }
+            tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
+        }
+    }
+}
+
+/// The 4-bit formats' pair kernel takes `sum * d_w` as exact (see its `exact_products`):
+/// the largest lane sums (quants at their extremes) against scales across f16's whole
+/// finite range, subnormals and the largest included, still equal the scalar twin.
+#[test]
+fn tile_rows_kernels_equal_the_scalar_twin_at_extreme_quants_and_scales() {
+    let mut random = Random(0xe7_7e3e);
+    let scale = |random: &mut Random| {
+        let bits = match random.next() % 4 {
+            0 => 0x7bff,                         // 65504, the largest
+            1 => (random.next() % 0x400) as u16, // subnormal
+            _ => (random.next() % 0x7c00) as u16,
+        };
+        let sign = if random.next().is_multiple_of(2) {
+            0
+        } else {
+            0x8000
+        };
+        (bits | sign).to_le_bytes()
+    };
+    let extreme = |random: &mut Random, values: [u8; 2]| values[(random.next() % 2) as usize];
+    let n = 96;
+    let tokens = 8;
+    let rows = 5;
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        let (block, scales) = (ty.type_size(), scale_offsets(ty));
+        let mut weights = vec![0u8; rows * n / 32 * block];
+        for b in weights.chunks_exact_mut(block) {
+            for &at in scales {
+                b[at..at + 2].copy_from_slice(&scale(&mut random));
             }
+            let first = scales.len() * 2;
+            b[first..]
+                .iter_mut()
+                .for_each(|q| *q = extreme(&mut random, [0x00, 0xff]));
+        }
+        let format = activation_format(ty).expect("dot type");
+        let (a_block, sums) = match format {
+            ActivationFormat::Q8_0 => (34, 1),
+            _ => (36, 2),
+        };
+        let mut activations = vec![0u8; tokens * n / 32 * a_block];
+        for b in activations.chunks_exact_mut(a_block) {
+            for k in 0..sums {
+                b[2 * k..2 * k + 2].copy_from_slice(&scale(&mut random));
+            }
+            b[2 * sums..]
+                .iter_mut()
+                .for_each(|q| *q = extreme(&mut random, [0x80, 0x7f]));
+        }
+        tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
+    }
+}
+
+/// Runs this CPU's best several-weight-rows kernel for `ty` (if it has one) over all rows of
+/// `weights` against `tokens` activation rows, and compares every result with the scalar
+/// twin bit for bit.
+fn tile_rows_equal_the_scalar_twin(
+    ty: GgmlType,
+    n: usize,
+    weights: &[u8],
+    activations: &[u8],
+    tokens: usize,
+) {
+    let level = SimdLevel::detect();
+    let (Some(format), Some(tile_rows)) = (activation_format(ty), tile_rows_fn(ty, level)) else {
+        return;
+    };
+    let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+    let w_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let rows = weights.len() / w_bytes;
+    let len = block_scales_len(n, tokens);
+    let (mut d, mut s) = (vec![0.0; len], vec![0.0; len]);
+    let layout = QuantLayout::for_level(level);
+    let mut quants = vec![0u8; block_quants_len(n, tokens)];
+    assert!(
+        block_scales(format, activations, tokens, n, &mut d, &mut s)
+            && block_quants(format, activations, tokens, n, &mut quants, layout)
+    );
+    let scales = BlockScales {
+        d: &d,
+        s: &s,
+        quants: &quants,
+        stride: tokens,
+        layout,
+    };
+    let mut out = vec![0.0f32; rows * tokens];
+    assert!(tile_rows(
+        n,
+        weights,
+        activations,
+        scales,
+        TileOut::new(&mut out, rows)
+    ));
+    let a_bytes = activations.len() / tokens;
+    for r in 0..rows {
+        for t in 0..tokens {
+            let expected = scalar(
+                n,
+                &weights[r * w_bytes..(r + 1) * w_bytes],
+                &activations[t * a_bytes..(t + 1) * a_bytes],
+            );
+            assert_eq!(
+                out[t * rows + r].to_bits(),
+                expected.to_bits(),
+                "{ty} n={n} weight row {r} token {t}: {} vs {expected}",
+                out[t * rows + r]
+            );
         }
     }
 }

@@ -90,15 +90,40 @@ fn opaque<T>(p: *const T) {
     unsafe { std::arch::asm!("/* {0} */", in(reg) p, options(nostack, preserves_flags)) };
 }
 
+/// 1.5 * 2^23: every float in `[2^23, 2^24)` is an integer, so `MAGIC + k` for `|k| < 2^22`
+/// has the bits of `MAGIC` plus `k`. A `vpdpbusd` that starts from `MAGIC`'s bits therefore
+/// ends on the lane sum as a float offset by `MAGIC`, with no conversion.
+const MAGIC: f32 = 12_582_912.0;
+
+/// Whether a format's lane sums times a weight scale are exact in f32: `|sum| < 2^13`
+/// (four products of 4-bit weights and 8-bit activations) times `d`'s eleven significant
+/// bits is at most 24 bits. The pair kernel then computes `fma(sum * d_w, d_a, acc)` (one
+/// FMA gives `sum * d_w` from the offset sum: `(MAGIC + sum) * d_w - MAGIC * d_w`, rounded
+/// once, is that exact product), which is the single-row kernel's `fma(d_w * d_a, sum,
+/// acc)` bit for bit: `d_w * d_a` (22 bits) is exact too, so both FMAs round the same real
+/// number. It saves the conversion and the multiply of every pair and block for one FMA.
+/// Other formats' sums (up to 2^16) would round.
+#[inline(always)]
+fn exact_products<W: Legacy>() -> bool {
+    matches!(W::TYPE, GgmlType::Q4_0 | GgmlType::Q4_1)
+}
+
 /// Blocks whose widened scales one [`tile_group`] pass holds (on the stack; rows of more
 /// blocks take a buffer of their own).
 const SCALE_BUFFER: usize = 1024;
 
 /// `d` (to `d_w[k]`) and, for formats with a minimum, `m` (to `m_w[k]`) of the `total`
-/// weight blocks from `w` on, `W::BYTES` apart, widened to f32, sixteen blocks per gather.
-/// Both buffers take up to 15 values past `total`.
+/// weight blocks from `w` on, `W::BYTES` apart, widened to f32, sixteen blocks per gather;
+/// for [`exact_products`] formats also `-MAGIC * d` (to `o_w[k]`, exact: `MAGIC` has two
+/// significant bits, `d` eleven). The buffers take up to 15 values past `total`.
 #[inline(always)]
-unsafe fn widen_scales<W: Legacy>(w: *const u8, total: usize, d_w: *mut f32, m_w: *mut f32) {
+unsafe fn widen_scales<W: Legacy>(
+    w: *const u8,
+    total: usize,
+    d_w: *mut f32,
+    m_w: *mut f32,
+    o_w: *mut f32,
+) {
     // The first four bytes of each block: `d`, and `m` where the format has one (every
     // block is at least 18 bytes long).
     let offsets = _mm512_mullo_epi32(
@@ -118,10 +143,14 @@ unsafe fn widen_scales<W: Legacy>(w: *const u8, total: usize, d_w: *mut f32, m_w
             offsets,
             w.add(first * W::BYTES).cast(),
         );
-        _mm512_storeu_ps(
-            d_w.add(first),
-            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)),
-        );
+        let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+        _mm512_storeu_ps(d_w.add(first), scales);
+        if exact_products::<W>() {
+            _mm512_storeu_ps(
+                o_w.add(first),
+                _mm512_mul_ps(scales, _mm512_set1_ps(-MAGIC)),
+            );
+        }
         if W::HAS_MIN {
             let minimums = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(words));
             _mm512_storeu_ps(m_w.add(first), _mm512_cvtph_ps(minimums));
@@ -144,6 +173,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
     row_bytes: usize,
     d_w: *const f32,
     m_w: *const f32,
+    o_w: *const f32,
     quants: *const u8,
     d: *const f32,
     s: *const f32,
@@ -175,9 +205,24 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
             _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
             weight_quants::<W>(block)
         });
-        let base: [__m512i; R] = std::array::from_fn(|r| sums_base::<W>(q[r]));
+        let base: [__m512i; R] = std::array::from_fn(|r| {
+            let base = sums_base::<W>(q[r]);
+            if exact_products::<W>() {
+                _mm512_add_epi32(base, _mm512_set1_epi32(MAGIC.to_bits() as i32))
+            } else {
+                base
+            }
+        });
         let scale_w: [__m512; R] =
             std::array::from_fn(|r| _mm512_set1_ps(*d_w.add(r * blocks + i)));
+        // `-MAGIC * d_w` (exact products only).
+        let offset_w: [__m512; R] = std::array::from_fn(|r| {
+            if exact_products::<W>() {
+                _mm512_set1_ps(*o_w.add(r * blocks + i))
+            } else {
+                _mm512_setzero_ps()
+            }
+        });
         let row_quants = quants.add(i * block_rows * 32);
         let row_d = d.add(i * stride);
         for p in 0..P {
@@ -187,8 +232,14 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
             ));
             for r in 0..R {
                 let sums = pair_sums::<W>(q[r], base[r], y);
-                let scale = _mm512_mul_ps(scale_w[r], pair);
-                acc[r][p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[r][p]);
+                acc[r][p] = if exact_products::<W>() {
+                    let weighted =
+                        _mm512_fmadd_ps(_mm512_castsi512_ps(sums), scale_w[r], offset_w[r]);
+                    _mm512_fmadd_ps(weighted, pair, acc[r][p])
+                } else {
+                    let scale = _mm512_mul_ps(scale_w[r], pair);
+                    _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[r][p])
+                };
             }
         }
     }
@@ -272,26 +323,30 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
     out_stride: usize,
     row_step: usize,
 ) {
-    // `d_w` of the pass's blocks, then `m` (16 values of slack after each for the gathers'
+    // `d_w` of the pass's blocks, then `m`, then `-MAGIC * d_w` (16 values of slack after each for the gathers'
     // last stores). Left unset: every value read was widened there first (zeroing 8 KB per
     // call showed up in decode profiles).
-    let mut stack = std::mem::MaybeUninit::<[f32; 2 * (SCALE_BUFFER + 16)]>::uninit();
+    let mut stack = std::mem::MaybeUninit::<[f32; 3 * (SCALE_BUFFER + 16)]>::uninit();
     let mut heap = Vec::new();
     let (scales, capacity) = if blocks <= SCALE_BUFFER {
         (stack.as_mut_ptr().cast::<f32>(), SCALE_BUFFER)
     } else {
-        heap.resize(2 * (blocks + 16), 0.0f32);
+        heap.resize(3 * (blocks + 16), 0.0f32);
         (heap.as_mut_ptr(), blocks)
     };
     let group_rows = (capacity / blocks.max(1)).max(1);
-    let (d_w, m_w) = (scales, scales.add(capacity + 16));
+    let (d_w, m_w, o_w) = (
+        scales,
+        scales.add(capacity + 16),
+        scales.add(2 * (capacity + 16)),
+    );
     // Each block prefetches the one a pass of rows later: the next pass's scale gathers
     // (which cannot overlap the sums they precede) then find their lines in the cache.
     let ahead = group_rows * row_bytes;
     let mut first = 0;
     while first < rows {
         let group = group_rows.min(rows - first);
-        widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w);
+        widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w, o_w);
         opaque(scales);
         // Two weight rows at a time, the odd last one alone.
         let mut r = first;
@@ -305,6 +360,7 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
                         row_bytes,
                         d_w.add(at),
                         m_w.add(at),
+                        o_w.add(at),
                         quants,
                         d,
                         s,
