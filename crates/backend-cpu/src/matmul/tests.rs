@@ -201,10 +201,10 @@ fn task_bounds_cover_the_rows_in_shrinking_tasks() {
                 assert!(
                     sizes[0]
                         <= rows
-                            .div_ceil(2 * threads)
+                            .div_ceil(threads)
                             .max(super::MIN_ROWS_PER_TASK)
                             .next_multiple_of(multiple),
-                    "{what}: the first task is about 1 / (2 * threads) of the rows: {sizes:?}"
+                    "{what}: the first task is about 1 / threads of the rows: {sizes:?}"
                 );
             }
         }
