@@ -33,8 +33,8 @@ mod tinyblas;
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
     block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn, tile_rows_fn,
-    ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn, TileOut,
-    TileRowsFn,
+    tile_tables, ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn,
+    TileOut, TileRowsFn,
 };
 use runit_quant::GgmlType;
 
@@ -385,7 +385,25 @@ fn run_plain(
     let skip = rest.as_ptr().align_offset(64);
     let rest = &mut rest[skip..];
     let (quants, tables) = rest.split_at_mut(block_quants_bytes);
-    if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
+    let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
+    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 2 * 4 * table_len]);
+    let (d, s) = tables.split_at_mut(table_len);
+    let parallel = tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1;
+    // A decode batch's rows and tables in one pass (see `tile_tables`), on this thread.
+    let tabled = tile.is_some()
+        && !parallel
+        && tile_tables(
+            format,
+            x,
+            tokens,
+            weight.n_in,
+            activations,
+            d,
+            s,
+            quants,
+            layout,
+        );
+    if parallel {
         let shared = SharedBytes(activations.as_mut_ptr());
         let convert = |t: usize| {
             // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
@@ -395,19 +413,17 @@ fn run_plain(
             quantize_activation(format, &x[t * weight.n_in..(t + 1) * weight.n_in], out);
         };
         parallelism.for_each_chunk(tokens, &convert);
-    } else {
+    } else if !tabled {
         x.chunks(weight.n_in)
             .zip(activations.chunks_mut(activation_bytes))
             .for_each(|(row, out)| quantize_activation(format, row, out));
     }
     let activations = &*activations;
-    let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
-    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 2 * 4 * table_len]);
-    let (d, s) = tables.split_at_mut(table_len);
     let tile = match tile {
         Some(tile) => {
-            let filled = block_scales(format, activations, tokens, weight.n_in, d, s)
-                && block_quants(format, activations, tokens, weight.n_in, quants, layout);
+            let filled = tabled
+                || (block_scales(format, activations, tokens, weight.n_in, d, s)
+                    && block_quants(format, activations, tokens, weight.n_in, quants, layout));
             assert!(
                 filled,
                 "tile kernels exist only for formats with block scales"

@@ -6,7 +6,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{activation_row_bytes, legacy, ActivationFormat, SimdLevel};
+use super::{activation_row_bytes, legacy, quantize_activation, ActivationFormat, SimdLevel};
 use crate::GgmlType;
 
 /// `gemv(n, weight_rows, activation_row, out)`: `out[r] = dot(weight row r, activation_row)`
@@ -294,6 +294,81 @@ pub fn block_quants(
         }
     }
     true
+}
+
+/// Converts the `rows` activation rows of `n` elements in `x` to `format` (Q8_0 or Q8_1)
+/// into `activations` and fills the tables a tile kernel reads (`d`, `s` and `quants`, as
+/// [`block_scales`] and [`block_quants`] make them in `layout`): the same bytes and values
+/// as [`quantize_activation`] on every row followed by those two, which is what runs except
+/// where AVX-512 is available and `layout` is [`QuantLayout::Pairs`]: there one pass per
+/// row does all three (about a third of the time: the decode batch's conversions run
+/// while the other threads wait). Returns `false` (converting nothing) for other formats.
+///
+/// # Panics
+/// When a length disagrees (as the three functions check them).
+#[allow(clippy::too_many_arguments)]
+pub fn tile_tables(
+    format: ActivationFormat,
+    x: &[f32],
+    rows: usize,
+    n: usize,
+    activations: &mut [u8],
+    d: &mut [f32],
+    s: &mut [f32],
+    quants: &mut [u8],
+    layout: QuantLayout,
+) -> bool {
+    let with_sums = match format {
+        ActivationFormat::Q8_0 => false,
+        ActivationFormat::Q8_1 => true,
+        _ => return false,
+    };
+    let row_bytes = activation_row_bytes(format, n);
+    assert_eq!(x.len(), rows * n, "{rows} rows of {n} values");
+    assert_eq!(activations.len(), rows * row_bytes, "activation rows");
+    #[cfg(target_arch = "x86_64")]
+    if layout == QuantLayout::Pairs && x86::has_avx512() && n.is_multiple_of(32) {
+        let len = block_scales_len(n, rows);
+        assert_eq!(d.len(), len, "scale table length");
+        if with_sums {
+            assert_eq!(s.len(), len, "sum table length");
+            s[len - BLOCK_SCALES_PADDING..].fill(0.0);
+        }
+        d[len - BLOCK_SCALES_PADDING..].fill(0.0);
+        assert_eq!(
+            quants.len(),
+            block_quants_len(n, rows),
+            "quant table length"
+        );
+        let tail = quants.len() - 32;
+        quants[tail..].fill(0);
+        let mut tables = x86::prepare::Tables {
+            with_sums,
+            rows,
+            block_rows: layout.block_rows(rows),
+            d,
+            s,
+            quants,
+        };
+        for (t, (x, out)) in x
+            .chunks_exact(n.max(1))
+            .zip(activations.chunks_exact_mut(row_bytes.max(1)))
+            .enumerate()
+        {
+            // SAFETY: AVX-512 F/BW/VL detected above; `out` is row `t`'s blocks; the tables'
+            // lengths were checked above against the layout `row` writes (`t < rows`).
+            unsafe { x86::prepare::row(x, t, out, &mut tables) };
+        }
+        return true;
+    }
+    for (row, out) in x
+        .chunks_exact(n.max(1))
+        .zip(activations.chunks_mut(row_bytes.max(1)))
+    {
+        quantize_activation(format, row, out);
+    }
+    block_scales(format, activations, rows, n, d, s)
+        && block_quants(format, activations, rows, n, quants, layout)
 }
 
 /// Values in each table of [`block_scales`] for `rows` rows of `n` elements.

@@ -560,3 +560,97 @@ fn tile_rows_equal_the_scalar_twin(
         }
     }
 }
+
+/// `tile_tables` (one pass per row where AVX-512 and the paired layout are there) makes the
+/// activation rows and all three tables exactly as the row conversion followed by
+/// `block_scales` and `block_quants` does, for every block kind: ordinary values, zeros,
+/// tiny (subnormal) magnitudes whose `127 / amax` overflows, infinities and NaNs.
+#[test]
+fn tile_tables_equal_the_separate_conversion_and_tables() {
+    let mut random = Random(0x7ab1e5);
+    let special = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::from_bits(1),
+        1e-40,
+        f32::MAX,
+    ];
+    for format in [ActivationFormat::Q8_0, ActivationFormat::Q8_1] {
+        for n in [32, 96, 576, 1536] {
+            for rows in [1, 2, 7, 8] {
+                let x: Vec<f32> = (0..rows * n)
+                    .map(|i| match (i / 32 % 5, random.next() % 8) {
+                        // Whole blocks of zeros, of tiny values, and some with specials.
+                        (1, _) => 0.0,
+                        (2, _) => 1e-40 * random.uniform(),
+                        (3, k) if k < 2 => special[(random.next() % 8) as usize],
+                        _ => random.value(),
+                    })
+                    .collect();
+                let row_bytes = activation_row_bytes(format, n);
+                let len = block_scales_len(n, rows);
+                for layout in [QuantLayout::Rows, QuantLayout::Pairs] {
+                    let mut expected_rows = vec![0u8; rows * row_bytes];
+                    for (row, out) in x.chunks(n).zip(expected_rows.chunks_mut(row_bytes)) {
+                        quantize_activation(format, row, out);
+                    }
+                    let (mut d, mut s) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                    let mut quants = vec![0xa5u8; block_quants_len(n, rows)];
+                    assert!(block_scales(
+                        format,
+                        &expected_rows,
+                        rows,
+                        n,
+                        &mut d,
+                        &mut s
+                    ));
+                    assert!(block_quants(
+                        format,
+                        &expected_rows,
+                        rows,
+                        n,
+                        &mut quants,
+                        layout
+                    ));
+                    let mut got_rows = vec![0x5au8; rows * row_bytes];
+                    let (mut got_d, mut got_s) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                    let mut got_quants = vec![0xa5u8; block_quants_len(n, rows)];
+                    assert!(tile_tables(
+                        format,
+                        &x,
+                        rows,
+                        n,
+                        &mut got_rows,
+                        &mut got_d,
+                        &mut got_s,
+                        &mut got_quants,
+                        layout
+                    ));
+                    let what = format!("{format:?} n={n} rows={rows} {layout:?}");
+                    // The first differing byte (whole rows are too long to print).
+                    let first_difference = |got: &[u8], expected: &[u8]| {
+                        got.iter().zip(expected).position(|(g, e)| g != e)
+                    };
+                    assert_eq!(
+                        first_difference(&got_rows, &expected_rows),
+                        None,
+                        "{what}: activation rows"
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got_d), bits(&d), "{what}: d table");
+                    if format == ActivationFormat::Q8_1 {
+                        assert_eq!(bits(&got_s), bits(&s), "{what}: s table");
+                    }
+                    assert_eq!(
+                        first_difference(&got_quants, &quants),
+                        None,
+                        "{what}: quant table"
+                    );
+                }
+            }
+        }
+    }
+}

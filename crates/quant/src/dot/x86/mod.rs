@@ -11,6 +11,7 @@ pub(crate) mod half;
 mod kquants;
 mod legacy;
 mod pairs;
+pub(super) mod prepare;
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -32,7 +33,7 @@ pub(super) fn has_avx_vnni() -> bool {
     *FLAG.get_or_init(|| is_x86_feature_detected!("avxvnni"))
 }
 
-pub(super) fn has_avx512() -> bool {
+pub(crate) fn has_avx512() -> bool {
     static FLAG: OnceLock<bool> = OnceLock::new();
     *FLAG.get_or_init(|| {
         is_x86_feature_detected!("avx512f")
