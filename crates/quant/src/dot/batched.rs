@@ -136,9 +136,12 @@ pub enum QuantLayout {
     /// Rows in pairs (0 with 1, 2 with 3, ...): the 64 bytes of the pair holding row `t` of
     /// block `i` at `(i * even + t - t % 2) * 32`, `even` being `stride` rounded up to a
     /// multiple of two, with the rows' four-byte groups interleaved: group `g` of the even
-    /// row at byte `8 * g`, of the odd row at `8 * g + 4` (zero past an odd last row). A
-    /// 512-bit register then holds both rows with each lane's group in the same place as the
-    /// weight's doubled groups, so the pair kernel needs no shuffle per pair.
+    /// row at byte `8 * PAIR_SLOTS[g]`, of the odd row at `8 * PAIR_SLOTS[g] + 4` (zero past
+    /// an odd last row). A 512-bit register then holds both rows with each lane's group in
+    /// the same place as the weight's doubled groups, so the pair kernel needs no shuffle
+    /// per pair. The slots put groups 1 and 2 (and 5 and 6) in each other's place: a 4-bit
+    /// weight block's sixteen bytes, broadcast to every 128 bits, then hold each slot's
+    /// group in the 64 bits of that slot, which one `vpmultishiftqb` unpacks.
     Pairs,
 }
 
@@ -164,6 +167,10 @@ impl QuantLayout {
         }
     }
 }
+
+/// The 8-byte slot of each four-quant group in a [`QuantLayout::Pairs`] pair (its own
+/// inverse).
+pub(crate) const PAIR_SLOTS: [usize; 8] = [0, 2, 1, 3, 4, 6, 5, 7];
 
 /// Values of padding after the tables of [`block_scales`]: a tile kernel reads the tables
 /// up to eight rows at a time.
@@ -282,13 +289,17 @@ pub fn block_quants(
     let offset = u32::from_ne_bytes([offset; 4]);
     for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
         for (i, block) in row.chunks_exact(block_bytes).enumerate() {
-            let (at, step) = match layout {
-                QuantLayout::Rows => ((i * rows + t) * 32, 4),
-                QuantLayout::Pairs => ((i * block_rows + t - t % 2) * 32 + 4 * (t % 2), 8),
+            let (at, step, slots) = match layout {
+                QuantLayout::Rows => ((i * rows + t) * 32, 4, [0, 1, 2, 3, 4, 5, 6, 7]),
+                QuantLayout::Pairs => (
+                    (i * block_rows + t - t % 2) * 32 + 4 * (t % 2),
+                    8,
+                    PAIR_SLOTS,
+                ),
             };
             for (g, group) in block[block_bytes - 32..].chunks_exact(4).enumerate() {
                 let group = u32::from_ne_bytes(group.try_into().expect("four bytes")) ^ offset;
-                let at = at + step * g;
+                let at = at + step * slots[g];
                 quants[at..at + 4].copy_from_slice(&group.to_ne_bytes());
             }
         }

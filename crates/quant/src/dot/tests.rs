@@ -450,6 +450,29 @@ fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
     }
 }
 
+/// The pair kernels' unpacking of 4-bit weights without VBMI (one permute, a shift and a
+/// mask instead of `vpmultishiftqb` and a mask) gives the same results.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn pair_kernels_without_vbmi_equal_the_scalar_twin() {
+    use std::sync::atomic::Ordering;
+    let mut random = Random(0x0b_e71);
+    super::x86::pairs::WITHOUT_VBMI.store(true, Ordering::Relaxed);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (n, rows, tokens) = (96, 7, 8);
+        let weights: Vec<u8> = (0..rows)
+            .flat_map(|r| weight_row(ty, n, r % 2 == 1, &mut random))
+            .collect();
+        let x: Vec<f32> = (0..n * tokens).map(|_| random.value()).collect();
+        let activations: Vec<u8> = x
+            .chunks(n)
+            .flat_map(|row| activation_row(ty, row))
+            .collect();
+        tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
+    }
+    super::x86::pairs::WITHOUT_VBMI.store(false, Ordering::Relaxed);
+}
+
 /// The 4-bit formats' pair kernel takes `sum * d_w` as exact (see its `exact_products`):
 /// the largest lane sums (quants at their extremes) against scales across f16's whole
 /// finite range, subnormals and the largest included, still equal the scalar twin.

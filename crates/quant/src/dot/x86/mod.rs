@@ -10,7 +10,7 @@ pub(super) mod float;
 pub(crate) mod half;
 mod kquants;
 mod legacy;
-mod pairs;
+pub(super) mod pairs;
 pub(super) mod prepare;
 
 use std::arch::x86_64::*;

@@ -18,6 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::Legacy;
+use crate::dot::batched::PAIR_SLOTS;
 use crate::dot::{checked_blocks, BlockScales, QuantLayout, TileOut};
 use crate::GgmlType;
 
@@ -25,16 +26,45 @@ use crate::GgmlType;
 const MAX_PAIRS: usize = 8;
 
 /// The weight block's 32 quants (as the single-row kernel unpacks them) with every
-/// four-quant group doubled: group `g` in lanes `2g` and `2g + 1`.
+/// four-quant group doubled in its pair slot: group `g` in lanes `2 * PAIR_SLOTS[g]` and
+/// `2 * PAIR_SLOTS[g] + 1` (see [`QuantLayout::Pairs`]). With `VBMI`, a nibble format's
+/// block is broadcast to every 128 bits, where each slot's 64 bits hold its group's four
+/// bytes, and one `vpmultishiftqb` takes every lane's nibble (and the next, which the mask
+/// clears) out of them: two operations instead of three.
 #[inline(always)]
-unsafe fn weight_quants<W: Legacy>(p: *const u8) -> __m512i {
+unsafe fn weight_quants<W: Legacy, const VBMI: bool>(p: *const u8) -> __m512i {
     match W::TYPE {
-        // Nibble formats: the 16 packed bytes' dwords doubled (lanes 0-7 and 8-15 alike),
-        // the upper half shifted down to the high nibbles (groups 4-7).
+        GgmlType::Q4_0 | GgmlType::Q4_1 if VBMI => {
+            let packed = _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(W::BYTES - 16).cast()));
+            // Slot `k` holds group `g = PAIR_SLOTS[k]`: bytes `4 * (g % 4)..` of the block,
+            // which sit at bit `32 * (g % 2)` of the slot's 64 bits (bytes 0-7 of the block
+            // in even slots, 8-15 in odd ones); its high nibbles (`g >= 4`) 4 bits further.
+            let control = std::array::from_fn::<u8, 64, _>(|byte| {
+                let group = PAIR_SLOTS[byte / 8];
+                (32 * (group % 2) + 4 * (group / 4) + 8 * (byte % 4)) as u8
+            });
+            let control = _mm512_loadu_si512(control.as_ptr().cast());
+            let nibbles = _mm512_and_si512(
+                _mm512_multishift_epi64_epi8(control, packed),
+                _mm512_set1_epi8(0x0f),
+            );
+            if W::SIGNED {
+                _mm512_sub_epi8(nibbles, _mm512_set1_epi8(8))
+            } else {
+                nibbles
+            }
+        }
+        // Nibble formats: the 16 packed bytes' dwords doubled into their slots (lanes 0-7
+        // take the low nibbles' dwords, 8-15 the high ones'), the upper half shifted down
+        // to the high nibbles (groups 4-7).
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
             let packed = _mm512_castsi128_si512(_mm_loadu_si128(p.add(W::BYTES - 16).cast()));
             let doubled = _mm512_permutexvar_epi32(
-                _mm512_set_epi32(3, 3, 2, 2, 1, 1, 0, 0, 3, 3, 2, 2, 1, 1, 0, 0),
+                _mm512_loadu_si512(
+                    std::array::from_fn::<i32, 16, _>(|lane| (PAIR_SLOTS[lane / 2] % 4) as i32)
+                        .as_ptr()
+                        .cast(),
+                ),
                 packed,
             );
             let both = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
@@ -46,7 +76,11 @@ unsafe fn weight_quants<W: Legacy>(p: *const u8) -> __m512i {
             }
         }
         _ => _mm512_permutexvar_epi32(
-            _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+            _mm512_loadu_si512(
+                std::array::from_fn::<i32, 16, _>(|lane| PAIR_SLOTS[lane / 2] as i32)
+                    .as_ptr()
+                    .cast(),
+            ),
             _mm512_castsi256_si512(W::quants(p)),
         ),
     }
@@ -167,7 +201,7 @@ unsafe fn widen_scales<W: Legacy>(
 /// scales), which cost this core's vector ports as much as the arithmetic does.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
+unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize, const VBMI: bool>(
     blocks: usize,
     w: *const u8,
     row_bytes: usize,
@@ -203,7 +237,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize>(
         let q: [__m512i; R] = std::array::from_fn(|r| {
             let block = w.add(r * row_bytes + i * W::BYTES);
             _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(ahead).cast());
-            weight_quants::<W>(block)
+            weight_quants::<W, VBMI>(block)
         });
         let base: [__m512i; R] = std::array::from_fn(|r| {
             let base = sums_base::<W>(q[r]);
@@ -281,13 +315,16 @@ unsafe fn store_sums<W: Legacy, const P: usize>(
             let high = _mm512_shuffle_f32x4::<0b11_10_11_10>(x, y);
             _mm512_add_ps(low, high)
         };
-        let (ab, ce) = (halves(a, b), halves(c, e));
-        // Each pair's upper 128 bits onto its lower: [pairs a, b, c, e].
+        // Now each pair's lower 128 bits hold groups (0 + 4, 2 + 6) (the slots of groups 0
+        // and 2), its upper ones (1 + 5, 3 + 7). Lanes 2, 3 of each 128 bits onto lanes
+        // 0, 1: ((0 + 4) + (2 + 6)) and ((1 + 5) + (3 + 7)), of both rows.
+        let fold = |x: __m512| _mm512_add_ps(x, _mm512_shuffle_ps::<0b11_10_11_10>(x, x));
+        let (ab, ce) = (fold(halves(a, b)), fold(halves(c, e)));
+        // Each pair's upper 128 bits onto its lower: [pairs a, b, c, e], the two rows' sums
+        // in lanes 0 and 1 of each.
         let low = _mm512_shuffle_f32x4::<0b10_00_10_00>(ab, ce);
         let high = _mm512_shuffle_f32x4::<0b11_01_11_01>(ab, ce);
-        let pairs = _mm512_add_ps(low, high);
-        // Lanes 2, 3 of each 128 bits onto lanes 0, 1: the two rows' sums.
-        let both = _mm512_add_ps(pairs, _mm512_shuffle_ps::<0b11_10_11_10>(pairs, pairs));
+        let both = _mm512_add_ps(low, high);
         let rows = _mm512_permutexvar_ps(
             _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 12, 9, 8, 5, 4, 1, 0),
             both,
@@ -307,9 +344,9 @@ unsafe fn store_sums<W: Legacy, const P: usize>(
 /// block of them is `W::BYTES` after the last), row `r`'s results starting at
 /// `out[r * row_step]`. The weight scales of as many rows as [`SCALE_BUFFER`] holds are
 /// widened in one pass before their sums.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_group<W: Legacy, const P: usize>(
+unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(
     rows: usize,
     row_bytes: usize,
     blocks: usize,
@@ -354,7 +391,7 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
             let at = (r - first) * blocks;
             macro_rules! rows {
                 ($rows:literal) => {
-                    tile_pairs::<W, P, $rows>(
+                    tile_pairs::<W, P, $rows, VBMI>(
                         blocks,
                         w.add(r * row_bytes),
                         row_bytes,
@@ -384,6 +421,67 @@ unsafe fn tile_group<W: Legacy, const P: usize>(
         first += group;
     }
 }
+
+/// [`tile_group`] compiled for AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_group_vnni<W: Legacy, const P: usize>(
+    rows: usize,
+    row_bytes: usize,
+    blocks: usize,
+    w: *const u8,
+    quants: *const u8,
+    d: *const f32,
+    s: *const f32,
+    stride: usize,
+    count: usize,
+    out: *mut f32,
+    out_stride: usize,
+    row_step: usize,
+) {
+    tile_group::<W, P, false>(
+        rows, row_bytes, blocks, w, quants, d, s, stride, count, out, out_stride, row_step,
+    )
+}
+
+/// [`tile_group`] compiled for AVX-512 VNNI and VBMI (the nibble formats' one-shuffle
+/// unpacking).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_group_vbmi<W: Legacy, const P: usize>(
+    rows: usize,
+    row_bytes: usize,
+    blocks: usize,
+    w: *const u8,
+    quants: *const u8,
+    d: *const f32,
+    s: *const f32,
+    stride: usize,
+    count: usize,
+    out: *mut f32,
+    out_stride: usize,
+    row_step: usize,
+) {
+    tile_group::<W, P, true>(
+        rows, row_bytes, blocks, w, quants, d, s, stride, count, out, out_stride, row_step,
+    )
+}
+
+/// Whether this CPU has AVX-512 VBMI (`vpmultishiftqb`), unless a test turned it off
+/// (both paths give the same bits, so other tests running meanwhile are unaffected).
+fn has_vbmi() -> bool {
+    static FLAG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    #[cfg(test)]
+    if WITHOUT_VBMI.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512vbmi"))
+}
+
+/// Makes the pair kernels take the path of CPUs without VBMI (for the twin tests).
+#[cfg(test)]
+pub(crate) static WITHOUT_VBMI: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// [`TileRowsFn`](crate::dot::TileRowsFn): every weight row of `w` (rows of `n` elements,
 /// back to back) against `out`'s tokens (the activation rows), row `r` of token `c` to
@@ -483,11 +581,18 @@ unsafe fn run_group<W: Legacy>(
         bytes,
         step,
     } = rows;
+    let vbmi = has_vbmi();
     macro_rules! group {
         ($pairs:literal) => {
-            tile_group::<W, $pairs>(
-                n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
-            )
+            if vbmi {
+                tile_group_vbmi::<W, $pairs>(
+                    n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
+                )
+            } else {
+                tile_group_vnni::<W, $pairs>(
+                    n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
+                )
+            }
         };
     }
     // SAFETY: the caller's contract.

@@ -12,6 +12,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::dot::batched::PAIR_SLOTS;
+
 /// Blocks that share one vector of scales.
 const GROUP: usize = 16;
 
@@ -61,6 +63,12 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
     debug_assert_eq!(out.len(), blocks * block_bytes);
     let even = t.is_multiple_of(2);
     let slots: __mmask16 = if even { 0x5555 } else { 0xaaaa };
+    // Dword `2k` and `2k + 1` of a pair take group `PAIR_SLOTS[k]` (its own inverse).
+    let places = _mm512_loadu_si512(
+        std::array::from_fn::<i32, 16, _>(|lane| PAIR_SLOTS[lane / 2] as i32)
+            .as_ptr()
+            .cast(),
+    );
     // Q8_0's paired quants are stored plus 128 (unsigned for `vpdpbusd`).
     let offset = _mm512_set1_epi8(if tables.with_sums { 0 } else { 0x80u8 as i8 });
     // An odd last row's partner slots hold zeros.
@@ -113,8 +121,9 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
                 .quants
                 .as_mut_ptr()
                 .add((i * tables.block_rows + t - t % 2) * 32);
+            // Group `g` to dword `2 * PAIR_SLOTS[g]` (+1 for the odd row).
             let groups = _mm512_xor_si512(
-                _mm512_maskz_expand_epi32(slots, _mm512_castsi256_si512(quants)),
+                _mm512_permutexvar_epi32(places, _mm512_castsi256_si512(quants)),
                 offset,
             );
             _mm512_mask_storeu_epi32(pair.cast(), slots, groups);
