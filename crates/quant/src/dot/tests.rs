@@ -434,9 +434,9 @@ fn unavailable_levels_fall_back() {
 fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
     let mut random = Random(0x5ca1e);
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
-        // 131 rows: sixteen passes of 8 and one of 3 (pairs of weight rows, then one alone);
-        // rows of 1056 blocks take a heap buffer.
-        for (n, rows) in [(576, 131), (32 * 1056, 3)] {
+        // 131 and 133 rows: passes of 12, the last of 11 (threes or pairs of weight rows,
+        // then two or one) or 1; rows of 1056 blocks take a heap buffer.
+        for (n, rows) in [(576, 131), (576, 133), (32 * 1056, 3)] {
             let tokens = 8;
             let weights: Vec<u8> = (0..rows)
                 .flat_map(|_| weight_row(ty, n, false, &mut random))
