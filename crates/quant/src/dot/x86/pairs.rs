@@ -1,14 +1,16 @@
 //! AVX-512 tile kernel of the 32-element block formats that computes two activation rows
 //! per 512-bit register. The two rows' activation quants come interleaved by four-byte
-//! group ([`QuantLayout::Pairs`]: group `g` of the first row in lane `2g`, of the second in
-//! lane `2g + 1`) and the weight block's groups doubled to match, so one `vpdpbusd` gives
-//! both rows' lane sums, and each row's eight lanes go through the arithmetic of the
-//! single-row kernel (the same integer lane sums, `d_w * d_a` rounded to f32, one FMA per
-//! block into eight lanes, then the same horizontal sum): every result equals the
-//! single-row kernel bit for bit. Per pair of rows and block that is one `vpdpbusd`, one
-//! multiply (`d_w` by the pair's two `d_a`, a 64-bit broadcast load), one conversion and
-//! one FMA, with no shuffle; the weight's doubling (one permute) and the scale conversions
-//! (one gather and conversion per sixteen blocks) are shared by all pairs.
+//! group ([`QuantLayout::Pairs`]: group `g` of the first row in lane `2s`, of the second in
+//! lane `2s + 1`, `s` being its slot `PAIR_SLOTS[g]`) and the weight block's groups doubled
+//! into the same slots, so one `vpdpbusd` gives both rows' lane sums, and each row's eight
+//! lanes go through the arithmetic of the single-row kernel (the same integer lane sums,
+//! `d_w * d_a` rounded to f32, one FMA per block into eight lanes, then the same horizontal
+//! sum): every result equals the single-row kernel bit for bit. Per pair of rows and block
+//! that is one `vpdpbusd` and two FMAs for the 4-bit formats (see [`exact_products`]), or one
+//! `vpdpbusd`, one multiply (`d_w` by the pair's two `d_a`, a 64-bit broadcast load), one
+//! conversion and one FMA, with no shuffle; the weight's doubling (a `vpmultishiftqb` or a
+//! permute) and the scale conversions (one gather and conversion per sixteen blocks) are
+//! shared by all pairs, and two or three weight rows share each block's activation loads.
 //! Signed formats need no sign trick per row: their activation quants come offset to
 //! unsigned, and the offset's share is taken out once per weight block (`sums_base`).
 
