@@ -339,13 +339,7 @@ pub fn tile_tables(
     assert_eq!(activations.len(), rows * row_bytes, "activation rows");
     #[cfg(target_arch = "x86_64")]
     if layout == QuantLayout::Pairs && x86::has_avx512() && n.is_multiple_of(32) {
-        let len = block_scales_len(n, rows);
-        assert_eq!(d.len(), len, "scale table length");
-        if with_sums {
-            assert_eq!(s.len(), len, "sum table length");
-            s[len - BLOCK_SCALES_PADDING..].fill(0.0);
-        }
-        d[len - BLOCK_SCALES_PADDING..].fill(0.0);
+        pad_scale_tables(n, rows, d, s, with_sums);
         assert_eq!(
             quants.len(),
             block_quants_len(n, rows),
@@ -413,13 +407,7 @@ pub fn block_scales(
         rows * row_bytes,
         "{rows} activation rows of {n}"
     );
-    let len = block_scales_len(n, rows);
-    assert_eq!(d.len(), len, "scale table length");
-    if has_sum {
-        assert_eq!(s.len(), len, "sum table length");
-        s[len - BLOCK_SCALES_PADDING..].fill(0.0);
-    }
-    d[len - BLOCK_SCALES_PADDING..].fill(0.0);
+    pad_scale_tables(n, rows, d, s, has_sum);
     for (t, row) in activations.chunks_exact(row_bytes).enumerate() {
         for (i, block) in row.chunks_exact(block_bytes).enumerate() {
             d[i * rows + t] = half_of(block, 0);
@@ -429,6 +417,21 @@ pub fn block_scales(
         }
     }
     true
+}
+
+/// Checks the lengths of [`block_scales`]'s tables for `rows` rows of `n` elements (`s` only
+/// `with_sums`) and zeroes their padding.
+///
+/// # Panics
+/// When a length disagrees.
+fn pad_scale_tables(n: usize, rows: usize, d: &mut [f32], s: &mut [f32], with_sums: bool) {
+    let len = block_scales_len(n, rows);
+    assert_eq!(d.len(), len, "scale table length");
+    if with_sums {
+        assert_eq!(s.len(), len, "sum table length");
+        s[len - BLOCK_SCALES_PADDING..].fill(0.0);
+    }
+    d[len - BLOCK_SCALES_PADDING..].fill(0.0);
 }
 
 /// The f16 at byte `at` of `bytes`, widened.

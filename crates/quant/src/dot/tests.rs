@@ -67,6 +67,27 @@ fn weight_row(ty: GgmlType, n: usize, raw: bool, random: &mut Random) -> Vec<u8>
     row
 }
 
+/// `weight_rows` weight rows of `n` elements (row `r` of random bytes where `raw(r)`) and
+/// `activation_rows` activation rows of random values, each set back to back.
+fn random_rows(
+    ty: GgmlType,
+    n: usize,
+    weight_rows: usize,
+    activation_rows: usize,
+    raw: impl Fn(usize) -> bool,
+    random: &mut Random,
+) -> (Vec<u8>, Vec<u8>) {
+    let weights: Vec<u8> = (0..weight_rows)
+        .flat_map(|r| weight_row(ty, n, raw(r), random))
+        .collect();
+    let x: Vec<f32> = (0..n * activation_rows).map(|_| random.value()).collect();
+    let activations = x
+        .chunks(n)
+        .flat_map(|row| activation_row(ty, row))
+        .collect();
+    (weights, activations)
+}
+
 fn activation_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let format = activation_format(ty).expect("dot type");
     let mut row = vec![0u8; activation_row_bytes(format, x.len())];
@@ -254,14 +275,8 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
         let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
         for n in lengths(ty) {
             let rows = 19;
-            let weights: Vec<u8> = (0..rows)
-                .flat_map(|r| weight_row(ty, n, r % 2 == 1, &mut random))
-                .collect();
-            let x: Vec<f32> = (0..n * rows).map(|_| random.value()).collect();
-            let activations: Vec<u8> = x
-                .chunks(n)
-                .flat_map(|row| activation_row(ty, row))
-                .collect();
+            let (weights, activations) =
+                random_rows(ty, n, rows, rows, |r| r % 2 == 1, &mut random);
             let w_bytes = weights.len() / rows;
             let a_bytes = activations.len() / rows;
             let len = block_scales_len(n, rows);
@@ -438,14 +453,7 @@ fn tile_rows_kernels_equal_the_scalar_twin_past_one_scale_pass() {
         // then two or one) or 1; rows of 1056 blocks take a heap buffer.
         for (n, rows) in [(576, 131), (576, 133), (32 * 1056, 3)] {
             let tokens = 8;
-            let weights: Vec<u8> = (0..rows)
-                .flat_map(|_| weight_row(ty, n, false, &mut random))
-                .collect();
-            let x: Vec<f32> = (0..n * tokens).map(|_| random.value()).collect();
-            let activations: Vec<u8> = x
-                .chunks(n)
-                .flat_map(|row| activation_row(ty, row))
-                .collect();
+            let (weights, activations) = random_rows(ty, n, rows, tokens, |_| false, &mut random);
             tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
         }
     }
@@ -461,14 +469,7 @@ fn pair_kernels_without_vbmi_equal_the_scalar_twin() {
     super::x86::pairs::WITHOUT_VBMI.store(true, Ordering::Relaxed);
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let (n, rows, tokens) = (96, 7, 8);
-        let weights: Vec<u8> = (0..rows)
-            .flat_map(|r| weight_row(ty, n, r % 2 == 1, &mut random))
-            .collect();
-        let x: Vec<f32> = (0..n * tokens).map(|_| random.value()).collect();
-        let activations: Vec<u8> = x
-            .chunks(n)
-            .flat_map(|row| activation_row(ty, row))
-            .collect();
+        let (weights, activations) = random_rows(ty, n, rows, tokens, |r| r % 2 == 1, &mut random);
         tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
     }
     super::x86::pairs::WITHOUT_VBMI.store(false, Ordering::Relaxed);

@@ -356,24 +356,24 @@ unsafe fn store_sums<W: Legacy, const P: usize>(
 /// `out[r * row_step]`. The weight scales of as many rows as [`SCALE_BUFFER`] holds are
 /// widened in one pass before their sums.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(
-    rows: usize,
-    row_bytes: usize,
-    blocks: usize,
-    w: *const u8,
-    quants: *const u8,
-    d: *const f32,
-    s: *const f32,
-    stride: usize,
-    count: usize,
-    out: *mut f32,
-    out_stride: usize,
-    row_step: usize,
-) {
+unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) {
+    let Group {
+        rows,
+        row_bytes,
+        blocks,
+        w,
+        quants,
+        d,
+        s,
+        stride,
+        count,
+        out,
+        out_stride,
+        row_step,
+    } = group;
     // `d_w` of the pass's blocks, then `m`, then `-MAGIC * d_w` (16 values of slack after
-    // each for the gathers' last stores). Left unset: every value read was widened there first (zeroing 8 KB per
-    // call showed up in decode profiles).
+    // each for the gathers' last stores). Left unset: every value read was widened there
+    // first (zeroing 8 KB per call showed up in decode profiles).
     let mut stack = std::mem::MaybeUninit::<[f32; 3 * (SCALE_BUFFER + 16)]>::uninit();
     let mut heap = Vec::new();
     let (scales, capacity) = if blocks <= SCALE_BUFFER {
@@ -440,10 +440,9 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(
     }
 }
 
-/// [`tile_group`] compiled for AVX-512 VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_group_vnni<W: Legacy, const P: usize>(
+/// The arguments of one [`tile_group`] call (see [`tile_pairs`] for what they are).
+#[derive(Clone, Copy)]
+struct Group {
     rows: usize,
     row_bytes: usize,
     blocks: usize,
@@ -456,34 +455,28 @@ unsafe fn tile_group_vnni<W: Legacy, const P: usize>(
     out: *mut f32,
     out_stride: usize,
     row_step: usize,
-) {
-    tile_group::<W, P, false>(
-        rows, row_bytes, blocks, w, quants, d, s, stride, count, out, out_stride, row_step,
-    )
 }
 
-/// [`tile_group`] compiled for AVX-512 VNNI and VBMI (the nibble formats' one-shuffle
-/// unpacking).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_group_vbmi<W: Legacy, const P: usize>(
-    rows: usize,
-    row_bytes: usize,
-    blocks: usize,
-    w: *const u8,
-    quants: *const u8,
-    d: *const f32,
-    s: *const f32,
-    stride: usize,
-    count: usize,
-    out: *mut f32,
-    out_stride: usize,
-    row_step: usize,
-) {
-    tile_group::<W, P, true>(
-        rows, row_bytes, blocks, w, quants, d, s, stride, count, out, out_stride, row_step,
-    )
+/// `$name`: [`tile_group`] compiled for `$features`, with or without VBMI's unpacking.
+macro_rules! tile_group_for {
+    ($name:ident, $features:literal, $vbmi:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<W: Legacy, const P: usize>(group: Group) {
+            tile_group::<W, P, $vbmi>(group)
+        }
+    };
 }
+
+tile_group_for!(
+    tile_group_vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    false
+);
+tile_group_for!(
+    tile_group_vbmi,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi",
+    true
+);
 
 /// Whether this CPU has AVX-512 VBMI (`vpmultishiftqb`), unless a test turned it off
 /// (both paths give the same bits, so other tests running meanwhile are unaffected).
@@ -600,16 +593,26 @@ unsafe fn run_group<W: Legacy>(
         step,
     } = rows;
     let vbmi = has_vbmi();
+    let group = Group {
+        rows: n_rows,
+        row_bytes: bytes,
+        blocks,
+        w,
+        quants,
+        d,
+        s,
+        stride,
+        count,
+        out,
+        out_stride,
+        row_step: step,
+    };
     macro_rules! group {
         ($pairs:literal) => {
             if vbmi {
-                tile_group_vbmi::<W, $pairs>(
-                    n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
-                )
+                tile_group_vbmi::<W, $pairs>(group)
             } else {
-                tile_group_vnni::<W, $pairs>(
-                    n_rows, bytes, blocks, w, quants, d, s, stride, count, out, out_stride, step,
-                )
+                tile_group_vnni::<W, $pairs>(group)
             }
         };
     }
