@@ -312,8 +312,8 @@ pub fn block_quants(
 /// [`block_scales`] and [`block_quants`] make them in `layout`): the same bytes and values
 /// as [`quantize_activation`] on every row followed by those two, which is what runs except
 /// where AVX-512 is available and `layout` is [`QuantLayout::Pairs`]: there one pass per
-/// row does all three (about a third of the time: the decode batch's conversions run
-/// while the other threads wait). Returns `false` (converting nothing) for other formats.
+/// row does all three (8 rows of 1536: 3.3 us instead of 5.1; the decode batch's conversions
+/// run while the other threads wait). Returns `false` (converting nothing) for other formats.
 ///
 /// # Panics
 /// When a length disagrees (as the three functions check them).
