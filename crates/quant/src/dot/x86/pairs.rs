@@ -396,11 +396,12 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
         let group = group_rows.min(rows - first);
         widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w, o_w);
         opaque(scales);
-        // Three weight rows at a time for the 4-bit formats (their exact products need no
-        // scale register per pair, which leaves room for a third row's accumulators: the
-        // pairs' loads then serve three rows; batch_decode 8 at once, medians of 6
-        // alternated runs, 653-661 -> 675-682 tok/s), two for the others (three spilled:
-        // Q8_0 13.4 -> 14.1 cycles per block), a last odd one alone.
+        // Three weight rows at a time for the 4-bit formats up to four pairs (their exact
+        // products need no scale register per pair, which leaves room for a third row's
+        // accumulators: the pairs' loads then serve three rows; batch_decode 8 at once,
+        // medians of 6 alternated runs, 653-661 -> 675-682 tok/s), two for the others and
+        // for more pairs (three spilled: Q8_0 13.4 -> 14.1 cycles per block; Q4_1 with 16
+        // tokens 19.6 -> 24.9, with 12 tokens 15.7 -> 17.5), a last odd one alone.
         let mut r = first;
         while r < first + group {
             let at = (r - first) * blocks;
@@ -425,7 +426,7 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
                     )
                 };
             }
-            if exact_products::<W>() && r + 3 <= first + group {
+            if exact_products::<W>() && P <= 4 && r + 3 <= first + group {
                 rows!(3);
                 r += 3;
             } else if r + 2 <= first + group {
