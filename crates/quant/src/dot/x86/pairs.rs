@@ -207,7 +207,7 @@ unsafe fn widen_scales<W: Legacy>(
 /// quants are the paired table `quants` (the pair of rows `2p, 2p + 1` of block `i` at
 /// `(i * block_rows + 2p) * 32`) and whose block scales are `d` and `s` at `[i * stride + c]`;
 /// weight row `r`'s block scales are `d_w[r * blocks + i]` and `m_w[r * blocks + i]`
-/// (widened); row `c`'s result of weight row `r` goes to `out[r * row_step + c *
+/// (widened; `o_w` holds `-MAGIC * d_w` for the [`exact_products`] formats); row `c`'s result of weight row `r` goes to `out[r * row_step + c *
 /// out_stride]`. The rows share each block's activation loads (the quants and the pairs'
 /// scales), which cost this core's vector ports as much as the arithmetic does.
 #[inline(always)]
