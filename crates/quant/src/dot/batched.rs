@@ -172,6 +172,18 @@ impl QuantLayout {
 /// inverse).
 pub(crate) const PAIR_SLOTS: [usize; 8] = [0, 2, 1, 3, 4, 6, 5, 7];
 
+/// The group each 32-bit lane of a pair takes ([`PAIR_SLOTS`] doubled: lanes `2s` and
+/// `2s + 1` of slot `s`), as a permute index.
+pub(crate) const PAIR_LANES: [i32; 16] = {
+    let mut lanes = [0; 16];
+    let mut lane = 0;
+    while lane < 16 {
+        lanes[lane] = PAIR_SLOTS[lane / 2] as i32;
+        lane += 1;
+    }
+    lanes
+};
+
 /// Values of padding after the tables of [`block_scales`]: a tile kernel reads the tables
 /// up to eight rows at a time.
 pub const BLOCK_SCALES_PADDING: usize = 8;

@@ -20,7 +20,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::Legacy;
-use crate::dot::batched::PAIR_SLOTS;
+use crate::dot::batched::{PAIR_LANES, PAIR_SLOTS};
 use crate::dot::{checked_blocks, BlockScales, QuantLayout, TileOut};
 use crate::GgmlType;
 
@@ -62,11 +62,7 @@ unsafe fn weight_quants<W: Legacy, const VBMI: bool>(p: *const u8) -> __m512i {
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
             let packed = _mm512_castsi128_si512(_mm_loadu_si128(p.add(W::BYTES - 16).cast()));
             let doubled = _mm512_permutexvar_epi32(
-                _mm512_loadu_si512(
-                    std::array::from_fn::<i32, 16, _>(|lane| (PAIR_SLOTS[lane / 2] % 4) as i32)
-                        .as_ptr()
-                        .cast(),
-                ),
+                _mm512_loadu_si512(PAIR_LANES.map(|group| group % 4).as_ptr().cast()),
                 packed,
             );
             let both = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
@@ -78,11 +74,7 @@ unsafe fn weight_quants<W: Legacy, const VBMI: bool>(p: *const u8) -> __m512i {
             }
         }
         _ => _mm512_permutexvar_epi32(
-            _mm512_loadu_si512(
-                std::array::from_fn::<i32, 16, _>(|lane| PAIR_SLOTS[lane / 2] as i32)
-                    .as_ptr()
-                    .cast(),
-            ),
+            _mm512_loadu_si512(PAIR_LANES.as_ptr().cast()),
             _mm512_castsi256_si512(W::quants(p)),
         ),
     }

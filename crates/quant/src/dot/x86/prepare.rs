@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::dot::batched::PAIR_SLOTS;
+use crate::dot::batched::PAIR_LANES;
 
 /// Blocks that share one vector of scales.
 const GROUP: usize = 16;
@@ -64,11 +64,7 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
     let even = t.is_multiple_of(2);
     let slots: __mmask16 = if even { 0x5555 } else { 0xaaaa };
     // Dword `2k` and `2k + 1` of a pair take group `PAIR_SLOTS[k]` (its own inverse).
-    let places = _mm512_loadu_si512(
-        std::array::from_fn::<i32, 16, _>(|lane| PAIR_SLOTS[lane / 2] as i32)
-            .as_ptr()
-            .cast(),
-    );
+    let places = _mm512_loadu_si512(PAIR_LANES.as_ptr().cast());
     // Q8_0's paired quants are stored plus 128 (unsigned for `vpdpbusd`).
     let offset = _mm512_set1_epi8(if tables.with_sums { 0 } else { 0x80u8 as i8 });
     // An odd last row's partner slots hold zeros.
