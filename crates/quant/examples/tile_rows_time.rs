@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
-    block_scales_len, quantize_activation, tile_rows_fn, ActivationFormat, BlockScales,
-    QuantLayout, SimdLevel, TileOut,
+    activation_format, activation_row_bytes, block_offsets, block_quants, block_quants_len,
+    block_scales, block_scales_len, quantize_activation, tile_rows_fn, ActivationFormat,
+    BlockScales, QuantLayout, SimdLevel, TileOut,
 };
 use runit_quant::{quantize, GgmlType};
 
@@ -59,7 +59,14 @@ fn main() {
     let filled = block_scales(format, &activations, tokens, n, &mut d, &mut s)
         && block_quants(format, &activations, tokens, n, quants, layout);
     assert!(filled, "{ty} has no tile tables");
+    let mut offsets = vec![0.0f32; d.len()];
+    let offsets: &[f32] = if block_offsets(&d, &mut offsets) {
+        &offsets
+    } else {
+        &[]
+    };
     let scales = BlockScales {
+        offsets,
         d: &d,
         s: if format == ActivationFormat::Q8_1 {
             &s

@@ -31,10 +31,10 @@ mod tests;
 mod tinyblas;
 
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, block_quants, block_quants_len, block_scales,
-    block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn, tile_rows_fn,
-    tile_tables, ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TileFn,
-    TileOut, TileRowsFn,
+    activation_format, activation_row_bytes, block_offsets, block_quants, block_quants_len,
+    block_scales, block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn,
+    tile_rows_fn, tile_tables, ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout,
+    SimdLevel, TileFn, TileOut, TileRowsFn,
 };
 use runit_quant::GgmlType;
 
@@ -375,19 +375,21 @@ fn run_plain(
     } else {
         0
     };
-    // [activations | alignment | block-major quants | alignment | d table | s table]; the
-    // quants start on a cache line, so that no block's (or pair's) load straddles two.
+    // [activations | alignment | block-major quants | alignment | d table | s table |
+    // offset table]; the quants start on a cache line, so that no block's (or pair's) load
+    // straddles two.
     let scratch = grown(
         scratch,
-        quant_len + 64 + block_quants_bytes + 4 + 2 * 4 * table_len,
+        quant_len + 64 + block_quants_bytes + 4 + 3 * 4 * table_len,
     );
     let (activations, rest) = scratch.split_at_mut(quant_len);
     let skip = rest.as_ptr().align_offset(64);
     let rest = &mut rest[skip..];
     let (quants, tables) = rest.split_at_mut(block_quants_bytes);
     let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
-    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 2 * 4 * table_len]);
-    let (d, s) = tables.split_at_mut(table_len);
+    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 3 * 4 * table_len]);
+    let (d, rest) = tables.split_at_mut(table_len);
+    let (s, offsets) = rest.split_at_mut(table_len);
     let parallel = tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1;
     // A decode batch's rows and tables in one pass (see `tile_tables`), on this thread.
     let tabled = tile.is_some()
@@ -433,6 +435,14 @@ fn run_plain(
             } else {
                 &[]
             };
+            // The pair kernel's offsets, for the 4-bit formats' exact products.
+            let offsets: &[f32] = if matches!(weight.ty, GgmlType::Q4_0 | GgmlType::Q4_1)
+                && block_offsets(d, offsets)
+            {
+                offsets
+            } else {
+                &[]
+            };
             TileKernel::Scaled(
                 tile,
                 tile_rows_fn(weight.ty, parallelism.level),
@@ -442,6 +452,7 @@ fn run_plain(
                     quants,
                     stride: tokens,
                     layout,
+                    offsets,
                 },
             )
         }

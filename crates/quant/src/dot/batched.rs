@@ -126,6 +126,29 @@ pub struct BlockScales<'a> {
     pub stride: usize,
     /// How `quants` arranges a block's rows.
     pub layout: QuantLayout,
+    /// `-1.5 * 2^23 * d` of each block, at `d`'s indices (see [`block_offsets`]), which the
+    /// AVX-512 pair kernel of the 4-bit formats reads; empty when not made (or where some
+    /// `d` is not finite), and then that kernel takes arithmetic that does without.
+    pub offsets: &'a [f32],
+}
+
+/// 1.5 * 2^23: every float in `[2^23, 2^24)` is an integer, so `MAGIC + k` for `|k| < 2^22`
+/// has the bits of `MAGIC` plus `k`. A `vpdpbusd` that starts from `MAGIC`'s bits therefore
+/// ends on the lane sum as a float offset by `MAGIC`, with no conversion.
+pub(crate) const MAGIC: f32 = 12_582_912.0;
+
+/// Fills `offsets` with `-1.5 * 2^23 * d` of each value of `d` (a [`BlockScales`] `d`
+/// table; the products are exact: the constant has two significant bits, an f16 scale
+/// eleven) and returns true, or returns false where some `d` is not finite (`offsets`
+/// then must not be handed to a kernel). `offsets` is as long as `d`.
+pub fn block_offsets(d: &[f32], offsets: &mut [f32]) -> bool {
+    assert_eq!(d.len(), offsets.len(), "one offset per scale");
+    let mut finite = true;
+    for (offset, &d) in offsets.iter_mut().zip(d) {
+        finite &= d.is_finite();
+        *offset = -MAGIC * d;
+    }
+    finite
 }
 
 /// How [`block_quants`] arranges the quants of one block's rows (`stride` rows a block).
@@ -200,6 +223,7 @@ impl BlockScales<'_> {
         BlockScales {
             d: &self.d[first.min(self.d.len())..],
             s: &self.s[first.min(self.s.len())..],
+            offsets: &self.offsets[first.min(self.offsets.len())..],
             quants,
             ..self
         }
@@ -221,6 +245,11 @@ impl BlockScales<'_> {
             self.d.len() >= needed,
             "scale table of {} values for {blocks} blocks x {rows} rows",
             self.d.len()
+        );
+        assert!(
+            self.offsets.is_empty() || self.offsets.len() >= needed,
+            "offset table of {} values for {blocks} blocks x {rows} rows (+ padding)",
+            self.offsets.len()
         );
         if with_sums {
             assert!(

@@ -46,9 +46,9 @@ pub mod tinyblas;
 mod x86;
 
 pub use batched::{
-    block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn, tile_fn, tile_rows_fn,
-    tile_tables, BlockScales, GemvFn, QuantLayout, TileFn, TileOut, TileRowsFn,
-    BLOCK_SCALES_PADDING,
+    block_offsets, block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn,
+    tile_fn, tile_rows_fn, tile_tables, BlockScales, GemvFn, QuantLayout, TileFn, TileOut,
+    TileRowsFn, BLOCK_SCALES_PADDING,
 };
 pub use ggml_repack::{is_repacked, repack_dot_fn, repack_rows_fn, RowsFn};
 

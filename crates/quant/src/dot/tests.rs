@@ -296,12 +296,19 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                     (layout, quants)
                 })
                 .collect();
+            let mut offsets = vec![0.0f32; d.len()];
+            let offsets: &[f32] = if block_offsets(&d, &mut offsets) {
+                &offsets
+            } else {
+                &[]
+            };
             let plain = BlockScales {
                 d: &d,
                 s: &s,
                 quants: &[],
                 stride: rows,
                 layout: QuantLayout::Rows,
+                offsets: &[],
             };
             let mut levels = levels();
             levels.push(SimdLevel::Scalar);
@@ -319,6 +326,11 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                     }
                 };
                 let with_quants = table(layout);
+                // The pair kernel's offsets too (the 4-bit formats' exact products).
+                let with_offsets = BlockScales {
+                    offsets,
+                    ..with_quants
+                };
                 let other = table(match layout {
                     QuantLayout::Rows => QuantLayout::Pairs,
                     QuantLayout::Pairs => QuantLayout::Rows,
@@ -404,8 +416,8 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
                 if let Some(tile) = tile_fn(ty, level) {
                     assert!(has_tables, "{ty} has a tile kernel but no scale tables");
                     let w = &weights[..w_bytes];
-                    for (first, scales) in
-                        (0..rows).flat_map(|f| [(f, plain), (f, with_quants), (f, other)])
+                    for (first, scales) in (0..rows)
+                        .flat_map(|f| [(f, plain), (f, with_quants), (f, with_offsets), (f, other)])
                     {
                         for count in 1..=rows - first {
                             let a = &activations[first * a_bytes..(first + count) * a_bytes];
@@ -475,16 +487,74 @@ fn pair_kernels_without_vbmi_equal_the_scalar_twin() {
     super::x86::pairs::WITHOUT_VBMI.store(false, Ordering::Relaxed);
 }
 
-/// The 4-bit formats' pair kernel takes `sum * d_w` as exact (see its `exact_products`):
+/// The 4-bit formats' pair kernel takes `sum * d_a` as exact (see its `exact_products`):
 /// the largest lane sums (quants at their extremes) against scales across f16's whole
 /// finite range, subnormals and the largest included, still equal the scalar twin.
 #[test]
 fn tile_rows_kernels_equal_the_scalar_twin_at_extreme_quants_and_scales() {
-    let mut random = Random(0xe7_7e3e);
+    extreme_quants_and_scales(0xe7_7e3e, false);
+}
+
+/// As the test above with some weight and activation scales infinite.
+#[test]
+fn tile_rows_kernels_equal_the_scalar_twin_at_infinite_scales() {
+    extreme_quants_and_scales(0x1_1f, true);
+}
+
+/// One infinite activation scale among finite ones, where every product is positive: the
+/// reference's `(d_w * d_a) * sum` is then `+inf` (the exact products' `inf - inf` would
+/// give NaN), and so must the pair kernel's result be (it takes the other arithmetic).
+#[test]
+fn tile_rows_kernels_keep_an_infinite_activation_scale_infinite() {
+    let (n, rows, tokens) = (96, 4, 8);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        let block = ty.type_size();
+        let mut weights = vec![0u8; rows * n / 32 * block];
+        for b in weights.chunks_exact_mut(block) {
+            b[..2].copy_from_slice(&0x3c00u16.to_le_bytes()); // d = 1
+                                                              // Quants 1 (Q4_1 nibbles 1; Q4_0 nibbles 9, less 8), m = 0.
+            let first = scale_offsets(ty).len() * 2;
+            let nibbles = if ty == GgmlType::Q4_0 { 0x99 } else { 0x11 };
+            b[first..].fill(nibbles);
+            if ty == GgmlType::Q4_1 {
+                b[2..4].fill(0);
+            }
+        }
+        let a_block = match activation_format(ty).expect("dot type") {
+            ActivationFormat::Q8_0 => 34,
+            _ => 36,
+        };
+        let blocks = n / 32;
+        let mut activations = vec![0u8; tokens * blocks * a_block];
+        for (k, b) in activations.chunks_exact_mut(a_block).enumerate() {
+            let d: u16 = if k == 3 * blocks + 1 { 0x7c00 } else { 0x3c00 };
+            b[..2].copy_from_slice(&d.to_le_bytes());
+            let first = if a_block == 36 { 4 } else { 2 };
+            b[first..].fill(1);
+            if a_block == 36 {
+                b[2..4].fill(0);
+            }
+        }
+        tile_rows_equal_the_scalar_twin(ty, n, &weights, &activations, tokens);
+        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+        let w_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+        let a_bytes = blocks * a_block;
+        let value = scalar(
+            n,
+            &weights[..w_bytes],
+            &activations[3 * a_bytes..4 * a_bytes],
+        );
+        assert_eq!(value, f32::INFINITY, "{ty}: the case this test is for");
+    }
+}
+
+fn extreme_quants_and_scales(seed: u64, infinite: bool) {
+    let mut random = Random(seed);
     let scale = |random: &mut Random| {
-        let bits = match random.next() % 4 {
-            0 => 0x7bff,                         // 65504, the largest
-            1 => (random.next() % 0x400) as u16, // subnormal
+        let bits = match random.next() % 8 {
+            0 | 1 => 0x7bff,                         // 65504, the largest
+            2 | 3 => (random.next() % 0x400) as u16, // subnormal
+            4 if infinite => 0x7c00,
             _ => (random.next() % 0x7c00) as u16,
         };
         let sign = if random.next().is_multiple_of(2) {
@@ -543,8 +613,6 @@ fn tile_rows_equal_the_scalar_twin(
         return;
     };
     let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
-    let w_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
-    let rows = weights.len() / w_bytes;
     let len = block_scales_len(n, tokens);
     let (mut d, mut s) = (vec![0.0; len], vec![0.0; len]);
     let layout = QuantLayout::for_level(level);
@@ -553,13 +621,46 @@ fn tile_rows_equal_the_scalar_twin(
         block_scales(format, activations, tokens, n, &mut d, &mut s)
             && block_quants(format, activations, tokens, n, &mut quants, layout)
     );
-    let scales = BlockScales {
-        d: &d,
-        s: &s,
-        quants: &quants,
-        stride: tokens,
-        layout,
-    };
+    let mut offsets = vec![0.0f32; d.len()];
+    let finite = block_offsets(&d, &mut offsets);
+    // With the offsets where they were made (the pair kernel's exact products for the 4-bit
+    // formats), and without.
+    for offsets in [if finite { &offsets[..] } else { &[] }, &[]] {
+        let scales = BlockScales {
+            d: &d,
+            s: &s,
+            quants: &quants,
+            stride: tokens,
+            layout,
+            offsets,
+        };
+        compare_tile_rows(
+            ty,
+            n,
+            weights,
+            activations,
+            tokens,
+            scales,
+            tile_rows,
+            scalar,
+        );
+    }
+}
+
+/// [`tile_rows_equal_the_scalar_twin`] with the tables `scales`.
+#[allow(clippy::too_many_arguments)]
+fn compare_tile_rows(
+    ty: GgmlType,
+    n: usize,
+    weights: &[u8],
+    activations: &[u8],
+    tokens: usize,
+    scales: BlockScales<'_>,
+    tile_rows: crate::dot::TileRowsFn,
+    scalar: crate::dot::DotFn,
+) {
+    let w_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+    let rows = weights.len() / w_bytes;
     let mut out = vec![0.0f32; rows * tokens];
     assert!(tile_rows(
         n,

@@ -9,8 +9,9 @@
 //! that is one `vpdpbusd` and two FMAs for the 4-bit formats (see [`exact_products`]), or one
 //! `vpdpbusd`, one multiply (`d_w` by the pair's two `d_a`, a 64-bit broadcast load), one
 //! conversion and one FMA, with no shuffle; the weight's doubling (a `vpmultishiftqb` or a
-//! permute) and the scale conversions (one gather and conversion per sixteen blocks) are
-//! shared by all pairs, and two or three weight rows share each block's activation loads.
+//! permute) and the scale conversions (one gather and one or two conversions per sixteen
+//! blocks) are shared by all pairs, and two or three weight rows share each block's
+//! activation loads.
 //! Signed formats need no sign trick per row: their activation quants come offset to
 //! unsigned, and the offset's share is taken out once per weight block (`sums_base`).
 
@@ -20,7 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::Legacy;
-use crate::dot::batched::{PAIR_LANES, PAIR_SLOTS};
+use crate::dot::batched::{MAGIC, PAIR_LANES, PAIR_SLOTS};
 use crate::dot::{checked_blocks, BlockScales, QuantLayout, TileOut};
 use crate::GgmlType;
 
@@ -118,19 +119,18 @@ fn opaque<T>(p: *const T) {
     unsafe { std::arch::asm!("/* {0} */", in(reg) p, options(nostack, preserves_flags)) };
 }
 
-/// 1.5 * 2^23: every float in `[2^23, 2^24)` is an integer, so `MAGIC + k` for `|k| < 2^22`
-/// has the bits of `MAGIC` plus `k`. A `vpdpbusd` that starts from `MAGIC`'s bits therefore
-/// ends on the lane sum as a float offset by `MAGIC`, with no conversion.
-const MAGIC: f32 = 12_582_912.0;
-
-/// Whether a format's lane sums times a weight scale are exact in f32: `|sum| < 2^13`
-/// (four products of 4-bit weights and 8-bit activations) times `d`'s eleven significant
-/// bits is at most 24 bits. The pair kernel then computes `fma(sum * d_w, d_a, acc)` (one
-/// FMA gives `sum * d_w` from the offset sum: `(MAGIC + sum) * d_w - MAGIC * d_w`, rounded
-/// once, is that exact product), which is the single-row kernel's `fma(d_w * d_a, sum,
-/// acc)` bit for bit: `d_w * d_a` (22 bits) is exact too, so both FMAs round the same real
-/// number. It saves the conversion and the multiply of every pair and block for one FMA.
-/// Other formats' sums (up to 2^16) would round.
+/// Whether a format's lane sums times an activation scale are exact in f32: `|sum| < 2^13`
+/// (four products of 4-bit weights and 8-bit activations) times `d_a`'s eleven significant
+/// bits is at most 24 bits. The pair kernel then computes `fma(sum * d_a, d_w, acc)` (one
+/// FMA gives `sum * d_a` from the offset sum: `(MAGIC + sum) * d_a - MAGIC * d_a`, rounded
+/// once, is that exact product, with `-MAGIC * d_a` from the offset table of
+/// [`BlockScales`]), which is the single-row kernel's `fma(d_w * d_a, sum, acc)` bit for
+/// bit: `d_w * d_a` (22 bits) is exact too, so both FMAs round the same real number. It
+/// saves the conversion and the multiply of every pair and block for one FMA. The pair's
+/// `d_a` and offset are loads that all the weight rows share, and each row needs only its
+/// `d_w` in a register (with the roles swapped, `d_w` and `-MAGIC * d_w` per row: Q4_1
+/// 576x1536 x 8 tokens 10.4 -> 10.0 cycles per block, 1536x576 10.0 -> 9.5). Other
+/// formats' sums (up to 2^16) would round.
 #[inline(always)]
 fn exact_products<W: Legacy>() -> bool {
     matches!(W::TYPE, GgmlType::Q4_0 | GgmlType::Q4_1)
@@ -149,18 +149,13 @@ const PASS_ROWS: usize = 12;
 /// blocks take a buffer of their own).
 const SCALE_BUFFER: usize = 1024;
 
-/// `d` (to `d_w[k]`) and, for formats with a minimum, `m` (to `m_w[k]`) of the `total`
-/// weight blocks from `w` on, `W::BYTES` apart, widened to f32, sixteen blocks per gather;
-/// for [`exact_products`] formats also `-MAGIC * d` (to `o_w[k]`, exact: `MAGIC` has two
-/// significant bits, `d` eleven). The buffers take up to 15 values past `total`.
+/// `d` of the `total` weight blocks from `w` on, `W::BYTES` apart, widened to f32 into
+/// `scales`, sixteen blocks per gather: block `k`'s at `scales[k]`, or for formats with a
+/// minimum its `d` and `m` side by side at `scales[2k]`, `scales[2k + 1]` (the gathered
+/// words hold the two halves in that order, so one conversion widens both). The buffer
+/// takes up to 31 values past its last block's.
 #[inline(always)]
-unsafe fn widen_scales<W: Legacy>(
-    w: *const u8,
-    total: usize,
-    d_w: *mut f32,
-    m_w: *mut f32,
-    o_w: *mut f32,
-) {
+unsafe fn widen_scales<W: Legacy>(w: *const u8, total: usize, scales: *mut f32) {
     // The first four bytes of each block: `d`, and `m` where the format has one (every
     // block is at least 18 bytes long).
     let offsets = _mm512_mullo_epi32(
@@ -180,17 +175,16 @@ unsafe fn widen_scales<W: Legacy>(
             offsets,
             w.add(first * W::BYTES).cast(),
         );
-        let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
-        _mm512_storeu_ps(d_w.add(first), scales);
-        if exact_products::<W>() {
-            _mm512_storeu_ps(
-                o_w.add(first),
-                _mm512_mul_ps(scales, _mm512_set1_ps(-MAGIC)),
-            );
-        }
         if W::HAS_MIN {
-            let minimums = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(words));
-            _mm512_storeu_ps(m_w.add(first), _mm512_cvtph_ps(minimums));
+            let out = scales.add(2 * first);
+            _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_castsi512_si256(words)));
+            _mm512_storeu_ps(
+                out.add(16),
+                _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(words)),
+            );
+        } else {
+            let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+            _mm512_storeu_ps(scales.add(first), d);
         }
     }
 }
@@ -198,21 +192,29 @@ unsafe fn widen_scales<W: Legacy>(
 /// `R` weight rows (`row_bytes` apart) against `count <= 2 * P` activation rows whose
 /// quants are the paired table `quants` (the pair of rows `2p, 2p + 1` of block `i` at
 /// `(i * block_rows + 2p) * 32`) and whose block scales are `d` and `s` at `[i * stride + c]`;
-/// weight row `r`'s block scales are `d_w[r * blocks + i]` and `m_w[r * blocks + i]`
-/// (widened; `o_w` holds `-MAGIC * d_w` for the [`exact_products`] formats); row `c`'s result of weight row `r` goes to `out[r * row_step + c *
-/// out_stride]`. The rows share each block's activation loads (the quants and the pairs'
-/// scales), which cost this core's vector ports as much as the arithmetic does.
+/// with `EXACT` (the [`exact_products`] arithmetic) the pairs' `-MAGIC * d_a` are `o` at the
+/// same indices; weight row `r`'s block scales are `scales_w[r * blocks + i]`, or `d` and
+/// `m` at `scales_w[2 * (r * blocks + i)]` and the next for formats with a minimum
+/// (widened: see [`widen_scales`]); row `c`'s result of weight row `r` goes to `out[r *
+/// row_step + c * out_stride]`. The rows share each block's activation loads (the quants
+/// and the pairs' scales), which cost this core's vector ports as much as the arithmetic
+/// does.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize, const VBMI: bool>(
+unsafe fn tile_pairs<
+    W: Legacy,
+    const P: usize,
+    const R: usize,
+    const VBMI: bool,
+    const EXACT: bool,
+>(
     blocks: usize,
     w: *const u8,
     row_bytes: usize,
-    d_w: *const f32,
-    m_w: *const f32,
-    o_w: *const f32,
+    scales_w: *const f32,
     quants: *const u8,
     d: *const f32,
+    o: *const f32,
     s: *const f32,
     stride: usize,
     count: usize,
@@ -222,6 +224,8 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize, const VBMI: bool
     ahead: usize,
 ) {
     let block_rows = QuantLayout::Pairs.block_rows(stride);
+    // Floats per weight block in `scales_w` (see [`widen_scales`]).
+    let span = if W::HAS_MIN { 2 } else { 1 };
     let mut acc = [[_mm512_setzero_ps(); P]; R];
     // Lane c % 8 of minimums[r][c / 8]: the running `m * s` of row c. Up to four pairs the
     // rows fit one octet; from five they need both (`count > 8`).
@@ -232,7 +236,7 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize, const VBMI: bool
             for octet in 0..octets {
                 let sums = _mm256_loadu_ps(s.add(i * stride + 8 * octet));
                 for r in 0..R {
-                    let m = _mm256_set1_ps(*m_w.add(r * blocks + i));
+                    let m = _mm256_set1_ps(*scales_w.add(2 * (r * blocks + i) + 1));
                     minimums[r][octet] = _mm256_fmadd_ps(m, sums, minimums[r][octet]);
                 }
             }
@@ -244,35 +248,35 @@ unsafe fn tile_pairs<W: Legacy, const P: usize, const R: usize, const VBMI: bool
         });
         let base: [__m512i; R] = std::array::from_fn(|r| {
             let base = sums_base::<W>(q[r]);
-            if exact_products::<W>() {
+            if EXACT {
                 _mm512_add_epi32(base, _mm512_set1_epi32(MAGIC.to_bits() as i32))
             } else {
                 base
             }
         });
         let scale_w: [__m512; R] =
-            std::array::from_fn(|r| _mm512_set1_ps(*d_w.add(r * blocks + i)));
-        // `-MAGIC * d_w` (exact products only).
-        let offset_w: [__m512; R] = std::array::from_fn(|r| {
-            if exact_products::<W>() {
-                _mm512_set1_ps(*o_w.add(r * blocks + i))
-            } else {
-                _mm512_setzero_ps()
-            }
-        });
+            std::array::from_fn(|r| _mm512_set1_ps(*scales_w.add(span * (r * blocks + i))));
         let row_quants = quants.add(i * block_rows * 32);
         let row_d = d.add(i * stride);
+        let row_o = o.add(i * stride);
         for p in 0..P {
             let y = _mm512_loadu_si512(row_quants.add(p * 64).cast());
             let pair = _mm512_castpd_ps(_mm512_set1_pd(
                 row_d.add(2 * p).cast::<f64>().read_unaligned(),
             ));
+            // `-MAGIC * d_a` of the pair (exact products only).
+            let offset = if EXACT {
+                _mm512_castpd_ps(_mm512_set1_pd(
+                    row_o.add(2 * p).cast::<f64>().read_unaligned(),
+                ))
+            } else {
+                _mm512_setzero_ps()
+            };
             for r in 0..R {
                 let sums = pair_sums::<W>(q[r], base[r], y);
-                acc[r][p] = if exact_products::<W>() {
-                    let weighted =
-                        _mm512_fmadd_ps(_mm512_castsi512_ps(sums), scale_w[r], offset_w[r]);
-                    _mm512_fmadd_ps(weighted, pair, acc[r][p])
+                acc[r][p] = if EXACT {
+                    let weighted = _mm512_fmadd_ps(_mm512_castsi512_ps(sums), pair, offset);
+                    _mm512_fmadd_ps(weighted, scale_w[r], acc[r][p])
                 } else {
                     let scale = _mm512_mul_ps(scale_w[r], pair);
                     _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), acc[r][p])
@@ -356,6 +360,7 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
         w,
         quants,
         d,
+        o,
         s,
         stride,
         count,
@@ -363,51 +368,52 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
         out_stride,
         row_step,
     } = group;
-    // `d_w` of the pass's blocks, then `m`, then `-MAGIC * d_w` (16 values of slack after
-    // each for the gathers' last stores). Left unset: every value read was widened there
-    // first (zeroing 8 KB per call showed up in decode profiles).
-    let mut stack = std::mem::MaybeUninit::<[f32; 3 * (SCALE_BUFFER + 16)]>::uninit();
+    // The pass's widened weight scales (`d`, or `d` and `m` side by side: see
+    // [`widen_scales`]), with 32 values of slack for the gathers' last stores. Left unset:
+    // every value read was widened there first (zeroing 8 KB per call showed up in decode
+    // profiles).
+    let span = if W::HAS_MIN { 2 } else { 1 };
+    let mut stack = std::mem::MaybeUninit::<[f32; 2 * SCALE_BUFFER + 32]>::uninit();
     let mut heap = Vec::new();
     let (scales, capacity) = if blocks <= SCALE_BUFFER {
         (stack.as_mut_ptr().cast::<f32>(), SCALE_BUFFER)
     } else {
-        heap.resize(3 * (blocks + 16), 0.0f32);
+        heap.resize(span * blocks + 32, 0.0f32);
         (heap.as_mut_ptr(), blocks)
     };
     let group_rows = (capacity / blocks.max(1)).clamp(1, PASS_ROWS);
-    let (d_w, m_w, o_w) = (
-        scales,
-        scales.add(capacity + 16),
-        scales.add(2 * (capacity + 16)),
-    );
     // Each block prefetches the one a pass of rows later: the next pass's scale gathers
     // (which cannot overlap the sums they precede) then find their lines in the cache.
     let ahead = group_rows * row_bytes;
+    // The exact products need every pair's `-MAGIC * d_a` (`o`, absent where the tables
+    // came without, as where some `d_a` is not finite: an infinite one would make the
+    // first FMA `inf - inf`, where the reference's `(d_w * d_a) * sum` is infinite).
+    let exact = exact_products::<W>() && !o.is_null();
     let mut first = 0;
     while first < rows {
         let group = group_rows.min(rows - first);
-        widen_scales::<W>(w.add(first * row_bytes), group * blocks, d_w, m_w, o_w);
+        widen_scales::<W>(w.add(first * row_bytes), group * blocks, scales);
         opaque(scales);
         // Three weight rows at a time for the 4-bit formats up to four pairs (their exact
-        // products need no scale register per pair, which leaves room for a third row's
-        // accumulators: the pairs' loads then serve three rows; batch_decode 8 at once,
-        // medians of 6 alternated runs, 653-661 -> 675-682 tok/s), two for the others and
-        // for more pairs (three spilled: Q8_0 13.4 -> 14.1 cycles per block; Q4_1 with 16
-        // tokens 19.6 -> 24.9, with 12 tokens 15.7 -> 17.5), a last odd one alone.
+        // products need no scale register per pair and row, which leaves room for a third
+        // row's accumulators: the pairs' loads then serve three rows; batch_decode 8 at
+        // once, medians of 6 alternated runs, 653-661 -> 675-682 tok/s; four spilled: 10.6
+        // -> 12.2 cycles per block), two for the others and for more pairs (three spilled:
+        // Q8_0 13.4 -> 14.1 cycles per block; Q4_1 with 16 tokens 19.6 -> 24.9, with 12
+        // tokens 15.7 -> 17.5), a last odd one alone.
         let mut r = first;
         while r < first + group {
             let at = (r - first) * blocks;
             macro_rules! rows {
-                ($rows:literal) => {
-                    tile_pairs::<W, P, $rows, VBMI>(
+                ($rows:literal, $exact:literal) => {
+                    tile_pairs::<W, P, $rows, VBMI, $exact>(
                         blocks,
                         w.add(r * row_bytes),
                         row_bytes,
-                        d_w.add(at),
-                        m_w.add(at),
-                        o_w.add(at),
+                        scales.add(span * at),
                         quants,
                         d,
+                        o,
                         s,
                         stride,
                         count,
@@ -418,14 +424,22 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
                     )
                 };
             }
-            if exact_products::<W>() && P <= 4 && r + 3 <= first + group {
-                rows!(3);
+            if exact && P <= 4 && r + 3 <= first + group {
+                rows!(3, true);
                 r += 3;
             } else if r + 2 <= first + group {
-                rows!(2);
+                if exact {
+                    rows!(2, true);
+                } else {
+                    rows!(2, false);
+                }
                 r += 2;
             } else {
-                rows!(1);
+                if exact {
+                    rows!(1, true);
+                } else {
+                    rows!(1, false);
+                }
                 r += 1;
             }
         }
@@ -442,6 +456,9 @@ struct Group {
     w: *const u8,
     quants: *const u8,
     d: *const f32,
+    /// `-MAGIC * d` at `d`'s indices (`BlockScales::offsets`), for the [`exact_products`]
+    /// formats; null where they take the other arithmetic.
+    o: *const f32,
     s: *const f32,
     stride: usize,
     count: usize,
@@ -574,6 +591,11 @@ unsafe fn run_group<W: Legacy>(
 ) {
     let quants = scales.quants[start * 32..].as_ptr();
     let d = scales.d[start..].as_ptr();
+    let o = if scales.offsets.is_empty() {
+        std::ptr::null()
+    } else {
+        scales.offsets[start..].as_ptr()
+    };
     let s = if W::HAS_MIN {
         scales.s[start..].as_ptr()
     } else {
@@ -593,6 +615,7 @@ unsafe fn run_group<W: Legacy>(
         w,
         quants,
         d,
+        o,
         s,
         stride,
         count,
