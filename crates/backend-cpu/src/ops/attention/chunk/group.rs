@@ -108,6 +108,7 @@ pub(in crate::ops::attention) fn run(
             x86::scores_wide(
                 &scratch.query,
                 keys,
+                values,
                 &scratch.rows,
                 d,
                 problem.scale,
@@ -117,6 +118,7 @@ pub(in crate::ops::attention) fn run(
             x86::scores(
                 &scratch.query,
                 keys,
+                values,
                 &scratch.rows,
                 d,
                 problem.scale,
@@ -254,6 +256,7 @@ mod x86 {
     unsafe fn scores_of<const G: usize>(
         query: &[f64],
         keys: &[f16],
+        values: &[f16],
         rows: &[usize],
         d: usize,
         scale: f32,
@@ -261,9 +264,16 @@ mod x86 {
     ) {
         let visible = rows.len();
         let q = query[..G * d].as_ptr();
+        // The first rows' misses at once (the loop prefetches the rest ahead of use).
+        for &at in rows.iter().take(PREFETCH_KEYS) {
+            prefetch_row(keys, at, d);
+            prefetch_row(values, at, d);
+        }
         for (j, &at) in rows.iter().enumerate() {
             if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
                 prefetch_row(keys, ahead, d);
+                // The V pass reads this row after the softmax: fetched now, it is there.
+                prefetch_row(values, ahead, d);
             }
             let key = keys[at..at + d].as_ptr();
             let mut low = [_mm256_setzero_pd(); G];
@@ -287,11 +297,12 @@ mod x86 {
     /// [`scores_of`] for a group of `query.len() / d` heads (at most `MAX_GROUP`).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `keys`; `scores`
+    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `keys` and `values`; `scores`
     /// holds `group * rows.len()` values.
     pub(super) unsafe fn scores(
         query: &[f64],
         keys: &[f16],
+        values: &[f16],
         rows: &[usize],
         d: usize,
         scale: f32,
@@ -299,7 +310,7 @@ mod x86 {
     ) {
         with_group!(
             query.len() / d,
-            scores_of(query, keys, rows, d, scale, scores)
+            scores_of(query, keys, values, rows, d, scale, scores)
         )
     }
 
@@ -408,6 +419,7 @@ mod x86 {
     unsafe fn scores_wide_of<const G: usize>(
         query: &[f64],
         keys: &[f16],
+        values: &[f16],
         rows: &[usize],
         d: usize,
         scale: f32,
@@ -415,9 +427,16 @@ mod x86 {
     ) {
         let visible = rows.len();
         let q = query[..G * d].as_ptr();
+        // The first rows' misses at once (the loop prefetches the rest ahead of use).
+        for &at in rows.iter().take(PREFETCH_KEYS) {
+            prefetch_row(keys, at, d);
+            prefetch_row(values, at, d);
+        }
         for (j, &at) in rows.iter().enumerate() {
             if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
                 prefetch_row(keys, ahead, d);
+                // The V pass reads this row after the softmax: fetched now, it is there.
+                prefetch_row(values, ahead, d);
             }
             let key = keys[at..at + d].as_ptr();
             let mut acc = [_mm512_setzero_pd(); G];
@@ -444,6 +463,7 @@ mod x86 {
     pub(super) unsafe fn scores_wide(
         query: &[f64],
         keys: &[f16],
+        values: &[f16],
         rows: &[usize],
         d: usize,
         scale: f32,
@@ -451,7 +471,7 @@ mod x86 {
     ) {
         with_group!(
             query.len() / d,
-            scores_wide_of(query, keys, rows, d, scale, scores)
+            scores_wide_of(query, keys, values, rows, d, scale, scores)
         )
     }
 
