@@ -435,10 +435,9 @@ fn run_plain(
             } else {
                 &[]
             };
-            // The pair kernel's offsets, for the 4-bit formats' exact products.
-            let offsets: &[f32] = if matches!(weight.ty, GgmlType::Q4_0 | GgmlType::Q4_1)
-                && block_offsets(d, offsets)
-            {
+            // The pair kernel's offsets (its exact products; the kernels that do without
+            // ignore them).
+            let offsets: &[f32] = if block_offsets(d, offsets) {
                 offsets
             } else {
                 &[]

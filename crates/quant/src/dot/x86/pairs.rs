@@ -149,6 +149,16 @@ const PASS_ROWS: usize = 12;
 /// blocks take a buffer of their own).
 const SCALE_BUFFER: usize = 1024;
 
+/// Floats per weight block that [`widen_scales`] stores: `d`, and `m` for formats with one.
+#[inline(always)]
+fn scale_span<W: Legacy>() -> usize {
+    if W::HAS_MIN {
+        2
+    } else {
+        1
+    }
+}
+
 /// `d` of the `total` weight blocks from `w` on, `W::BYTES` apart, widened to f32 into
 /// `scales`, sixteen blocks per gather: block `k`'s at `scales[k]`, or for formats with a
 /// minimum its `d` and `m` side by side at `scales[2k]`, `scales[2k + 1]` (the gathered
@@ -224,8 +234,7 @@ unsafe fn tile_pairs<
     ahead: usize,
 ) {
     let block_rows = QuantLayout::Pairs.block_rows(stride);
-    // Floats per weight block in `scales_w` (see [`widen_scales`]).
-    let span = if W::HAS_MIN { 2 } else { 1 };
+    let span = scale_span::<W>();
     let mut acc = [[_mm512_setzero_ps(); P]; R];
     // Lane c % 8 of minimums[r][c / 8]: the running `m * s` of row c. Up to four pairs the
     // rows fit one octet; from five they need both (`count > 8`).
@@ -372,7 +381,7 @@ unsafe fn tile_group<W: Legacy, const P: usize, const VBMI: bool>(group: Group) 
     // [`widen_scales`]), with 32 values of slack for the gathers' last stores. Left unset:
     // every value read was widened there first (zeroing 8 KB per call showed up in decode
     // profiles).
-    let span = if W::HAS_MIN { 2 } else { 1 };
+    let span = scale_span::<W>();
     let mut stack = std::mem::MaybeUninit::<[f32; 2 * SCALE_BUFFER + 32]>::uninit();
     let mut heap = Vec::new();
     let (scales, capacity) = if blocks <= SCALE_BUFFER {

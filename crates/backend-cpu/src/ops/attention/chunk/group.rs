@@ -224,6 +224,14 @@ mod x86 {
     /// each cell) outrun the hardware prefetcher.
     pub(super) const PREFETCH_KEYS: usize = 16;
 
+    /// Prefetches the key row at `keys[at..]` and the value row at `values[at..]` (`d` each):
+    /// the V pass reads the value after the softmax, so fetched with its key it is there.
+    #[inline(always)]
+    fn prefetch_key_and_value(keys: &[f16], values: &[f16], at: usize, d: usize) {
+        prefetch_row(keys, at, d);
+        prefetch_row(values, at, d);
+    }
+
     /// Prefetches the `d` f16 values at `cache[at..]`.
     #[inline(always)]
     pub(super) fn prefetch_row(cache: &[f16], at: usize, d: usize) {
@@ -265,15 +273,12 @@ mod x86 {
         let visible = rows.len();
         let q = query[..G * d].as_ptr();
         // The first rows' misses at once (the loop prefetches the rest ahead of use).
-        for &at in rows.iter().take(PREFETCH_KEYS) {
-            prefetch_row(keys, at, d);
-            prefetch_row(values, at, d);
-        }
+        rows.iter()
+            .take(PREFETCH_KEYS)
+            .for_each(|&at| prefetch_key_and_value(keys, values, at, d));
         for (j, &at) in rows.iter().enumerate() {
             if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
-                prefetch_row(keys, ahead, d);
-                // The V pass reads this row after the softmax: fetched now, it is there.
-                prefetch_row(values, ahead, d);
+                prefetch_key_and_value(keys, values, ahead, d);
             }
             let key = keys[at..at + d].as_ptr();
             let mut low = [_mm256_setzero_pd(); G];
@@ -297,8 +302,8 @@ mod x86 {
     /// [`scores_of`] for a group of `query.len() / d` heads (at most `MAX_GROUP`).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `keys` and `values`; `scores`
-    /// holds `group * rows.len()` values.
+    /// AVX2, FMA and F16C are available; every `rows[j] + d` lies inside `keys` and
+    /// `values`; `scores` holds `group * rows.len()` values.
     pub(super) unsafe fn scores(
         query: &[f64],
         keys: &[f16],
@@ -428,15 +433,12 @@ mod x86 {
         let visible = rows.len();
         let q = query[..G * d].as_ptr();
         // The first rows' misses at once (the loop prefetches the rest ahead of use).
-        for &at in rows.iter().take(PREFETCH_KEYS) {
-            prefetch_row(keys, at, d);
-            prefetch_row(values, at, d);
-        }
+        rows.iter()
+            .take(PREFETCH_KEYS)
+            .for_each(|&at| prefetch_key_and_value(keys, values, at, d));
         for (j, &at) in rows.iter().enumerate() {
             if let Some(&ahead) = rows.get(j + PREFETCH_KEYS) {
-                prefetch_row(keys, ahead, d);
-                // The V pass reads this row after the softmax: fetched now, it is there.
-                prefetch_row(values, ahead, d);
+                prefetch_key_and_value(keys, values, ahead, d);
             }
             let key = keys[at..at + d].as_ptr();
             let mut acc = [_mm512_setzero_pd(); G];
