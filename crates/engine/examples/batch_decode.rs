@@ -3,7 +3,10 @@
 //! for `ROUNDS` rounds (a shared machine's speed drifts between runs) and the median of
 //! each is reported.
 //!
-//! `cargo run --release -p runit-engine --example batch_decode -- MODEL [N] [T] [THREADS] [ROUNDS]`
+//! `cargo run --release -p runit-engine --example batch_decode -- MODEL [N] [T] [THREADS] [ROUNDS] [batch-only]`
+//!
+//! With `batch-only` the single requests are skipped, so that a profiler (`perf record`)
+//! samples the `N`-row decode steps alone.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +46,7 @@ fn main() {
     let tokens: usize = args.get(3).map_or(128, |a| a.parse().expect("T"));
     let threads: usize = args.get(4).map_or(2, |a| a.parse().expect("THREADS"));
     let rounds: usize = args.get(5).map_or(3, |a| a.parse().expect("ROUNDS"));
+    let batch_only = args.get(6).is_some_and(|a| a == "batch-only");
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
     let model = Arc::new(Model::load(file, backend).expect("model loads"));
@@ -58,22 +62,35 @@ fn main() {
     run(&scheduler, &prompts[..1], 8);
     let (mut singles, mut batches) = (Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {
-        let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
+        if !batch_only {
+            let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
+            singles.push(one as f64 / one_time);
+        }
         let (all, all_time) = run(&scheduler, &prompts, tokens);
-        singles.push(one as f64 / one_time);
         batches.push(all as f64 / all_time);
+        if batch_only {
+            println!(
+                "round: {count} at once {:.1} tok/s",
+                batches.last().unwrap()
+            );
+            continue;
+        }
         println!(
             "round: one request {:.1} tok/s; {count} at once {:.1} tok/s",
             singles.last().unwrap(),
             batches.last().unwrap()
         );
     }
-    let ratios: Vec<f64> = batches.iter().zip(&singles).map(|(b, s)| b / s).collect();
     let median = |values: &[f64]| {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         sorted[sorted.len() / 2]
     };
+    if batch_only {
+        println!("median: {count} at once: {:.1} tok/s", median(&batches));
+        return;
+    }
+    let ratios: Vec<f64> = batches.iter().zip(&singles).map(|(b, s)| b / s).collect();
     println!(
         "median: one request: {:.1} tok/s; {count} at once: {:.1} tok/s; ratio per round {:.2}x (median)",
         median(&singles),
