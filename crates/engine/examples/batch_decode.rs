@@ -62,24 +62,20 @@ fn main() {
     run(&scheduler, &prompts[..1], 8);
     let (mut singles, mut batches) = (Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {
-        if !batch_only {
+        let single = (!batch_only).then(|| {
             let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
-            singles.push(one as f64 / one_time);
-        }
+            one as f64 / one_time
+        });
         let (all, all_time) = run(&scheduler, &prompts, tokens);
-        batches.push(all as f64 / all_time);
-        if batch_only {
-            println!(
-                "round: {count} at once {:.1} tok/s",
-                batches.last().unwrap()
-            );
-            continue;
+        let batch = all as f64 / all_time;
+        batches.push(batch);
+        match single {
+            Some(single) => {
+                singles.push(single);
+                println!("round: one request {single:.1} tok/s; {count} at once {batch:.1} tok/s");
+            }
+            None => println!("round: {count} at once {batch:.1} tok/s"),
         }
-        println!(
-            "round: one request {:.1} tok/s; {count} at once {:.1} tok/s",
-            singles.last().unwrap(),
-            batches.last().unwrap()
-        );
     }
     let median = |values: &[f64]| {
         let mut sorted = values.to_vec();
