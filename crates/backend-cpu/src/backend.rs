@@ -196,6 +196,20 @@ impl Backend for CpuBackend {
         ops::linear::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
+    fn matmul_swiglu_down(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        down: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        hidden: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::linear::matmul_swiglu_down(self, [gate, up, down], x, tokens, up_out, hidden, out)
+    }
+
     fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
         ops::elementwise::add_bias(self, x, bias, tokens)
     }

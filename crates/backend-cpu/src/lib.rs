@@ -52,6 +52,9 @@ pub struct CpuBackend {
     isa: Isa,
     /// Activations converted for the matmul kernels, kept between calls.
     matmul_scratch: std::sync::Mutex<Vec<u8>>,
+    /// A SwiGLU output converted for the down projection by the SwiGLU's own tasks
+    /// (`matmul::matmul_swiglu_down`), kept between calls.
+    ffn_scratch: std::sync::Mutex<Vec<u8>>,
 }
 
 impl CpuBackend {
@@ -90,6 +93,7 @@ impl CpuBackend {
             simd,
             isa: Isa::detect(simd != SimdLevel::Scalar),
             matmul_scratch: std::sync::Mutex::new(Vec::new()),
+            ffn_scratch: std::sync::Mutex::new(Vec::new()),
         })
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
     AttentionParams, Backend, BackendError, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan,
+    Weight,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_quant::GgmlType;
@@ -375,6 +376,16 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
             );
             let (gate, up) = (weight("gate", 384), weight("up", 384));
             let (odd_gate, odd_up) = (weight("gate", 72), weight("up", 72));
+            // Down projections of the SwiGLU's output: of this type and of Q8_0 (the other
+            // activation format), where the type takes rows of that width.
+            let downs: Vec<Weight> = [(ty, 384), (GgmlType::Q8_0, 384), (ty, 72)]
+                .into_iter()
+                .filter(|&(ty, n)| n % ty.block_size() == 0)
+                .map(|(ty, n)| {
+                    let values = rng.normal(n * 96, 0.05);
+                    make_weight(&backend, "down", ty, &[n, 96], &values).unwrap()
+                })
+                .collect();
             let bias = |rng: &mut Rng, name: &str, rows: usize| {
                 make_weight(
                     &backend,
@@ -444,6 +455,34 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
                         bits(&read(&backend, &g)),
                         "{ty}, {tokens} tokens, swiglu of {n}"
                     );
+                    for down in downs.iter().filter(|down| down.row_len() == n) {
+                        let mut y = backend.alloc(tokens * 96).unwrap();
+                        backend
+                            .matmul_swiglu_down(
+                                gate,
+                                up,
+                                down,
+                                &x,
+                                tokens,
+                                &mut up_out,
+                                &mut out,
+                                &mut y,
+                            )
+                            .unwrap();
+                        let mut alone = backend.alloc(tokens * 96).unwrap();
+                        backend.matmul(down, &g, tokens, &mut alone).unwrap();
+                        let what = format!("{ty}, {tokens} tokens, {} down of {n}", down.ty);
+                        assert_eq!(
+                            bits(&read(&backend, &out)),
+                            bits(&read(&backend, &g)),
+                            "{what}: hidden"
+                        );
+                        assert_eq!(
+                            bits(&read(&backend, &y)),
+                            bits(&read(&backend, &alone)),
+                            "{what}"
+                        );
+                    }
                 }
             }
         }

@@ -290,6 +290,26 @@ pub trait Backend: Send + Sync {
         unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
+    /// The dense SwiGLU FFN: `out[t] = down · (silu(gate · x[t]) * (up · x[t]))`
+    /// ([`Backend::matmul_swiglu`] into `hidden`, `[tokens, gate.shape[1]]`, with `up_out` as
+    /// its scratch, then [`Backend::matmul`] of `down` over `hidden`). `hidden` holds the
+    /// SwiGLU's output afterwards, as those two ops leave it.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_swiglu_down(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        down: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        up_out: &mut Buffer,
+        hidden: &mut Buffer,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        self.matmul_swiglu(gate, up, x, tokens, up_out, hidden)?;
+        self.matmul(down, hidden, tokens, out)
+    }
+
     /// The mixture-of-experts FFN of `x` (`[tokens, embd]`) into `out` (`[tokens, embd]`):
     /// the router's logits, each token's `ffn.used` experts and weights
     /// ([`moe::route_tokens`]), and for each expert the SwiGLU FFN of its rows, added to

@@ -487,13 +487,22 @@ impl Model {
         match &layer.ffn {
             FfnWeights::Dense { gate, up, down } => {
                 if fused {
-                    b.matmul_swiglu(gate, up, &s.normed, tokens, &mut s.up, &mut s.gate)?;
+                    b.matmul_swiglu_down(
+                        gate,
+                        up,
+                        down,
+                        &s.normed,
+                        tokens,
+                        &mut s.up,
+                        &mut s.gate,
+                        &mut s.proj,
+                    )?;
                 } else {
                     b.matmul(gate, &s.normed, tokens, &mut s.gate)?;
                     b.matmul(up, &s.normed, tokens, &mut s.up)?;
                     b.silu_mul(&mut s.gate, &s.up, tokens * c.feed_forward_length)?;
+                    b.matmul(down, &s.gate, tokens, &mut s.proj)?;
                 }
-                b.matmul(down, &s.gate, tokens, &mut s.proj)?;
             }
             FfnWeights::Moe {
                 router,

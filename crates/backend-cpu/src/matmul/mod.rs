@@ -33,10 +33,12 @@ mod tinyblas;
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_offsets, block_quants, block_quants_len,
     block_scales, block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn,
-    tile_rows_fn, tile_tables, ActivationFormat, BlockScales, DotFn, MultiDotFn, QuantLayout,
-    SimdLevel, TileFn, TileOut, TileRowsFn,
+    tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks, ActivationFormat,
+    BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TablePointers, TileFn, TileOut,
+    TileRowsFn, BLOCK_SCALES_PADDING,
 };
 use runit_quant::GgmlType;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Tokens whose activations one tile keeps hot (32 rows of Q8_0 at 1536 inputs: ~52 KB).
 const TOKENS_PER_TILE: usize = 32;
@@ -197,7 +199,17 @@ pub fn matmul(
         return;
     }
     let targets = [Target::new(*weight, y)];
-    run_plain(&targets, x, tokens, scratch, parallelism, Epilogue::None, 1);
+    run_plain(
+        &targets,
+        x,
+        tokens,
+        scratch,
+        parallelism,
+        Epilogue::None,
+        1,
+        None,
+        None,
+    );
 }
 
 /// One weight of [`matmul_fused`] and its output `y` (`[tokens, n_out]`).
@@ -280,8 +292,325 @@ pub(crate) fn matmul_fused(
         parallelism,
         epilogue,
         row_multiple,
+        None,
+        None,
     );
     true
+}
+
+/// The SwiGLU FFN `y = down · (silu(gate · x) * (up · x))`: [`matmul_fused`] of `parts`
+/// (`[gate, up]`) with the SwiGLU epilogue, then [`matmul`] of `down` over the gate's
+/// output (the same kernels, so the same bits). For a decode batch, each task of the first
+/// dispatch also converts its columns of the SwiGLU's output for the tile kernels of
+/// `down` (the rows' blocks and tables, as [`tile_tables`] makes them), while they are in
+/// its cache: done on the calling thread after the dispatch, that conversion read half of
+/// the rows from the other threads' caches and took about 16 us per layer for eight rows
+/// of SmolLM2's 1536, with every other thread waiting. `tables` holds those tables.
+///
+/// Returns false, having done nothing, where [`matmul_fused`] would for `parts`.
+///
+/// # Panics
+/// As [`matmul`], for each weight.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_swiglu_down(
+    parts: &mut [Part; 2],
+    down: &PackedWeight,
+    y: &mut [f32],
+    x: &[f32],
+    tokens: usize,
+    scratch: &mut Vec<u8>,
+    tables: &mut Vec<u8>,
+    parallelism: &Parallelism,
+    isa: crate::vector::Isa,
+) -> bool {
+    let [gate, up] = [parts[0].weight, parts[1].weight];
+    let n = gate.n_out;
+    let lanes = crate::vector::SILU_GROUP;
+    let plain = |weight: &PackedWeight| {
+        repacked::repack_kernel(weight).is_none()
+            && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
+    };
+    if !(plain(&gate) && plain(&up))
+        || (up.ty, up.n_in, up.n_out) != (gate.ty, gate.n_in, n)
+        || !n.is_multiple_of(lanes)
+    {
+        return false;
+    }
+    for part in parts.iter() {
+        check_shapes(&part.weight, x, tokens, part.y);
+    }
+    check_shapes(down, parts[0].y, tokens, y);
+    if tokens == 0 {
+        return true;
+    }
+    let layout = QuantLayout::for_level(parallelism.level);
+    let format = activation_format(down.ty).expect("checked by check_shapes");
+    let tabulated = (2..PARALLEL_QUANTIZE_TOKENS).contains(&tokens)
+        && n.is_multiple_of(32)
+        && 32 % lanes == 0
+        && plain(down)
+        && tile_fn(down.ty, parallelism.level).is_some();
+    let mut carved = tabulated
+        .then(|| carve(tables, format, n, tokens, true))
+        .and_then(|carved| {
+            tile_tables_begin(format, tokens, n, carved.d, carved.s, carved.quants, layout)
+                .then_some(carved)
+        });
+    let tabulation = carved.as_mut().map(|carved| {
+        // The padding's offsets (the blocks' come from their tasks).
+        let padding = carved.d.len() - BLOCK_SCALES_PADDING;
+        block_offsets(&carved.d[padding..], &mut carved.offsets[padding..]);
+        Tabulation {
+            format,
+            layout,
+            n,
+            rows: tokens,
+            pointers: TablePointers {
+                activations: carved.activations.as_mut_ptr(),
+                d: carved.d.as_mut_ptr(),
+                s: carved.s.as_mut_ptr(),
+                quants: carved.quants.as_mut_ptr(),
+            },
+            offsets: SharedOutput(carved.offsets.as_mut_ptr()),
+            finite: AtomicBool::new(true),
+        }
+    });
+    {
+        let targets: Vec<Target> = parts
+            .iter_mut()
+            .map(|part| Target::new(part.weight, part.y))
+            .collect();
+        run_plain(
+            &targets,
+            x,
+            tokens,
+            scratch,
+            parallelism,
+            Epilogue::SiluMul(isa),
+            if tabulation.is_some() { 32 } else { lanes },
+            None,
+            tabulation.as_ref(),
+        );
+    }
+    let finite = tabulation
+        .as_ref()
+        .is_some_and(|tabulation| tabulation.finite.load(Ordering::Relaxed));
+    let hidden = &*parts[0].y;
+    match carved {
+        Some(carved) => {
+            let prepared = Converted {
+                activations: carved.activations,
+                quants: carved.quants,
+                d: carved.d,
+                s: carved.s,
+                offsets: if finite { carved.offsets } else { &[] },
+            };
+            let targets = [Target::new(*down, y)];
+            run_plain(
+                &targets,
+                hidden,
+                tokens,
+                scratch,
+                parallelism,
+                Epilogue::None,
+                1,
+                Some(prepared),
+                None,
+            );
+        }
+        None => matmul(down, hidden, tokens, y, scratch, parallelism),
+    }
+    true
+}
+
+/// Where the tasks of a SwiGLU dispatch put their columns of its output, converted for the
+/// tile kernels of the matmul that takes it next (see [`matmul_swiglu_down`]).
+struct Tabulation {
+    format: ActivationFormat,
+    layout: QuantLayout,
+    /// Elements per row (the SwiGLU's width).
+    n: usize,
+    rows: usize,
+    pointers: TablePointers,
+    /// The pair kernel's offset table (as `block_offsets` fills it).
+    offsets: SharedOutput,
+    /// False once a task met a scale that is not finite (then the offsets are left out).
+    finite: AtomicBool,
+}
+
+impl Tabulation {
+    /// Converts columns `columns` (whole blocks) of every row of `y` (`[rows, n]`) into the
+    /// tables, with their offsets.
+    ///
+    /// # Safety
+    /// Those columns of `y` are written, and these blocks of the tables read or written, by
+    /// no other thread meanwhile.
+    unsafe fn convert(&self, y: &SharedOutput, columns: std::ops::Range<usize>) {
+        let blocks = columns.start / 32..columns.end / 32;
+        debug_assert_eq!(32 * blocks.len(), columns.len());
+
+        for t in 0..self.rows {
+            // SAFETY: the columns of row `t`, inside `y` and this caller's (contract).
+            let x = unsafe {
+                std::slice::from_raw_parts(y.at(t * self.n + columns.start), columns.len())
+            };
+            // SAFETY: `matmul_swiglu_down` made the tables for these rows, format and
+            // layout (`tile_tables_begin` returned true); the blocks are the caller's.
+            unsafe {
+                tile_tables_blocks(
+                    self.format,
+                    x,
+                    t,
+                    self.rows,
+                    self.n,
+                    blocks.clone(),
+                    &self.pointers,
+                    self.layout,
+                )
+            };
+        }
+        // The blocks' scales of every row, one after the other in the tables.
+        let entries = blocks.start * self.rows..blocks.end * self.rows;
+        // SAFETY: these blocks' entries of the `d` and offset tables, the caller's alone.
+        let (d, offsets) = unsafe {
+            (
+                std::slice::from_raw_parts(self.pointers.d.add(entries.start), entries.len()),
+                std::slice::from_raw_parts_mut(self.offsets.at(entries.start), entries.len()),
+            )
+        };
+        if !block_offsets(d, offsets) {
+            self.finite.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Activations converted for the plain kernels: the rows in the weight type's activation
+/// format and, for the tile kernels, their tables (empty otherwise).
+#[derive(Clone, Copy)]
+struct Converted<'a> {
+    activations: &'a [u8],
+    quants: &'a [u8],
+    d: &'a [f32],
+    s: &'a [f32],
+    /// The pair kernel's offsets; empty where some `d` is not finite (see `block_offsets`).
+    offsets: &'a [f32],
+}
+
+/// A scratch's parts for converted activations (see [`Converted`]).
+struct Carved<'a> {
+    activations: &'a mut [u8],
+    quants: &'a mut [u8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    offsets: &'a mut [f32],
+}
+
+/// `scratch` (grown as needed) cut into the parts that `tokens` rows of `n` elements
+/// converted to `format` take, with the tile kernels' tables when `tables` (else those
+/// are empty): `[activations | alignment | block-major quants | alignment | d table | s
+/// table | offset table]`. The quants start on a cache line, so that no block's (or
+/// pair's) load straddles two.
+fn carve(
+    scratch: &mut Vec<u8>,
+    format: ActivationFormat,
+    n: usize,
+    tokens: usize,
+    tables: bool,
+) -> Carved<'_> {
+    let quant_len = tokens * activation_row_bytes(format, n);
+    let (table_len, block_quants_bytes) = if tables {
+        (block_scales_len(n, tokens), block_quants_len(n, tokens))
+    } else {
+        (0, 0)
+    };
+    let scratch = grown(
+        scratch,
+        quant_len + 64 + block_quants_bytes + 4 + 3 * 4 * table_len,
+    );
+    let (activations, rest) = scratch.split_at_mut(quant_len);
+    let skip = rest.as_ptr().align_offset(64);
+    let rest = &mut rest[skip..];
+    let (quants, tables) = rest.split_at_mut(block_quants_bytes);
+    let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
+    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 3 * 4 * table_len]);
+    let (d, rest) = tables.split_at_mut(table_len);
+    let (s, offsets) = rest.split_at_mut(table_len);
+    Carved {
+        activations,
+        quants,
+        d,
+        s,
+        offsets,
+    }
+}
+
+/// `tokens` rows of `x` (`n` elements each) converted to `format` in `scratch`, with the
+/// tile kernels' tables in `layout` when `tables`: a decode batch's rows and tables in one
+/// pass on this thread (see `tile_tables`), many rows in parallel.
+#[allow(clippy::too_many_arguments)]
+fn convert<'s>(
+    format: ActivationFormat,
+    x: &[f32],
+    tokens: usize,
+    n: usize,
+    tables: bool,
+    layout: QuantLayout,
+    scratch: &'s mut Vec<u8>,
+    parallelism: &Parallelism,
+) -> Converted<'s> {
+    let activation_bytes = activation_row_bytes(format, n);
+    let Carved {
+        activations,
+        quants,
+        d,
+        s,
+        offsets,
+    } = carve(scratch, format, n, tokens, tables);
+    let parallel = tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1;
+    let tabled =
+        tables && !parallel && tile_tables(format, x, tokens, n, activations, d, s, quants, layout);
+    if parallel {
+        let shared = SharedBytes(activations.as_mut_ptr());
+        let convert = |t: usize| {
+            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
+            };
+            quantize_activation(format, &x[t * n..(t + 1) * n], out);
+        };
+        parallelism.for_each_chunk(tokens, &convert);
+    } else if !tabled {
+        x.chunks(n)
+            .zip(activations.chunks_mut(activation_bytes))
+            .for_each(|(row, out)| quantize_activation(format, row, out));
+    }
+    let activations = &*activations;
+    if !tables {
+        return Converted {
+            activations,
+            quants: &[],
+            d: &[],
+            s: &[],
+            offsets: &[],
+        };
+    }
+    let filled = tabled
+        || (block_scales(format, activations, tokens, n, d, s)
+            && block_quants(format, activations, tokens, n, quants, layout));
+    assert!(
+        filled,
+        "tile kernels exist only for formats with block scales"
+    );
+    // The pair kernel's offsets (its exact products; the kernels that do without ignore
+    // them).
+    let finite = block_offsets(d, offsets);
+    Converted {
+        activations,
+        quants: &*quants,
+        d: &*d,
+        s: &*s,
+        offsets: if finite { &*offsets } else { &[] },
+    }
 }
 
 /// A part of a plain-kernel matmul: its weight and where its outputs go.
@@ -346,6 +675,7 @@ struct RowKernels<'a> {
 /// dispatch ([`task_bounds`] over the targets' rows one after the other; with the SwiGLU
 /// epilogue, over the gate's rows, each task a multiple of `row_multiple` of them, taking
 /// the same rows of both parts).
+#[allow(clippy::too_many_arguments)]
 fn run_plain(
     targets: &[Target],
     x: &[f32],
@@ -354,6 +684,8 @@ fn run_plain(
     parallelism: &Parallelism,
     epilogue: Epilogue,
     row_multiple: usize,
+    prepared: Option<Converted>,
+    tabulation: Option<&Tabulation>,
 ) {
     let weight = &targets[0].weight;
     let format = activation_format(weight.ty).expect("checked by check_shapes");
@@ -363,98 +695,38 @@ fn run_plain(
     } else {
         None
     };
-    let quant_len = tokens * activation_bytes;
-    let table_len = if tile.is_some() {
-        block_scales_len(weight.n_in, tokens)
-    } else {
-        0
-    };
     let layout = QuantLayout::for_level(parallelism.level);
-    let block_quants_bytes = if tile.is_some() {
-        block_quants_len(weight.n_in, tokens)
-    } else {
-        0
-    };
-    // [activations | alignment | block-major quants | alignment | d table | s table |
-    // offset table]; the quants start on a cache line, so that no block's (or pair's) load
-    // straddles two.
-    let scratch = grown(
-        scratch,
-        quant_len + 64 + block_quants_bytes + 4 + 3 * 4 * table_len,
-    );
-    let (activations, rest) = scratch.split_at_mut(quant_len);
-    let skip = rest.as_ptr().align_offset(64);
-    let rest = &mut rest[skip..];
-    let (quants, tables) = rest.split_at_mut(block_quants_bytes);
-    let skip = tables.as_ptr().align_offset(std::mem::align_of::<f32>());
-    let tables: &mut [f32] = bytemuck::cast_slice_mut(&mut tables[skip..skip + 3 * 4 * table_len]);
-    let (d, rest) = tables.split_at_mut(table_len);
-    let (s, offsets) = rest.split_at_mut(table_len);
-    let parallel = tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1;
-    // A decode batch's rows and tables in one pass (see `tile_tables`), on this thread.
-    let tabled = tile.is_some()
-        && !parallel
-        && tile_tables(
+    let tables = match (prepared, tile) {
+        (Some(prepared), Some(_)) => prepared,
+        _ => convert(
             format,
             x,
             tokens,
             weight.n_in,
-            activations,
-            d,
-            s,
-            quants,
+            tile.is_some(),
             layout,
-        );
-    if parallel {
-        let shared = SharedBytes(activations.as_mut_ptr());
-        let convert = |t: usize| {
-            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
-            };
-            quantize_activation(format, &x[t * weight.n_in..(t + 1) * weight.n_in], out);
-        };
-        parallelism.for_each_chunk(tokens, &convert);
-    } else if !tabled {
-        x.chunks(weight.n_in)
-            .zip(activations.chunks_mut(activation_bytes))
-            .for_each(|(row, out)| quantize_activation(format, row, out));
-    }
-    let activations = &*activations;
+            scratch,
+            parallelism,
+        ),
+    };
+    let activations = tables.activations;
     let tile = match tile {
-        Some(tile) => {
-            let filled = tabled
-                || (block_scales(format, activations, tokens, weight.n_in, d, s)
-                    && block_quants(format, activations, tokens, weight.n_in, quants, layout));
-            assert!(
-                filled,
-                "tile kernels exist only for formats with block scales"
-            );
-            let s: &[f32] = if format == ActivationFormat::Q8_1 {
-                s
-            } else {
-                &[]
-            };
-            // The pair kernel's offsets (its exact products; the kernels that do without
-            // ignore them).
-            let offsets: &[f32] = if block_offsets(d, offsets) {
-                offsets
-            } else {
-                &[]
-            };
-            TileKernel::Scaled(
-                tile,
-                tile_rows_fn(weight.ty, parallelism.level),
-                BlockScales {
-                    d,
-                    s,
-                    quants,
-                    stride: tokens,
-                    layout,
-                    offsets,
+        Some(tile) => TileKernel::Scaled(
+            tile,
+            tile_rows_fn(weight.ty, parallelism.level),
+            BlockScales {
+                d: tables.d,
+                s: if format == ActivationFormat::Q8_1 {
+                    tables.s
+                } else {
+                    &[]
                 },
-            )
-        }
+                quants: tables.quants,
+                stride: tokens,
+                layout,
+                offsets: tables.offsets,
+            },
+        ),
         None => TileKernel::Multi(
             multi_dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes"),
         ),
@@ -508,6 +780,11 @@ fn run_plain(
                         )
                     };
                     crate::vector::silu_mul(isa, g, u);
+                }
+                if let Some(tabulation) = tabulation {
+                    // SAFETY: this task's columns (whole blocks: `row_multiple` is 32),
+                    // written just above by this task alone.
+                    unsafe { tabulation.convert(&gate.y, rows) };
                 }
             };
             parallelism.for_each_chunk(bounds.len() - 1, &task);

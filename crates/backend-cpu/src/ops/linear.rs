@@ -121,6 +121,69 @@ pub fn matmul_swiglu(
     runit_backend::unfused::matmul_swiglu(backend, gate, up, x, tokens, up_out, out)
 }
 
+/// [`Backend::matmul_swiglu_down`](runit_backend::Backend::matmul_swiglu_down): the gate
+/// and up projections in one dispatch as [`matmul_swiglu`], whose tasks also convert their
+/// columns of the SwiGLU's output for the down projection where it is a decode batch's
+/// (`matmul::matmul_swiglu_down`: the same numbers as the separate ops); else
+/// [`matmul_swiglu`] and [`matmul`].
+pub fn matmul_swiglu_down(
+    backend: &CpuBackend,
+    [gate, up, down]: [&Weight; 3],
+    x: &Buffer,
+    tokens: usize,
+    up_out: &mut Buffer,
+    hidden: &mut Buffer,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let fused = {
+        let (gate, up, down) = (packed(gate)?, packed(up)?, packed(down)?);
+        let input = input(x, tokens, gate.n_in)?;
+        let y = output(out, tokens, down.n_out)?;
+        if down.n_in != gate.n_out {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "down projection's input width (the gate's rows)",
+                expected: gate.n_out,
+                found: down.n_in,
+            });
+        }
+        let mut parts = [
+            matmul::Part {
+                weight: gate,
+                y: output(hidden, tokens, gate.n_out)?,
+            },
+            matmul::Part {
+                weight: up,
+                y: output(up_out, tokens, up.n_out)?,
+            },
+        ];
+        with_scratch(backend, |scratch, parallelism| {
+            let mut fresh = Vec::new();
+            let mut shared = backend.ffn_scratch.try_lock();
+            let tables = match shared.as_deref_mut() {
+                Ok(tables) => tables,
+                Err(_) => &mut fresh,
+            };
+            matmul::matmul_swiglu_down(
+                &mut parts,
+                &down,
+                y,
+                input,
+                tokens,
+                scratch,
+                tables,
+                parallelism,
+                backend.isa,
+            )
+        })
+    };
+    if fused {
+        return Ok(());
+    }
+    matmul_swiglu(backend, gate, up, x, tokens, up_out, hidden)?;
+    matmul(backend, down, hidden, tokens, out)
+}
+
 /// The packed view of a 2-D weight, in the layout whose order llama.cpp's CPU backend
 /// would use for it.
 fn packed(weight: &Weight) -> Result<PackedWeight<'_>, BackendError> {

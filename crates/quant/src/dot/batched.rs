@@ -370,40 +370,24 @@ pub fn tile_tables(
     quants: &mut [u8],
     layout: QuantLayout,
 ) -> bool {
-    let with_sums = match format {
-        ActivationFormat::Q8_0 => false,
-        ActivationFormat::Q8_1 => true,
-        _ => return false,
-    };
+    if !matches!(format, ActivationFormat::Q8_0 | ActivationFormat::Q8_1) {
+        return false;
+    }
     let row_bytes = activation_row_bytes(format, n);
     assert_eq!(x.len(), rows * n, "{rows} rows of {n} values");
     assert_eq!(activations.len(), rows * row_bytes, "activation rows");
-    #[cfg(target_arch = "x86_64")]
-    if layout == QuantLayout::Pairs && x86::has_avx512() && n.is_multiple_of(32) {
-        pad_scale_tables(n, rows, d, s, with_sums);
-        assert_eq!(
-            quants.len(),
-            block_quants_len(n, rows),
-            "quant table length"
-        );
-        let tail = quants.len() - 32;
-        quants[tail..].fill(0);
-        let mut tables = x86::prepare::Tables {
-            with_sums,
-            rows,
-            block_rows: layout.block_rows(rows),
-            d,
-            s,
-            quants,
+    if tile_tables_begin(format, rows, n, d, s, quants, layout) {
+        let tables = TablePointers {
+            activations: activations.as_mut_ptr(),
+            d: d.as_mut_ptr(),
+            s: s.as_mut_ptr(),
+            quants: quants.as_mut_ptr(),
         };
-        for (t, (x, out)) in x
-            .chunks_exact(n.max(1))
-            .zip(activations.chunks_exact_mut(row_bytes.max(1)))
-            .enumerate()
-        {
-            // SAFETY: AVX-512 F/BW/VL detected above; `out` is row `t`'s blocks; the tables'
-            // lengths were checked above against the layout `row` writes (`t < rows`).
-            unsafe { x86::prepare::row(x, t, out, &mut tables) };
+        for (t, x) in x.chunks_exact(n.max(1)).enumerate() {
+            // SAFETY: `tile_tables_begin` checked the tables' lengths and found the one-pass
+            // conversion available; `activations` holds `rows` rows (asserted above); this
+            // thread alone holds the tables.
+            unsafe { tile_tables_blocks(format, x, t, rows, n, 0..n / 32, &tables, layout) };
         }
         return true;
     }
@@ -415,6 +399,115 @@ pub fn tile_tables(
     }
     block_scales(format, activations, rows, n, d, s)
         && block_quants(format, activations, rows, n, quants, layout)
+}
+
+/// Where [`tile_tables_blocks`] writes: the starts of the activation rows and of the
+/// tables (each as [`tile_tables`] takes it).
+#[derive(Debug, Clone, Copy)]
+pub struct TablePointers {
+    pub activations: *mut u8,
+    pub d: *mut f32,
+    /// Unused for Q8_0.
+    pub s: *mut f32,
+    pub quants: *mut u8,
+}
+
+// SAFETY: plain addresses; `tile_tables_blocks`'s contract keeps the threads that share
+// them to disjoint blocks.
+unsafe impl Send for TablePointers {}
+// SAFETY: as above.
+unsafe impl Sync for TablePointers {}
+
+/// True when [`tile_tables_blocks`] can fill these tables for `rows` rows of `n` elements
+/// in `format` and `layout` (the one-pass AVX-512 conversion of [`tile_tables`]); then the
+/// tables' padding is also written (the blocks' entries are left to
+/// `tile_tables_blocks`). False, touching nothing, elsewhere.
+///
+/// # Panics
+/// When a table's length disagrees.
+pub fn tile_tables_begin(
+    format: ActivationFormat,
+    rows: usize,
+    n: usize,
+    d: &mut [f32],
+    s: &mut [f32],
+    quants: &mut [u8],
+    layout: QuantLayout,
+) -> bool {
+    let with_sums = match format {
+        ActivationFormat::Q8_0 => false,
+        ActivationFormat::Q8_1 => true,
+        _ => return false,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if layout == QuantLayout::Pairs && x86::has_avx512() && n.is_multiple_of(32) {
+        pad_scale_tables(n, rows, d, s, with_sums);
+        assert_eq!(
+            quants.len(),
+            block_quants_len(n, rows),
+            "quant table length"
+        );
+        let tail = quants.len() - 32;
+        quants[tail..].fill(0);
+        return true;
+    }
+    let _ = (rows, n, d, s, quants, layout, with_sums);
+    false
+}
+
+/// [`tile_tables`] for blocks `blocks` of row `t` alone: `x` holds those blocks' values
+/// (`32 * blocks.len()`), which go to row `t`'s activation blocks and their entries of the
+/// tables, bit for bit as `tile_tables` writes them. The threads of one matmul may each
+/// convert the blocks of their own columns at once.
+///
+/// # Safety
+/// [`tile_tables_begin`] returned true for these tables (`format`, `rows`, `n`, `layout`);
+/// `tables.activations` holds `rows` activation rows of `n` elements; nothing else reads
+/// or writes these blocks' parts of the activations and tables meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_tables_blocks(
+    format: ActivationFormat,
+    x: &[f32],
+    t: usize,
+    rows: usize,
+    n: usize,
+    blocks: std::ops::Range<usize>,
+    tables: &TablePointers,
+    layout: QuantLayout,
+) {
+    assert!(
+        t < rows && blocks.end <= n / 32,
+        "row {t} of {rows}, blocks {blocks:?}"
+    );
+    assert_eq!(x.len(), 32 * blocks.len(), "the blocks' values");
+    #[cfg(target_arch = "x86_64")]
+    {
+        let row_bytes = activation_row_bytes(format, n);
+        let prepared = x86::prepare::Tables {
+            with_sums: format == ActivationFormat::Q8_1,
+            rows,
+            block_rows: layout.block_rows(rows),
+            d: tables.d,
+            s: tables.s,
+            quants: tables.quants,
+        };
+        // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
+        // caller's contract), which also stands for the exclusive access.
+        unsafe {
+            x86::prepare::row(
+                x,
+                t,
+                blocks,
+                tables.activations.add(t * row_bytes),
+                &prepared,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (format, t, rows, n, blocks, tables, layout);
+        unreachable!("tile_tables_begin is false off x86-64");
+    }
 }
 
 /// Values in each table of [`block_scales`] for `rows` rows of `n` elements.

@@ -47,8 +47,8 @@ mod x86;
 
 pub use batched::{
     block_offsets, block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn,
-    tile_fn, tile_rows_fn, tile_tables, BlockScales, GemvFn, QuantLayout, TileFn, TileOut,
-    TileRowsFn, BLOCK_SCALES_PADDING,
+    tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks, BlockScales, GemvFn,
+    QuantLayout, TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
 };
 pub use ggml_repack::{is_repacked, repack_dot_fn, repack_rows_fn, RowsFn};
 

@@ -11,6 +11,7 @@
 //! [`block_quants`]: crate::dot::block_quants
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use crate::dot::batched::PAIR_LANES;
 
@@ -36,31 +37,40 @@ unsafe fn absolute_max(x: *const f32) -> f32 {
     _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)))
 }
 
-/// What one row's blocks go to.
-pub(in crate::dot) struct Tables<'a> {
+/// What one row's blocks go to: the tables (as [`block_scales`] and [`block_quants`] lay
+/// them out for `rows` rows) by pointer, since the threads of one matmul may each fill the
+/// blocks of their own columns of them at once.
+pub(in crate::dot) struct Tables {
     /// Q8_1 (with sums) or Q8_0 (quants offset by 128 in the paired table).
     pub with_sums: bool,
     /// Rows in the tables (`stride` of the scale tables).
     pub rows: usize,
     /// Rows a block takes in the paired quant table (`rows` rounded up to pairs).
     pub block_rows: usize,
-    pub d: &'a mut [f32],
-    pub s: &'a mut [f32],
-    pub quants: &'a mut [u8],
+    pub d: *mut f32,
+    /// Unused without sums.
+    pub s: *mut f32,
+    pub quants: *mut u8,
 }
 
-/// Converts row `t` (`x`, whole blocks of 32) into `out` (its activation row: Q8_1 or
-/// Q8_0 blocks) and its entries of `tables`.
+/// Converts blocks `blocks` of row `t` (`x`, their `32 * blocks.len()` values) into `out`
+/// (row `t`'s activation blocks: Q8_1 or Q8_0) and their entries of `tables`.
 ///
 /// # Safety
-/// AVX-512 F, BW and VL are available; `out` holds `x.len() / 32` blocks of the format;
+/// AVX-512 F, BW and VL are available; `out` holds the row's blocks up to `blocks.end`;
 /// the tables hold every entry of row `t < tables.rows` (as `block_scales` and
-/// `block_quants` lay them out).
+/// `block_quants` lay them out) and nothing else reads or writes those of these blocks
+/// meanwhile (nor the partner slots of an odd last row's).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &mut Tables<'_>) {
-    let blocks = x.len() / 32;
+pub(in crate::dot) unsafe fn row(
+    x: &[f32],
+    t: usize,
+    blocks: Range<usize>,
+    out: *mut u8,
+    tables: &Tables,
+) {
+    debug_assert_eq!(x.len(), 32 * blocks.len());
     let block_bytes = if tables.with_sums { 36 } else { 34 };
-    debug_assert_eq!(out.len(), blocks * block_bytes);
     let even = t.is_multiple_of(2);
     let slots: __mmask16 = if even { 0x5555 } else { 0xaaaa };
     // Dword `2k` and `2k + 1` of a pair take group `PAIR_SLOTS[k]` (its own inverse).
@@ -69,9 +79,9 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
     let offset = _mm512_set1_epi8(if tables.with_sums { 0 } else { 0x80u8 as i8 });
     // An odd last row's partner slots hold zeros.
     let lone = even && t + 1 == tables.rows && tables.block_rows > tables.rows;
-    let mut first = 0;
-    while first < blocks {
-        let count = GROUP.min(blocks - first);
+    let mut first = blocks.start;
+    while first < blocks.end {
+        let count = GROUP.min(blocks.end - first);
         let mask: __mmask16 = if count == GROUP {
             0xffff
         } else {
@@ -79,7 +89,7 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
         };
         let mut maxima = [0.0f32; GROUP];
         for (b, max) in maxima[..count].iter_mut().enumerate() {
-            *max = absolute_max(x.as_ptr().add(32 * (first + b)));
+            *max = absolute_max(x.as_ptr().add(32 * (first - blocks.start + b)));
         }
         let amax = _mm512_maskz_loadu_ps(mask, maxima.as_ptr());
         let scales = _mm512_div_ps(amax, _mm512_set1_ps(127.0));
@@ -91,7 +101,7 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
         let mut sums = [0i32; GROUP];
         for b in 0..count {
             let i = first + b;
-            let values = x.as_ptr().add(32 * i);
+            let values = x.as_ptr().add(32 * (i - blocks.start));
             let id = _mm512_set1_ps(inverses[b]);
             let round = |k: usize| {
                 _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
@@ -104,7 +114,7 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
                 _mm512_cvtsepi32_epi8(round(1)),
             );
             let quants = _mm256_set_m128i(high, low);
-            let block = out.as_mut_ptr().add(i * block_bytes);
+            let block = out.add(i * block_bytes);
             _mm256_storeu_si256(block.add(block_bytes - 32).cast(), quants);
             if tables.with_sums {
                 // The sum of the saturated quants (values past 127 / amax do occur: a NaN
@@ -113,10 +123,7 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
                 sums[b] = _mm512_reduce_add_epi32(both);
             }
             // The pair's 64 bytes: this row's four-byte groups in its slots.
-            let pair = tables
-                .quants
-                .as_mut_ptr()
-                .add((i * tables.block_rows + t - t % 2) * 32);
+            let pair = tables.quants.add((i * tables.block_rows + t - t % 2) * 32);
             // Group `g` to dword `2 * PAIR_SLOTS[g]` (+1 for the odd row).
             let groups = _mm512_xor_si512(
                 _mm512_permutexvar_epi32(places, _mm512_castsi256_si512(quants)),
@@ -145,15 +152,15 @@ pub(in crate::dot) unsafe fn row(x: &[f32], t: usize, out: &mut [u8], tables: &m
         }
         for b in 0..count {
             let i = first + b;
-            let block = out.as_mut_ptr().add(i * block_bytes);
+            let block = out.add(i * block_bytes);
             block.cast::<u16>().write_unaligned(d_bits[b].to_le());
-            tables.d[i * tables.rows + t] = d_wide[b];
+            tables.d.add(i * tables.rows + t).write(d_wide[b]);
             if tables.with_sums {
                 block
                     .add(2)
                     .cast::<u16>()
                     .write_unaligned(s_bits[b].to_le());
-                tables.s[i * tables.rows + t] = s_wide[b];
+                tables.s.add(i * tables.rows + t).write(s_wide[b]);
             }
         }
         first += count;
