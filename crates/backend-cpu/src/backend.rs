@@ -307,6 +307,23 @@ impl Backend for CpuBackend {
         ops::attention::attention(self, q, k_cache, v_cache, spans, params, out)
     }
 
+    fn attention_output(
+        &self,
+        q: &Buffer,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+        spans: &[SequenceSpan],
+        params: &AttentionParams,
+        attn: &mut Buffer,
+        wo: &Weight,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::linear::attention_output(
+            self, q, k_cache, v_cache, spans, params, attn, wo, tokens, out,
+        )
+    }
+
     fn gather_rows(
         &self,
         src: &Buffer,

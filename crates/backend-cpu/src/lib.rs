@@ -52,9 +52,10 @@ pub struct CpuBackend {
     isa: Isa,
     /// Activations converted for the matmul kernels, kept between calls.
     matmul_scratch: std::sync::Mutex<Vec<u8>>,
-    /// A SwiGLU output converted for the down projection by the SwiGLU's own tasks
-    /// (`matmul::matmul_swiglu_down`), kept between calls.
-    ffn_scratch: std::sync::Mutex<Vec<u8>>,
+    /// An op's output converted for the matmul that takes it next by the op's own tasks
+    /// (`matmul::Prepared`: the SwiGLU's for the down projection, the attention's for the
+    /// output projection), kept between calls.
+    prepared_scratch: std::sync::Mutex<Vec<u8>>,
 }
 
 impl CpuBackend {
@@ -93,7 +94,7 @@ impl CpuBackend {
             simd,
             isa: Isa::detect(simd != SimdLevel::Scalar),
             matmul_scratch: std::sync::Mutex::new(Vec::new()),
-            ffn_scratch: std::sync::Mutex::new(Vec::new()),
+            prepared_scratch: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -182,5 +183,20 @@ impl SharedRows {
         );
         // SAFETY: in bounds (checked); exclusive by the caller's promise.
         unsafe { std::slice::from_raw_parts_mut(self.start.add(at), self.width) }
+    }
+
+    /// Rows `first .. first + count`, to read.
+    ///
+    /// # Safety
+    /// No mutable reference to these rows may be alive while the returned one is, and the
+    /// buffer given to [`SharedRows::new`] must outlive it.
+    pub(crate) unsafe fn rows(&self, first: usize, count: usize) -> &[f32] {
+        let (at, len) = (first * self.width, count * self.width);
+        assert!(
+            at + len <= self.len,
+            "rows {first} + {count} outside the buffer"
+        );
+        // SAFETY: in bounds (checked); not written meanwhile by the caller's promise.
+        unsafe { std::slice::from_raw_parts(self.start.add(at), len) }
     }
 }

@@ -585,3 +585,91 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
         }
     }
 }
+
+/// The CPU's attention followed by its output projection, the threads converting each
+/// attention row for the projection as they finish it, equals `attention` then `matmul` bit
+/// for bit: decode batches of one row per sequence (the converted path) and a prompt's
+/// rows, at SmolLM2's attention shape, for the 32-element formats of both activation
+/// formats.
+#[test]
+fn attention_output_equals_attention_then_matmul() {
+    let mut rng = Rng::new(0xa77e);
+    let (heads, kv_heads, head_dim) = (9, 3, 64);
+    let (width, kv_width, cells) = (heads * head_dim, kv_heads * head_dim, 64);
+    let table: Vec<u32> = (0..16).collect();
+    for b in [CpuBackend::new(1).unwrap(), CpuBackend::new(2).unwrap()] {
+        let mut k_cache = b.alloc_kv(cells, kv_width, KvType::F16).unwrap();
+        let mut v_cache = b.alloc_kv(cells, kv_width, KvType::F16).unwrap();
+        let (k, v) = (
+            buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),
+            buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),
+        );
+        b.kv_write(
+            &k,
+            &v,
+            &mut k_cache,
+            &mut v_cache,
+            &[span(0, cells, 0, &table)],
+        )
+        .unwrap();
+        let params = AttentionParams {
+            heads,
+            kv_heads,
+            head_dim,
+            scale: 0.125,
+            sliding_window: None,
+        };
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q5_1,
+        ] {
+            let values = rng.normal(width * 96, 0.05);
+            let wo = make_weight(&b, "wo", ty, &[width, 96], &values).unwrap();
+            for (tokens, decode) in [
+                (1, true),
+                (2, true),
+                (5, true),
+                (8, true),
+                (15, true),
+                (6, false),
+            ] {
+                // One row per sequence at its own position, or one prompt's rows.
+                let spans: Vec<SequenceSpan> = if decode {
+                    (0..tokens)
+                        .map(|row| span(row, 1, 20 + 3 * row, &table))
+                        .collect()
+                } else {
+                    vec![span(0, tokens, 30, &table)]
+                };
+                let q = buffer(&b, &rng.values(tokens * width, -2.0, 2.0));
+                let (mut attn, mut out) = (
+                    b.alloc(tokens * width).unwrap(),
+                    b.alloc(tokens * 96).unwrap(),
+                );
+                b.attention_output(
+                    &q, &k_cache, &v_cache, &spans, &params, &mut attn, &wo, tokens, &mut out,
+                )
+                .unwrap();
+                let (mut attn_alone, mut out_alone) = (
+                    b.alloc(tokens * width).unwrap(),
+                    b.alloc(tokens * 96).unwrap(),
+                );
+                b.attention(&q, &k_cache, &v_cache, &spans, &params, &mut attn_alone)
+                    .unwrap();
+                b.matmul(&wo, &attn_alone, tokens, &mut out_alone).unwrap();
+                let what = format!(
+                    "{} threads, {ty}, {tokens} rows, decode {decode}",
+                    b.threads()
+                );
+                assert_eq!(
+                    bits(&read(&b, &attn)),
+                    bits(&read(&b, &attn_alone)),
+                    "{what}: attention"
+                );
+                assert_eq!(bits(&read(&b, &out)), bits(&read(&b, &out_alone)), "{what}");
+            }
+        }
+    }
+}

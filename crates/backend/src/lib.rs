@@ -290,6 +290,26 @@ pub trait Backend: Send + Sync {
         unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
     }
 
+    /// Attention ([`Backend::attention`] into `attn`) followed by its output projection
+    /// (`out = wo · attn` over `tokens` rows, [`Backend::matmul`]). `attn` holds the
+    /// attention's output afterwards, as those two ops leave it.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_output(
+        &self,
+        q: &Buffer,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+        spans: &[SequenceSpan],
+        params: &AttentionParams,
+        attn: &mut Buffer,
+        wo: &Weight,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        self.attention(q, k_cache, v_cache, spans, params, attn)?;
+        self.matmul(wo, attn, tokens, out)
+    }
+
     /// The dense SwiGLU FFN: `out[t] = down · (silu(gate · x[t]) * (up · x[t]))`
     /// ([`Backend::matmul_swiglu`] into `hidden`, `[tokens, gate.shape[1]]`, with `up_out` as
     /// its scratch, then [`Backend::matmul`] of `down` over `hidden`). `hidden` holds the

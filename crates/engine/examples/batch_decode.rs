@@ -7,6 +7,11 @@
 //!
 //! With `batch-only` the single requests are skipped, so that a profiler (`perf record`)
 //! samples the `N`-row decode steps alone.
+//!
+//! Each batch round also prints its steps' rate at the first decile of their times (the
+//! `N` tokens of one step over the step's time): the speed of the undisturbed steps, which
+//! shared machines' bursts of other work (that move a round's figure by 10% and more)
+//! leave alone, for comparing builds.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +19,8 @@ use std::time::Instant;
 use runit_engine::scheduler::{Request, Scheduler, SchedulerConfig, SequenceEvent};
 use runit_model::Model;
 
-fn run(scheduler: &Scheduler, prompts: &[Vec<u32>], tokens: usize) -> (usize, f64) {
+/// One round: (tokens generated, seconds, the intervals between the first request's tokens).
+fn run(scheduler: &Scheduler, prompts: &[Vec<u32>], tokens: usize) -> (usize, f64, Vec<f64>) {
     let start = Instant::now();
     let receivers: Vec<_> = prompts
         .iter()
@@ -26,15 +32,29 @@ fn run(scheduler: &Scheduler, prompts: &[Vec<u32>], tokens: usize) -> (usize, f6
             receiver
         })
         .collect();
-    let mut generated = 0;
-    for receiver in receivers {
+    let (mut generated, mut steps, mut last) = (0, Vec::new(), None);
+    for (index, receiver) in receivers.into_iter().enumerate() {
         for event in receiver {
             if let SequenceEvent::Token(_) = event {
                 generated += 1;
+                // The first request's tokens arrive one per step, as the steps end (the
+                // others' wait in their channels until it is done).
+                if index == 0 {
+                    let now = Instant::now();
+                    if let Some(last) = last.replace(now) {
+                        steps.push(now.duration_since(last).as_secs_f64());
+                    }
+                }
             }
         }
     }
-    (generated, start.elapsed().as_secs_f64())
+    (generated, start.elapsed().as_secs_f64(), steps)
+}
+
+/// The first decile of `values` (NaN for none).
+fn first_decile(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 10).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -60,21 +80,26 @@ fn main() {
         .collect();
     // A first pass faults the weights in.
     run(&scheduler, &prompts[..1], 8);
-    let (mut singles, mut batches) = (Vec::new(), Vec::new());
+    let (mut singles, mut batches, mut step_rates) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {
         let single = (!batch_only).then(|| {
-            let (one, one_time) = run(&scheduler, &prompts[..1], tokens);
+            let (one, one_time, _) = run(&scheduler, &prompts[..1], tokens);
             one as f64 / one_time
         });
-        let (all, all_time) = run(&scheduler, &prompts, tokens);
+        let (all, all_time, mut steps) = run(&scheduler, &prompts, tokens);
         let batch = all as f64 / all_time;
+        let step_rate = count as f64 / first_decile(&mut steps);
         batches.push(batch);
+        step_rates.push(step_rate);
+        let steps = format!("(steps at the first decile: {step_rate:.1} tok/s)");
         match single {
             Some(single) => {
                 singles.push(single);
-                println!("round: one request {single:.1} tok/s; {count} at once {batch:.1} tok/s");
+                println!(
+                    "round: one request {single:.1} tok/s; {count} at once {batch:.1} tok/s {steps}"
+                );
             }
-            None => println!("round: {count} at once {batch:.1} tok/s"),
+            None => println!("round: {count} at once {batch:.1} tok/s {steps}"),
         }
     }
     let median = |values: &[f64]| {
@@ -83,7 +108,11 @@ fn main() {
         sorted[sorted.len() / 2]
     };
     if batch_only {
-        println!("median: {count} at once: {:.1} tok/s", median(&batches));
+        println!(
+            "median: {count} at once: {:.1} tok/s; steps at the first decile: {:.1} tok/s",
+            median(&batches),
+            median(&step_rates)
+        );
         return;
     }
     let ratios: Vec<f64> = batches.iter().zip(&singles).map(|(b, s)| b / s).collect();

@@ -331,16 +331,30 @@ impl Model {
                 dump("Krope", Some(i), &s.k, c.kv_width());
                 b.kv_write(&s.k, &s.v, &mut kv.keys[i], &mut kv.values[i], batch.spans)?;
             }
-            b.attention(
-                &s.q,
-                &kv.keys[i],
-                &kv.values[i],
-                batch.spans,
-                &attention,
-                &mut s.attn,
-            )?;
-            dump("kqv_out", Some(i), &s.attn, c.q_width());
-            b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
+            if fused {
+                b.attention_output(
+                    &s.q,
+                    &kv.keys[i],
+                    &kv.values[i],
+                    batch.spans,
+                    &attention,
+                    &mut s.attn,
+                    &layer.attn_output,
+                    tokens,
+                    &mut s.proj,
+                )?;
+            } else {
+                b.attention(
+                    &s.q,
+                    &kv.keys[i],
+                    &kv.values[i],
+                    batch.spans,
+                    &attention,
+                    &mut s.attn,
+                )?;
+                dump("kqv_out", Some(i), &s.attn, c.q_width());
+                b.matmul(&layer.attn_output, &s.attn, tokens, &mut s.proj)?;
+            }
             dump("attn_out", Some(i), &s.proj, embd);
             let rows = if i == last {
                 if out_rows == 0 {

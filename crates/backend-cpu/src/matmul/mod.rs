@@ -302,10 +302,10 @@ pub(crate) fn matmul_fused(
 /// (`[gate, up]`) with the SwiGLU epilogue, then [`matmul`] of `down` over the gate's
 /// output (the same kernels, so the same bits). For a decode batch, each task of the first
 /// dispatch also converts its columns of the SwiGLU's output for the tile kernels of
-/// `down` (the rows' blocks and tables, as [`tile_tables`] makes them), while they are in
-/// its cache: done on the calling thread after the dispatch, that conversion read half of
-/// the rows from the other threads' caches and took about 16 us per layer for eight rows
-/// of SmolLM2's 1536, with every other thread waiting. `tables` holds those tables.
+/// `down` ([`Prepared`]) while they are in its cache: done on the calling thread after the
+/// dispatch, that conversion read half of the rows from the other threads' caches and took
+/// about 16 us per layer for eight rows of SmolLM2's 1536, with every other thread waiting.
+/// `tables` holds those tables.
 ///
 /// Returns false, having done nothing, where [`matmul_fused`] would for `parts`.
 ///
@@ -326,11 +326,7 @@ pub(crate) fn matmul_swiglu_down(
     let [gate, up] = [parts[0].weight, parts[1].weight];
     let n = gate.n_out;
     let lanes = crate::vector::SILU_GROUP;
-    let plain = |weight: &PackedWeight| {
-        repacked::repack_kernel(weight).is_none()
-            && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
-    };
-    if !(plain(&gate) && plain(&up))
+    if !(plain(&gate, tokens, parallelism) && plain(&up, tokens, parallelism))
         || (up.ty, up.n_in, up.n_out) != (gate.ty, gate.n_in, n)
         || !n.is_multiple_of(lanes)
     {
@@ -343,38 +339,9 @@ pub(crate) fn matmul_swiglu_down(
     if tokens == 0 {
         return true;
     }
-    let layout = QuantLayout::for_level(parallelism.level);
-    let format = activation_format(down.ty).expect("checked by check_shapes");
-    let tabulated = (2..PARALLEL_QUANTIZE_TOKENS).contains(&tokens)
-        && n.is_multiple_of(32)
-        && 32 % lanes == 0
-        && plain(down)
-        && tile_fn(down.ty, parallelism.level).is_some();
-    let mut carved = tabulated
-        .then(|| carve(tables, format, n, tokens, true))
-        .and_then(|carved| {
-            tile_tables_begin(format, tokens, n, carved.d, carved.s, carved.quants, layout)
-                .then_some(carved)
-        });
-    let tabulation = carved.as_mut().map(|carved| {
-        // The padding's offsets (the blocks' come from their tasks).
-        let padding = carved.d.len() - BLOCK_SCALES_PADDING;
-        block_offsets(&carved.d[padding..], &mut carved.offsets[padding..]);
-        Tabulation {
-            format,
-            layout,
-            n,
-            rows: tokens,
-            pointers: TablePointers {
-                activations: carved.activations.as_mut_ptr(),
-                d: carved.d.as_mut_ptr(),
-                s: carved.s.as_mut_ptr(),
-                quants: carved.quants.as_mut_ptr(),
-            },
-            offsets: SharedOutput(carved.offsets.as_mut_ptr()),
-            finite: AtomicBool::new(true),
-        }
-    });
+    // Tasks of whole blocks of the SwiGLU's columns.
+    let prepared = Prepared::begin(down, tokens, tables, parallelism)
+        .filter(|_| 32 % lanes == 0 && n.is_multiple_of(32));
     {
         let targets: Vec<Target> = parts
             .iter_mut()
@@ -387,100 +354,182 @@ pub(crate) fn matmul_swiglu_down(
             scratch,
             parallelism,
             Epilogue::SiluMul(isa),
-            if tabulation.is_some() { 32 } else { lanes },
+            if prepared.is_some() { 32 } else { lanes },
             None,
-            tabulation.as_ref(),
+            prepared.as_ref(),
         );
     }
-    let finite = tabulation
-        .as_ref()
-        .is_some_and(|tabulation| tabulation.finite.load(Ordering::Relaxed));
     let hidden = &*parts[0].y;
-    match carved {
-        Some(carved) => {
-            let prepared = Converted {
-                activations: carved.activations,
-                quants: carved.quants,
-                d: carved.d,
-                s: carved.s,
-                offsets: if finite { carved.offsets } else { &[] },
-            };
-            let targets = [Target::new(*down, y)];
-            run_plain(
-                &targets,
-                hidden,
-                tokens,
-                scratch,
-                parallelism,
-                Epilogue::None,
-                1,
-                Some(prepared),
-                None,
-            );
-        }
+    match prepared {
+        Some(prepared) => prepared.matmul(down, hidden, tokens, y, scratch, parallelism),
         None => matmul(down, hidden, tokens, y, scratch, parallelism),
     }
     true
 }
 
-/// Where the tasks of a SwiGLU dispatch put their columns of its output, converted for the
-/// tile kernels of the matmul that takes it next (see [`matmul_swiglu_down`]).
-struct Tabulation {
+/// True when `weight` takes the plain kernels for `tokens` rows (neither ggml's repacked
+/// order nor tinyBLAS's).
+fn plain(weight: &PackedWeight, tokens: usize, parallelism: &Parallelism) -> bool {
+    repacked::repack_kernel(weight).is_none()
+        && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
+}
+
+/// A decode batch's activations converted for the tile kernels of one weight by the op
+/// that makes them, piece by piece as its tasks finish them (rows or columns), while they
+/// are in the task's cache: the rows' blocks and the tables, as [`tile_tables`] makes them
+/// (the same bytes), then [`Prepared::matmul`] without a conversion of its own. Where the
+/// matmul would convert on the calling thread alone, this moves that work (and its reads
+/// of rows from other threads' caches) into the producing op's parallel tasks.
+pub(crate) struct Prepared<'t> {
     format: ActivationFormat,
     layout: QuantLayout,
-    /// Elements per row (the SwiGLU's width).
+    /// Elements per row.
     n: usize,
     rows: usize,
+    carved: Carved<'t>,
     pointers: TablePointers,
-    /// The pair kernel's offset table (as `block_offsets` fills it).
-    offsets: SharedOutput,
-    /// False once a task met a scale that is not finite (then the offsets are left out).
+    /// False once a piece met a scale that is not finite (then the offsets are left out).
     finite: AtomicBool,
 }
 
-impl Tabulation {
-    /// Converts columns `columns` (whole blocks) of every row of `y` (`[rows, n]`) into the
-    /// tables, with their offsets.
+impl<'t> Prepared<'t> {
+    /// Tables in `scratch` for `tokens` rows of input to `weight`, where its matmul would
+    /// convert them for the tile kernels on the calling thread (a decode batch of the plain
+    /// 32-element kernels, with AVX-512's one-pass conversion); `None` elsewhere.
+    pub(crate) fn begin(
+        weight: &PackedWeight,
+        tokens: usize,
+        scratch: &'t mut Vec<u8>,
+        parallelism: &Parallelism,
+    ) -> Option<Prepared<'t>> {
+        let format = activation_format(weight.ty)?;
+        let layout = QuantLayout::for_level(parallelism.level);
+        let n = weight.n_in;
+        if !(2..PARALLEL_QUANTIZE_TOKENS).contains(&tokens)
+            || !plain(weight, tokens, parallelism)
+            || tile_fn(weight.ty, parallelism.level).is_none()
+        {
+            return None;
+        }
+        let carved = carve(scratch, format, n, tokens, true);
+        if !tile_tables_begin(format, tokens, n, carved.d, carved.s, carved.quants, layout) {
+            return None;
+        }
+        // The padding's offsets (the blocks' come with their pieces).
+        let padding = carved.d.len() - BLOCK_SCALES_PADDING;
+        block_offsets(&carved.d[padding..], &mut carved.offsets[padding..]);
+        let pointers = TablePointers {
+            activations: carved.activations.as_mut_ptr(),
+            d: carved.d.as_mut_ptr(),
+            s: carved.s.as_mut_ptr(),
+            quants: carved.quants.as_mut_ptr(),
+            offsets: carved.offsets.as_mut_ptr(),
+        };
+        Some(Prepared {
+            format,
+            layout,
+            n,
+            rows: tokens,
+            carved,
+            pointers,
+            finite: AtomicBool::new(true),
+        })
+    }
+
+    /// Converts blocks `blocks` of row `t`, whose values are `x`.
     ///
     /// # Safety
-    /// Those columns of `y` are written, and these blocks of the tables read or written, by
-    /// no other thread meanwhile.
-    unsafe fn convert(&self, y: &SharedOutput, columns: std::ops::Range<usize>) {
+    /// No other thread converts these blocks of row `t` meanwhile.
+    unsafe fn convert(&self, t: usize, blocks: std::ops::Range<usize>, x: &[f32]) {
+        // SAFETY: `begin` made the tables for these rows, format and layout
+        // (`tile_tables_begin` returned true); the blocks are the caller's (contract).
+        let finite = unsafe {
+            tile_tables_blocks(
+                self.format,
+                x,
+                t,
+                self.rows,
+                self.n,
+                blocks,
+                &self.pointers,
+                self.layout,
+            )
+        };
+        if !finite {
+            self.finite.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Converts row `t` (`x`, all of its `n` values).
+    ///
+    /// # Safety
+    /// No other thread converts row `t` meanwhile.
+    pub(crate) unsafe fn convert_row(&self, t: usize, x: &[f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.convert(t, 0..self.n / 32, x) }
+    }
+
+    /// Converts columns `columns` (whole blocks) of every row of `y` (`[rows, n]`).
+    ///
+    /// # Safety
+    /// Those columns of `y` are written, and these blocks converted, by no other thread
+    /// meanwhile.
+    unsafe fn convert_columns(&self, y: &SharedOutput, columns: std::ops::Range<usize>) {
         let blocks = columns.start / 32..columns.end / 32;
         debug_assert_eq!(32 * blocks.len(), columns.len());
-
         for t in 0..self.rows {
             // SAFETY: the columns of row `t`, inside `y` and this caller's (contract).
             let x = unsafe {
                 std::slice::from_raw_parts(y.at(t * self.n + columns.start), columns.len())
             };
-            // SAFETY: `matmul_swiglu_down` made the tables for these rows, format and
-            // layout (`tile_tables_begin` returned true); the blocks are the caller's.
-            unsafe {
-                tile_tables_blocks(
-                    self.format,
-                    x,
-                    t,
-                    self.rows,
-                    self.n,
-                    blocks.clone(),
-                    &self.pointers,
-                    self.layout,
-                )
-            };
+            // SAFETY: the caller's contract.
+            unsafe { self.convert(t, blocks.clone(), x) };
         }
-        // The blocks' scales of every row, one after the other in the tables.
-        let entries = blocks.start * self.rows..blocks.end * self.rows;
-        // SAFETY: these blocks' entries of the `d` and offset tables, the caller's alone.
-        let (d, offsets) = unsafe {
-            (
-                std::slice::from_raw_parts(self.pointers.d.add(entries.start), entries.len()),
-                std::slice::from_raw_parts_mut(self.offsets.at(entries.start), entries.len()),
-            )
+    }
+
+    /// [`matmul`] of `weight` (the one `begin` took) over `x`, whose every row has been
+    /// converted into these tables (which are not checked against it).
+    pub(crate) fn matmul(
+        self,
+        weight: &PackedWeight,
+        x: &[f32],
+        tokens: usize,
+        y: &mut [f32],
+        scratch: &mut Vec<u8>,
+        parallelism: &Parallelism,
+    ) {
+        check_shapes(weight, x, tokens, y);
+        assert_eq!(
+            (weight.n_in, tokens),
+            (self.n, self.rows),
+            "the prepared tables' shape"
+        );
+        let finite = self.finite.load(Ordering::Relaxed);
+        let Carved {
+            activations,
+            quants,
+            d,
+            s,
+            offsets,
+        } = self.carved;
+        let converted = Converted {
+            activations,
+            quants,
+            d,
+            s,
+            offsets: if finite { offsets } else { &[] },
         };
-        if !block_offsets(d, offsets) {
-            self.finite.store(false, Ordering::Relaxed);
-        }
+        run_plain(
+            &[Target::new(*weight, y)],
+            x,
+            tokens,
+            scratch,
+            parallelism,
+            Epilogue::None,
+            1,
+            Some(converted),
+            None,
+        );
     }
 }
 
@@ -685,7 +734,7 @@ fn run_plain(
     epilogue: Epilogue,
     row_multiple: usize,
     prepared: Option<Converted>,
-    tabulation: Option<&Tabulation>,
+    prepared_here: Option<&Prepared>,
 ) {
     let weight = &targets[0].weight;
     let format = activation_format(weight.ty).expect("checked by check_shapes");
@@ -781,10 +830,10 @@ fn run_plain(
                     };
                     crate::vector::silu_mul(isa, g, u);
                 }
-                if let Some(tabulation) = tabulation {
+                if let Some(prepared) = prepared_here {
                     // SAFETY: this task's columns (whole blocks: `row_multiple` is 32),
                     // written just above by this task alone.
-                    unsafe { tabulation.convert(&gate.y, rows) };
+                    unsafe { prepared.convert_columns(&gate.y, rows) };
                 }
             };
             parallelism.for_each_chunk(bounds.len() - 1, &task);

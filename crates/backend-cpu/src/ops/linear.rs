@@ -2,9 +2,9 @@
 //! checks here, the kernels in [`crate::matmul`] (activations converted to the weight type's
 //! `vec_dot_type` as ggml-cpu does, then SIMD block dot products).
 
-use runit_backend::{BackendError, Buffer, Weight};
+use runit_backend::{AttentionParams, BackendError, Buffer, KvCache, SequenceSpan, Weight};
 
-use crate::matmul::{self, PackedWeight, Parallelism};
+use crate::matmul::{self, PackedWeight, Parallelism, Prepared};
 use crate::storage::{at_least, data, data_mut, exactly, product, weight_bytes};
 use crate::CpuBackend;
 
@@ -159,7 +159,7 @@ pub fn matmul_swiglu_down(
         ];
         with_scratch(backend, |scratch, parallelism| {
             let mut fresh = Vec::new();
-            let mut shared = backend.ffn_scratch.try_lock();
+            let mut shared = backend.prepared_scratch.try_lock();
             let tables = match shared.as_deref_mut() {
                 Ok(tables) => tables,
                 Err(_) => &mut fresh,
@@ -182,6 +182,71 @@ pub fn matmul_swiglu_down(
     }
     matmul_swiglu(backend, gate, up, x, tokens, up_out, hidden)?;
     matmul(backend, down, hidden, tokens, out)
+}
+
+/// [`Backend::attention_output`](runit_backend::Backend::attention_output): the attention,
+/// whose threads also convert each row they finish for the output projection's tile
+/// kernels where that is a decode batch's (`matmul::Prepared`: the same numbers as the
+/// separate ops, without the calling thread converting every row after the attention);
+/// then the projection.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_output(
+    backend: &CpuBackend,
+    q: &Buffer,
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+    spans: &[SequenceSpan],
+    params: &AttentionParams,
+    attn: &mut Buffer,
+    wo: &Weight,
+    tokens: usize,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let packed = packed(wo)?;
+    let width = params.heads * params.head_dim;
+    let done = with_scratch(backend, |scratch, parallelism| {
+        let mut fresh = Vec::new();
+        let mut shared = backend.prepared_scratch.try_lock();
+        let tables = match shared.as_deref_mut() {
+            Ok(tables) => tables,
+            Err(_) => &mut fresh,
+        };
+        let prepared =
+            Prepared::begin(&packed, tokens, tables, parallelism).filter(|_| width == packed.n_in);
+        let Some(prepared) = prepared else {
+            return Ok(false);
+        };
+        let convert = |row: usize, values: &[f32]| {
+            if row < tokens {
+                // SAFETY: the attention reports each row once, from the thread that
+                // finished it.
+                unsafe { prepared.convert_row(row, values) };
+            }
+        };
+        let reported = super::attention::attention_reporting(
+            backend,
+            q,
+            k_cache,
+            v_cache,
+            spans,
+            params,
+            attn,
+            Some(&convert),
+        )?;
+        let x = input(attn, tokens, packed.n_in)?;
+        let y = output(out, tokens, packed.n_out)?;
+        if reported >= tokens {
+            prepared.matmul(&packed, x, tokens, y, scratch, parallelism);
+        } else {
+            matmul::matmul(&packed, x, tokens, y, scratch, parallelism);
+        }
+        Ok::<_, BackendError>(true)
+    })?;
+    if !done {
+        super::attention::attention(backend, q, k_cache, v_cache, spans, params, attn)?;
+        matmul(backend, wo, attn, tokens, out)?;
+    }
+    Ok(())
 }
 
 /// The packed view of a 2-D weight, in the layout whose order llama.cpp's CPU backend

@@ -382,6 +382,7 @@ pub fn tile_tables(
             d: d.as_mut_ptr(),
             s: s.as_mut_ptr(),
             quants: quants.as_mut_ptr(),
+            offsets: std::ptr::null_mut(),
         };
         for (t, x) in x.chunks_exact(n.max(1)).enumerate() {
             // SAFETY: `tile_tables_begin` checked the tables' lengths and found the one-pass
@@ -410,6 +411,8 @@ pub struct TablePointers {
     /// Unused for Q8_0.
     pub s: *mut f32,
     pub quants: *mut u8,
+    /// The pair kernel's offsets (as [`block_offsets`] makes them from `d`), or null.
+    pub offsets: *mut f32,
 }
 
 // SAFETY: plain addresses; `tile_tables_blocks`'s contract keeps the threads that share
@@ -457,8 +460,10 @@ pub fn tile_tables_begin(
 
 /// [`tile_tables`] for blocks `blocks` of row `t` alone: `x` holds those blocks' values
 /// (`32 * blocks.len()`), which go to row `t`'s activation blocks and their entries of the
-/// tables, bit for bit as `tile_tables` writes them. The threads of one matmul may each
-/// convert the blocks of their own columns at once.
+/// tables, bit for bit as `tile_tables` writes them, and their offsets where
+/// `tables.offsets` is not null (as [`block_offsets`] makes them). The threads of one
+/// matmul may each convert the blocks of their own columns (or rows) at once. Returns
+/// false where some block's `d` is not finite (the offsets must then not reach a kernel).
 ///
 /// # Safety
 /// [`tile_tables_begin`] returned true for these tables (`format`, `rows`, `n`, `layout`);
@@ -474,40 +479,66 @@ pub unsafe fn tile_tables_blocks(
     blocks: std::ops::Range<usize>,
     tables: &TablePointers,
     layout: QuantLayout,
-) {
+) -> bool {
     assert!(
         t < rows && blocks.end <= n / 32,
         "row {t} of {rows}, blocks {blocks:?}"
     );
     assert_eq!(x.len(), 32 * blocks.len(), "the blocks' values");
-    #[cfg(target_arch = "x86_64")]
-    {
-        let row_bytes = activation_row_bytes(format, n);
-        let prepared = x86::prepare::Tables {
-            with_sums: format == ActivationFormat::Q8_1,
-            rows,
-            block_rows: layout.block_rows(rows),
-            d: tables.d,
-            s: tables.s,
-            quants: tables.quants,
-        };
-        // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
-        // caller's contract), which also stands for the exclusive access.
-        unsafe {
-            x86::prepare::row(
-                x,
-                t,
-                blocks,
-                tables.activations.add(t * row_bytes),
-                &prepared,
-            )
-        };
+    // SAFETY: the caller's contract.
+    unsafe { convert_blocks(format, x, t, rows, n, blocks, tables, layout) }
+}
+
+/// The body of [`tile_tables_blocks`] (after its checks), with the same contract.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_blocks(
+    format: ActivationFormat,
+    x: &[f32],
+    t: usize,
+    rows: usize,
+    n: usize,
+    blocks: std::ops::Range<usize>,
+    tables: &TablePointers,
+    layout: QuantLayout,
+) -> bool {
+    let row_bytes = activation_row_bytes(format, n);
+    let prepared = x86::prepare::Tables {
+        with_sums: format == ActivationFormat::Q8_1,
+        rows,
+        block_rows: layout.block_rows(rows),
+        d: tables.d,
+        s: tables.s,
+        quants: tables.quants,
+        offsets: tables.offsets,
+    };
+    // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
+    // caller's contract), which also stands for the exclusive access.
+    unsafe {
+        x86::prepare::row(
+            x,
+            t,
+            blocks,
+            tables.activations.add(t * row_bytes),
+            &prepared,
+        )
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (format, t, rows, n, blocks, tables, layout);
-        unreachable!("tile_tables_begin is false off x86-64");
-    }
+}
+
+/// Off x86-64 `tile_tables_begin` is false, so nothing calls this.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_blocks(
+    _: ActivationFormat,
+    _: &[f32],
+    _: usize,
+    _: usize,
+    _: usize,
+    _: std::ops::Range<usize>,
+    _: &TablePointers,
+    _: QuantLayout,
+) -> bool {
+    unreachable!("tile_tables_begin is false off x86-64")
 }
 
 /// Values in each table of [`block_scales`] for `rows` rows of `n` elements.

@@ -1,6 +1,8 @@
 //! ggml's one-chunk flash-attention path (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`):
 //! one query head at a time, keys one by one with an online softmax.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use half::f16;
 use runit_backend::SequenceSpan;
 
@@ -26,13 +28,16 @@ struct Scratch {
 }
 
 /// Computes every (row, head) of `out` (`[end_row, heads, head_dim]`) that a span owns.
+/// Where the threads take whole rows, `row_done(row, values)` follows each finished row on
+/// the thread that computed it; returns the number of rows so reported.
 pub fn run(
     backend: &CpuBackend,
     problem: &Problem<'_>,
     spans: &[SequenceSpan],
     end_row: usize,
     out: &mut [f32],
-) {
+    row_done: Option<&RowDone>,
+) -> usize {
     let mut owner = vec![usize::MAX; end_row];
     for (index, span) in spans.iter().enumerate() {
         owner[span.first_row..span.first_row + span.rows].fill(index);
@@ -89,22 +94,44 @@ pub fn run(
         if end_row >= 2 * backend.threads {
             per_chunk = per_chunk.next_multiple_of(units_per_row);
         }
+        let whole_rows = per_chunk.is_multiple_of(units_per_row);
+        let reported = AtomicUsize::new(0);
         let shared = SharedRows::new(out, width);
         backend.run_chunks(units.div_ceil(per_chunk), &|chunk| {
             let mut scratch = new_scratch();
-            let first = chunk * per_chunk;
-            for index in first..(first + per_chunk).min(units) {
+            let units = chunk * per_chunk..((chunk + 1) * per_chunk).min(units);
+            for index in units.clone() {
                 // SAFETY: chunks cover disjoint unit ranges, each unit its own row of `width`.
                 task(&mut scratch, index, unsafe { shared.row(index) });
             }
+            if let Some(row_done) = row_done.filter(|_| whole_rows) {
+                for row in units.start / units_per_row..units.end / units_per_row {
+                    // SAFETY: this chunk's units (finished: no reference to them is
+                    // alive), which make whole rows of the output.
+                    let values = unsafe { shared.rows(row * units_per_row, units_per_row) };
+                    row_done(row, values);
+                }
+                reported.fetch_add(units.len() / units_per_row, Ordering::Relaxed);
+            }
         });
+        reported.into_inner()
     } else {
         let mut scratch = new_scratch();
         for (index, dst) in out.chunks_mut(width).enumerate() {
             task(&mut scratch, index, dst);
         }
+        if let Some(row_done) = row_done {
+            for (row, values) in out.chunks(units_per_row * width).enumerate() {
+                row_done(row, values);
+            }
+            return end_row;
+        }
+        0
     }
 }
+
+/// What the attention calls with each row it finished: the row's index and values.
+pub type RowDone<'a> = dyn Fn(usize, &[f32]) + Sync + 'a;
 
 /// Attention of the query at (`row`, `head`) over positions `first_visible ..= position`.
 #[allow(clippy::too_many_arguments)]

@@ -85,6 +85,8 @@ impl Problem<'_> {
     }
 }
 
+pub use chunk::RowDone;
+
 /// Attention of every span's query rows; see [`runit_backend::Backend::attention`].
 pub fn attention(
     backend: &CpuBackend,
@@ -95,6 +97,24 @@ pub fn attention(
     params: &AttentionParams,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    attention_reporting(backend, q, k_cache, v_cache, spans, params, out, None).map(|_| ())
+}
+
+/// [`attention`], calling `row_done(row, values)` with each row of the output as soon as
+/// it is finished, on the thread that computed it, where the work is split by whole rows
+/// (ggml's one-chunk path): returns the number of rows so reported (from row 0 up; the
+/// others, if any, were not).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_reporting(
+    backend: &CpuBackend,
+    q: &Buffer,
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+    spans: &[SequenceSpan],
+    params: &AttentionParams,
+    out: &mut Buffer,
+    row_done: Option<&RowDone>,
+) -> Result<usize, BackendError> {
     let &AttentionParams {
         heads,
         kv_heads,
@@ -171,15 +191,17 @@ pub fn attention(
         span.rows >= TILED_MIN_ROWS && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE)
     };
     let tiled_spans = spans.iter().filter(|span| takes_tiled(span)).count();
+
     if tiled_spans == spans.len() {
         tiled::run(backend, &problem, spans, out);
+        Ok(0)
     } else if tiled_spans == 0 {
-        chunk::run(backend, &problem, spans, end_row, out);
+        Ok(chunk::run(backend, &problem, spans, end_row, out, row_done))
     } else {
         let (tiled, chunked): (Vec<SequenceSpan>, Vec<SequenceSpan>) =
             spans.iter().cloned().partition(|span| takes_tiled(span));
         tiled::run(backend, &problem, &tiled, out);
-        chunk::run(backend, &problem, &chunked, end_row, out);
+        chunk::run(backend, &problem, &chunked, end_row, out, None);
+        Ok(0)
     }
-    Ok(())
 }

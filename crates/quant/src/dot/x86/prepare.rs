@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::dot::batched::PAIR_LANES;
+use crate::dot::batched::{MAGIC, PAIR_LANES};
 
 /// Blocks that share one vector of scales.
 const GROUP: usize = 16;
@@ -51,6 +51,8 @@ pub(in crate::dot) struct Tables {
     /// Unused without sums.
     pub s: *mut f32,
     pub quants: *mut u8,
+    /// The pair kernel's offset table (`block_offsets` of `d`), or null (not made).
+    pub offsets: *mut f32,
 }
 
 /// Converts blocks `blocks` of row `t` (`x`, their `32 * blocks.len()` values) into `out`
@@ -60,7 +62,8 @@ pub(in crate::dot) struct Tables {
 /// AVX-512 F, BW and VL are available; `out` holds the row's blocks up to `blocks.end`;
 /// the tables hold every entry of row `t < tables.rows` (as `block_scales` and
 /// `block_quants` lay them out) and nothing else reads or writes those of these blocks
-/// meanwhile (nor the partner slots of an odd last row's).
+/// meanwhile (nor the partner slots of an odd last row's). Returns false where some
+/// block's `d` is not finite.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(in crate::dot) unsafe fn row(
     x: &[f32],
@@ -68,7 +71,8 @@ pub(in crate::dot) unsafe fn row(
     blocks: Range<usize>,
     out: *mut u8,
     tables: &Tables,
-) {
+) -> bool {
+    let mut finite = true;
     debug_assert_eq!(x.len(), 32 * blocks.len());
     let block_bytes = if tables.with_sums { 36 } else { 34 };
     let even = t.is_multiple_of(2);
@@ -155,6 +159,13 @@ pub(in crate::dot) unsafe fn row(
             let block = out.add(i * block_bytes);
             block.cast::<u16>().write_unaligned(d_bits[b].to_le());
             tables.d.add(i * tables.rows + t).write(d_wide[b]);
+            if !tables.offsets.is_null() {
+                tables
+                    .offsets
+                    .add(i * tables.rows + t)
+                    .write(-MAGIC * d_wide[b]);
+            }
+            finite &= d_wide[b].is_finite();
             if tables.with_sums {
                 block
                     .add(2)
@@ -165,4 +176,5 @@ pub(in crate::dot) unsafe fn row(
         }
         first += count;
     }
+    finite
 }
