@@ -87,6 +87,7 @@ impl Backend for CpuBackend {
         logits: &Buffer,
         rows: usize,
         width: usize,
+        log_probabilities: bool,
     ) -> Result<Vec<Pick>, BackendError> {
         let source = data(logits, "greedy_pick", "logits")?;
         let needed = product("greedy_pick", "rows × width", rows, width)?;
@@ -100,7 +101,7 @@ impl Backend for CpuBackend {
         ];
         let out = SharedPicks(picks.as_mut_ptr());
         self.run_chunks(rows, &|row| {
-            let pick = pick::pick_row(&source[row * width..(row + 1) * width]);
+            let pick = pick::pick_row(&source[row * width..(row + 1) * width], log_probabilities);
             // SAFETY: chunk `row` alone writes pick `row` (< rows, inside `picks`).
             unsafe { out.write(row, pick) };
         });

@@ -617,10 +617,12 @@ fn greedy_picks_match_the_host() {
             }
         }
         let logits = buffer(&cuda, &values).expect("logits");
-        let picks = cuda.greedy_pick(&logits, rows, width).expect("greedy_pick");
+        let picks = cuda
+            .greedy_pick(&logits, rows, width, true)
+            .expect("greedy_pick");
         assert_eq!(picks.len(), rows);
         for (r, pick) in picks.iter().enumerate() {
-            let expected = runit_backend::pick::pick_row(&values[r * width..(r + 1) * width]);
+            let expected = runit_backend::pick::pick_row(&values[r * width..(r + 1) * width], true);
             assert_eq!(pick.id, expected.id, "{rows} x {width}, row {r}");
             // A NaN logit makes the softmax (so the log-probability) NaN on both sides.
             let both_nan = pick.logprob.is_nan() && expected.logprob.is_nan();

@@ -56,17 +56,21 @@ pub trait Backend: Send + Sync {
     fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError>;
 
     /// The greedy [`Pick`] of each of the first `rows` rows of `width` logits in `logits`
-    /// (waits for pending work). The default downloads the rows and picks on the host; a
-    /// device backend picks on the device and downloads only the picks.
+    /// (waits for pending work); without `log_probabilities` a backend may leave each
+    /// pick's `logprob` NaN instead of computing it (a pass over the row's exponentials).
+    /// The default downloads the rows and picks on the host; a device backend picks on the
+    /// device and downloads only the picks.
     fn greedy_pick(
         &self,
         logits: &Buffer,
         rows: usize,
         width: usize,
+        log_probabilities: bool,
     ) -> Result<Vec<Pick>, BackendError> {
         let mut host = vec![0.0; rows * width];
         self.download(logits, &mut host)?;
-        Ok(host.chunks(width.max(1)).map(pick::pick_row).collect())
+        let pick = |row: &[f32]| pick::pick_row(row, log_probabilities);
+        Ok(host.chunks(width.max(1)).map(pick).collect())
     }
 
     /// Makes a weight usable by this backend. `bytes` is the packed tensor as stored in the

@@ -8,12 +8,12 @@
 pub struct Pick {
     /// Index of the largest logit (the first one among equals; NaNs never win).
     pub id: u32,
-    /// `ln(softmax(row)[id])`.
+    /// `ln(softmax(row)[id])`; NaN where it was not asked for.
     pub logprob: f32,
 }
 
-/// [`Pick`] of `row` on the host.
-pub fn pick_row(row: &[f32]) -> Pick {
+/// [`Pick`] of `row` on the host; the log-probability only with `log_probability`.
+pub fn pick_row(row: &[f32], log_probability: bool) -> Pick {
     #[cfg(target_arch = "x86_64")]
     let (id, best_value) = if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected just above.
@@ -23,8 +23,8 @@ pub fn pick_row(row: &[f32]) -> Pick {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let (id, best_value) = argmax_scalar(row);
-    let logprob = if best_value.is_finite() {
-        log_probability(row, id) as f32
+    let logprob = if log_probability && best_value.is_finite() {
+        self::log_probability(row, id) as f32
     } else {
         f32::NAN
     };
@@ -302,8 +302,11 @@ mod tests {
     #[test]
     fn picks_the_first_largest_and_its_log_probability() {
         let row = [0.5f32, 2.0, -1.0, 2.0, f32::NAN];
-        let pick = pick_row(&row);
+        let pick = pick_row(&row, true);
         assert_eq!(pick.id, 1);
+        let bare = pick_row(&row, false);
+        assert_eq!(bare.id, 1);
+        assert!(bare.logprob.is_nan());
         let finite = &row[..4];
         let sum: f64 = finite.iter().map(|&l| (f64::from(l) - 2.0).exp()).sum();
         // The NaN makes the softmax undefined only through the max fold, which skips it.

@@ -27,7 +27,14 @@ fn run(scheduler: &Scheduler, prompts: &[Vec<u32>], tokens: usize) -> (usize, f6
         .map(|prompt| {
             let (sender, receiver) = std::sync::mpsc::channel();
             scheduler
-                .submit(Request::greedy(prompt.clone(), tokens), Box::new(sender))
+                .submit(
+                    // No log-probabilities, as `serve_bench.py`'s requests ask for none.
+                    Request {
+                        logprobs: false,
+                        ..Request::greedy(prompt.clone(), tokens)
+                    },
+                    Box::new(sender),
+                )
                 .expect("submitted");
             receiver
         })

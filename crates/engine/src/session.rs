@@ -145,7 +145,10 @@ impl Session {
             if batch.logit_rows.is_empty() {
                 model.forward(batch, kv, scratch, &mut Vec::new(), None)?;
             } else {
-                pick = model.forward_greedy(batch, kv, scratch)?.first().copied();
+                pick = model
+                    .forward_greedy(batch, kv, scratch, true)?
+                    .first()
+                    .copied();
             }
             Ok(())
         })?;

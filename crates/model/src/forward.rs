@@ -153,20 +153,25 @@ impl Model {
         Ok(())
     }
 
-    /// [`Model::forward`] for greedy decoding: the [`Pick`] (largest logit and its
-    /// log-probability) of each of `batch.logit_rows`, computed where the logits are, so a
-    /// device backend downloads two numbers per row instead of the vocabulary.
+    /// [`Model::forward`] for greedy decoding: the [`Pick`] (largest logit and, with
+    /// `log_probabilities`, its log-probability; else NaN or it) of each of
+    /// `batch.logit_rows`, computed where the logits are, so a device backend downloads two
+    /// numbers per row instead of the vocabulary.
     pub fn forward_greedy(
         &self,
         batch: &Batch<'_>,
         kv: &mut KvState,
         scratch: &mut Scratch,
+        log_probabilities: bool,
     ) -> Result<Vec<Pick>, ModelError> {
         self.run_pass(batch, kv, scratch, None)?;
         let rows = batch.logit_rows.len();
-        Ok(self
-            .backend
-            .greedy_pick(&scratch.logits, rows, self.config.vocab_size)?)
+        Ok(self.backend.greedy_pick(
+            &scratch.logits,
+            rows,
+            self.config.vocab_size,
+            log_probabilities,
+        )?)
     }
 
     /// The checks and ops of a pass, leaving the logits of `batch.logit_rows` in

@@ -286,6 +286,7 @@ async fn run(
                     state.tokenizer.eog_ids()
                 },
                 top_logprobs: options.top_logprobs,
+                logprobs: options.logprobs,
             };
             // On failure the choices already submitted are dropped, which cancels them.
             state.scheduler.submit(engine_request, Box::new(sink))?;

@@ -83,6 +83,9 @@ pub struct Request {
     pub end_of_generation: Vec<u32>,
     /// How many top log-probabilities to report per token (0 = none).
     pub top_logprobs: usize,
+    /// Whether each token's log-probability is reported ([`GeneratedToken::logprob`];
+    /// without it that may be NaN, which spares greedy decoding a pass over every logit).
+    pub logprobs: bool,
 }
 
 impl Request {
@@ -94,6 +97,7 @@ impl Request {
             max_tokens,
             end_of_generation: Vec::new(),
             top_logprobs: 0,
+            logprobs: true,
         }
     }
 }

@@ -207,9 +207,11 @@ impl Worker {
             // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
             // per row instead of the vocabulary); the picks equal the host's argmax.
             let greedy = group.iter().all(|&i| self.takes_greedy_pick(i));
+            // The log-probabilities only where some request reports them.
+            let log_probabilities = group.iter().any(|&i| self.active[i].request.logprobs);
             let picks = if greedy {
                 self.model
-                    .forward_greedy(&batch, &mut self.kv, &mut self.scratch)
+                    .forward_greedy(&batch, &mut self.kv, &mut self.scratch, log_probabilities)
                     .map(Some)
             } else {
                 self.forward(&batch).map(|()| None)
