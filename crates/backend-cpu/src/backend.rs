@@ -268,6 +268,8 @@ impl Backend for CpuBackend {
         spans: &[SequenceSpan],
         head_norms: Option<HeadNorms<'_>>,
     ) -> Result<(), BackendError> {
+        // The cache rows the write below stores to, fetched while the RoPE runs.
+        ops::kv_write::prefetch_destinations(k_cache, v_cache, spans);
         if let Some(norms) = head_norms {
             let tokens = positions.len();
             unfused::head_norms_in_place(self, q, k, tokens, q_params, k_params, norms)?;
