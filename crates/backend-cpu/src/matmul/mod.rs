@@ -720,10 +720,12 @@ struct RowKernels<'a> {
 }
 
 /// The plain-kernel matmul of `targets` (one type and input width, at least one token and
-/// one row each): the activations converted once, then every target's tasks in one
+/// one row each): the activations converted once (or, for the tile kernels, taken as
+/// `converted` where an earlier op's tasks made them), then every target's tasks in one
 /// dispatch ([`task_bounds`] over the targets' rows one after the other; with the SwiGLU
 /// epilogue, over the gate's rows, each task a multiple of `row_multiple` of them, taking
-/// the same rows of both parts).
+/// the same rows of both parts, and converting its columns of the gate's output into
+/// `prepare` where given).
 #[allow(clippy::too_many_arguments)]
 fn run_plain(
     targets: &[Target],
@@ -733,8 +735,8 @@ fn run_plain(
     parallelism: &Parallelism,
     epilogue: Epilogue,
     row_multiple: usize,
-    prepared: Option<Converted>,
-    prepared_here: Option<&Prepared>,
+    converted: Option<Converted>,
+    prepare: Option<&Prepared>,
 ) {
     let weight = &targets[0].weight;
     let format = activation_format(weight.ty).expect("checked by check_shapes");
@@ -745,8 +747,8 @@ fn run_plain(
         None
     };
     let layout = QuantLayout::for_level(parallelism.level);
-    let tables = match (prepared, tile) {
-        (Some(prepared), Some(_)) => prepared,
+    let tables = match (converted, tile) {
+        (Some(converted), Some(_)) => converted,
         _ => convert(
             format,
             x,
@@ -830,7 +832,7 @@ fn run_plain(
                     };
                     crate::vector::silu_mul(isa, g, u);
                 }
-                if let Some(prepared) = prepared_here {
+                if let Some(prepared) = prepare {
                     // SAFETY: this task's columns (whole blocks: `row_multiple` is 32),
                     // written just above by this task alone.
                     unsafe { prepared.convert_columns(&gate.y, rows) };
