@@ -249,16 +249,27 @@ pub(crate) fn matmul_fused(
     parallelism: &Parallelism,
     epilogue: Epilogue,
 ) -> bool {
+    fused_into(parts, x, tokens, scratch, parallelism, epilogue, None)
+}
+
+/// [`matmul_fused`], whose SwiGLU tasks also convert their columns of the gate's output into
+/// `prepare` (then each task takes whole 32-column blocks).
+fn fused_into(
+    parts: &mut [Part],
+    x: &[f32],
+    tokens: usize,
+    scratch: &mut Vec<u8>,
+    parallelism: &Parallelism,
+    epilogue: Epilogue,
+    prepare: Option<&Prepared>,
+) -> bool {
     let Some(first) = parts.first().map(|part| part.weight) else {
         return true;
     };
-    let plain = |weight: &PackedWeight| {
-        weight.ty == first.ty
-            && weight.n_in == first.n_in
-            && repacked::repack_kernel(weight).is_none()
-            && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
+    let shared = |weight: &PackedWeight| {
+        weight.ty == first.ty && weight.n_in == first.n_in && plain(weight, tokens, parallelism)
     };
-    if !parts.iter().all(|part| plain(&part.weight)) {
+    if !parts.iter().all(|part| shared(&part.weight)) {
         return false;
     }
     let row_multiple = match epilogue {
@@ -271,7 +282,11 @@ pub(crate) fn matmul_fused(
             {
                 return false;
             }
-            lanes
+            if prepare.is_some() {
+                32
+            } else {
+                lanes
+            }
         }
     };
     for part in parts.iter() {
@@ -293,7 +308,7 @@ pub(crate) fn matmul_fused(
         epilogue,
         row_multiple,
         None,
-        None,
+        prepare,
     );
     true
 }
@@ -323,41 +338,21 @@ pub(crate) fn matmul_swiglu_down(
     parallelism: &Parallelism,
     isa: crate::vector::Isa,
 ) -> bool {
-    let [gate, up] = [parts[0].weight, parts[1].weight];
-    let n = gate.n_out;
-    let lanes = crate::vector::SILU_GROUP;
-    if !(plain(&gate, tokens, parallelism) && plain(&up, tokens, parallelism))
-        || (up.ty, up.n_in, up.n_out) != (gate.ty, gate.n_in, n)
-        || !n.is_multiple_of(lanes)
-    {
-        return false;
-    }
-    for part in parts.iter() {
-        check_shapes(&part.weight, x, tokens, part.y);
-    }
+    let n = parts[0].weight.n_out;
     check_shapes(down, parts[0].y, tokens, y);
-    if tokens == 0 {
-        return true;
-    }
     // Tasks of whole blocks of the SwiGLU's columns.
     let prepared = Prepared::begin(down, tokens, tables, parallelism)
-        .filter(|_| 32 % lanes == 0 && n.is_multiple_of(32));
-    {
-        let targets: Vec<Target> = parts
-            .iter_mut()
-            .map(|part| Target::new(part.weight, part.y))
-            .collect();
-        run_plain(
-            &targets,
-            x,
-            tokens,
-            scratch,
-            parallelism,
-            Epilogue::SiluMul(isa),
-            if prepared.is_some() { 32 } else { lanes },
-            None,
-            prepared.as_ref(),
-        );
+        .filter(|_| 32 % crate::vector::SILU_GROUP == 0 && n.is_multiple_of(32));
+    if !fused_into(
+        parts,
+        x,
+        tokens,
+        scratch,
+        parallelism,
+        Epilogue::SiluMul(isa),
+        prepared.as_ref(),
+    ) {
+        return false;
     }
     let hidden = &*parts[0].y;
     match prepared {

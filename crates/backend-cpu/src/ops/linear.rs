@@ -157,13 +157,7 @@ pub fn matmul_swiglu_down(
                 y: output(up_out, tokens, up.n_out)?,
             },
         ];
-        with_scratch(backend, |scratch, parallelism| {
-            let mut fresh = Vec::new();
-            let mut shared = backend.prepared_scratch.try_lock();
-            let tables = match shared.as_deref_mut() {
-                Ok(tables) => tables,
-                Err(_) => &mut fresh,
-            };
+        with_scratches(backend, |scratch, tables, parallelism| {
             matmul::matmul_swiglu_down(
                 &mut parts,
                 &down,
@@ -204,13 +198,7 @@ pub fn attention_output(
 ) -> Result<(), BackendError> {
     let packed = packed(wo)?;
     let width = params.heads * params.head_dim;
-    let done = with_scratch(backend, |scratch, parallelism| {
-        let mut fresh = Vec::new();
-        let mut shared = backend.prepared_scratch.try_lock();
-        let tables = match shared.as_deref_mut() {
-            Ok(tables) => tables,
-            Err(_) => &mut fresh,
-        };
+    let done = with_scratches(backend, |scratch, tables, parallelism| {
         let prepared =
             Prepared::begin(&packed, tokens, tables, parallelism).filter(|_| width == packed.n_in);
         let Some(prepared) = prepared else {
@@ -296,11 +284,28 @@ fn with_scratch<T>(backend: &CpuBackend, f: impl FnOnce(&mut Vec<u8>, &Paralleli
         pool: (backend.threads > 1).then_some(&backend.pool),
         level: backend.simd,
     };
+    held(&backend.matmul_scratch, |scratch| f(scratch, &parallelism))
+}
+
+/// [`with_scratch`], with the backend's scratch for prepared conversions too
+/// (`matmul::Prepared`).
+fn with_scratches<T>(
+    backend: &CpuBackend,
+    f: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>, &Parallelism) -> T,
+) -> T {
+    with_scratch(backend, |scratch, parallelism| {
+        held(&backend.prepared_scratch, |tables| {
+            f(scratch, tables, parallelism)
+        })
+    })
+}
+
+/// Runs `f` with the scratch in `shared`, or with a fresh one when another caller holds it.
+fn held<T>(shared: &std::sync::Mutex<Vec<u8>>, f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
     let mut fresh = Vec::new();
-    let mut shared = backend.matmul_scratch.try_lock();
-    let scratch = match shared.as_deref_mut() {
-        Ok(scratch) => scratch,
-        Err(_) => &mut fresh,
-    };
-    f(scratch, &parallelism)
+    let mut guard = shared.try_lock();
+    match guard.as_deref_mut() {
+        Ok(scratch) => f(scratch),
+        Err(_) => f(&mut fresh),
+    }
 }

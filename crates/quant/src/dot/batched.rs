@@ -485,60 +485,29 @@ pub unsafe fn tile_tables_blocks(
         "row {t} of {rows}, blocks {blocks:?}"
     );
     assert_eq!(x.len(), 32 * blocks.len(), "the blocks' values");
-    // SAFETY: the caller's contract.
-    unsafe { convert_blocks(format, x, t, rows, n, blocks, tables, layout) }
-}
-
-/// The body of [`tile_tables_blocks`] (after its checks), with the same contract.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn convert_blocks(
-    format: ActivationFormat,
-    x: &[f32],
-    t: usize,
-    rows: usize,
-    n: usize,
-    blocks: std::ops::Range<usize>,
-    tables: &TablePointers,
-    layout: QuantLayout,
-) -> bool {
-    let row_bytes = activation_row_bytes(format, n);
-    let prepared = x86::prepare::Tables {
-        with_sums: format == ActivationFormat::Q8_1,
-        rows,
-        block_rows: layout.block_rows(rows),
-        d: tables.d,
-        s: tables.s,
-        quants: tables.quants,
-        offsets: tables.offsets,
-    };
-    // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
-    // caller's contract), which also stands for the exclusive access.
-    unsafe {
-        x86::prepare::row(
-            x,
-            t,
-            blocks,
-            tables.activations.add(t * row_bytes),
-            &prepared,
-        )
+    #[cfg(target_arch = "x86_64")]
+    {
+        let prepared = x86::prepare::Tables {
+            with_sums: format == ActivationFormat::Q8_1,
+            rows,
+            block_rows: layout.block_rows(rows),
+            d: tables.d,
+            s: tables.s,
+            quants: tables.quants,
+            offsets: tables.offsets,
+        };
+        let row = tables
+            .activations
+            .wrapping_add(t * activation_row_bytes(format, n));
+        // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
+        // caller's contract), which also stands for the exclusive access.
+        unsafe { x86::prepare::row(x, t, blocks, row, &prepared) }
     }
-}
-
-/// Off x86-64 `tile_tables_begin` is false, so nothing calls this.
-#[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn convert_blocks(
-    _: ActivationFormat,
-    _: &[f32],
-    _: usize,
-    _: usize,
-    _: usize,
-    _: std::ops::Range<usize>,
-    _: &TablePointers,
-    _: QuantLayout,
-) -> bool {
-    unreachable!("tile_tables_begin is false off x86-64")
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (format, t, rows, n, blocks, tables, layout);
+        unreachable!("tile_tables_begin is false off x86-64")
+    }
 }
 
 /// Values in each table of [`block_scales`] for `rows` rows of `n` elements.
