@@ -25,10 +25,11 @@ pub struct Cells<T: Copy> {
     layout: Layout,
 }
 
-// SAFETY: `Cells` owns its allocation like a `Vec<T>`; sharing or sending it is as safe as
-// sharing or sending the values.
+// SAFETY: `Cells` owns its allocation like a `Vec<T>` (no other handle to it exists);
+// sending it is as safe as sending the values.
 unsafe impl<T: Copy + Send> Send for Cells<T> {}
-// SAFETY: as above; `&Cells` only hands out `&[T]`.
+// SAFETY: `Cells` owns its allocation, and `&Cells` only hands out `&[T]`, so sharing it is
+// as safe as sharing the values.
 unsafe impl<T: Copy + Sync> Sync for Cells<T> {}
 
 impl<T: Copy> Cells<T> {
@@ -50,7 +51,9 @@ impl<T: Copy> Cells<T> {
                 layout,
             });
         }
-        // SAFETY: `layout` has a non-zero size.
+        // SAFETY: `layout` has a non-zero size (checked above), as `alloc` and
+        // `alloc_zeroed` require; `write_bytes` covers exactly the `layout.size()` bytes
+        // just allocated, and only when the allocation succeeded.
         let start = unsafe {
             if huge {
                 // Uninitialised, so that the advice comes before the first touch.
@@ -86,15 +89,18 @@ impl<T: Copy> std::ops::Deref for Cells<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        // SAFETY: `start` points to `len` initialised values (zeroed at allocation) that
-        // this struct owns, or is dangling with `len == 0` or a zero-sized `T`.
+        // SAFETY: `start` points to `len` values this struct owns, aligned for `T` (the
+        // layout's alignment is `T`'s or a huge page) and initialised (zeroed at allocation;
+        // all-zero bits are a valid value of every `T` this crate stores: f16, f32 and, in
+        // tests, integers), or is dangling with `len == 0` or a zero-sized `T`.
         unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
     }
 }
 
 impl<T: Copy> std::ops::DerefMut for Cells<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `deref`, and `&mut self` makes the borrow unique.
+        // SAFETY: `start` points to `len` owned, aligned, initialised values (see `deref`),
+        // and `&mut self` makes the borrow unique.
         unsafe { std::slice::from_raw_parts_mut(self.start.as_ptr(), self.len) }
     }
 }
@@ -102,7 +108,8 @@ impl<T: Copy> std::ops::DerefMut for Cells<T> {
 impl<T: Copy> Drop for Cells<T> {
     fn drop(&mut self) {
         if self.layout.size() > 0 {
-            // SAFETY: allocated in `zeroed` with this very layout.
+            // SAFETY: `start` was allocated in `zeroed` with this very layout (non-zero size,
+            // so not the dangling pointer), and is freed once, here.
             unsafe { std::alloc::dealloc(self.start.as_ptr().cast(), self.layout) };
         }
     }

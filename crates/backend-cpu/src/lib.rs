@@ -137,7 +137,9 @@ impl CpuBackend {
             self.run_chunks(chunks, &|chunk| {
                 let first = chunk * per_chunk;
                 for index in first..(first + per_chunk).min(rows) {
-                    // SAFETY: chunks cover disjoint row ranges, each row goes to one call.
+                    // SAFETY: chunks cover disjoint row ranges, so each row is borrowed
+                    // by one call at a time; `out` stays borrowed until `run_chunks`
+                    // returns, after every chunk.
                     f(index, unsafe { shared.row(index) });
                 }
             });
@@ -156,7 +158,8 @@ pub(crate) struct SharedRows {
     width: usize,
 }
 
-// SAFETY: the callers of `row` promise that each row is borrowed by one chunk at a time.
+// SAFETY: shared access only hands out rows through the `unsafe` `row` and `rows`, whose
+// callers promise that no row is borrowed mutably by two threads (or read while written).
 unsafe impl Sync for SharedRows {}
 
 impl SharedRows {
@@ -181,7 +184,8 @@ impl SharedRows {
             at + self.width <= self.len,
             "row {index} is outside the buffer"
         );
-        // SAFETY: in bounds (checked); exclusive by the caller's promise.
+        // SAFETY: `at + width <= len` (asserted above), so the row lies inside the buffer,
+        // which the caller promises outlives it and no other reference aliases.
         unsafe { std::slice::from_raw_parts_mut(self.start.add(at), self.width) }
     }
 
@@ -196,7 +200,8 @@ impl SharedRows {
             at + len <= self.len,
             "rows {first} + {count} outside the buffer"
         );
-        // SAFETY: in bounds (checked); not written meanwhile by the caller's promise.
+        // SAFETY: `at + len <= self.len` (asserted above), so the rows lie inside the
+        // buffer, which the caller promises outlives them and nothing writes meanwhile.
         unsafe { std::slice::from_raw_parts(self.start.add(at), len) }
     }
 }

@@ -164,8 +164,9 @@ fn compile_uncached(
     let option_ptrs: Vec<*const c_char> = option_strings.iter().map(|o| o.as_ptr()).collect();
 
     let mut program: sys::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: every pointer refers to a NUL-terminated string that outlives the program
-    // (all are dropped after nvrtcDestroyProgram below); the header arrays have equal length.
+    // SAFETY: every pointer refers to a NUL-terminated string that outlives every use of
+    // the program (all are dropped at the end of this function); both header arrays hold
+    // `HEADERS.len()` pointers; `program` is a valid place for the new handle.
     let status = unsafe {
         sys::nvrtcCreateProgram(
             &mut program,
@@ -177,7 +178,11 @@ fn compile_uncached(
         )
     };
     check(status, "nvrtcCreateProgram")?;
-    // SAFETY: `program` was created above and is destroyed exactly once at the end.
+    // SAFETY: `program` is the live program created above (nvrtcCreateProgram succeeded);
+    // the option array holds `option_ptrs.len()` NUL-terminated strings that outlive the
+    // call; `cubin` has the `size` bytes nvrtcGetCUBINSize reported for nvrtcGetCUBIN to
+    // write. (An error of either size call returns early through `?`, leaking the program
+    // rather than destroying it.)
     let result = unsafe {
         let status =
             sys::nvrtcCompileProgram(program, option_ptrs.len() as c_int, option_ptrs.as_ptr());
@@ -197,7 +202,7 @@ fn compile_uncached(
             Ok(cubin)
         }
     };
-    // SAFETY: destroying the program created above; nothing refers to it afterwards.
+    // SAFETY: destroying the live program created above, once; nothing uses it afterwards.
     unsafe { sys::nvrtcDestroyProgram(&mut program) };
     result
 }

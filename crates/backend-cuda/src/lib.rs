@@ -46,9 +46,11 @@ macro_rules! launch {
             values.push(value);
         )*
         // SAFETY: the kernel's parameter list matches these arguments (same order and
-        // types, checked by the kernel's author against kernels/*.cu), every address points
-        // to live device memory owned by a handle the caller holds, and `values` outlives
-        // the call.
+        // types, checked by the kernel's author against kernels/*.cu); every address points
+        // to live device memory owned by a handle the caller holds, which is freed, if at
+        // all, on the backend's one stream and so after the kernel; the sizes passed keep
+        // the kernel inside those buffers (the op checked its shapes); `values` outlives
+        // the call, which copies the parameters.
         unsafe { backend.launch_raw($op, &function, $cfg, &mut params) }?;
         drop(values);
         backend.after_launch($op)
@@ -116,7 +118,10 @@ impl CudaBackend {
         let context = CudaContext::new(ordinal).map_err(driver("creating a context"))?;
         // One stream orders everything; cudarc's per-slice event tracking would only add
         // work to every launch (and events inside graph captures).
-        // SAFETY: called before any allocation or launch on this context.
+        // SAFETY: cudarc then leaves the ordering of each slice's uses across streams to
+        // us; this backend creates one stream (below) and allocates, uses and frees every
+        // slice on it, so stream order alone keeps each use before its free. It is called
+        // before any allocation, so no slice tracks events.
         unsafe { context.disable_event_tracking() };
         let device_name = context.name().map_err(driver("reading the device name"))?;
         let (major, minor) = context
@@ -201,7 +206,8 @@ impl CudaBackend {
         {
             *staging = None;
             // Flags 0: cached page-locked memory (write-combined memory is slow to read).
-            // SAFETY: the copy below writes every value that is read afterwards.
+            // SAFETY: the memory starts uninitialised: it is only read through `host`, the
+            // first `out.len()` values, after `memcpy_dtoh` has written all of them.
             let pinned = unsafe { self.context.alloc_pinned_with_flags::<f32>(out.len(), 0) }
                 .map_err(error)?;
             *staging = Some(pinned);
@@ -331,8 +337,10 @@ impl CudaBackend {
             attrs: &mut attribute,
             numAttrs: u32::from(self.programmatic_launch),
         };
-        // SAFETY: the caller guarantees the parameters; `config` and `attribute` live across
-        // the call, which copies them.
+        // SAFETY: the caller promises that `params` matches the kernel's parameter list and
+        // that the device memory it names stays live for the kernel; `config` and
+        // `attribute` live across the call, which copies them; the context was bound to this
+        // thread above.
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,

@@ -57,6 +57,9 @@ impl std::fmt::Debug for GgufFile {
 
 impl GgufFile {
     /// Memory-maps the file at `path`, then parses and validates it. Errors name the path.
+    ///
+    /// The file must not be modified or truncated while the returned `GgufFile` (or any
+    /// tensor borrowed from it) lives: the map reads the file's current contents.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|source| GgufError::from(source).in_file(path))?;

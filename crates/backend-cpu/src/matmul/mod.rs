@@ -436,8 +436,11 @@ impl<'t> Prepared<'t> {
     /// # Safety
     /// No other thread converts these blocks of row `t` meanwhile.
     unsafe fn convert(&self, t: usize, blocks: std::ops::Range<usize>, x: &[f32]) {
-        // SAFETY: `begin` made the tables for these rows, format and layout
-        // (`tile_tables_begin` returned true); the blocks are the caller's (contract).
+        // SAFETY: `begin` returned this value only where `tile_tables_begin` returned true
+        // for these tables, rows, format and layout; `carve` gave `activations` room for
+        // `rows` rows and the offsets `d`'s length; the caller promises that no other
+        // thread converts these blocks of row `t` meanwhile, and nothing reads the tables
+        // before `matmul` takes `self`.
         let finite = unsafe {
             tile_tables_blocks(
                 self.format,
@@ -460,7 +463,8 @@ impl<'t> Prepared<'t> {
     /// # Safety
     /// No other thread converts row `t` meanwhile.
     pub(crate) unsafe fn convert_row(&self, t: usize, x: &[f32]) {
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller promises that no other thread converts row `t` meanwhile, so
+        // none converts any of its blocks.
         unsafe { self.convert(t, 0..self.n / 32, x) }
     }
 
@@ -473,11 +477,13 @@ impl<'t> Prepared<'t> {
         let blocks = columns.start / 32..columns.end / 32;
         debug_assert_eq!(32 * blocks.len(), columns.len());
         for t in 0..self.rows {
-            // SAFETY: the columns of row `t`, inside `y` and this caller's (contract).
+            // SAFETY: `y` is the `[rows, n]` input of this weight (`matmul_swiglu_down`
+            // checked it) and `columns` lies within `0..n`, so the slice is inside it; the
+            // caller promises that no other thread writes these columns meanwhile.
             let x = unsafe {
                 std::slice::from_raw_parts(y.at(t * self.n + columns.start), columns.len())
             };
-            // SAFETY: the caller's contract.
+            // SAFETY: the caller promises that no other thread converts these blocks.
             unsafe { self.convert(t, blocks.clone(), x) };
         }
     }
@@ -616,7 +622,8 @@ fn convert<'s>(
     if parallel {
         let shared = SharedBytes(activations.as_mut_ptr());
         let convert = |t: usize| {
-            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
+            // SAFETY: chunk `t` alone writes activation row `t`, which lies inside
+            // `activations` (`tokens` rows, `t < tokens`); `activations` outlives the dispatch.
             let out = unsafe {
                 std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
             };
@@ -854,7 +861,8 @@ unsafe fn run_rows(
     let row_bytes = weight.row_bytes();
     if tokens == 1 {
         let bytes = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
-        // SAFETY: outputs `rows` of the one token, owned by the caller (contract).
+        // SAFETY: `target.y` holds the one token's `n_out` outputs (`check_shapes`) and
+        // `rows` lies within them; the caller promises that no other thread writes them.
         let out = unsafe { std::slice::from_raw_parts_mut(target.y.at(rows.start), rows.len()) };
         match kernels.gemv {
             Some(gemv) => gemv(weight.n_in, bytes, activations, out),
@@ -866,7 +874,8 @@ unsafe fn run_rows(
         }
         return;
     }
-    // SAFETY: as above, columns `rows` of every token.
+    // SAFETY: `tile_rows`'s contract is this function's: the caller promises that no
+    // other thread writes columns `rows` of any token meanwhile.
     unsafe {
         tile_rows(
             weight,
@@ -902,13 +911,14 @@ enum TileKernel<'a> {
 
 /// `y` shared between tasks that write disjoint parts of it.
 struct SharedOutput(*mut f32);
-// SAFETY: each task writes only its own outputs (rows of `y` for one token, columns for
-// several).
+// SAFETY: the pointer is only used through `at`, and each task writes only its own outputs
+// through it (rows of `y` for one token, columns for several); `y` outlives the dispatch.
 unsafe impl Sync for SharedOutput {}
 
 /// The activation scratch shared between tasks that convert disjoint rows.
 struct SharedBytes(*mut u8);
-// SAFETY: each task writes only its own activation row.
+// SAFETY: the pointer is only used through `at`, and each task writes only its own
+// activation row (or prepared unit) through it; the scratch outlives the dispatch.
 unsafe impl Sync for SharedBytes {}
 
 impl SharedOutput {

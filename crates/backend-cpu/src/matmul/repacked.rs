@@ -57,7 +57,8 @@ pub(super) fn matmul_repacked(
     if tokens >= PARALLEL_QUANTIZE_TOKENS && parallelism.threads() > 1 {
         let shared = SharedBytes(activations.as_mut_ptr());
         let convert = |t: usize| {
-            // SAFETY: chunk `t` writes only activation row `t`, inside `activations`.
+            // SAFETY: chunk `t` alone writes activation row `t`, which lies inside
+            // `activations` (`tokens` rows, `t < tokens`); `activations` outlives the dispatch.
             let out = unsafe {
                 std::slice::from_raw_parts_mut(shared.at(t * activation_bytes), activation_bytes)
             };

@@ -62,7 +62,8 @@ struct Shared {
 /// A job pointer that may cross threads.
 #[derive(Clone, Copy)]
 struct JobCell(Job);
-// SAFETY: the pointee is `Sync`; the pointer is only dereferenced under the protocol above.
+// SAFETY: the pointee is `Sync`, so calling it from another thread is sound; the pointer is
+// only dereferenced under the protocol of the module documentation (see `Team::run`).
 unsafe impl Send for JobCell {}
 
 /// The caller's side of a team.
@@ -123,9 +124,11 @@ impl Team {
         let shared = &*self.shared;
         *generation += 1;
         let generation = *generation;
-        // SAFETY (lifetime erasure): the pointer is dereferenced only by a helper holding a
-        // claimed, unfinished chunk of this generation, and this function returns only after
-        // every chunk of this generation is finished.
+        // SAFETY: only the lifetime is erased (same pointee type). A helper dereferences the
+        // pointer only while it holds a claimed, uncounted chunk of this generation (`claim`
+        // checks the generation), and this function returns only once `done` counts every
+        // chunk of it, so `work` outlives every use. That wait is skipped if `work` panics on
+        // this thread: the unwind would leave while helpers may still run chunks.
         let job: Job = unsafe {
             std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), Job>(
                 work as *const (dyn Fn(usize) + Sync),

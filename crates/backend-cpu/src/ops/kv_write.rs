@@ -69,7 +69,9 @@ pub fn prefetch_destinations(k_cache: &KvCache, v_cache: &KvCache, spans: &[Sequ
 fn prefetch_for_write(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     for offset in (0..len).step_by(64) {
-        // SAFETY: a prefetch accesses no memory architecturally and never faults.
+        // SAFETY: `prefetchw` is a hint: it reads and writes no memory architecturally and
+        // raises no fault whatever the address (here inside the cache row, through
+        // `wrapping_add`); the block uses no stack and keeps the flags.
         unsafe {
             std::arch::asm!(
                 "prefetchw [{}]",

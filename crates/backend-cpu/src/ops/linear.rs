@@ -206,7 +206,8 @@ pub fn attention_output(
         };
         let convert = |row: usize, values: &[f32]| {
             if row < tokens {
-                // SAFETY: the attention reports each row once, from the thread that
+                // SAFETY: `convert_row` needs that no other thread converts row `row`
+                // meanwhile: the attention reports each row once, from the thread that
                 // finished it.
                 unsafe { prepared.convert_row(row, values) };
             }

@@ -162,7 +162,8 @@ fn rotate_tokens(
         ];
         for (rows, params) in rows.into_iter().flatten() {
             // SAFETY: token `t`'s row, which only this call touches (each token is one
-            // chunk), inside the buffer the shape checks sized.
+            // chunk), so no other reference to it is alive; `row` asserts that it lies
+            // inside the buffer, which outlives `run_chunks`.
             let row = unsafe { rows.row(t) };
             for head in row.chunks_exact_mut(params.head_dim) {
                 rotate_head(params.style, cache, &mut head[..rotary_dim]);
@@ -192,7 +193,8 @@ fn rotate_pair(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
 fn rotate_head(style: RopeStyle, cache: &[(f32, f32)], head: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: FMA was detected just above.
+        // SAFETY: `is_x86_feature_detected!("fma")` just above confirmed the one feature
+        // `rotate_head_fma` is compiled with.
         return unsafe { rotate_head_fma(style, cache, head) };
     }
     rotate_head_portable(style, cache, head);

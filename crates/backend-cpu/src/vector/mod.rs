@@ -84,7 +84,7 @@ pub fn dot_f16(isa: Isa, a: &[f16], b: &[f16]) -> f32 {
         return sum as f32;
     }
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::dot_f16(a, b) },
         Isa::Scalar => {
@@ -112,7 +112,7 @@ pub fn dot_f16(isa: Isa, a: &[f16], b: &[f16]) -> f32 {
 pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::dot_f32(a, b) },
         Isa::Scalar => {
@@ -144,7 +144,7 @@ pub fn mad_f16(isa: Isa, y: &mut [f16], x: &[f16], v: f32) {
     half_arith::mad_body(y, x, v);
     let (y, x) = (&mut y[native..], &x[native..]);
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::mad_f16(y, x, v) },
         Isa::Scalar => {
@@ -162,7 +162,7 @@ pub fn scale_f16(isa: Isa, y: &mut [f16], v: f32) {
     half_arith::scale_body(y, v);
     let y = &mut y[native..];
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::scale_f16(y, v) },
         Isa::Scalar => {
@@ -177,7 +177,7 @@ pub fn scale_f16(isa: Isa, y: &mut [f16], v: f32) {
 pub fn mad_f32(isa: Isa, y: &mut [f32], x: &[f32], v: f32) {
     debug_assert_eq!(x.len(), y.len());
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::mad_f32(y, x, v) },
         Isa::Scalar => {
@@ -196,8 +196,8 @@ pub fn mad_rows_f32(isa: Isa, y: &mut [f32], rows: &[f32], coefficients: &[f32],
     let width = y.len();
     assert_eq!(rows.len(), coefficients.len() * width, "rows x width");
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C; the
-        // lengths were checked above.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and
+        // F16C; the lengths were checked above (`rows.len() == coefficients.len() * width`).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::mad_rows_f32(y, rows, coefficients, skip_zero) },
         Isa::Scalar => {

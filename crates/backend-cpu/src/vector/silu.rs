@@ -73,7 +73,7 @@ pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     debug_assert_eq!(gate.len(), up.len());
     let body = gate.len() / LANES * LANES;
     match isa {
-        // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2, FMA and F16C.
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::silu_mul(&mut gate[..body], &up[..body]) },
         Isa::Scalar => {

@@ -28,7 +28,8 @@ pub fn soft_max_f32(isa: Isa, values: &mut [f32], max: f32) -> f64 {
     for group in values[..body].chunks_exact_mut(GROUP) {
         let group: &mut [f32; GROUP] = group.try_into().expect("chunks of GROUP");
         let sum = match isa {
-            // SAFETY: `Isa::Avx2` is only constructed after detecting AVX2 and FMA.
+            // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA
+            // and F16C (the kernel needs AVX2 and FMA).
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => unsafe { x86::exp_group(group, max) },
             Isa::Scalar => exp_group(group, max),
@@ -118,7 +119,7 @@ mod x86 {
         else {
             return super::exp_group(group, max);
         };
-        // SAFETY: as above, 16 writable values.
+        // SAFETY: the group holds 16 writable values; `storeu` accepts any alignment.
         unsafe {
             _mm256_storeu_ps(group.as_mut_ptr(), low);
             _mm256_storeu_ps(group.as_mut_ptr().add(8), high);

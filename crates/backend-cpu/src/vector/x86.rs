@@ -2,7 +2,7 @@
 //! scalar twins in `super` (bit-identical results).
 //!
 //! Every function is `unsafe` because it requires those CPU features: callers hold an
-//! `Isa::Avx2`, which is only made after runtime detection.
+//! `Isa::Avx2`, which only `Isa::detect` makes, after runtime detection.
 
 use std::arch::x86_64::*;
 
@@ -177,13 +177,14 @@ pub unsafe fn mad_rows_f32(y: &mut [f32], rows: &[f32], coefficients: &[f32], sk
             let scale = _mm256_set1_ps(c);
             let row = r * width + start;
             for (k, acc) in acc.iter_mut().enumerate().take(lanes) {
-                // SAFETY: row + 8k + 8 <= r * width + body <= rows.len().
+                // SAFETY: row + 8k + 8 <= r * width + body <= rows.len(), since
+                // r < coefficients.len() and rows.len() == coefficients.len() * width.
                 let value = unsafe { _mm256_loadu_ps(rows.as_ptr().add(row + k * HALF)) };
                 *acc = _mm256_fmadd_ps(value, scale, *acc);
             }
         }
         for (k, acc) in acc.iter().enumerate().take(lanes) {
-            // SAFETY: as the loads above.
+            // SAFETY: `start + 8k + 8 <= body <= width`, as for the loads above.
             unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(start + k * HALF), *acc) };
         }
         start += lanes * HALF;

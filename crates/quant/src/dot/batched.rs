@@ -385,9 +385,9 @@ pub fn tile_tables(
             offsets: std::ptr::null_mut(),
         };
         for (t, x) in x.chunks_exact(n.max(1)).enumerate() {
-            // SAFETY: `tile_tables_begin` checked the tables' lengths and found the one-pass
-            // conversion available; `activations` holds `rows` rows (asserted above); this
-            // thread alone holds the tables.
+            // SAFETY: `tile_tables_begin` just returned true for these tables (lengths
+            // checked, AVX-512 detected); `activations` holds `rows` rows (asserted above);
+            // the offsets are null; this thread alone holds the tables (borrowed mutably).
             unsafe { tile_tables_blocks(format, x, t, rows, n, 0..n / 32, &tables, layout) };
         }
         return true;
@@ -415,10 +415,11 @@ pub struct TablePointers {
     pub offsets: *mut f32,
 }
 
-// SAFETY: plain addresses; `tile_tables_blocks`'s contract keeps the threads that share
-// them to disjoint blocks.
+// SAFETY: plain addresses, written through only by `tile_tables_blocks`, whose contract
+// keeps the threads that share them to disjoint blocks.
 unsafe impl Send for TablePointers {}
-// SAFETY: as above.
+// SAFETY: plain addresses, written through only by `tile_tables_blocks`, whose contract
+// keeps the threads that share them to disjoint blocks.
 unsafe impl Sync for TablePointers {}
 
 /// True when [`tile_tables_blocks`] can fill these tables for `rows` rows of `n` elements
@@ -467,8 +468,9 @@ pub fn tile_tables_begin(
 ///
 /// # Safety
 /// [`tile_tables_begin`] returned true for these tables (`format`, `rows`, `n`, `layout`);
-/// `tables.activations` holds `rows` activation rows of `n` elements; nothing else reads
-/// or writes these blocks' parts of the activations and tables meanwhile.
+/// `tables.activations` holds `rows` activation rows of `n` elements; `tables.offsets`,
+/// where not null, is as long as `d`; nothing else reads or writes these blocks' parts of
+/// the activations and tables meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_tables_blocks(
     format: ActivationFormat,
@@ -499,8 +501,13 @@ pub unsafe fn tile_tables_blocks(
         let row = tables
             .activations
             .wrapping_add(t * activation_row_bytes(format, n));
-        // SAFETY: AVX-512 and the table lengths were checked by `tile_tables_begin` (the
-        // caller's contract), which also stands for the exclusive access.
+        // SAFETY: the caller promises that `tile_tables_begin` returned true for these
+        // tables, so `x86::has_avx512` detected AVX-512 F/BW/VL (the AVX2, FMA and F16C
+        // that `row` is also compiled with are not checked there: every CPU with AVX-512 F
+        // has them) and `d`, `s` and `quants` have the lengths of `rows` rows of `n`
+        // elements; `t < rows` and `blocks` lie within the row (asserted above), and `row`
+        // is row `t` of the `rows` activation rows the caller promises; the offsets' length
+        // and the exclusive access of these blocks are the caller's promises too.
         unsafe { x86::prepare::row(x, t, blocks, row, &prepared) }
     }
     #[cfg(not(target_arch = "x86_64"))]

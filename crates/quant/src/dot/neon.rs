@@ -96,7 +96,9 @@ macro_rules! entry {
     ($name:ident, $ty:expr, $kind:expr) => {
         fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let blocks = checked_blocks($ty, n, w, a);
-            // SAFETY: handed out only when NEON was detected; rows hold `blocks` blocks.
+            // SAFETY: `dot_fn` and `multi_dot_fn` hand this out only at the NEON level, which
+            // `SimdLevel::is_available` confirmed; both rows hold `blocks` blocks
+            // (`checked_blocks` above).
             unsafe { row::<$kind>(blocks, w.as_ptr(), a.as_ptr()) }
         }
     };

@@ -101,13 +101,16 @@ pub fn run(
             let mut scratch = new_scratch();
             let units = chunk * per_chunk..((chunk + 1) * per_chunk).min(units);
             for index in units.clone() {
-                // SAFETY: chunks cover disjoint unit ranges, each unit its own row of `width`.
+                // SAFETY: chunks cover disjoint unit ranges, each unit its own row of
+                // `width`, so no other reference to this row is alive; `out` outlives
+                // `run_chunks`, which returns after every chunk.
                 task(&mut scratch, index, unsafe { shared.row(index) });
             }
             if let Some(row_done) = row_done.filter(|_| whole_rows) {
                 for row in units.start / units_per_row..units.end / units_per_row {
-                    // SAFETY: this chunk's units (finished: no reference to them is
-                    // alive), which make whole rows of the output.
+                    // SAFETY: this chunk's own units (finished: no mutable reference to
+                    // them is alive, and no other chunk writes them), which make whole
+                    // rows of the output.
                     let values = unsafe { shared.rows(row * units_per_row, units_per_row) };
                     row_done(row, values);
                 }

@@ -114,8 +114,10 @@ fn drive(
                 Some(four) if t + 4 <= tokens => (four, 4),
                 _ => (one, 1),
             };
-            // SAFETY: `rows` hands these kernels out only when AVX2, FMA and F16C (and
-            // the VNNI of the level) are present; group `g` holds eight whole rows of
+            // SAFETY: `rows` hands these kernels out only where `SimdLevel::Avx2` was
+            // available (`ggml_repack::repack_rows_fn` checks `is_available` before
+            // calling it), and the VNNI variants only where `is_available` confirmed
+            // their level; group `g` holds eight whole rows of
             // `n` elements, activation rows `t..t + step` are whole (both checked
             // above), and `out[(t + s) * count + 8 g + r]` for s < step, r < 8 is inside
             // `out`.
@@ -180,6 +182,9 @@ k_rows!(
 );
 
 /// Lane `r` = the sum of the eight i32 of `v[r]` (exact, so the order is free).
+///
+/// # Safety
+/// AVX2 is available.
 #[inline(always)]
 pub(super) unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
     let t0 = _mm256_hadd_epi32(v[0], v[1]);
@@ -196,6 +201,10 @@ pub(super) unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
 }
 
 /// The f16 at `offset` of each of eight rows `row_bytes` apart, widened (exactly).
+///
+/// # Safety
+/// AVX and F16C are available; the two bytes at `rows + r * row_bytes + offset` are
+/// readable for every `r < 8`.
 #[inline(always)]
 pub(super) unsafe fn f16x8(rows: *const u8, row_bytes: usize, offset: usize) -> __m256 {
     let h = |r: usize| {

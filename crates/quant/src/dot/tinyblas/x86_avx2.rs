@@ -352,9 +352,10 @@ macro_rules! kernel_of {
                 n * <$step as Half>::ACTIVATION_BYTES,
                 prepared_unit_bytes($ty, n)
             );
-            // SAFETY: AVX2, FMA and F16C were detected before this kernel was handed out;
-            // `check` confirmed that the weight rows, the prepared units of every token and
-            // `out` hold what `run` reads and writes, and `n` is a whole number of steps.
+            // SAFETY: `tinyblas::kernel` hands this out only where
+            // `SimdLevel::Avx2.is_available()` confirmed AVX2, FMA and F16C; `check`
+            // confirmed that the weight rows, the prepared units of every token and `out`
+            // hold what `run` reads and writes, and `n` is a whole number of steps.
             unsafe { $run(n, w, prepared, tokens, out) }
         }
         kernel as KernelFn

@@ -201,8 +201,10 @@ macro_rules! kernel_of {
                 n * <$step as Step>::ACTIVATION_BYTES,
                 prepared_unit_bytes($ty, n)
             );
-            // SAFETY: the features were detected before this kernel was handed out; `check`
-            // confirmed that the weight rows, the prepared units of every token and `out`
+            // SAFETY: `tinyblas::kernel` hands this out only where
+            // `SimdLevel::Avx512.is_available()` confirmed AVX2, FMA, F16C and AVX-512
+            // F/BW/VL, and the BF16 variant only where `has_bf16` detected AVX512_BF16;
+            // `check` confirmed that the weight rows, the prepared units of every token and `out`
             // hold what `run` reads and writes, and `n` is a whole number of steps.
             unsafe { inner(n, w, prepared, tokens, out) }
         }

@@ -221,9 +221,10 @@ macro_rules! kernel_of {
         }
         fn kernel(n: usize, w: &[u8], prepared: &[u8], tokens: usize, out: &mut [f32]) {
             check(<$weights as Weights>::TYPE, n, w, prepared, tokens, out);
-            // SAFETY: AVX-512 F/BW/VL + VNNI were detected before this kernel was handed
-            // out; `check` confirmed the sizes of the weight rows (whole blocks), of the
-            // prepared pairs of every token and of `out`.
+            // SAFETY: `tinyblas::kernel` hands this out only where
+            // `SimdLevel::Avx512Vnni.is_available()` confirmed AVX2, FMA, F16C, AVX-512
+            // F/BW/VL and VNNI; `check` confirmed the sizes of the weight rows (whole
+            // blocks), of the prepared pairs of every token and of `out`.
             unsafe { inner(n, w, prepared, tokens, out) }
         }
         kernel as KernelFn
@@ -255,7 +256,8 @@ pub(super) fn prepare(x: &[f32], n: usize, rows: usize, out: &mut [u8]) -> Optio
         x.len()
     );
     assert_eq!(out.len(), n / 32 * Q0_BLOCK_BYTES, "prepared Q8_0 unit");
-    // SAFETY: AVX-512 F/BW/VL (with AVX2, F16C) were detected above; the lengths of `x`
+    // SAFETY: `SimdLevel::Avx512.is_available()` above confirmed AVX-512 F/BW/VL with AVX2,
+    // FMA and F16C; the lengths of `x`
     // and `out` were checked against `rows`, `n` and the layout.
     unsafe { prepare_avx512(x, n, rows, out) };
     Some(())

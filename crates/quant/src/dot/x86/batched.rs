@@ -319,7 +319,8 @@ macro_rules! entry_points {
                         let s = s[start..].as_ptr();
                         let out = out.wrapping_add(start * out_stride + r);
                         let stride = scales.stride;
-                        // SAFETY: features detected before this kernel is handed out; every
+                        // SAFETY: `tile_rows_fn` hands this kernel out only at a level that
+                        // `SimdLevel::is_available` confirmed (covering `$features`); every
                         // weight row holds `blocks` blocks; `scales.check` verified that the
                         // tables hold the `tokens` rows of every block (plus the padding the
                         // eight-wide scale loads read); `out` may be written at `c *
@@ -353,7 +354,8 @@ macro_rules! entry_points {
                     let count = (out.len() - start).min(4);
                     let w_at = w[start * row_bytes..].as_ptr();
                     let out_at = out[start..].as_mut_ptr();
-                    // SAFETY: features detected before this kernel is handed out; `count`
+                    // SAFETY: `gemv_fn` hands this kernel out only at a level that
+                    // `SimdLevel::is_available` confirmed (covering `$features`); `count`
                     // weight rows of `row_bytes` bytes (each holding `blocks` blocks) start
                     // at `w_at`, `a` holds `blocks` blocks, `out_at` has `count` slots.
                     unsafe {
@@ -399,10 +401,12 @@ macro_rules! entry_points {
                     let out_at = out[start..].as_mut_ptr();
                     let w = w.as_ptr();
                     let stride = scales.stride;
-                    // SAFETY: features detected before this kernel is handed out; `count`
-                    // activation rows of `row_bytes` bytes start at `a_at`; `scales.check`
-                    // verified that the tables hold every index the kernel reads (eight
-                    // values past each block's first row of the group); `out_at` has room.
+                    // SAFETY: `tile_fn` hands this kernel out (or the pair kernel falls back
+                    // to it) only at a level that `SimdLevel::is_available` confirmed
+                    // (covering `$features`); `count` activation rows of `row_bytes` bytes
+                    // start at `a_at`; `scales.check` verified that the tables hold every
+                    // index the kernel reads (eight values past each block's first row of
+                    // the group); `out_at` has room.
                     unsafe {
                         with_count!(
                             count,

@@ -127,6 +127,9 @@ unsafe fn dpbf16_emulated_256(acc: __m256, w: __m256i, x: __m256i) -> __m256 {
 }
 
 /// The 512-bit form of [`dpbf16_emulated_256`].
+///
+/// # Safety
+/// AVX-512 F is available.
 #[inline(always)]
 pub(in crate::dot) unsafe fn dpbf16_emulated_512(acc: __m512, w: __m512i, x: __m512i) -> __m512 {
     let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
@@ -206,13 +209,17 @@ unsafe fn bf16_avx512_native(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub(super) fn dot_f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check(n, 4, w, a);
-    // SAFETY: handed out only once AVX2/FMA/F16C were detected; lengths checked.
+    // SAFETY: `dot_fn` and `multi_dot_fn` hand this out only at a level that
+    // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C); `check` confirmed both rows
+    // hold `n` elements.
     unsafe { row_avx2::<F32>(n, w, a) }
 }
 
 pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check(n, 4, w, a);
-    // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
+    // SAFETY: `dot_fn` and `multi_dot_fn` hand this out only at the AVX-512 level, which
+    // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C, AVX-512 F/BW/VL); `check`
+    // confirmed both rows hold `n` elements.
     unsafe { row_avx512::<F32>(n, w, a) }
 }
 
@@ -224,18 +231,24 @@ pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub(super) fn dot_bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check(n, 2, w, a);
-    // SAFETY: handed out only once AVX2/FMA were detected; lengths checked.
+    // SAFETY: `dot_fn` and `multi_dot_fn` hand this out only at a level that
+    // `SimdLevel::is_available` confirmed (AVX2, FMA); `check` confirmed both rows hold `n`
+    // elements.
     unsafe { bf16_avx2(n, w, a) }
 }
 
 pub(super) fn dot_bf16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check(n, 2, w, a);
     if has_bf16() {
-        // SAFETY: AVX512_BF16 was just detected, AVX-512 F/BW/VL before this kernel was
-        // handed out; lengths checked.
+        // SAFETY: `has_bf16` just detected AVX512_BF16; `dot_fn` and `multi_dot_fn` hand
+        // this kernel out only at the AVX-512 level, which `SimdLevel::is_available`
+        // confirmed (AVX2, FMA, AVX-512 F/BW/VL); `check` confirmed both rows hold `n`
+        // elements.
         unsafe { bf16_avx512_native(n, w, a) }
     } else {
-        // SAFETY: handed out only once AVX-512 F/BW/VL were detected; lengths checked.
+        // SAFETY: `dot_fn` and `multi_dot_fn` hand this kernel out only at the AVX-512
+        // level, which `SimdLevel::is_available` confirmed (AVX2, FMA, AVX-512 F/BW/VL);
+        // `check` confirmed both rows hold `n` elements.
         unsafe { bf16_avx512_emulated(n, w, a) }
     }
 }

@@ -73,19 +73,19 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
     let n = x.len().min(y.len()) / 128 * 128;
     let mut lanes = [_mm256_setzero_ps(); 128 / LANES];
     for (k, lane) in lanes.iter_mut().enumerate() {
-        // SAFETY: 8 values at 8k < 128.
+        // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         *lane = unsafe { load(acc.as_ptr().add(k * LANES)) };
     }
     for step in (0..n).step_by(128) {
         for (k, lane) in lanes.iter_mut().enumerate() {
             let at = step + k * LANES;
-            // SAFETY: `at + 8 <= n` for both slices.
+            // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most either slice's length.
             let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
             *lane = add_rounded(_mm256_mul_ps(a, b), *lane);
         }
     }
     for (k, lane) in lanes.iter().enumerate() {
-        // SAFETY: 8 values at 8k < 128.
+        // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
     }
 }
@@ -99,7 +99,7 @@ pub unsafe fn mad(y: &mut [f16], x: &[f16], v: f16) {
     let n = y.len().min(x.len()) / LANES * LANES;
     let scale = _mm256_set1_ps(v.to_f32());
     for at in (0..n).step_by(LANES) {
-        // SAFETY: `at + 8 <= n` for both slices.
+        // SAFETY: `at + 8 <= n`, and `n` is at most either slice's length.
         unsafe {
             let (a, b) = (load(x.as_ptr().add(at)), load(y.as_ptr().add(at)));
             store(
@@ -119,7 +119,8 @@ pub unsafe fn scale(y: &mut [f16], v: f16) {
     let n = y.len() / LANES * LANES;
     let factor = _mm256_set1_ps(v.to_f32());
     for at in (0..n).step_by(LANES) {
-        // SAFETY: `at + 8 <= n`; the exact f32 product is rounded once to f16.
+        // The exact f32 product is rounded once to f16.
+        // SAFETY: `at + 8 <= n <= y.len()`.
         unsafe {
             let product = _mm256_mul_ps(load(y.as_ptr().add(at)), factor);
             store(y.as_mut_ptr().add(at), product);
@@ -137,7 +138,8 @@ pub unsafe fn scale(y: &mut [f16], v: f16) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
     let at = |k: usize| {
-        // SAFETY: 8 values at 8k < 128.
+        // SAFETY: `k < 16` at every call below, so the eight values at `8 k` lie inside
+        // `acc`'s 128.
         unsafe { load(acc.as_ptr().add(k * LANES)) }
     };
     // Registers 0..4 are vectors 4j..4j + 4.
@@ -154,7 +156,7 @@ pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
     let eight = add_rounded(sixteen[0], sixteen[1]);
     let four = add_rounded(eight, _mm256_permute2f128_ps::<1>(eight, eight));
     let mut out = [f16::ZERO; LANES];
-    // SAFETY: eight writable values.
+    // SAFETY: `out` holds eight writable values.
     unsafe { store(out.as_mut_ptr(), four) };
     [out[0], out[1], out[2], out[3]]
 }

@@ -358,8 +358,9 @@ type Tile = unsafe fn(usize, *const u8, *const u8, usize, *mut f32);
 fn single(ty: GgmlType, one: Tile, n: usize, w: &[u8], a: &[u8]) -> f32 {
     let blocks = checked_blocks(ty, n, w, a);
     let mut out = 0.0f32;
-    // SAFETY: the kernels are handed out only once AVX2/FMA/F16C were detected; both rows
-    // hold `blocks` blocks (checked above).
+    // SAFETY: `dot_fn` and `multi_dot_fn` hand these kernels out only at the AVX2 level,
+    // after `SimdLevel::is_available` confirmed AVX2, FMA and F16C; both rows hold
+    // `blocks` blocks (`checked_blocks` above).
     unsafe { one(blocks, w.as_ptr(), a.as_ptr(), 0, &mut out) };
     out
 }
@@ -380,8 +381,9 @@ fn multi(ty: GgmlType, four: Tile, one: Tile, n: usize, w: &[u8], a: &[u8], out:
     while start < out.len() {
         let count = if out.len() - start >= 4 { 4 } else { 1 };
         let kernel = if count == 4 { four } else { one };
-        // SAFETY: features detected before handing out; `count` rows of `row_bytes` bytes
-        // start at this offset and `out` has `count` slots there.
+        // SAFETY: handed out as in `single`, after `SimdLevel::is_available` confirmed AVX2,
+        // FMA and F16C; `count` rows of `row_bytes` bytes (each of `blocks` blocks) start at
+        // this offset and `out` has `count` slots there.
         unsafe {
             kernel(
                 blocks,

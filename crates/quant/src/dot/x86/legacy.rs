@@ -12,6 +12,9 @@ use crate::dot::{checked_blocks, looped, DotFn, MultiDotFn, SimdLevel};
 use crate::GgmlType;
 
 /// How to unpack one weight block of a 32-element format.
+///
+/// Every method is `unsafe`: it needs AVX2 and F16C, and `p` must point at a whole weight
+/// block (`BYTES` readable bytes, any alignment).
 pub(super) trait Legacy {
     const TYPE: GgmlType;
     /// Bytes of a weight block.
@@ -122,6 +125,9 @@ impl Legacy for IQ4NL {
 
 /// The eight lane sums of one block: quants `q` (signed or not per `W`) times the
 /// activation quants `y`.
+///
+/// # Safety
+/// AVX2 and the instructions of `I` are available.
 #[inline(always)]
 pub(super) unsafe fn block_sums<W: Legacy, I: Isa>(q: __m256i, y: __m256i) -> __m256i {
     if W::SIGNED {
@@ -132,6 +138,10 @@ pub(super) unsafe fn block_sums<W: Legacy, I: Isa>(q: __m256i, y: __m256i) -> __
 }
 
 /// Activation quants of the block at `a`.
+///
+/// # Safety
+/// AVX is available and `a` points at a whole activation block of `W`'s format
+/// (`W::ACTIVATION_BYTES` readable bytes).
 #[inline(always)]
 pub(super) unsafe fn activation_quants<W: Legacy>(a: *const u8) -> __m256i {
     _mm256_loadu_si256(a.add(W::ACTIVATION_BYTES - 32).cast())
@@ -272,14 +282,16 @@ macro_rules! entry_points {
 
             pub(super) fn dot<W: Legacy>(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 let blocks = checked_blocks(W::TYPE, n, w, a);
-                // SAFETY: handed out only after the level's features were detected; the
-                // rows hold `blocks` blocks (checked above).
+                // SAFETY: `dot_fn` and `multi_dot_fn` hand these kernels out only at a
+                // level that `SimdLevel::is_available` confirmed, which covers `$features`;
+                // both rows hold `blocks` blocks (`checked_blocks` above).
                 unsafe { row::<W>(blocks, w.as_ptr(), a.as_ptr()) }
             }
 
             pub(super) fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 let blocks = checked_blocks(GgmlType::IQ4_NL, n, w, a);
-                // SAFETY: as in `dot`.
+                // SAFETY: handed out as `dot` is, at a level `SimdLevel::is_available`
+                // confirmed; both rows hold `blocks` blocks (`checked_blocks` above).
                 unsafe { iq4_nl(blocks, w.as_ptr(), a.as_ptr()) }
             }
 
@@ -299,9 +311,9 @@ macro_rules! entry_points {
                     let count = (out.len() - start).min(4);
                     let rows_at = a[start * row_bytes..].as_ptr();
                     let out_at = out[start..].as_mut_ptr();
-                    // SAFETY: features detected before this kernel is handed out; `count`
-                    // rows of `row_bytes` bytes (each holding `blocks` blocks) start at
-                    // `rows_at`, and `out_at` has room for `count` values.
+                    // SAFETY: handed out as `dot` is, at a level `SimdLevel::is_available`
+                    // confirmed; `count` rows of `row_bytes` bytes (each holding `blocks`
+                    // blocks) start at `rows_at`, and `out_at` has room for `count` values.
                     unsafe {
                         match count {
                             4 => tile::<W, 4>(blocks, w.as_ptr(), rows_at, row_bytes, out_at),

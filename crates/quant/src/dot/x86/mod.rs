@@ -87,6 +87,10 @@ pub(super) fn multi_dot(weight: GgmlType, level: SimdLevel) -> Option<MultiDotFn
 /// with VNNI. Both give the same integers.
 pub(super) trait Isa {
     /// `a` unsigned, `b` signed.
+    ///
+    /// # Safety
+    /// The implementing type's instructions are available: AVX2, AVX-VNNI or AVX-512 VNNI
+    /// with VL.
     unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i;
 }
 
@@ -119,6 +123,9 @@ impl Isa for Avx512Vnni {
 }
 
 /// ggml's `hsum_float_8`.
+///
+/// # Safety
+/// AVX is available (every caller is compiled with AVX2).
 #[inline(always)]
 pub(super) unsafe fn hsum8(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
@@ -127,6 +134,9 @@ pub(super) unsafe fn hsum8(v: __m256) -> f32 {
 }
 
 /// The f16 stored at `p` (any alignment), widened with F16C.
+///
+/// # Safety
+/// F16C is available and `p` points at two readable bytes.
 #[inline(always)]
 pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     // A broadcast load: `_mm_cvtsi32_si128` becomes a `vpinsrw` into whatever register is
@@ -139,6 +149,9 @@ pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
 /// live makes the compiler emit a broadcast load: a scalar form gets folded into a
 /// `vpinsrw` merging into an arbitrary register, a false dependency that can chain the
 /// loop's iterations through the accumulator.
+///
+/// # Safety
+/// AVX2 and F16C are available and `p` points at two readable bytes.
 #[inline(always)]
 pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
     let bits = p.cast::<u16>().read_unaligned();
@@ -151,6 +164,9 @@ pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
 /// would use it). A blend of a shifted copy instead lets the compiler drop the broadcast
 /// for an insert into whatever register is free, often the accumulator: a false
 /// dependency that chains the loop's iterations.
+///
+/// # Safety
+/// AVX2 is available and `p` points at 16 readable bytes.
 #[inline(always)]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     let packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
@@ -159,6 +175,9 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
 }
 
 /// The 32 bits at `p` spread to 32 bytes: 0xFF where the bit is set, 0 elsewhere.
+///
+/// # Safety
+/// AVX2 is available and `p` points at four readable bytes (any alignment).
 #[inline(always)]
 pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
     let bits = p.cast::<u32>().read_unaligned();

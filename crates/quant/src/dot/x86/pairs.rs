@@ -115,7 +115,8 @@ unsafe fn pair_sums<W: Legacy>(q: __m512i, base: __m512i, y: __m512i) -> __m512i
 /// was stored, which would cost the shuffle port twice per block.
 #[inline(always)]
 fn opaque<T>(p: *const T) {
-    // SAFETY: an empty assembly block; it only takes the pointer's value.
+    // SAFETY: an empty assembly block (a comment naming the register): it reads and writes
+    // no memory, uses no stack and keeps the flags; it only takes the pointer's value.
     unsafe { std::arch::asm!("/* {0} */", in(reg) p, options(nostack, preserves_flags)) };
 }
 
@@ -545,10 +546,12 @@ pub(super) fn tile_rows<W: Legacy>(
     let mut start = 0;
     while start < tokens {
         let count = (tokens - start).min(2 * MAX_PAIRS);
-        // SAFETY: as in `tile`: features detected before this kernel is handed out, the
-        // checks above cover every row (all have `row_bytes` bytes); `out` may be written
-        // at `c * stride + r` for every token `c` and row `r` (`TileOut`'s promise), and
-        // this group writes `(start + c) * stride + r` for `c < count`.
+        // SAFETY: `tile_rows_fn` hands this kernel out only at the AVX-512 VNNI level, which
+        // `SimdLevel::is_available` confirmed; `checked_blocks` and `scales.check` above
+        // cover every weight row (all have `row_bytes` bytes) and the paired tables for
+        // `tokens` rows; `out` may be written at `c * stride + r` for every token `c` and
+        // row `r` (`TileOut`'s promise), and this group writes `(start + c) * stride + r`
+        // for `c < count`.
         unsafe {
             run_group::<W>(
                 Rows {
@@ -641,7 +644,9 @@ unsafe fn run_group<W: Legacy>(
             }
         };
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller promises what `tile_group` needs (see `# Safety`: AVX-512 VNNI,
+    // checked tables, whole weight rows, writable output slots); the VBMI variant runs only
+    // where `has_vbmi` detected AVX-512 VBMI.
     unsafe {
         match count.div_ceil(2) {
             8 => group!(8),
@@ -683,10 +688,11 @@ pub(super) fn tile<W: Legacy>(
     let mut start = 0;
     while start < out.len() {
         let count = (out.len() - start).min(2 * MAX_PAIRS);
-        // SAFETY: the caller handed out this kernel only where AVX-512 VNNI was detected;
-        // `scales.check` verified that the tables hold every value read (sums eight at a
-        // time past each block's rows, quants up to the pair partner of the last row, d
-        // through a masked load), and `out` has `count` slots from `start`.
+        // SAFETY: `tile_fn` hands this kernel out only at the AVX-512 VNNI level, which
+        // `SimdLevel::is_available` confirmed; `scales.check` verified that the tables hold
+        // every value read (sums eight at a time past each block's rows, quants up to the
+        // pair partner of the last row, d through a masked load), and `out` has `count`
+        // slots from `start`.
         unsafe {
             run_group::<W>(
                 Rows {

@@ -93,9 +93,12 @@ pub(in crate::ops::attention) fn run(
         p = end;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `applies` (AVX2, FMA and F16C detected: `isa` is not scalar) holds; every row
-    // read lies inside its cache (the attention op checked every cell of the span), and
-    // the scratch buffers have the sizes set above.
+    // SAFETY: the caller runs this only where `applies` holds: `isa` is not scalar, and
+    // `Isa::Avx2` is made only by `Isa::detect` after detecting AVX2, FMA and F16C; `d` is
+    // a multiple of 8 and the group at most `MAX_GROUP`. The AVX-512 kernels run only where
+    // `x86::wide` detected AVX-512 F and VL. Every row read lies inside its cache (the
+    // attention op checked every cell of the span; the kernels slice each row, so a bad one
+    // panics), and the scratch buffers have the sizes set above.
     unsafe {
         for g in 0..group {
             x86::round_to_f16(
@@ -203,6 +206,9 @@ mod x86 {
 
     /// `dst = f16(src)` widened to f64 (`vector::to_f16` of the query); lengths are equal
     /// multiples of 8.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn round_to_f16(src: &[f32], dst: &mut [f64]) {
         for (src, dst) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
@@ -237,7 +243,8 @@ mod x86 {
     pub(super) fn prefetch_row(cache: &[f16], at: usize, d: usize) {
         let row = &cache[at..at + d];
         for line in (0..d).step_by(32) {
-            // SAFETY: a prefetch of an address inside `row`; it never faults.
+            // SAFETY: a prefetch hint of an address inside `row` (`line < d`): it reads no
+            // memory architecturally and never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(row[line..].as_ptr().cast()) };
         }
     }
