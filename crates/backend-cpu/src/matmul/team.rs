@@ -14,6 +14,8 @@
 //! newer one, and it reads the job only after a successful claim, which the caller cannot
 //! outlive (it waits until every chunk of its job is done).
 
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -57,6 +59,8 @@ struct Shared {
     job: Mutex<Option<JobCell>>,
     /// Per helper: parked (or about to park) and waiting for an unpark.
     sleeping: Vec<AtomicBool>,
+    /// A chunk run by a helper panicked during the current job (the caller re-raises it).
+    helper_panicked: AtomicBool,
 }
 
 /// A job pointer that may cross threads.
@@ -93,6 +97,7 @@ impl Team {
             done: AtomicUsize::new(0),
             job: Mutex::new(None),
             sleeping: (0..helpers).map(|_| AtomicBool::new(false)).collect(),
+            helper_panicked: AtomicBool::new(false),
         });
         let mut threads = Vec::with_capacity(helpers);
         for index in 0..helpers {
@@ -126,9 +131,10 @@ impl Team {
         let generation = *generation;
         // SAFETY: only the lifetime is erased (same pointee type). A helper dereferences the
         // pointer only while it holds a claimed, uncounted chunk of this generation (`claim`
-        // checks the generation), and this function returns only once `done` counts every
-        // chunk of it, so `work` outlives every use. That wait is skipped if `work` panics on
-        // this thread: the unwind would leave while helpers may still run chunks.
+        // checks the generation), and this function returns, normally or by unwinding, only
+        // once `done` counts every chunk of it (a panic of `work` here is caught, the chunks
+        // nobody claimed yet are taken and counted, and the wait runs before it is re-raised),
+        // so `work` outlives every use.
         let job: Job = unsafe {
             std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), Job>(
                 work as *const (dyn Fn(usize) + Sync),
@@ -144,12 +150,21 @@ impl Team {
                 thread.unpark();
             }
         }
-        let mut mine = 0;
-        while let Some(chunk) = claim(shared, generation) {
-            work(chunk);
-            mine += 1;
+        // Chunks claimed here (counted when claimed, so a chunk that panics is counted too).
+        let mine = Cell::new(0);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            while let Some(chunk) = claim(shared, generation) {
+                mine.set(mine.get() + 1);
+                work(chunk);
+            }
+        }));
+        if outcome.is_err() {
+            // Nobody runs the chunks left unclaimed: count them as this thread's.
+            while claim(shared, generation).is_some() {
+                mine.set(mine.get() + 1);
+            }
         }
-        shared.done.fetch_add(mine, Ordering::AcqRel);
+        shared.done.fetch_add(mine.get(), Ordering::AcqRel);
         let mut spins = 0u32;
         while shared.done.load(Ordering::Acquire) < chunks {
             // A helper holding a chunk may have been preempted: let it have the core.
@@ -159,6 +174,12 @@ impl Team {
             } else {
                 std::hint::spin_loop();
             }
+        }
+        if let Err(panic) = outcome {
+            resume_unwind(panic);
+        }
+        if shared.helper_panicked.swap(false, Ordering::AcqRel) {
+            panic!("a chunk of a matmul team job panicked on a helper thread");
         }
     }
 }
@@ -206,7 +227,11 @@ fn helper(shared: &Shared, index: usize) {
             // SAFETY: this thread holds an unfinished chunk of `generation` (its finished
             // chunks are not counted yet), so the caller that published the job is still
             // inside `Team::run` and the closure is alive.
-            unsafe { (*job.0)(chunk) };
+            let ran = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.0)(chunk) }));
+            if ran.is_err() {
+                // Counted as finished all the same, so the caller stops waiting and re-raises.
+                shared.helper_panicked.store(true, Ordering::Release);
+            }
             finished += 1;
         }
         if finished > 0 {
@@ -234,5 +259,50 @@ fn wait_for_job(shared: &Shared, index: usize, seen: u64) -> u64 {
             std::thread::park();
         }
         shared.sleeping[index].store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_chunk_runs_once() {
+        let team = Team::start(1).expect("a helper thread starts");
+        let counts: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+        team.run(counts.len(), &|chunk| {
+            counts[chunk].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn a_panicking_chunk_is_raised_after_every_claimed_chunk_ended_and_the_team_still_works() {
+        let team = Team::start(1).expect("a helper thread starts");
+        for bad in [0, 37, 99] {
+            let running = AtomicUsize::new(0);
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                team.run(100, &|chunk| {
+                    running.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_micros(50));
+                    assert_ne!(chunk, bad, "planted failure");
+                    running.fetch_sub(1, Ordering::SeqCst);
+                });
+            }));
+            assert!(
+                outcome.is_err(),
+                "the panic of chunk {bad} reaches the caller"
+            );
+            // Only the panicking chunk may be left "running"; no chunk runs after the return.
+            let after = running.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(running.load(Ordering::SeqCst), after);
+            assert_eq!(after, 1);
+        }
+        let sum = AtomicUsize::new(0);
+        team.run(10, &|chunk| {
+            sum.fetch_add(chunk, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 45);
     }
 }

@@ -444,7 +444,7 @@ pub fn tile_tables_begin(
         _ => return false,
     };
     #[cfg(target_arch = "x86_64")]
-    if layout == QuantLayout::Pairs && x86::has_avx512() && n.is_multiple_of(32) {
+    if layout == QuantLayout::Pairs && SimdLevel::Avx512.is_available() && n.is_multiple_of(32) {
         pad_scale_tables(n, rows, d, s, with_sums);
         assert_eq!(
             quants.len(),
