@@ -181,8 +181,7 @@ fn compile_uncached(
     // SAFETY: `program` is the live program created above (nvrtcCreateProgram succeeded);
     // the option array holds `option_ptrs.len()` NUL-terminated strings that outlive the
     // call; `cubin` has the `size` bytes nvrtcGetCUBINSize reported for nvrtcGetCUBIN to
-    // write. (An error of either size call returns early through `?`, leaking the program
-    // rather than destroying it.)
+    // write. Every outcome reaches the destruction below (no early return).
     let result = unsafe {
         let status =
             sys::nvrtcCompileProgram(program, option_ptrs.len() as c_int, option_ptrs.as_ptr());
@@ -193,13 +192,15 @@ fn compile_uncached(
             check(
                 sys::nvrtcGetCUBINSize(program, &mut size),
                 "nvrtcGetCUBINSize",
-            )?;
-            let mut cubin = vec![0u8; size];
-            check(
-                sys::nvrtcGetCUBIN(program, cubin.as_mut_ptr() as *mut c_char),
-                "nvrtcGetCUBIN",
-            )?;
-            Ok(cubin)
+            )
+            .and_then(|()| {
+                let mut cubin = vec![0u8; size];
+                check(
+                    sys::nvrtcGetCUBIN(program, cubin.as_mut_ptr() as *mut c_char),
+                    "nvrtcGetCUBIN",
+                )
+                .map(|()| cubin)
+            })
         }
     };
     // SAFETY: destroying the live program created above, once; nothing uses it afterwards.
