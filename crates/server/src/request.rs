@@ -42,6 +42,7 @@ pub struct Options {
 /// `max_completion_tokens`). The engine's request check refuses 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenLimit {
+    /// The field that gave the count.
     pub param: &'static str,
     pub count: usize,
 }
@@ -149,6 +150,7 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         (None, Some(n)) => Some(("max_tokens", n)),
         (None, None) => None,
     };
+    // A negative number is no count; 0 is a count that the engine's check refuses.
     let max_tokens = match max_tokens {
         Some((param, n)) => Some(TokenLimit {
             param,
