@@ -16,7 +16,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use runit_engine::scheduler::{Request, Scheduler, SchedulerConfig, SequenceEvent};
+use runit_engine::scheduler::{Request, Scheduler, SequenceEvent};
+use runit_engine::EngineConfig;
 use runit_model::Model;
 
 /// One round: (tokens generated, seconds, the intervals between the first request's tokens).
@@ -77,9 +78,9 @@ fn main() {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
     let model = Arc::new(Model::load(file, backend).expect("model loads"));
-    let config = SchedulerConfig {
+    let config = EngineConfig {
         max_sequences: count,
-        ..SchedulerConfig::default()
+        ..EngineConfig::default()
     };
     let scheduler = Scheduler::start(model, &config).expect("scheduler");
     let prompts: Vec<Vec<u32>> = (0..count as u32)

@@ -1,21 +1,13 @@
 //! The generation loop: evaluate the prompt, then sample, stream and evaluate one token at a
-//! time until an end-of-generation token, the token limit or the context end.
+//! time until a [`StopCondition`] ends it (an end-of-generation token, the token limit or the
+//! context end).
 
 use std::time::{Duration, Instant};
 
+use crate::request::check_request;
 use crate::sampler::{top_logprobs, Sampler};
+use crate::stop::{StopCondition, StopReason};
 use crate::{EngineError, Session};
-
-/// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// An end-of-generation token was produced (it is the last generated token).
-    EndOfGeneration,
-    /// The requested number of tokens was generated.
-    Limit,
-    /// The caller's callback asked to stop.
-    Cancelled,
-}
 
 /// One generated token, as handed to the callback.
 #[derive(Debug, Clone)]
@@ -62,6 +54,30 @@ pub struct GenerateParams {
     pub top_logprobs: usize,
 }
 
+impl GenerateParams {
+    /// Checks a generation of `prompt` after what `session` holds (see
+    /// [`check_request`](crate::request::check_request)); [`generate`] starts with it.
+    pub fn validate(&self, session: &Session, prompt: &[u32]) -> Result<(), EngineError> {
+        check_request(
+            prompt,
+            session.n_past(),
+            self.max_tokens,
+            session.context_size(),
+            session.model().config.vocab_size,
+        )?;
+        Ok(())
+    }
+
+    /// The rules that end the generation in a context of `context_size` cells.
+    pub fn stop_condition(&self, context_size: usize) -> StopCondition<'_> {
+        StopCondition {
+            end_of_generation: &self.end_of_generation,
+            max_tokens: self.max_tokens,
+            context_size,
+        }
+    }
+}
+
 /// Evaluates `prompt` in `session` (which must be empty or hold its prefix), then generates.
 /// `on_token` receives each token as it is produced and returns false to stop early.
 pub fn generate(
@@ -71,25 +87,8 @@ pub fn generate(
     params: &GenerateParams,
     mut on_token: impl FnMut(&GeneratedToken) -> bool,
 ) -> Result<GenerationOutput, EngineError> {
-    if params.max_tokens == 0 {
-        return Err(EngineError::InvalidParameter {
-            name: "max_tokens",
-            message: "must be at least 1".into(),
-        });
-    }
-    if prompt.is_empty() {
-        return Err(EngineError::InvalidParameter {
-            name: "prompt",
-            message: "the prompt has no tokens".into(),
-        });
-    }
-    let needed = session.n_past() + prompt.len() + 1;
-    if needed > session.context_size() {
-        return Err(EngineError::PromptTooLong {
-            tokens: session.n_past() + prompt.len(),
-            context: session.context_size(),
-        });
-    }
+    params.validate(session, prompt)?;
+    let stop_condition = params.stop_condition(session.context_size());
     for &t in prompt {
         sampler.accept(t);
     }
@@ -129,14 +128,10 @@ pub fn generate(
         sampler.accept(id);
         tokens.push(id);
         let keep_going = on_token(&GeneratedToken { id, logprob, top });
-        if params.end_of_generation.contains(&id) {
-            break StopReason::EndOfGeneration;
-        }
-        if !keep_going {
-            break StopReason::Cancelled;
-        }
-        if tokens.len() >= params.max_tokens || session.n_past() + 1 > session.context_size() - 1 {
-            break StopReason::Limit;
+        if let Some(stop) =
+            stop_condition.after_token(id, keep_going, tokens.len(), session.n_past())
+        {
+            break stop;
         }
         if plain_greedy {
             pick = Some(session.eval_greedy(&[id])?);

@@ -19,14 +19,17 @@ impl BlockAllocator {
         }
     }
 
+    /// Cells per block.
     pub fn block_size(&self) -> usize {
         self.block_size
     }
 
+    /// Blocks no sequence owns.
     pub fn free_blocks(&self) -> usize {
         self.free.len()
     }
 
+    /// Blocks in the pool.
     pub fn total_blocks(&self) -> usize {
         self.total
     }

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use crate::EngineError;
 
-/// Sampling settings. The default is greedy decoding.
+/// Sampling settings; [`SamplerParams::DEFAULT`] holds the one set of defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerParams {
     /// 0 means greedy.
@@ -24,26 +24,48 @@ pub struct SamplerParams {
     pub presence_penalty: f32,
     /// How many recent tokens the penalties look at.
     pub penalty_window: usize,
+    /// Seeds the draws: the same seed and settings give the same tokens.
     pub seed: u64,
 }
 
 impl Default for SamplerParams {
     fn default() -> Self {
-        SamplerParams {
-            temperature: 0.0,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            penalty_window: 64,
-            seed: 0x5eed,
-        }
+        SamplerParams::DEFAULT
     }
 }
 
 impl SamplerParams {
+    /// The sampling defaults of every entry point: the engine's [`Default`], the flags of
+    /// `runit generate` and `runit chat`, and the fields a server request leaves out.
+    ///
+    /// They are llama.cpp's (`common_params_sampling`): RunIT answers as llama.cpp does, and
+    /// llama.cpp applies these same values in its CLI and to requests of its server that omit
+    /// a field, so a llama.cpp user gets what they are used to from every entry point.
+    /// OpenAI's API documents temperature 1 and top-p 1 for requests that omit them; a client
+    /// that wants those sends them. Greedy decoding is `temperature: 0` ([`Self::greedy`]).
+    ///
+    /// The seed here is fixed so that a library caller that sets none draws reproducibly; the
+    /// CLI and the server draw a [`random_seed`] when none is given, as llama.cpp does.
+    pub const DEFAULT: SamplerParams = SamplerParams {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.95,
+        min_p: 0.05,
+        repeat_penalty: 1.0,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
+        penalty_window: 64,
+        seed: 0x5eed,
+    };
+
+    /// The defaults with temperature 0: the most likely token every time.
+    pub const fn greedy() -> SamplerParams {
+        SamplerParams {
+            temperature: 0.0,
+            ..SamplerParams::DEFAULT
+        }
+    }
+
     /// Rejects NaN, negative and out-of-range settings with a message naming the setting.
     pub fn validate(&self) -> Result<(), EngineError> {
         let check = |name: &'static str, value: f32, ok: bool| {
@@ -75,6 +97,13 @@ impl SamplerParams {
     }
 }
 
+/// A seed from the clock, for runs that give none (the CLI and the server).
+pub fn random_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(SamplerParams::DEFAULT.seed, |since| since.as_nanos() as u64)
+}
+
 /// A small, fast, seedable generator (xoshiro256**), seeded through splitmix64.
 #[derive(Debug, Clone)]
 pub struct Rng {
@@ -82,6 +111,7 @@ pub struct Rng {
 }
 
 impl Rng {
+    /// A generator whose sequence is fixed by `seed`.
     pub fn new(seed: u64) -> Rng {
         let mut x = seed;
         let mut next = || {
@@ -96,6 +126,7 @@ impl Rng {
         }
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.state;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
@@ -136,6 +167,7 @@ impl Sampler {
         })
     }
 
+    /// The settings the sampler draws with.
     pub fn params(&self) -> &SamplerParams {
         &self.params
     }

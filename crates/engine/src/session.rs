@@ -3,34 +3,11 @@
 
 use std::sync::Arc;
 
-use runit_backend::{KvType, Pick, SequenceSpan};
+use runit_backend::{Pick, SequenceSpan};
 use runit_model::{Batch, KvState, LayerObserver, Model, Scratch};
 
 use crate::kv_blocks::BlockAllocator;
-use crate::EngineError;
-
-/// Session settings; see `impl Default` for the defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionConfig {
-    /// Token slots in the KV cache (0 = the model's training context).
-    pub context_size: usize,
-    /// Most tokens evaluated in one forward pass; longer prompts are split.
-    pub batch_size: usize,
-    pub kv_type: KvType,
-}
-
-impl Default for SessionConfig {
-    fn default() -> Self {
-        SessionConfig {
-            context_size: 4096,
-            batch_size: 512,
-            kv_type: KvType::F16,
-        }
-    }
-}
-
-/// Cells per KV block.
-const BLOCK_SIZE: usize = 16;
+use crate::{EngineConfig, EngineError};
 
 /// What [`Session::run_chunks`] runs for each chunk: a forward pass of the batch.
 type ChunkPass<'a> = dyn FnMut(&Model, &Batch<'_>, &mut KvState, &mut Scratch) -> Result<(), runit_model::ModelError>
@@ -51,35 +28,25 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session over `model`; the context is capped at the model's training context.
-    pub fn new(model: Arc<Model>, config: &SessionConfig) -> Result<Session, EngineError> {
-        let trained = model.config.context_length;
-        let context_size = match config.context_size {
-            0 => trained,
-            n => n.min(trained),
-        };
-        if config.batch_size == 0 {
-            return Err(EngineError::InvalidParameter {
-                name: "batch_size",
-                message: "must be at least 1".into(),
-            });
-        }
-        let n_blocks = context_size.div_ceil(BLOCK_SIZE);
-        let kv = KvState::new(&model, n_blocks * BLOCK_SIZE, config.kv_type)?;
-        let scratch = Scratch::new(&model, config.batch_size.min(context_size))?;
+    /// A session over `model` with the cache, context and batch of `config` (the context is
+    /// capped at the model's training context).
+    pub fn new(model: Arc<Model>, config: &EngineConfig) -> Result<Session, EngineError> {
+        let cache = config.allocate_cache(&model)?;
+        let scratch = Scratch::new(&model, config.batch_size.min(cache.context_size))?;
         Ok(Session {
             model,
-            kv,
+            kv: cache.kv,
             scratch,
-            blocks: BlockAllocator::new(n_blocks, BLOCK_SIZE),
+            blocks: cache.blocks,
             block_table: Vec::new(),
             n_past: 0,
-            context_size,
+            context_size: cache.context_size,
             logits: Vec::new(),
             chunk_logits: Vec::new(),
         })
     }
 
+    /// The model the session evaluates.
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
@@ -89,6 +56,7 @@ impl Session {
         self.n_past
     }
 
+    /// Cells of the session's context.
     pub fn context_size(&self) -> usize {
         self.context_size
     }
@@ -203,7 +171,7 @@ impl Session {
                 rows: chunk.len(),
                 start_position: start,
                 block_table: self.block_table.clone(),
-                block_size: BLOCK_SIZE,
+                block_size: self.blocks.block_size(),
             }];
             let batch = Batch {
                 tokens: chunk,

@@ -7,7 +7,7 @@
 mod common;
 
 use runit_engine::sampler::{argmax, log_softmax};
-use runit_engine::{Session, SessionConfig};
+use runit_engine::{EngineConfig, Session};
 use serde_json::Value;
 
 const NEAR_TIE: f64 = 0.01;
@@ -32,7 +32,7 @@ fn check_file(
     let model = common::load(path, 2);
     let mut session = Session::new(
         model,
-        &SessionConfig {
+        &EngineConfig {
             context_size: 2048,
             batch_size: 512,
             ..Default::default()

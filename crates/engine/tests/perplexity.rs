@@ -4,7 +4,7 @@
 
 mod common;
 
-use runit_engine::{perplexity, Session, SessionConfig};
+use runit_engine::{perplexity, EngineConfig, Session};
 use serde_json::Value;
 
 const TOLERANCE: f64 = 0.003;
@@ -36,7 +36,7 @@ fn run(select: impl Fn(&str) -> bool) {
         let tokens = tokenizer.encode_bytes(&text, true, false);
         let bos = tokenizer.add_bos().then(|| tokenizer.bos_id()).flatten();
         let model = common::load(&path, 2);
-        let config = SessionConfig {
+        let config = EngineConfig {
             context_size: 128,
             batch_size: 128,
             ..Default::default()

@@ -7,10 +7,8 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
-use runit_engine::scheduler::{
-    EventSink, Request, Scheduler, SchedulerConfig, SequenceEvent, SubmitError,
-};
-use runit_engine::{generate, GenerateParams, Sampler, Session, SessionConfig, StopReason};
+use runit_engine::scheduler::{EventSink, Request, Scheduler, SequenceEvent, SubmitError};
+use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, Session, StopReason};
 use runit_model::Model;
 
 const CONTEXT: usize = 512;
@@ -43,7 +41,7 @@ fn prompts(vocab: usize, lengths: &[usize]) -> Vec<Vec<u32>> {
 }
 
 fn alone(model: &Arc<Model>, request: &Request, batch_size: usize) -> Vec<u32> {
-    let config = SessionConfig {
+    let config = EngineConfig {
         context_size: CONTEXT,
         batch_size,
         ..Default::default()
@@ -101,7 +99,7 @@ fn check_invariance_with(name: &str, max_tokens: usize, lengths: &[usize], batch
         .collect();
     let scheduler = Scheduler::start(
         Arc::clone(&model),
-        &SchedulerConfig {
+        &EngineConfig {
             context_size: CONTEXT,
             batch_size,
             max_sequences: 4,
@@ -179,7 +177,7 @@ fn disconnect_cancels_and_frees_blocks() {
     };
     let scheduler = Scheduler::start(
         model,
-        &SchedulerConfig {
+        &EngineConfig {
             context_size: CONTEXT,
             max_sequences: 2,
             ..Default::default()
@@ -209,7 +207,7 @@ fn refuses_bad_requests_and_a_full_queue() {
     };
     let scheduler = Scheduler::start(
         model,
-        &SchedulerConfig {
+        &EngineConfig {
             context_size: 64,
             max_sequences: 1,
             max_queued: 1,

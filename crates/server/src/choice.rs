@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use futures::stream::{BoxStream, StreamExt};
 use runit_engine::scheduler::{EventSink, SequenceEvent};
+use runit_engine::stop::StopMatcher;
 use runit_engine::{GeneratedToken, StopReason};
 use runit_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-
-use crate::stop::StopMatcher;
 
 /// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
 pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);

@@ -10,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use runit_engine::request::{check_request, RequestError};
 use runit_engine::scheduler::Request as EngineRequest;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
@@ -17,7 +18,7 @@ use tracing::Instrument;
 use crate::choice::Choice;
 use crate::error::ApiError;
 use crate::log::RequestLog;
-use crate::request::{self, Options, Prompt, MAX_SEQUENCES};
+use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
 use crate::AppState;
 
@@ -91,23 +92,13 @@ pub async fn completions(
         let body = read_body(body)?;
         let options = request::options(&body, false)?;
         check_model(&state, &options)?;
-        let n_vocab = state.tokenizer.n_vocab();
         let prompts = request::prompts(&body)?
             .into_iter()
-            .map(|prompt| {
-                let ids = match prompt {
-                    Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
-                    Prompt::Tokens(ids) => ids,
-                };
-                match ids.iter().find(|&&id| id as usize >= n_vocab) {
-                    Some(id) => Err(ApiError::invalid(
-                        "prompt",
-                        format!("token id {id} is outside the vocabulary of {n_vocab}"),
-                    )),
-                    None => Ok(ids),
-                }
+            .map(|prompt| match prompt {
+                Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
+                Prompt::Tokens(ids) => ids,
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect();
         run(
             &state,
             Endpoint::Completion,
@@ -198,7 +189,35 @@ fn check_model(state: &AppState, options: &Options) -> Result<(), ApiError> {
     }
 }
 
-/// Checks lengths, submits `n` sequences per prompt (choice `prompt_index * n + i`) and
+/// The answer to a request that the engine's check refuses: `which` prompt (`the prompt`,
+/// `prompt 1`), given in the field `prompt_param`.
+fn refusal(error: RequestError, which: &str, prompt_param: &str, options: &Options) -> ApiError {
+    match error {
+        RequestError::EmptyPrompt => {
+            ApiError::invalid(prompt_param, format!("{which} has no tokens"))
+        }
+        RequestError::NothingToGenerate => {
+            let param = options.max_tokens.map_or("max_tokens", |limit| limit.param);
+            TokenLimit::too_few(param, 0)
+        }
+        RequestError::OutsideVocabulary { id, vocab_size } => ApiError::invalid(
+            prompt_param,
+            format!("token id {id} is outside the vocabulary of {vocab_size}"),
+        ),
+        RequestError::PromptTooLong { tokens, context } => ApiError::invalid(
+            prompt_param,
+            format!(
+                "{which} has {tokens} tokens, but the context holds {context} (and one more is \
+                 needed to generate)"
+            ),
+        )
+        .with_code("context_length_exceeded"),
+        other => ApiError::invalid(other.parameter(), other.to_string()),
+    }
+}
+
+/// Checks the request (every prompt through the engine's [`check_request`], before anything
+/// is submitted), submits `n` sequences per prompt (choice `prompt_index * n + i`) and
 /// answers with their output.
 async fn run(
     state: &Arc<AppState>,
@@ -221,45 +240,34 @@ async fn run(
             ),
         ));
     }
-    let mut longest = 0;
+    let requested = options
+        .max_tokens
+        .map_or(state.config.default_max_tokens, |limit| limit.count);
     for (index, prompt) in prompts.iter().enumerate() {
         let which = if prompts.len() > 1 {
             format!("prompt {index}")
         } else {
             "the prompt".into()
         };
-        if prompt.is_empty() {
-            return Err(ApiError::invalid(
-                prompt_param,
-                format!("{which} has no tokens"),
-            ));
-        }
-        if prompt.len() + 1 > context {
-            return Err(ApiError::invalid(
-                prompt_param,
-                format!(
-                    "{which} has {} tokens, but the context holds {context} (and one more is \
-                     needed to generate)",
-                    prompt.len()
-                ),
-            )
-            .with_code("context_length_exceeded"));
-        }
-        longest = longest.max(prompt.len());
+        check_request(prompt, 0, requested, context, state.tokenizer.n_vocab())
+            .map_err(|error| refusal(error, &which, prompt_param, &options))?;
     }
+    // The explicit limit must fit next to the longest prompt; the default is cut to fit.
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let room = context - longest;
     let max_tokens = match options.max_tokens {
-        Some(n) if n > room => {
+        Some(limit) if limit.count > room => {
             return Err(ApiError::invalid(
                 "max_tokens",
                 format!(
-                    "the prompt ({longest} tokens) plus max_tokens ({n}) exceeds the context \
-                     of {context} tokens"
+                    "the prompt ({longest} tokens) plus max_tokens ({}) exceeds the context \
+                     of {context} tokens",
+                    limit.count
                 ),
             )
             .with_code("context_length_exceeded"))
         }
-        Some(n) => n,
+        Some(limit) => limit.count,
         None => state.config.default_max_tokens.min(room),
     };
     let prompt_tokens = prompts.iter().map(Vec::len).sum();

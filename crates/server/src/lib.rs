@@ -16,7 +16,6 @@ mod handlers;
 mod log;
 mod request;
 mod response;
-mod stop;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +29,7 @@ use runit_tokenizer::{ChatTemplate, Tokenizer};
 
 pub use error::{ApiError, ServerError};
 pub use log::init_logging;
-pub use stop::{StopCheck, StopMatcher};
+pub use runit_engine::stop::{StopCheck, StopMatcher};
 
 /// Server settings; see `impl Default` for the defaults.
 #[derive(Debug, Clone, PartialEq)]

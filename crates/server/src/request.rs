@@ -1,6 +1,7 @@
 //! Reading OpenAI request bodies field by field, so that a wrong type or value is answered
 //! with a 400 naming the field (`param`) instead of a generic deserialisation failure.
 
+use runit_engine::sampler::random_seed;
 use runit_engine::SamplerParams;
 use runit_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
@@ -22,7 +23,8 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub model: Option<String>,
-    pub max_tokens: Option<usize>,
+    pub max_tokens: Option<TokenLimit>,
+    /// The fields the request gives over [`SamplerParams::DEFAULT`] (and a random seed).
     pub sampling: SamplerParams,
     pub stop: Vec<String>,
     /// Log-probabilities of the chosen tokens are wanted.
@@ -34,6 +36,25 @@ pub struct Options {
     /// `ignore_eos` (an extension that llama.cpp's server and vLLM also accept): generation
     /// runs on past end-of-generation tokens until `max_tokens` or the context ends them.
     pub ignore_eos: bool,
+}
+
+/// The most tokens a request asks for, and the field it named them in (`max_tokens` or
+/// `max_completion_tokens`). The engine's request check refuses 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenLimit {
+    /// The field that gave the count.
+    pub param: &'static str,
+    pub count: usize,
+}
+
+impl TokenLimit {
+    /// The answer to a count below 1 (`found`) in this field.
+    pub fn too_few(param: &str, found: i64) -> ApiError {
+        ApiError::invalid(
+            param,
+            format!("`{param}` must be at least 1, found {found}"),
+        )
+    }
 }
 
 /// The body as a JSON object; malformed JSON or another JSON type is a 400.
@@ -129,23 +150,17 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         (None, Some(n)) => Some(("max_tokens", n)),
         (None, None) => None,
     };
+    // A negative number is no count; 0 is a count that the engine's check refuses.
     let max_tokens = match max_tokens {
-        Some((name, n)) if n <= 0 => {
-            return Err(ApiError::invalid(
-                name,
-                format!("`{name}` must be at least 1, found {n}"),
-            ))
-        }
-        Some((_, n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        Some((param, n)) => Some(TokenLimit {
+            param,
+            count: usize::try_from(n).map_err(|_| TokenLimit::too_few(param, n))?,
+        }),
         None => None,
     };
     let mut sampling = SamplerParams {
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        seed: fresh_seed(),
-        ..SamplerParams::default()
+        seed: random_seed(),
+        ..SamplerParams::DEFAULT
     };
     if let Some(t) = number(body, "temperature")? {
         sampling.temperature = in_range("temperature", t, 0.0, 2.0)?;
@@ -226,14 +241,6 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         include_usage,
         ignore_eos,
     })
-}
-
-/// A seed for requests that give none.
-fn fresh_seed() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn stop_strings(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
 use http_body_util::BodyExt;
-use runit_engine::scheduler::SchedulerConfig;
+use runit_engine::EngineConfig;
 use runit_server::ServerConfig;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -407,7 +407,7 @@ async fn body_limit_and_api_key() {
 async fn full_queue_answers_503() {
     let Some(f) = fixture(
         SYNTHETIC,
-        SchedulerConfig {
+        EngineConfig {
             max_sequences: 1,
             max_queued: 1,
             ..scheduler_config()

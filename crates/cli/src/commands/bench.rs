@@ -65,7 +65,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + args.n_gen + 1);
     let loaded = load(&args.model)?;
     let model = loaded.model.clone();
-    let mut session = Session::new(model.clone(), &args.model.session_config())?;
+    let mut session = Session::new(model.clone(), &args.model.engine_config())?;
     let vocab = model.config.vocab_size as u32;
     // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 12_345) % vocab as u64) as u32;

@@ -30,7 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let loaded = load(&args.model)?;
     let tokenizer = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.file)?;
-    let mut session = Session::new(loaded.model.clone(), &args.model.session_config())?;
+    let mut session = Session::new(loaded.model.clone(), &args.model.engine_config())?;
     let mut sampler = Sampler::new(params)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runit_backend::{Backend, KvType};
-use runit_engine::SessionConfig;
+use runit_engine::EngineConfig;
 use runit_gguf::GgufFile;
 use runit_model::{Model, WeightPlacement};
 use runit_tokenizer::Tokenizer;
@@ -31,13 +31,13 @@ pub struct ModelArgs {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// KV cache size in tokens (capped at the model's training context).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = SessionConfig::default().context_size)]
+    #[arg(short = 'c', long = "ctx-size", default_value_t = EngineConfig::DEFAULT.context_size)]
     pub ctx_size: usize,
     /// Most prompt tokens evaluated in one forward pass.
-    #[arg(short = 'b', long = "batch-size", default_value_t = SessionConfig::default().batch_size)]
+    #[arg(short = 'b', long = "batch-size", default_value_t = EngineConfig::DEFAULT.batch_size)]
     pub batch_size: usize,
     /// KV cache element type.
-    #[arg(long = "kv-type", value_enum, default_value_t = KvTypeArg::F16)]
+    #[arg(long = "kv-type", value_enum, default_value_t = EngineConfig::DEFAULT.kv_type.into())]
     pub kv_type: KvTypeArg,
     /// On the CPU, compute from the file's memory map instead of a copy of the weights in
     /// huge pages (made when the system has transparent huge pages and the file takes at most
@@ -53,16 +53,32 @@ pub enum KvTypeArg {
     F32,
 }
 
+impl From<KvType> for KvTypeArg {
+    fn from(kv_type: KvType) -> KvTypeArg {
+        match kv_type {
+            KvType::F16 => KvTypeArg::F16,
+            KvType::F32 => KvTypeArg::F32,
+        }
+    }
+}
+
+impl From<KvTypeArg> for KvType {
+    fn from(kv_type: KvTypeArg) -> KvType {
+        match kv_type {
+            KvTypeArg::F16 => KvType::F16,
+            KvTypeArg::F32 => KvType::F32,
+        }
+    }
+}
+
 impl ModelArgs {
-    /// The session settings these flags ask for.
-    pub fn session_config(&self) -> SessionConfig {
-        SessionConfig {
+    /// The engine settings these flags ask for (the others at their defaults).
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
             context_size: self.ctx_size,
             batch_size: self.batch_size,
-            kv_type: match self.kv_type {
-                KvTypeArg::F16 => KvType::F16,
-                KvTypeArg::F32 => KvType::F32,
-            },
+            kv_type: self.kv_type.into(),
+            ..EngineConfig::DEFAULT
         }
     }
 

@@ -64,9 +64,6 @@ pub enum OutputFormat {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.n_predict == 0 {
-        anyhow::bail!("-n must be at least 1");
-    }
     let params = args.sampling.params()?;
     let prompt_text = match (&args.prompt, &args.file, &args.prompt_ids) {
         (Some(p), _, _) => p.clone(),
@@ -91,31 +88,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prompt_text
     };
     let prompt_ids = match &args.prompt_ids {
-        Some(ids) => {
-            let vocab = loaded.model.config.vocab_size;
-            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-                anyhow::bail!(
-                    "--prompt-ids: token id {bad} is outside the vocabulary (0..{vocab})"
-                );
-            }
-            ids.clone()
-        }
+        Some(ids) => ids.clone(),
         None => tokenizer.encode(&text, true, !args.no_parse_special),
     };
-    if prompt_ids.is_empty() {
-        anyhow::bail!("the prompt is empty");
-    }
-    let mut session = Session::new(loaded.model.clone(), &args.model.session_config())?;
-    if let Some(path) = &args.dump_layers {
-        super::dump::dump_prompt_layers(&mut session, &prompt_ids, path)?;
-        session.reset();
-    }
-    let mut sampler = Sampler::new(params)?;
+    let mut session = Session::new(loaded.model.clone(), &args.model.engine_config())?;
     let gen_params = GenerateParams {
         max_tokens: args.n_predict,
         end_of_generation: tokenizer.eog_ids(),
         top_logprobs: args.dump_logits.unwrap_or(0),
     };
+    // The engine's check of the prompt (empty, outside the vocabulary, too long) and of -n,
+    // before the layer dump evaluates the prompt too.
+    gen_params.validate(&session, &prompt_ids)?;
+    if let Some(path) = &args.dump_layers {
+        super::dump::dump_prompt_layers(&mut session, &prompt_ids, path)?;
+        session.reset();
+    }
+    let mut sampler = Sampler::new(params)?;
     let json_mode = args.output_format == OutputFormat::Json;
     let mut stream = StreamDecoder::new(
         tokenizer,

@@ -41,7 +41,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut config = args.model.session_config();
+    let mut config = args.model.engine_config();
     config.context_size = n_ctx;
     let mut session = Session::new(loaded.model.clone(), &config)?;
     if session.context_size() < n_ctx {

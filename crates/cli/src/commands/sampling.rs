@@ -1,38 +1,43 @@
-//! Sampling flags shared by `generate` and `chat`.
+//! Sampling flags shared by `generate` and `chat`; their defaults are the engine's one set,
+//! [`SamplerParams::DEFAULT`], which the server also gives requests that leave fields out.
 
+use runit_engine::sampler::random_seed;
 use runit_engine::SamplerParams;
 
-/// Sampling settings (defaults as llama.cpp's).
+/// The defaults of every sampling flag.
+const DEFAULT: SamplerParams = SamplerParams::DEFAULT;
+
+/// Sampling settings (defaults as llama.cpp's, see [`SamplerParams::DEFAULT`]).
 #[derive(clap::Args, Clone, Debug)]
 pub struct SamplingArgs {
     /// Temperature; 0 picks the most likely token every time (greedy).
     #[arg(
         long,
         visible_alias = "temp",
-        default_value_t = 0.8,
+        default_value_t = DEFAULT.temperature,
         allow_negative_numbers = true
     )]
     pub temperature: f32,
     /// Keep only the K most likely tokens (0 = all).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = DEFAULT.top_k)]
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability adds up to P (1.0 = off).
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT.top_p, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Drop tokens less likely than P times the most likely one (0 = off).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT.min_p, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Penalise tokens seen in the last `--repeat-last-n` tokens (1.0 = off).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT.repeat_penalty, allow_negative_numbers = true)]
     pub repeat_penalty: f32,
     /// How many recent tokens the penalties consider.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = DEFAULT.penalty_window)]
     pub repeat_last_n: usize,
     /// Subtract F for each earlier occurrence of a token.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT.frequency_penalty, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Subtract F once from every token already present.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT.presence_penalty, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// Random seed; the same seed gives the same output (default: random).
     #[arg(short = 's', long)]
@@ -42,11 +47,6 @@ pub struct SamplingArgs {
 impl SamplingArgs {
     /// The sampler settings, validated (negative or NaN values are errors).
     pub fn params(&self) -> anyhow::Result<SamplerParams> {
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0x5eed, |d| d.as_nanos() as u64)
-        });
         let params = SamplerParams {
             temperature: self.temperature,
             top_k: self.top_k,
@@ -56,9 +56,29 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
             penalty_window: self.repeat_last_n,
-            seed,
+            seed: self.seed.unwrap_or_else(random_seed),
         };
         params.validate()?;
         Ok(params)
     }
+}
+
+/// What `runit serve --help` says about the fields a request leaves out: the same defaults.
+pub fn request_defaults_help() -> String {
+    format!(
+        "Requests that leave a sampling field out get the defaults of `runit generate` \
+         (llama.cpp's, as llama.cpp's server gives them): temperature {}, top_k {}, top_p {}, \
+         min_p {}, repetition_penalty {}, frequency_penalty {}, presence_penalty {} (over the \
+         last {} tokens), and a random seed; `temperature: 0` is greedy. Without max_tokens a \
+         request generates up to its share of the cache (--ctx-size / --parallel), cut to the \
+         room its prompt leaves.",
+        DEFAULT.temperature,
+        DEFAULT.top_k,
+        DEFAULT.top_p,
+        DEFAULT.min_p,
+        DEFAULT.repeat_penalty,
+        DEFAULT.frequency_penalty,
+        DEFAULT.presence_penalty,
+        DEFAULT.penalty_window,
+    )
 }

@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use runit_engine::scheduler::{Scheduler, SchedulerConfig};
+use runit_engine::scheduler::Scheduler;
+use runit_engine::EngineConfig;
 use runit_server::{AppState, ServerConfig};
 use runit_tokenizer::ChatTemplate;
 
 use super::common::{load, ModelArgs};
 
 #[derive(clap::Args)]
+#[command(after_help = super::sampling::request_defaults_help())]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -21,10 +23,10 @@ pub struct Args {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
     /// Most sequences decoded at once; they share the --ctx-size cells of the cache.
-    #[arg(long, default_value_t = SchedulerConfig::default().max_sequences)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_sequences)]
     pub parallel: usize,
     /// Most requests waiting for a free sequence slot; more are answered 503.
-    #[arg(long, default_value_t = SchedulerConfig::default().max_queued)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_queued)]
     pub max_queued: usize,
     /// Require `Authorization: Bearer KEY` on the /v1 routes.
     #[arg(long)]
@@ -38,15 +40,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
     let loaded = load(&args.model)?;
     let template = ChatTemplate::from_tokenizer(&loaded.tokenizer)?;
-    let session = args.model.session_config();
-    let scheduler_config = SchedulerConfig {
-        context_size: session.context_size,
-        batch_size: session.batch_size,
+    let config = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
-        kv_type: session.kv_type,
+        ..args.model.engine_config()
     };
-    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &scheduler_config)?;
+    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
     let model_name = args.alias.clone().unwrap_or_else(|| {
         args.model
             .model

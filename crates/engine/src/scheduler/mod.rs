@@ -12,8 +12,9 @@
 //!
 //! ```no_run
 //! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), Box<dyn std::error::Error>> {
-//! use runit_engine::scheduler::{Request, Scheduler, SchedulerConfig, SequenceEvent};
-//! let scheduler = Scheduler::start(model, &SchedulerConfig::default())?;
+//! use runit_engine::scheduler::{Request, Scheduler, SequenceEvent};
+//! use runit_engine::EngineConfig;
+//! let scheduler = Scheduler::start(model, &EngineConfig::default())?;
 //! let (sender, receiver) = std::sync::mpsc::channel();
 //! scheduler.submit(Request::greedy(vec![1, 504, 314], 16), Box::new(sender))?;
 //! for event in receiver {
@@ -31,45 +32,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use runit_backend::KvType;
-use runit_model::{KvState, Model, Scratch};
+use runit_model::{Model, Scratch};
 
-use crate::kv_blocks::BlockAllocator;
-use crate::{EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
-
-/// Cells per KV block.
-pub const BLOCK_SIZE: usize = 16;
+use crate::request::{check_request, RequestError};
+use crate::stop::StopCondition;
+use crate::{EngineConfig, EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
 
 /// Most rows of one decode pass: the CPU attention switches to its tiled f32 path from 64
 /// query rows in a pass, which a lone decoding sequence never takes.
 pub const MAX_DECODE_ROWS: usize = 63;
-
-/// Scheduler settings; see `impl Default` for the defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SchedulerConfig {
-    /// KV cache cells shared by all sequences (0 = the model's training context); capped at
-    /// the training context.
-    pub context_size: usize,
-    /// Most prompt tokens evaluated in one forward pass.
-    pub batch_size: usize,
-    /// Most sequences active at once (`--parallel`).
-    pub max_sequences: usize,
-    /// Most requests waiting for admission; further submissions are refused.
-    pub max_queued: usize,
-    pub kv_type: KvType,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        SchedulerConfig {
-            context_size: 4096,
-            batch_size: 512,
-            max_sequences: 4,
-            max_queued: 64,
-            kv_type: KvType::F16,
-        }
-    }
-}
 
 /// One generation to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,11 +64,26 @@ impl Request {
     pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         Request {
             prompt,
-            sampling: SamplerParams::default(),
+            sampling: SamplerParams::greedy(),
             max_tokens,
             end_of_generation: Vec::new(),
             top_logprobs: 0,
             logprobs: true,
+        }
+    }
+
+    /// Checks the request for a context of `context_size` cells and a vocabulary of
+    /// `vocab_size` tokens (see [`check_request`]); [`Scheduler::submit`] starts with it.
+    pub fn validate(&self, context_size: usize, vocab_size: usize) -> Result<(), RequestError> {
+        check_request(&self.prompt, 0, self.max_tokens, context_size, vocab_size)
+    }
+
+    /// The rules that end the request's generation in a context of `context_size` cells.
+    pub fn stop_condition(&self, context_size: usize) -> StopCondition<'_> {
+        StopCondition {
+            end_of_generation: &self.end_of_generation,
+            max_tokens: self.max_tokens,
+            context_size,
         }
     }
 }
@@ -145,6 +131,20 @@ pub enum SubmitError {
     PromptTooLong { tokens: usize, context: usize },
     #[error("the scheduler has stopped")]
     Stopped,
+}
+
+impl From<RequestError> for SubmitError {
+    fn from(error: RequestError) -> SubmitError {
+        match error {
+            RequestError::PromptTooLong { tokens, context } => {
+                SubmitError::PromptTooLong { tokens, context }
+            }
+            other => SubmitError::InvalidParameter {
+                name: other.parameter(),
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 /// A snapshot of the scheduler's load, refreshed after every step.
@@ -200,33 +200,16 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Allocates the shared KV cache and starts the scheduler thread.
-    pub fn start(model: Arc<Model>, config: &SchedulerConfig) -> Result<Scheduler, EngineError> {
-        let trained = model.config.context_length;
-        let context_size = match config.context_size {
-            0 => trained,
-            n => n.min(trained),
-        };
-        for (name, value) in [
-            ("batch_size", config.batch_size),
-            ("max_sequences", config.max_sequences),
-            ("context_size", context_size),
-        ] {
-            if value == 0 {
-                return Err(EngineError::InvalidParameter {
-                    name,
-                    message: "must be at least 1".into(),
-                });
-            }
-        }
-        let n_blocks = context_size.div_ceil(BLOCK_SIZE);
-        let kv = KvState::new(&model, n_blocks * BLOCK_SIZE, config.kv_type)?;
+    /// Allocates the shared KV cache of `config` and starts the scheduler thread, which
+    /// decodes up to `config.max_sequences` sequences at once.
+    pub fn start(model: Arc<Model>, config: &EngineConfig) -> Result<Scheduler, EngineError> {
+        let cache = config.allocate_cache(&model)?;
+        let context_size = cache.context_size;
         let capacity = config.batch_size.min(context_size);
         let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(context_size)))?;
-        let blocks = BlockAllocator::new(n_blocks, BLOCK_SIZE);
         let stats = SchedulerStats {
-            free_blocks: n_blocks,
-            total_blocks: n_blocks,
+            free_blocks: cache.blocks.free_blocks(),
+            total_blocks: cache.blocks.total_blocks(),
             active: 0,
             queued: 0,
         };
@@ -240,15 +223,7 @@ impl Scheduler {
             progress: Condvar::new(),
         });
         let vocab_size = model.config.vocab_size;
-        let worker = worker::Worker::new(
-            model,
-            kv,
-            scratch,
-            blocks,
-            context_size,
-            capacity,
-            config.max_sequences,
-        );
+        let worker = worker::Worker::new(model, cache, scratch, capacity, config.max_sequences);
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("runit-scheduler".into())
@@ -273,37 +248,7 @@ impl Scheduler {
 
     /// Queues `request`; its events go to `sink`.
     pub fn submit(&self, request: Request, sink: Box<dyn EventSink>) -> Result<(), SubmitError> {
-        if request.prompt.is_empty() {
-            return Err(SubmitError::InvalidParameter {
-                name: "prompt",
-                message: "the prompt has no tokens".into(),
-            });
-        }
-        if request.max_tokens == 0 {
-            return Err(SubmitError::InvalidParameter {
-                name: "max_tokens",
-                message: "must be at least 1".into(),
-            });
-        }
-        if let Some(&id) = request
-            .prompt
-            .iter()
-            .find(|&&id| id as usize >= self.vocab_size)
-        {
-            return Err(SubmitError::InvalidParameter {
-                name: "prompt",
-                message: format!(
-                    "token {id} is outside the vocabulary of {}",
-                    self.vocab_size
-                ),
-            });
-        }
-        if request.prompt.len() + 1 > self.context_size {
-            return Err(SubmitError::PromptTooLong {
-                tokens: request.prompt.len(),
-                context: self.context_size,
-            });
-        }
+        request.validate(self.context_size, self.vocab_size)?;
         let sampler = Sampler::new(request.sampling.clone()).map_err(|error| match error {
             EngineError::InvalidParameter { name, message } => {
                 SubmitError::InvalidParameter { name, message }

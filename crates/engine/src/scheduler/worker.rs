@@ -8,10 +8,11 @@ use std::sync::Arc;
 use runit_backend::SequenceSpan;
 use runit_model::{Batch, KvState, Model, Scratch};
 
-use super::{EventSink, Pending, Request, SequenceEvent, Shared, BLOCK_SIZE, MAX_DECODE_ROWS};
+use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS};
+use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
 use crate::sampler::{log_probability, top_logprobs};
-use crate::{GeneratedToken, Sampler, StopReason};
+use crate::{GeneratedToken, Sampler};
 
 /// An admitted sequence.
 struct Sequence {
@@ -28,12 +29,6 @@ struct Sequence {
     block_table: Vec<u32>,
     /// Blocks set aside for the sequence's longest possible run.
     commitment: usize,
-}
-
-/// What happens to a sequence after a sampled token.
-enum Outcome {
-    Continue,
-    Finished(StopReason),
 }
 
 /// Everything the scheduler thread owns.
@@ -56,19 +51,17 @@ pub(super) struct Worker {
 impl Worker {
     pub(super) fn new(
         model: Arc<Model>,
-        kv: KvState,
+        cache: Cache,
         scratch: Scratch,
-        blocks: BlockAllocator,
-        context_size: usize,
         chunk_size: usize,
         max_sequences: usize,
     ) -> Worker {
         Worker {
             model,
-            kv,
+            kv: cache.kv,
             scratch,
-            blocks,
-            context_size,
+            blocks: cache.blocks,
+            context_size: cache.context_size,
             chunk_size,
             max_sequences,
             waiting: VecDeque::new(),
@@ -142,7 +135,7 @@ impl Worker {
             };
             let request = &pending.request;
             let longest = (request.prompt.len() + request.max_tokens).min(self.context_size);
-            let commitment = longest.div_ceil(BLOCK_SIZE);
+            let commitment = longest.div_ceil(self.blocks.block_size());
             if self.committed + commitment > self.blocks.total_blocks() {
                 break;
             }
@@ -194,7 +187,7 @@ impl Worker {
                     rows: 1,
                     start_position: sequence.n_past,
                     block_table: sequence.block_table.clone(),
-                    block_size: BLOCK_SIZE,
+                    block_size: self.blocks.block_size(),
                 });
             }
             let logit_rows: Vec<u32> = (0..group.len() as u32).collect();
@@ -299,7 +292,7 @@ impl Worker {
                 rows: end - start,
                 start_position: start,
                 block_table: sequence.block_table.clone(),
-                block_size: BLOCK_SIZE,
+                block_size: self.blocks.block_size(),
             });
             tokens.extend_from_slice(&sequence.request.prompt[start..end]);
             positions.extend((start..end).map(|p| p as u32));
@@ -377,7 +370,7 @@ impl Worker {
     }
 
     /// Reports sequence `i`'s next token `token` (and the end, if it is the last one); true
-    /// when the sequence is over, as `generate` decides it.
+    /// when the sequence is over, by the [`StopCondition`](crate::stop::StopCondition) that `generate` also ends with.
     fn report(&mut self, i: usize, token: GeneratedToken) -> bool {
         let context_size = self.context_size;
         let sequence = &mut self.active[i];
@@ -388,23 +381,13 @@ impl Worker {
             sequence
                 .sink
                 .send(SequenceEvent::Token(GeneratedToken { id, logprob, top }));
-        let outcome = if sequence.request.end_of_generation.contains(&id) {
-            Outcome::Finished(StopReason::EndOfGeneration)
-        } else if !delivered {
-            Outcome::Finished(StopReason::Cancelled)
-        } else if sequence.generated >= sequence.request.max_tokens
-            || sequence.n_past + 1 > context_size - 1
-        {
-            Outcome::Finished(StopReason::Limit)
-        } else {
-            Outcome::Continue
-        };
-        match outcome {
-            Outcome::Continue => {
+        let stop_condition = sequence.request.stop_condition(context_size);
+        match stop_condition.after_token(id, delivered, sequence.generated, sequence.n_past) {
+            None => {
                 sequence.next = Some(id);
                 false
             }
-            Outcome::Finished(stop) => {
+            Some(stop) => {
                 sequence.next = None;
                 sequence.sink.send(SequenceEvent::Finished {
                     stop,

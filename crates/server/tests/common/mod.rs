@@ -10,8 +10,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
-use runit_engine::scheduler::{Scheduler, SchedulerConfig};
-use runit_engine::{generate, GenerateParams, Sampler, SamplerParams, Session, SessionConfig};
+use runit_engine::scheduler::Scheduler;
+use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, SamplerParams, Session};
 use runit_model::Model;
 use runit_server::{AppState, ServerConfig};
 use runit_tokenizer::{ChatTemplate, Tokenizer};
@@ -39,7 +39,7 @@ pub struct Fixture {
 }
 
 /// Loads `name` (None, with a notice, when the file is absent) behind a server.
-pub fn fixture(name: &str, scheduler: SchedulerConfig, config: ServerConfig) -> Option<Fixture> {
+pub fn fixture(name: &str, scheduler: EngineConfig, config: ServerConfig) -> Option<Fixture> {
     let Some(path) = find_model(name) else {
         eprintln!("skipping: {name} not found");
         return None;
@@ -64,12 +64,12 @@ pub fn fixture(name: &str, scheduler: SchedulerConfig, config: ServerConfig) -> 
 }
 
 /// The scheduler settings of most tests.
-pub fn scheduler_config() -> SchedulerConfig {
-    SchedulerConfig {
+pub fn scheduler_config() -> EngineConfig {
+    EngineConfig {
         context_size: CONTEXT,
         batch_size: 64,
         max_sequences: 4,
-        ..SchedulerConfig::default()
+        ..EngineConfig::default()
     }
 }
 
@@ -80,13 +80,13 @@ impl Fixture {
 
     /// Greedy tokens of `prompt` generated alone through a `Session`, as text.
     pub fn alone(&self, prompt: &[u32], max_tokens: usize) -> String {
-        let config = SessionConfig {
+        let config = EngineConfig {
             context_size: CONTEXT,
             batch_size: 64,
-            ..SessionConfig::default()
+            ..EngineConfig::default()
         };
         let mut session = Session::new(Arc::clone(&self.model), &config).expect("session");
-        let mut sampler = Sampler::new(SamplerParams::default()).expect("sampler");
+        let mut sampler = Sampler::new(SamplerParams::greedy()).expect("sampler");
         let params = GenerateParams {
             max_tokens,
             end_of_generation: self.tokenizer.eog_ids(),

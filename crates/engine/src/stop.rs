@@ -1,6 +1,56 @@
-//! Stop strings matched in the generated text across token boundaries: text that could be
-//! the start of a stop string is held back until it is known not to be, and the stop string
-//! itself is never emitted.
+//! When a generation ends, in one place: the token rules that `generate` and the scheduler
+//! share ([`StopCondition`]: an end-of-generation token, a cancelled receiver, the token limit,
+//! the context end) and stop strings matched in the generated text across token boundaries
+//! ([`StopMatcher`], for front ends that turn tokens into text): text that could be the start
+//! of a stop string is held back until it is known not to be, and the stop string itself is
+//! never emitted.
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// An end-of-generation token was produced (it is the last generated token).
+    EndOfGeneration,
+    /// The requested number of tokens was generated, or the context is full.
+    Limit,
+    /// The caller's callback asked to stop (or the receiver went away).
+    Cancelled,
+}
+
+/// The token rules that end a generation.
+#[derive(Debug, Clone, Copy)]
+pub struct StopCondition<'a> {
+    /// Tokens that end generation (EOS, EOT, `<|im_end|>` ...).
+    pub end_of_generation: &'a [u32],
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Cells of the sequence's context.
+    pub context_size: usize,
+}
+
+impl StopCondition<'_> {
+    /// Why generation ends after token `id`, the `generated`-th, was produced with `cached`
+    /// positions in the cache (`id` not among them) and handed to the caller (`delivered`
+    /// false: the caller asked to stop); `None` to go on. The rules, in order: an
+    /// end-of-generation token, the caller's stop, the token limit, and the context end (the
+    /// cache must hold `id` and one more cell to go on).
+    pub fn after_token(
+        &self,
+        id: u32,
+        delivered: bool,
+        generated: usize,
+        cached: usize,
+    ) -> Option<StopReason> {
+        if self.end_of_generation.contains(&id) {
+            Some(StopReason::EndOfGeneration)
+        } else if !delivered {
+            Some(StopReason::Cancelled)
+        } else if generated >= self.max_tokens || cached + 2 > self.context_size {
+            Some(StopReason::Limit)
+        } else {
+            None
+        }
+    }
+}
 
 /// Finds the first stop string in a stream of text chunks.
 #[derive(Debug, Clone, Default)]
