@@ -160,6 +160,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
         rope_style: RopeStyle::Neox,
         qk_norm: QkNorm::FullWidth,
         ffn: FfnKind::MoeGated,
+        tied_output: false,
         ..LLAMA
     },
 ];

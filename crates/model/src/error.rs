@@ -27,6 +27,12 @@ pub enum ModelError {
     },
     #[error("tensor `{name}` is missing from the model file")]
     MissingTensor { name: String },
+    /// The file holds a tensor the architecture's schema does not list.
+    #[error(
+        "tensor `{name}` is not one the {arch} architecture uses; a model with it computes \
+         something RunIT does not implement"
+    )]
+    UnexpectedTensor { name: String, arch: String },
     #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
     TensorShape {
         name: String,

@@ -2,7 +2,7 @@
 //! to the backend in place (the CPU backend computes from that host memory: the memory map,
 //! or its huge-page copy; see `resident`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use runit_backend::{Backend, HostMemory, Op, Weight};
@@ -133,7 +133,8 @@ impl ModelWeights {
     /// Loads every weight of `config` from `file` onto `backend`, the tensors' bytes read
     /// from `memory` (the file's bytes, or a copy of them at the same offsets): each tensor
     /// of the row's schema ([`crate::schema`]), the token embedding standing in for an
-    /// absent output head when the row ties them.
+    /// absent output head when the row ties them. A file holding a tensor the schema does not
+    /// list (a bias, a shared expert) is refused: the model would compute something else.
     pub fn load(
         file: &Arc<GgufFile>,
         memory: Arc<dyn HostMemory>,
@@ -147,6 +148,17 @@ impl ModelWeights {
         };
         let row = config.arch;
         let tensors = row.tensors(&config.dimensions(), config.block_count);
+        let known: HashSet<&str> = tensors.iter().map(|tensor| tensor.name.as_str()).collect();
+        if let Some(extra) = file
+            .tensors()
+            .iter()
+            .find(|info| !known.contains(info.name.as_str()))
+        {
+            return Err(ModelError::UnexpectedTensor {
+                name: extra.name.clone(),
+                arch: row.name.to_string(),
+            });
+        }
         let mut loaded = Loaded::default();
         for tensor in &tensors {
             let op = match tensor.spec.kind {
