@@ -12,7 +12,6 @@ use std::sync::Arc;
 use runit_backend::{Backend, KvType, SequenceSpan};
 use runit_backend_cpu::CpuBackend;
 use runit_gguf::{GgufFile, TensorInfo};
-use runit_model::schema::Presence;
 use runit_model::{Batch, KvState, Model, ModelConfig, Scratch};
 use runit_quant::GgmlType;
 use serde_json::Value as Json;
@@ -70,10 +69,7 @@ fn expected_shapes(config: &ModelConfig, tied_embeddings: bool) -> BTreeMap<Stri
         .arch
         .tensors(&config.dimensions(), config.block_count)
         .into_iter()
-        .filter(|tensor| match tensor.spec.presence {
-            Presence::TiedToEmbedding => !tied_embeddings,
-            _ => tensor.spec.is_required(config.arch),
-        })
+        .filter(|tensor| tensor.spec.is_written(config.arch, tied_embeddings))
         .map(|tensor| {
             let shape = tensor.shape.iter().map(|&extent| extent as u64).collect();
             (tensor.name, shape)

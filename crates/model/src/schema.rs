@@ -217,6 +217,16 @@ impl TensorSpec {
         }
     }
 
+    /// Whether a file of `row` holds the tensor when written without optional tensors: the
+    /// required ones, and the output head unless the model `ties` it to the token embedding
+    /// (and the row allows that).
+    pub fn is_written(&self, row: &Architecture, ties: bool) -> bool {
+        match self.presence {
+            Presence::TiedToEmbedding => !(ties && row.tied_output),
+            _ => self.is_required(row),
+        }
+    }
+
     /// The shape with `dimensions` filled in.
     pub fn resolve(&self, dimensions: &Dimensions) -> Vec<usize> {
         self.shape

@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use runit_gguf::Value;
 use runit_model::arch::{self, Architecture, FfnKind};
-use runit_model::schema::{self, Dimensions, Presence};
+use runit_model::schema::Dimensions;
 
 use super::vocab::TokenizerStyle;
 
@@ -264,14 +264,10 @@ impl Shape {
             experts: extent(self.experts.map_or(0, |experts| experts.count))?,
             rope_dim: extent(head_dim)?,
         };
-        let written = |spec: &schema::TensorSpec| match spec.presence {
-            Presence::TiedToEmbedding => !self.tied_embeddings,
-            _ => spec.is_required(row),
-        };
         Ok(row
             .tensors(&dimensions, extent(num_layers.into())?)
             .into_iter()
-            .filter(|tensor| written(tensor.spec))
+            .filter(|tensor| tensor.spec.is_written(row, self.tied_embeddings))
             .map(|tensor| TensorSpec {
                 name: tensor.name,
                 shape: tensor.shape.iter().map(|&extent| extent as u64).collect(),
