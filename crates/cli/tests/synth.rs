@@ -12,7 +12,6 @@ use std::sync::Arc;
 use runit_backend::{Backend, KvType, SequenceSpan};
 use runit_backend_cpu::CpuBackend;
 use runit_gguf::{GgufFile, TensorInfo};
-use runit_model::arch::{FfnKind, QkNorm};
 use runit_model::{Batch, KvState, Model, ModelConfig, Scratch};
 use runit_quant::GgmlType;
 use serde_json::Value as Json;
@@ -63,67 +62,19 @@ fn synth(shape: &str, ty: &str, layers: Option<&str>, out: &TempFile) -> GgufFil
     GgufFile::open(&out.0).expect("the synthetic file reads back")
 }
 
-/// The shape every tensor must have, from the configuration and whether the model ties its
-/// embeddings (ggml order).
+/// The shape every tensor must have, from the model crate's tensor schema for the
+/// configuration's row and whether the model ties its embeddings (ggml order).
 fn expected_shapes(config: &ModelConfig, tied_embeddings: bool) -> BTreeMap<String, Vec<u64>> {
-    let [embd, vocab, ff, head_dim, q, kv, experts] = [
-        config.embedding_length,
-        config.vocab_size,
-        config.feed_forward_length,
-        config.head_dim,
-        config.q_width(),
-        config.kv_width(),
-        config.expert_count,
-    ]
-    .map(|value| value as u64);
-    let mut shapes = BTreeMap::from([
-        ("token_embd.weight".to_string(), vec![embd, vocab]),
-        ("output_norm.weight".to_string(), vec![embd]),
-    ]);
-    if !tied_embeddings {
-        shapes.insert("output.weight".to_string(), vec![embd, vocab]);
-    }
-    for layer in 0..config.block_count {
-        let mut add = |suffix: &str, shape: &[u64]| {
-            shapes.insert(format!("blk.{layer}.{suffix}"), shape.to_vec());
-        };
-        add("attn_norm.weight", &[embd]);
-        add("attn_q.weight", &[embd, q]);
-        add("attn_k.weight", &[embd, kv]);
-        add("attn_v.weight", &[embd, kv]);
-        if config.arch.qkv_bias {
-            add("attn_q.bias", &[q]);
-            add("attn_k.bias", &[kv]);
-            add("attn_v.bias", &[kv]);
-        }
-        match config.arch.qk_norm {
-            QkNorm::None => {}
-            QkNorm::PerHead => {
-                add("attn_q_norm.weight", &[head_dim]);
-                add("attn_k_norm.weight", &[head_dim]);
-            }
-            QkNorm::FullWidth => {
-                add("attn_q_norm.weight", &[q]);
-                add("attn_k_norm.weight", &[kv]);
-            }
-        }
-        add("attn_output.weight", &[q, embd]);
-        add("ffn_norm.weight", &[embd]);
-        match config.arch.ffn {
-            FfnKind::DenseSwiGlu => {
-                add("ffn_gate.weight", &[embd, ff]);
-                add("ffn_up.weight", &[embd, ff]);
-                add("ffn_down.weight", &[ff, embd]);
-            }
-            FfnKind::MoeSwiGlu => {
-                add("ffn_gate_inp.weight", &[embd, experts]);
-                add("ffn_gate_exps.weight", &[embd, ff, experts]);
-                add("ffn_up_exps.weight", &[embd, ff, experts]);
-                add("ffn_down_exps.weight", &[ff, embd, experts]);
-            }
-        }
-    }
-    shapes
+    config
+        .arch
+        .tensors(&config.dimensions(), config.block_count)
+        .into_iter()
+        .filter(|tensor| tensor.spec.is_written(config.arch, tied_embeddings))
+        .map(|tensor| {
+            let shape = tensor.shape.iter().map(|&extent| extent as u64).collect();
+            (tensor.name, shape)
+        })
+        .collect()
 }
 
 /// Every tensor has the configured shape; vectors are F32 and matrices pass `matrix_type`.

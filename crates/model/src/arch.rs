@@ -1,5 +1,7 @@
 //! The architecture table: every supported architecture is a row of switches read by the one
-//! generic decoder, never a copied model file.
+//! generic decoder, the weight loader (through the tensor schema in [`crate::schema`]),
+//! `runit synth` and the quantize plan, never a copied model file. Adding an architecture is
+//! adding a row, plus an enum variant only when something is structurally new.
 
 use runit_backend::RopeStyle;
 
@@ -13,13 +15,85 @@ pub enum QkNorm {
     FullWidth,
 }
 
-/// The feed-forward block of each layer.
+/// Where each layer normalises its sublayers (attention and FFN) relative to the residual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormPlacement {
+    /// `x + f(norm(x))` (`attn_norm`, `ffn_norm`): LLaMA, Qwen, OLMoE.
+    Pre,
+    /// `x + norm(f(x))` (`post_attention_norm`, `post_ffw_norm`): OLMo 2.
+    Post,
+    /// `x + post_norm(f(pre_norm(x)))`, all four norms: Gemma 2 and 3.
+    PreAndPost,
+}
+
+impl NormPlacement {
+    /// Norms before each sublayer.
+    pub fn has_pre_norms(self) -> bool {
+        matches!(self, NormPlacement::Pre | NormPlacement::PreAndPost)
+    }
+
+    /// Norms after each sublayer, before the residual add.
+    pub fn has_post_norms(self) -> bool {
+        matches!(self, NormPlacement::Post | NormPlacement::PreAndPost)
+    }
+}
+
+/// The feed-forward block of each layer: `down(act(gate(x)) * up(x))`, with the activation
+/// of [`Architecture::activation`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FfnKind {
-    /// `down(silu(gate(x)) * up(x))`.
-    DenseSwiGlu,
-    /// Router softmax, top-k experts of SwiGLU, weighted sum.
-    MoeSwiGlu,
+    /// One gated FFN.
+    DenseGated,
+    /// Router softmax, the top-k of `expert_count` gated FFNs, weighted sum.
+    MoeGated,
+}
+
+/// The activation of the gated FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `x * sigmoid(x)`: SwiGLU.
+    Silu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`): GeGLU of Gemma. No row uses it
+    /// until the decoder's gated FFN takes an activation.
+    GeluTanh,
+}
+
+/// A factor applied to the looked-up token embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbeddingScale {
+    None,
+    /// `sqrt(embedding_length)`: Gemma.
+    SqrtEmbd,
+}
+
+/// Which layers attend within a sliding window (`attention.sliding_window` tokens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionWindow {
+    /// Every layer uses the window when the file states one (none when it does not).
+    EveryLayer,
+    /// Layers in periods of `attention.sliding_window_pattern` (default `default_period`):
+    /// the last layer of each period attends globally, the others locally (Gemma 3: five
+    /// local, then one global). Without a window in the file every layer is global.
+    Pattern { default_period: usize },
+}
+
+/// The RoPE base frequency of each layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeBase {
+    /// `rope.freq_base` (default 10 000) and the file's RoPE scaling in every layer.
+    Uniform,
+    /// Windowed layers use `rope.freq_base_swa` (default `local_default`) without scaling;
+    /// global layers `rope.freq_base` with the file's scaling (Gemma 3).
+    LocalGlobal { local_default: f32 },
+}
+
+/// Soft-capping `cap * tanh(x / cap)` of attention scores and final logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitSoftcap {
+    /// No capping; a file that asks for it is refused.
+    None,
+    /// The caps the file states (`attn_logit_softcapping`, `final_logit_softcapping`): Gemma 2.
+    FromMetadata,
 }
 
 /// One row of the table.
@@ -29,46 +103,65 @@ pub struct Architecture {
     pub name: &'static str,
     /// Families this row covers, for messages.
     pub covers: &'static str,
+    /// Which dimensions RoPE rotates together.
     pub rope_style: RopeStyle,
+    /// The RoPE base (and whether scaling applies) per layer.
+    pub rope_base: RopeBase,
     /// Q, K and V projections carry biases.
     pub qkv_bias: bool,
     pub qk_norm: QkNorm,
+    pub norm_placement: NormPlacement,
     pub ffn: FfnKind,
+    pub activation: Activation,
+    pub embedding_scale: EmbeddingScale,
+    pub attention_window: AttentionWindow,
+    pub logit_softcap: LogitSoftcap,
+    /// `output.weight` may be absent: the token embedding is then the output head.
+    pub tied_output: bool,
 }
+
+/// A row's switches where most rows agree: LLaMA's, less its name and RoPE pairing.
+const LLAMA: Architecture = Architecture {
+    name: "llama",
+    covers: "LLaMA, Mistral, SmolLM",
+    rope_style: RopeStyle::Normal,
+    rope_base: RopeBase::Uniform,
+    qkv_bias: false,
+    qk_norm: QkNorm::None,
+    norm_placement: NormPlacement::Pre,
+    ffn: FfnKind::DenseGated,
+    activation: Activation::Silu,
+    embedding_scale: EmbeddingScale::None,
+    attention_window: AttentionWindow::EveryLayer,
+    logit_softcap: LogitSoftcap::None,
+    tied_output: true,
+};
 
 /// Every supported architecture.
 pub const ARCHITECTURES: &[Architecture] = &[
-    Architecture {
-        name: "llama",
-        covers: "LLaMA, Mistral, SmolLM",
-        rope_style: RopeStyle::Normal,
-        qkv_bias: false,
-        qk_norm: QkNorm::None,
-        ffn: FfnKind::DenseSwiGlu,
-    },
+    LLAMA,
     Architecture {
         name: "qwen2",
         covers: "Qwen2, Qwen2.5",
         rope_style: RopeStyle::Neox,
         qkv_bias: true,
-        qk_norm: QkNorm::None,
-        ffn: FfnKind::DenseSwiGlu,
+        ..LLAMA
     },
     Architecture {
         name: "qwen3",
         covers: "Qwen3",
         rope_style: RopeStyle::Neox,
-        qkv_bias: false,
         qk_norm: QkNorm::PerHead,
-        ffn: FfnKind::DenseSwiGlu,
+        ..LLAMA
     },
     Architecture {
         name: "olmoe",
         covers: "OLMoE",
         rope_style: RopeStyle::Neox,
-        qkv_bias: false,
         qk_norm: QkNorm::FullWidth,
-        ffn: FfnKind::MoeSwiGlu,
+        ffn: FfnKind::MoeGated,
+        tied_output: false,
+        ..LLAMA
     },
 ];
 

@@ -1,10 +1,14 @@
-//! Hyperparameters read from GGUF metadata, per the architecture's schema. A missing
-//! required key is an error naming it; nothing is guessed from a model's name.
+//! Hyperparameters read from GGUF metadata, per the architecture's row. A missing required key
+//! is an error naming it; metadata the engine does not implement is refused (see
+//! `unsupported`); nothing is guessed from a model's name.
 
 use runit_gguf::GgufFile;
 
-use crate::arch::{self, Architecture, FfnKind};
-use crate::ModelError;
+use crate::arch::{self, Architecture, AttentionWindow, EmbeddingScale, FfnKind};
+use crate::arch::{LogitSoftcap, RopeBase};
+use crate::keys::{bad, Keys};
+use crate::schema::Dimensions;
+use crate::{unsupported, ModelError};
 
 /// The hyperparameters of a decoder.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,81 +26,63 @@ pub struct ModelConfig {
     /// Per-head width of queries and keys (`attention.key_length`, default embd / heads).
     pub head_dim: usize,
     pub rms_norm_eps: f32,
+    /// RoPE base of the global layers (`rope.freq_base`, default 10 000); see
+    /// [`ModelConfig::layer`] for each layer's.
     pub rope_theta: f32,
     /// Dimensions rotated per head (`rope.dimension_count`, default head_dim).
     pub rope_dim: usize,
-    /// Linear RoPE scale applied to positions (1 / `rope.scaling.factor` for linear scaling).
+    /// Linear RoPE scale of the global layers: 1 / `rope.scaling.factor` for linear scaling
+    /// (the type llama.cpp assumes when none is stated), 1 for `none`.
     pub rope_freq_scale: f32,
+    /// The attention window (`attention.sliding_window`) of the layers that have one; see
+    /// [`ModelConfig::layer`] for which do.
     pub sliding_window: Option<usize>,
     pub expert_count: usize,
     pub expert_used_count: usize,
     /// Renormalise the selected experts' weights to sum to 1.
     pub expert_weights_norm: bool,
     pub vocab_size: usize,
+    /// `cap` of `cap * tanh(score / cap)` on attention scores, for a row that reads it.
+    pub attention_logit_softcap: Option<f32>,
+    /// `cap` of `cap * tanh(logit / cap)` on the final logits, for a row that reads it.
+    pub final_logit_softcap: Option<f32>,
+    /// Each layer's RoPE and attention window, `block_count` of them.
+    layers: Vec<LayerConfig>,
 }
 
-struct Keys<'a> {
-    file: &'a GgufFile,
-    arch: &'static str,
-}
-
-impl Keys<'_> {
-    fn key(&self, suffix: &str) -> String {
-        format!("{}.{suffix}", self.arch)
-    }
-
-    fn required(&self, suffix: &str) -> Result<usize, ModelError> {
-        let key = self.key(suffix);
-        let value = self.file.get_u64(&key)?;
-        positive(&key, value)
-    }
-
-    fn optional(&self, suffix: &str) -> Result<Option<usize>, ModelError> {
-        let key = self.key(suffix);
-        match self.file.get_u64_opt(&key)? {
-            Some(v) => Ok(Some(positive(&key, v)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn float(&self, suffix: &str) -> Result<Option<f32>, ModelError> {
-        let key = self.key(suffix);
-        match self.file.get_f32_opt(&key)? {
-            Some(v) if !v.is_finite() || v <= 0.0 => Err(ModelError::BadHyperparameter {
-                key,
-                message: format!("must be a positive finite number, found {v}"),
-            }),
-            other => Ok(other),
-        }
-    }
-}
-
-fn positive(key: &str, value: u64) -> Result<usize, ModelError> {
-    if value == 0 || value > (1 << 32) {
-        return Err(ModelError::BadHyperparameter {
-            key: key.to_string(),
-            message: format!("must be between 1 and 2^32, found {value}"),
-        });
-    }
-    Ok(value as usize)
-}
-
-fn bad(key: String, message: String) -> ModelError {
-    ModelError::BadHyperparameter { key, message }
+/// What differs from layer to layer: RoPE base and scale, and the attention window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerConfig {
+    /// RoPE base frequency θ.
+    pub rope_theta: f32,
+    /// Linear RoPE position scale (1 = none).
+    pub rope_freq_scale: f32,
+    /// Tokens each query attends back over; `None` for the whole context.
+    pub sliding_window: Option<usize>,
 }
 
 impl ModelConfig {
-    /// Reads the configuration of `file`.
+    /// Reads the configuration of `file`, under the table's row for its architecture.
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
         let arch_name = file.get_str("general.architecture")?;
         let arch = arch::find(arch_name).ok_or_else(|| ModelError::UnsupportedArchitecture {
             found: arch_name.to_string(),
             supported: arch::supported_names(),
         })?;
+        ModelConfig::from_gguf_as(file, arch)
+    }
+
+    /// Reads the configuration of `file` under `arch`, a row that need not be in the table
+    /// (one being written, in a test). The file's keys are read under `arch.name`.
+    pub fn from_gguf_as(
+        file: &GgufFile,
+        arch: &'static Architecture,
+    ) -> Result<ModelConfig, ModelError> {
         let keys = Keys {
             file,
             arch: arch.name,
         };
+        unsupported::refuse_unimplemented(&keys, arch)?;
         let embedding_length = keys.required("embedding_length")?;
         let head_count = keys.required("attention.head_count")?;
         let head_count_kv = keys
@@ -128,19 +114,9 @@ impl ModelConfig {
                 format!("{rope_dim} must be even and at most the head size {head_dim}"),
             ));
         }
-        let rope_freq_scale = match file.get_str_opt(&keys.key("rope.scaling.type"))? {
-            None | Some("none") | Some("yarn") | Some("llama3") => 1.0,
-            Some("linear") => 1.0 / keys.float("rope.scaling.factor")?.unwrap_or(1.0),
-            Some(other) => {
-                return Err(bad(
-                    keys.key("rope.scaling.type"),
-                    format!("`{other}` is not supported (none, linear)"),
-                ))
-            }
-        };
         let (expert_count, expert_used_count) = match arch.ffn {
-            FfnKind::DenseSwiGlu => (0, 0),
-            FfnKind::MoeSwiGlu => {
+            FfnKind::DenseGated => (0, 0),
+            FfnKind::MoeGated => {
                 let count = keys.required("expert_count")?;
                 let used = keys.required("expert_used_count")?;
                 if used > count {
@@ -153,21 +129,35 @@ impl ModelConfig {
             }
         };
         let feed_forward_length = match arch.ffn {
-            FfnKind::MoeSwiGlu => match keys.optional("expert_feed_forward_length")? {
+            FfnKind::MoeGated => match keys.optional("expert_feed_forward_length")? {
                 Some(n) => n,
                 None => keys.required("feed_forward_length")?,
             },
-            FfnKind::DenseSwiGlu => keys.required("feed_forward_length")?,
+            FfnKind::DenseGated => keys.required("feed_forward_length")?,
         };
         let vocab_size = match keys.optional("vocab_size")? {
             Some(n) => n,
             None => file.get_array("tokenizer.ggml.tokens")?.len(),
         };
+        let (attention_logit_softcap, final_logit_softcap) = match arch.logit_softcap {
+            LogitSoftcap::None => (None, None),
+            LogitSoftcap::FromMetadata => (
+                keys.float("attn_logit_softcapping")?,
+                keys.float("final_logit_softcapping")?,
+            ),
+        };
+        let block_count = keys.required("block_count")?;
+        let global = LayerConfig {
+            rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_freq_scale: rope_freq_scale(&keys)?,
+            sliding_window: keys.optional("attention.sliding_window")?,
+        };
+        let layers = layer_configs(&keys, arch, global, block_count)?;
         Ok(ModelConfig {
             arch,
             context_length: keys.required("context_length")?,
             embedding_length,
-            block_count: keys.required("block_count")?,
+            block_count,
             feed_forward_length,
             head_count,
             head_count_kv,
@@ -177,16 +167,17 @@ impl ModelConfig {
                 .ok_or_else(|| ModelError::MissingKey {
                     key: keys.key("attention.layer_norm_rms_epsilon"),
                 })?,
-            rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_theta: global.rope_theta,
             rope_dim,
-            rope_freq_scale,
-            sliding_window: keys.optional("attention.sliding_window")?,
+            rope_freq_scale: global.rope_freq_scale,
+            sliding_window: global.sliding_window,
             expert_count,
             expert_used_count,
-            expert_weights_norm: file
-                .get_bool_opt(&keys.key("expert_weights_norm"))?
-                .unwrap_or(false),
+            expert_weights_norm: keys.boolean("expert_weights_norm")?.unwrap_or(false),
             vocab_size,
+            attention_logit_softcap,
+            final_logit_softcap,
+            layers,
         })
     }
 
@@ -199,4 +190,102 @@ impl ModelConfig {
     pub fn kv_width(&self) -> usize {
         self.head_count_kv * self.head_dim
     }
+
+    /// The RoPE and attention window of layer `index` (below `block_count`).
+    pub fn layer(&self, index: usize) -> &LayerConfig {
+        &self.layers[index]
+    }
+
+    /// Every layer's RoPE and attention window.
+    pub fn layers(&self) -> &[LayerConfig] {
+        &self.layers
+    }
+
+    /// The factor the token embeddings are multiplied by, when the row scales them.
+    pub fn embedding_scale(&self) -> Option<f32> {
+        match self.arch.embedding_scale {
+            EmbeddingScale::None => None,
+            EmbeddingScale::SqrtEmbd => Some((self.embedding_length as f32).sqrt()),
+        }
+    }
+
+    /// The extents the tensor schema's shapes are made of.
+    pub fn dimensions(&self) -> Dimensions {
+        Dimensions {
+            embedding: self.embedding_length,
+            vocab: self.vocab_size,
+            q_width: self.q_width(),
+            kv_width: self.kv_width(),
+            head_dim: self.head_dim,
+            feed_forward: self.feed_forward_length,
+            experts: self.expert_count,
+            rope_dim: self.rope_dim,
+        }
+    }
+}
+
+/// The linear RoPE scale: llama.cpp reads a missing `rope.scaling.type` as `linear`, whose
+/// factor is `rope.scaling.factor` (or the older `rope.scale_linear`; 1 when neither is
+/// present). YaRN, LongRoPE and anything else are refused until implemented.
+fn rope_freq_scale(keys: &Keys) -> Result<f32, ModelError> {
+    match keys.string("rope.scaling.type")? {
+        Some("none") => Ok(1.0),
+        None | Some("linear") => {
+            let factor = match keys.float("rope.scaling.factor")? {
+                Some(factor) => Some(factor),
+                None => keys.float("rope.scale_linear")?,
+            };
+            Ok(1.0 / factor.unwrap_or(1.0))
+        }
+        Some(other) => {
+            Err(keys.unsupported("rope.scaling.type", format!("`{other}`"), "none, linear"))
+        }
+    }
+}
+
+/// Each layer's configuration: `global` everywhere, or under a window pattern the windowed
+/// layers with the window and their local RoPE base.
+fn layer_configs(
+    keys: &Keys,
+    arch: &Architecture,
+    global: LayerConfig,
+    block_count: usize,
+) -> Result<Vec<LayerConfig>, ModelError> {
+    let period = match arch.attention_window {
+        AttentionWindow::EveryLayer => return Ok(vec![global; block_count]),
+        AttentionWindow::Pattern { default_period } => {
+            let key = "attention.sliding_window_pattern";
+            match keys.unsigned(key)? {
+                Some(period) => usize::try_from(period)
+                    .map_err(|_| bad(keys.key(key), format!("{period} does not fit in usize")))?,
+                None => default_period,
+            }
+        }
+    };
+    let local = LayerConfig {
+        rope_theta: match arch.rope_base {
+            RopeBase::Uniform => global.rope_theta,
+            RopeBase::LocalGlobal { local_default } => {
+                keys.float("rope.freq_base_swa")?.unwrap_or(local_default)
+            }
+        },
+        rope_freq_scale: match arch.rope_base {
+            RopeBase::Uniform => global.rope_freq_scale,
+            RopeBase::LocalGlobal { .. } => 1.0,
+        },
+        sliding_window: global.sliding_window,
+    };
+    let global = LayerConfig {
+        sliding_window: None,
+        ..global
+    };
+    // llama.cpp's `set_swa_pattern`: period 0 windows every layer, else all but the last of
+    // each period; without a window in the file every layer is global.
+    let windowed = |layer: usize| period == 0 || layer % period < period - 1;
+    Ok((0..block_count)
+        .map(|layer| match local.sliding_window {
+            Some(_) if windowed(layer) => local,
+            _ => global,
+        })
+        .collect())
 }

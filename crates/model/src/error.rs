@@ -17,8 +17,22 @@ pub enum ModelError {
     MissingKey { key: String },
     #[error("hyperparameter {key}: {message}")]
     BadHyperparameter { key: String, message: String },
+    /// The file asks for something the engine does not implement (a RoPE scaling type,
+    /// pooling, an activation, an attention variant).
+    #[error("metadata `{key}` = {value} is not supported; supported: {supported}")]
+    UnsupportedMetadata {
+        key: String,
+        value: String,
+        supported: String,
+    },
     #[error("tensor `{name}` is missing from the model file")]
     MissingTensor { name: String },
+    /// The file holds a tensor the architecture's schema does not list.
+    #[error(
+        "tensor `{name}` is not one the {arch} architecture uses; a model with it computes \
+         something RunIT does not implement"
+    )]
+    UnexpectedTensor { name: String, arch: String },
     #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
     TensorShape {
         name: String,

@@ -1,5 +1,5 @@
 //! Model loading and the generic decoder: configuration from GGUF metadata, the architecture
-//! table, weights used in place from the memory map (or its huge-page copy), and the forward
+//! table and its tensor schema, weights used in place from the memory map (or its huge-page copy), and the forward
 //! pass.
 //!
 //! ```no_run
@@ -15,7 +15,10 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
+mod keys;
 pub mod resident;
+pub mod schema;
+mod unsupported;
 mod weights;
 
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use runit_backend::Backend;
 use runit_gguf::GgufFile;
 
-pub use config::ModelConfig;
+pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use forward::{Batch, KvState, LayerObserver, Scratch};
 pub use resident::WeightPlacement;

@@ -1,13 +1,15 @@
-//! Weight loading: every tensor the configuration implies, checked for shape and type, handed
+//! Weight loading: every tensor of the architecture's schema, checked for shape and type, handed
 //! to the backend in place (the CPU backend computes from that host memory: the memory map,
 //! or its huge-page copy; see `resident`).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use runit_backend::{Backend, HostMemory, Op, Weight};
 use runit_gguf::GgufFile;
 
-use crate::arch::{FfnKind, QkNorm};
+use crate::arch::FfnKind;
+use crate::schema::{Tensor, TensorKind, TENSORS};
 use crate::{ModelConfig, ModelError};
 
 /// Feed-forward weights of one layer.
@@ -37,8 +39,12 @@ pub struct LayerWeights {
     pub q_norm: Option<Weight>, // [head_dim] per head, or [heads * head_dim]
     pub k_norm: Option<Weight>, // [head_dim] per head, or [kv_heads * head_dim]
     pub attn_output: Weight,    // [heads * head_dim, embd]
+    /// After attention, before the residual add (rows that norm after each sublayer).
+    pub post_attention_norm: Option<Weight>, // [embd]
     pub ffn_norm: Weight,       // [embd]
     pub ffn: FfnWeights,
+    /// After the FFN, before the residual add (rows that norm after each sublayer).
+    pub post_ffn_norm: Option<Weight>, // [embd]
 }
 
 /// All weights of a decoder.
@@ -51,6 +57,31 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
 }
 
+/// The loaded weights by layer (`None` for model tensors) and schema entry, taken out one by
+/// one into [`ModelWeights`].
+#[derive(Default)]
+struct Loaded {
+    weights: HashMap<(Option<usize>, Tensor), Weight>,
+}
+
+impl Loaded {
+    fn take(&mut self, layer: Option<usize>, tensor: Tensor) -> Option<Weight> {
+        self.weights.remove(&(layer, tensor))
+    }
+
+    /// A weight the decoder cannot do without; missing only when the row's switches leave it
+    /// out of the schema (a structure the decoder does not have).
+    fn require(&mut self, layer: Option<usize>, tensor: Tensor) -> Result<Weight, ModelError> {
+        self.take(layer, tensor)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: TENSORS
+                    .iter()
+                    .find(|spec| spec.tensor == tensor)
+                    .map_or_else(|| format!("{tensor:?}"), |spec| spec.name_in(layer)),
+            })
+    }
+}
+
 struct Loader<'a> {
     file: &'a Arc<GgufFile>,
     memory: Arc<dyn HostMemory>,
@@ -58,14 +89,15 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn tensor(&self, name: &str, shape: &[usize], op: Op) -> Result<Weight, ModelError> {
-        self.optional(name, shape, op)?
-            .ok_or_else(|| ModelError::MissingTensor {
-                name: name.to_string(),
-            })
-    }
-
-    fn optional(&self, name: &str, shape: &[usize], op: Op) -> Result<Option<Weight>, ModelError> {
+    /// The tensor `name` when the file holds it, checked for shape and type: the one place a
+    /// weight reaches the backend.
+    fn load(
+        &self,
+        name: &str,
+        shape: &[usize],
+        kind: TensorKind,
+        op: Op,
+    ) -> Result<Option<Weight>, ModelError> {
         let Some(info) = self.file.tensor(name) else {
             return Ok(None);
         };
@@ -77,11 +109,9 @@ impl Loader<'_> {
                 found,
             });
         }
-        let is_vector = shape.len() == 1;
-        let supported = if is_vector {
-            info.ty == runit_quant::GgmlType::F32
-        } else {
-            self.backend.supports(op, info.ty)
+        let supported = match kind {
+            TensorKind::Vector => info.ty == runit_quant::GgmlType::F32,
+            _ => self.backend.supports(op, info.ty),
         };
         if !supported {
             return Err(ModelError::TensorType {
@@ -101,7 +131,10 @@ impl Loader<'_> {
 
 impl ModelWeights {
     /// Loads every weight of `config` from `file` onto `backend`, the tensors' bytes read
-    /// from `memory` (the file's bytes, or a copy of them at the same offsets).
+    /// from `memory` (the file's bytes, or a copy of them at the same offsets): each tensor
+    /// of the row's schema ([`crate::schema`]), the token embedding standing in for an
+    /// absent output head when the row ties them. A file holding a tensor the schema does not
+    /// list (a bias, a shared expert) is refused: the model would compute something else.
     pub fn load(
         file: &Arc<GgufFile>,
         memory: Arc<dyn HostMemory>,
@@ -113,81 +146,92 @@ impl ModelWeights {
             memory,
             backend,
         };
-        let embd = config.embedding_length;
-        let vocab = config.vocab_size;
-        let q_width = config.q_width();
-        let kv_width = config.kv_width();
-        let ff = config.feed_forward_length;
-        let token_embd = loader.tensor("token_embd.weight", &[embd, vocab], Op::Embedding)?;
-        let output = match loader.optional("output.weight", &[embd, vocab], Op::MatMul)? {
+        let row = config.arch;
+        let tensors = row.tensors(&config.dimensions(), config.block_count);
+        let known: HashSet<&str> = tensors.iter().map(|tensor| tensor.name.as_str()).collect();
+        if let Some(extra) = file
+            .tensors()
+            .iter()
+            .find(|info| !known.contains(info.name.as_str()))
+        {
+            return Err(ModelError::UnexpectedTensor {
+                name: extra.name.clone(),
+                arch: row.name.to_string(),
+            });
+        }
+        let mut loaded = Loaded::default();
+        for tensor in &tensors {
+            let op = match tensor.spec.kind {
+                TensorKind::TokenEmbedding => Op::Embedding,
+                _ => Op::MatMul,
+            };
+            match loader.load(&tensor.name, &tensor.shape, tensor.spec.kind, op)? {
+                Some(weight) => {
+                    loaded
+                        .weights
+                        .insert((tensor.layer, tensor.spec.tensor), weight);
+                }
+                None if tensor.spec.is_required(row) => {
+                    return Err(ModelError::MissingTensor {
+                        name: tensor.name.clone(),
+                    })
+                }
+                None => {}
+            }
+        }
+        let output = match loaded.take(None, Tensor::Output) {
             Some(output) => output,
-            None => loader.tensor("token_embd.weight", &[embd, vocab], Op::MatMul)?,
+            None => {
+                let embedding = tensors
+                    .iter()
+                    .find(|tensor| tensor.spec.tensor == Tensor::TokenEmbedding)
+                    .expect("every row's schema has the token embedding");
+                let kind = embedding.spec.kind;
+                loader
+                    .load(&embedding.name, &embedding.shape, kind, Op::MatMul)?
+                    .ok_or_else(|| ModelError::MissingTensor {
+                        name: embedding.name.clone(),
+                    })?
+            }
         };
         let mut layers = Vec::with_capacity(config.block_count);
         for i in 0..config.block_count {
-            let name = |suffix: &str| format!("blk.{i}.{suffix}");
-            let vector =
-                |suffix: &str, len: usize| loader.tensor(&name(suffix), &[len], Op::MatMul);
-            let matrix = |suffix: &str, cols: usize, rows: usize| {
-                loader.tensor(&name(suffix), &[cols, rows], Op::MatMul)
-            };
-            let bias = |suffix: &str, len: usize| -> Result<Option<Weight>, ModelError> {
-                if config.arch.qkv_bias {
-                    Ok(Some(vector(suffix, len)?))
-                } else {
-                    Ok(None)
-                }
-            };
-            let (q_norm, k_norm) = match config.arch.qk_norm {
-                QkNorm::None => (None, None),
-                QkNorm::PerHead => (
-                    Some(vector("attn_q_norm.weight", config.head_dim)?),
-                    Some(vector("attn_k_norm.weight", config.head_dim)?),
-                ),
-                QkNorm::FullWidth => (
-                    Some(vector("attn_q_norm.weight", q_width)?),
-                    Some(vector("attn_k_norm.weight", kv_width)?),
-                ),
-            };
-            let ffn = match config.arch.ffn {
-                FfnKind::DenseSwiGlu => FfnWeights::Dense {
-                    gate: matrix("ffn_gate.weight", embd, ff)?,
-                    up: matrix("ffn_up.weight", embd, ff)?,
-                    down: matrix("ffn_down.weight", ff, embd)?,
+            let layer = Some(i);
+            let ffn = match row.ffn {
+                FfnKind::DenseGated => FfnWeights::Dense {
+                    gate: loaded.require(layer, Tensor::FfnGate)?,
+                    up: loaded.require(layer, Tensor::FfnUp)?,
+                    down: loaded.require(layer, Tensor::FfnDown)?,
                 },
-                FfnKind::MoeSwiGlu => {
-                    let experts = config.expert_count;
-                    let stacked = |suffix: &str, cols: usize, rows: usize| {
-                        loader.tensor(&name(suffix), &[cols, rows, experts], Op::MatMul)
-                    };
-                    FfnWeights::Moe {
-                        router: matrix("ffn_gate_inp.weight", embd, experts)?,
-                        gate: stacked("ffn_gate_exps.weight", embd, ff)?,
-                        up: stacked("ffn_up_exps.weight", embd, ff)?,
-                        down: stacked("ffn_down_exps.weight", ff, embd)?,
-                    }
-                }
+                FfnKind::MoeGated => FfnWeights::Moe {
+                    router: loaded.require(layer, Tensor::FfnRouter)?,
+                    gate: loaded.require(layer, Tensor::FfnGateExperts)?,
+                    up: loaded.require(layer, Tensor::FfnUpExperts)?,
+                    down: loaded.require(layer, Tensor::FfnDownExperts)?,
+                },
             };
             layers.push(LayerWeights {
-                attn_norm: vector("attn_norm.weight", embd)?,
-                q: matrix("attn_q.weight", embd, q_width)?,
-                k: matrix("attn_k.weight", embd, kv_width)?,
-                v: matrix("attn_v.weight", embd, kv_width)?,
-                q_bias: bias("attn_q.bias", q_width)?,
-                k_bias: bias("attn_k.bias", kv_width)?,
-                v_bias: bias("attn_v.bias", kv_width)?,
-                q_norm,
-                k_norm,
-                attn_output: matrix("attn_output.weight", q_width, embd)?,
-                ffn_norm: vector("ffn_norm.weight", embd)?,
+                attn_norm: loaded.require(layer, Tensor::AttnNorm)?,
+                q: loaded.require(layer, Tensor::AttnQ)?,
+                k: loaded.require(layer, Tensor::AttnK)?,
+                v: loaded.require(layer, Tensor::AttnV)?,
+                q_bias: loaded.take(layer, Tensor::AttnQBias),
+                k_bias: loaded.take(layer, Tensor::AttnKBias),
+                v_bias: loaded.take(layer, Tensor::AttnVBias),
+                q_norm: loaded.take(layer, Tensor::AttnQNorm),
+                k_norm: loaded.take(layer, Tensor::AttnKNorm),
+                attn_output: loaded.require(layer, Tensor::AttnOutput)?,
+                post_attention_norm: loaded.take(layer, Tensor::PostAttnNorm),
+                ffn_norm: loaded.require(layer, Tensor::FfnNorm)?,
                 ffn,
+                post_ffn_norm: loaded.take(layer, Tensor::PostFfnNorm),
             });
         }
         Ok(ModelWeights {
-            token_embd,
-            output_norm: loader.tensor("output_norm.weight", &[embd], Op::MatMul)?,
+            token_embd: loaded.require(None, Tensor::TokenEmbedding)?,
+            output_norm: loaded.require(None, Tensor::OutputNorm)?,
             output,
-            rope_freqs: loader.optional("rope_freqs.weight", &[config.rope_dim / 2], Op::MatMul)?,
+            rope_freqs: loaded.take(None, Tensor::RopeFreqs),
             layers,
         })
     }

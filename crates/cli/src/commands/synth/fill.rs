@@ -138,7 +138,7 @@ pub fn build_pools(
 /// The bytes of a vector (norm weight or bias) in F32: near 1 for norms, near 0 otherwise.
 pub fn vector(tensor: &TensorSpec, seed: u64, salt: u64) -> Result<Vec<u8>> {
     let mut values = vec![0.0f32; usize::try_from(tensor.num_elements())?];
-    let mean = if tensor.is_norm() { 1.0 } else { 0.0 };
+    let mean = if tensor.norm { 1.0 } else { 0.0 };
     Random::new(seed, salt).fill_normal(&mut values, mean, WEIGHT_STD);
     Ok(values
         .iter()

@@ -1,9 +1,11 @@
 //! The model shapes `runit synth` can imitate: hyperparameters from each model's public
-//! `config.json`, the tensor list the loader expects for them, and their GGUF metadata keys.
+//! `config.json`, their tensors from the model crate's schema (what the loader reads), and
+//! their GGUF metadata keys.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use runit_gguf::Value;
-use runit_model::arch::{self, Architecture, FfnKind, QkNorm};
+use runit_model::arch::{self, Architecture, FfnKind};
+use runit_model::schema::Dimensions;
 
 use super::vocab::TokenizerStyle;
 
@@ -177,16 +179,11 @@ pub const SHAPES: [Shape; 6] = [
 pub struct TensorSpec {
     pub name: String,
     pub shape: Vec<u64>,
+    /// A normalisation weight (its values sit near 1).
+    pub norm: bool,
 }
 
 impl TensorSpec {
-    fn new(name: impl Into<String>, shape: &[u64]) -> TensorSpec {
-        TensorSpec {
-            name: name.into(),
-            shape: shape.to_vec(),
-        }
-    }
-
     /// Elements in one row.
     pub fn row_length(&self) -> u64 {
         self.shape[0]
@@ -200,11 +197,6 @@ impl TensorSpec {
     /// Total elements.
     pub fn num_elements(&self) -> u64 {
         self.shape.iter().product()
-    }
-
-    /// Whether the tensor is a normalisation weight (its values sit near 1).
-    pub fn is_norm(&self) -> bool {
-        self.name.ends_with("_norm.weight")
     }
 }
 
@@ -242,11 +234,12 @@ impl Shape {
         }
     }
 
-    /// Every tensor of a model with `num_layers` layers, in the order the model crate's
-    /// loader names them (callers sort them into llama.cpp's loader order).
+    /// Every tensor of a model with `num_layers` layers, from the model crate's tensor
+    /// schema for the shape's row: the required ones, and the output head unless the shape
+    /// ties it to the embedding (callers sort them into llama.cpp's loader order).
     pub fn tensors(&self, num_layers: u32) -> Result<Vec<TensorSpec>> {
         let row = self.architecture_row()?;
-        if (row.ffn == FfnKind::MoeSwiGlu) != self.experts.is_some() {
+        if (row.ffn == FfnKind::MoeGated) != self.experts.is_some() {
             bail!(
                 "shape `{}`: architecture `{}` has a {:?} feed-forward but the shape {} experts",
                 self.name,
@@ -259,72 +252,28 @@ impl Shape {
                 }
             );
         }
-        let embd = self.embedding_length;
-        let vocab = self.vocab_size;
-        let ff = self.feed_forward_length;
+        let extent = |value: u64| usize::try_from(value).context("shape extent above usize");
         let head_dim = self.head_dim();
-        let q_width = self.num_heads * head_dim;
-        let kv_width = self.num_kv_heads * head_dim;
-        let mut tensors = vec![
-            TensorSpec::new("token_embd.weight", &[embd, vocab]),
-            TensorSpec::new("output_norm.weight", &[embd]),
-        ];
-        if !self.tied_embeddings {
-            tensors.push(TensorSpec::new("output.weight", &[embd, vocab]));
-        }
-        for layer in 0..num_layers {
-            let name = |suffix: &str| format!("blk.{layer}.{suffix}");
-            tensors.push(TensorSpec::new(name("attn_norm.weight"), &[embd]));
-            tensors.push(TensorSpec::new(name("attn_q.weight"), &[embd, q_width]));
-            tensors.push(TensorSpec::new(name("attn_k.weight"), &[embd, kv_width]));
-            tensors.push(TensorSpec::new(name("attn_v.weight"), &[embd, kv_width]));
-            if row.qkv_bias {
-                tensors.push(TensorSpec::new(name("attn_q.bias"), &[q_width]));
-                tensors.push(TensorSpec::new(name("attn_k.bias"), &[kv_width]));
-                tensors.push(TensorSpec::new(name("attn_v.bias"), &[kv_width]));
-            }
-            let qk_norm_widths = match row.qk_norm {
-                QkNorm::None => None,
-                QkNorm::PerHead => Some((head_dim, head_dim)),
-                QkNorm::FullWidth => Some((q_width, kv_width)),
-            };
-            if let Some((q_norm, k_norm)) = qk_norm_widths {
-                tensors.push(TensorSpec::new(name("attn_q_norm.weight"), &[q_norm]));
-                tensors.push(TensorSpec::new(name("attn_k_norm.weight"), &[k_norm]));
-            }
-            tensors.push(TensorSpec::new(
-                name("attn_output.weight"),
-                &[q_width, embd],
-            ));
-            tensors.push(TensorSpec::new(name("ffn_norm.weight"), &[embd]));
-            match self.experts {
-                None => {
-                    tensors.push(TensorSpec::new(name("ffn_gate.weight"), &[embd, ff]));
-                    tensors.push(TensorSpec::new(name("ffn_up.weight"), &[embd, ff]));
-                    tensors.push(TensorSpec::new(name("ffn_down.weight"), &[ff, embd]));
-                }
-                Some(Experts { count: experts, .. }) => {
-                    // The router, then every expert's projection stacked on a third axis.
-                    tensors.push(TensorSpec::new(
-                        name("ffn_gate_inp.weight"),
-                        &[embd, experts],
-                    ));
-                    tensors.push(TensorSpec::new(
-                        name("ffn_gate_exps.weight"),
-                        &[embd, ff, experts],
-                    ));
-                    tensors.push(TensorSpec::new(
-                        name("ffn_up_exps.weight"),
-                        &[embd, ff, experts],
-                    ));
-                    tensors.push(TensorSpec::new(
-                        name("ffn_down_exps.weight"),
-                        &[ff, embd, experts],
-                    ));
-                }
-            }
-        }
-        Ok(tensors)
+        let dimensions = Dimensions {
+            embedding: extent(self.embedding_length)?,
+            vocab: extent(self.vocab_size)?,
+            q_width: extent(self.num_heads * head_dim)?,
+            kv_width: extent(self.num_kv_heads * head_dim)?,
+            head_dim: extent(head_dim)?,
+            feed_forward: extent(self.feed_forward_length)?,
+            experts: extent(self.experts.map_or(0, |experts| experts.count))?,
+            rope_dim: extent(head_dim)?,
+        };
+        Ok(row
+            .tensors(&dimensions, extent(num_layers.into())?)
+            .into_iter()
+            .filter(|tensor| tensor.spec.is_written(row, self.tied_embeddings))
+            .map(|tensor| TensorSpec {
+                name: tensor.name,
+                shape: tensor.shape.iter().map(|&extent| extent as u64).collect(),
+                norm: tensor.spec.tensor.is_norm(),
+            })
+            .collect())
     }
 
     /// The `<arch>.*` hyperparameter keys for a model with `num_layers` layers, as

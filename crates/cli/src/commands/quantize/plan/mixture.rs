@@ -1,13 +1,14 @@
 //! llama.cpp's mixture rules (`llama_tensor_get_type_impl`): the type each tensor role gets
 //! in the K-quant and IQ4 presets, before the block-size fallback.
 
+use runit_model::schema::{self, Tensor};
 use runit_quant::GgmlType;
 
 use super::{layer_of, ModelFacts, PlanError, Preset, TensorDescription};
 
 /// The role of a tensor for the mixture rules (llama.cpp's `tensor_category`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
+pub(super) enum Role {
     TokenEmbedding,
     Output,
     AttentionValue,
@@ -20,7 +21,44 @@ enum Role {
 }
 
 impl Role {
-    fn of(name: &str) -> Role {
+    /// The role of the tensor `name`: from the model crate's tensor schema when it lists the
+    /// name, else by llama.cpp's name rules (tensors of architectures RunIT does not run).
+    pub(super) fn of(name: &str) -> Role {
+        match schema::find(name) {
+            Some(spec) => Role::of_tensor(spec.tensor),
+            None => Role::by_name(name),
+        }
+    }
+
+    /// The role of a weight the schema knows; the same category llama.cpp's name rules give.
+    fn of_tensor(tensor: Tensor) -> Role {
+        match tensor {
+            Tensor::TokenEmbedding => Role::TokenEmbedding,
+            Tensor::Output => Role::Output,
+            Tensor::AttnV => Role::AttentionValue,
+            Tensor::AttnK => Role::AttentionKey,
+            Tensor::AttnOutput => Role::AttentionOutput,
+            Tensor::FfnDown | Tensor::FfnDownExperts => Role::FfnDown,
+            // llama.cpp's rule matches `ffn_gate` inside the router's `ffn_gate_inp` too.
+            Tensor::FfnGate | Tensor::FfnGateExperts | Tensor::FfnRouter => Role::FfnGate,
+            Tensor::FfnUp | Tensor::FfnUpExperts => Role::FfnUp,
+            Tensor::OutputNorm
+            | Tensor::RopeFreqs
+            | Tensor::AttnNorm
+            | Tensor::AttnQ
+            | Tensor::AttnQBias
+            | Tensor::AttnKBias
+            | Tensor::AttnVBias
+            | Tensor::AttnQNorm
+            | Tensor::AttnKNorm
+            | Tensor::PostAttnNorm
+            | Tensor::FfnNorm
+            | Tensor::PostFfnNorm => Role::Other,
+        }
+    }
+
+    /// llama.cpp's `tensor_category`: parts of the name.
+    pub(super) fn by_name(name: &str) -> Role {
         if name == "output.weight" {
             Role::Output
         } else if name == "token_embd.weight" || name == "per_layer_token_embd.weight" {

@@ -183,3 +183,21 @@ fn fallbacks_follow_llama_cpp() {
     assert_eq!(fallback_type(&odd, GgmlType::Q4_K), Ok(GgmlType::F16));
     assert!(fallback_type(&odd, GgmlType::Q4_0).is_err());
 }
+
+/// The roles the schema gives its tensors are the ones llama.cpp's name rules give.
+#[test]
+fn schema_roles_agree_with_llama_cpp_names() {
+    for spec in runit_model::schema::TENSORS {
+        let name = spec.name_in(Some(3));
+        assert!(runit_model::schema::find(&name).is_some(), "{name}");
+        assert_eq!(
+            mixture::Role::of(&name),
+            mixture::Role::by_name(&name),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        mixture::Role::of("blk.3.attn_qkv.weight"),
+        mixture::Role::AttentionValue
+    );
+}

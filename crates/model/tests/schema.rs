@@ -1,0 +1,142 @@
+//! The tensor schema against files made by other tools: every model file in `models/` and
+//! `shared/golden/models` holds exactly the tensors (names and shapes) its row's schema lists,
+//! and Gemma 3, written as a row here, describes the real Gemma 3 270M file: its tensors and
+//! its per-layer attention windows and RoPE bases.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use runit_backend::RopeStyle;
+use runit_gguf::GgufFile;
+use runit_model::arch::{
+    Activation, Architecture, AttentionWindow, EmbeddingScale, FfnKind, LogitSoftcap,
+    NormPlacement, QkNorm, RopeBase,
+};
+use runit_model::schema::Presence;
+use runit_model::ModelConfig;
+
+fn model_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["../../models", "../../../shared/golden/models"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            eprintln!("skipping {dir}: absent");
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "gguf") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+type Table = BTreeMap<String, Vec<usize>>;
+
+/// The file's tensors, by name.
+fn file_table(file: &GgufFile) -> Table {
+    file.tensors()
+        .iter()
+        .map(|info| {
+            let shape = info.shape.iter().map(|&extent| extent as usize).collect();
+            (info.name.clone(), shape)
+        })
+        .collect()
+}
+
+/// The tensors the schema expects in `file`: the required ones, and the optional ones it holds.
+fn schema_table(config: &ModelConfig, file: &GgufFile) -> Table {
+    config
+        .arch
+        .tensors(&config.dimensions(), config.block_count)
+        .into_iter()
+        .filter(|tensor| {
+            tensor.spec.is_required(config.arch) || file.tensor(&tensor.name).is_some()
+        })
+        .map(|tensor| (tensor.name, tensor.shape))
+        .collect()
+}
+
+#[test]
+fn model_files_hold_exactly_their_rows_tensors() {
+    let mut checked = 0;
+    for path in model_files() {
+        let file = GgufFile::open(&path).expect("model opens");
+        let Some(arch) = file
+            .get_str("general.architecture")
+            .ok()
+            .and_then(runit_model::arch::find)
+        else {
+            continue;
+        };
+        let config = ModelConfig::from_gguf(&file).expect("config");
+        assert_eq!(config.arch, arch);
+        assert_eq!(
+            schema_table(&config, &file),
+            file_table(&file),
+            "{}",
+            path.display()
+        );
+        checked += 1;
+    }
+    eprintln!("{checked} files checked");
+}
+
+/// Gemma 3 as llama.cpp computes it (src/models/gemma3.cpp): norms before and after each
+/// sublayer, GeGLU, embeddings scaled by sqrt(embd), five local layers then one global one,
+/// local layers on RoPE base 10 000.
+const GEMMA3: Architecture = Architecture {
+    name: "gemma3",
+    covers: "Gemma 3",
+    rope_style: RopeStyle::Neox,
+    rope_base: RopeBase::LocalGlobal {
+        local_default: 10_000.0,
+    },
+    qkv_bias: false,
+    qk_norm: QkNorm::PerHead,
+    norm_placement: NormPlacement::PreAndPost,
+    ffn: FfnKind::DenseGated,
+    activation: Activation::GeluTanh,
+    embedding_scale: EmbeddingScale::SqrtEmbd,
+    attention_window: AttentionWindow::Pattern { default_period: 6 },
+    logit_softcap: LogitSoftcap::None,
+    tied_output: true,
+};
+
+#[test]
+fn gemma3_is_a_row() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
+    if !path.exists() {
+        eprintln!("skipping: {} is absent", path.display());
+        return;
+    }
+    let file = GgufFile::open(&path).expect("model opens");
+    let config = ModelConfig::from_gguf_as(&file, &GEMMA3).expect("config");
+    assert_eq!(schema_table(&config, &file), file_table(&file));
+    let output = config
+        .arch
+        .tensor_specs()
+        .find(|spec| spec.name == "output.weight")
+        .expect("an output head");
+    assert_eq!(output.presence, Presence::TiedToEmbedding);
+    assert!(file.tensor("output.weight").is_none(), "tied");
+
+    assert_eq!(config.embedding_scale(), Some(640f32.sqrt()));
+    assert_eq!((config.rope_theta, config.sliding_window), (1e6, Some(512)));
+    let global_layers: Vec<usize> = (0..config.block_count)
+        .filter(|&layer| config.layer(layer).sliding_window.is_none())
+        .collect();
+    assert_eq!(global_layers, [5, 11, 17]);
+    for (index, layer) in config.layers().iter().enumerate() {
+        let expected_theta = if global_layers.contains(&index) {
+            1e6
+        } else {
+            1e4
+        };
+        assert_eq!(layer.rope_theta, expected_theta, "layer {index}");
+        assert_eq!(layer.rope_freq_scale, 1.0, "layer {index}");
+    }
+}
