@@ -15,6 +15,7 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
+mod observer;
 pub mod resident;
 mod weights;
 
@@ -25,7 +26,8 @@ use runit_gguf::GgufFile;
 
 pub use config::ModelConfig;
 pub use error::ModelError;
-pub use forward::{Batch, KvState, LayerObserver, Scratch};
+pub use forward::{Batch, KvState, Scratch};
+pub use observer::LayerObserver;
 pub use resident::WeightPlacement;
 pub use weights::{FfnWeights, LayerWeights, ModelWeights};
 

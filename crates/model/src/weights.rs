@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use runit_backend::{Backend, HostMemory, Op, Weight};
+use runit_backend::{Backend, HostMemory, Op, Weight, WeightRole, WeightSource};
 use runit_gguf::GgufFile;
 
 use crate::arch::{FfnKind, QkNorm};
@@ -92,9 +92,19 @@ impl Loader<'_> {
         }
         let start = (self.file.data_offset() + info.offset) as usize;
         let range = start..start + info.n_bytes as usize;
-        let weight =
-            self.backend
-                .load_weight(name, info.ty, shape, Arc::clone(&self.memory), range)?;
+        // The token embedding keeps its role when it is loaded again as the tied output.
+        let role = match name {
+            "token_embd.weight" => WeightRole::TokenEmbedding,
+            _ => WeightRole::of_shape(shape),
+        };
+        let weight = self.backend.load_weight(WeightSource {
+            name,
+            role,
+            ty: info.ty,
+            shape,
+            memory: Arc::clone(&self.memory),
+            range,
+        })?;
         Ok(Some(weight))
     }
 }
