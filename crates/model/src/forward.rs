@@ -8,17 +8,15 @@
 //!
 //! The last layer's FFN and the output run only on the rows whose logits are wanted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use runit_backend::{
     Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError,
-    Buffer, FusedOps, GatedFfn, GatedFfnRun, KvCache, KvType, MoeBuffers, MoeFfn, MoeFfnRun, Pick,
-    Projection, QkNorms, RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey,
-    Weight,
+    Buffer, FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection,
+    QkNorms, RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 
 use crate::observer::{LayerObserver, Observed, PassRows};
 use crate::weights::{FfnWeights, LayerWeights};
+use crate::workspace::{FfnScratch, KvState, Scratch};
 use crate::{Model, ModelError};
 
 /// One step's input: tokens of one or more sequences.
@@ -30,108 +28,6 @@ pub struct Batch<'a> {
     pub spans: &'a [SequenceSpan],
     /// Rows whose logits are wanted, in output order.
     pub logit_rows: &'a [u32],
-}
-
-/// Per-layer key and value caches.
-pub struct KvState {
-    pub keys: Vec<KvCache>,
-    pub values: Vec<KvCache>,
-    pub n_cells: usize,
-    /// Unique id of these caches (part of a captured step's identity).
-    id: u64,
-}
-
-/// Source of unique ids for scratch buffers and caches: a captured forward pass is only
-/// replayed on the very buffers it was recorded with.
-fn next_workspace_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-impl KvState {
-    /// Caches of `n_cells` token slots for every layer of `model`.
-    pub fn new(model: &Model, n_cells: usize, ty: KvType) -> Result<KvState, ModelError> {
-        let width = model.config.kv_width();
-        let mut keys = Vec::with_capacity(model.config.block_count);
-        let mut values = Vec::with_capacity(model.config.block_count);
-        for _ in 0..model.config.block_count {
-            keys.push(model.backend.alloc_kv(n_cells, width, ty)?);
-            values.push(model.backend.alloc_kv(n_cells, width, ty)?);
-        }
-        Ok(KvState {
-            keys,
-            values,
-            n_cells,
-            id: next_workspace_id(),
-        })
-    }
-}
-
-/// Activation buffers for batches of up to `capacity` tokens, reused every step.
-pub struct Scratch {
-    pub capacity: usize,
-    id: u64,
-    x: Buffer,      // [tokens, embd] residual stream
-    normed: Buffer, // [tokens, embd] the residual stream's norm before each block
-    q: Buffer,      // [tokens, heads * head_dim]
-    k: Buffer,      // [tokens, kv_heads * head_dim]
-    v: Buffer,      // [tokens, kv_heads * head_dim]
-    attn: Buffer,   // [tokens, heads * head_dim]
-    proj: Buffer,   // [tokens, embd] each block's output (attention, FFN)
-    ffn: FfnScratch,
-    out_x: Buffer,    // [logit rows, embd] the residual rows whose logits are wanted
-    out_proj: Buffer, // [logit rows, embd] their blocks' outputs
-    logits: Buffer,   // [logit rows, vocab]
-}
-
-/// Buffers of the FFN inside a layer.
-struct FfnScratch {
-    hidden: Buffer, // [tokens, ff] the activation's output
-    up: Buffer,     // [tokens, ff]
-    moe: Option<MoeScratch>,
-}
-
-struct MoeScratch {
-    router: Buffer,     // [tokens, experts]
-    gathered: Buffer,   // [tokens, embd]
-    expert_out: Buffer, // [tokens, embd]
-}
-
-impl Scratch {
-    /// Buffers for batches of up to `capacity` tokens.
-    pub fn new(model: &Model, capacity: usize) -> Result<Scratch, ModelError> {
-        let c = &model.config;
-        let b = &model.backend;
-        let t = capacity.max(1);
-        let moe = if c.expert_count > 0 {
-            Some(MoeScratch {
-                router: b.alloc(t * c.expert_count)?,
-                gathered: b.alloc(t * c.embedding_length)?,
-                expert_out: b.alloc(t * c.embedding_length)?,
-            })
-        } else {
-            None
-        };
-        Ok(Scratch {
-            capacity: t,
-            id: next_workspace_id(),
-            x: b.alloc(t * c.embedding_length)?,
-            normed: b.alloc(t * c.embedding_length)?,
-            q: b.alloc(t * c.q_width())?,
-            k: b.alloc(t * c.kv_width())?,
-            v: b.alloc(t * c.kv_width())?,
-            attn: b.alloc(t * c.q_width())?,
-            proj: b.alloc(t * c.embedding_length)?,
-            ffn: FfnScratch {
-                hidden: b.alloc(t * c.feed_forward_length)?,
-                up: b.alloc(t * c.feed_forward_length)?,
-                moe,
-            },
-            out_x: b.alloc(t * c.embedding_length)?,
-            out_proj: b.alloc(t * c.embedding_length)?,
-            logits: b.alloc(t * c.vocab_size)?,
-        })
-    }
 }
 
 /// The rows of the residual stream a layer's FFN half works on: `x` (`[rows, embd]`), the
@@ -279,12 +175,17 @@ impl Model {
         let w = &self.weights;
         let tokens = batch.tokens.len();
         b.embedding(&w.token_embd, batch.tokens, &mut s.x)?;
-        let (Some(first), Some(last)) = (w.layers.first(), w.layers.last()) else {
+        let Some(last) = w.layers.len().checked_sub(1) else {
             return self.logits_without_layers(b, batch.logit_rows, s);
         };
         let shape = self.attention_shape();
-        b.rms_norm(&s.x, self.norm(&first.attn_norm), tokens, &mut s.normed)?;
-        for (i, (layer, next)) in w.layers.iter().zip(&w.layers[1..]).enumerate() {
+        b.rms_norm(
+            &s.x,
+            self.norm(&w.layers[0].attn_norm),
+            tokens,
+            &mut s.normed,
+        )?;
+        for i in 0..last {
             self.attention(b, &shape, i, batch, kv, s)?;
             let residual = Residual {
                 rows: tokens,
@@ -292,13 +193,14 @@ impl Model {
                 delta: &mut s.proj,
                 normed: &mut s.normed,
             };
-            self.feed_forward_block(b, layer, &next.attn_norm, residual, &mut s.ffn)?;
+            let next_norm = &w.layers[i + 1].attn_norm;
+            self.feed_forward_block(b, &w.layers[i], next_norm, residual, &mut s.ffn)?;
         }
-        self.attention(b, &shape, w.layers.len() - 1, batch, kv, s)?;
+        self.attention(b, &shape, last, batch, kv, s)?;
         // Without logits wanted (a prompt chunk before the last), the keys and values were
         // all this pass had to make.
         if !batch.logit_rows.is_empty() {
-            self.last_rows(b, last, batch.logit_rows, s)?;
+            self.last_rows(b, &w.layers[last], batch.logit_rows, s)?;
         }
         Ok(())
     }

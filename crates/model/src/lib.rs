@@ -18,6 +18,7 @@ mod forward;
 mod observer;
 pub mod resident;
 mod weights;
+mod workspace;
 
 use std::sync::Arc;
 
@@ -26,10 +27,11 @@ use runit_gguf::GgufFile;
 
 pub use config::ModelConfig;
 pub use error::ModelError;
-pub use forward::{Batch, KvState, Scratch};
+pub use forward::Batch;
 pub use observer::LayerObserver;
 pub use resident::WeightPlacement;
 pub use weights::{FfnWeights, LayerWeights, ModelWeights};
+pub use workspace::{KvState, Scratch};
 
 /// A loaded decoder: configuration, weights on a backend, and the file they live in.
 pub struct Model {

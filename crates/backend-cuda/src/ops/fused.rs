@@ -5,8 +5,8 @@
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::{
-    unfused, AddRmsNorm, BackendError, KvType, PrimitiveOps, QkNorms, RopeKvWrite, RopeParams,
-    RopeStyle, Weight,
+    unfused, AddRmsNorm, BackendError, KvType, PrimitiveOps, RopeKvWrite, RopeParams, RopeStyle,
+    Weight,
 };
 use runit_quant::GgmlType;
 
@@ -99,7 +99,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         && op
             .qk_norms
             .is_some_and(|n| in_kernel(n.q) && in_kernel(n.k));
-    let head_norms: Option<QkNorms<'_>> = op.qk_norms.filter(|_| norms_in_kernel);
+    let kernel_norms = op.qk_norms.filter(|_| norms_in_kernel);
     if !norms_in_kernel {
         unfused::qk_norms_in_place(backend, &mut op)?;
     }
@@ -171,7 +171,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     let width = to_u32(OP, "cache width", width)?;
     let kv_rows = to_u32(OP, "rows", kv_rows)?;
     let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
-    let (q_norm, k_norm, norm_eps) = match head_norms {
+    let (q_norm, k_norm, norm_eps) = match kernel_norms {
         Some(n) => (
             weight_ptr(OP, "q norm", n.q)?,
             weight_ptr(OP, "k norm", n.k)?,
@@ -211,7 +211,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         v_n,
         q_norm,
         k_norm,
-        u32::from(head_norms.is_some()),
+        u32::from(kernel_norms.is_some()),
         norm_eps
     )
 }
