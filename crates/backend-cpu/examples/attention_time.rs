@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
-use runit_backend::{AttentionParams, Backend, KvType, SequenceSpan};
+use runit_backend::{
+    Attention, AttentionParams, Device, KvType, KvWrite, PrimitiveOps, SequenceSpan,
+};
 use runit_backend_cpu::CpuBackend;
 
 fn main() {
@@ -61,9 +63,14 @@ fn main() {
                 block_table: (0..cells / block_size).map(|b| b as u32).collect(),
                 block_size,
             }];
-            backend
-                .kv_write(&kb, &vb, &mut k, &mut v, &all)
-                .expect("kv write");
+            let write = KvWrite {
+                k: &kb,
+                v: &vb,
+                k_cache: &mut k,
+                v_cache: &mut v,
+                spans: &all,
+            };
+            backend.kv_write(write).expect("kv write");
             (k, v)
         })
         .collect();
@@ -91,10 +98,15 @@ fn main() {
                     let sum: u64 = flush.iter().step_by(8).sum();
                     std::hint::black_box(sum);
                 }
+                let attention = Attention {
+                    q: &q,
+                    k_cache: k,
+                    v_cache: v,
+                    spans: &spans,
+                    params: &params,
+                };
                 let start = Instant::now();
-                backend
-                    .attention(&q, k, v, &spans, &params, &mut out)
-                    .expect("attention");
+                backend.attention(&attention, &mut out).expect("attention");
                 elapsed += start.elapsed().as_secs_f64();
             }
         }

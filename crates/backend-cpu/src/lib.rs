@@ -12,8 +12,7 @@
 //! (`tests/golden_exact.rs` checks layers 0 and 1).
 //!
 //! ```
-//! use std::sync::Arc;
-//! use runit_backend::Backend;
+//! use runit_backend::{Device, PrimitiveOps};
 //! use runit_backend_cpu::CpuBackend;
 //!
 //! let backend = CpuBackend::new(1).unwrap();

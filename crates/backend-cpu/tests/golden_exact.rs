@@ -11,7 +11,8 @@ use std::path::PathBuf;
 mod common;
 
 use runit_backend::{
-    AttentionParams, Backend, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
+    Activation, Attention, AttentionParams, Backend, Buffer, Device, KvType, KvWrite, PrimitiveOps,
+    RmsNorm, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_gguf::GgufFile;
@@ -153,8 +154,12 @@ fn check_smollm2(backend: &CpuBackend) -> Vec<String> {
     for layer in 0..2 {
         let w = |name: &str| format!("blk.{layer}.{name}.weight");
         let node = |name: &str| format!("{name}-{layer}");
-        b.rms_norm(&x, &run.weight(&w("attn_norm")), eps, tokens, &mut normed)
-            .unwrap();
+        let attn_norm = run.weight(&w("attn_norm"));
+        let attn_norm = RmsNorm {
+            weight: &attn_norm,
+            eps,
+        };
+        b.rms_norm(&x, attn_norm, tokens, &mut normed).unwrap();
         run.check(&node("attn_norm"), "MUL", &normed, n_embd);
         let mut q = run.matmul(&w("attn_q"), &normed, n_embd);
         let mut k = run.matmul(&w("attn_k"), &normed, kv_width);
@@ -168,24 +173,41 @@ fn check_smollm2(backend: &CpuBackend) -> Vec<String> {
         run.check(&node("Kcur"), "ROPE", &k, kv_width);
         let mut k_cache = b.alloc_kv(32, kv_width, KvType::F16).unwrap();
         let mut v_cache = b.alloc_kv(32, kv_width, KvType::F16).unwrap();
-        b.kv_write(&k, &v, &mut k_cache, &mut v_cache, &spans)
-            .unwrap();
+        b.kv_write(KvWrite {
+            k: &k,
+            v: &v,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+        })
+        .unwrap();
         let mut attended = run.alloc(n_embd);
-        b.attention(&q, &k_cache, &v_cache, &spans, &attention, &mut attended)
-            .unwrap();
+        let attend = Attention {
+            q: &q,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &spans,
+            params: &attention,
+        };
+        b.attention(&attend, &mut attended).unwrap();
         run.check(&node("kqv_out"), "RESHAPE", &attended, n_embd);
         let projected = run.matmul(&w("attn_output"), &attended, n_embd);
         run.check(&node("attn_out"), "MUL_MAT", &projected, n_embd);
         b.add(&mut x, &projected, tokens * n_embd).unwrap();
         run.check(&node("ffn_inp"), "ADD", &x, n_embd);
-        b.rms_norm(&x, &run.weight(&w("ffn_norm")), eps, tokens, &mut normed)
-            .unwrap();
+        let ffn_norm = run.weight(&w("ffn_norm"));
+        let ffn_norm = RmsNorm {
+            weight: &ffn_norm,
+            eps,
+        };
+        b.rms_norm(&x, ffn_norm, tokens, &mut normed).unwrap();
         run.check(&node("ffn_norm"), "MUL", &normed, n_embd);
         let mut gate = run.matmul(&w("ffn_gate"), &normed, n_ff);
         let up = run.matmul(&w("ffn_up"), &normed, n_ff);
         run.check(&node("ffn_gate"), "MUL_MAT", &gate, n_ff);
         run.check(&node("ffn_up"), "MUL_MAT", &up, n_ff);
-        b.silu_mul(&mut gate, &up, tokens * n_ff).unwrap();
+        b.gated_activation(Activation::Silu, &mut gate, &up, tokens * n_ff)
+            .unwrap();
         run.check(&node("ffn_swiglu"), "SWIGLU", &gate, n_ff);
         let down = run.matmul(&w("ffn_down"), &gate, n_embd);
         run.check(&node("ffn_out"), "MUL_MAT", &down, n_embd);

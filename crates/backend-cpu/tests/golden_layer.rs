@@ -8,7 +8,8 @@ use std::path::PathBuf;
 mod common;
 
 use runit_backend::{
-    AttentionParams, Backend, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan, Weight,
+    Activation, Attention, AttentionParams, Backend, Buffer, KvType, KvWrite, RmsNorm, RopeParams,
+    RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_gguf::GgufFile;
@@ -192,14 +193,12 @@ fn layer_zero_matches_llama_cpp() {
         check2("embd", "GET_ROWS", n_embd, &embd, BEFORE_ATTENTION);
 
         let mut norm = b.alloc(tokens * n_embd).unwrap();
-        b.rms_norm(
-            &embd,
-            &layer.weight("blk.0.attn_norm.weight"),
+        let attn_norm = layer.weight("blk.0.attn_norm.weight");
+        let attn_norm = RmsNorm {
+            weight: &attn_norm,
             eps,
-            tokens,
-            &mut norm,
-        )
-        .unwrap();
+        };
+        b.rms_norm(&embd, attn_norm, tokens, &mut norm).unwrap();
         check2("attn_norm-0", "MUL", n_embd, &norm, BEFORE_ATTENTION);
 
         let project = |name: &str, input: &Buffer, width: usize| {
@@ -260,8 +259,14 @@ fn layer_zero_matches_llama_cpp() {
             block_table: vec![2, 0],
             block_size: 16,
         }];
-        b.kv_write(&k, &v, &mut k_cache, &mut v_cache, &spans)
-            .unwrap();
+        b.kv_write(KvWrite {
+            k: &k,
+            v: &v,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+        })
+        .unwrap();
         let params = AttentionParams {
             heads,
             kv_heads,
@@ -270,8 +275,14 @@ fn layer_zero_matches_llama_cpp() {
             sliding_window: None,
         };
         let mut attention = b.alloc(tokens * n_embd).unwrap();
-        b.attention(&q, &k_cache, &v_cache, &spans, &params, &mut attention)
-            .unwrap();
+        let attend = Attention {
+            q: &q,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &spans,
+            params: &params,
+        };
+        b.attention(&attend, &mut attention).unwrap();
         let rows = layer.read(&attention, tokens * n_embd);
         check(
             &dump,
@@ -286,20 +297,19 @@ fn layer_zero_matches_llama_cpp() {
         check2("node_26", "MUL_MAT", n_embd, &residual, AFTER_ATTENTION);
         b.add(&mut residual, &embd, tokens * n_embd).unwrap();
         check2("ffn_inp-0", "ADD", n_embd, &residual, AFTER_ATTENTION);
-        b.rms_norm(
-            &residual,
-            &layer.weight("blk.0.ffn_norm.weight"),
+        let ffn_norm = layer.weight("blk.0.ffn_norm.weight");
+        let ffn_norm = RmsNorm {
+            weight: &ffn_norm,
             eps,
-            tokens,
-            &mut norm,
-        )
-        .unwrap();
+        };
+        b.rms_norm(&residual, ffn_norm, tokens, &mut norm).unwrap();
         let mut gate = project("blk.0.ffn_gate", &norm, n_ff);
         let up = project("blk.0.ffn_up", &norm, n_ff);
         check2("ffn_norm-0", "MUL", n_embd, &norm, AFTER_ATTENTION);
         check2("ffn_gate-0", "MUL_MAT", n_ff, &gate, AFTER_ATTENTION);
         check2("ffn_up-0", "MUL_MAT", n_ff, &up, AFTER_ATTENTION);
-        b.silu_mul(&mut gate, &up, tokens * n_ff).unwrap();
+        b.gated_activation(Activation::Silu, &mut gate, &up, tokens * n_ff)
+            .unwrap();
         check2("ffn_swiglu-0", "SWIGLU", n_ff, &gate, AFTER_ATTENTION);
         let mut out = project("blk.0.ffn_down", &gate, n_embd);
         check2("ffn_out-0", "MUL_MAT", n_embd, &out, AFTER_ATTENTION);

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvType, RopeParams, RopeStyle, SequenceSpan,
-    Weight,
+    Activation, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer, Device,
+    FusedOps, GatedFfn, GatedFfnRun, KvType, KvWrite, PrimitiveOps, Projection, RopeParams,
+    RopeStyle, SequenceSpan, Weight, WeightRole, WeightSource,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_quant::GgmlType;
@@ -88,18 +89,23 @@ fn attention_of_two_tokens_matches_f64() {
             let spans = [span(0, 2, 0, &[1])];
             let k_buffer = buffer(&b, &k.concat());
             let v_buffer = buffer(&b, &v.concat());
-            b.kv_write(&k_buffer, &v_buffer, &mut k_cache, &mut v_cache, &spans)
-                .unwrap();
-            let mut out = b.alloc(16).unwrap();
-            b.attention(
-                &buffer(&b, &q.concat()),
-                &k_cache,
-                &v_cache,
-                &spans,
-                &params,
-                &mut out,
-            )
+            b.kv_write(KvWrite {
+                k: &k_buffer,
+                v: &v_buffer,
+                k_cache: &mut k_cache,
+                v_cache: &mut v_cache,
+                spans: &spans,
+            })
             .unwrap();
+            let mut out = b.alloc(16).unwrap();
+            let attention = Attention {
+                q: &buffer(&b, &q.concat()),
+                k_cache: &k_cache,
+                v_cache: &v_cache,
+                spans: &spans,
+                params: &params,
+            };
+            b.attention(&attention, &mut out).unwrap();
             for (got, want) in read(&b, &out).iter().zip(&expected) {
                 assert!(
                     (f64::from(*got) - want).abs() < tolerance,
@@ -128,24 +134,23 @@ fn sliding_window_of_one_returns_own_value() {
         let spans = [span(0, 3, 0, &[1, 0])];
         let v = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6];
         let k = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
-        b.kv_write(
-            &buffer(&b, &k),
-            &buffer(&b, &v),
-            &mut k_cache,
-            &mut v_cache,
-            &spans,
-        )
+        b.kv_write(KvWrite {
+            k: &buffer(&b, &k),
+            v: &buffer(&b, &v),
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+        })
         .unwrap();
         let mut out = b.alloc(6).unwrap();
-        b.attention(
-            &buffer(&b, &[1.0; 6]),
-            &k_cache,
-            &v_cache,
-            &spans,
-            &params,
-            &mut out,
-        )
-        .unwrap();
+        let attention = Attention {
+            q: &buffer(&b, &[1.0; 6]),
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &spans,
+            params: &params,
+        };
+        b.attention(&attention, &mut out).unwrap();
         let rounded: Vec<f32> = v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect();
         assert_eq!(read(&b, &out), rounded);
     }
@@ -230,17 +235,23 @@ fn bad_inputs_are_errors() {
         })
     ));
     let memory: Arc<dyn runit_backend::HostMemory> = Arc::new(vec![0u8; 10]);
+    let source = |shape| WeightSource {
+        name: "w",
+        role: WeightRole::Matrix,
+        ty: GgmlType::Q4_0,
+        shape,
+        memory: memory.clone(),
+        range: 0..10,
+    };
     assert!(matches!(
-        b.load_weight("w", GgmlType::Q4_0, &[32, 1], memory.clone(), 0..10),
+        b.load_weight(source(&[32, 1])),
         Err(BackendError::Shape {
             expected: 18,
             found: 10,
             ..
         })
     ));
-    assert!(b
-        .load_weight("w", GgmlType::Q4_0, &[30, 1], memory, 0..10)
-        .is_err());
+    assert!(b.load_weight(source(&[30, 1])).is_err());
     let mut q = b.alloc(8).unwrap();
     let params = RopeParams {
         style: RopeStyle::Normal,
@@ -408,19 +419,18 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
                     let mut fused =
                         [q_rows, kv_rows, kv_rows].map(|n| backend.alloc(tokens * n).unwrap());
                     let [fq, fk, fv] = &mut fused;
+                    let projections =
+                        [(&wq, 0), (&wk, 1), (&wv, 2)].map(|(weight, i)| Projection {
+                            weight,
+                            bias: bias_of(i),
+                        });
                     backend
-                        .matmul_qkv(
-                            [&wq, &wk, &wv],
-                            [bias_of(0), bias_of(1), bias_of(2)],
-                            &x,
-                            tokens,
-                            [fq, fk, fv],
-                        )
+                        .matmul_qkv(projections, &x, tokens, [fq, fk, fv])
                         .unwrap();
                     for (i, (w, out)) in [&wq, &wk, &wv].into_iter().zip(&fused).enumerate() {
                         let mut alone = backend.alloc(w.rows() * tokens).unwrap();
                         backend
-                            .matmul_bias(w, bias_of(i), &x, tokens, &mut alone)
+                            .matmul_bias(projections[i], &x, tokens, &mut alone)
                             .unwrap();
                         assert_eq!(
                             bits(&read(&backend, out)),
@@ -435,16 +445,29 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
                         backend.alloc(tokens * n).unwrap(),
                         backend.alloc(tokens * n).unwrap(),
                     );
-                    backend
-                        .matmul_swiglu(gate, up, &x, tokens, &mut up_out, &mut out)
-                        .unwrap();
+                    let ffn = |down| GatedFfn {
+                        gate,
+                        up,
+                        down,
+                        activation: Activation::Silu,
+                    };
+                    let run = GatedFfnRun {
+                        ffn: ffn(gate),
+                        x: &x,
+                        tokens,
+                        up: &mut up_out,
+                        hidden: &mut out,
+                    };
+                    backend.gated_ffn_hidden(run).unwrap();
                     let (mut g, mut u) = (
                         backend.alloc(tokens * n).unwrap(),
                         backend.alloc(tokens * n).unwrap(),
                     );
                     backend.matmul(gate, &x, tokens, &mut g).unwrap();
                     backend.matmul(up, &x, tokens, &mut u).unwrap();
-                    backend.silu_mul(&mut g, &u, tokens * n).unwrap();
+                    backend
+                        .gated_activation(Activation::Silu, &mut g, &u, tokens * n)
+                        .unwrap();
                     assert_eq!(
                         bits(&read(&backend, &up_out)),
                         bits(&read(&backend, &u)),
@@ -457,18 +480,14 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
                     );
                     for down in downs.iter().filter(|down| down.row_len() == n) {
                         let mut y = backend.alloc(tokens * 96).unwrap();
-                        backend
-                            .matmul_swiglu_down(
-                                gate,
-                                up,
-                                down,
-                                &x,
-                                tokens,
-                                &mut up_out,
-                                &mut out,
-                                &mut y,
-                            )
-                            .unwrap();
+                        let run = GatedFfnRun {
+                            ffn: ffn(down),
+                            x: &x,
+                            tokens,
+                            up: &mut up_out,
+                            hidden: &mut out,
+                        };
+                        backend.gated_ffn(run, &mut y).unwrap();
                         let mut alone = backend.alloc(tokens * 96).unwrap();
                         backend.matmul(down, &g, tokens, &mut alone).unwrap();
                         let what = format!("{ty}, {tokens} tokens, {} down of {n}", down.ty);
@@ -491,14 +510,20 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
 
 /// The CPU's fused RoPE + KV write (one angle table per token for Q and K, tokens split
 /// among the threads) equals the unfused default bit for bit: the rotated Q and K, and the
-/// cache the attention then reads; with and without head norms and frequency factors.
+/// cache the attention then reads; with and without QK norms (per head, and over the whole
+/// projection) and frequency factors.
 #[test]
 fn fused_rope_kv_write_equals_the_unfused_ops() {
-    use runit_backend::{unfused, HeadNorms};
+    use runit_backend::{unfused, QkNorms, RopeKvWrite};
     let mut rng = Rng::new(0x0a9e);
     let (heads, kv_heads, head_dim) = (6, 2, 16);
     for b in backends() {
-        for (tokens, norms, factors) in [(1, false, false), (8, false, true), (5, true, false)] {
+        for (tokens, norms, factors, full_width) in [
+            (1, false, false, false),
+            (8, false, true, false),
+            (5, true, false, false),
+            (3, true, true, true),
+        ] {
             let positions: Vec<u32> = (0..tokens as u32).map(|t| 3 + 2 * t).collect();
             let params = |heads: usize| RopeParams {
                 style: RopeStyle::Neox,
@@ -516,12 +541,18 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                 let values = rng.values(head_dim / 2, 1.0, 4.0);
                 make_weight(&b, "freqs", GgmlType::F32, &[head_dim / 2], &values).unwrap()
             });
-            let norm = |name: &str, rng: &mut Rng| {
-                let values = rng.values(head_dim, 0.5, 1.5);
-                make_weight(&b, name, GgmlType::F32, &[head_dim], &values).unwrap()
+            let norm = |name: &str, heads: usize, rng: &mut Rng| {
+                let width = if full_width {
+                    heads * head_dim
+                } else {
+                    head_dim
+                };
+                let values = rng.values(width, 0.5, 1.5);
+                make_weight(&b, name, GgmlType::F32, &[width], &values).unwrap()
             };
-            let (q_norm, k_norm) = (norm("q_norm", &mut rng), norm("k_norm", &mut rng));
-            let head_norms = norms.then_some(HeadNorms {
+            let q_norm = norm("q_norm", heads, &mut rng);
+            let k_norm = norm("k_norm", kv_heads, &mut rng);
+            let qk_norms = norms.then_some(QkNorms {
                 q: &q_norm,
                 k: &k_norm,
                 eps: 1e-6,
@@ -531,36 +562,23 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                 let (mut qb, mut kb, vb) = (buffer(&b, &q), buffer(&b, &k), buffer(&b, &v));
                 let mut k_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
                 let mut v_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
-                let args = (&positions[..], &q_params, &k_params, freqs.as_ref());
+                let op = RopeKvWrite {
+                    q: &mut qb,
+                    k: &mut kb,
+                    v: &vb,
+                    positions: &positions,
+                    q_rope: &q_params,
+                    k_rope: &k_params,
+                    freq_factors: freqs.as_ref(),
+                    k_cache: &mut k_cache,
+                    v_cache: &mut v_cache,
+                    spans: &spans,
+                    qk_norms,
+                };
                 if fused {
-                    b.rope_kv_write(
-                        &mut qb,
-                        &mut kb,
-                        &vb,
-                        args.0,
-                        args.1,
-                        args.2,
-                        args.3,
-                        &mut k_cache,
-                        &mut v_cache,
-                        &spans,
-                        head_norms,
-                    )
+                    b.rope_kv_write(op)
                 } else {
-                    unfused::rope_kv_write(
-                        &b,
-                        &mut qb,
-                        &mut kb,
-                        &vb,
-                        args.0,
-                        args.1,
-                        args.2,
-                        args.3,
-                        &mut k_cache,
-                        &mut v_cache,
-                        &spans,
-                        head_norms,
-                    )
+                    unfused::rope_kv_write(&b, op)
                 }
                 .unwrap();
                 let mut out = b.alloc(tokens * heads * head_dim).unwrap();
@@ -571,15 +589,21 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                     scale: 0.25,
                     sliding_window: None,
                 };
-                b.attention(&qb, &k_cache, &v_cache, &spans, &attention, &mut out)
-                    .unwrap();
+                let attend = Attention {
+                    q: &qb,
+                    k_cache: &k_cache,
+                    v_cache: &v_cache,
+                    spans: &spans,
+                    params: &attention,
+                };
+                b.attention(&attend, &mut out).unwrap();
                 [read(&b, &qb), read(&b, &kb), read(&b, &out)]
                     .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
             };
             assert_eq!(
                 run(true),
                 run(false),
-                "{} threads, {tokens} tokens, norms {norms}, factors {factors}",
+                "{} threads, {tokens} tokens, norms {norms} (full width {full_width}), factors {factors}",
                 b.threads()
             );
         }
@@ -604,13 +628,13 @@ fn attention_output_equals_attention_then_matmul() {
             buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),
             buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),
         );
-        b.kv_write(
-            &k,
-            &v,
-            &mut k_cache,
-            &mut v_cache,
-            &[span(0, cells, 0, &table)],
-        )
+        b.kv_write(KvWrite {
+            k: &k,
+            v: &v,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &[span(0, cells, 0, &table)],
+        })
         .unwrap();
         let params = AttentionParams {
             heads,
@@ -648,16 +672,26 @@ fn attention_output_equals_attention_then_matmul() {
                     b.alloc(tokens * width).unwrap(),
                     b.alloc(tokens * 96).unwrap(),
                 );
-                b.attention_output(
-                    &q, &k_cache, &v_cache, &spans, &params, &mut attn, &wo, tokens, &mut out,
-                )
+                let attention = Attention {
+                    q: &q,
+                    k_cache: &k_cache,
+                    v_cache: &v_cache,
+                    spans: &spans,
+                    params: &params,
+                };
+                b.attention_output(AttentionOutput {
+                    attention,
+                    attn: &mut attn,
+                    projection: &wo,
+                    tokens,
+                    out: &mut out,
+                })
                 .unwrap();
                 let (mut attn_alone, mut out_alone) = (
                     b.alloc(tokens * width).unwrap(),
                     b.alloc(tokens * 96).unwrap(),
                 );
-                b.attention(&q, &k_cache, &v_cache, &spans, &params, &mut attn_alone)
-                    .unwrap();
+                b.attention(&attention, &mut attn_alone).unwrap();
                 b.matmul(&wo, &attn_alone, tokens, &mut out_alone).unwrap();
                 let what = format!(
                     "{} threads, {ty}, {tokens} rows, decode {decode}",

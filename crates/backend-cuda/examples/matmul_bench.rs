@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use runit_backend::testing::parity::WEIGHT_TYPES;
-use runit_backend::{Backend, BackendError, Buffer, HostMemory, StepKey, Weight};
+use runit_backend::{
+    BackendError, Buffer, Device, HostMemory, PrimitiveOps, StepKey, Weight, WeightRole,
+    WeightSource,
+};
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;
 
@@ -97,7 +100,14 @@ fn random_weight(
     let bytes = random_bytes(row_bytes * n_out, 0x9e37_79b9 + ty.id() as u64);
     let len = bytes.len();
     let memory: Arc<dyn HostMemory> = Arc::new(bytes);
-    let weight = cuda.load_weight("bench.weight", ty, &[n_in, n_out], memory, 0..len)?;
+    let weight = cuda.load_weight(WeightSource {
+        name: "bench.weight",
+        role: WeightRole::Matrix,
+        ty,
+        shape: &[n_in, n_out],
+        memory,
+        range: 0..len,
+    })?;
     Ok((weight, len))
 }
 

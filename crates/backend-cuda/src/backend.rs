@@ -1,12 +1,13 @@
-//! The [`Backend`] trait on [`CudaBackend`]: buffers and weights in device memory, each op
+//! The backend contract on [`CudaBackend`]: buffers and weights in device memory, each op
 //! delegating to its module under `ops/` or `matmul/`, and the step/graph hooks (see
 //! [`crate::step`]).
 
 use std::sync::Arc;
 
 use runit_backend::{
-    unfused, AttentionParams, Backend, BackendError, Buffer, HeadNorms, HostMemory, KvCache,
-    KvType, MoeBuffers, MoeFfn, Op, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    unfused, Activation, AddRmsNorm, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps,
+    GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, PrimitiveOps, Projection, RmsNorm,
+    RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -17,7 +18,7 @@ const PINNED_DOWNLOAD_MIN: usize = 1 << 14;
 use crate::step::{self, HostIdentity};
 use crate::{device_address, exact, grid_for, launch, matmul, ops, CudaBackend};
 
-impl Backend for CudaBackend {
+impl Device for CudaBackend {
     fn name(&self) -> String {
         format!("cuda:{}", self.ordinal)
     }
@@ -74,34 +75,15 @@ impl Backend for CudaBackend {
             .map_err(|e| self.driver_error("download", e))
     }
 
-    fn greedy_pick(
-        &self,
-        logits: &Buffer,
-        rows: usize,
-        width: usize,
-        _log_probabilities: bool,
-    ) -> Result<Vec<runit_backend::Pick>, BackendError> {
-        // The device computes the log-probability with the argmax (the same pass over the
-        // row); only the eight bytes per row cross to the host either way.
-        ops::pick::greedy_pick(self, logits, rows, width)
-    }
-
-    fn load_weight(
-        &self,
-        name: &str,
-        ty: GgmlType,
-        shape: &[usize],
-        memory: Arc<dyn HostMemory>,
-        range: std::ops::Range<usize>,
-    ) -> Result<Weight, BackendError> {
+    fn load_weight(&self, source: WeightSource<'_>) -> Result<Weight, BackendError> {
+        let memory = source.memory.bytes();
         let bytes = memory
-            .bytes()
-            .get(range.clone())
+            .get(source.range.clone())
             .ok_or(BackendError::Shape {
                 op: "load_weight",
                 what: "tensor byte range",
-                expected: range.end,
-                found: memory.bytes().len(),
+                expected: source.range.end,
+                found: memory.len(),
             })?;
         let slice = self
             .stream
@@ -109,9 +91,7 @@ impl Backend for CudaBackend {
             .map_err(|e| self.oom_or(e, "load_weight", bytes.len()))?;
         let ptr = device_address(&slice, &self.stream);
         Ok(Weight::new(
-            name.to_string(),
-            ty,
-            shape.to_vec(),
+            &source,
             Arc::new(DeviceWeight { bytes: slice, ptr }),
         ))
     }
@@ -129,272 +109,6 @@ impl Backend for CudaBackend {
             ty,
             Box::new(DeviceKv { bytes, ptr }),
         ))
-    }
-
-    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
-        ops::embedding::embedding(self, table, ids, out)
-    }
-
-    fn matmul(
-        &self,
-        weight: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        if self.exact_numerics() {
-            return exact::matmul::matmul(self, weight, x, tokens, out);
-        }
-        matmul::matmul(self, weight, x, tokens, out)
-    }
-
-    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
-        ops::elementwise::add_bias(self, x, bias, tokens)
-    }
-
-    fn rms_norm(
-        &self,
-        x: &Buffer,
-        weight: &Weight,
-        eps: f32,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        let out_ptr = buffer_ptr("rms_norm", "out", out)?;
-        check_len("rms_norm", "out", out, rows * weight.row_len())?;
-        ops::norm::rms_norm(self, x, weight, eps, rows, out_ptr)
-    }
-
-    fn rms_norm_in_place(
-        &self,
-        x: &mut Buffer,
-        weight: &Weight,
-        eps: f32,
-        rows: usize,
-    ) -> Result<(), BackendError> {
-        let ptr = buffer_ptr("rms_norm", "x", x)?;
-        ops::norm::rms_norm(self, x, weight, eps, rows, ptr)
-    }
-
-    fn rope(
-        &self,
-        x: &mut Buffer,
-        positions: &[u32],
-        params: &RopeParams,
-        freq_factors: Option<&Weight>,
-    ) -> Result<(), BackendError> {
-        ops::rope::rope(self, x, positions, params, freq_factors)
-    }
-
-    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
-        check_len("add", "dst", dst, len)?;
-        check_len("add", "src", src, len)?;
-        let d = buffer_ptr("add", "dst", dst)?;
-        let s = buffer_ptr("add", "src", src)?;
-        launch!(
-            self,
-            "add",
-            "elementwise.cu",
-            "add_f32",
-            grid_for(len),
-            d,
-            s,
-            len as u64
-        )
-    }
-
-    fn silu_mul(&self, gate: &mut Buffer, up: &Buffer, len: usize) -> Result<(), BackendError> {
-        ops::elementwise::silu_mul(self, gate, up, len)
-    }
-
-    fn kv_write(
-        &self,
-        k: &Buffer,
-        v: &Buffer,
-        k_cache: &mut KvCache,
-        v_cache: &mut KvCache,
-        spans: &[SequenceSpan],
-    ) -> Result<(), BackendError> {
-        ops::kv::kv_write(self, k, v, k_cache, v_cache, spans)
-    }
-
-    fn attention(
-        &self,
-        q: &Buffer,
-        k_cache: &KvCache,
-        v_cache: &KvCache,
-        spans: &[SequenceSpan],
-        params: &AttentionParams,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        ops::attention::attention(self, q, k_cache, v_cache, spans, params, out)
-    }
-
-    fn gather_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        width: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        ops::rows::gather_rows(self, src, rows, width, out)
-    }
-
-    fn scatter_add_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        scales: &[f32],
-        width: usize,
-        dst: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        ops::rows::scatter_add_rows(self, src, rows, scales, width, dst)
-    }
-
-    fn copy(
-        &self,
-        src: &Buffer,
-        src_offset: usize,
-        dst: &mut Buffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<(), BackendError> {
-        check_len("copy", "src", src, src_offset + len)?;
-        check_len("copy", "dst", dst, dst_offset + len)?;
-        let s = buffer_ptr("copy", "src", src)? + 4 * src_offset as u64;
-        let d = buffer_ptr("copy", "dst", dst)? + 4 * dst_offset as u64;
-        launch!(
-            self,
-            "copy",
-            "elementwise.cu",
-            "copy_f32",
-            grid_for(len),
-            d,
-            s,
-            len as u64
-        )
-    }
-
-    fn matmul_bias(
-        &self,
-        weight: &Weight,
-        bias: Option<&Weight>,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::matmul_bias(self, weight, bias, x, tokens, out);
-        }
-        matmul::matmul_bias(self, weight, bias, x, tokens, out)
-    }
-
-    fn matmul_qkv(
-        &self,
-        weights: [&Weight; 3],
-        biases: [Option<&Weight>; 3],
-        x: &Buffer,
-        tokens: usize,
-        outs: [&mut Buffer; 3],
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::matmul_qkv(self, weights, biases, x, tokens, outs);
-        }
-        matmul::matmul_qkv(self, weights, biases, x, tokens, outs)
-    }
-
-    fn add_rms_norm(
-        &self,
-        x: &mut Buffer,
-        delta: &Buffer,
-        weight: &Weight,
-        eps: f32,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::add_rms_norm(self, x, delta, weight, eps, rows, out);
-        }
-        ops::fused::add_rms_norm(self, x, delta, weight, eps, rows, out)
-    }
-
-    fn rope_kv_write(
-        &self,
-        q: &mut Buffer,
-        k: &mut Buffer,
-        v: &Buffer,
-        positions: &[u32],
-        q_params: &RopeParams,
-        k_params: &RopeParams,
-        freq_factors: Option<&Weight>,
-        k_cache: &mut KvCache,
-        v_cache: &mut KvCache,
-        spans: &[SequenceSpan],
-        head_norms: Option<HeadNorms<'_>>,
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::rope_kv_write(
-                self,
-                q,
-                k,
-                v,
-                positions,
-                q_params,
-                k_params,
-                freq_factors,
-                k_cache,
-                v_cache,
-                spans,
-                head_norms,
-            );
-        }
-        ops::fused::rope_kv_write(
-            self,
-            q,
-            k,
-            v,
-            positions,
-            q_params,
-            k_params,
-            freq_factors,
-            k_cache,
-            v_cache,
-            spans,
-            head_norms,
-        )
-    }
-
-    fn matmul_swiglu(
-        &self,
-        gate: &Weight,
-        up: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        up_out: &mut Buffer,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::matmul_swiglu(self, gate, up, x, tokens, up_out, out);
-        }
-        matmul::matmul_swiglu(self, gate, up, x, tokens, up_out, out)
-    }
-
-    fn moe_ffn(
-        &self,
-        ffn: &MoeFfn<'_>,
-        x: &Buffer,
-        tokens: usize,
-        scratch: MoeBuffers<'_>,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
-        if !self.fused_ops() {
-            return unfused::moe_ffn(self, ffn, x, tokens, scratch, out);
-        }
-        ops::moe::moe_ffn(self, ffn, x, tokens, scratch, out)
-    }
-
-    fn moe_ffn_on_device(&self, tokens: usize) -> bool {
-        self.fused_ops() && tokens <= ops::moe::DEVICE_MAX_TOKENS
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
@@ -496,6 +210,209 @@ impl Backend for CudaBackend {
             .graphs
             .insert(graph_key, step::Graph(graph));
         Ok(())
+    }
+}
+
+impl PrimitiveOps for CudaBackend {
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+        ops::embedding::embedding(self, table, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        weight: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if self.exact_numerics() {
+            return exact::matmul::matmul(self, weight, x, tokens, out);
+        }
+        matmul::matmul(self, weight, x, tokens, out)
+    }
+
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+        ops::elementwise::add_bias(self, x, bias, tokens)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &Buffer,
+        norm: RmsNorm<'_>,
+        rows: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        let out_ptr = buffer_ptr("rms_norm", "out", out)?;
+        check_len("rms_norm", "out", out, rows * norm.weight.row_len())?;
+        ops::norm::rms_norm(self, x, norm, rows, out_ptr)
+    }
+
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Buffer,
+        norm: RmsNorm<'_>,
+        rows: usize,
+    ) -> Result<(), BackendError> {
+        let ptr = buffer_ptr("rms_norm", "x", x)?;
+        ops::norm::rms_norm(self, x, norm, rows, ptr)
+    }
+
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        positions: &[u32],
+        params: &RopeParams,
+        freq_factors: Option<&Weight>,
+    ) -> Result<(), BackendError> {
+        ops::rope::rope(self, x, positions, params, freq_factors)
+    }
+
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+        check_len("add", "dst", dst, len)?;
+        check_len("add", "src", src, len)?;
+        let d = buffer_ptr("add", "dst", dst)?;
+        let s = buffer_ptr("add", "src", src)?;
+        launch!(
+            self,
+            "add",
+            "elementwise.cu",
+            "add_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
+    }
+
+    fn gated_activation(
+        &self,
+        activation: Activation,
+        gate: &mut Buffer,
+        up: &Buffer,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        ops::elementwise::gated_activation(self, activation, gate, up, len)
+    }
+
+    fn kv_write(&self, write: KvWrite<'_>) -> Result<(), BackendError> {
+        ops::kv::kv_write(self, write)
+    }
+
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+        ops::attention::attention(self, attention, out)
+    }
+
+    fn gather_rows(
+        &self,
+        src: &Buffer,
+        rows: &[u32],
+        width: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        ops::rows::gather_rows(self, src, rows, width, out)
+    }
+
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> Result<(), BackendError> {
+        ops::rows::scatter_add_rows(self, scatter)
+    }
+
+    fn copy(&self, copy: BufferCopy<'_>) -> Result<(), BackendError> {
+        let BufferCopy {
+            src,
+            src_offset,
+            dst,
+            dst_offset,
+            len,
+        } = copy;
+        check_len("copy", "src", src, src_offset + len)?;
+        check_len("copy", "dst", dst, dst_offset + len)?;
+        let s = buffer_ptr("copy", "src", src)? + 4 * src_offset as u64;
+        let d = buffer_ptr("copy", "dst", dst)? + 4 * dst_offset as u64;
+        launch!(
+            self,
+            "copy",
+            "elementwise.cu",
+            "copy_f32",
+            grid_for(len),
+            d,
+            s,
+            len as u64
+        )
+    }
+
+    fn greedy_pick(
+        &self,
+        logits: &Buffer,
+        rows: usize,
+        width: usize,
+        _log_probabilities: bool,
+    ) -> Result<Vec<runit_backend::Pick>, BackendError> {
+        // The device computes the log-probability with the argmax (the same pass over the
+        // row); only the eight bytes per row cross to the host either way.
+        ops::pick::greedy_pick(self, logits, rows, width)
+    }
+}
+
+/// The fused kernels, each switched off (its default primitive sequence) by
+/// `RUNIT_CUDA_FUSED=0` or the exact mode; `attention_output` and `gated_ffn` keep the
+/// default sequences.
+impl FusedOps for CudaBackend {
+    fn matmul_bias(
+        &self,
+        projection: Projection<'_>,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::matmul_bias(self, projection, x, tokens, out);
+        }
+        matmul::matmul_bias(self, projection, x, tokens, out)
+    }
+
+    fn matmul_qkv(
+        &self,
+        projections: [Projection<'_>; 3],
+        x: &Buffer,
+        tokens: usize,
+        outs: [&mut Buffer; 3],
+    ) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::matmul_qkv(self, projections, x, tokens, outs);
+        }
+        matmul::matmul_qkv(self, projections, x, tokens, outs)
+    }
+
+    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::add_rms_norm(self, op);
+        }
+        ops::fused::add_rms_norm(self, op)
+    }
+
+    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::rope_kv_write(self, op);
+        }
+        ops::fused::rope_kv_write(self, op)
+    }
+
+    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::gated_ffn_hidden(self, run);
+        }
+        matmul::gated_ffn_hidden(self, run)
+    }
+
+    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+        if !self.fused_ops() {
+            return unfused::moe_ffn(self, run, out);
+        }
+        ops::moe::moe_ffn(self, run, out)
+    }
+
+    fn moe_ffn_on_device(&self, tokens: usize) -> bool {
+        self.fused_ops() && tokens <= ops::moe::DEVICE_MAX_TOKENS
     }
 }
 

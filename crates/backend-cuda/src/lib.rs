@@ -21,7 +21,7 @@ mod step;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
-use runit_backend::{Backend, BackendError, KvType, SequenceSpan};
+use runit_backend::{BackendError, Device, KvType, SequenceSpan};
 
 pub use compile::{compile_all, KernelSource, Target};
 pub use error::CudaError;

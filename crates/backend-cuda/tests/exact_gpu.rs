@@ -6,8 +6,8 @@
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
 use runit_backend::testing::parity::WEIGHT_TYPES;
-use runit_backend::testing::{make_weight, Rng};
-use runit_backend::{Backend, BackendError, Weight};
+use runit_backend::testing::{make_weight_as, Rng};
+use runit_backend::{Backend, BackendError, Weight, WeightRole};
 use runit_backend_cpu::CpuBackend;
 use runit_backend_cuda::CudaBackend;
 
@@ -70,13 +70,13 @@ fn first_difference(expected: &[f32], found: &[f32]) -> Option<String> {
     ))
 }
 
-/// Weight names that take each of the CPU's matmul paths: a plain 2-D weight (repacked
-/// where ggml repacks its type), the token embedding (never repacked), one expert of a
-/// 3-D weight (repacked, every row in the gemv order).
-const NAMES: [&str; 3] = [
-    "blk.0.ffn_up.weight",
-    "token_embd.weight",
-    "blk.0.ffn_up_exps.weight",
+/// Weights that take each of the CPU's matmul paths: a plain 2-D weight (repacked where
+/// ggml repacks its type), the token embedding (never repacked), one expert of a 3-D weight
+/// (repacked, every row in the gemv order).
+const WEIGHTS: [(&str, WeightRole); 3] = [
+    ("blk.0.ffn_up.weight", WeightRole::Matrix),
+    ("token_embd.weight", WeightRole::TokenEmbedding),
+    ("blk.0.ffn_up_exps.weight", WeightRole::StackedExperts),
 ];
 
 #[test]
@@ -91,8 +91,8 @@ fn exact_matmul_equals_the_cpu_bit_for_bit() {
             if n_in % ty.block_size() != 0 {
                 continue;
             }
-            for name in NAMES {
-                let experts = usize::from(name.contains("exps")) * 2 + 1;
+            for (name, role) in WEIGHTS {
+                let experts = usize::from(role == WeightRole::StackedExperts) * 2 + 1;
                 let mut rng = Rng::new(0xe8ac + ty.id() as u64 * 11 + n_in as u64 + experts as u64);
                 let w = rng.normal(n_in * n_out * experts, 0.05);
                 let shape: Vec<usize> = if experts > 1 {
@@ -101,7 +101,7 @@ fn exact_matmul_equals_the_cpu_bit_for_bit() {
                     vec![n_in, n_out]
                 };
                 let load = |backend: &dyn Backend| -> Result<Weight, BackendError> {
-                    let weight = make_weight(backend, name, ty, &shape, &w)?;
+                    let weight = make_weight_as(backend, role, name, ty, &shape, &w)?;
                     Ok(if experts > 1 {
                         weight.matrix(1)
                     } else {

@@ -1,8 +1,9 @@
 //! The CUDA backend's fused ops against its own primitive sequences, value for value:
-//! `matmul_bias` (= matmul + add_bias), `matmul_qkv` (= three matmul_bias), `matmul_swiglu` (= two matmuls + silu_mul),
-//! `add_rms_norm` (= add + rms_norm) and `rope_kv_write` (= two ropes + kv_write, the caches
-//! compared through attention over them), for every weight type and the shapes that pick
-//! each matvec variant, decode and prompt row counts.
+//! `matmul_bias` (= matmul + add_bias), `matmul_qkv` (= three matmul_bias),
+//! `gated_ffn_hidden` (= two matmuls + the SiLU gated activation), `add_rms_norm` (= add +
+//! rms_norm) and `rope_kv_write` (= QK norms, two ropes + kv_write, the caches compared
+//! through attention over them), for every weight type and the shapes that pick each matvec
+//! variant, decode and prompt row counts.
 //!
 //! Without a CUDA driver or device every test prints a notice and passes, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
@@ -10,8 +11,9 @@
 use runit_backend::testing::parity::WEIGHT_TYPES;
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, HeadNorms, KvType, RopeParams, RopeStyle,
-    SequenceSpan, Weight,
+    Activation, AddRmsNorm, Attention, AttentionParams, Backend, BackendError, Buffer, Device,
+    FusedOps, GatedFfn, GatedFfnRun, KvType, KvWrite, PrimitiveOps, Projection, QkNorms, RmsNorm,
+    RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;
@@ -89,8 +91,12 @@ fn matmul_bias_equals_matmul_then_add_bias() {
                 let len = tokens * n_out;
                 let mut fused = cuda.alloc(len).expect("out");
                 let mut primitive = cuda.alloc(len).expect("out");
+                let projection = Projection {
+                    weight: &weight,
+                    bias: Some(&bias),
+                };
                 let mut run = || -> Result<(), BackendError> {
-                    cuda.matmul_bias(&weight, Some(&bias), &x, tokens, &mut fused)?;
+                    cuda.matmul_bias(projection, &x, tokens, &mut fused)?;
                     cuda.matmul(&weight, &x, tokens, &mut primitive)?;
                     cuda.add_bias(&mut primitive, &bias, tokens)
                 };
@@ -101,7 +107,11 @@ fn matmul_bias_equals_matmul_then_add_bias() {
                 let (f, p) = (read(&cuda, &fused, len), read(&cuda, &primitive, len));
                 expect_same(&format!("{label} bias"), &f, &p, &mut failures);
                 // Without a bias: the plain matmul.
-                cuda.matmul_bias(&weight, None, &x, tokens, &mut fused)
+                let projection = Projection {
+                    bias: None,
+                    ..projection
+                };
+                cuda.matmul_bias(projection, &x, tokens, &mut fused)
                     .expect("matmul_bias without bias");
                 cuda.matmul(&weight, &x, tokens, &mut primitive)
                     .expect("matmul");
@@ -155,14 +165,17 @@ fn matmul_qkv_equals_three_matmul_bias() {
                     let mut primitive: Vec<Buffer> =
                         lens.iter().map(|&l| cuda.alloc(l).expect("out")).collect();
                     let weights = [&wq, &wk, &wv];
+                    let projections = std::array::from_fn(|i| Projection {
+                        weight: weights[i],
+                        bias: biases[i],
+                    });
                     let mut run = || -> Result<(), BackendError> {
                         let [a, b, c] = &mut fused[..] else {
                             unreachable!()
                         };
-                        cuda.matmul_qkv(weights, biases, &x, tokens, [a, b, c])?;
-                        for ((w, bias), out) in weights.iter().zip(biases).zip(primitive.iter_mut())
-                        {
-                            cuda.matmul_bias(w, bias, &x, tokens, out)?;
+                        cuda.matmul_qkv(projections, &x, tokens, [a, b, c])?;
+                        for (projection, out) in projections.into_iter().zip(primitive.iter_mut()) {
+                            cuda.matmul_bias(projection, &x, tokens, out)?;
                         }
                         Ok(())
                     };
@@ -190,7 +203,7 @@ fn matmul_qkv_equals_three_matmul_bias() {
 }
 
 #[test]
-fn matmul_swiglu_equals_two_matmuls_then_silu_mul() {
+fn gated_ffn_hidden_equals_two_matmuls_then_silu_mul() {
     let Some(cuda) = gpu() else { return };
     let mut failures = Vec::new();
     for ty in WEIGHT_TYPES {
@@ -212,10 +225,22 @@ fn matmul_swiglu_equals_two_matmuls_then_silu_mul() {
                 let mut primitive = cuda.alloc(len).expect("out");
                 let mut up_out = cuda.alloc(len).expect("up");
                 let mut run = || -> Result<(), BackendError> {
-                    cuda.matmul_swiglu(&gate, &up, &x, tokens, &mut up_scratch, &mut fused)?;
+                    cuda.gated_ffn_hidden(GatedFfnRun {
+                        // The hidden layer does not read the down projection.
+                        ffn: GatedFfn {
+                            gate: &gate,
+                            up: &up,
+                            down: &gate,
+                            activation: Activation::Silu,
+                        },
+                        x: &x,
+                        tokens,
+                        up: &mut up_scratch,
+                        hidden: &mut fused,
+                    })?;
                     cuda.matmul(&gate, &x, tokens, &mut primitive)?;
                     cuda.matmul(&up, &x, tokens, &mut up_out)?;
-                    cuda.silu_mul(&mut primitive, &up_out, len)
+                    cuda.gated_activation(Activation::Silu, &mut primitive, &up_out, len)
                 };
                 if let Err(error) = run() {
                     failures.push(format!("{label}: {error}"));
@@ -246,11 +271,20 @@ fn add_rms_norm_equals_add_then_rms_norm() {
             let mut x_primitive = buffer(&cuda, &x0).expect("x");
             let mut fused = cuda.alloc(len).expect("out");
             let mut primitive = cuda.alloc(len).expect("out");
-            let eps = 1e-6;
+            let norm = RmsNorm {
+                weight: &weight,
+                eps: 1e-6,
+            };
             let mut run = || -> Result<(), BackendError> {
-                cuda.add_rms_norm(&mut x_fused, &delta, &weight, eps, rows, &mut fused)?;
+                cuda.add_rms_norm(AddRmsNorm {
+                    x: &mut x_fused,
+                    delta: &delta,
+                    norm,
+                    rows,
+                    out: &mut fused,
+                })?;
                 cuda.add(&mut x_primitive, &delta, len)?;
-                cuda.rms_norm(&x_primitive, &weight, eps, rows, &mut primitive)
+                cuda.rms_norm(&x_primitive, norm, rows, &mut primitive)
             };
             if let Err(error) = run() {
                 failures.push(format!("{label}: {error}"));
@@ -314,28 +348,31 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
         sliding_window: None,
     };
     for kv_type in [KvType::F16, KvType::F32] {
-        for (style, rotary_dim, with_factors, with_norms) in [
-            (RopeStyle::Neox, 64, false, false),
-            (RopeStyle::Normal, 64, true, false),
-            (RopeStyle::Neox, 32, false, false),
-            (RopeStyle::Neox, 64, false, true),
-            (RopeStyle::Normal, 32, true, true),
+        for (style, rotary_dim, with_factors, with_norms, full_width) in [
+            (RopeStyle::Neox, 64, false, false, false),
+            (RopeStyle::Normal, 64, true, false, false),
+            (RopeStyle::Neox, 32, false, false, false),
+            (RopeStyle::Neox, 64, false, true, false),
+            (RopeStyle::Normal, 32, true, true, false),
+            (RopeStyle::Neox, 64, true, true, true),
         ] {
             let label = format!(
-                "{kv_type:?} {style:?} rotary {rotary_dim} factors {with_factors} norms {with_norms}"
+                "{kv_type:?} {style:?} rotary {rotary_dim} factors {with_factors} norms {with_norms} (full width {full_width})"
             );
-            // Qwen3-style per-head q/k norms (weights of head_dim values).
+            // Qwen3-style per-head q/k norms (weights of head_dim values), or OLMoE-style
+            // norms over the whole projection.
             let norms = with_norms.then(|| {
-                let weight = |name: &str, rng: &mut Rng| {
-                    let w = rng.values(head_dim, 0.5, 1.5);
-                    make_weight(&cuda, name, GgmlType::F32, &[head_dim], &w).expect("norm")
+                let weight = |name: &str, width: usize, rng: &mut Rng| {
+                    let width = if full_width { width } else { head_dim };
+                    let w = rng.values(width, 0.5, 1.5);
+                    make_weight(&cuda, name, GgmlType::F32, &[width], &w).expect("norm")
                 };
                 (
-                    weight("test.q_norm", &mut rng),
-                    weight("test.k_norm", &mut rng),
+                    weight("test.q_norm", q_width, &mut rng),
+                    weight("test.k_norm", kv_width, &mut rng),
                 )
             });
-            let head_norms = norms.as_ref().map(|(q, k)| HeadNorms { q, k, eps: 1e-6 });
+            let qk_norms = norms.as_ref().map(|(q, k)| QkNorms { q, k, eps: 1e-6 });
             let q_params = RopeParams {
                 style,
                 heads,
@@ -368,30 +405,46 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                     let mut k_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
                     let mut v_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
                     if fused {
-                        cuda.rope_kv_write(
-                            &mut q,
-                            &mut k,
-                            &v,
-                            &positions,
-                            &q_params,
-                            &k_params,
-                            factors.as_ref(),
-                            &mut k_cache,
-                            &mut v_cache,
-                            &spans,
-                            head_norms,
-                        )?;
+                        cuda.rope_kv_write(RopeKvWrite {
+                            q: &mut q,
+                            k: &mut k,
+                            v: &v,
+                            positions: &positions,
+                            q_rope: &q_params,
+                            k_rope: &k_params,
+                            freq_factors: factors.as_ref(),
+                            k_cache: &mut k_cache,
+                            v_cache: &mut v_cache,
+                            spans: &spans,
+                            qk_norms,
+                        })?;
                     } else {
-                        if let Some(n) = head_norms {
-                            cuda.rms_norm_in_place(&mut q, n.q, n.eps, tokens * heads)?;
-                            cuda.rms_norm_in_place(&mut k, n.k, n.eps, tokens * kv_heads)?;
+                        if let Some(n) = qk_norms {
+                            let q_rows = tokens * q_width / n.q.row_len();
+                            let k_rows = tokens * kv_width / n.k.row_len();
+                            let norm = |weight| RmsNorm { weight, eps: n.eps };
+                            cuda.rms_norm_in_place(&mut q, norm(n.q), q_rows)?;
+                            cuda.rms_norm_in_place(&mut k, norm(n.k), k_rows)?;
                         }
                         cuda.rope(&mut q, &positions, &q_params, factors.as_ref())?;
                         cuda.rope(&mut k, &positions, &k_params, factors.as_ref())?;
-                        cuda.kv_write(&k, &v, &mut k_cache, &mut v_cache, &spans)?;
+                        cuda.kv_write(KvWrite {
+                            k: &k,
+                            v: &v,
+                            k_cache: &mut k_cache,
+                            v_cache: &mut v_cache,
+                            spans: &spans,
+                        })?;
                     }
                     let mut out = cuda.alloc(tokens * q_width)?;
-                    cuda.attention(&q, &k_cache, &v_cache, &spans, &attention, &mut out)?;
+                    let attend = Attention {
+                        q: &q,
+                        k_cache: &k_cache,
+                        v_cache: &v_cache,
+                        spans: &spans,
+                        params: &attention,
+                    };
+                    cuda.attention(&attend, &mut out)?;
                     Ok([
                         read(&cuda, &q, tokens * q_width),
                         read(&cuda, &k, tokens * kv_width),

@@ -10,7 +10,7 @@
 
 use runit_backend::testing::parity::{MATMUL_BOUND, WEIGHT_TYPES};
 use runit_backend::testing::{nmse, LoadedMoe, MoeCase, MoeWorkspace, Rng};
-use runit_backend::{Backend, BackendError, StepInputs, StepKey};
+use runit_backend::{Backend, BackendError, Device, FusedOps, StepInputs, StepKey};
 use runit_backend_cpu::CpuBackend;
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;

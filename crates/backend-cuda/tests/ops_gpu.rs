@@ -8,8 +8,8 @@
 use runit_backend::testing::parity::ATTENTION_BOUND;
 use runit_backend::testing::{nmse, Rng};
 use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, SequenceSpan, StepInputs,
-    StepKey,
+    Attention, AttentionParams, Backend, BackendError, Buffer, Device, KvCache, KvType, KvWrite,
+    PrimitiveOps, SequenceSpan, StepInputs, StepKey,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_backend_cuda::CudaBackend;
@@ -153,13 +153,13 @@ impl Setup {
         {
             if span.rows > 0 {
                 let (k, v) = (buffer(b, k)?, buffer(b, v)?);
-                b.kv_write(
-                    &k,
-                    &v,
-                    &mut k_cache,
-                    &mut v_cache,
-                    std::slice::from_ref(span),
-                )?;
+                b.kv_write(KvWrite {
+                    k: &k,
+                    v: &v,
+                    k_cache: &mut k_cache,
+                    v_cache: &mut v_cache,
+                    spans: std::slice::from_ref(span),
+                })?;
             }
         }
         Ok((k_cache, v_cache))
@@ -169,16 +169,22 @@ impl Setup {
     fn run(&self, b: &dyn Backend) -> Result<Vec<f32>, BackendError> {
         let (mut k_cache, mut v_cache) = self.caches(b)?;
         let (k, v) = (buffer(b, &self.k)?, buffer(b, &self.v)?);
-        b.kv_write(&k, &v, &mut k_cache, &mut v_cache, &self.spans)?;
+        b.kv_write(KvWrite {
+            k: &k,
+            v: &v,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &self.spans,
+        })?;
         let mut out = b.alloc(self.q.len())?;
-        b.attention(
-            &buffer(b, &self.q)?,
-            &k_cache,
-            &v_cache,
-            &self.spans,
-            &self.params,
-            &mut out,
-        )?;
+        let attention = Attention {
+            q: &buffer(b, &self.q)?,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &self.spans,
+            params: &self.params,
+        };
+        b.attention(&attention, &mut out)?;
         let mut values = vec![0.0; self.q.len()];
         b.download(&out, &mut values)?;
         Ok(values)
@@ -388,8 +394,21 @@ fn captured_step(
     cuda.begin_step(&inputs)?;
     let (k_cache, v_cache) = caches;
     let result = cuda.run_captured(key, &mut || {
-        cuda.kv_write(k, v, k_cache, v_cache, inputs.spans)?;
-        cuda.attention(q, k_cache, v_cache, inputs.spans, &setup.params, out)
+        cuda.kv_write(KvWrite {
+            k,
+            v,
+            k_cache,
+            v_cache,
+            spans: inputs.spans,
+        })?;
+        let attention = Attention {
+            q,
+            k_cache,
+            v_cache,
+            spans: inputs.spans,
+            params: &setup.params,
+        };
+        cuda.attention(&attention, out)
     });
     cuda.end_step()?;
     result?;
@@ -437,18 +456,23 @@ fn a_captured_decode_step_stays_valid_as_sequences_grow() {
             buffer(&cpu, &setup.k).unwrap(),
             buffer(&cpu, &setup.v).unwrap(),
         );
-        cpu.kv_write(&k, &v, k_cache, v_cache, &setup.spans)
-            .unwrap();
-        let mut out = cpu.alloc(q_len).unwrap();
-        cpu.attention(
-            &buffer(&cpu, &setup.q).unwrap(),
+        cpu.kv_write(KvWrite {
+            k: &k,
+            v: &v,
             k_cache,
             v_cache,
-            &setup.spans,
-            &setup.params,
-            &mut out,
-        )
+            spans: &setup.spans,
+        })
         .unwrap();
+        let mut out = cpu.alloc(q_len).unwrap();
+        let attention = Attention {
+            q: &buffer(&cpu, &setup.q).unwrap(),
+            k_cache,
+            v_cache,
+            spans: &setup.spans,
+            params: &setup.params,
+        };
+        cpu.attention(&attention, &mut out).unwrap();
         let mut expected = vec![0.0; q_len];
         cpu.download(&out, &mut expected).unwrap();
         let error = nmse(&expected, &got);
@@ -464,8 +488,14 @@ fn time_attention(cuda: &CudaBackend, setup: &Setup, workspace: u64) -> (f64, f6
     let (k_cache, v_cache) = setup.caches(cuda).expect("caches");
     let q = buffer(cuda, &setup.q).expect("q");
     let mut out = cuda.alloc(setup.q.len()).expect("out");
-    let call =
-        |out: &mut Buffer| cuda.attention(&q, &k_cache, &v_cache, &setup.spans, &setup.params, out);
+    let attention = Attention {
+        q: &q,
+        k_cache: &k_cache,
+        v_cache: &v_cache,
+        spans: &setup.spans,
+        params: &setup.params,
+    };
+    let call = |out: &mut Buffer| cuda.attention(&attention, out);
     call(&mut out).expect("attention");
     cuda.synchronize().expect("sync");
     let runs = 20;
@@ -499,15 +529,12 @@ fn time_attention(cuda: &CudaBackend, setup: &Setup, workspace: u64) -> (f64, f6
     cuda.begin_step(&inputs).expect("begin_step");
     let mut replay = || {
         cuda.run_captured(key, &mut || {
+            let attention = Attention {
+                spans: inputs.spans,
+                ..attention
+            };
             for _ in 0..calls {
-                cuda.attention(
-                    &q,
-                    &k_cache,
-                    &v_cache,
-                    inputs.spans,
-                    &setup.params,
-                    &mut out,
-                )?;
+                cuda.attention(&attention, &mut out)?;
             }
             Ok(())
         })

@@ -4,6 +4,7 @@
 //! (it downcasts to its own type), plus the sizes every backend agrees on.
 
 use std::any::Any;
+use std::ops::Range;
 use std::sync::Arc;
 
 use runit_quant::GgmlType;
@@ -53,11 +54,55 @@ impl Buffer {
     }
 }
 
+/// What a weight is for, set when it is loaded. Its role, never its name, decides the
+/// order of a matmul's dot products ([`Weight::ggml_layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightRole {
+    /// The token embedding table, also when a model ties its output projection to it.
+    TokenEmbedding,
+    /// Any other 2-D weight (a projection).
+    Matrix,
+    /// A 1-D weight (a norm, a bias, RoPE frequency factors).
+    Vector,
+    /// The matrices of a mixture-of-experts layer's experts, stacked (`shape[2]` experts).
+    StackedExperts,
+    /// One expert's matrix of a stacked weight ([`Weight::matrix`]).
+    ExpertSlice,
+}
+
+impl WeightRole {
+    /// The role of a weight of `shape` that is not the token embedding: a vector, a matrix
+    /// or stacked experts by its number of dimensions.
+    pub fn of_shape(shape: &[usize]) -> WeightRole {
+        match shape.len() {
+            0 | 1 => WeightRole::Vector,
+            2 => WeightRole::Matrix,
+            _ => WeightRole::StackedExperts,
+        }
+    }
+}
+
+/// A tensor to load ([`crate::Device::load_weight`]): what it is and where its packed bytes
+/// are.
+pub struct WeightSource<'a> {
+    /// Tensor name in the model file, for errors.
+    pub name: &'a str,
+    pub role: WeightRole,
+    pub ty: GgmlType,
+    /// ggml order: `shape[0]` is the row length.
+    pub shape: &'a [usize],
+    /// The memory holding the tensor as stored in the file (a backend computing from host
+    /// memory may keep referring to it), and the range of its bytes there.
+    pub memory: Arc<dyn HostMemory>,
+    pub range: Range<usize>,
+}
+
 /// A weight tensor (packed in its file type) made usable by a backend.
 #[derive(Clone)]
 pub struct Weight {
     /// Tensor name in the model file, for errors.
     pub name: String,
+    pub role: WeightRole,
     pub ty: GgmlType,
     /// ggml order: `shape[0]` is the row length.
     pub shape: Vec<usize>,
@@ -67,17 +112,13 @@ pub struct Weight {
 }
 
 impl Weight {
-    /// Wraps a backend's storage.
-    pub fn new(
-        name: String,
-        ty: GgmlType,
-        shape: Vec<usize>,
-        payload: Arc<dyn Any + Send + Sync>,
-    ) -> Weight {
+    /// Wraps a backend's storage of the tensor `source` describes.
+    pub fn new(source: &WeightSource<'_>, payload: Arc<dyn Any + Send + Sync>) -> Weight {
         Weight {
-            name,
-            ty,
-            shape,
+            name: source.name.to_string(),
+            role: source.role,
+            ty: source.ty,
+            shape: source.shape.to_vec(),
             byte_offset: 0,
             payload,
         }
@@ -108,6 +149,7 @@ impl Weight {
         let rows = self.rows();
         Weight {
             name: format!("{}[{index}]", self.name),
+            role: WeightRole::ExpertSlice,
             ty: self.ty,
             shape: vec![self.shape[0], rows],
             byte_offset: self.byte_offset + index * rows * self.row_bytes(),
@@ -124,15 +166,17 @@ impl Weight {
     /// dot products: ggml-cpu repacks the types with a repack kernel
     /// (`runit_quant::dot::is_repacked`) except the token embedding, which GET_ROWS reads from
     /// a plain buffer (so a tied output matmul stays in `vec_dot` order); one expert of a 3-D
-    /// tensor (`Weight::matrix` names it `name[index]`) goes through MUL_MAT_ID.
+    /// tensor goes through MUL_MAT_ID.
     pub fn ggml_layout(&self) -> GgmlLayout {
-        if self.name == "token_embd.weight" || !runit_quant::dot::is_repacked(self.ty, self.rows())
-        {
-            GgmlLayout::Plain
-        } else if self.name.ends_with(']') {
-            GgmlLayout::RepackedExpert
-        } else {
-            GgmlLayout::Repacked
+        if !runit_quant::dot::is_repacked(self.ty, self.rows()) {
+            return GgmlLayout::Plain;
+        }
+        match self.role {
+            WeightRole::TokenEmbedding => GgmlLayout::Plain,
+            WeightRole::ExpertSlice => GgmlLayout::RepackedExpert,
+            WeightRole::Matrix | WeightRole::Vector | WeightRole::StackedExperts => {
+                GgmlLayout::Repacked
+            }
         }
     }
 }
@@ -199,26 +243,44 @@ impl KvCache {
 mod tests {
     use super::*;
 
-    fn weight(name: &str, ty: GgmlType, shape: Vec<usize>) -> Weight {
-        Weight::new(name.into(), ty, shape, Arc::new(()))
+    fn weight(role: WeightRole, ty: GgmlType, shape: &[usize]) -> Weight {
+        let source = WeightSource {
+            name: "w",
+            role,
+            ty,
+            shape,
+            memory: Arc::new(Vec::new()),
+            range: 0..0,
+        };
+        Weight::new(&source, Arc::new(()))
     }
 
     #[test]
     fn ggml_layout_follows_ggml_cpu_repack_rules() {
-        let up = weight("blk.0.ffn_up.weight", GgmlType::Q4_0, vec![64, 16]);
+        let up = weight(WeightRole::Matrix, GgmlType::Q4_0, &[64, 16]);
         assert_eq!(up.ggml_layout(), GgmlLayout::Repacked);
-        let embedding = weight("token_embd.weight", GgmlType::Q4_0, vec![64, 16]);
+        let embedding = weight(WeightRole::TokenEmbedding, GgmlType::Q4_0, &[64, 16]);
         assert_eq!(embedding.ggml_layout(), GgmlLayout::Plain);
-        let experts = weight("blk.0.ffn_up_exps.weight", GgmlType::Q4_K, vec![256, 8, 4]);
+        let experts = weight(WeightRole::StackedExperts, GgmlType::Q4_K, &[256, 8, 4]);
         assert_eq!(experts.matrix(2).ggml_layout(), GgmlLayout::RepackedExpert);
         // No repack kernel for the type, or rows not a multiple of 8.
         assert_eq!(
-            weight("w", GgmlType::Q8_0, vec![64, 16]).ggml_layout(),
+            weight(WeightRole::Matrix, GgmlType::Q8_0, &[64, 16]).ggml_layout(),
             GgmlLayout::Plain
         );
         assert_eq!(
-            weight("w", GgmlType::Q4_0, vec![64, 12]).ggml_layout(),
+            weight(WeightRole::Matrix, GgmlType::Q4_0, &[64, 12]).ggml_layout(),
             GgmlLayout::Plain
+        );
+    }
+
+    #[test]
+    fn roles_by_shape() {
+        assert_eq!(WeightRole::of_shape(&[64]), WeightRole::Vector);
+        assert_eq!(WeightRole::of_shape(&[64, 16]), WeightRole::Matrix);
+        assert_eq!(
+            WeightRole::of_shape(&[64, 16, 4]),
+            WeightRole::StackedExperts
         );
     }
 }

@@ -1,6 +1,6 @@
 //! Mixture-of-experts routing: which token rows go to which expert, with what weight.
 //!
-//! [`route_tokens`] is the host routing of [`crate::Backend::moe_ffn`]'s default; a device
+//! [`route_tokens`] is the host routing of [`crate::FusedOps::moe_ffn`]'s default; a device
 //! backend that routes on the device hands its `[tokens, used]` table of expert ids and
 //! weights to [`group_by_expert`] to get the same per-expert lists.
 

@@ -1,4 +1,7 @@
-//! Parameter types of the backend operations.
+//! Parameter types of the backend operations: what a norm, a projection, an FFN, RoPE and
+//! attention are, independent of the buffers an op works on (those are in `args`).
+
+use crate::{Buffer, Weight};
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +46,54 @@ impl RopeParams {
     }
 }
 
-/// Per-head RMS norms of the queries and keys (Qwen3's `attn_q_norm` / `attn_k_norm`): one
-/// weight of `head_dim` values each, applied to every head before RoPE.
+/// An RMS norm: `y = x / sqrt(mean(x²) + eps) * weight` over rows of `weight.row_len()`
+/// values.
 #[derive(Clone, Copy)]
-pub struct HeadNorms<'a> {
-    pub q: &'a crate::Weight,
-    pub k: &'a crate::Weight,
+pub struct RmsNorm<'a> {
+    pub weight: &'a Weight,
     pub eps: f32,
+}
+
+/// The RMS norms of the queries and keys before RoPE, of either kind: per head (Qwen3's
+/// `attn_q_norm`: a weight of `head_dim` values applied to every head) or over the whole
+/// projection (OLMoE: a weight of `heads × head_dim` values applied to every token).
+#[derive(Clone, Copy)]
+pub struct QkNorms<'a> {
+    pub q: &'a Weight,
+    pub k: &'a Weight,
+    pub eps: f32,
+}
+
+impl QkNorms<'_> {
+    /// Rows `norm` normalises in `tokens` rows of `width` values: `tokens × heads` for a
+    /// per-head norm, `tokens` for a full-width one.
+    pub fn rows(norm: &Weight, tokens: usize, width: usize) -> usize {
+        tokens * width / norm.row_len()
+    }
+}
+
+/// A linear projection: `y = W · x (+ bias)`.
+#[derive(Clone, Copy)]
+pub struct Projection<'a> {
+    pub weight: &'a Weight,
+    pub bias: Option<&'a Weight>,
+}
+
+/// The activation of a gated FFN: `hidden = act(gate · x) * (up · x)`. A new activation is a
+/// variant here and its kernels; every backend matches on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU, `x · sigmoid(x)` (SwiGLU: LLaMA, Qwen, OLMoE), as ggml's `ggml_vec_swiglu_f32`.
+    Silu,
+}
+
+/// A dense gated FFN: `out[t] = down · (act(gate · x[t]) * (up · x[t]))`.
+#[derive(Clone, Copy)]
+pub struct GatedFfn<'a> {
+    pub gate: &'a Weight, // [embd, ff]
+    pub up: &'a Weight,   // [embd, ff]
+    pub down: &'a Weight, // [ff, embd]
+    pub activation: Activation,
 }
 
 /// The part of a batch that belongs to one sequence.
@@ -88,7 +132,7 @@ pub struct AttentionParams {
 }
 
 /// The host-side inputs of one forward pass, known before its first op (see
-/// [`crate::Backend::begin_step`]).
+/// [`crate::Device::begin_step`]).
 #[derive(Debug, Clone, Copy)]
 pub struct StepInputs<'a> {
     /// Token id of each row.
@@ -116,10 +160,10 @@ pub struct StepKey {
 /// stacked SwiGLU weights (`Weight::matrix(e)` is expert `e`) and the routing rule.
 #[derive(Clone, Copy)]
 pub struct MoeFfn<'a> {
-    pub router: &'a crate::Weight, // [embd, experts]
-    pub gate: &'a crate::Weight,   // [embd, ff, experts]
-    pub up: &'a crate::Weight,     // [embd, ff, experts]
-    pub down: &'a crate::Weight,   // [ff, embd, experts]
+    pub router: &'a Weight, // [embd, experts]
+    pub gate: &'a Weight,   // [embd, ff, experts]
+    pub up: &'a Weight,     // [embd, ff, experts]
+    pub down: &'a Weight,   // [ff, embd, experts]
     pub experts: usize,
     /// Experts each token is routed to.
     pub used: usize,
@@ -127,12 +171,12 @@ pub struct MoeFfn<'a> {
     pub renormalise: bool,
 }
 
-/// Scratch buffers of [`crate::Backend::moe_ffn`] for batches of up to `tokens` rows (what
+/// Scratch buffers of [`crate::FusedOps::moe_ffn`] for batches of up to `tokens` rows (what
 /// the default needs; a backend may leave any of them untouched).
 pub struct MoeBuffers<'a> {
-    pub router: &'a mut crate::Buffer, // [tokens, experts] router logits
-    pub gathered: &'a mut crate::Buffer, // [tokens, embd] one expert's input rows
-    pub gate: &'a mut crate::Buffer,   // [tokens, ff]
-    pub up: &'a mut crate::Buffer,     // [tokens, ff]
-    pub expert_out: &'a mut crate::Buffer, // [tokens, embd] one expert's output rows
+    pub router: &'a mut Buffer,     // [tokens, experts] router logits
+    pub gathered: &'a mut Buffer,   // [tokens, embd] one expert's input rows
+    pub gate: &'a mut Buffer,       // [tokens, ff]
+    pub up: &'a mut Buffer,         // [tokens, ff]
+    pub expert_out: &'a mut Buffer, // [tokens, embd] one expert's output rows
 }

@@ -1,7 +1,7 @@
 //! Greedy picks from logits: the index of each row's largest value and that choice's
 //! log-probability, what greedy generation needs instead of the whole row
-//! ([`Backend::greedy_pick`](crate::Backend::greedy_pick); a device backend computes it where
-//! the logits are and downloads two numbers per row).
+//! ([`crate::PrimitiveOps::greedy_pick`]; a device backend computes it where the logits are
+//! and downloads two numbers per row).
 
 /// The greedy choice of one row of logits.
 #[derive(Debug, Clone, Copy, PartialEq)]

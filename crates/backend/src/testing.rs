@@ -10,5 +10,5 @@ mod report;
 
 pub use moe_setup::{LoadedMoe, MoeCase, MoeWorkspace};
 pub use parity::run_parity;
-pub use random::{make_weight, Rng};
+pub use random::{make_weight, make_weight_as, Rng};
 pub use report::{nmse, ParityCase, ParityOutcome, ParityReport};

@@ -147,6 +147,17 @@ impl ModelConfig {
             ),
         };
         let block_count = keys.required("block_count")?;
+        // Every layer has tensors in the file: a count beyond them is refused before it
+        // sizes any allocation.
+        if block_count > file.tensors().len() {
+            return Err(bad(
+                keys.key("block_count"),
+                format!(
+                    "{block_count} layers, but the file holds only {} tensors",
+                    file.tensors().len()
+                ),
+            ));
+        }
         let global = LayerConfig {
             rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
             rope_freq_scale: rope_freq_scale(&keys)?,

@@ -25,6 +25,11 @@ pub enum ModelError {
         value: String,
         supported: String,
     },
+    /// The architecture's row asks for something the decoder does not compute yet.
+    #[error(
+        "the {arch} architecture needs {feature}, which RunIT's decoder does not implement yet"
+    )]
+    UnimplementedFeature { arch: String, feature: String },
     #[error("tensor `{name}` is missing from the model file")]
     MissingTensor { name: String },
     /// The file holds a tensor the architecture's schema does not list.

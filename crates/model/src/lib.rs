@@ -16,10 +16,12 @@ mod config;
 mod error;
 mod forward;
 mod keys;
+mod observer;
 pub mod resident;
 pub mod schema;
 mod unsupported;
 mod weights;
+mod workspace;
 
 use std::sync::Arc;
 
@@ -28,13 +30,17 @@ use runit_gguf::GgufFile;
 
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
-pub use forward::{Batch, KvState, LayerObserver, Scratch};
+pub use forward::Batch;
+pub use observer::LayerObserver;
 pub use resident::WeightPlacement;
 pub use weights::{FfnWeights, LayerWeights, ModelWeights};
+pub use workspace::{KvState, Scratch};
 
 /// A loaded decoder: configuration, weights on a backend, and the file they live in.
 pub struct Model {
     pub config: ModelConfig,
+    /// The activation of the gated FFNs, as the backend computes it (from the row).
+    pub activation: runit_backend::Activation,
     pub weights: ModelWeights,
     pub backend: Arc<dyn Backend>,
     pub file: Arc<GgufFile>,
@@ -53,6 +59,7 @@ impl Model {
         placement: WeightPlacement,
     ) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
+        let activation = forward::decoder_activation(config.arch)?;
         if let Some(available) = backend.memory_available() {
             let needed: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
             if needed > available as u64 {
@@ -67,6 +74,7 @@ impl Model {
         let weights = ModelWeights::load(&file, memory, &config, backend.as_ref())?;
         Ok(Model {
             config,
+            activation,
             weights,
             backend,
             file,

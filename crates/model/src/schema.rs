@@ -3,6 +3,8 @@
 //! loader, `runit synth`, the quantize plan and the tests read this one table; a row selects
 //! its entries through its switches ([`Condition`]).
 
+use runit_backend::WeightRole;
+
 use crate::arch::{Architecture, FfnKind, QkNorm};
 use Dim::{Embd, Experts, Ff, HalfRope, HeadDim, KvWidth, QWidth, Vocab};
 
@@ -47,19 +49,6 @@ impl Tensor {
             OutputNorm | AttnNorm | AttnQNorm | AttnKNorm | PostAttnNorm | FfnNorm | PostFfnNorm
         )
     }
-}
-
-/// How a tensor is stored and used: the typed role the loader hands to the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorKind {
-    /// The `[embd, vocab]` table rows are looked up from (and, tied, the output head).
-    TokenEmbedding,
-    /// A `[in, out]` matrix multiplied by activations, of any weight type.
-    Matrix,
-    /// An F32 vector: a norm weight, a bias, RoPE factors.
-    Vector,
-    /// `[in, out, experts]`: every expert's matrix stacked on a third axis.
-    StackedExperts,
 }
 
 /// One extent of a tensor's shape, resolved by [`Dimensions::extent`].
@@ -163,7 +152,7 @@ pub struct TensorSpec {
     pub name: &'static str,
     /// Extents in ggml order: `shape[0]` is the row length.
     pub shape: &'static [Dim],
-    pub kind: TensorKind,
+    pub role: WeightRole,
     pub presence: Presence,
     pub condition: Condition,
 }
@@ -175,7 +164,7 @@ impl TensorSpec {
             scope: Scope::Model,
             name,
             shape,
-            kind: kind_of(shape),
+            role: role_of(shape),
             presence: Presence::Required,
             condition: Condition::Always,
         }
@@ -196,8 +185,8 @@ impl TensorSpec {
         TensorSpec { presence, ..self }
     }
 
-    const fn kind(self, kind: TensorKind) -> TensorSpec {
-        TensorSpec { kind, ..self }
+    const fn role(self, role: WeightRole) -> TensorSpec {
+        TensorSpec { role, ..self }
     }
 
     /// The tensor's name in a file, in layer `layer` for a layer tensor.
@@ -237,18 +226,18 @@ impl TensorSpec {
 }
 
 /// A vector for one extent, a matrix for two, stacked experts for three.
-const fn kind_of(shape: &[Dim]) -> TensorKind {
+const fn role_of(shape: &[Dim]) -> WeightRole {
     match shape.len() {
-        1 => TensorKind::Vector,
-        3 => TensorKind::StackedExperts,
-        _ => TensorKind::Matrix,
+        1 => WeightRole::Vector,
+        3 => WeightRole::StackedExperts,
+        _ => WeightRole::Matrix,
     }
 }
 
 /// Every tensor any row may need, model tensors first, then each layer's in computation order.
 pub const TENSORS: &[TensorSpec] = &[
     TensorSpec::model(Tensor::TokenEmbedding, "token_embd.weight", &[Embd, Vocab])
-        .kind(TensorKind::TokenEmbedding),
+        .role(WeightRole::TokenEmbedding),
     TensorSpec::model(Tensor::OutputNorm, "output_norm.weight", &[Embd]),
     TensorSpec::model(Tensor::Output, "output.weight", &[Embd, Vocab])
         .presence(Presence::TiedToEmbedding),
@@ -379,12 +368,12 @@ mod tests {
     fn kinds_follow_the_shapes() {
         for spec in TENSORS {
             let expected = match (spec.tensor, spec.shape.len()) {
-                (Tensor::TokenEmbedding, _) => TensorKind::TokenEmbedding,
-                (_, 1) => TensorKind::Vector,
-                (_, 2) => TensorKind::Matrix,
-                _ => TensorKind::StackedExperts,
+                (Tensor::TokenEmbedding, _) => WeightRole::TokenEmbedding,
+                (_, 1) => WeightRole::Vector,
+                (_, 2) => WeightRole::Matrix,
+                _ => WeightRole::StackedExperts,
             };
-            assert_eq!(spec.kind, expected, "{}", spec.name);
+            assert_eq!(spec.role, expected, "{}", spec.name);
         }
     }
 

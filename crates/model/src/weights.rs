@@ -5,11 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use runit_backend::{Backend, HostMemory, Op, Weight};
+use runit_backend::{Backend, HostMemory, Op, Weight, WeightRole, WeightSource};
 use runit_gguf::GgufFile;
 
 use crate::arch::FfnKind;
-use crate::schema::{Tensor, TensorKind, TENSORS};
+use crate::schema::{Tensor, TENSORS};
 use crate::{ModelConfig, ModelError};
 
 /// Feed-forward weights of one layer.
@@ -95,7 +95,7 @@ impl Loader<'_> {
         &self,
         name: &str,
         shape: &[usize],
-        kind: TensorKind,
+        role: WeightRole,
         op: Op,
     ) -> Result<Option<Weight>, ModelError> {
         let Some(info) = self.file.tensor(name) else {
@@ -109,8 +109,8 @@ impl Loader<'_> {
                 found,
             });
         }
-        let supported = match kind {
-            TensorKind::Vector => info.ty == runit_quant::GgmlType::F32,
+        let supported = match role {
+            WeightRole::Vector => info.ty == runit_quant::GgmlType::F32,
             _ => self.backend.supports(op, info.ty),
         };
         if !supported {
@@ -122,9 +122,14 @@ impl Loader<'_> {
         }
         let start = (self.file.data_offset() + info.offset) as usize;
         let range = start..start + info.n_bytes as usize;
-        let weight =
-            self.backend
-                .load_weight(name, info.ty, shape, Arc::clone(&self.memory), range)?;
+        let weight = self.backend.load_weight(WeightSource {
+            name,
+            role,
+            ty: info.ty,
+            shape,
+            memory: Arc::clone(&self.memory),
+            range,
+        })?;
         Ok(Some(weight))
     }
 }
@@ -161,11 +166,11 @@ impl ModelWeights {
         }
         let mut loaded = Loaded::default();
         for tensor in &tensors {
-            let op = match tensor.spec.kind {
-                TensorKind::TokenEmbedding => Op::Embedding,
+            let op = match tensor.spec.role {
+                WeightRole::TokenEmbedding => Op::Embedding,
                 _ => Op::MatMul,
             };
-            match loader.load(&tensor.name, &tensor.shape, tensor.spec.kind, op)? {
+            match loader.load(&tensor.name, &tensor.shape, tensor.spec.role, op)? {
                 Some(weight) => {
                     loaded
                         .weights
@@ -186,9 +191,9 @@ impl ModelWeights {
                     .iter()
                     .find(|tensor| tensor.spec.tensor == Tensor::TokenEmbedding)
                     .expect("every row's schema has the token embedding");
-                let kind = embedding.spec.kind;
+                let role = embedding.spec.role;
                 loader
-                    .load(&embedding.name, &embedding.shape, kind, Op::MatMul)?
+                    .load(&embedding.name, &embedding.shape, role, Op::MatMul)?
                     .ok_or_else(|| ModelError::MissingTensor {
                         name: embedding.name.clone(),
                     })?

@@ -1,11 +1,11 @@
-//! Elementwise ops: residual `add`, `add_bias` and the SwiGLU gate `silu_mul`.
+//! Elementwise ops: residual `add`, `add_bias` and the gated activations (SiLU: `silu_mul`).
 //!
 //! `add` is exact in any order, so plain loops (which the compiler vectorises) serve every
 //! SIMD level. `silu_mul` is ggml's `ggml_vec_swiglu_f32` (see `vector::silu_mul`); its
 //! 16-value groups are counted from the start of the buffer, which equals ggml's per-row
 //! grouping whenever the row width (the FFN width) is a multiple of 16.
 
-use runit_backend::{BackendError, Buffer, Weight};
+use runit_backend::{Activation, BackendError, Buffer, Weight};
 
 use crate::storage::{at_least, data, data_mut, product, weight_f32};
 use crate::vector;
@@ -38,6 +38,19 @@ pub fn add(
 fn add_slices(dst: &mut [f32], src: &[f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d += s;
+    }
+}
+
+/// `gate[i] = activation(gate[i]) * up[i]` for `i < len`.
+pub fn gated_activation(
+    backend: &CpuBackend,
+    activation: Activation,
+    gate: &mut Buffer,
+    up: &Buffer,
+    len: usize,
+) -> Result<(), BackendError> {
+    match activation {
+        Activation::Silu => silu_mul(backend, gate, up, len),
     }
 }
 
@@ -84,7 +97,7 @@ pub fn add_bias(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runit_backend::Backend;
+    use runit_backend::Device;
 
     #[test]
     fn silu_of_known_values() {

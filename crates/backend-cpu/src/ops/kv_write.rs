@@ -1,7 +1,7 @@
 //! Writing a step's keys and values into the paged cache (rounded to f16 for an f16 cache,
 //! nearest even, as ggml's `set_rows`/`cpy` to F16).
 
-use runit_backend::{BackendError, Buffer, KvCache, SequenceSpan};
+use runit_backend::{BackendError, KvCache, KvWrite, SequenceSpan};
 
 use crate::storage::{at_least, data, kv, kv_mut, product, CpuKv};
 use crate::vector;
@@ -10,13 +10,14 @@ const OP: &str = "kv_write";
 
 /// Copies rows `span.first_row ..` of `k` and `v` into the cells of positions
 /// `span.start_position ..` of each span.
-pub fn kv_write(
-    k: &Buffer,
-    v: &Buffer,
-    k_cache: &mut KvCache,
-    v_cache: &mut KvCache,
-    spans: &[SequenceSpan],
-) -> Result<(), BackendError> {
+pub fn kv_write(write: KvWrite<'_>) -> Result<(), BackendError> {
+    let KvWrite {
+        k,
+        v,
+        k_cache,
+        v_cache,
+        spans,
+    } = write;
     let k = data(k, OP, "k")?;
     let v = data(v, OP, "v")?;
     check(k, k_cache, spans)?;

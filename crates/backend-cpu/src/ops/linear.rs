@@ -2,7 +2,9 @@
 //! checks here, the kernels in [`crate::matmul`] (activations converted to the weight type's
 //! `vec_dot_type` as ggml-cpu does, then SIMD block dot products).
 
-use runit_backend::{AttentionParams, BackendError, Buffer, KvCache, SequenceSpan, Weight};
+use runit_backend::{
+    Activation, AttentionOutput, BackendError, Buffer, GatedFfnRun, Projection, Weight,
+};
 
 use crate::matmul::{self, PackedWeight, Parallelism, Prepared};
 use crate::storage::{at_least, data, data_mut, exactly, product, weight_bytes};
@@ -32,13 +34,12 @@ pub fn matmul(
     Ok(())
 }
 
-/// [`Backend::matmul_qkv`](runit_backend::Backend::matmul_qkv): the three projections in one
-/// dispatch with the activations converted once when their weights share a type and take
+/// [`FusedOps::matmul_qkv`](runit_backend::FusedOps::matmul_qkv): the three projections in
+/// one dispatch with the activations converted once when their weights share a type and take
 /// the plain kernels (the same numbers as three [`matmul`]s), else one after another.
 pub fn matmul_qkv(
     backend: &CpuBackend,
-    weights: [&Weight; 3],
-    biases: [Option<&Weight>; 3],
+    projections: [Projection<'_>; 3],
     x: &Buffer,
     tokens: usize,
     outs: [&mut Buffer; 3],
@@ -46,9 +47,9 @@ pub fn matmul_qkv(
     let [q, k, v] = outs;
     let fused = {
         let packed = [
-            packed(weights[0])?,
-            packed(weights[1])?,
-            packed(weights[2])?,
+            packed(projections[0].weight)?,
+            packed(projections[1].weight)?,
+            packed(projections[2].weight)?,
         ];
         let input = input(x, tokens, packed[0].n_in)?;
         let mut parts = Vec::with_capacity(3);
@@ -68,40 +69,41 @@ pub fn matmul_qkv(
         })
     };
     if !fused {
-        return runit_backend::unfused::matmul_qkv(backend, weights, biases, x, tokens, [q, k, v]);
+        return runit_backend::unfused::matmul_qkv(backend, projections, x, tokens, [q, k, v]);
     }
-    for (bias, out) in biases.into_iter().zip([q, k, v]) {
-        if let Some(bias) = bias {
+    for (projection, out) in projections.into_iter().zip([q, k, v]) {
+        if let Some(bias) = projection.bias {
             super::elementwise::add_bias(backend, out, bias, tokens)?;
         }
     }
     Ok(())
 }
 
-/// [`Backend::matmul_swiglu`](runit_backend::Backend::matmul_swiglu): the gate and up
-/// projections in one dispatch, each task applying `silu(gate) * up` to its columns (the
-/// same numbers as two [`matmul`]s and the separate `silu_mul`), when the two weights can
+/// The matmul epilogue that applies `activation` to the gate's columns and multiplies them
+/// by the up projection's (as the separate [`super::elementwise::gated_activation`]).
+fn gated_epilogue(backend: &CpuBackend, activation: Activation) -> matmul::Epilogue {
+    match activation {
+        Activation::Silu => matmul::Epilogue::SiluMul(backend.isa),
+    }
+}
+
+/// [`FusedOps::gated_ffn_hidden`](runit_backend::FusedOps::gated_ffn_hidden): the gate and
+/// up projections in one dispatch, each task applying the activation to its columns (the
+/// same numbers as two [`matmul`]s and the separate activation), when the two weights can
 /// share a dispatch; else the three ops one after another.
-pub fn matmul_swiglu(
-    backend: &CpuBackend,
-    gate: &Weight,
-    up: &Weight,
-    x: &Buffer,
-    tokens: usize,
-    up_out: &mut Buffer,
-    out: &mut Buffer,
-) -> Result<(), BackendError> {
+pub fn gated_ffn_hidden(backend: &CpuBackend, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+    let tokens = run.tokens;
     let fused = {
-        let (gate, up) = (packed(gate)?, packed(up)?);
-        let input = input(x, tokens, gate.n_in)?;
+        let (gate, up) = (packed(run.ffn.gate)?, packed(run.ffn.up)?);
+        let input = input(run.x, tokens, gate.n_in)?;
         let mut parts = [
             matmul::Part {
                 weight: gate,
-                y: output(out, tokens, gate.n_out)?,
+                y: output(run.hidden, tokens, gate.n_out)?,
             },
             matmul::Part {
                 weight: up,
-                y: output(up_out, tokens, up.n_out)?,
+                y: output(run.up, tokens, up.n_out)?,
             },
         ];
         with_scratch(backend, |scratch, parallelism| {
@@ -111,93 +113,96 @@ pub fn matmul_swiglu(
                 tokens,
                 scratch,
                 parallelism,
-                matmul::Epilogue::SiluMul(backend.isa),
+                gated_epilogue(backend, run.ffn.activation),
             )
         })
     };
     if fused {
         return Ok(());
     }
-    runit_backend::unfused::matmul_swiglu(backend, gate, up, x, tokens, up_out, out)
+    runit_backend::unfused::gated_ffn_hidden(backend, run)
 }
 
-/// [`Backend::matmul_swiglu_down`](runit_backend::Backend::matmul_swiglu_down): the gate
-/// and up projections in one dispatch as [`matmul_swiglu`], whose tasks also convert their
-/// columns of the SwiGLU's output for the down projection where it is a decode batch's
-/// (`matmul::matmul_swiglu_down`: the same numbers as the separate ops); else
-/// [`matmul_swiglu`] and [`matmul`].
-pub fn matmul_swiglu_down(
+/// [`FusedOps::gated_ffn`](runit_backend::FusedOps::gated_ffn): the gate and up projections
+/// in one dispatch as [`gated_ffn_hidden`], whose tasks also convert their columns of the
+/// activation's output for the down projection where it is a decode batch's
+/// (`matmul::matmul_swiglu_down`, SiLU: the same numbers as the separate ops); else
+/// [`gated_ffn_hidden`] and [`matmul`].
+pub fn gated_ffn(
     backend: &CpuBackend,
-    [gate, up, down]: [&Weight; 3],
-    x: &Buffer,
-    tokens: usize,
-    up_out: &mut Buffer,
-    hidden: &mut Buffer,
+    mut run: GatedFfnRun<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    let fused = {
-        let (gate, up, down) = (packed(gate)?, packed(up)?, packed(down)?);
-        let input = input(x, tokens, gate.n_in)?;
-        let y = output(out, tokens, down.n_out)?;
-        if down.n_in != gate.n_out {
-            return Err(BackendError::Shape {
-                op: OP,
-                what: "down projection's input width (the gate's rows)",
-                expected: gate.n_out,
-                found: down.n_in,
-            });
-        }
-        let mut parts = [
-            matmul::Part {
-                weight: gate,
-                y: output(hidden, tokens, gate.n_out)?,
-            },
-            matmul::Part {
-                weight: up,
-                y: output(up_out, tokens, up.n_out)?,
-            },
-        ];
-        with_scratches(backend, |scratch, tables, parallelism| {
-            matmul::matmul_swiglu_down(
-                &mut parts,
-                &down,
-                y,
-                input,
-                tokens,
-                scratch,
-                tables,
-                parallelism,
-                backend.isa,
-            )
-        })
+    let fused = match run.ffn.activation {
+        Activation::Silu => swiglu_down(backend, run.reborrow(), out)?,
     };
     if fused {
         return Ok(());
     }
-    matmul_swiglu(backend, gate, up, x, tokens, up_out, hidden)?;
-    matmul(backend, down, hidden, tokens, out)
+    let (down, tokens) = (run.ffn.down, run.tokens);
+    gated_ffn_hidden(backend, run.reborrow())?;
+    matmul(backend, down, run.hidden, tokens, out)
 }
 
-/// [`Backend::attention_output`](runit_backend::Backend::attention_output): the attention,
-/// whose threads also convert each row they finish for the output projection's tile
-/// kernels where that is a decode batch's (`matmul::Prepared`: the same numbers as the
+/// The SwiGLU FFN in the dispatch of `matmul::matmul_swiglu_down`; false where that does not
+/// take it (nothing computed).
+fn swiglu_down(
+    backend: &CpuBackend,
+    run: GatedFfnRun<'_>,
+    out: &mut Buffer,
+) -> Result<bool, BackendError> {
+    let ffn = run.ffn;
+    let (gate, up, down) = (packed(ffn.gate)?, packed(ffn.up)?, packed(ffn.down)?);
+    let input = input(run.x, run.tokens, gate.n_in)?;
+    let y = output(out, run.tokens, down.n_out)?;
+    if down.n_in != gate.n_out {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "down projection's input width (the gate's rows)",
+            expected: gate.n_out,
+            found: down.n_in,
+        });
+    }
+    let mut parts = [
+        matmul::Part {
+            weight: gate,
+            y: output(run.hidden, run.tokens, gate.n_out)?,
+        },
+        matmul::Part {
+            weight: up,
+            y: output(run.up, run.tokens, up.n_out)?,
+        },
+    ];
+    Ok(with_scratches(backend, |scratch, tables, parallelism| {
+        matmul::matmul_swiglu_down(
+            &mut parts,
+            &down,
+            y,
+            input,
+            run.tokens,
+            scratch,
+            tables,
+            parallelism,
+            backend.isa,
+        )
+    }))
+}
+
+/// [`FusedOps::attention_output`](runit_backend::FusedOps::attention_output): the
+/// attention, whose threads also convert each row they finish for the output projection's
+/// tile kernels where that is a decode batch's (`matmul::Prepared`: the same numbers as the
 /// separate ops, without the calling thread converting every row after the attention);
 /// then the projection.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_output(
-    backend: &CpuBackend,
-    q: &Buffer,
-    k_cache: &KvCache,
-    v_cache: &KvCache,
-    spans: &[SequenceSpan],
-    params: &AttentionParams,
-    attn: &mut Buffer,
-    wo: &Weight,
-    tokens: usize,
-    out: &mut Buffer,
-) -> Result<(), BackendError> {
-    let packed = packed(wo)?;
-    let width = params.heads * params.head_dim;
+pub fn attention_output(backend: &CpuBackend, op: AttentionOutput<'_>) -> Result<(), BackendError> {
+    let AttentionOutput {
+        attention,
+        attn,
+        projection,
+        tokens,
+        out,
+    } = op;
+    let packed = packed(projection)?;
+    let width = attention.width();
     let done = with_scratches(backend, |scratch, tables, parallelism| {
         let prepared =
             Prepared::begin(&packed, tokens, tables, parallelism).filter(|_| width == packed.n_in);
@@ -212,16 +217,8 @@ pub fn attention_output(
                 unsafe { prepared.convert_row(row, values) };
             }
         };
-        let reported = super::attention::attention_reporting(
-            backend,
-            q,
-            k_cache,
-            v_cache,
-            spans,
-            params,
-            attn,
-            Some(&convert),
-        )?;
+        let reported =
+            super::attention::attention_reporting(backend, &attention, attn, Some(&convert))?;
         let x = input(attn, tokens, packed.n_in)?;
         let y = output(out, tokens, packed.n_out)?;
         if reported >= tokens {
@@ -232,8 +229,8 @@ pub fn attention_output(
         Ok::<_, BackendError>(true)
     })?;
     if !done {
-        super::attention::attention(backend, q, k_cache, v_cache, spans, params, attn)?;
-        matmul(backend, wo, attn, tokens, out)?;
+        super::attention::attention(backend, &attention, attn)?;
+        matmul(backend, projection, attn, tokens, out)?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! the squares are rounded to f32 and summed in f64, `mean` is rounded to f32, then
 //! `y = x * (1 / sqrt(mean + eps)) * w` in f32.
 
-use runit_backend::{BackendError, Buffer, Weight};
+use runit_backend::{BackendError, Buffer, RmsNorm};
 
 use crate::storage::{at_least, data, data_mut, product, weight_f32};
 use crate::vector;
@@ -14,11 +14,11 @@ const OP: &str = "rms_norm";
 pub fn rms_norm(
     backend: &CpuBackend,
     x: &Buffer,
-    weight: &Weight,
-    eps: f32,
+    norm: RmsNorm<'_>,
     rows: usize,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    let RmsNorm { weight, eps } = norm;
     let width = weight.row_len();
     let len = product(OP, "rows × width", rows, width)?;
     let x = data(x, OP, "x")?;
@@ -50,10 +50,10 @@ pub fn rms_norm(
 pub fn rms_norm_in_place(
     backend: &CpuBackend,
     x: &mut Buffer,
-    weight: &Weight,
-    eps: f32,
+    norm: RmsNorm<'_>,
     rows: usize,
 ) -> Result<(), BackendError> {
+    let RmsNorm { weight, eps } = norm;
     let width = weight.row_len();
     let len = product(OP, "rows × width", rows, width)?;
     let w = weight_f32(weight, OP)?;

@@ -7,7 +7,9 @@
 //! The rotation fuses one product of each output as gcc does ([`rotate_pair`]); cos and sin
 //! come from libm's `cosf`/`sinf`, as in ggml ([`RopeParams::angles`]).
 
-use runit_backend::{BackendError, Buffer, RopeParams, RopeStyle, Weight};
+use runit_backend::{
+    unfused, BackendError, Buffer, PrimitiveOps, RopeKvWrite, RopeParams, RopeStyle, Weight,
+};
 
 use crate::storage::{at_least, data_mut, exactly, product, weight_f32};
 use crate::{CpuBackend, SharedRows};
@@ -23,6 +25,26 @@ pub fn rope(
     freq_factors: Option<&Weight>,
 ) -> Result<(), BackendError> {
     rope_both(backend, x, None, positions, params, params, freq_factors)
+}
+
+/// [`FusedOps::rope_kv_write`](runit_backend::FusedOps::rope_kv_write): the cache rows the
+/// write stores to prefetched (`kv_write::prefetch_destinations`) while the QK norms and the
+/// RoPE run, the QK norms as the default runs them, the queries and keys rotated with one
+/// angle table per token ([`rope_both`]; the default computes it twice), then the write.
+pub fn rope_kv_write(backend: &CpuBackend, mut op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+    super::kv_write::prefetch_destinations(op.k_cache, op.v_cache, op.spans);
+    unfused::qk_norms_in_place(backend, &mut op)?;
+    let (positions, factors) = (op.positions, op.freq_factors);
+    rope_both(
+        backend,
+        op.q,
+        Some(&mut *op.k),
+        positions,
+        op.q_rope,
+        op.k_rope,
+        factors,
+    )?;
+    backend.kv_write(op.kv_write())
 }
 
 /// [`rope`] of `q` with `q_params` and, when given, of `k` with `k_params` (the same

@@ -1,6 +1,6 @@
 //! Row movement: `gather_rows` and `scatter_add_rows` (MoE token routing) and `copy`.
 
-use runit_backend::{BackendError, Buffer};
+use runit_backend::{BackendError, Buffer, BufferCopy, ScatterAddRows};
 
 use crate::storage::{at_least, data, data_mut, product};
 
@@ -31,14 +31,15 @@ pub fn gather_rows(
 
 /// `dst[rows[i]] += scales[i] * src[i]`, in the order of `rows` (ggml's `mul` then `add`:
 /// the product is rounded before the sum).
-pub fn scatter_add_rows(
-    src: &Buffer,
-    rows: &[u32],
-    scales: &[f32],
-    width: usize,
-    dst: &mut Buffer,
-) -> Result<(), BackendError> {
+pub fn scatter_add_rows(scatter: ScatterAddRows<'_>) -> Result<(), BackendError> {
     const OP: &str = "scatter_add_rows";
+    let ScatterAddRows {
+        src,
+        rows,
+        scales,
+        width,
+        dst,
+    } = scatter;
     at_least(OP, "scales", rows.len(), scales.len())?;
     let src = data(src, OP, "src")?;
     at_least(
@@ -61,14 +62,15 @@ pub fn scatter_add_rows(
 }
 
 /// Copies `len` elements from `src[src_offset..]` to `dst[dst_offset..]`.
-pub fn copy(
-    src: &Buffer,
-    src_offset: usize,
-    dst: &mut Buffer,
-    dst_offset: usize,
-    len: usize,
-) -> Result<(), BackendError> {
+pub fn copy(copy: BufferCopy<'_>) -> Result<(), BackendError> {
     const OP: &str = "copy";
+    let BufferCopy {
+        src,
+        src_offset,
+        dst,
+        dst_offset,
+        len,
+    } = copy;
     let src = data(src, OP, "src")?;
     let src_end = src_offset.saturating_add(len);
     at_least(OP, "src elements", src_end, src.len())?;

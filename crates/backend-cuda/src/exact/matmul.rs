@@ -6,7 +6,7 @@
 //! the types it accepts; and the type's `vec_dot` otherwise.
 
 use cudarc::driver::CudaSlice;
-use runit_backend::{Backend, BackendError, Buffer, GgmlLayout, Weight};
+use runit_backend::{BackendError, Buffer, Device, GgmlLayout, Weight};
 use runit_quant::dot::{activation_format, activation_row_bytes, tinyblas, ActivationFormat};
 use runit_quant::GgmlType;
 

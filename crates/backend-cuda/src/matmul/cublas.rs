@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::{result, sys};
 use cudarc::driver::{CudaSlice, CudaStream};
-use runit_backend::{Backend, BackendError};
+use runit_backend::{BackendError, Device};
 
 use crate::{device_address, library, CudaBackend};
 

@@ -7,7 +7,7 @@
 //! per thread, the same reductions), so they equal the host-routed path's matmuls.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{Backend, BackendError, Weight};
+use runit_backend::{BackendError, Device, Weight};
 
 use super::matvec::{
     quantized_input, resident_warps, rows_per_block, warp_rows, THREADS, UNROLLED_MIN_ROWS,

@@ -34,7 +34,7 @@ pub(super) fn run(
     if scratch.blas.is_none() {
         if backend.capturing() {
             return Err(BackendError::Device {
-                backend: runit_backend::Backend::name(backend),
+                backend: runit_backend::Device::name(backend),
                 op: OP,
                 message: "cuBLAS cannot be set up while a graph is captured".into(),
             });

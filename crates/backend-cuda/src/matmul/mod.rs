@@ -11,7 +11,7 @@
 //!
 //! Decode kernels also fuse two epilogues: a bias added to every output row
 //! ([`matmul_bias`]) and, for a SwiGLU FFN, both the gate and up rows' dots combined as
-//! `silu(gate) * up` ([`matmul_swiglu`]). Their expert-indexed twins ([`experts`]) run the
+//! `silu(gate) * up` ([`gated_ffn_hidden`]). Their expert-indexed twins ([`experts`]) run the
 //! experts of a mixture-of-experts FFN with the expert of each row read from device memory.
 //!
 //! [`MatmulState`] owns the scratch memory both paths reuse between calls: the q8_1
@@ -28,7 +28,9 @@ pub(crate) mod names;
 use std::sync::{Mutex, MutexGuard};
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
-use runit_backend::{Backend, BackendError, Buffer, Weight};
+use runit_backend::{
+    Activation, BackendError, Buffer, Device, GatedFfnRun, PrimitiveOps, Projection, Weight,
+};
 use runit_quant::GgmlType;
 
 use crate::memory::{buffer_ptr, check_len, weight_ptr};
@@ -137,22 +139,23 @@ pub fn matmul(
     tokens: usize,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    matmul_bias(backend, weight, None, x, tokens, out)
+    let projection = Projection { weight, bias: None };
+    matmul_bias(backend, projection, x, tokens, out)
 }
 
 /// [`matmul`] plus `bias[o]` (an F32 vector of the weight's row count) on every output row:
 /// added in the decode kernels' epilogue, or by `add_bias_f32` after a GEMM. A bias of another
-/// length is added as [`Backend::add_bias`] adds it, after the matmul.
+/// length is added as [`PrimitiveOps::add_bias`] adds it, after the matmul.
 pub fn matmul_bias(
     backend: &CudaBackend,
-    weight: &Weight,
-    bias: Option<&Weight>,
+    projection: Projection<'_>,
     x: &Buffer,
     tokens: usize,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    let Projection { weight, bias } = projection;
     if let Some(bias) = bias.filter(|b| b.row_len() != weight.rows()) {
-        matmul_bias(backend, weight, None, x, tokens, out)?;
+        matmul(backend, weight, x, tokens, out)?;
         return backend.add_bias(out, bias, tokens);
     }
     let bias = match bias {
@@ -207,16 +210,15 @@ pub fn matmul_bias(
 /// three when they share the type, row length and K/V shape (quantized types, up to
 /// [`MATVEC_MAX_TOKENS`] rows, biases of the weights' row counts), else three [`matmul_bias`].
 /// Each output equals its [`matmul_bias`] bit for bit.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_qkv(
     backend: &CudaBackend,
-    weights: [&Weight; 3],
-    biases: [Option<&Weight>; 3],
+    projections: [Projection<'_>; 3],
     x: &Buffer,
     tokens: usize,
     outs: [&mut Buffer; 3],
 ) -> Result<(), BackendError> {
-    let [q, k, v] = weights;
+    let [q, k, v] = projections.map(|projection| projection.weight);
+    let biases = projections.map(|projection| projection.bias);
     let fits = |w: &Weight, b: Option<&Weight>| b.is_none_or(|b| b.row_len() == w.rows());
     let same = q.ty == k.ty
         && q.ty == v.ty
@@ -251,31 +253,34 @@ pub fn matmul_qkv(
             }
         }
     }
-    runit_backend::unfused::matmul_qkv(backend, weights, biases, x, tokens, outs)
+    runit_backend::unfused::matmul_qkv(backend, projections, x, tokens, outs)
 }
 
-/// `out[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
+/// `hidden[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
 /// decode kernel per weight type (the same sums as two matmuls, then `silu_mul`), more rows
-/// (or gate and up of different types or shapes) as the two matmuls and `silu_mul`, with
-/// `up · x` in `up_out`.
-pub fn matmul_swiglu(
-    backend: &CudaBackend,
-    gate: &Weight,
-    up: &Weight,
-    x: &Buffer,
-    tokens: usize,
-    up_out: &mut Buffer,
-    out: &mut Buffer,
-) -> Result<(), BackendError> {
-    if tokens > MATVEC_MAX_TOKENS || gate.ty != up.ty || gate.shape != up.shape {
-        matmul(backend, gate, x, tokens, out)?;
-        matmul(backend, up, x, tokens, up_out)?;
-        return backend.silu_mul(out, up_out, tokens * gate.rows());
+/// (or gate and up of different types or shapes) as the two matmuls and the activation,
+/// with `up · x` in `up`.
+pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+    let GatedFfnRun {
+        ffn,
+        x,
+        tokens,
+        up,
+        hidden,
+    } = run;
+    let (gate, activation) = (ffn.gate, ffn.activation);
+    let fits = match activation {
+        Activation::Silu => gate.ty == ffn.up.ty && gate.shape == ffn.up.shape,
+    };
+    if tokens > MATVEC_MAX_TOKENS || !fits {
+        matmul(backend, gate, x, tokens, hidden)?;
+        matmul(backend, ffn.up, x, tokens, up)?;
+        return backend.gated_activation(activation, hidden, up, tokens * gate.rows());
     }
-    let Some((kernels, operands)) = operands(backend, gate, x, tokens, out, 0)? else {
+    let Some((kernels, operands)) = operands(backend, gate, x, tokens, hidden, 0)? else {
         return Ok(());
     };
-    let up = weight_ptr(OP, "up weight", up)?;
+    let up = weight_ptr(OP, "up weight", ffn.up)?;
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &operands);
     matvec::run_swiglu(backend, &kernels, &operands, up, &mut scratch)

@@ -7,9 +7,7 @@
 mod plan;
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{
-    AttentionParams, Backend, BackendError, Buffer, KvCache, KvType, SequenceSpan,
-};
+use runit_backend::{Attention, AttentionParams, BackendError, Buffer, Device, KvType};
 
 use super::elementwise::{product, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
@@ -38,16 +36,19 @@ struct Call {
     f16: bool,
 }
 
-/// Attention of every span's query rows; see [`runit_backend::Backend::attention`].
+/// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
 pub fn attention(
     backend: &CudaBackend,
-    q: &Buffer,
-    k_cache: &KvCache,
-    v_cache: &KvCache,
-    spans: &[SequenceSpan],
-    params: &AttentionParams,
+    attention: &Attention<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
+    let &Attention {
+        q,
+        k_cache,
+        v_cache,
+        spans,
+        params,
+    } = attention;
     check_params(params)?;
     let &AttentionParams {
         heads,

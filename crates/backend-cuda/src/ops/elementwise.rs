@@ -1,15 +1,28 @@
-//! Element-wise ops on f32 activations: the SwiGLU gate `silu_mul` and `add_bias`
+//! Element-wise ops on f32 activations: the gated activations (SiLU: `silu_mul`) and `add_bias`
 //! (kernels/elementwise.cu; `add` and `copy` launch from the backend itself), plus the
 //! argument checks the other ops of this crate share.
 
-use runit_backend::{Backend, BackendError, Buffer, Weight};
+use runit_backend::{Activation, BackendError, Buffer, Device, Weight};
 use runit_quant::GgmlType;
 
 use crate::memory::{buffer_ptr, check_len, weight_ptr};
 use crate::{grid_for, launch, CudaBackend};
 
+/// `gate[i] = activation(gate[i]) * up[i]` for `i < len`.
+pub fn gated_activation(
+    backend: &CudaBackend,
+    activation: Activation,
+    gate: &mut Buffer,
+    up: &Buffer,
+    len: usize,
+) -> Result<(), BackendError> {
+    match activation {
+        Activation::Silu => silu_mul(backend, gate, up, len),
+    }
+}
+
 /// `gate[i] = silu(gate[i]) * up[i]` for `i < len`.
-pub fn silu_mul(
+fn silu_mul(
     backend: &CudaBackend,
     gate: &mut Buffer,
     up: &Buffer,

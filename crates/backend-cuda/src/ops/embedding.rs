@@ -2,7 +2,7 @@
 //! `embedding_<type>` (kernels/embedding.cu), which reads the ids from the step buffer.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{Backend, BackendError, Buffer, Weight};
+use runit_backend::{BackendError, Buffer, Device, Weight};
 use runit_quant::GgmlType;
 
 use crate::matmul::{launch_kernel, names};

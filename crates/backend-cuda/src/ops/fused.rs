@@ -5,7 +5,7 @@
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::{
-    Backend, BackendError, Buffer, HeadNorms, KvCache, KvType, RopeParams, RopeStyle, SequenceSpan,
+    unfused, AddRmsNorm, BackendError, KvType, PrimitiveOps, RopeKvWrite, RopeParams, RopeStyle,
     Weight,
 };
 use runit_quant::GgmlType;
@@ -16,18 +16,18 @@ use super::rope::freq_factors_address;
 use crate::memory::{buffer_ptr, check_len, kv_ptr, weight_ptr};
 use crate::{launch, CudaBackend};
 
-/// `x += delta` for the first `rows` rows of `weight.row_len()` values, then
-/// `out = x / rms(x) * weight`.
-pub fn add_rms_norm(
-    backend: &CudaBackend,
-    x: &mut Buffer,
-    delta: &Buffer,
-    weight: &Weight,
-    eps: f32,
-    rows: usize,
-    out: &mut Buffer,
-) -> Result<(), BackendError> {
+/// `x += delta` for the first `rows` rows of `norm.weight.row_len()` values, then
+/// `out = norm(x)`.
+pub fn add_rms_norm(backend: &CudaBackend, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
     const OP: &str = "add_rms_norm";
+    let AddRmsNorm {
+        x,
+        delta,
+        norm,
+        rows,
+        out,
+    } = op;
+    let (weight, eps) = (norm.weight, norm.eps);
     let width = weight.row_len();
     if width == 0 {
         return Err(BackendError::Shape {
@@ -78,46 +78,47 @@ fn same_rotation(q: &RopeParams, k: &RopeParams) -> bool {
         && q.freq_scale.to_bits() == k.freq_scale.to_bits()
 }
 
-/// RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch. Unusual arguments
-/// (different rotations of q and k, caches of other widths or types) take the primitive ops.
-#[allow(clippy::too_many_arguments)]
-pub fn rope_kv_write(
-    backend: &CudaBackend,
-    q: &mut Buffer,
-    k: &mut Buffer,
-    v: &Buffer,
-    positions: &[u32],
-    q_params: &RopeParams,
-    k_params: &RopeParams,
-    freq_factors: Option<&Weight>,
-    k_cache: &mut KvCache,
-    v_cache: &mut KvCache,
-    spans: &[SequenceSpan],
-    head_norms: Option<HeadNorms<'_>>,
-) -> Result<(), BackendError> {
+/// The QK norms, RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch.
+/// Unusual arguments (different rotations of q and k, caches of other widths or types) take
+/// the primitive ops; QK norms other than per-head ones of f32 weights (full-width norms)
+/// run as the default runs them, before the launch.
+pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(), BackendError> {
     const OP: &str = "rope_kv_write";
+    let (q_params, k_params) = (op.q_rope, op.k_rope);
     let (head_dim, rotary_dim) = (k_params.head_dim, k_params.rotary_dim);
     let width = k_params.heads.saturating_mul(head_dim);
     let fused = same_rotation(q_params, k_params)
-        && k_cache.width == width
-        && v_cache.width == width
-        && k_cache.ty == v_cache.ty
+        && op.k_cache.width == width
+        && op.v_cache.width == width
+        && op.k_cache.ty == op.v_cache.ty
         && rotary_dim.is_multiple_of(2)
         && rotary_dim <= head_dim;
     // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
     let in_kernel = |w: &Weight| w.ty == GgmlType::F32 && w.shape == [head_dim];
-    let norms_in_kernel = fused && head_norms.is_some_and(|n| in_kernel(n.q) && in_kernel(n.k));
-    if let Some(n) = head_norms.filter(|_| !norms_in_kernel) {
-        let tokens = positions.len();
-        backend.rms_norm_in_place(q, n.q, n.eps, tokens * q_params.heads)?;
-        backend.rms_norm_in_place(k, n.k, n.eps, tokens * k_params.heads)?;
+    let norms_in_kernel = fused
+        && op
+            .qk_norms
+            .is_some_and(|n| in_kernel(n.q) && in_kernel(n.k));
+    let kernel_norms = op.qk_norms.filter(|_| norms_in_kernel);
+    if !norms_in_kernel {
+        unfused::qk_norms_in_place(backend, &mut op)?;
     }
-    let head_norms = head_norms.filter(|_| norms_in_kernel);
     if !fused {
-        backend.rope(q, positions, q_params, freq_factors)?;
-        backend.rope(k, positions, k_params, freq_factors)?;
-        return backend.kv_write(k, v, k_cache, v_cache, spans);
+        backend.rope(op.q, op.positions, q_params, op.freq_factors)?;
+        backend.rope(op.k, op.positions, k_params, op.freq_factors)?;
+        return backend.kv_write(op.kv_write());
     }
+    let RopeKvWrite {
+        q,
+        k,
+        v,
+        positions,
+        freq_factors,
+        k_cache,
+        v_cache,
+        spans,
+        ..
+    } = op;
     let tokens = positions.len();
     let q_width = product(OP, "heads × head_dim", q_params.heads, head_dim)?;
     check_len(OP, "q", q, product(OP, "tokens × width", tokens, q_width)?)?;
@@ -170,7 +171,7 @@ pub fn rope_kv_write(
     let width = to_u32(OP, "cache width", width)?;
     let kv_rows = to_u32(OP, "rows", kv_rows)?;
     let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
-    let (q_norm, k_norm, norm_eps) = match head_norms {
+    let (q_norm, k_norm, norm_eps) = match kernel_norms {
         Some(n) => (
             weight_ptr(OP, "q norm", n.q)?,
             weight_ptr(OP, "k norm", n.k)?,
@@ -210,7 +211,7 @@ pub fn rope_kv_write(
         v_n,
         q_norm,
         k_norm,
-        u32::from(head_norms.is_some()),
+        u32::from(kernel_norms.is_some()),
         norm_eps
     )
 }

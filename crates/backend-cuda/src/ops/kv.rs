@@ -3,7 +3,7 @@
 //! from the step buffer, rounded to f16 (nearest even) for an f16 cache.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{BackendError, Buffer, KvCache, KvType, SequenceSpan};
+use runit_backend::{BackendError, Buffer, KvCache, KvType, KvWrite, SequenceSpan};
 
 use super::elementwise::{product, threads_for, to_u32};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
@@ -13,14 +13,14 @@ const OP: &str = "kv_write";
 
 /// Copies rows `span.first_row ..` of `k` and `v` into the cells of positions
 /// `span.start_position ..` of each span.
-pub fn kv_write(
-    backend: &CudaBackend,
-    k: &Buffer,
-    v: &Buffer,
-    k_cache: &mut KvCache,
-    v_cache: &mut KvCache,
-    spans: &[SequenceSpan],
-) -> Result<(), BackendError> {
+pub fn kv_write(backend: &CudaBackend, write: KvWrite<'_>) -> Result<(), BackendError> {
+    let KvWrite {
+        k,
+        v,
+        k_cache,
+        v_cache,
+        spans,
+    } = write;
     check(k, k_cache, spans)?;
     check(v, v_cache, spans)?;
     check_block_sizes(OP, spans)?;

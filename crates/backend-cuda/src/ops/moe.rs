@@ -17,7 +17,9 @@
 //! where the device's exponential differs from the host's in the last bit.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{moe, unfused, Backend, BackendError, Buffer, MoeBuffers, MoeFfn, Weight};
+use runit_backend::{
+    moe, unfused, BackendError, Buffer, Device, MoeFfn, MoeFfnRun, PrimitiveOps, Weight,
+};
 
 use super::elementwise::{product, threads_for, to_u32};
 use crate::matmul::experts::{expert_matvec, ExpertRows};
@@ -34,23 +36,21 @@ const MAX_EXPERTS: usize = 4096;
 
 const OP: &str = "moe_ffn";
 
-/// [`runit_backend::Backend::moe_ffn`] on the device.
+/// [`runit_backend::FusedOps::moe_ffn`] on the device.
 pub fn moe_ffn(
     backend: &CudaBackend,
-    ffn: &MoeFfn<'_>,
-    x: &Buffer,
-    tokens: usize,
-    scratch: MoeBuffers<'_>,
+    run: MoeFfnRun<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    let (embd, ff) = check_shapes(ffn)?;
+    let (ffn, x, tokens) = (run.ffn, run.x, run.tokens);
+    let (embd, ff) = check_shapes(&ffn)?;
     let rows_len = product(OP, "tokens × embd", tokens, embd)?;
     check_len(OP, "x", x, rows_len)?;
     check_len(OP, "out", out, rows_len)?;
     if tokens == 0 {
         return Ok(());
     }
-    backend.matmul(ffn.router, x, tokens, scratch.router)?;
+    backend.matmul(ffn.router, x, tokens, &mut *run.scratch.router)?;
     let pairs = product(OP, "tokens × experts used", tokens, ffn.used)?;
     let table = backend.moe_routes(OP, 2 * pairs)?;
     let (ids, weights) = (table, table + 4 * pairs as u64);
@@ -65,7 +65,7 @@ pub fn moe_ffn(
         "moe.cu",
         "moe_route",
         route,
-        buffer_ptr(OP, "router logits", scratch.router)?,
+        buffer_ptr(OP, "router logits", run.scratch.router)?,
         ids,
         weights,
         ffn.experts as u32,
@@ -73,7 +73,7 @@ pub fn moe_ffn(
         u32::from(ffn.renormalise)
     )?;
     if tokens > DEVICE_MAX_TOKENS {
-        return grouped_on_host(backend, ffn, x, tokens, scratch, out);
+        return grouped_on_host(backend, run, out);
     }
     let x = buffer_ptr(OP, "x", x)?;
     let out = buffer_ptr(OP, "out", out)?;
@@ -150,13 +150,11 @@ pub fn moe_ffn(
 /// expert sequence ([`unfused::moe_experts`]).
 fn grouped_on_host(
     backend: &CudaBackend,
-    ffn: &MoeFfn<'_>,
-    x: &Buffer,
-    tokens: usize,
-    scratch: MoeBuffers<'_>,
+    run: MoeFfnRun<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    let pairs = tokens * ffn.used;
+    let ffn = run.ffn;
+    let pairs = run.tokens * ffn.used;
     let mut table = vec![0u32; 2 * pairs];
     backend.read_moe_routes(OP, &mut table)?;
     let (ids, weight_bits) = table.split_at(pairs);
@@ -172,7 +170,7 @@ fn grouped_on_host(
         .map(|&bits| f32::from_bits(bits))
         .collect();
     let routes = moe::group_by_expert(ids, &weights, ffn.used, ffn.experts);
-    unfused::moe_experts(backend, ffn, x, tokens, &routes, scratch, out)
+    unfused::moe_experts(backend, run, &routes, out)
 }
 
 /// Checks the weights against each other and the routing rule; returns `(embd, ff)`.

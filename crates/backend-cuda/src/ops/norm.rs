@@ -2,7 +2,7 @@
 //! or, with rows = tokens × heads, per-head norms.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{BackendError, Buffer, Weight};
+use runit_backend::{BackendError, Buffer, RmsNorm};
 
 use super::elementwise::{f32_weight, product, threads_for, to_u32};
 use crate::memory::{buffer_ptr, check_len};
@@ -15,16 +15,16 @@ const WARP_ROW_MAX: usize = 256;
 /// Rows handled by one block of warp-per-row launches.
 const WARP_ROWS_PER_BLOCK: u32 = 4;
 
-/// `out = x / rms(x) * weight` for the first `rows` rows; `out_ptr` may be `x`'s own address
-/// (in place). The caller has checked `out`'s length.
+/// `out = norm(x)` for the first `rows` rows; `out_ptr` may be `x`'s own address (in place).
+/// The caller has checked `out`'s length.
 pub fn rms_norm(
     backend: &CudaBackend,
     x: &Buffer,
-    weight: &Weight,
-    eps: f32,
+    norm: RmsNorm<'_>,
     rows: usize,
     out_ptr: u64,
 ) -> Result<(), BackendError> {
+    let RmsNorm { weight, eps } = norm;
     let width = weight.row_len();
     if width == 0 {
         return Err(BackendError::Shape {

@@ -3,7 +3,7 @@
 //! CPU reference does, without atomics.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{BackendError, Buffer};
+use runit_backend::{BackendError, Buffer, ScatterAddRows};
 
 use super::elementwise::{product, threads_for, to_u32};
 use crate::memory::{buffer_ptr, check_len};
@@ -55,13 +55,16 @@ pub fn gather_rows(
 /// `dst[rows[i]] += scales[i] * src[i]` for rows of `width` elements.
 pub fn scatter_add_rows(
     backend: &CudaBackend,
-    src: &Buffer,
-    rows: &[u32],
-    scales: &[f32],
-    width: usize,
-    dst: &mut Buffer,
+    scatter: ScatterAddRows<'_>,
 ) -> Result<(), BackendError> {
     const OP: &str = "scatter_add_rows";
+    let ScatterAddRows {
+        src,
+        rows,
+        scales,
+        width,
+        dst,
+    } = scatter;
     if scales.len() < rows.len() {
         return Err(BackendError::Shape {
             op: OP,

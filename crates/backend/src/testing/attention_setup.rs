@@ -2,7 +2,9 @@
 //! in a paged cache whose blocks are handed out in a shuffled order.
 
 use super::random::Rng;
-use crate::{AttentionParams, Backend, BackendError, Buffer, KvType, SequenceSpan};
+use crate::{
+    Attention, AttentionParams, Backend, BackendError, Buffer, KvType, KvWrite, SequenceSpan,
+};
 
 type Output = Result<Vec<f32>, BackendError>;
 
@@ -110,25 +112,31 @@ impl AttentionSetup {
                 block_table: prefix.table.clone(),
                 block_size: self.block_size,
             };
-            b.kv_write(
-                &buffer(b, k)?,
-                &buffer(b, v)?,
-                &mut k_cache,
-                &mut v_cache,
-                &[span],
-            )?;
+            b.kv_write(KvWrite {
+                k: &buffer(b, k)?,
+                v: &buffer(b, v)?,
+                k_cache: &mut k_cache,
+                v_cache: &mut v_cache,
+                spans: &[span],
+            })?;
         }
         let (k, v) = (buffer(b, &self.k)?, buffer(b, &self.v)?);
-        b.kv_write(&k, &v, &mut k_cache, &mut v_cache, &self.spans)?;
+        b.kv_write(KvWrite {
+            k: &k,
+            v: &v,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &self.spans,
+        })?;
         let mut out = b.alloc(self.rows * self.q_width)?;
-        b.attention(
-            &buffer(b, &self.q)?,
-            &k_cache,
-            &v_cache,
-            &self.spans,
+        let attention = Attention {
+            q: &buffer(b, &self.q)?,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &self.spans,
             params,
-            &mut out,
-        )?;
+        };
+        b.attention(&attention, &mut out)?;
         let mut values = vec![0.0; self.rows * self.q_width];
         b.download(&out, &mut values)?;
         Ok(values)

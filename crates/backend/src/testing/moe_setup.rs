@@ -1,4 +1,4 @@
-//! Inputs of the mixture-of-experts cases ([`crate::Backend::moe_ffn`]): seeded stacked
+//! Inputs of the mixture-of-experts cases ([`crate::FusedOps::moe_ffn`]): seeded stacked
 //! expert weights, a router, and the buffers of one call, for the parity suite and the
 //! device backends' own MoE tests.
 //!
@@ -7,7 +7,7 @@
 //! zeros), and planting equal values in `x` plants exactly tied logits.
 
 use super::random::{make_weight, Rng};
-use crate::{unfused, Backend, BackendError, Buffer, MoeBuffers, MoeFfn, Weight};
+use crate::{unfused, Backend, BackendError, Buffer, MoeBuffers, MoeFfn, MoeFfnRun, Weight};
 use runit_quant::GgmlType;
 
 /// The weights of one MoE layer as f32 values, and its routing rule.
@@ -161,7 +161,7 @@ pub struct LoadedMoe {
 }
 
 impl LoadedMoe {
-    /// The layer as [`crate::Backend::moe_ffn`] takes it.
+    /// The layer as [`crate::FusedOps::moe_ffn`] takes it.
     pub fn ffn(&self) -> MoeFfn<'_> {
         MoeFfn {
             router: &self.router,
@@ -218,18 +218,22 @@ impl MoeWorkspace {
         tokens: usize,
         primitive: bool,
     ) -> Result<(), BackendError> {
-        let ffn = moe.ffn();
-        let buffers = MoeBuffers {
-            router: &mut self.router,
-            gathered: &mut self.gathered,
-            gate: &mut self.gate,
-            up: &mut self.up,
-            expert_out: &mut self.expert_out,
+        let run = MoeFfnRun {
+            ffn: moe.ffn(),
+            x: &self.x,
+            tokens,
+            scratch: MoeBuffers {
+                router: &mut self.router,
+                gathered: &mut self.gathered,
+                gate: &mut self.gate,
+                up: &mut self.up,
+                expert_out: &mut self.expert_out,
+            },
         };
         if primitive {
-            unfused::moe_ffn(backend, &ffn, &self.x, tokens, buffers, &mut self.out)
+            unfused::moe_ffn(backend, run, &mut self.out)
         } else {
-            backend.moe_ffn(&ffn, &self.x, tokens, buffers, &mut self.out)
+            backend.moe_ffn(run, &mut self.out)
         }
     }
 

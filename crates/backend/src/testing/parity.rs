@@ -14,10 +14,11 @@ use runit_quant::GgmlType;
 
 use super::attention_setup::AttentionSetup;
 use super::moe_setup::MoeCase;
-use super::random::{make_weight, Rng};
+use super::random::{make_weight, make_weight_as, Rng};
 use super::report::{nmse, ParityCase, ParityOutcome, ParityReport};
 use crate::{
-    AttentionParams, Backend, BackendError, Buffer, KvType, Op, RopeParams, RopeStyle, SequenceSpan,
+    Activation, Attention, AttentionParams, Backend, BackendError, Buffer, BufferCopy, KvType,
+    KvWrite, Op, RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, WeightRole,
 };
 
 /// The weight types matmul and embedding are checked with (those the candidate supports).
@@ -189,7 +190,9 @@ impl Suite<'_> {
                 Some((Op::Embedding, ty)),
                 ELEMENTWISE_BOUND,
                 |b| {
-                    let weight = make_weight(b, "parity.token_embd", ty, &[width, rows], &table)?;
+                    let role = WeightRole::TokenEmbedding;
+                    let shape = [width, rows];
+                    let weight = make_weight_as(b, role, "parity.token_embd", ty, &shape, &table)?;
                     let mut out = b.alloc(ids.len() * width)?;
                     b.embedding(&weight, &ids, &mut out)?;
                     read(b, &out, ids.len() * width)
@@ -215,13 +218,13 @@ impl Suite<'_> {
             },
         );
         self.case(
-            "silu_mul",
-            format!("{len} elements"),
+            "gated_activation",
+            format!("silu, {len} elements"),
             None,
             ELEMENTWISE_BOUND,
             |b| {
                 let mut gate = buffer(b, &a)?;
-                b.silu_mul(&mut gate, &buffer(b, &c)?, len - 5)?;
+                b.gated_activation(Activation::Silu, &mut gate, &buffer(b, &c)?, len - 5)?;
                 read(b, &gate, len)
             },
         );
@@ -250,14 +253,22 @@ impl Suite<'_> {
             let detail = format!("{rows} x {width}, eps {eps:e}");
             self.case("rms_norm", detail.clone(), None, ELEMENTWISE_BOUND, |b| {
                 let weight = make_weight(b, "parity.norm", GgmlType::F32, &[width], &w)?;
+                let norm = RmsNorm {
+                    weight: &weight,
+                    eps,
+                };
                 let mut out = b.alloc(rows * width)?;
-                b.rms_norm(&buffer(b, &x)?, &weight, eps, rows, &mut out)?;
+                b.rms_norm(&buffer(b, &x)?, norm, rows, &mut out)?;
                 read(b, &out, rows * width)
             });
             self.case("rms_norm_in_place", detail, None, ELEMENTWISE_BOUND, |b| {
                 let weight = make_weight(b, "parity.norm", GgmlType::F32, &[width], &w)?;
+                let norm = RmsNorm {
+                    weight: &weight,
+                    eps,
+                };
                 let mut input = buffer(b, &x)?;
-                b.rms_norm_in_place(&mut input, &weight, eps, rows)?;
+                b.rms_norm_in_place(&mut input, norm, rows)?;
                 read(b, &input, rows * width)
             });
         }
@@ -369,7 +380,13 @@ impl Suite<'_> {
             ELEMENTWISE_BOUND,
             |b| {
                 let mut out = buffer(b, &dst)?;
-                b.scatter_add_rows(&buffer(b, &src)?, &rows, &scales, width, &mut out)?;
+                b.scatter_add_rows(ScatterAddRows {
+                    src: &buffer(b, &src)?,
+                    rows: &rows,
+                    scales: &scales,
+                    width,
+                    dst: &mut out,
+                })?;
                 read(b, &out, dst.len())
             },
         );
@@ -380,7 +397,13 @@ impl Suite<'_> {
             ELEMENTWISE_BOUND,
             |b| {
                 let mut out = buffer(b, &dst)?;
-                b.copy(&buffer(b, &src)?, 5, &mut out, 11, 37)?;
+                b.copy(BufferCopy {
+                    src: &buffer(b, &src)?,
+                    src_offset: 5,
+                    dst: &mut out,
+                    dst_offset: 11,
+                    len: 37,
+                })?;
                 read(b, &out, dst.len())
             },
         );
@@ -434,7 +457,14 @@ impl Suite<'_> {
                     block_table: vec![0],
                     block_size: 16,
                 };
-                b.attention(&b.alloc(24)?, &k, &v, &[span], &params, &mut b.alloc(24)?)
+                let attention = Attention {
+                    q: &b.alloc(24)?,
+                    k_cache: &k,
+                    v_cache: &v,
+                    spans: &[span],
+                    params: &params,
+                };
+                b.attention(&attention, &mut b.alloc(24)?)
             }),
             ("kv_write", "block table shorter than the positions", &|b| {
                 let mut k = b.alloc_kv(16, 8, KvType::F16)?;
@@ -446,7 +476,13 @@ impl Suite<'_> {
                     block_table: vec![0],
                     block_size: 4,
                 };
-                b.kv_write(&b.alloc(48)?, &b.alloc(48)?, &mut k, &mut v, &[span])
+                b.kv_write(KvWrite {
+                    k: &b.alloc(48)?,
+                    v: &b.alloc(48)?,
+                    k_cache: &mut k,
+                    v_cache: &mut v,
+                    spans: &[span],
+                })
             }),
         ];
         for (op, detail, check) in checks {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use runit_quant::GgmlType;
 
-use crate::{Backend, BackendError, HostMemory, Weight};
+use crate::{Backend, BackendError, HostMemory, Weight, WeightRole, WeightSource};
 
 /// SplitMix64: a small, fast, seeded generator (no dependency needed).
 #[derive(Debug, Clone)]
@@ -56,9 +56,29 @@ impl Rng {
     }
 }
 
-/// Quantizes `values` (`shape` in ggml order) to `ty` and loads the result on `backend`.
+/// Quantizes `values` (`shape` in ggml order) to `ty` and loads the result on `backend`, in
+/// the role its shape gives it ([`WeightRole::of_shape`]).
 pub fn make_weight(
     backend: &dyn Backend,
+    name: &str,
+    ty: GgmlType,
+    shape: &[usize],
+    values: &[f32],
+) -> Result<Weight, BackendError> {
+    make_weight_as(
+        backend,
+        WeightRole::of_shape(shape),
+        name,
+        ty,
+        shape,
+        values,
+    )
+}
+
+/// [`make_weight`] in the role `role` (a token embedding, say).
+pub fn make_weight_as(
+    backend: &dyn Backend,
+    role: WeightRole,
     name: &str,
     ty: GgmlType,
     shape: &[usize],
@@ -83,7 +103,14 @@ pub fn make_weight(
     let mut bytes = vec![0u8; bytes_len];
     runit_quant::quantize(ty, values, &mut bytes).map_err(|error| invalid(error.to_string()))?;
     let memory: Arc<dyn HostMemory> = Arc::new(bytes);
-    backend.load_weight(name, ty, shape, memory, 0..bytes_len)
+    backend.load_weight(WeightSource {
+        name,
+        role,
+        ty,
+        shape,
+        memory,
+        range: 0..bytes_len,
+    })
 }
 
 #[cfg(test)]

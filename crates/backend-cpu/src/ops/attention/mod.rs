@@ -18,7 +18,7 @@ mod chunk;
 mod tiled;
 
 use half::f16;
-use runit_backend::{AttentionParams, BackendError, Buffer, KvCache, SequenceSpan};
+use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSpan};
 
 use crate::ops::kv_write::check_cells;
 use crate::storage::{at_least, data, data_mut, kv, product, CpuKv};
@@ -87,34 +87,32 @@ impl Problem<'_> {
 
 pub use chunk::RowDone;
 
-/// Attention of every span's query rows; see [`runit_backend::Backend::attention`].
+/// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
 pub fn attention(
     backend: &CpuBackend,
-    q: &Buffer,
-    k_cache: &KvCache,
-    v_cache: &KvCache,
-    spans: &[SequenceSpan],
-    params: &AttentionParams,
+    attention: &Attention<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    attention_reporting(backend, q, k_cache, v_cache, spans, params, out, None).map(|_| ())
+    attention_reporting(backend, attention, out, None).map(|_| ())
 }
 
 /// [`attention`], calling `row_done(row, values)` with each row of the output as soon as
 /// it is finished, on the thread that computed it, where the work is split by whole rows
 /// (ggml's one-chunk path): returns the number of rows so reported (from row 0 up; the
 /// others, if any, were not).
-#[allow(clippy::too_many_arguments)]
 pub fn attention_reporting(
     backend: &CpuBackend,
-    q: &Buffer,
-    k_cache: &KvCache,
-    v_cache: &KvCache,
-    spans: &[SequenceSpan],
-    params: &AttentionParams,
+    attention: &Attention<'_>,
     out: &mut Buffer,
     row_done: Option<&RowDone>,
 ) -> Result<usize, BackendError> {
+    let &Attention {
+        q,
+        k_cache,
+        v_cache,
+        spans,
+        params,
+    } = attention;
     let &AttentionParams {
         heads,
         kv_heads,

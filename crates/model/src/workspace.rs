@@ -1,0 +1,112 @@
+//! The buffers a forward pass works in: each layer's key and value caches, and the
+//! activation scratch of a batch. Each set has a unique id: a captured pass is replayed only
+//! on the very buffers it was recorded with.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use runit_backend::{Buffer, KvCache, KvType};
+
+use crate::{Model, ModelError};
+
+/// Per-layer key and value caches.
+pub struct KvState {
+    pub keys: Vec<KvCache>,
+    pub values: Vec<KvCache>,
+    pub n_cells: usize,
+    /// Unique id of these caches (part of a captured step's identity).
+    pub(crate) id: u64,
+}
+
+/// Source of unique ids for scratch buffers and caches: a captured forward pass is only
+/// replayed on the very buffers it was recorded with.
+fn next_workspace_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl KvState {
+    /// Caches of `n_cells` token slots for every layer of `model`.
+    pub fn new(model: &Model, n_cells: usize, ty: KvType) -> Result<KvState, ModelError> {
+        let width = model.config.kv_width();
+        let mut keys = Vec::with_capacity(model.config.block_count);
+        let mut values = Vec::with_capacity(model.config.block_count);
+        for _ in 0..model.config.block_count {
+            keys.push(model.backend.alloc_kv(n_cells, width, ty)?);
+            values.push(model.backend.alloc_kv(n_cells, width, ty)?);
+        }
+        Ok(KvState {
+            keys,
+            values,
+            n_cells,
+            id: next_workspace_id(),
+        })
+    }
+}
+
+/// Activation buffers for batches of up to `capacity` tokens, reused every step.
+pub struct Scratch {
+    pub capacity: usize,
+    pub(crate) id: u64,
+    pub(crate) x: Buffer,      // [tokens, embd] residual stream
+    pub(crate) normed: Buffer, // [tokens, embd] the residual stream's norm before each block
+    pub(crate) q: Buffer,      // [tokens, heads * head_dim]
+    pub(crate) k: Buffer,      // [tokens, kv_heads * head_dim]
+    pub(crate) v: Buffer,      // [tokens, kv_heads * head_dim]
+    pub(crate) attn: Buffer,   // [tokens, heads * head_dim]
+    pub(crate) proj: Buffer,   // [tokens, embd] each block's output (attention, FFN)
+    pub(crate) ffn: FfnScratch,
+    pub(crate) out_x: Buffer, // [logit rows, embd] the residual rows whose logits are wanted
+    pub(crate) out_proj: Buffer, // [logit rows, embd] their blocks' outputs
+    pub(crate) logits: Buffer, // [logit rows, vocab]
+}
+
+/// Buffers of the FFN inside a layer.
+pub(crate) struct FfnScratch {
+    pub(crate) hidden: Buffer, // [tokens, ff] the activation's output
+    pub(crate) up: Buffer,     // [tokens, ff]
+    pub(crate) moe: Option<MoeScratch>,
+}
+
+/// Buffers of a mixture-of-experts FFN.
+pub(crate) struct MoeScratch {
+    pub(crate) router: Buffer,     // [tokens, experts]
+    pub(crate) gathered: Buffer,   // [tokens, embd]
+    pub(crate) expert_out: Buffer, // [tokens, embd]
+}
+
+impl Scratch {
+    /// Buffers for batches of up to `capacity` tokens.
+    pub fn new(model: &Model, capacity: usize) -> Result<Scratch, ModelError> {
+        let c = &model.config;
+        let b = &model.backend;
+        let t = capacity.max(1);
+        let moe = if c.expert_count > 0 {
+            Some(MoeScratch {
+                router: b.alloc(t * c.expert_count)?,
+                gathered: b.alloc(t * c.embedding_length)?,
+                expert_out: b.alloc(t * c.embedding_length)?,
+            })
+        } else {
+            None
+        };
+        Ok(Scratch {
+            capacity: t,
+            id: next_workspace_id(),
+            x: b.alloc(t * c.embedding_length)?,
+            normed: b.alloc(t * c.embedding_length)?,
+            q: b.alloc(t * c.q_width())?,
+            k: b.alloc(t * c.kv_width())?,
+            v: b.alloc(t * c.kv_width())?,
+            attn: b.alloc(t * c.q_width())?,
+            proj: b.alloc(t * c.embedding_length)?,
+            ffn: FfnScratch {
+                hidden: b.alloc(t * c.feed_forward_length)?,
+                up: b.alloc(t * c.feed_forward_length)?,
+                moe,
+            },
+            out_x: b.alloc(t * c.embedding_length)?,
+            out_proj: b.alloc(t * c.embedding_length)?,
+            logits: b.alloc(t * c.vocab_size)?,
+        })
+    }
+}
