@@ -10,6 +10,10 @@ use crate::keys::{bad, Keys};
 use crate::schema::Dimensions;
 use crate::{unsupported, ModelError};
 
+/// Most layers a model may declare: far beyond any published model, small enough that the
+/// per-layer settings a hostile count sizes stay a few megabytes.
+pub const MAX_LAYERS: usize = 1 << 16;
+
 /// The hyperparameters of a decoder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -147,15 +151,12 @@ impl ModelConfig {
             ),
         };
         let block_count = keys.required("block_count")?;
-        // Every layer has tensors in the file: a count beyond them is refused before it
-        // sizes any allocation.
-        if block_count > file.tensors().len() {
+        // The per-layer settings below are sized by this count before any tensor is read
+        // (the loader then checks it against the tensors present).
+        if block_count > MAX_LAYERS {
             return Err(bad(
                 keys.key("block_count"),
-                format!(
-                    "{block_count} layers, but the file holds only {} tensors",
-                    file.tensors().len()
-                ),
+                format!("{block_count} layers is beyond the {MAX_LAYERS} RunIT accepts"),
             ));
         }
         let global = LayerConfig {

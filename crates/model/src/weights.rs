@@ -151,6 +151,18 @@ impl ModelWeights {
             memory,
             backend,
         };
+        // Every layer has tensors: a count beyond the file's is refused before it sizes the
+        // schema's list.
+        if config.block_count > file.tensors().len() {
+            return Err(ModelError::BadHyperparameter {
+                key: format!("{}.block_count", config.arch.name),
+                message: format!(
+                    "{} layers, but the file holds only {} tensors",
+                    config.block_count,
+                    file.tensors().len()
+                ),
+            });
+        }
         let row = config.arch;
         let tensors = row.tensors(&config.dimensions(), config.block_count);
         let known: HashSet<&str> = tensors.iter().map(|tensor| tensor.name.as_str()).collect();

@@ -43,8 +43,13 @@ fn schema_tensors(arch: &str, tied: bool) -> Vec<Entry> {
         .collect()
 }
 
-/// Loads a zero-filled file of `arch` holding `tensors`.
+/// Loads a zero-filled two-layer file of `arch` holding `tensors`.
 fn load(arch: &str, tensors: &[Entry]) -> Result<Model, ModelError> {
+    load_declaring(arch, tensors, 2)
+}
+
+/// Loads a zero-filled file of `arch` holding `tensors` whose metadata says `block_count`.
+fn load_declaring(arch: &str, tensors: &[Entry], block_count: u32) -> Result<Model, ModelError> {
     let mut writer = GgufWriter::new();
     let key = |suffix: &str| format!("{arch}.{suffix}");
     let mut metadata = vec![
@@ -52,7 +57,7 @@ fn load(arch: &str, tensors: &[Entry]) -> Result<Model, ModelError> {
             "general.architecture".to_string(),
             Value::String(arch.to_string()),
         ),
-        (key("block_count"), Value::U32(2)),
+        (key("block_count"), Value::U32(block_count)),
         (key("context_length"), Value::U32(64)),
         (key("embedding_length"), Value::U32(64)),
         (key("feed_forward_length"), Value::U32(96)),
@@ -187,4 +192,18 @@ fn a_tensor_outside_the_schema_is_refused() {
         load("llama", &tensors),
         Err(ModelError::UnexpectedTensor { .. })
     ));
+}
+
+#[test]
+fn a_layer_count_beyond_the_tensors_present_is_refused_before_it_sizes_anything() {
+    let tensors = schema_tensors("llama", true);
+    for block_count in [1_000, 60_000] {
+        match load_declaring("llama", &tensors, block_count) {
+            Err(ModelError::BadHyperparameter { key, message }) => {
+                assert_eq!(key, "llama.block_count");
+                assert!(message.contains(&block_count.to_string()), "{message}");
+            }
+            other => panic!("expected BadHyperparameter, found {:?}", other.err()),
+        }
+    }
 }

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 use runit_gguf::{GgufFile, GgufWriter, Value};
 use runit_model::{ModelConfig, ModelError};
 
-/// A tiny model's metadata under `arch` (OLMoE gets its expert counts), plus `extra`.
+/// A tiny model's metadata under `arch` (OLMoE gets its expert counts), plus `extra` (which
+/// replaces a default of the same key).
 fn file(arch: &str, extra: &[(&str, Value)]) -> GgufFile {
     let mut writer = GgufWriter::new();
     let key = |suffix: &str| format!("{arch}.{suffix}");
@@ -26,6 +27,8 @@ fn file(arch: &str, extra: &[(&str, Value)]) -> GgufFile {
         keys.push((key("expert_count"), Value::U32(4)));
         keys.push((key("expert_used_count"), Value::U32(2)));
     }
+    // A key of `extra` replaces the default of the same name.
+    keys.retain(|(name, _)| !extra.iter().any(|(suffix, _)| key(suffix) == *name));
     keys.extend(
         extra
             .iter()
@@ -249,4 +252,15 @@ fn today_s_rows_have_the_same_configuration_in_every_layer() {
         );
     }
     assert_eq!(config.embedding_scale(), None);
+}
+
+#[test]
+fn a_layer_count_no_model_approaches_is_refused_before_it_sizes_the_layers() {
+    match config("llama", &[("block_count", Value::U32(u32::MAX))]) {
+        Err(ModelError::BadHyperparameter { key, message }) => {
+            assert_eq!(key, "llama.block_count");
+            assert!(message.contains(&u32::MAX.to_string()), "{message}");
+        }
+        other => panic!("expected BadHyperparameter, found {other:?}"),
+    }
 }
