@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use runit_backend::{
     pick, Activation, Attention, AttentionOutput, BackendError, Buffer, BufferCopy, Device,
-    FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, Op, Pick, PrimitiveOps, Projection, RmsNorm,
-    RopeKvWrite, RopeParams, ScatterAddRows, Weight, WeightSource,
+    FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps, Projection,
+    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -63,14 +63,14 @@ impl Device for CpuBackend {
         Ok(Buffer::new(len, Box::new(CpuBuffer(zeroed(len, 0.0f32)?))))
     }
 
-    fn upload(&self, buffer: &mut Buffer, values: &[f32]) -> Result<(), BackendError> {
+    fn upload(&self, buffer: &mut Buffer, values: &[f32]) -> OpResult {
         let target = data_mut(buffer, "upload", "buffer")?;
         at_least("upload", "buffer elements", values.len(), target.len())?;
         target[..values.len()].copy_from_slice(values);
         Ok(())
     }
 
-    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError> {
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> OpResult {
         let source = data(buffer, "download", "buffer")?;
         at_least("download", "buffer elements", out.len(), source.len())?;
         out.copy_from_slice(&source[..out.len()]);
@@ -119,7 +119,7 @@ impl Device for CpuBackend {
         Ok(KvCache::new(n_cells, width, ty, Box::new(cells)))
     }
 
-    fn synchronize(&self) -> Result<(), BackendError> {
+    fn synchronize(&self) -> OpResult {
         Ok(())
     }
 
@@ -129,40 +129,23 @@ impl Device for CpuBackend {
 }
 
 impl PrimitiveOps for CpuBackend {
-    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> OpResult {
         ops::embedding::embedding(self, table, ids, out)
     }
 
-    fn matmul(
-        &self,
-        weight: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn matmul(&self, weight: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult {
         ops::linear::matmul(self, weight, x, tokens, out)
     }
 
-    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult {
         ops::elementwise::add_bias(self, x, bias, tokens)
     }
 
-    fn rms_norm(
-        &self,
-        x: &Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn rms_norm(&self, x: &Buffer, norm: RmsNorm<'_>, rows: usize, out: &mut Buffer) -> OpResult {
         ops::norm::rms_norm(self, x, norm, rows, out)
     }
 
-    fn rms_norm_in_place(
-        &self,
-        x: &mut Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-    ) -> Result<(), BackendError> {
+    fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult {
         ops::norm::rms_norm_in_place(self, x, norm, rows)
     }
 
@@ -172,11 +155,11 @@ impl PrimitiveOps for CpuBackend {
         positions: &[u32],
         params: &RopeParams,
         freq_factors: Option<&Weight>,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         ops::rope::rope(self, x, positions, params, freq_factors)
     }
 
-    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         ops::elementwise::add(self, dst, src, len)
     }
 
@@ -186,33 +169,27 @@ impl PrimitiveOps for CpuBackend {
         gate: &mut Buffer,
         up: &Buffer,
         len: usize,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         ops::elementwise::gated_activation(self, activation, gate, up, len)
     }
 
-    fn kv_write(&self, write: KvWrite<'_>) -> Result<(), BackendError> {
+    fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
         ops::kv_write::kv_write(write)
     }
 
-    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
         ops::attention::attention(self, attention, out)
     }
 
-    fn gather_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        width: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult {
         ops::rows::gather_rows(src, rows, width, out)
     }
 
-    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> Result<(), BackendError> {
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult {
         ops::rows::scatter_add_rows(scatter)
     }
 
-    fn copy(&self, copy: BufferCopy<'_>) -> Result<(), BackendError> {
+    fn copy(&self, copy: BufferCopy<'_>) -> OpResult {
         ops::rows::copy(copy)
     }
 
@@ -252,23 +229,23 @@ impl FusedOps for CpuBackend {
         x: &Buffer,
         tokens: usize,
         outs: [&mut Buffer; 3],
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         ops::linear::matmul_qkv(self, projections, x, tokens, outs)
     }
 
-    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> OpResult {
         ops::rope::rope_kv_write(self, op)
     }
 
-    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> OpResult {
         ops::linear::gated_ffn_hidden(self, run)
     }
 
-    fn attention_output(&self, op: AttentionOutput<'_>) -> Result<(), BackendError> {
+    fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
         ops::linear::attention_output(self, op)
     }
 
-    fn gated_ffn(&self, run: GatedFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn gated_ffn(&self, run: GatedFfnRun<'_>, out: &mut Buffer) -> OpResult {
         ops::linear::gated_ffn(self, run, out)
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps,
-    GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, PrimitiveOps, Projection, RmsNorm,
-    RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
+    GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps, Projection,
+    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -40,7 +40,7 @@ impl Device for CudaBackend {
         Ok(Buffer::new(len, Box::new(DeviceBuffer { slice, ptr })))
     }
 
-    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> Result<(), BackendError> {
+    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> OpResult {
         check_len("upload", "buffer", buffer, data.len())?;
         let device = buffer
             .payload_mut::<DeviceBuffer>()
@@ -55,7 +55,7 @@ impl Device for CudaBackend {
             .map_err(|e| self.driver_error("upload", e))
     }
 
-    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError> {
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> OpResult {
         check_len("download", "buffer", buffer, out.len())?;
         let device = buffer
             .payload::<DeviceBuffer>()
@@ -111,7 +111,7 @@ impl Device for CudaBackend {
         ))
     }
 
-    fn synchronize(&self) -> Result<(), BackendError> {
+    fn synchronize(&self) -> OpResult {
         self.stream
             .synchronize()
             .map_err(|e| self.driver_error("synchronize", e))
@@ -121,7 +121,7 @@ impl Device for CudaBackend {
         self.context.mem_get_info().ok().map(|(free, _total)| free)
     }
 
-    fn begin_step(&self, inputs: &StepInputs<'_>) -> Result<(), BackendError> {
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
         let packed = step::pack(
             Some(inputs.tokens),
             Some(inputs.positions),
@@ -138,7 +138,7 @@ impl Device for CudaBackend {
         Ok(())
     }
 
-    fn end_step(&self) -> Result<(), BackendError> {
+    fn end_step(&self) -> OpResult {
         self.step.lock().expect("step lock").active = None;
         Ok(())
     }
@@ -147,11 +147,7 @@ impl Device for CudaBackend {
         !self.exact_numerics() && std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
     }
 
-    fn run_captured(
-        &self,
-        key: StepKey,
-        body: &mut dyn FnMut() -> Result<(), BackendError>,
-    ) -> Result<(), BackendError> {
+    fn run_captured(&self, key: StepKey, body: &mut dyn FnMut() -> OpResult) -> OpResult {
         let graph_key = {
             let mut state = self.step.lock().expect("step lock");
             let full_key = (key, state.table_stride);
@@ -214,45 +210,28 @@ impl Device for CudaBackend {
 }
 
 impl PrimitiveOps for CudaBackend {
-    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> OpResult {
         ops::embedding::embedding(self, table, ids, out)
     }
 
-    fn matmul(
-        &self,
-        weight: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn matmul(&self, weight: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult {
         if self.exact_numerics() {
             return exact::matmul::matmul(self, weight, x, tokens, out);
         }
         matmul::matmul(self, weight, x, tokens, out)
     }
 
-    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult {
         ops::elementwise::add_bias(self, x, bias, tokens)
     }
 
-    fn rms_norm(
-        &self,
-        x: &Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn rms_norm(&self, x: &Buffer, norm: RmsNorm<'_>, rows: usize, out: &mut Buffer) -> OpResult {
         let out_ptr = buffer_ptr("rms_norm", "out", out)?;
         check_len("rms_norm", "out", out, rows * norm.weight.row_len())?;
         ops::norm::rms_norm(self, x, norm, rows, out_ptr)
     }
 
-    fn rms_norm_in_place(
-        &self,
-        x: &mut Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-    ) -> Result<(), BackendError> {
+    fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult {
         let ptr = buffer_ptr("rms_norm", "x", x)?;
         ops::norm::rms_norm(self, x, norm, rows, ptr)
     }
@@ -263,11 +242,11 @@ impl PrimitiveOps for CudaBackend {
         positions: &[u32],
         params: &RopeParams,
         freq_factors: Option<&Weight>,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         ops::rope::rope(self, x, positions, params, freq_factors)
     }
 
-    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         check_len("add", "dst", dst, len)?;
         check_len("add", "src", src, len)?;
         let d = buffer_ptr("add", "dst", dst)?;
@@ -290,33 +269,27 @@ impl PrimitiveOps for CudaBackend {
         gate: &mut Buffer,
         up: &Buffer,
         len: usize,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         ops::elementwise::gated_activation(self, activation, gate, up, len)
     }
 
-    fn kv_write(&self, write: KvWrite<'_>) -> Result<(), BackendError> {
+    fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
         ops::kv::kv_write(self, write)
     }
 
-    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
         ops::attention::attention(self, attention, out)
     }
 
-    fn gather_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        width: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult {
         ops::rows::gather_rows(self, src, rows, width, out)
     }
 
-    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> Result<(), BackendError> {
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult {
         ops::rows::scatter_add_rows(self, scatter)
     }
 
-    fn copy(&self, copy: BufferCopy<'_>) -> Result<(), BackendError> {
+    fn copy(&self, copy: BufferCopy<'_>) -> OpResult {
         let BufferCopy {
             src,
             src_offset,
@@ -363,7 +336,7 @@ impl FusedOps for CudaBackend {
         x: &Buffer,
         tokens: usize,
         out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         if !self.fused_ops() {
             return unfused::matmul_bias(self, projection, x, tokens, out);
         }
@@ -376,35 +349,35 @@ impl FusedOps for CudaBackend {
         x: &Buffer,
         tokens: usize,
         outs: [&mut Buffer; 3],
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         if !self.fused_ops() {
             return unfused::matmul_qkv(self, projections, x, tokens, outs);
         }
         matmul::matmul_qkv(self, projections, x, tokens, outs)
     }
 
-    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
+    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> OpResult {
         if !self.fused_ops() {
             return unfused::add_rms_norm(self, op);
         }
         ops::fused::add_rms_norm(self, op)
     }
 
-    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> OpResult {
         if !self.fused_ops() {
             return unfused::rope_kv_write(self, op);
         }
         ops::fused::rope_kv_write(self, op)
     }
 
-    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> OpResult {
         if !self.fused_ops() {
             return unfused::gated_ffn_hidden(self, run);
         }
         matmul::gated_ffn_hidden(self, run)
     }
 
-    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {
         if !self.fused_ops() {
             return unfused::moe_ffn(self, run, out);
         }

@@ -4,6 +4,7 @@
 use runit_quant::GgmlType;
 
 use crate::BackendError;
+use crate::OpResult;
 use crate::{Buffer, KvCache, KvType, Op, StepInputs, StepKey, Weight, WeightSource};
 
 /// A compute device and its memory.
@@ -18,10 +19,10 @@ pub trait Device {
     fn alloc(&self, len: usize) -> Result<Buffer, BackendError>;
 
     /// Copies `data` into the first `data.len()` elements of `buffer`.
-    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> Result<(), BackendError>;
+    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> OpResult;
 
     /// Copies the first `out.len()` elements of `buffer` into `out` (waits for pending work).
-    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError>;
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> OpResult;
 
     /// Makes the weight `source` describes usable by this backend. Its bytes are the packed
     /// tensor as stored in the file; a host backend may keep referring to them (zero copy), a
@@ -32,7 +33,7 @@ pub trait Device {
     fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError>;
 
     /// Waits until all submitted work is done.
-    fn synchronize(&self) -> Result<(), BackendError>;
+    fn synchronize(&self) -> OpResult;
 
     /// Device memory free for weights and caches, in bytes (`None`: host memory, not checked).
     fn memory_available(&self) -> Option<usize> {
@@ -50,13 +51,13 @@ pub trait Device {
     /// [`Device::end_step`]. Ops of the pass are called with these very slices; a device
     /// backend copies them to device memory once, so its ops read them there and a captured
     /// pass stays valid when they change. The default does nothing.
-    fn begin_step(&self, inputs: &StepInputs<'_>) -> Result<(), BackendError> {
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
         let _ = inputs;
         Ok(())
     }
 
     /// Ends the pass started by [`Device::begin_step`].
-    fn end_step(&self) -> Result<(), BackendError> {
+    fn end_step(&self) -> OpResult {
         Ok(())
     }
 
@@ -68,11 +69,7 @@ pub trait Device {
     /// Runs `body`, the ops of one forward pass between `begin_step` and `end_step`, or
     /// replays the capture of an earlier pass with the same `key` instead of calling it. The
     /// body must not read device results back to the host. The default runs `body`.
-    fn run_captured(
-        &self,
-        key: StepKey,
-        body: &mut dyn FnMut() -> Result<(), BackendError>,
-    ) -> Result<(), BackendError> {
+    fn run_captured(&self, key: StepKey, body: &mut dyn FnMut() -> OpResult) -> OpResult {
         let _ = key;
         body()
     }

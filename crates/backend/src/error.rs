@@ -2,6 +2,9 @@
 
 use runit_quant::GgmlType;
 
+/// The outcome of an op that writes into buffers it was given.
+pub type OpResult = Result<(), BackendError>;
+
 /// Why a backend operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -5,7 +5,8 @@
 //! primitive sequence value for value.
 
 use crate::args::{AddRmsNorm, AttentionOutput, GatedFfnRun, MoeFfnRun, RopeKvWrite};
-use crate::{unfused, BackendError, Buffer, PrimitiveOps, Projection};
+use crate::OpResult;
+use crate::{unfused, Buffer, PrimitiveOps, Projection};
 
 /// The fused ops of a device.
 pub trait FusedOps: PrimitiveOps {
@@ -17,7 +18,7 @@ pub trait FusedOps: PrimitiveOps {
         x: &Buffer,
         tokens: usize,
         out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         unfused::matmul_bias(self, projection, x, tokens, out)
     }
 
@@ -30,13 +31,13 @@ pub trait FusedOps: PrimitiveOps {
         x: &Buffer,
         tokens: usize,
         outs: [&mut Buffer; 3],
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         unfused::matmul_qkv(self, projections, x, tokens, outs)
     }
 
     /// The residual add and the next norm ([`AddRmsNorm`]): [`PrimitiveOps::add`], then
     /// [`PrimitiveOps::rms_norm`].
-    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
+    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> OpResult {
         unfused::add_rms_norm(self, op)
     }
 
@@ -44,20 +45,20 @@ pub trait FusedOps: PrimitiveOps {
     /// ([`RopeKvWrite`]): with QK norms, [`PrimitiveOps::rms_norm_in_place`] of `q` and of
     /// `k` (rows by [`crate::QkNorms::rows`]); then [`PrimitiveOps::rope`] of `q` and of `k`,
     /// then [`PrimitiveOps::kv_write`].
-    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+    fn rope_kv_write(&self, op: RopeKvWrite<'_>) -> OpResult {
         unfused::rope_kv_write(self, op)
     }
 
     /// The hidden layer of a gated FFN ([`GatedFfnRun`]): [`PrimitiveOps::matmul`] of the
     /// gate into `hidden`, of up into `up`, then [`PrimitiveOps::gated_activation`].
-    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> Result<(), BackendError> {
+    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> OpResult {
         unfused::gated_ffn_hidden(self, run)
     }
 
     /// Attention and its output projection ([`AttentionOutput`]): [`PrimitiveOps::attention`]
     /// into `attn`, then [`PrimitiveOps::matmul`] of the projection over it. `attn` holds the
     /// attention's output afterwards, as those two ops leave it.
-    fn attention_output(&self, op: AttentionOutput<'_>) -> Result<(), BackendError> {
+    fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
         self.attention(&op.attention, &mut *op.attn)?;
         self.matmul(op.projection, op.attn, op.tokens, op.out)
     }
@@ -65,7 +66,7 @@ pub trait FusedOps: PrimitiveOps {
     /// The dense gated FFN into `out` (`[tokens, embd]`): [`FusedOps::gated_ffn_hidden`],
     /// then [`PrimitiveOps::matmul`] of down over `hidden`. `hidden` holds the activation's
     /// output afterwards, as those two ops leave it.
-    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> OpResult {
         self.gated_ffn_hidden(run.reborrow())?;
         self.matmul(run.ffn.down, run.hidden, run.tokens, out)
     }
@@ -78,7 +79,7 @@ pub trait FusedOps: PrimitiveOps {
     /// [`PrimitiveOps::matmul`] of the expert's gate and up,
     /// [`PrimitiveOps::gated_activation`], [`PrimitiveOps::matmul`] of its down and
     /// [`PrimitiveOps::scatter_add_rows`] per expert.
-    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {
         unfused::moe_ffn(self, run, out)
     }
 

@@ -35,7 +35,7 @@ pub use buffer::{
     Buffer, GgmlLayout, HostMemory, KvCache, KvType, Weight, WeightRole, WeightSource,
 };
 pub use device::Device;
-pub use error::BackendError;
+pub use error::{BackendError, OpResult};
 pub use fused::FusedOps;
 pub use ops::{
     Activation, AttentionParams, GatedFfn, MoeBuffers, MoeFfn, Projection, QkNorms, RmsNorm,

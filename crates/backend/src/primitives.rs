@@ -2,44 +2,28 @@
 //! arithmetic, into a preallocated buffer.
 
 use crate::args::{Attention, BufferCopy, KvWrite, ScatterAddRows};
+use crate::OpResult;
 use crate::{pick, Activation, BackendError, Buffer, Device, Pick, RmsNorm, RopeParams, Weight};
 
 /// The primitive ops of a device.
 pub trait PrimitiveOps: Device {
     /// `out[t] = table[ids[t]]` (dequantized), `out` is `[ids.len(), shape[0]]`.
-    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError>;
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> OpResult;
 
     /// `out[t] = W · x[t]` for the first `tokens` rows; `x` is `[tokens, shape[0]]`,
     /// `out` is `[tokens, shape[1]]`.
-    fn matmul(
-        &self,
-        weight: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError>;
+    fn matmul(&self, weight: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult;
 
     /// `x[t] += bias` for the first `tokens` rows of width `bias.shape[0]`.
-    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError>;
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult;
 
     /// `out = norm(x)` for the first `rows` rows of `norm.weight.row_len()` elements of `x`.
     /// Per-head norms pass rows = tokens × heads. `out` may not alias `x`; use
     /// [`PrimitiveOps::rms_norm_in_place`].
-    fn rms_norm(
-        &self,
-        x: &Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError>;
+    fn rms_norm(&self, x: &Buffer, norm: RmsNorm<'_>, rows: usize, out: &mut Buffer) -> OpResult;
 
     /// [`PrimitiveOps::rms_norm`] writing back into `x`.
-    fn rms_norm_in_place(
-        &self,
-        x: &mut Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-    ) -> Result<(), BackendError>;
+    fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult;
 
     /// Rotates the first `params.rotary_dim` dims of every head of `x` (`[tokens, heads,
     /// head_dim]`) by the angle of token `t`'s position `positions[t]`.
@@ -49,10 +33,10 @@ pub trait PrimitiveOps: Device {
         positions: &[u32],
         params: &RopeParams,
         freq_factors: Option<&Weight>,
-    ) -> Result<(), BackendError>;
+    ) -> OpResult;
 
     /// `dst[i] += src[i]` for the first `len` elements.
-    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError>;
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult;
 
     /// The gate of a gated FFN: `gate[i] = activation(gate[i]) * up[i]` for the first `len`
     /// elements.
@@ -62,29 +46,23 @@ pub trait PrimitiveOps: Device {
         gate: &mut Buffer,
         up: &Buffer,
         len: usize,
-    ) -> Result<(), BackendError>;
+    ) -> OpResult;
 
     /// Writes keys and values into the cache cells of their positions ([`KvWrite`]).
-    fn kv_write(&self, write: KvWrite<'_>) -> Result<(), BackendError>;
+    fn kv_write(&self, write: KvWrite<'_>) -> OpResult;
 
     /// [`Attention`] of a step's queries into `out` (`[tokens, heads, head_dim]`).
-    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> Result<(), BackendError>;
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult;
 
     /// `out[i] = src[rows[i]]` for rows of `width` elements (MoE token gathering, the rows
     /// that need logits).
-    fn gather_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        width: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError>;
+    fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult;
 
     /// Adds scaled rows into their places ([`ScatterAddRows`]: the MoE combine).
-    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> Result<(), BackendError>;
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult;
 
     /// Copies a range of elements between buffers ([`BufferCopy`]).
-    fn copy(&self, copy: BufferCopy<'_>) -> Result<(), BackendError>;
+    fn copy(&self, copy: BufferCopy<'_>) -> OpResult;
 
     /// The greedy [`Pick`] of each of the first `rows` rows of `width` logits in `logits`
     /// (waits for pending work); without `log_probabilities` a backend may leave each

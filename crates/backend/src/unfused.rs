@@ -2,9 +2,10 @@
 //! and what a backend with fused kernels runs when they are switched off.
 
 use crate::moe::{self, Routes};
+use crate::OpResult;
 use crate::{
-    Activation, AddRmsNorm, BackendError, Buffer, FusedOps, GatedFfnRun, MoeFfnRun, PrimitiveOps,
-    Projection, QkNorms, RmsNorm, RopeKvWrite, ScatterAddRows,
+    Activation, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, MoeFfnRun, PrimitiveOps, Projection,
+    QkNorms, RmsNorm, RopeKvWrite, ScatterAddRows,
 };
 
 /// [`FusedOps::matmul_bias`]: [`PrimitiveOps::matmul`], then [`PrimitiveOps::add_bias`].
@@ -14,7 +15,7 @@ pub fn matmul_bias<B: PrimitiveOps + ?Sized>(
     x: &Buffer,
     tokens: usize,
     out: &mut Buffer,
-) -> Result<(), BackendError> {
+) -> OpResult {
     b.matmul(projection.weight, x, tokens, out)?;
     match projection.bias {
         Some(bias) => b.add_bias(out, bias, tokens),
@@ -29,7 +30,7 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
     x: &Buffer,
     tokens: usize,
     outs: [&mut Buffer; 3],
-) -> Result<(), BackendError> {
+) -> OpResult {
     for (projection, out) in projections.into_iter().zip(outs) {
         b.matmul_bias(projection, x, tokens, out)?;
     }
@@ -37,10 +38,7 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
 }
 
 /// [`FusedOps::add_rms_norm`]: [`PrimitiveOps::add`], then [`PrimitiveOps::rms_norm`].
-pub fn add_rms_norm<B: PrimitiveOps + ?Sized>(
-    b: &B,
-    op: AddRmsNorm<'_>,
-) -> Result<(), BackendError> {
+pub fn add_rms_norm<B: PrimitiveOps + ?Sized>(b: &B, op: AddRmsNorm<'_>) -> OpResult {
     b.add(op.x, op.delta, op.rows * op.norm.weight.row_len())?;
     b.rms_norm(op.x, op.norm, op.rows, op.out)
 }
@@ -48,10 +46,7 @@ pub fn add_rms_norm<B: PrimitiveOps + ?Sized>(
 /// The QK norms of [`FusedOps::rope_kv_write`], when it has them:
 /// [`PrimitiveOps::rms_norm_in_place`] of `q`, then of `k`, each over its
 /// [`QkNorms::rows`].
-pub fn qk_norms_in_place<B: PrimitiveOps + ?Sized>(
-    b: &B,
-    op: &mut RopeKvWrite<'_>,
-) -> Result<(), BackendError> {
+pub fn qk_norms_in_place<B: PrimitiveOps + ?Sized>(b: &B, op: &mut RopeKvWrite<'_>) -> OpResult {
     let Some(norms) = op.qk_norms else {
         return Ok(());
     };
@@ -72,10 +67,7 @@ pub fn qk_norms_in_place<B: PrimitiveOps + ?Sized>(
 
 /// [`FusedOps::rope_kv_write`]: [`qk_norms_in_place`], [`PrimitiveOps::rope`] of `q` and of
 /// `k`, then [`PrimitiveOps::kv_write`].
-pub fn rope_kv_write<B: PrimitiveOps + ?Sized>(
-    b: &B,
-    mut op: RopeKvWrite<'_>,
-) -> Result<(), BackendError> {
+pub fn rope_kv_write<B: PrimitiveOps + ?Sized>(b: &B, mut op: RopeKvWrite<'_>) -> OpResult {
     qk_norms_in_place(b, &mut op)?;
     b.rope(op.q, op.positions, op.q_rope, op.freq_factors)?;
     b.rope(op.k, op.positions, op.k_rope, op.freq_factors)?;
@@ -84,10 +76,7 @@ pub fn rope_kv_write<B: PrimitiveOps + ?Sized>(
 
 /// [`FusedOps::gated_ffn_hidden`]: [`PrimitiveOps::matmul`] of the gate into `hidden` and of
 /// up into `up`, then [`PrimitiveOps::gated_activation`].
-pub fn gated_ffn_hidden<B: PrimitiveOps + ?Sized>(
-    b: &B,
-    run: GatedFfnRun<'_>,
-) -> Result<(), BackendError> {
+pub fn gated_ffn_hidden<B: PrimitiveOps + ?Sized>(b: &B, run: GatedFfnRun<'_>) -> OpResult {
     let ffn = run.ffn;
     b.matmul(ffn.gate, run.x, run.tokens, run.hidden)?;
     b.matmul(ffn.up, run.x, run.tokens, run.up)?;
@@ -97,11 +86,7 @@ pub fn gated_ffn_hidden<B: PrimitiveOps + ?Sized>(
 
 /// [`FusedOps::moe_ffn`]: [`PrimitiveOps::matmul`] of the router into `scratch.router`, the
 /// logits read back and routed on the host ([`moe::route_tokens`]), then [`moe_experts`].
-pub fn moe_ffn<B: PrimitiveOps + ?Sized>(
-    b: &B,
-    run: MoeFfnRun<'_>,
-    out: &mut Buffer,
-) -> Result<(), BackendError> {
+pub fn moe_ffn<B: PrimitiveOps + ?Sized>(b: &B, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {
     let (ffn, tokens) = (run.ffn, run.tokens);
     b.matmul(ffn.router, run.x, tokens, run.scratch.router)?;
     let mut logits = vec![0.0; tokens * ffn.experts];
@@ -119,7 +104,7 @@ pub fn moe_experts<B: PrimitiveOps + ?Sized>(
     run: MoeFfnRun<'_>,
     routes: &Routes,
     out: &mut Buffer,
-) -> Result<(), BackendError> {
+) -> OpResult {
     let MoeFfnRun {
         ffn,
         x,

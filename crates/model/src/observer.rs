@@ -12,9 +12,9 @@ use std::cell::RefCell;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, Backend, BackendError, Buffer,
-    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, Pick,
-    PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, Weight,
-    WeightSource,
+    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, OpResult,
+    Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs,
+    Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -110,11 +110,11 @@ impl Device for Observed<'_> {
         self.inner.alloc(len)
     }
 
-    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> Result<(), BackendError> {
+    fn upload(&self, buffer: &mut Buffer, data: &[f32]) -> OpResult {
         self.inner.upload(buffer, data)
     }
 
-    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> Result<(), BackendError> {
+    fn download(&self, buffer: &Buffer, out: &mut [f32]) -> OpResult {
         self.inner.download(buffer, out)
     }
 
@@ -126,7 +126,7 @@ impl Device for Observed<'_> {
         self.inner.alloc_kv(n_cells, width, ty)
     }
 
-    fn synchronize(&self) -> Result<(), BackendError> {
+    fn synchronize(&self) -> OpResult {
         self.inner.synchronize()
     }
 
@@ -138,53 +138,36 @@ impl Device for Observed<'_> {
         self.inner.reads_weights_from_host()
     }
 
-    fn begin_step(&self, inputs: &StepInputs<'_>) -> Result<(), BackendError> {
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
         self.inner.begin_step(inputs)
     }
 
-    fn end_step(&self) -> Result<(), BackendError> {
+    fn end_step(&self) -> OpResult {
         self.inner.end_step()
     }
 }
 
 /// The inner backend's primitives; the embedding is dumped as `embd`.
 impl PrimitiveOps for Observed<'_> {
-    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> Result<(), BackendError> {
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> OpResult {
         self.inner.embedding(table, ids, out)?;
         self.dump("embd", None, out, table.row_len());
         Ok(())
     }
 
-    fn matmul(
-        &self,
-        weight: &Weight,
-        x: &Buffer,
-        tokens: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn matmul(&self, weight: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult {
         self.inner.matmul(weight, x, tokens, out)
     }
 
-    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> Result<(), BackendError> {
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult {
         self.inner.add_bias(x, bias, tokens)
     }
 
-    fn rms_norm(
-        &self,
-        x: &Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn rms_norm(&self, x: &Buffer, norm: RmsNorm<'_>, rows: usize, out: &mut Buffer) -> OpResult {
         self.inner.rms_norm(x, norm, rows, out)
     }
 
-    fn rms_norm_in_place(
-        &self,
-        x: &mut Buffer,
-        norm: RmsNorm<'_>,
-        rows: usize,
-    ) -> Result<(), BackendError> {
+    fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult {
         self.inner.rms_norm_in_place(x, norm, rows)
     }
 
@@ -194,11 +177,11 @@ impl PrimitiveOps for Observed<'_> {
         positions: &[u32],
         params: &RopeParams,
         freq_factors: Option<&Weight>,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         self.inner.rope(x, positions, params, freq_factors)
     }
 
-    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> Result<(), BackendError> {
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         self.inner.add(dst, src, len)
     }
 
@@ -208,33 +191,27 @@ impl PrimitiveOps for Observed<'_> {
         gate: &mut Buffer,
         up: &Buffer,
         len: usize,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         self.inner.gated_activation(activation, gate, up, len)
     }
 
-    fn kv_write(&self, write: KvWrite<'_>) -> Result<(), BackendError> {
+    fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
         self.inner.kv_write(write)
     }
 
-    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
         self.inner.attention(attention, out)
     }
 
-    fn gather_rows(
-        &self,
-        src: &Buffer,
-        rows: &[u32],
-        width: usize,
-        out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult {
         self.inner.gather_rows(src, rows, width, out)
     }
 
-    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> Result<(), BackendError> {
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult {
         self.inner.scatter_add_rows(scatter)
     }
 
-    fn copy(&self, copy: BufferCopy<'_>) -> Result<(), BackendError> {
+    fn copy(&self, copy: BufferCopy<'_>) -> OpResult {
         self.inner.copy(copy)
     }
 
@@ -260,7 +237,7 @@ impl FusedOps for Observed<'_> {
         x: &Buffer,
         tokens: usize,
         out: &mut Buffer,
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         self.inner.matmul_bias(projection, x, tokens, out)
     }
 
@@ -271,7 +248,7 @@ impl FusedOps for Observed<'_> {
         x: &Buffer,
         tokens: usize,
         outs: [&mut Buffer; 3],
-    ) -> Result<(), BackendError> {
+    ) -> OpResult {
         let layer = self.layer().map_or(0, |layer| layer + 1);
         {
             let mut state = self.state.borrow_mut();
@@ -283,7 +260,7 @@ impl FusedOps for Observed<'_> {
     }
 
     /// `Qcur`, `Kcur`, `Vcur` after the QK norms, `Qrope` and `Krope` after RoPE.
-    fn rope_kv_write(&self, mut op: RopeKvWrite<'_>) -> Result<(), BackendError> {
+    fn rope_kv_write(&self, mut op: RopeKvWrite<'_>) -> OpResult {
         let layer = self.layer();
         let q_width = op.q_rope.heads * op.q_rope.head_dim;
         let kv_width = op.k_rope.heads * op.k_rope.head_dim;
@@ -301,7 +278,7 @@ impl FusedOps for Observed<'_> {
     }
 
     /// `kqv_out` after the attention, `attn_out` after the projection.
-    fn attention_output(&self, op: AttentionOutput<'_>) -> Result<(), BackendError> {
+    fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
         let layer = self.layer();
         self.inner.attention(&op.attention, &mut *op.attn)?;
         self.dump("kqv_out", layer, op.attn, op.attention.width());
@@ -313,7 +290,7 @@ impl FusedOps for Observed<'_> {
 
     /// After the attention, `ffn_inp` and `ffn_norm`; after the FFN, `l_out` (the norm is the
     /// next layer's `attn_norm`, or the output norm).
-    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
+    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> OpResult {
         let layer = self.layer();
         let adds = {
             let mut state = self.state.borrow_mut();
@@ -333,7 +310,7 @@ impl FusedOps for Observed<'_> {
     }
 
     /// `ffn_swiglu` after the activation, `ffn_out` after the down projection.
-    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> OpResult {
         let layer = self.layer();
         unfused::gated_ffn_hidden(self.inner, run.reborrow())?;
         self.dump("ffn_swiglu", layer, run.hidden, run.ffn.gate.rows());
@@ -344,7 +321,7 @@ impl FusedOps for Observed<'_> {
     }
 
     /// `ffn_out` after the experts.
-    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> Result<(), BackendError> {
+    fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {
         let layer = self.layer();
         let width = run.ffn.down.rows();
         unfused::moe_ffn(self.inner, run, out)?;
