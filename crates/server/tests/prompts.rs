@@ -11,8 +11,14 @@ use common::*;
 use runit_server::ServerConfig;
 use serde_json::Value;
 
+/// Room for every choice of the requests below at once (a request may ask for no more
+/// sequences than run at once).
 fn server() -> Option<Fixture> {
-    fixture(SYNTHETIC, scheduler_config(), ServerConfig::default())
+    let config = runit_engine::EngineConfig {
+        max_sequences: 8,
+        ..scheduler_config()
+    };
+    fixture(SYNTHETIC, config, ServerConfig::default())
 }
 
 const PROMPTS: [&str; 3] = ["Once upon a time", "The quick brown fox", "1, 2, 3,"];
