@@ -141,6 +141,8 @@ async fn malformed_prompt_lists_name_the_field() {
         ),
         (format!(r#"{{"prompt": {:?}}}"#, vec!["a"; 17]), "prompt"),
         (format!(r#"{{"prompt": {:?}, "n": 16}}"#, vec!["a"; 5]), "n"),
+        // More sequences than the server runs at once (8).
+        (format!(r#"{{"prompt": {:?}, "n": 3}}"#, vec!["a"; 3]), "n"),
         (
             format!(r#"{{"prompt": ["a", {:?}]}}"#, "word ".repeat(CONTEXT * 2)),
             "prompt",
