@@ -4,7 +4,7 @@
 //! decode together, one token of every active sequence per forward pass. Each step decodes
 //! every running sequence and evaluates at most one chunk budget of prompt tokens, shared
 //! between the waiting prompts so that a short one is not held behind a long one (the
-//! order is in [`policy`]). A sequence whose receiver goes away is dropped (its blocks
+//! order is the private `policy` module's). A sequence whose receiver goes away is dropped (its blocks
 //! freed) at the next step.
 //!
 //! Admission is exact: the scheduler holds at most `max_sequences + max_queued` sequences,
