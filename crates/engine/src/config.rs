@@ -20,10 +20,11 @@ pub struct EngineConfig {
     pub kv_type: KvType,
     /// Cells per KV block, the unit in which sequences take cache cells.
     pub kv_block_size: usize,
-    /// Most sequences the scheduler decodes at once (`--parallel`).
+    /// Most sequences the scheduler decodes at once (`--parallel`), and the most one
+    /// request may ask for.
     pub max_sequences: usize,
-    /// Most requests waiting for the scheduler to admit them; further submissions are
-    /// refused.
+    /// Most sequences waiting beyond those: the scheduler holds at most `max_sequences +
+    /// max_queued` sequences, running or waiting, and refuses a request that would pass it.
     pub max_queued: usize,
 }
 

@@ -11,7 +11,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use runit_engine::request::{check_request, RequestError};
-use runit_engine::scheduler::Request as EngineRequest;
+use runit_engine::scheduler::{EventSink, Request as EngineRequest};
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
@@ -229,14 +229,16 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let context = state.scheduler.context_size();
     let sequences = prompts.len() * options.n;
-    if sequences > MAX_SEQUENCES {
+    let parallel = state.scheduler.max_sequences();
+    if sequences > MAX_SEQUENCES.min(parallel) {
         return Err(ApiError::invalid(
             "n",
             format!(
-                "{} prompts times n = {} asks for {sequences} sequences; at most \
-                 {MAX_SEQUENCES} are allowed",
+                "{} prompts times n = {} asks for {sequences} sequences; at most {} are \
+                 allowed (the server runs {parallel} at once)",
                 prompts.len(),
-                options.n
+                options.n,
+                MAX_SEQUENCES.min(parallel)
             ),
         ));
     }
@@ -273,6 +275,7 @@ async fn run(
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let log = RequestLog::new(prompt_tokens, sequences);
     let mut streams = Vec::with_capacity(sequences);
+    let mut submissions = Vec::with_capacity(sequences);
     for (prompt_index, prompt) in prompts.iter().enumerate() {
         for i in 0..options.n {
             let (choice, sink) = Choice::new(
@@ -296,11 +299,12 @@ async fn run(
                 top_logprobs: options.top_logprobs,
                 logprobs: options.logprobs,
             };
-            // On failure the choices already submitted are dropped, which cancels them.
-            state.scheduler.submit(engine_request, Box::new(sink))?;
+            submissions.push((engine_request, Box::new(sink) as Box<dyn EventSink>));
             streams.push(choice.into_stream());
         }
     }
+    // All the sequences are queued or none is.
+    state.scheduler.submit_all(submissions)?;
     let header = Header {
         id: id.to_string(),
         created: crate::unix_time(),

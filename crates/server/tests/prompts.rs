@@ -11,8 +11,14 @@ use common::*;
 use runit_server::ServerConfig;
 use serde_json::Value;
 
+/// Room for every choice of the requests below at once (a request may ask for no more
+/// sequences than run at once).
 fn server() -> Option<Fixture> {
-    fixture(SYNTHETIC, scheduler_config(), ServerConfig::default())
+    let config = runit_engine::EngineConfig {
+        max_sequences: 8,
+        ..scheduler_config()
+    };
+    fixture(SYNTHETIC, config, ServerConfig::default())
 }
 
 const PROMPTS: [&str; 3] = ["Once upon a time", "The quick brown fox", "1, 2, 3,"];
@@ -135,6 +141,8 @@ async fn malformed_prompt_lists_name_the_field() {
         ),
         (format!(r#"{{"prompt": {:?}}}"#, vec!["a"; 17]), "prompt"),
         (format!(r#"{{"prompt": {:?}, "n": 16}}"#, vec!["a"; 5]), "n"),
+        // More sequences than the server runs at once (8).
+        (format!(r#"{{"prompt": {:?}, "n": 3}}"#, vec!["a"; 3]), "n"),
         (
             format!(r#"{{"prompt": ["a", {:?}]}}"#, "word ".repeat(CONTEXT * 2)),
             "prompt",

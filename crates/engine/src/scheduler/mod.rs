@@ -1,14 +1,22 @@
 //! Continuous batching: one thread owns the model and a KV cache shared by every sequence
 //! through a [`BlockAllocator`](crate::kv_blocks::BlockAllocator); requests queue up, are
 //! admitted while the cache can hold them, have their prompts evaluated chunk by chunk, and
-//! decode together, one token of every active sequence per forward pass. A sequence whose
-//! receiver goes away is dropped (its blocks freed) at the next step.
+//! decode together, one token of every active sequence per forward pass. Each step decodes
+//! every running sequence and evaluates at most one chunk budget of prompt tokens, shared
+//! between the waiting prompts so that a short one is not held behind a long one (the
+//! order is the private `policy` module's). A sequence whose receiver goes away is dropped (its blocks
+//! freed) at the next step.
+//!
+//! Admission is exact: the scheduler holds at most `max_sequences + max_queued` sequences,
+//! running or waiting, and a request's sequences are queued together or refused together
+//! by the room left at the moment it is submitted (a sequence's place is free again before
+//! its last event is sent).
 //!
 //! Greedy outputs do not depend on what else runs: prompts are chunked exactly as
-//! [`Session::eval`](crate::Session::eval) chunks them (the chunks of several prompts that
-//! arrive together share a prefill pass, each its own span), the backend attends each span
-//! as it would alone, decode passes hold at most [`MAX_DECODE_ROWS`] rows, and the matmul
-//! computes each row the same whatever the batch.
+//! [`Session::eval`](crate::Session::eval) chunks them (the chunks of several prompts may
+//! share a prefill pass, each its own span), the backend attends each span as it would
+//! alone, decode passes hold at most [`MAX_DECODE_ROWS`] rows, and the matmul computes each
+//! row the same whatever the batch.
 //!
 //! ```no_run
 //! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod policy;
 mod worker;
 
 use std::collections::VecDeque;
@@ -123,8 +132,17 @@ impl EventSink for std::sync::mpsc::Sender<SequenceEvent> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubmitError {
-    #[error("the queue is full ({queued} requests waiting); try again later")]
-    QueueFull { queued: usize },
+    /// The running and waiting sequences leave room for fewer than the request asks for.
+    #[error(
+        "the queue is full: room for {room} more sequences, {requested} asked for; try again later"
+    )]
+    QueueFull { requested: usize, room: usize },
+    /// One request asks for more sequences than run at once (`max_sequences`).
+    #[error("{requested} sequences asked for at once; at most {max_sequences} run at once")]
+    TooManySequences {
+        requested: usize,
+        max_sequences: usize,
+    },
     #[error("invalid {name}: {message}")]
     InvalidParameter { name: &'static str, message: String },
     #[error("the prompt has {tokens} tokens, but the context holds {context} (and one more is needed to generate)")]
@@ -147,14 +165,14 @@ impl From<RequestError> for SubmitError {
     }
 }
 
-/// A snapshot of the scheduler's load, refreshed after every step.
+/// A snapshot of the scheduler's load, refreshed whenever a sequence is admitted or ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerStats {
     pub free_blocks: usize,
     pub total_blocks: usize,
     /// Sequences admitted and not finished.
     pub active: usize,
-    /// Requests waiting for admission.
+    /// Sequences submitted and not admitted yet.
     pub queued: usize,
 }
 
@@ -175,8 +193,13 @@ struct Shared {
 }
 
 struct QueueState {
+    /// Submitted and not yet taken by the worker.
     incoming: VecDeque<Pending>,
+    /// The worker's figures; `queued` counts its waiting sequences, not `incoming`.
     stats: SchedulerStats,
+    /// Sequences submitted and not ended (incoming, waiting or active); a sequence stops
+    /// counting before its last event is sent.
+    held: usize,
     shutdown: bool,
 }
 
@@ -195,6 +218,7 @@ pub struct Scheduler {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     context_size: usize,
+    max_sequences: usize,
     max_queued: usize,
     vocab_size: usize,
 }
@@ -217,17 +241,24 @@ impl Scheduler {
             state: Mutex::new(QueueState {
                 incoming: VecDeque::new(),
                 stats,
+                held: 0,
                 shutdown: false,
             }),
             wake: Condvar::new(),
             progress: Condvar::new(),
         });
         let vocab_size = model.config.vocab_size;
-        let worker = worker::Worker::new(model, cache, scratch, capacity, config.max_sequences);
-        let thread_shared = Arc::clone(&shared);
+        let worker = worker::Worker::new(
+            model,
+            cache,
+            scratch,
+            capacity,
+            config.max_sequences,
+            Arc::clone(&shared),
+        );
         let thread = std::thread::Builder::new()
             .name("runit-scheduler".into())
-            .spawn(move || worker.run(&thread_shared))
+            .spawn(move || worker.run())
             .map_err(|error| EngineError::InvalidParameter {
                 name: "scheduler thread",
                 message: error.to_string(),
@@ -236,6 +267,7 @@ impl Scheduler {
             shared,
             thread: Some(thread),
             context_size,
+            max_sequences: config.max_sequences,
             max_queued: config.max_queued,
             vocab_size,
         })
@@ -246,37 +278,68 @@ impl Scheduler {
         self.context_size
     }
 
-    /// Queues `request`; its events go to `sink`.
+    /// Most sequences decoded at once; a request may ask for no more.
+    pub fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    /// Queues `request`; its events go to `sink`. The same as [`Scheduler::submit_all`]
+    /// with one sequence.
     pub fn submit(&self, request: Request, sink: Box<dyn EventSink>) -> Result<(), SubmitError> {
-        request.validate(self.context_size, self.vocab_size)?;
-        let sampler = Sampler::new(request.sampling.clone()).map_err(|error| match error {
-            EngineError::InvalidParameter { name, message } => {
-                SubmitError::InvalidParameter { name, message }
-            }
-            other => SubmitError::InvalidParameter {
-                name: "sampling",
-                message: other.to_string(),
-            },
-        })?;
+        self.submit_all(vec![(request, sink)])
+    }
+
+    /// Queues the sequences of one request (each request's events go to its sink), all of
+    /// them or none: each must pass [`Request::validate`] and its sampler settings, there
+    /// may be at most [`Scheduler::max_sequences`], and the sequences running or waiting
+    /// must leave room for them (at most `max_sequences + max_queued` in all, counted at
+    /// this moment).
+    pub fn submit_all(
+        &self,
+        requests: Vec<(Request, Box<dyn EventSink>)>,
+    ) -> Result<(), SubmitError> {
+        let requested = requests.len();
+        if requested > self.max_sequences {
+            return Err(SubmitError::TooManySequences {
+                requested,
+                max_sequences: self.max_sequences,
+            });
+        }
+        let mut pending = Vec::with_capacity(requested);
+        for (request, sink) in requests {
+            request.validate(self.context_size, self.vocab_size)?;
+            let sampler = Sampler::new(request.sampling.clone()).map_err(|error| match error {
+                EngineError::InvalidParameter { name, message } => {
+                    SubmitError::InvalidParameter { name, message }
+                }
+                other => SubmitError::InvalidParameter {
+                    name: "sampling",
+                    message: other.to_string(),
+                },
+            })?;
+            pending.push(Pending {
+                request,
+                sampler,
+                sink,
+            });
+        }
         let mut state = self.shared.lock();
         if state.shutdown {
             return Err(SubmitError::Stopped);
         }
-        let queued = state.incoming.len() + state.stats.queued;
-        if queued >= self.max_queued {
-            return Err(SubmitError::QueueFull { queued });
+        let room = (self.max_sequences + self.max_queued).saturating_sub(state.held);
+        if requested > room {
+            return Err(SubmitError::QueueFull { requested, room });
         }
-        state.incoming.push_back(Pending {
-            request,
-            sampler,
-            sink,
-        });
+        state.held += requested;
+        state.incoming.extend(pending);
         drop(state);
         self.shared.wake.notify_all();
         Ok(())
     }
 
-    /// The load after the latest step.
+    /// The load: the worker's latest figures, with the submissions it has not taken yet
+    /// counted as queued.
     pub fn stats(&self) -> SchedulerStats {
         let state = self.shared.lock();
         let mut stats = state.stats;
@@ -289,7 +352,7 @@ impl Scheduler {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.lock();
         loop {
-            if state.stats.active == 0 && state.stats.queued == 0 && state.incoming.is_empty() {
+            if state.held == 0 {
                 return true;
             }
             let now = Instant::now();

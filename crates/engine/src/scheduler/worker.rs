@@ -1,6 +1,7 @@
 //! The scheduler thread: admits queued requests while the cache can hold them, then runs
-//! steps of one batched decode pass (every sequence with a token to evaluate) and one prompt
-//! chunk, sampling and reporting tokens and freeing the blocks of finished sequences.
+//! steps of one batched decode pass (every sequence with a token to evaluate) and one
+//! prefill pass of at most one chunk budget of prompt tokens (chosen by [`plan_pass`]),
+//! sampling and reporting tokens and freeing the blocks of finished sequences.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use runit_backend::SequenceSpan;
 use runit_model::{Batch, KvState, Model, Scratch};
 
+use super::policy::{plan_pass, PromptProgress};
 use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS};
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
@@ -29,6 +31,8 @@ struct Sequence {
     block_table: Vec<u32>,
     /// Blocks set aside for the sequence's longest possible run.
     commitment: usize,
+    /// Prefill passes in a row that have left the prompt out.
+    skipped: usize,
 }
 
 /// Everything the scheduler thread owns.
@@ -46,6 +50,8 @@ pub(super) struct Worker {
     /// Sum of the active sequences' commitments; never above the total blocks.
     committed: usize,
     logits: Vec<f32>,
+    /// The queue and the figures shared with the [`Scheduler`](super::Scheduler) handle.
+    shared: Arc<Shared>,
 }
 
 impl Worker {
@@ -55,6 +61,7 @@ impl Worker {
         scratch: Scratch,
         chunk_size: usize,
         max_sequences: usize,
+        shared: Arc<Shared>,
     ) -> Worker {
         Worker {
             model,
@@ -68,16 +75,19 @@ impl Worker {
             active: Vec::new(),
             committed: 0,
             logits: Vec::new(),
+            shared,
         }
     }
 
     /// The thread's loop: wait for work, step, publish stats; on shutdown fail what is left.
-    pub(super) fn run(mut self, shared: &Shared) {
+    pub(super) fn run(mut self) {
+        let shared = Arc::clone(&self.shared);
         loop {
             {
                 let mut state = shared.lock();
                 loop {
                     self.waiting.extend(state.incoming.drain(..));
+                    state.stats.queued = self.waiting.len();
                     if state.shutdown || !self.waiting.is_empty() || !self.active.is_empty() {
                         break;
                     }
@@ -91,44 +101,55 @@ impl Worker {
                 }
             }
             self.step();
-            let mut state = shared.lock();
-            state.stats.free_blocks = self.blocks.free_blocks();
-            state.stats.active = self.active.len();
-            state.stats.queued = self.waiting.len();
-            drop(state);
-            shared.progress.notify_all();
+            self.publish(0);
         }
-        for mut pending in self.waiting.drain(..) {
-            pending
-                .sink
-                .send(SequenceEvent::Failed("the scheduler stopped".into()));
-        }
-        for mut sequence in self.active.drain(..) {
-            sequence
-                .sink
-                .send(SequenceEvent::Failed("the scheduler stopped".into()));
+        let mut sinks: Vec<Box<dyn EventSink>> =
+            self.waiting.drain(..).map(|pending| pending.sink).collect();
+        sinks.extend(self.active.drain(..).map(|sequence| sequence.sink));
+        self.publish(sinks.len());
+        for mut sink in sinks {
+            sink.send(SequenceEvent::Failed("the scheduler stopped".into()));
         }
     }
 
-    /// One step: drop cancelled sequences, admit, decode, evaluate one prompt chunk.
+    /// Publishes the load to the handle after `ended` sequences have ended (their places
+    /// are free from now on) and wakes whoever waits for progress.
+    fn publish(&self, ended: usize) {
+        let mut state = self.shared.lock();
+        state.held -= ended;
+        state.stats.free_blocks = self.blocks.free_blocks();
+        state.stats.active = self.active.len();
+        state.stats.queued = self.waiting.len();
+        drop(state);
+        self.shared.progress.notify_all();
+    }
+
+    /// One step: drop cancelled sequences, admit, decode, evaluate one prefill pass.
     fn step(&mut self) {
-        let mut index = 0;
-        while index < self.active.len() {
-            if self.active[index].sink.is_closed() {
-                self.remove(index);
-            } else {
-                index += 1;
+        let mut cancelled = Vec::new();
+        for (i, sequence) in self.active.iter().enumerate() {
+            if sequence.sink.is_closed() {
+                cancelled.push(i);
             }
         }
+        let waiting = self.waiting.len();
         self.waiting.retain(|pending| !pending.sink.is_closed());
-        self.admit();
+        let cancelled_waiting = waiting - self.waiting.len();
+        for &i in cancelled.iter().rev() {
+            self.remove(i);
+        }
+        let admitted = self.admit();
+        if cancelled_waiting + cancelled.len() + admitted > 0 {
+            self.publish(cancelled_waiting + cancelled.len());
+        }
         self.decode();
         self.prefill();
     }
 
     /// Admits waiting requests in order while there is a free slot and the cache can hold
-    /// their longest run next to the commitments of the active sequences.
-    fn admit(&mut self) {
+    /// their longest run next to the commitments of the active sequences; returns how many.
+    fn admit(&mut self) -> usize {
+        let mut admitted = 0;
         while self.active.len() < self.max_sequences {
             let Some(pending) = self.waiting.front() else {
                 break;
@@ -158,8 +179,11 @@ impl Worker {
                 generated: 0,
                 block_table: Vec::new(),
                 commitment,
+                skipped: 0,
             });
+            admitted += 1;
         }
+        admitted
     }
 
     /// Evaluates the pending token of every decoding sequence, in passes of at most
@@ -213,10 +237,8 @@ impl Worker {
                 Ok(picks) => picks,
                 Err(error) => {
                     for &i in group {
-                        self.active[i]
-                            .sink
-                            .send(SequenceEvent::Failed(format!("decode failed: {error}")));
-                        finished.push(i);
+                        let failed = SequenceEvent::Failed(format!("decode failed: {error}"));
+                        finished.push((i, failed));
                     }
                     continue;
                 }
@@ -229,8 +251,8 @@ impl Worker {
                         logprob: f64::from(pick.logprob),
                         top: Vec::new(),
                     };
-                    if self.report(i, token) {
-                        finished.push(i);
+                    if let Some(last) = self.report(i, token) {
+                        finished.push((i, last));
                     }
                 }
                 continue;
@@ -241,42 +263,52 @@ impl Worker {
                 let sequence = &mut self.active[i];
                 sequence.n_past += 1;
                 let row_logits = &logits[row * vocab..(row + 1) * vocab];
-                if self.emit(i, row_logits) {
-                    finished.push(i);
+                if let Some(last) = self.emit(i, row_logits) {
+                    finished.push((i, last));
                 }
             }
             self.logits = logits;
         }
-        self.remove_all(finished);
+        self.end_all(finished);
     }
 
-    /// Evaluates, in one pass, the next prompt chunk of the sequences whose prompts are not
-    /// in the cache yet, oldest first, while their chunks fit in one pass of `chunk_size`
-    /// tokens (the oldest always goes). Each chunk is the one the sequence alone would
-    /// evaluate next (chunks start at multiples of `chunk_size`, as `Session::eval` cuts
-    /// them), and each span of the pass is attended and multiplied as if alone, so several
-    /// prompts arriving together start in one pass without changing anyone's numbers. The
-    /// chunk that ends a prompt yields its first token.
+    /// Evaluates, in one pass, the prompt chunks that [`plan_pass`] picks from the sequences
+    /// whose prompts are not in the cache yet: at most `chunk_size` tokens, each chunk the
+    /// one the sequence alone would evaluate next (as `Session::eval` cuts it), and each span
+    /// of the pass attended and multiplied as if alone, so prompts share passes without
+    /// changing anyone's numbers. The chunk that ends a prompt yields its first token.
     fn prefill(&mut self) {
+        let prefilling: Vec<usize> = (0..self.active.len())
+            .filter(|&i| self.active[i].prefilled < self.active[i].request.prompt.len())
+            .collect();
+        let progress: Vec<PromptProgress> = prefilling
+            .iter()
+            .map(|&i| {
+                let sequence = &self.active[i];
+                PromptProgress {
+                    prompt_len: sequence.request.prompt.len(),
+                    prefilled: sequence.prefilled,
+                    skipped: sequence.skipped,
+                }
+            })
+            .collect();
         // (sequence, first prompt position, end) of each chunk of the pass.
-        let mut chunks = Vec::new();
-        let mut total = 0;
-        for (i, sequence) in self.active.iter().enumerate() {
-            let len = sequence.request.prompt.len();
-            if sequence.prefilled >= len {
-                continue;
-            }
-            let start = sequence.prefilled;
-            let end = (start + self.chunk_size).min(len);
-            if !chunks.is_empty() && total + (end - start) > self.chunk_size {
-                break;
-            }
-            chunks.push((i, start, end));
-            total += end - start;
-        }
+        let chunks: Vec<(usize, usize, usize)> = plan_pass(&progress, self.chunk_size)
+            .into_iter()
+            .map(|chunk| (prefilling[chunk.index], chunk.start, chunk.end))
+            .collect();
         if chunks.is_empty() {
             return;
         }
+        for &i in &prefilling {
+            let sequence = &mut self.active[i];
+            if chunks.iter().any(|&(chosen, ..)| chosen == i) {
+                sequence.skipped = 0;
+            } else {
+                sequence.skipped += 1;
+            }
+        }
+        let total = chunks.iter().map(|&(_, start, end)| end - start).sum();
         let mut tokens = Vec::with_capacity(total);
         let mut positions = Vec::with_capacity(total);
         let mut spans = Vec::with_capacity(chunks.len());
@@ -308,12 +340,11 @@ impl Worker {
             logit_rows: &logit_rows,
         };
         if let Err(error) = self.forward(&batch) {
-            for &(i, ..) in &chunks {
-                self.active[i]
-                    .sink
-                    .send(SequenceEvent::Failed(format!("prompt failed: {error}")));
-            }
-            self.remove_all(chunks.iter().map(|&(i, ..)| i).collect());
+            let failed = chunks
+                .iter()
+                .map(|&(i, ..)| (i, SequenceEvent::Failed(format!("prompt failed: {error}"))))
+                .collect();
+            self.end_all(failed);
             return;
         }
         for &(i, _, end) in &chunks {
@@ -325,12 +356,12 @@ impl Worker {
         let logits = std::mem::take(&mut self.logits);
         let mut finished = Vec::new();
         for (row, &i) in ending.iter().enumerate() {
-            if self.emit(i, &logits[row * vocab..(row + 1) * vocab]) {
-                finished.push(i);
+            if let Some(last) = self.emit(i, &logits[row * vocab..(row + 1) * vocab]) {
+                finished.push((i, last));
             }
         }
         self.logits = logits;
-        self.remove_all(finished);
+        self.end_all(finished);
     }
 
     fn forward(&mut self, batch: &Batch<'_>) -> Result<(), runit_model::ModelError> {
@@ -343,9 +374,9 @@ impl Worker {
         )
     }
 
-    /// Samples sequence `i`'s next token from `logits` and reports it (and the end, if this
-    /// is the last one); true when the sequence is over, as `generate` decides it.
-    fn emit(&mut self, i: usize, logits: &[f32]) -> bool {
+    /// Samples sequence `i`'s next token from `logits` and reports it; the sequence's last
+    /// event when it is over, as `generate` decides it (see [`Worker::report`]).
+    fn emit(&mut self, i: usize, logits: &[f32]) -> Option<SequenceEvent> {
         let sequence = &mut self.active[i];
         let top = if sequence.request.top_logprobs > 0 {
             top_logprobs(logits, sequence.request.top_logprobs)
@@ -369,9 +400,10 @@ impl Worker {
         sequence.request.top_logprobs == 0 && sequence.sampler.is_plain_argmax()
     }
 
-    /// Reports sequence `i`'s next token `token` (and the end, if it is the last one); true
-    /// when the sequence is over, by the [`StopCondition`](crate::stop::StopCondition) that `generate` also ends with.
-    fn report(&mut self, i: usize, token: GeneratedToken) -> bool {
+    /// Reports sequence `i`'s next token `token`; when the sequence is over, by the
+    /// [`StopCondition`](crate::stop::StopCondition) that `generate` also ends with, returns
+    /// its `Finished` event, which [`Worker::end_all`] sends once the sequence has ended.
+    fn report(&mut self, i: usize, token: GeneratedToken) -> Option<SequenceEvent> {
         let context_size = self.context_size;
         let sequence = &mut self.active[i];
         let GeneratedToken { id, logprob, top } = token;
@@ -385,32 +417,42 @@ impl Worker {
         match stop_condition.after_token(id, delivered, sequence.generated, sequence.n_past) {
             None => {
                 sequence.next = Some(id);
-                false
+                None
             }
             Some(stop) => {
                 sequence.next = None;
-                sequence.sink.send(SequenceEvent::Finished {
+                Some(SequenceEvent::Finished {
                     stop,
                     prompt_tokens: sequence.request.prompt.len(),
                     generated_tokens: sequence.generated,
-                });
-                true
+                })
             }
         }
     }
 
-    /// Removes the sequences at `indices` (any order, no duplicates).
-    fn remove_all(&mut self, mut indices: Vec<usize>) {
-        indices.sort_unstable();
-        for &i in indices.iter().rev() {
-            self.remove(i);
+    /// Ends the sequences at the given indices (any order, no duplicates): frees their
+    /// blocks and places, publishes the load, then sends each its last event, so a client
+    /// that has seen its sequence end finds its place free.
+    fn end_all(&mut self, mut endings: Vec<(usize, SequenceEvent)>) {
+        if endings.is_empty() {
+            return;
+        }
+        endings.sort_unstable_by_key(|&(i, _)| std::cmp::Reverse(i));
+        let ended: Vec<(Box<dyn EventSink>, SequenceEvent)> = endings
+            .into_iter()
+            .map(|(i, event)| (self.remove(i), event))
+            .collect();
+        self.publish(ended.len());
+        for (mut sink, event) in ended.into_iter().rev() {
+            sink.send(event);
         }
     }
 
-    /// Frees sequence `i`'s blocks and commitment.
-    fn remove(&mut self, i: usize) {
+    /// Frees sequence `i`'s blocks and commitment; returns its sink.
+    fn remove(&mut self, i: usize) -> Box<dyn EventSink> {
         let mut sequence = self.active.remove(i);
         self.blocks.release(&mut sequence.block_table);
         self.committed -= sequence.commitment;
+        sequence.sink
     }
 }

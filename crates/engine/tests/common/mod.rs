@@ -65,3 +65,26 @@ pub fn is_supported_arch(path: &Path) -> bool {
         .to_string();
     runit_model::arch::find(&arch).is_some()
 }
+
+/// A scheduler sink that hands each event to the test and, after a token, waits for the
+/// test's go-ahead: its sequence gets one token a step, so the scheduler stops once a step,
+/// inside the step, until the test says go (which lets a test count steps instead of timing
+/// them). A test that has gone away (no go-ahead within a minute) ends the sequence.
+pub struct Lockstep {
+    pub events: std::sync::mpsc::Sender<runit_engine::scheduler::SequenceEvent>,
+    pub go: std::sync::mpsc::Receiver<()>,
+}
+
+impl runit_engine::scheduler::EventSink for Lockstep {
+    fn send(&mut self, event: runit_engine::scheduler::SequenceEvent) -> bool {
+        let is_token = matches!(event, runit_engine::scheduler::SequenceEvent::Token(_));
+        if self.events.send(event).is_err() {
+            return false;
+        }
+        !is_token
+            || self
+                .go
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_ok()
+    }
+}
