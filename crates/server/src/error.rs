@@ -84,6 +84,17 @@ impl ApiError {
         }
     }
 
+    /// A 503 `server_error` with the given code.
+    pub fn service_unavailable(message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some(code),
+        }
+    }
+
     /// A 500 for a failure inside the engine.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {
