@@ -3,23 +3,14 @@
 //! timeouts of idle and slow clients, and the graceful shutdown that drains for at most the
 //! shutdown timeout.
 //!
-//! The read and write timeouts live in [`TimedStream`], the socket under hyper. It knows
-//! whether a request is being answered from the connection's [`Activity`], which the service
-//! counts up when a request arrives and down when its response has been sent:
-//!
-//! * no request in flight and no byte of the next one: the idle timeout runs;
-//! * a first byte arrived: the rest of the headers must come within the header timeout;
-//! * a request in flight: reads are not timed here (the body timeout is checked where the
-//!   body is read, [`crate::body`]); a write that cannot progress for the write timeout
-//!   fails, which drops the connection and cancels its generation.
+//! The read and write timeouts live in [`TimedStream`], the socket under hyper; the service
+//! here tells it, through the connection's [`Activity`], when a request is being answered.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -29,15 +20,15 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
 use crate::error::ApiError;
 use crate::limits::ConnectionLimits;
+use crate::timed::{Activity, InFlight, TimedStream};
 
 /// How serving ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,34 +165,6 @@ fn reject(mut stream: TcpStream, permits: &Arc<Semaphore>, response: &Arc<Vec<u8
     });
 }
 
-/// Requests of one connection whose response has not been sent yet.
-#[derive(Debug, Default)]
-pub(crate) struct Activity {
-    in_flight: AtomicUsize,
-}
-
-impl Activity {
-    fn is_busy(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0
-    }
-}
-
-/// Counts a request as in flight while it lives.
-struct InFlight(Arc<Activity>);
-
-impl InFlight {
-    fn start(activity: &Arc<Activity>) -> InFlight {
-        activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(Arc::clone(activity))
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The router as one connection's hyper service, counting its requests in flight until
 /// their response bodies are done.
 #[derive(Clone)]
@@ -228,144 +191,5 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnectionService {
                 }))
             }))
         })
-    }
-}
-
-/// Where a connection is between requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for the first byte of a request.
-    Idle,
-    /// A request's headers are arriving.
-    Headers,
-    /// A request is being answered.
-    Busy,
-}
-
-/// A socket that times out idle waits, slow headers and stalled writes.
-pub(crate) struct TimedStream {
-    stream: TcpStream,
-    limits: ConnectionLimits,
-    activity: Arc<Activity>,
-    phase: Phase,
-    read_deadline: Pin<Box<Sleep>>,
-    write_deadline: Pin<Box<Sleep>>,
-    /// Whether a write is waiting (and `write_deadline` runs).
-    write_waiting: bool,
-}
-
-impl TimedStream {
-    fn new(stream: TcpStream, limits: ConnectionLimits, activity: Arc<Activity>) -> TimedStream {
-        let now = Instant::now();
-        TimedStream {
-            stream,
-            limits,
-            activity,
-            phase: Phase::Idle,
-            read_deadline: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
-            write_deadline: Box::pin(tokio::time::sleep_until(now + limits.write_timeout)),
-            write_waiting: false,
-        }
-    }
-
-    /// A write that cannot progress: fails once it has waited for the write timeout.
-    fn poll_write_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        if !self.write_waiting {
-            self.write_waiting = true;
-            let deadline = Instant::now() + self.limits.write_timeout;
-            self.write_deadline.as_mut().reset(deadline);
-        }
-        match self.write_deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(timed_out(
-                "the client did not read the response within the write timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-fn timed_out(message: &'static str) -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, message)
-}
-
-impl AsyncRead for TimedStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buffer: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.activity.is_busy() {
-            this.phase = Phase::Busy;
-            return Pin::new(&mut this.stream).poll_read(cx, buffer);
-        }
-        if this.phase == Phase::Busy {
-            this.phase = Phase::Idle;
-            let deadline = Instant::now() + this.limits.idle_timeout;
-            this.read_deadline.as_mut().reset(deadline);
-        }
-        let before = buffer.filled().len();
-        match Pin::new(&mut this.stream).poll_read(cx, buffer) {
-            Poll::Ready(Ok(())) => {
-                if this.phase == Phase::Idle && buffer.filled().len() > before {
-                    this.phase = Phase::Headers;
-                    let deadline = Instant::now() + this.limits.header_timeout;
-                    this.read_deadline.as_mut().reset(deadline);
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending => match this.read_deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(timed_out(match this.phase {
-                    Phase::Headers => "the request headers did not arrive within the timeout",
-                    _ => "the connection stayed idle past the idle timeout",
-                }))),
-                Poll::Pending => Poll::Pending,
-            },
-            failed => failed,
-        }
-    }
-}
-
-impl AsyncWrite for TimedStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buffer: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write(cx, buffer) {
-            Poll::Pending => this.poll_write_stalled(cx),
-            done => {
-                this.write_waiting = false;
-                done
-            }
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buffers: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write_vectored(cx, buffers) {
-            Poll::Pending => this.poll_write_stalled(cx),
-            done => {
-                this.write_waiting = false;
-                done
-            }
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

@@ -24,6 +24,7 @@ mod log;
 mod request;
 mod response;
 mod template;
+mod timed;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
