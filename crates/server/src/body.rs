@@ -53,7 +53,8 @@ pub(crate) async fn read_body(
         }
         Ok(Ok(collected)) => collected.to_bytes(),
     };
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// The 413 for a body over `limit` bytes.

@@ -175,12 +175,9 @@ fn keys_match(given: &[u8], expected: &[u8]) -> bool {
     if given.len() != expected.len() {
         return false;
     }
-    let difference = given
-        .iter()
-        .zip(expected)
-        .fold(0u8, |difference, (a, b)| {
-            std::hint::black_box(difference | (a ^ b))
-        });
+    let difference = given.iter().zip(expected).fold(0u8, |difference, (a, b)| {
+        std::hint::black_box(difference | (a ^ b))
+    });
     difference == 0
 }
 

@@ -20,13 +20,10 @@ pub(crate) async fn chat_prompt(
 ) -> Result<Vec<u32>, ApiError> {
     let limits = state.config.template;
     let start = Instant::now();
-    let permit = tokio::time::timeout(
-        limits.timeout,
-        Arc::clone(&state.renders).acquire_owned(),
-    )
-    .await
-    .map_err(|_| busy(limits.timeout.as_secs_f64()))?
-    .map_err(|_| ApiError::internal("the template workers are gone"))?;
+    let permit = tokio::time::timeout(limits.timeout, Arc::clone(&state.renders).acquire_owned())
+        .await
+        .map_err(|_| busy(limits.timeout.as_secs_f64()))?
+        .map_err(|_| ApiError::internal("the template workers are gone"))?;
     let worker_state = Arc::clone(state);
     let rendering = tokio::task::spawn_blocking(move || {
         // The permit is held until the rendering ends, even when the request gave up on it.
@@ -58,9 +55,7 @@ pub(crate) async fn chat_prompt(
 fn busy(seconds: f64) -> ApiError {
     ApiError {
         status: StatusCode::SERVICE_UNAVAILABLE,
-        message: format!(
-            "every chat-template worker stayed busy for {seconds} s; try again later"
-        ),
+        message: format!("every chat-template worker stayed busy for {seconds} s; try again later"),
         kind: "server_error",
         param: None,
         code: Some("server_busy"),
