@@ -190,3 +190,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        limits: LimitArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let limits = Command::parse_from(["serve"]).limits;
+        assert_eq!(limits.connections(), ConnectionLimits::DEFAULT);
+        assert_eq!(limits.template(), TemplateLimits::DEFAULT);
+    }
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_nonsense() {
+        assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(seconds("-1").is_err());
+        assert!(seconds("NaN").is_err());
+        assert!(seconds("soon").is_err());
+    }
+}
