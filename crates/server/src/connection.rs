@@ -81,8 +81,6 @@ pub(crate) async fn serve(
                     reject(stream, &rejection_permits, &rejection);
                     continue;
                 };
-                // Small writes (server-sent events) go out at once.
-                let _ = stream.set_nodelay(true);
                 let activity = Arc::new(Activity::default());
                 let io = TokioIo::new(TimedStream::new(stream, limits, Arc::clone(&activity)));
                 let service = ConnectionService {

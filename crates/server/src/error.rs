@@ -1,12 +1,12 @@
 //! Errors: [`ApiError`] is what a client sees (an HTTP status and OpenAI's
 //! `{"error": {"message", "type", "param", "code"}}` body); [`ServerError`] is what stops
-//! the server from starting or serving.
+//! the server from starting.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use runit_engine::scheduler::SubmitError;
 
-/// Why the server could not start or stopped serving.
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
@@ -15,8 +15,6 @@ pub enum ServerError {
         address: String,
         source: std::io::Error,
     },
-    #[error("serving failed: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// An error answered to the client.
