@@ -1,12 +1,12 @@
 //! Errors: [`ApiError`] is what a client sees (an HTTP status and OpenAI's
 //! `{"error": {"message", "type", "param", "code"}}` body); [`ServerError`] is what stops
-//! the server from starting or serving.
+//! the server from starting.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use runit_engine::scheduler::SubmitError;
 
-/// Why the server could not start or stopped serving.
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
@@ -15,8 +15,6 @@ pub enum ServerError {
         address: String,
         source: std::io::Error,
     },
-    #[error("serving failed: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// An error answered to the client.
@@ -81,6 +79,17 @@ impl ApiError {
             kind: "invalid_request_error",
             param: Some("model".into()),
             code: Some("model_not_found"),
+        }
+    }
+
+    /// A 503 `server_error` with the given code.
+    pub fn service_unavailable(message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some(code),
         }
     }
 

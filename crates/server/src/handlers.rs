@@ -1,5 +1,5 @@
 //! The endpoints: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`, and
-//! the bearer-token check in front of the `/v1` routes.
+//! the bearer-token check in front of the `/v1` routes (a constant-time comparison).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,10 +20,14 @@ use crate::error::ApiError;
 use crate::log::RequestLog;
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
-use crate::AppState;
+use crate::{template, AppState};
 
-/// `GET /health`.
-pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /health`: the status, with the scheduler's counters for clients that may see them
+/// (everyone when no API key is set, else those that give it).
+pub async fn health(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    if !is_authorized(&state, &request) {
+        return axum::Json(json!({"status": "ok"})).into_response();
+    }
     let stats = state.scheduler.stats();
     axum::Json(json!({
         "status": "ok",
@@ -60,15 +64,11 @@ pub async fn chat(
 ) -> Response {
     let id = state.next_request_id(Endpoint::Chat);
     respond(&id, "/v1/chat/completions", async {
-        let body = read_body(body)?;
+        let body = read_body(&state, body)?;
         let options = request::options(&body, true)?;
         check_model(&state, &options)?;
         let messages = request::messages(&body)?;
-        let text = state
-            .template
-            .render(&messages, true)
-            .map_err(|error| ApiError::invalid("messages", error.to_string()))?;
-        let prompt = state.tokenizer.encode(&text, true, true);
+        let prompt = template::chat_prompt(&state, messages).await?;
         run(
             &state,
             Endpoint::Chat,
@@ -89,9 +89,10 @@ pub async fn completions(
 ) -> Response {
     let id = state.next_request_id(Endpoint::Completion);
     respond(&id, "/v1/completions", async {
-        let body = read_body(body)?;
+        let body = read_body(&state, body)?;
         let options = request::options(&body, false)?;
         check_model(&state, &options)?;
+        // A raw prompt is the client's own: special-token text in it is parsed.
         let prompts = request::prompts(&body)?
             .into_iter()
             .map(|prompt| match prompt {
@@ -148,31 +149,45 @@ pub async fn require_api_key(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(key) = &state.config.api_key {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        if given.map(str::trim) != Some(key.as_str()) {
-            let error = ApiError::unauthorized();
-            error.log();
-            return error.into_response();
-        }
+    if !is_authorized(&state, &request) {
+        let error = ApiError::unauthorized();
+        error.log();
+        return error.into_response();
     }
     next.run(request).await
 }
 
-fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+/// Whether the request carries the configured bearer token (always, when none is set).
+fn is_authorized(state: &AppState, request: &Request) -> bool {
+    let Some(key) = &state.config.api_key else {
+        return true;
+    };
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .is_some_and(|given| keys_match(given.trim().as_bytes(), key.as_bytes()))
+}
+
+/// Compares two keys in time that depends on their length only, not on where they differ.
+fn keys_match(given: &[u8], expected: &[u8]) -> bool {
+    if given.len() != expected.len() {
+        return false;
+    }
+    let difference = given.iter().zip(expected).fold(0u8, |difference, (a, b)| {
+        std::hint::black_box(difference | (a ^ b))
+    });
+    difference == 0
+}
+
+fn read_body(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                message: "the request body is too large".into(),
-                kind: "invalid_request_error",
-                param: None,
-                code: Some("request_too_large"),
-            }
+            crate::body::too_large(state.config.max_body_bytes)
         } else {
             ApiError::bad_request(format!("could not read the body: {rejection}"))
         }
@@ -325,4 +340,18 @@ async fn run(
     } else {
         response::complete(header, streams, log).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keys_match;
+
+    #[test]
+    fn keys_match_only_when_equal() {
+        assert!(keys_match(b"secret", b"secret"));
+        assert!(!keys_match(b"secreT", b"secret"));
+        assert!(!keys_match(b"Secret", b"secret"));
+        assert!(!keys_match(b"secret-longer", b"secret"));
+        assert!(!keys_match(b"", b"secret"));
+    }
 }

@@ -3,6 +3,10 @@
 //! or as server-sent events. The server translates requests into engine requests and streams
 //! tokens back over channels; it never touches tensors.
 //!
+//! Clients are not trusted: connections are served under [`ConnectionLimits`] (timeouts for
+//! idle, slow and stalled clients, a cap on open connections), bodies under a size limit,
+//! and chat templates off the async runtime under [`TemplateLimits`].
+//!
 //! ```no_run
 //! # async fn demo(state: std::sync::Arc<runit_server::AppState>) -> Result<(), runit_server::ServerError> {
 //! let listener = runit_server::bind("127.0.0.1", 8080).await?;
@@ -10,12 +14,17 @@
 //! # Ok(()) }
 //! ```
 
+mod body;
 mod choice;
+mod connection;
 mod error;
 mod handlers;
+mod limits;
 mod log;
 mod request;
 mod response;
+mod template;
+mod timed;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +35,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use runit_engine::scheduler::Scheduler;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
+use tokio::sync::Semaphore;
 
+pub use connection::Shutdown;
 pub use error::{ApiError, ServerError};
+pub use limits::{ConnectionLimits, TemplateLimits};
 pub use log::init_logging;
 pub use runit_engine::stop::{StopCheck, StopMatcher};
 
@@ -36,13 +48,19 @@ pub use runit_engine::stop::{StopCheck, StopMatcher};
 pub struct ServerConfig {
     /// The model id clients name (`--alias`, or the file's name).
     pub model_name: String,
-    /// Bearer token required on `/v1` routes (`--api-key`); `None` lets everyone in.
+    /// Bearer token required on `/v1` routes (`--api-key`, `--api-key-file` or
+    /// `RUNIT_API_KEY`); `None` lets everyone in. With a key, `/health` shows only its status
+    /// to a client without it.
     pub api_key: Option<String>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// Tokens generated when a request sets no `max_tokens` (capped at the room left in the
     /// context).
     pub default_max_tokens: usize,
+    /// Timeouts and the cap on open connections.
+    pub connections: ConnectionLimits,
+    /// How chat templates are rendered (the template's own render limits are set on it).
+    pub template: TemplateLimits,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +70,8 @@ impl Default for ServerConfig {
             api_key: None,
             max_body_bytes: 4 << 20,
             default_max_tokens: 1024,
+            connections: ConnectionLimits::DEFAULT,
+            template: TemplateLimits::DEFAULT,
         }
     }
 }
@@ -65,16 +85,21 @@ pub struct AppState {
     /// When the server started (Unix seconds).
     pub created: u64,
     next_id: AtomicU64,
+    /// One permit per template rendering allowed at once.
+    renders: Arc<Semaphore>,
 }
 
 impl AppState {
-    /// Shared state over a started scheduler.
+    /// Shared state over a started scheduler; the template renders under the render limits
+    /// of `config.template`.
     pub fn new(
         scheduler: Scheduler,
         tokenizer: Arc<Tokenizer>,
-        template: ChatTemplate,
+        mut template: ChatTemplate,
         config: ServerConfig,
     ) -> AppState {
+        template.set_limits(config.template.render);
+        let renders = Arc::new(Semaphore::new(config.template.workers.max(1)));
         AppState {
             scheduler,
             tokenizer,
@@ -82,6 +107,7 @@ impl AppState {
             config,
             created: unix_time(),
             next_id: AtomicU64::new(0),
+            renders,
         }
     }
 
@@ -96,7 +122,7 @@ impl AppState {
     }
 }
 
-/// The routes, with the body limit and the API-key check.
+/// The routes, with the body limits, the API-key check and error bodies on every error.
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/models", get(handlers::models))
@@ -111,6 +137,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(api)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            body::read_body,
+        ))
+        .layer(axum::middleware::from_fn(body::error_bodies))
         .with_state(state)
 }
 
@@ -123,21 +154,55 @@ pub async fn bind(host: &str, port: u16) -> Result<tokio::net::TcpListener, Serv
 }
 
 /// Serves requests on `listener` until Ctrl-C or SIGTERM, then finishes the requests in
-/// flight and returns.
+/// flight for at most the shutdown timeout; a second signal stops at once.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
-) -> Result<(), ServerError> {
-    serve_until(listener, state, shutdown_signal()).await
+) -> Result<Shutdown, ServerError> {
+    let (first, first_received) = tokio::sync::oneshot::channel::<()>();
+    let (second, second_received) = tokio::sync::oneshot::channel::<()>();
+    let signals = tokio::spawn(async move {
+        let mut signals = Signals::new();
+        signals.next().await;
+        let _ = first.send(());
+        signals.next().await;
+        tracing::info!("second signal; stopping now");
+        let _ = second.send(());
+    });
+    let outcome = serve_with(
+        listener,
+        state,
+        async move {
+            let _ = first_received.await;
+        },
+        async move {
+            if second_received.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        },
+    )
+    .await;
+    signals.abort();
+    outcome
 }
 
 /// Serves requests on `listener` until `shutdown` completes, then finishes the requests in
-/// flight and returns.
+/// flight for at most the shutdown timeout.
 pub async fn serve_until(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
+) -> Result<Shutdown, ServerError> {
+    serve_with(listener, state, shutdown, std::future::pending()).await
+}
+
+/// Serves until `shutdown`, then drains until the shutdown timeout or `force`.
+async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+    force: impl Future<Output = ()>,
+) -> Result<Shutdown, ServerError> {
     match listener.local_addr() {
         Ok(address) => tracing::info!(
             "listening on http://{address} (model `{}`, {} cells)",
@@ -146,40 +211,73 @@ pub async fn serve_until(
         ),
         Err(error) => tracing::warn!(%error, "listening on an unknown address"),
     }
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(ServerError::Serve)?;
-    tracing::info!("server stopped");
-    Ok(())
+    let limits = state.config.connections;
+    let outcome = connection::serve(listener, router(state), limits, shutdown, force).await;
+    match outcome {
+        Shutdown::Drained => tracing::info!("server stopped"),
+        Shutdown::TimedOut => tracing::warn!(
+            "server stopped; requests still in flight after {} s were dropped",
+            limits.shutdown_timeout.as_secs_f64()
+        ),
+        Shutdown::Forced => tracing::warn!("server stopped at once; requests were dropped"),
+    }
+    Ok(outcome)
 }
 
-/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
+/// Ctrl-C (SIGINT) and, on Unix, SIGTERM, as one stream of shutdown requests.
+struct Signals {
     #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut stream) => {
-                stream.recv().await;
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let listen = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(stream) => Some(stream),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for {name}");
+                    None
+                }
+            };
+            Signals {
+                interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+                terminate: listen(SignalKind::terminate(), "SIGTERM"),
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Completes at the next signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn receive(stream: &mut Option<tokio::signal::unix::Signal>) {
+                match stream {
+                    Some(stream) => {
+                        stream.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = receive(&mut self.interrupt) => tracing::info!("interrupted; shutting down"),
+                () = receive(&mut self.terminate) => tracing::info!("terminated; shutting down"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if let Err(error) = tokio::signal::ctrl_c().await {
+                tracing::warn!(%error, "cannot listen for Ctrl-C");
                 std::future::pending::<()>().await;
             }
+            tracing::info!("interrupted; shutting down");
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => tracing::info!("interrupted; shutting down"),
-        () = terminate => tracing::info!("terminated; shutting down"),
     }
 }
 

@@ -2,11 +2,23 @@
 //! minijinja the way Hugging Face renders it (`trim_blocks`, `lstrip_blocks`, Python string
 //! methods, `raise_exception`), with `messages`, `add_generation_prompt`, `bos_token` and
 //! `eos_token` in scope. A file without a template gets ChatML, with a warning.
+//!
+//! Templates come from model files, so they are not trusted: every rendering runs under
+//! [`RenderLimits`] (fuel and output size), and a model's template is checked once when it is
+//! loaded ([`ChatTemplate::check`]).
+
+mod content;
+mod limits;
+mod strftime;
 
 use minijinja::{Environment, ErrorKind, Value};
 
+pub use content::RenderedPrompt;
+pub use limits::{RenderLimits, TemplateLimit};
+
 use crate::error::TokenizerError;
 use crate::tokenizer::Tokenizer;
+use limits::LimitedOutput;
 
 /// ChatML, the format of Qwen2.5 / SmolLM2 without their default system message; used when a
 /// model file has no template.
@@ -45,11 +57,13 @@ impl ChatMessage {
     }
 }
 
-/// A compiled chat template with the model's BOS/EOS texts.
+/// A compiled chat template with the model's BOS/EOS texts and the limits its renderings
+/// run under.
 pub struct ChatTemplate {
     environment: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    limits: RenderLimits,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -58,12 +72,14 @@ impl std::fmt::Debug for ChatTemplate {
             .debug_struct("ChatTemplate")
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
 impl ChatTemplate {
-    /// Compiles `source`; a syntax error is reported with its template line.
+    /// Compiles `source` to render under [`RenderLimits::DEFAULT`]; a syntax error is
+    /// reported with its template line.
     pub fn new(
         source: &str,
         bos_token: &str,
@@ -86,34 +102,96 @@ impl ChatTemplate {
             },
         );
         environment.add_function("strftime_now", |format: String| -> String {
-            strftime_now(&format)
+            strftime::strftime_now(&format)
         });
         environment
             .add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(template_error)?;
-        Ok(ChatTemplate {
+        let mut template = ChatTemplate {
             environment,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
-        })
+            limits: RenderLimits::DEFAULT,
+        };
+        template.set_limits(RenderLimits::DEFAULT);
+        Ok(template)
+    }
+
+    /// Renders under `limits` from now on.
+    pub fn set_limits(&mut self, limits: RenderLimits) {
+        self.environment.set_fuel(Some(limits.fuel));
+        self.limits = limits;
+    }
+
+    /// The limits renderings run under.
+    pub fn limits(&self) -> RenderLimits {
+        self.limits
     }
 
     /// The tokenizer's template (`tokenizer.chat_template`), or ChatML with a warning when
-    /// the file has none.
-    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<ChatTemplate, TokenizerError> {
+    /// the file has none, rendering under `limits` and [checked](ChatTemplate::check).
+    pub fn from_tokenizer_limited(
+        tokenizer: &Tokenizer,
+        limits: RenderLimits,
+    ) -> Result<ChatTemplate, TokenizerError> {
         let bos = tokenizer.token_text(tokenizer.bos_id());
         let eos = tokenizer.token_text(tokenizer.eos_id());
-        match tokenizer.chat_template() {
-            Some(source) => ChatTemplate::new(source, &bos, &eos),
+        let mut template = match tokenizer.chat_template() {
+            Some(source) => ChatTemplate::new(source, &bos, &eos)?,
             None => {
                 tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
-                ChatTemplate::new(CHATML_TEMPLATE, &bos, &eos)
+                ChatTemplate::new(CHATML_TEMPLATE, &bos, &eos)?
             }
+        };
+        template.set_limits(limits);
+        template.check()?;
+        Ok(template)
+    }
+
+    /// [`ChatTemplate::from_tokenizer_limited`] with [`RenderLimits::DEFAULT`].
+    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<ChatTemplate, TokenizerError> {
+        ChatTemplate::from_tokenizer_limited(tokenizer, RenderLimits::DEFAULT)
+    }
+
+    /// Checks that the template renders a plain conversation (a system and a user message)
+    /// within its limits, so that a broken or runaway template refuses to load instead of
+    /// failing every request. A template that refuses system messages (Mistral's, Gemma 1's
+    /// raise an error for them) passes when it renders the user message alone.
+    pub fn check(&self) -> Result<(), TokenizerError> {
+        let user = ChatMessage::user("Hello!");
+        let conversation = [
+            ChatMessage::system("You are a helpful assistant."),
+            user.clone(),
+        ];
+        match self.render(&conversation, true) {
+            Ok(_) => Ok(()),
+            Err(error @ TokenizerError::TemplateLimit(_)) => Err(error),
+            Err(error) => match self.render(&[user], true) {
+                Ok(_) => {
+                    tracing::info!("the chat template refuses system messages ({error})");
+                    Ok(())
+                }
+                Err(_) => Err(error),
+            },
         }
     }
 
+    /// Renders the conversation and marks the special-token text that came from message
+    /// contents, for [`Tokenizer::encode_prompt`] to tokenize as plain text (so that a
+    /// message cannot forge turns). A template whose output depends on such text is
+    /// refused with [`TokenizerError::SpecialTextInContent`].
+    pub fn render_prompt(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<RenderedPrompt, TokenizerError> {
+        content::render_prompt(self, tokenizer, messages, add_generation_prompt)
+    }
+
     /// Renders the conversation; `add_generation_prompt` appends the assistant's turn header.
-    /// A runtime error (`raise_exception`, a bad expression) names the template line.
+    /// A runtime error (`raise_exception`, a bad expression) names the template line; a
+    /// rendering that passes the fuel or output limit is [`TokenizerError::TemplateLimit`].
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -138,7 +216,22 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
-        template.render(context).map_err(template_error)
+        let mut output = LimitedOutput::new(self.limits.max_output_bytes);
+        match template.render_captured_to(context, &mut output) {
+            Ok(_) => output
+                .into_string()
+                .map_err(|error| TokenizerError::Template {
+                    line: 0,
+                    message: format!("the rendered text is not UTF-8: {error}"),
+                }),
+            Err(_) if output.exceeded() => Err(TokenizerError::TemplateLimit(
+                TemplateLimit::OutputBytes(self.limits.max_output_bytes),
+            )),
+            Err(error) if error.kind() == ErrorKind::OutOfFuel => Err(
+                TokenizerError::TemplateLimit(TemplateLimit::Fuel(self.limits.fuel)),
+            ),
+            Err(error) => Err(template_error(error)),
+        }
     }
 }
 
@@ -156,81 +249,9 @@ fn template_error(error: minijinja::Error) -> TokenizerError {
     }
 }
 
-/// `strftime_now(format)` for templates that print today's date (Llama 3.1+): supports
-/// `%d`, `%m`, `%Y`, `%b`, `%B` and `%%`, in UTC.
-fn strftime_now(format: &str) -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
-    let (year, month, day) = civil_from_days((seconds / 86_400) as i64);
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    let month_name = MONTHS[(month - 1) as usize];
-    let mut out = String::new();
-    let mut characters = format.chars();
-    while let Some(character) = characters.next() {
-        if character != '%' {
-            out.push(character);
-            continue;
-        }
-        match characters.next() {
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('b') => out.push_str(&month_name[..3]),
-            Some('B') => out.push_str(month_name),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(19_783), (2024, 3, 1));
-    }
 
     #[test]
     fn syntax_errors_name_the_line() {

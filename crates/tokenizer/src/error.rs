@@ -69,4 +69,20 @@ pub enum TokenizerError {
         /// What went wrong, with minijinja's explanation.
         message: String,
     },
+    /// Rendering a chat template ran into one of its [`crate::RenderLimits`].
+    #[error("{0}")]
+    TemplateLimit(crate::TemplateLimit),
+    /// A message holds special-token text that the chat template transforms, so it cannot
+    /// be kept apart from the template's own special tokens (see
+    /// [`crate::ChatTemplate::render_prompt`]).
+    #[error(
+        "message {message} holds special-token text (`{text}`) that the chat template changes \
+         or tests for, so it cannot be kept as plain text"
+    )]
+    SpecialTextInContent {
+        /// The message's position in the conversation.
+        message: usize,
+        /// The special-token text.
+        text: String,
+    },
 }

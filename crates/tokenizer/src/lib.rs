@@ -35,7 +35,9 @@ mod tokenizer;
 pub mod unicode;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatTemplate, CHATML_TEMPLATE};
+pub use chat::{
+    ChatMessage, ChatTemplate, RenderLimits, RenderedPrompt, TemplateLimit, CHATML_TEMPLATE,
+};
 pub use error::TokenizerError;
 pub use stream::{StreamDecoder, StreamOptions};
 pub use tokenizer::{DecodeOptions, Tokenizer};

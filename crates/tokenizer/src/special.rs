@@ -1,9 +1,15 @@
 //! Splitting the input at special-token text, as llama.cpp's `tokenizer_st_partition`:
 //! special tokens are taken longest first; each one splits every remaining text fragment at all
 //! its occurrences. Control and unknown tokens take part only when special-token parsing is on;
-//! user-defined tokens always do.
+//! user-defined tokens always do. Byte ranges marked literal (text that came from a chat
+//! message's content) never yield control or unknown tokens.
+
+use std::ops::Range;
 
 use crate::vocab::{attr, Vocabulary};
+
+/// The token kinds that only special-token parsing turns into tokens.
+const PARSED_ONLY: u32 = attr::CONTROL | attr::UNKNOWN;
 
 /// A piece of the input: text still to be tokenized, or an already-known token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,13 +71,54 @@ impl SpecialTrie {
             }
         }
     }
+
+    /// The position in `Vocabulary::special_tokens` of the longest token starting at
+    /// `text[0]` for which `accept` holds, with its length.
+    fn longest_at(&self, text: &[u8], accept: impl Fn(u32) -> bool) -> Option<(u32, usize)> {
+        let mut node = 0usize;
+        let mut longest = None;
+        for (length, &byte) in text.iter().enumerate() {
+            match self.children[node].binary_search_by_key(&byte, |&(key, _)| key) {
+                Ok(found) => node = self.children[node][found].1 as usize,
+                Err(_) => break,
+            }
+            if let Some(index) = self.terminal[node].filter(|&index| accept(index)) {
+                longest = Some((index, length + 1));
+            }
+        }
+        longest
+    }
 }
 
-/// Splits `text` into fragments.
+/// Byte ranges of control- and unknown-token texts in `text` (the tokens that special-token
+/// parsing would produce), left to right, the longest at each position, not overlapping.
+pub(crate) fn parsed_only_ranges(vocabulary: &Vocabulary, text: &[u8]) -> Vec<Range<usize>> {
+    let is_parsed_only =
+        |index: u32| vocabulary.attr(vocabulary.special_tokens[index as usize]) & PARSED_ONLY != 0;
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        match vocabulary
+            .special_trie
+            .longest_at(&text[start..], is_parsed_only)
+        {
+            Some((_, length)) => {
+                ranges.push(start..start + length);
+                start += length;
+            }
+            None => start += 1,
+        }
+    }
+    ranges
+}
+
+/// Splits `text` into fragments. With `parse_special`, control and unknown tokens are split
+/// out too, except where they overlap a `literal` range (sorted, not overlapping).
 pub(crate) fn partition(
     vocabulary: &Vocabulary,
     text: &[u8],
     parse_special: bool,
+    literal: &[Range<usize>],
 ) -> Vec<Fragment> {
     let mut fragments = Vec::new();
     if text.is_empty() {
@@ -91,7 +138,8 @@ pub(crate) fn partition(
         .filter(|(_, &found)| found);
     for (&id, _) in occurring {
         let token_attr = vocabulary.attr(id);
-        if !parse_special && token_attr & (attr::CONTROL | attr::UNKNOWN) != 0 {
+        let parsed_only = token_attr & PARSED_ONLY != 0;
+        if !parse_special && parsed_only {
             continue;
         }
         let needle = vocabulary.texts[id as usize].as_bytes();
@@ -101,7 +149,12 @@ pub(crate) fn partition(
                 next.push(fragment);
                 continue;
             };
-            while let Some(found) = find(&text[..end], needle, start) {
+            let mut search_from = start;
+            while let Some(found) = find(&text[..end], needle, search_from) {
+                if parsed_only && overlaps(literal, found..found + needle.len()) {
+                    search_from = found + 1;
+                    continue;
+                }
                 let mut left_end = found;
                 if token_attr & attr::LSTRIP != 0 {
                     while left_end > start && is_c_space(text[left_end - 1]) {
@@ -121,6 +174,7 @@ pub(crate) fn partition(
                         start += 1;
                     }
                 }
+                search_from = start;
             }
             if start < end {
                 next.push(Fragment::Text { start, end });
@@ -129,6 +183,14 @@ pub(crate) fn partition(
         fragments = next;
     }
     fragments
+}
+
+/// Whether `range` overlaps one of the sorted, disjoint `ranges`.
+fn overlaps(ranges: &[Range<usize>], range: Range<usize>) -> bool {
+    let first_ending_after = ranges.partition_point(|candidate| candidate.end <= range.start);
+    ranges
+        .get(first_ending_after)
+        .is_some_and(|candidate| candidate.start < range.end)
 }
 
 /// C's `isspace` in the "C" locale.
@@ -155,7 +217,18 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::find;
+    use super::{find, overlaps};
+
+    #[test]
+    fn overlaps_checks_sorted_ranges() {
+        let ranges = [2..4, 8..10];
+        assert!(overlaps(&ranges, 3..5));
+        assert!(overlaps(&ranges, 0..3));
+        assert!(overlaps(&ranges, 9..20));
+        assert!(!overlaps(&ranges, 4..8));
+        assert!(!overlaps(&ranges, 0..2));
+        assert!(!overlaps(&[], 0..2));
+    }
 
     #[test]
     fn find_locates_occurrences() {

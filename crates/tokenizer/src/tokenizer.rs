@@ -1,9 +1,11 @@
 //! [`Tokenizer`]: encoding text to token ids and ids back to bytes, with llama.cpp's rules for
 //! special tokens, BOS/EOS and the SentencePiece space prefix.
 
+use std::ops::Range;
 use std::sync::Mutex;
 
 use crate::bpe::{BpeScratch, BytePairModel};
+use crate::chat::RenderedPrompt;
 use crate::error::TokenizerError;
 use crate::hf::HfTokenizer;
 use crate::special::{self, Fragment};
@@ -97,6 +99,55 @@ impl Tokenizer {
                 return ids;
             }
         }
+        let fragments = special::partition(&self.vocabulary, text, parse_special, &[]);
+        self.encode_fragments(text, &fragments, add_special)
+    }
+
+    /// Encodes a rendered chat prompt: special-token text is parsed (the template's turn
+    /// markers become control tokens) except in the prompt's literal ranges, the special-token
+    /// text that came from message contents, which is tokenized as plain text. Without
+    /// literal ranges this is `encode(text, add_special, true)`.
+    pub fn encode_prompt(&self, prompt: &RenderedPrompt, add_special: bool) -> Vec<u32> {
+        let text = prompt.text.as_bytes();
+        if prompt.literal.is_empty() {
+            return self.encode_bytes(text, add_special, true);
+        }
+        let fragments = special::partition(&self.vocabulary, text, true, &prompt.literal);
+        let Some(hf) = &self.hf else {
+            return self.encode_fragments(text, &fragments, add_special);
+        };
+        // The HF pipeline cannot be told which occurrences to parse: it tokenizes each text
+        // fragment as plain text, and BOS/EOS follow the GGUF vocabulary's flags.
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.vocabulary.add_bos {
+            out.extend(self.vocabulary.bos);
+        }
+        for fragment in &fragments {
+            match *fragment {
+                Fragment::Token(id) => out.push(id),
+                Fragment::Text { start, end } => match hf.encode(&text[start..end], false, false) {
+                    Ok(ids) => out.extend(ids),
+                    Err(_) => {
+                        let piece = [Fragment::Text { start, end }];
+                        out.extend(self.encode_fragments(text, &piece, false));
+                    }
+                },
+            }
+        }
+        if add_special && self.vocabulary.add_eos {
+            out.extend(self.vocabulary.eos);
+        }
+        out
+    }
+
+    /// Byte ranges of `text` that special-token parsing would turn into control or unknown
+    /// tokens (left to right, longest first at each position, not overlapping).
+    pub fn special_text_ranges(&self, text: &str) -> Vec<Range<usize>> {
+        special::parsed_only_ranges(&self.vocabulary, text.as_bytes())
+    }
+
+    /// Tokenizes the text fragments of `text` with the vocabulary's own algorithm.
+    fn encode_fragments(&self, text: &[u8], fragments: &[Fragment], add_special: bool) -> Vec<u32> {
         let vocabulary = &self.vocabulary;
         // Another thread holding the shared buffers gets fresh ones instead of waiting.
         let mut guard;
@@ -115,10 +166,9 @@ impl Tokenizer {
         if add_special && vocabulary.add_bos {
             out.extend(vocabulary.bos);
         }
-        let fragments = special::partition(vocabulary, text, parse_special);
         let mut previous_is_special = true;
         for fragment in fragments {
-            match fragment {
+            match *fragment {
                 Fragment::Token(id) => {
                     out.push(id);
                     previous_is_special = true;

@@ -60,7 +60,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             continue;
         }
         messages.push(ChatMessage::user(line));
-        let rendered = template.render(&messages, true)?;
+        // A template that fails on this message (an error it raises, or its fuel or output
+        // limit) leaves the conversation as it was.
+        let rendered = match template.render(&messages, true) {
+            Ok(rendered) => rendered,
+            Err(error) => {
+                eprintln!("error: {error}");
+                messages.pop();
+                continue;
+            }
+        };
         // Evaluate only what is new when the rendering extends what the cache holds.
         let new_text = match rendered.strip_prefix(&evaluated) {
             Some(rest) if session.n_past() > 0 => rest.to_string(),

@@ -1,13 +1,16 @@
 //! `runit serve`: an OpenAI-compatible HTTP server (chat and text completions, streaming)
-//! with continuous batching over one shared, paged KV cache.
+//! with continuous batching over one shared, paged KV cache, under limits on connections
+//! and on chat-template rendering.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use runit_engine::scheduler::Scheduler;
 use runit_engine::EngineConfig;
-use runit_server::{AppState, ServerConfig};
-use runit_tokenizer::ChatTemplate;
+use runit_server::{AppState, ConnectionLimits, ServerConfig, Shutdown, TemplateLimits};
+use runit_tokenizer::{ChatTemplate, RenderLimits};
 
 use super::common::{load, ModelArgs};
 
@@ -28,18 +31,119 @@ pub struct Args {
     /// Most requests waiting for a free sequence slot; more are answered 503.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.max_queued)]
     pub max_queued: usize,
-    /// Require `Authorization: Bearer KEY` on the /v1 routes.
-    #[arg(long)]
+    /// Require `Authorization: Bearer KEY` on the /v1 routes (and to see /health's
+    /// counters). Visible to other users in the process list: prefer --api-key-file or the
+    /// RUNIT_API_KEY environment variable.
+    #[arg(long, env = "RUNIT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Read the API key from this file (its first line, surrounding whitespace removed).
+    #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
+    pub api_key_file: Option<PathBuf>,
     /// Model id reported by /v1/models and expected in requests (default: the file name).
     #[arg(long)]
     pub alias: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Timeouts and limits against slow, idle or hostile clients and model files.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitArgs {
+    /// Seconds a request's headers may take to arrive, from its first byte.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "10")]
+    pub header_timeout: Duration,
+    /// Seconds a request's body may take to arrive, after its headers.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "30")]
+    pub body_timeout: Duration,
+    /// Seconds a connection may stay open waiting for its next (or first) request.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "60")]
+    pub idle_timeout: Duration,
+    /// Seconds one write of a response may wait for a client that does not read; then the
+    /// connection is dropped and its generation cancelled.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "30")]
+    pub write_timeout: Duration,
+    /// Most connections open at once; more are answered 503 and closed. Keep it below the
+    /// descriptor limit (`ulimit -n`).
+    #[arg(long, value_name = "N", default_value_t = ConnectionLimits::DEFAULT.max_connections)]
+    pub max_connections: usize,
+    /// Seconds the requests in flight may take to finish after Ctrl-C or SIGTERM; a second
+    /// signal stops at once.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "30")]
+    pub shutdown_timeout: Duration,
+    /// Fuel of one chat-template rendering: one per instruction plus about one per 64 bytes
+    /// of data the template creates (so it bounds time and memory); past it the request is
+    /// answered 400.
+    #[arg(long, value_name = "N", default_value_t = RenderLimits::DEFAULT.fuel)]
+    pub template_fuel: u64,
+    /// Most bytes a chat template may render; past it the request is answered 400.
+    #[arg(long, value_name = "BYTES", default_value_t = RenderLimits::DEFAULT.max_output_bytes)]
+    pub template_max_bytes: usize,
+    /// Seconds a chat request may wait for its template to be rendered and tokenized.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "10")]
+    pub template_timeout: Duration,
+}
+
+impl LimitArgs {
+    fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            write_timeout: self.write_timeout,
+            max_connections: self.max_connections,
+            shutdown_timeout: self.shutdown_timeout,
+        }
+    }
+
+    fn render(&self) -> RenderLimits {
+        RenderLimits {
+            fuel: self.template_fuel,
+            max_output_bytes: self.template_max_bytes,
+        }
+    }
+
+    fn template(&self) -> TemplateLimits {
+        TemplateLimits {
+            render: self.render(),
+            timeout: self.template_timeout,
+            ..TemplateLimits::DEFAULT
+        }
+    }
+}
+
+/// A duration given in seconds (fractions allowed).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| format!("`{text}` must be a finite number of seconds, 0 or more"))
+}
+
+/// The API key from --api-key (or RUNIT_API_KEY) or --api-key-file.
+fn api_key(args: &Args) -> anyhow::Result<Option<String>> {
+    let key = match &args.api_key_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the API key from {}", path.display()))?;
+            Some(text.lines().next().unwrap_or_default().trim().to_string())
+        }
+        None => args.api_key.as_ref().map(|key| key.trim().to_string()),
+    };
+    if key.as_ref().is_some_and(String::is_empty) {
+        anyhow::bail!("the API key is empty");
+    }
+    Ok(key)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
+    let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
-    let template = ChatTemplate::from_tokenizer(&loaded.tokenizer)?;
+    let template = ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
+        .context("the model's chat template")?;
     let config = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
@@ -56,8 +160,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let default_max_tokens = (scheduler.context_size() / args.parallel.max(1)).max(1);
     let config = ServerConfig {
         model_name,
-        api_key: args.api_key.clone(),
+        api_key,
         default_max_tokens,
+        connections: args.limits.connections(),
+        template: args.limits.template(),
         ..ServerConfig::default()
     };
     let state = Arc::new(AppState::new(
@@ -71,10 +177,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
+    let outcome = runtime.block_on(async {
         let listener = runit_server::bind(&args.host, args.port).await?;
-        // Returns after Ctrl-C or SIGTERM, once the requests in flight have finished.
-        runit_server::serve(listener, state).await?;
-        anyhow::Ok(())
-    })
+        // Returns after Ctrl-C or SIGTERM, once the requests in flight have finished, the
+        // shutdown timeout has passed, or a second signal came.
+        anyhow::Ok(runit_server::serve(listener, state).await?)
+    })?;
+    if outcome != Shutdown::Drained {
+        // Dropped requests may leave blocking work (a template rendering) behind: leave it.
+        runtime.shutdown_background();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        limits: LimitArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let limits = Command::parse_from(["serve"]).limits;
+        assert_eq!(limits.connections(), ConnectionLimits::DEFAULT);
+        assert_eq!(limits.template(), TemplateLimits::DEFAULT);
+    }
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_nonsense() {
+        assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(seconds("-1").is_err());
+        assert!(seconds("NaN").is_err());
+        assert!(seconds("soon").is_err());
+    }
 }

@@ -40,6 +40,16 @@ pub struct Fixture {
 
 /// Loads `name` (None, with a notice, when the file is absent) behind a server.
 pub fn fixture(name: &str, scheduler: EngineConfig, config: ServerConfig) -> Option<Fixture> {
+    fixture_with_template(name, scheduler, config, None)
+}
+
+/// Like [`fixture`], with the chat template `template` instead of the model's.
+pub fn fixture_with_template(
+    name: &str,
+    scheduler: EngineConfig,
+    config: ServerConfig,
+    template: Option<&str>,
+) -> Option<Fixture> {
     let Some(path) = find_model(name) else {
         eprintln!("skipping: {name} not found");
         return None;
@@ -48,7 +58,10 @@ pub fn fixture(name: &str, scheduler: EngineConfig, config: ServerConfig) -> Opt
     let backend = Arc::new(runit_backend_cpu::CpuBackend::new(2).expect("cpu backend"));
     let model = Arc::new(Model::load(Arc::clone(&file), backend).expect("model loads"));
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
-    let template = ChatTemplate::from_tokenizer(&tokenizer).expect("template");
+    let template = match template {
+        Some(source) => ChatTemplate::new(source, "", "").expect("template compiles"),
+        None => ChatTemplate::from_tokenizer(&tokenizer).expect("template"),
+    };
     let scheduler = Scheduler::start(Arc::clone(&model), &scheduler).expect("scheduler");
     let state = Arc::new(AppState::new(
         scheduler,

@@ -1,0 +1,76 @@
+//! Chat prompts rendered off the async runtime: a template comes from the model file and may
+//! be slow, so rendering and tokenizing run on the blocking pool, at most
+//! [`TemplateLimits::workers`] at a time, under a deadline; the runtime keeps answering
+//! (`/health` included) meanwhile.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use runit_tokenizer::{ChatMessage, TokenizerError};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The prompt token ids of a chat request: the template rendered, then tokenized with the
+/// special-token text of message contents as plain text.
+pub(crate) async fn chat_prompt(
+    state: &Arc<AppState>,
+    messages: Vec<ChatMessage>,
+) -> Result<Vec<u32>, ApiError> {
+    let limits = state.config.template;
+    let start = Instant::now();
+    let permit = tokio::time::timeout(limits.timeout, Arc::clone(&state.renders).acquire_owned())
+        .await
+        .map_err(|_| busy(limits.timeout.as_secs_f64()))?
+        .map_err(|_| ApiError::internal("the template workers are gone"))?;
+    let worker_state = Arc::clone(state);
+    let rendering = tokio::task::spawn_blocking(move || {
+        // The permit is held until the rendering ends, even when the request gave up on it.
+        let _permit = permit;
+        let prompt =
+            worker_state
+                .template
+                .render_prompt(&worker_state.tokenizer, &messages, true)?;
+        Ok::<_, TokenizerError>(worker_state.tokenizer.encode_prompt(&prompt, true))
+    });
+    let remaining = limits.timeout.saturating_sub(start.elapsed());
+    match tokio::time::timeout(remaining, rendering).await {
+        Err(_) => Err(ApiError::invalid(
+            "messages",
+            format!(
+                "the chat template ran past its time limit of {} s",
+                limits.timeout.as_secs_f64()
+            ),
+        )
+        .with_code("template_limit_exceeded")),
+        Ok(Err(join_error)) => Err(ApiError::internal(format!(
+            "rendering the chat template failed: {join_error}"
+        ))),
+        Ok(Ok(result)) => result.map_err(template_error),
+    }
+}
+
+/// A 503 for a request that found every template worker busy until its deadline.
+fn busy(seconds: f64) -> ApiError {
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: format!("every chat-template worker stayed busy for {seconds} s; try again later"),
+        kind: "server_error",
+        param: None,
+        code: Some("server_busy"),
+    }
+}
+
+/// The 400 for a template that failed on this conversation.
+fn template_error(error: TokenizerError) -> ApiError {
+    match error {
+        TokenizerError::TemplateLimit(limit) => {
+            ApiError::invalid("messages", limit.to_string()).with_code("template_limit_exceeded")
+        }
+        TokenizerError::SpecialTextInContent { message, .. } => {
+            ApiError::invalid(format!("messages[{message}].content"), error.to_string())
+        }
+        other => ApiError::invalid("messages", other.to_string()),
+    }
+}
