@@ -139,9 +139,20 @@ impl ModelConfig {
             },
             FfnKind::DenseGated => keys.required("feed_forward_length")?,
         };
-        let vocab_size = match keys.optional("vocab_size")? {
-            Some(n) => n,
-            None => file.get_array("tokenizer.ggml.tokens")?.len(),
+        let tokens = file
+            .get_array_opt("tokenizer.ggml.tokens")?
+            .map(|t| t.len());
+        let vocab_size = match (keys.optional("vocab_size")?, tokens) {
+            // Every id the output head can pick must be a token the tokenizer can print.
+            (Some(n), Some(tokens)) if tokens < n => {
+                return Err(bad(
+                    keys.key("vocab_size"),
+                    format!("{n} rows of logits, but tokenizer.ggml.tokens holds only {tokens}"),
+                ))
+            }
+            (Some(n), _) => n,
+            (None, Some(tokens)) => tokens,
+            (None, None) => file.get_array("tokenizer.ggml.tokens")?.len(),
         };
         let (attention_logit_softcap, final_logit_softcap) = match arch.logit_softcap {
             LogitSoftcap::None => (None, None),

@@ -264,3 +264,43 @@ fn a_layer_count_no_model_approaches_is_refused_before_it_sizes_the_layers() {
         other => panic!("expected BadHyperparameter, found {other:?}"),
     }
 }
+
+#[test]
+fn more_logit_rows_than_token_texts_is_refused() {
+    let mut writer = GgufWriter::new();
+    let metadata = [
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.block_count", Value::U32(2)),
+        ("llama.context_length", Value::U32(256)),
+        ("llama.embedding_length", Value::U32(64)),
+        ("llama.feed_forward_length", Value::U32(128)),
+        ("llama.attention.head_count", Value::U32(4)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("llama.vocab_size", Value::U32(32)),
+    ];
+    for (key, value) in metadata {
+        writer.add_metadata(key, value).expect("new key");
+    }
+    let texts = (0..16).map(|i| format!("t{i}")).collect();
+    writer
+        .add_metadata(
+            "tokenizer.ggml.tokens",
+            Value::Array(runit_gguf::Array::String(texts)),
+        )
+        .expect("new key");
+    let mut bytes = Vec::new();
+    writer
+        .write(&mut bytes, |_, _| Ok(Cow::Borrowed(&[][..])))
+        .expect("metadata-only file");
+    let file = GgufFile::from_bytes(bytes).expect("the file reads back");
+    match ModelConfig::from_gguf(&file) {
+        Err(ModelError::BadHyperparameter { key, message }) => {
+            assert_eq!(key, "llama.vocab_size");
+            assert!(
+                message.contains("32") && message.contains("16"),
+                "{message}"
+            );
+        }
+        other => panic!("expected BadHyperparameter, found {other:?}"),
+    }
+}

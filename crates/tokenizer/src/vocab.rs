@@ -286,6 +286,21 @@ impl Vocabulary {
                 .collect()
         };
 
+        // The ids generation stops on or starts with must be tokens: a file naming one outside
+        // the vocabulary is refused (the optional unknown and padding ids outside it are unused).
+        for (key, id) in [
+            ("tokenizer.ggml.bos_token_id", spec.bos),
+            ("tokenizer.ggml.eos_token_id", spec.eos),
+            ("tokenizer.ggml.eot_token_id", spec.eot),
+            ("tokenizer.ggml.eom_token_id", spec.eom),
+        ] {
+            if let Some(id) = id.filter(|&id| id as usize >= n_tokens) {
+                return Err(invalid(
+                    key,
+                    format!("{id} is outside the vocabulary of {n_tokens} tokens"),
+                ));
+            }
+        }
         let in_range = |id: Option<u32>| id.filter(|&id| (id as usize) < n_tokens);
         let (default_bos, default_eos, default_unknown, default_add_bos, default_space) =
             match spec.model {
