@@ -187,11 +187,31 @@ impl Watched {
     }
 
     fn start_with_env(model: &Path, extra: &[&str], environment: &[(&str, &str)]) -> Watched {
+        let runit = Command::new(env!("CARGO_BIN_EXE_runit"));
+        Watched::launch(runit, model, extra, environment)
+    }
+
+    /// `runit serve` under a limit of `descriptors` open files (`prlimit` execs it).
+    fn start_with_descriptor_limit(model: &Path, extra: &[&str], descriptors: u32) -> Watched {
+        let mut limited = Command::new("prlimit");
+        limited
+            .arg(format!("--nofile={descriptors}"))
+            .arg(env!("CARGO_BIN_EXE_runit"));
+        Watched::launch(limited, model, extra, &[])
+    }
+
+    /// Starts `command` (runit, or a program that execs it) with `serve` on a free port.
+    fn launch(
+        mut command: Command,
+        model: &Path,
+        extra: &[&str],
+        environment: &[(&str, &str)],
+    ) -> Watched {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_runit"))
+        let mut child = command
             .arg("serve")
             .arg("-m")
             .arg(model)
@@ -352,4 +372,21 @@ fn the_api_key_comes_from_a_file_or_the_environment() {
         from_environment.status("/v1/models", Some("from-a-file")),
         "401"
     );
+}
+
+#[test]
+fn idle_sockets_beyond_the_descriptor_limit_do_not_lock_out_clients() {
+    let Some(model) = synthetic_model() else {
+        return;
+    };
+    let limits = ["--idle-timeout", "2", "--header-timeout", "2"];
+    let server = Watched::start_with_descriptor_limit(&model, &limits, 128);
+    // More idle connections than the process may hold descriptors: accepting fails with
+    // EMFILE until the idle ones time out, and then a normal client is answered.
+    let idle: Vec<TcpStream> = (0..150)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok())
+        .collect();
+    assert!(idle.len() > 128, "only {} connections opened", idle.len());
+    assert_eq!(server.status("/health", None), "200");
+    drop(idle);
 }
