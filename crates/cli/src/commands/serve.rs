@@ -28,7 +28,8 @@ pub struct Args {
     /// Most sequences decoded at once; they share the --ctx-size cells of the cache.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.max_sequences)]
     pub parallel: usize,
-    /// Most requests waiting for a free sequence slot; more are answered 503.
+    /// Most sequences waiting beyond the running ones (a request with `n` or several prompts
+    /// counts each); a request whose sequences do not all fit is answered 503 whole.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.max_queued)]
     pub max_queued: usize,
     /// Require `Authorization: Bearer KEY` on the /v1 routes (and to see /health's
