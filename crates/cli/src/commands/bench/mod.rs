@@ -1,11 +1,15 @@
 //! `runit bench`: prompt-processing and generation speed in the manner of llama-bench
-//! (`pp` = one batch of P prompt tokens, `tg` = N single-token decode steps), mean ± sd over
-//! repetitions.
+//! (`pp` = one batch of P prompt tokens, `tg` = N single-token decode steps, optionally after
+//! `-d` positions of context and for `--batch` sequences at once), mean ± sd over repetitions.
+
+mod decode;
 
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use runit_engine::Session;
+
+use decode::{DecodeBench, DecodeTest};
 use serde_json::json;
 
 use super::common::{load, ModelArgs};
@@ -20,6 +24,15 @@ pub struct Args {
     /// Generated tokens per generation test (0 = skip).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Context depth: positions filled in each sequence before the generation test (as
+    /// llama-bench's `-d`); the prompt test is unaffected.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
+    /// Sequences decoded together in the generation test, each at depth `-d`; reported as
+    /// aggregate tokens per second (B × N over the time of the N steps), comparable with
+    /// llama-batched-bench's S_TG.
+    #[arg(long = "batch", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub batch: u64,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -62,10 +75,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         anyhow::bail!("nothing to measure: -p and -n are both 0");
     }
     args.model.batch_size = args.model.batch_size.max(args.n_prompt);
-    args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + args.n_gen + 1);
+    args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + 1);
+    let batch = args.batch as usize;
     let loaded = load(&args.model)?;
     let model = loaded.model.clone();
-    let mut session = Session::new(model.clone(), &args.model.engine_config())?;
     let vocab = model.config.vocab_size as u32;
     // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 12_345) % vocab as u64) as u32;
@@ -76,6 +89,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     if args.n_prompt > 0 {
+        let mut session = Session::new(model.clone(), &args.model.engine_config())?;
         let prompt: Vec<u32> = (0..args.n_prompt).map(token).collect();
         let mut row = Row {
             test: format!("pp{}", args.n_prompt),
@@ -94,19 +108,29 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         rows.push(row);
     }
     if args.n_gen > 0 {
+        let mut test = format!("tg{}", args.n_gen);
+        if args.n_depth > 0 {
+            test += &format!(" @ d{}", args.n_depth);
+        }
+        if batch > 1 {
+            test += &format!(" x{batch}");
+        }
         let mut row = Row {
-            test: format!("tg{}", args.n_gen),
+            test,
             samples: Vec::new(),
         };
+        let shape = DecodeTest {
+            batch,
+            depth: args.n_depth,
+            steps: args.n_gen,
+            chunk: args.model.batch_size,
+            block_size: args.model.engine_config().kv_block_size,
+        };
+        let mut decode = DecodeBench::new(&model, shape, args.model.kv_type.into(), token)?;
         for rep in 0..=args.repetitions {
-            session.reset();
-            let start = Instant::now();
-            for i in 0..args.n_gen {
-                session.eval(&[token(i)], false, None)?;
-            }
-            let secs = start.elapsed().as_secs_f64();
+            let rate = decode.run(token)?;
             if rep > 0 {
-                row.samples.push(args.n_gen as f64 / secs);
+                row.samples.push(rate);
             }
             bar.inc(1);
         }
