@@ -15,6 +15,7 @@
 //   whose visible range lies in one chunk is written to `out` directly (attention_combine
 //   skips it); otherwise the chunk's (max, sum, accumulator) go to the partials.
 #include "common.cuh"
+#include "mma.cuh"
 
 #define MMA_WARPS 4
 #define MMA_THREADS (MMA_WARPS * 32)
@@ -27,19 +28,6 @@
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 // ----- PTX helpers ---------------------------------------------------------------------------
-
-__device__ __forceinline__ u32 shared_address(const void* pointer) {
-    u32 address;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(pointer));
-    return address;
-}
-
-// Two floats as f16x2: `low` in bits 0..15.
-__device__ __forceinline__ u32 pack_half2(float low, float high) {
-    u32 packed;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
-    return packed;
-}
 
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
@@ -60,27 +48,6 @@ __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.w
 
 __device__ __forceinline__ void store_zero_16(u32 destination) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(destination), "r"(0u) : "memory");
-}
-
-__device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], u32 address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-__device__ __forceinline__ void load_matrix_x4_trans(u32 (&r)[4], u32 address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-// c += a · b for one 16x8x16 tile (a: 4 regs of f16x2, row-major; b: 2 regs, column-major).
-__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // ----- shared pieces ---------------------------------------------------------------------------

@@ -80,8 +80,8 @@ pub struct CudaBackend {
     writes: std::sync::atomic::AtomicU64,
     /// Attention's decode partials, kept between calls (one stream orders all work).
     attention_scratch: Mutex<Option<CudaSlice<f32>>>,
-    /// The tensor-core decode's per-(row, head group) arrival counters, zero at rest.
-    attention_counters: Mutex<Option<CudaSlice<u32>>>,
+    /// Arrival counters of the kernels whose last block merges partials, zero at rest.
+    arrival_counters: Mutex<Option<CudaSlice<u32>>>,
     /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
     /// the device instead of the driver staging a pageable copy; grown as needed.
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
@@ -160,7 +160,7 @@ impl CudaBackend {
             pick_scratch: Mutex::new(None),
             moe_routes: Mutex::new(None),
             moe_activations: Mutex::new(None),
-            attention_counters: Mutex::new(None),
+            arrival_counters: Mutex::new(None),
             programmatic_launch: major >= 9
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
@@ -447,15 +447,16 @@ impl CudaBackend {
         self.persistent(&self.attention_scratch, op, "attention scratch", len)
     }
 
-    /// The address of at least `len` arrival counters for the tensor-core decode, all zero
-    /// between calls (its last block per group resets its counter); grown, zeroed, outside a
-    /// capture only.
-    pub(crate) fn attention_counters(
+    /// The address of at least `len` arrival counters, all zero between calls (the last block
+    /// of each group resets its counter), shared by the kernels whose last block merges
+    /// partials (tensor-core decode attention, split batched matmuls); grown, zeroed, outside
+    /// a capture only.
+    pub(crate) fn arrival_counters(
         &self,
         op: &'static str,
         len: usize,
     ) -> Result<u64, BackendError> {
-        self.persistent(&self.attention_counters, op, "attention counters", len)
+        self.persistent(&self.arrival_counters, op, "arrival counters", len)
     }
 
     /// The address of the buffer in `slot`, replaced by a zeroed one of at least `len`

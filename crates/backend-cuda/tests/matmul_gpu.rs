@@ -1,14 +1,15 @@
 //! Matmul and embedding on the GPU against the CPU backend, for every weight type: the decode
 //! matvec (1, 3 and 8 token rows; rows whose bytes are not 16-byte aligned, and the shapes
-//! that pick each float variant), the GEMM path (64 and 200 rows), an expert view of a 3-D weight, and embedding
-//! lookups.
+//! that pick each float variant), the batched tensor-core kernels (9 to 256 rows, odd shapes,
+//! ranges of the row length split over blocks, biases), the GEMM path (300 rows), an expert
+//! view of a 3-D weight, and embedding lookups.
 //!
 //! Without a CUDA driver or device the tests print a notice and pass, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
 use runit_backend::testing::parity::{ELEMENTWISE_BOUND, MATMUL_BOUND, WEIGHT_TYPES};
 use runit_backend::testing::{make_weight, nmse, Rng};
-use runit_backend::{Backend, BackendError, Weight};
+use runit_backend::{Backend, BackendError, Projection, Weight};
 use runit_backend_cpu::CpuBackend;
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;
@@ -30,10 +31,11 @@ fn cpu() -> CpuBackend {
     CpuBackend::new(threads).expect("cpu backend")
 }
 
-/// `W · x` for `tokens` rows on `backend`.
+/// `W · x (+ bias)` for `tokens` rows on `backend`.
 fn run_matmul(
     backend: &dyn Backend,
     weight: &Weight,
+    bias: Option<&Weight>,
     x: &[f32],
     tokens: usize,
 ) -> Result<Vec<f32>, BackendError> {
@@ -41,14 +43,14 @@ fn run_matmul(
     backend.upload(&mut input, x)?;
     let n_out = weight.rows();
     let mut out = backend.alloc(tokens * n_out)?;
-    backend.matmul(weight, &input, tokens, &mut out)?;
+    backend.matmul_bias(Projection { weight, bias }, &input, tokens, &mut out)?;
     let mut values = vec![0.0; tokens * n_out];
     backend.download(&out, &mut values)?;
     Ok(values)
 }
 
-/// Compares the GPU with the CPU on one weight (`matrix` picks one expert of a 3-D weight)
-/// for each token count, collecting failures.
+/// Compares the GPU with the CPU on one weight (`matrix` picks one expert of a 3-D weight;
+/// `bias`: an F32 bias of the row count is added) for each token count, collecting failures.
 #[allow(clippy::too_many_arguments)]
 fn compare(
     cuda: &CudaBackend,
@@ -57,27 +59,51 @@ fn compare(
     shape: &[usize],
     values: &[f32],
     matrix: Option<usize>,
+    bias: bool,
     token_counts: &[usize],
     rng: &mut Rng,
     failures: &mut Vec<String>,
 ) {
-    let load = |backend: &dyn Backend| -> Result<Weight, BackendError> {
+    let bias_values = rng.values(shape[1], -1.0, 1.0);
+    let load = |backend: &dyn Backend| -> Result<(Weight, Option<Weight>), BackendError> {
         let weight = make_weight(backend, "test.matmul", ty, shape, values)?;
-        Ok(matrix.map_or(weight.clone(), |index| weight.matrix(index)))
+        let bias = bias
+            .then(|| {
+                make_weight(
+                    backend,
+                    "test.bias",
+                    GgmlType::F32,
+                    &shape[1..2],
+                    &bias_values,
+                )
+            })
+            .transpose()?;
+        Ok((
+            matrix.map_or(weight.clone(), |index| weight.matrix(index)),
+            bias,
+        ))
     };
-    let expected_weight = load(reference).expect("cpu weight");
-    let weight = match load(cuda) {
-        Ok(weight) => weight,
+    let (expected_weight, expected_bias) = load(reference).expect("cpu weight");
+    let (weight, bias) = match load(cuda) {
+        Ok(loaded) => loaded,
         Err(error) => return failures.push(format!("{ty} {shape:?}: {error}")),
     };
     for &tokens in token_counts {
         let x = rng.values(tokens * shape[0], -1.0, 1.0);
-        let expected = run_matmul(reference, &expected_weight, &x, tokens).expect("cpu matmul");
+        let expected = run_matmul(
+            reference,
+            &expected_weight,
+            expected_bias.as_ref(),
+            &x,
+            tokens,
+        )
+        .expect("cpu matmul");
         let label = format!(
-            "{ty} {shape:?}{} x {tokens}",
-            matrix.map_or(String::new(), |m| format!("[{m}]"))
+            "{ty} {shape:?}{}{} x {tokens}",
+            matrix.map_or(String::new(), |m| format!("[{m}]")),
+            if bias.is_some() { " + bias" } else { "" }
         );
-        match run_matmul(cuda, &weight, &x, tokens) {
+        match run_matmul(cuda, &weight, bias.as_ref(), &x, tokens) {
             Ok(found) => {
                 let error = nmse(&expected, &found);
                 println!("{label}: nmse {error:.3e}");
@@ -100,7 +126,7 @@ fn matmul_matches_the_cpu_for_every_type() {
         for ty in WEIGHT_TYPES {
             let mut rng = Rng::new(0xc0da + ty.id() as u64 * 7 + n_in as u64);
             let w = rng.normal(n_in * n_out, 0.05);
-            let counts = [1, 3, 8, 64, 200];
+            let counts = [1, 3, 8, 64, 200, 300];
             let shape = [n_in, n_out];
             compare(
                 &cuda,
@@ -109,7 +135,44 @@ fn matmul_matches_the_cpu_for_every_type() {
                 &shape,
                 &w,
                 None,
+                false,
                 &counts,
+                &mut rng,
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+/// The batched kernels at every token tile and its edges, rows that fill no whole block,
+/// rows of 896 (no whole K-quant super-block: ranges of 32-element steps), long rows split
+/// into ranges (partial sums), with and without a bias.
+#[test]
+fn batched_matmul_matches_the_cpu_at_every_row_count() {
+    let Some(cuda) = gpu() else { return };
+    let reference = cpu();
+    let mut failures = Vec::new();
+    for (n_in, n_out, bias) in [
+        (896usize, 139usize, true),
+        (4608, 300, false),
+        (256, 1000, true),
+    ] {
+        for ty in WEIGHT_TYPES {
+            if n_in % ty.block_size() != 0 {
+                continue;
+            }
+            let mut rng = Rng::new(0xba7c + ty.id() as u64 * 3 + n_out as u64);
+            let w = rng.normal(n_in * n_out, 0.05);
+            compare(
+                &cuda,
+                &reference,
+                ty,
+                &[n_in, n_out],
+                &w,
+                None,
+                bias,
+                &[9, 16, 17, 32, 33, 64, 65, 127, 256],
                 &mut rng,
                 &mut failures,
             );
@@ -141,6 +204,7 @@ fn matvec_reads_unaligned_rows_and_every_float_variant() {
                 &[n_in, n_out],
                 &w,
                 None,
+                false,
                 &[1, 2, 5, 8],
                 &mut rng,
                 &mut failures,
@@ -167,6 +231,7 @@ fn matmul_reads_expert_views_and_odd_float_rows() {
             &shape,
             &w,
             Some(2),
+            false,
             &[2, 17],
             &mut rng,
             &mut failures,
@@ -183,6 +248,7 @@ fn matmul_reads_expert_views_and_odd_float_rows() {
             &[100, 7],
             &w,
             None,
+            false,
             &[1, 5, 20],
             &mut rng,
             &mut failures,

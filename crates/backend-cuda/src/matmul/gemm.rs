@@ -59,32 +59,9 @@ pub(super) fn run(
         return unsafe { blas.gemm(backend, OP, &gemm) };
     }
 
-    let values = op.tokens * op.n_in;
-    let half_x = ensure(backend, &mut scratch.half_x, values, "f16 activation")?;
     // The values the CPU's matmul multiplies: q8 activations for quantized weights, f16 or
     // bf16 rounding for float weights (see activation_f16_cpu in convert.cu).
-    let mode = super::activation_mode(ty);
-    let convert = if mode < 3 {
-        let warps_needed = values / if mode == 2 { 256 } else { 32 };
-        LaunchConfig {
-            grid_dim: (warps_needed.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    } else {
-        grid_for(values)
-    };
-    launch_kernel!(
-        backend,
-        OP,
-        "convert.cu",
-        "activation_f16_cpu",
-        convert,
-        op.x,
-        half_x,
-        values as u64,
-        mode
-    )?;
+    let half_x = super::mmq::half_input(backend, op, scratch)?;
 
     let Some(dequant) = kernels.dequant_f16 else {
         // F16: the packed weight already is the f16 matrix.
@@ -127,6 +104,21 @@ pub(super) fn run(
         first += rows;
     }
     Ok(())
+}
+
+/// The launch shape of `activation_f16_cpu` for `values` values in rounding `mode`: a warp
+/// per 32 values (per 256 for Q8_K's) in the q8 modes, a thread per value otherwise.
+pub(super) fn convert_grid(values: usize, mode: u32) -> LaunchConfig {
+    if mode < 3 {
+        let warps_needed = values / if mode == 2 { 256 } else { 32 };
+        LaunchConfig {
+            grid_dim: (warps_needed.div_ceil(8).clamp(1, 65_535) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    } else {
+        grid_for(values)
+    }
 }
 
 #[cfg(test)]

@@ -57,15 +57,22 @@ pub(super) fn resident_warps(
     let blocks = function
         .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
         .map_err(|e| backend.driver_error(OP, e))?;
-    let multiprocessors = context
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(|e| backend.driver_error(OP, e))?;
-    let warps = (blocks.max(1) as usize) * (multiprocessors.max(1) as usize) * WARPS;
+    let warps = (blocks.max(1) as usize) * multiprocessors(backend)? * WARPS;
     cache
         .lock()
         .expect("occupancy cache lock")
         .insert(key, warps);
     Ok(warps)
+}
+
+/// The multiprocessors of the backend's device.
+pub(super) fn multiprocessors(backend: &CudaBackend) -> Result<usize, BackendError> {
+    let count = backend
+        .stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| backend.driver_error(OP, e))?;
+    Ok(count.max(1) as usize)
 }
 
 /// Float weights whose rows are at most this many bytes, with at least
@@ -190,14 +197,14 @@ pub(super) fn quantized_input(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let current = (
-        op.x,
-        op.tokens,
-        op.n_in,
-        backend.write_generation(),
-        base,
-        op.activation_mode,
-    );
+    let current = super::Converted {
+        x: op.x,
+        tokens: op.tokens,
+        row_len: op.n_in,
+        generation: backend.write_generation(),
+        scratch: base,
+        mode: op.activation_mode,
+    };
     if scratch.quantized != Some(current) {
         launch_kernel!(
             backend,

@@ -23,6 +23,7 @@ mod cublas;
 pub(crate) mod experts;
 mod gemm;
 mod matvec;
+pub(crate) mod mmq;
 pub(crate) mod names;
 
 use std::sync::{Mutex, MutexGuard};
@@ -61,15 +62,41 @@ pub struct MatmulState {
 struct Scratch {
     /// q8_1 activations of the decode path: int8 values, then (d, d·sum) pairs.
     q8_1: Option<CudaSlice<u8>>,
-    /// f16 copy of the activations (GEMM path).
+    /// f16 copy of the activations (batched and GEMM paths).
     half_x: Option<CudaSlice<u16>>,
+    /// Partial sums of the batched kernels' ranges of the row length.
+    partial: Option<CudaSlice<f32>>,
     /// f16 dequantized weight rows (GEMM path).
     half_weight: Option<CudaSlice<u16>>,
     blas: Option<cublas::Blas>,
-    /// What `q8_1` holds: (input address, tokens, row length, the backend's write
-    /// generation when it was quantized, the scratch address, the rounding mode). Q, K and V (and gate and up) read one input, so
-    /// the second and third matmul reuse its quantization.
-    quantized: Option<(u64, usize, usize, u64, u64, u32)>,
+    /// What `q8_1` holds. Q, K and V (and gate and up) read one input, so the second and
+    /// third matmul reuse its quantization.
+    quantized: Option<Converted>,
+    /// What `half_x` holds.
+    halved: Option<Converted>,
+}
+
+/// A conversion of a matmul input held in scratch memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Converted {
+    /// Address of the f32 input.
+    x: u64,
+    tokens: usize,
+    row_len: usize,
+    /// The backend's write generation when it was converted.
+    generation: u64,
+    /// Address of the scratch holding the conversion.
+    scratch: u64,
+    /// The rounding mode (see [`activation_mode`]).
+    mode: u32,
+}
+
+impl Converted {
+    /// True when a write to `out` may have changed the converted input.
+    fn overlaps(&self, out: std::ops::Range<u64>) -> bool {
+        let input = self.x..self.x + (self.tokens * self.row_len * 4) as u64;
+        input.start < out.end && out.start < input.end
+    }
 }
 
 impl MatmulState {
@@ -171,6 +198,8 @@ pub fn matmul_bias(
     forget_overwritten(&mut scratch, &operands);
     if tokens <= MATVEC_MAX_TOKENS {
         matvec::run(backend, &kernels, &operands, &mut scratch)
+    } else if mmq::takes(&kernels, tokens, operands.n_in) && mmq_enabled() && !matvec_only() {
+        mmq::run(backend, &kernels, &operands, &mut scratch)
     } else if matvec_only() {
         // Diagnostics: every row through the decode kernels, 8 rows at a time.
         for first in (0..tokens).step_by(MATVEC_MAX_TOKENS) {
@@ -348,13 +377,12 @@ pub(crate) fn operands(
     Ok(Some((kernels, operands)))
 }
 
-/// This matmul overwrites `out`: a quantized copy of an input overlapping it is stale.
+/// This matmul overwrites `out`: a converted copy of an input overlapping it is stale.
 fn forget_overwritten(scratch: &mut Scratch, operands: &Operands) {
-    if let Some((x, rows, row_len, ..)) = scratch.quantized {
-        let input = x..x + (rows * row_len * 4) as u64;
-        let output = operands.out..operands.out + (operands.tokens * operands.n_out * 4) as u64;
-        if input.start < output.end && output.start < input.end {
-            scratch.quantized = None;
+    let output = operands.out..operands.out + (operands.tokens * operands.n_out * 4) as u64;
+    for slot in [&mut scratch.quantized, &mut scratch.halved] {
+        if slot.is_some_and(|c| c.overlaps(output.clone())) {
+            *slot = None;
         }
     }
 }
@@ -372,6 +400,13 @@ pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
         Some(ActivationFormat::BF16) => 4,
         _ => 5,
     }
+}
+
+/// `RUNIT_CUDA_MMQ=0`: decode batches beyond the matvecs take the GEMM path instead of the
+/// batched kernels (for measuring one against the other).
+fn mmq_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQ").map_or(true, |v| v != "0"))
 }
 
 /// `RUNIT_CUDA_MATVEC_ONLY=1`: prompts also use the decode kernels (slow; for checking

@@ -352,7 +352,7 @@ fn decode_mma(
     };
     let (chunk_len, chunks) = (plan.chunk_len as u32, plan.chunks as u32);
     let heads_per_block = plan.heads_per_block as u32;
-    let counters = backend.attention_counters(OP, grid_dim.1 as usize * grid_dim.2 as usize)?;
+    let counters = backend.arrival_counters(OP, grid_dim.1 as usize * grid_dim.2 as usize)?;
     macro_rules! kernel {
         ($name:literal) => {
             launch!(

@@ -155,7 +155,7 @@ impl Suite<'_> {
     fn matmul(&mut self) {
         let (n_in, n_out) = (512, 36);
         for ty in WEIGHT_TYPES {
-            for tokens in [1, 7] {
+            for tokens in [1, 7, 33, 256] {
                 let mut rng = Rng::new(0x5eed_0001 + ty.id() as u64 * 31 + tokens as u64);
                 let w = rng.normal(n_in * n_out, 0.06);
                 let x = rng.values(tokens * n_in, -1.0, 1.0);
