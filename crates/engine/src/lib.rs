@@ -18,6 +18,7 @@ mod config;
 mod error;
 mod generate;
 pub mod kv_blocks;
+pub mod prefix_cache;
 mod perplexity;
 pub mod request;
 pub mod sampler;
