@@ -76,7 +76,9 @@ impl BlockAllocator {
             return false;
         }
         for _ in 0..extra {
-            let block = self.take().expect("checked that enough blocks can be taken");
+            let block = self
+                .take()
+                .expect("checked that enough blocks can be taken");
             self.references[block as usize] = 1;
             table.push(block);
         }
@@ -197,7 +199,11 @@ mod tests {
         assert!(pool.reserve(&mut b, 6));
         assert_eq!(pool.free_blocks(), 0);
         pool.release(&mut a);
-        assert_eq!(pool.free_blocks(), 1, "a's third block; the shared two are b's");
+        assert_eq!(
+            pool.free_blocks(),
+            1,
+            "a's third block; the shared two are b's"
+        );
         pool.release(&mut b);
         assert_eq!(pool.free_blocks(), 4);
         assert_eq!(pool.idle_cached_blocks(), 2);

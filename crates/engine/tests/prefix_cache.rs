@@ -154,7 +154,10 @@ fn check_sequential(name: &str, context_size: usize, prompts: &[Vec<u32>]) -> Op
         metrics.prefix_hit_tokens + metrics.prefix_miss_tokens,
         metrics.prompt_tokens
     );
-    assert_eq!(metrics.generated_tokens, (prompts.len() * MAX_TOKENS) as u64);
+    assert_eq!(
+        metrics.generated_tokens,
+        (prompts.len() * MAX_TOKENS) as u64
+    );
     Some(metrics.prefix_hit_tokens)
 }
 

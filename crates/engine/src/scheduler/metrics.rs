@@ -11,8 +11,8 @@ pub const FIRST_TOKEN_BOUNDS: &[f64] = &[
 
 /// Upper bounds in seconds of the inter-token-latency buckets (vLLM's).
 pub const INTER_TOKEN_BOUNDS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
 ];
 
 /// Observations counted into buckets of fixed upper bounds, as Prometheus histograms are.

@@ -76,7 +76,11 @@ pub(super) fn reusable_blocks(
 /// The cached blocks `prompt` reuses, in order: the longest run of cached blocks holding its
 /// beginning under its own classes, shortened by [`reusable_blocks`]. Empty when the cache
 /// is off.
-pub(super) fn cached_prefix(blocks: &BlockAllocator, prompt: &[u32], chunk_size: usize) -> Vec<u32> {
+pub(super) fn cached_prefix(
+    blocks: &BlockAllocator,
+    prompt: &[u32],
+    chunk_size: usize,
+) -> Vec<u32> {
     let mut found = Vec::new();
     if !blocks.caches_prefixes() {
         return found;
@@ -142,7 +146,11 @@ mod tests {
         assert_eq!(block_class(128, 16, 2200, 512), 3, "a 152-row chunk");
         assert_eq!(block_class(127, 16, 2100, 512), 3, "a full chunk");
         // Chunks of 40 and blocks of 16: block 2 (32..48) spans two chunks.
-        assert_eq!(block_class(2, 16, 70, 40), 0, "chunks of 40 and 30: both one-chunk");
+        assert_eq!(
+            block_class(2, 16, 70, 40),
+            0,
+            "chunks of 40 and 30: both one-chunk"
+        );
         assert_eq!(block_class(2, 16, 70, 100), 3);
     }
 
