@@ -62,7 +62,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         anyhow::bail!("nothing to measure: -p and -n are both 0");
     }
     args.model.batch_size = args.model.batch_size.max(args.n_prompt);
-    args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + args.n_gen + 1);
+    args.model.ctx_size = Some(
+        args.model
+            .context_size()
+            .max(args.n_prompt + args.n_gen + 1),
+    );
     let loaded = load(&args.model)?;
     let model = loaded.model.clone();
     let mut session = Session::new(model.clone(), &args.model.engine_config())?;
