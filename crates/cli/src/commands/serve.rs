@@ -132,6 +132,18 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("`{text}` must be a finite number of seconds, 0 or more"))
 }
 
+/// A share in (0, 1].
+fn share(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(format!("expected a share in (0, 1], found {value}"))
+    }
+}
+
 /// The API key from --api-key (or RUNIT_API_KEY) or --api-key-file.
 fn api_key(args: &Args) -> anyhow::Result<Option<String>> {
     let key = match &args.api_key_file {
@@ -242,16 +254,13 @@ mod tests {
         assert!(seconds("NaN").is_err());
         assert!(seconds("soon").is_err());
     }
-}
 
-/// A share in (0, 1].
-fn share(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if value > 0.0 && value <= 1.0 {
-        Ok(value)
-    } else {
-        Err(format!("expected a share in (0, 1], found {value}"))
+    #[test]
+    fn memory_shares_are_in_zero_to_one() {
+        assert_eq!(share("0.9"), Ok(0.9));
+        assert_eq!(share("1"), Ok(1.0));
+        for bad in ["0", "1.5", "-0.2", "NaN", "most"] {
+            assert!(share(bad).is_err(), "{bad}");
+        }
     }
 }
