@@ -17,6 +17,8 @@ pub struct BlockAllocator {
     references: Vec<u32>,
     /// The prefix cache, when on.
     cache: Option<PrefixCache>,
+    /// Cached blocks evicted so far.
+    evicted: u64,
 }
 
 impl BlockAllocator {
@@ -27,6 +29,7 @@ impl BlockAllocator {
             free: (0..n_blocks as u32).rev().collect(),
             references: vec![0; n_blocks],
             cache: None,
+            evicted: 0,
         }
     }
 
@@ -56,6 +59,11 @@ impl BlockAllocator {
     /// Idle cached blocks (counted in [`BlockAllocator::free_blocks`]).
     pub fn idle_cached_blocks(&self) -> usize {
         self.cache.as_ref().map_or(0, PrefixCache::idle_len)
+    }
+
+    /// Cached blocks evicted to make room, since the start.
+    pub fn evicted_blocks(&self) -> u64 {
+        self.evicted
     }
 
     /// Blocks in the pool.
@@ -92,6 +100,7 @@ impl BlockAllocator {
                 return Some(block);
             }
             let freed = self.cache.as_mut()?.evict()?;
+            self.evicted += freed.len() as u64;
             self.free.extend(freed);
         }
     }
@@ -224,6 +233,7 @@ mod tests {
         assert!(pool.find(&key(None, &[1, 2])).is_some());
         assert!(pool.reserve(&mut b, 4));
         assert!(pool.find(&key(None, &[1, 2])).is_none());
+        assert_eq!(pool.evicted_blocks(), 2);
         assert!(!pool.reserve(&mut b, 5));
         pool.release(&mut b);
         assert_eq!(pool.free_blocks(), 2);

@@ -121,8 +121,9 @@ fn shared_prefix_prompts(vocab: usize) -> Vec<Vec<u32>> {
 
 /// Runs `prompts` one after another (so each finds what the earlier ones cached) and checks
 /// each against its lone run (tokens) and a scheduler without the cache (tokens and
-/// log-probabilities, bit for bit); returns the prompt tokens the cache supplied.
-fn check_sequential(name: &str, context_size: usize, prompts: &[Vec<u32>]) -> Option<u64> {
+/// log-probabilities, bit for bit); returns the prompt tokens the cache supplied and the
+/// blocks it evicted.
+fn check_sequential(name: &str, context_size: usize, prompts: &[Vec<u32>]) -> Option<(u64, u64)> {
     let model = model(name)?;
     let scheduler = scheduler(&model, context_size, true);
     let uncached = self::scheduler(&model, context_size, false);
@@ -158,7 +159,7 @@ fn check_sequential(name: &str, context_size: usize, prompts: &[Vec<u32>]) -> Op
         metrics.generated_tokens,
         (prompts.len() * MAX_TOKENS) as u64
     );
-    Some(metrics.prefix_hit_tokens)
+    Some((metrics.prefix_hit_tokens, metrics.evicted_blocks))
 }
 
 #[test]
@@ -168,7 +169,8 @@ fn reused_prefixes_give_the_lone_numbers_smollm2() {
         return;
     };
     let prompts = shared_prefix_prompts(vocab);
-    let hits = check_sequential(name, 1024, &prompts).expect("model found");
+    let (hits, evicted) = check_sequential(name, 1024, &prompts).expect("model found");
+    assert_eq!(evicted, 0);
     // A: none. B: 12 blocks match, 10 kept (a 77-row span of its 109-row last chunk). C: 8
     // (its block of 128..144 is one-chunk, A's tiled). A again: 13 match, 9 kept (a 76-row
     // span of its 92-row last chunk). D: 11 match, 8 kept (its last chunk 128..192 whole).
@@ -206,8 +208,9 @@ fn eviction_keeps_outputs_exact() {
     }
     // Back to the first prefix, likely evicted by now.
     prompts.push(prompts[0].clone());
-    let hits = check_sequential(name, 640, &prompts).expect("model found");
+    let (hits, evicted) = check_sequential(name, 640, &prompts).expect("model found");
     assert!(hits > 0, "the second prompt of each pair reuses its prefix");
+    assert!(evicted > 0, "the pool overflowed");
 }
 
 /// Requests running together share the blocks cached by the ones before, and the outputs

@@ -72,6 +72,11 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         counters.prefix_miss_tokens,
     );
     text.counter(
+        "runit_prefix_cache_evicted_blocks_total",
+        "Cached KV blocks evicted to make room.",
+        counters.evicted_blocks,
+    );
+    text.counter(
         "runit_generation_tokens_total",
         "Tokens generated.",
         counters.generated_tokens,

@@ -65,6 +65,8 @@ pub struct SchedulerMetrics {
     /// Idle blocks the prefix cache holds (evictable, so counted as free), as of the
     /// latest step.
     pub cached_blocks: usize,
+    /// Cached blocks evicted to make room.
+    pub evicted_blocks: u64,
     /// Seconds from submission to a sequence's first token.
     pub time_to_first_token: Histogram,
     /// Seconds between a sequence's consecutive tokens.
@@ -80,6 +82,7 @@ impl Default for SchedulerMetrics {
             prefix_miss_tokens: 0,
             generated_tokens: 0,
             cached_blocks: 0,
+            evicted_blocks: 0,
             time_to_first_token: Histogram::new(FIRST_TOKEN_BOUNDS),
             inter_token_latency: Histogram::new(INTER_TOKEN_BOUNDS),
         }

@@ -139,6 +139,7 @@ impl Worker {
         state.stats.queued = self.waiting.len();
         state.metrics.clone_from(&self.metrics);
         state.metrics.cached_blocks = self.blocks.idle_cached_blocks();
+        state.metrics.evicted_blocks = self.blocks.evicted_blocks();
         drop(state);
         self.shared.progress.notify_all();
     }
