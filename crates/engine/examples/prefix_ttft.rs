@@ -5,10 +5,10 @@
 //! over the rounds are printed. Every round uses a fresh prefix, so the first request of a
 //! round finds nothing cached.
 //!
-//! `cargo run --release -p runit-engine --example prefix_ttft -- MODEL [PREFIX] [TAIL] [THREADS] [ROUNDS]`
+//! `cargo run --release -p runit-engine --example prefix_ttft -- MODEL [PREFIX] [TAIL] [THREADS] [ROUNDS] [DEVICE]`
 //!
-//! Defaults: a prefix of 2000 tokens, tails of 32, 2 threads, 3 rounds; the engine's default
-//! chunk of 512 tokens and a context of 4096 cells.
+//! Defaults: a prefix of 2000 tokens, tails of 32, 2 threads, 3 rounds, the CPU (`cuda`: GPU
+//! 0); the engine's default chunk of 512 tokens and a context of 4096 cells.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,26 +48,32 @@ fn median(values: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
-/// `len` token ids from `seed`.
-fn tokens(seed: usize, len: usize) -> Vec<u32> {
+/// `len` token ids from `seed`, below `vocab`.
+fn tokens(vocab: usize, seed: usize, len: usize) -> Vec<u32> {
     (0..len)
-        .map(|i| ((i * 7919 + seed * 104_729 + 13) % 49_000) as u32 + 1)
+        .map(|i| ((i * 7919 + seed * 104_729 + 13) % (vocab - 1)) as u32 + 1)
         .collect()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: prefix_ttft MODEL [PREFIX] [TAIL] [THREADS] [ROUNDS]";
+    let usage = "usage: prefix_ttft MODEL [PREFIX] [TAIL] [THREADS] [ROUNDS] [DEVICE]";
     let path = args.get(1).expect(usage);
     let prefix_tokens: usize = args.get(2).map_or(2000, |a| a.parse().expect("PREFIX"));
     let tail_tokens: usize = args.get(3).map_or(32, |a| a.parse().expect("TAIL"));
     let threads: usize = args.get(4).map_or(2, |a| a.parse().expect("THREADS"));
     let rounds: usize = args.get(5).map_or(3, |a| a.parse().expect("ROUNDS"));
+    let device = args.get(6).map_or("cpu", String::as_str);
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
-    let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
+    let backend: Arc<dyn runit_backend::Backend> = match device {
+        "cpu" => Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend")),
+        "cuda" => Arc::new(runit_backend_cuda::CudaBackend::new(0).expect("GPU 0")),
+        other => panic!("DEVICE: `cpu` or `cuda`, found `{other}`"),
+    };
     let model = Arc::new(Model::load(file, backend).expect("model loads"));
+    let vocab = model.config.vocab_size;
     println!(
-        "prefix {prefix_tokens} tokens, tails {tail_tokens}, {threads} threads, {rounds} rounds"
+        "prefix {prefix_tokens} tokens, tails {tail_tokens}, {device}, {threads} threads, {rounds} rounds"
     );
     println!("cache | first request TTFT (s) | second request TTFT (s) | speed-up");
     for prefix_cache in [false, true] {
@@ -78,10 +84,10 @@ fn main() {
         let scheduler = Scheduler::start(Arc::clone(&model), &config).expect("scheduler");
         let (mut firsts, mut seconds) = (Vec::new(), Vec::new());
         for round in 0..rounds {
-            let prefix = tokens(round * 3, prefix_tokens);
+            let prefix = tokens(vocab, round * 3, prefix_tokens);
             let with_tail = |seed: usize| {
                 let mut prompt = prefix.clone();
-                prompt.extend(tokens(seed, tail_tokens));
+                prompt.extend(tokens(vocab, seed, tail_tokens));
                 prompt
             };
             firsts.push(time_to_first_token(&scheduler, with_tail(round * 3 + 1)));
