@@ -128,18 +128,24 @@ impl EngineConfig {
             * model.config.kv_width()
             * element_bytes
             * self.kv_block_size;
-        let budget = (free as f64 * fraction) as usize;
-        let blocks = budget / block_bytes.max(1);
-        if blocks == 0 {
-            return Err(EngineError::InvalidParameter {
-                name: "device_memory_fraction",
-                message: format!(
-                    "{fraction} of the {free} bytes free holds no KV block of {block_bytes} bytes"
-                ),
-            });
-        }
-        Ok(Some(blocks))
+        blocks_in_memory(free, fraction, block_bytes).map(Some)
     }
+}
+
+/// The blocks of `block_bytes` that `fraction` of `free` bytes holds (at most `u32::MAX`, the
+/// block numbers' range); refuses memory too small for one block.
+fn blocks_in_memory(free: usize, fraction: f64, block_bytes: usize) -> Result<usize, EngineError> {
+    let budget = (free as f64 * fraction) as usize;
+    let blocks = (budget / block_bytes.max(1)).min(u32::MAX as usize);
+    if blocks == 0 {
+        return Err(EngineError::InvalidParameter {
+            name: "device_memory_fraction",
+            message: format!(
+                "{fraction} of the {free} bytes free holds no KV block of {block_bytes} bytes"
+            ),
+        });
+    }
+    Ok(blocks)
 }
 
 impl Default for EngineConfig {
@@ -154,4 +160,23 @@ pub(crate) struct Cache {
     pub blocks: BlockAllocator,
     /// Cells one sequence may use: the configured context, capped at the training context.
     pub context_size: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_share_is_cut_into_whole_blocks() {
+        // 10 GB free, 0.9 of it, blocks of 1 MiB.
+        let blocks = blocks_in_memory(10_000_000_000, 0.9, 1 << 20).expect("room");
+        assert_eq!(blocks, 9_000_000_000 / (1 << 20));
+        assert!(matches!(
+            blocks_in_memory(1000, 0.9, 4096),
+            Err(EngineError::InvalidParameter {
+                name: "device_memory_fraction",
+                ..
+            })
+        ));
+    }
 }
