@@ -212,3 +212,58 @@ async fn a_burst_of_256_is_answered_or_refused() {
     let (status, body) = post_json(f.router(), "/v1/completions", &completion("Again", 3)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// Chats that share a long system prompt: the later ones are served from the prefix cache
+/// (hits counted on `/metrics`) with the answers and log-probabilities of a server without
+/// the cache.
+#[tokio::test]
+async fn a_shared_system_prompt_is_served_from_the_cache_unchanged() {
+    let engine = |prefix_cache: bool| EngineConfig {
+        context_size: 1024,
+        batch_size: 64,
+        max_sequences: 4,
+        prefix_cache,
+        ..EngineConfig::default()
+    };
+    let Some(cached) = fixture(SMOLLM2, engine(true), ServerConfig::default()) else {
+        return;
+    };
+    let uncached = fixture(SMOLLM2, engine(false), ServerConfig::default()).expect("model");
+    let system = "You are a careful assistant for a shipping company. ".repeat(12);
+    let questions = [
+        "Where is my parcel?",
+        "How heavy may a box be?",
+        "Where is my parcel?",
+    ];
+    for question in questions {
+        let body = format!(
+            r#"{{"messages": [{{"role": "system", "content": {system:?}}},
+                {{"role": "user", "content": {question:?}}}],
+                "temperature": 0, "max_tokens": 8, "logprobs": true}}"#
+        );
+        let (status, with_cache) = post_json(cached.router(), "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::OK, "{with_cache}");
+        let (status, without) = post_json(uncached.router(), "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::OK, "{without}");
+        assert_eq!(
+            with_cache["choices"][0]["message"],
+            without["choices"][0]["message"]
+        );
+        let logprobs = &with_cache["choices"][0]["logprobs"]["content"];
+        assert_eq!(logprobs.as_array().map(Vec::len), Some(8), "{with_cache}");
+        assert_eq!(
+            *logprobs, without["choices"][0]["logprobs"]["content"],
+            "{question}"
+        );
+    }
+    let metrics = scrape(&cached).await;
+    // The system prompt is over a hundred tokens: the second and third chats reuse blocks.
+    assert!(
+        metrics["runit_prefix_cache_hit_tokens_total"] >= 2.0 * 64.0,
+        "{metrics:?}"
+    );
+    assert_eq!(
+        scrape(&uncached).await["runit_prefix_cache_hit_tokens_total"],
+        0.0
+    );
+}
