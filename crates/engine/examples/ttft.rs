@@ -68,8 +68,10 @@ fn main() {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"));
     let model = Arc::new(Model::load(file, backend).expect("model loads"));
+    // The rounds repeat their prompts: without the prefix cache, each prefill is measured.
     let config = EngineConfig {
         context_size: context,
+        prefix_cache: false,
         ..EngineConfig::default()
     };
     let scheduler = Scheduler::start(model, &config).expect("scheduler");

@@ -1,5 +1,6 @@
 //! The engine's settings in one struct: the KV cache (its cells, element type and block
-//! size), the prompt batch, and the scheduler's limits. A [`Session`](crate::Session), the
+//! size, how the scheduler's pool is sized, prefix caching), the prompt batch, and the
+//! scheduler's limits. A [`Session`](crate::Session), the
 //! [`Scheduler`](crate::scheduler::Scheduler) and the CLI's flags all read [`EngineConfig`].
 
 use runit_backend::KvType;
@@ -12,7 +13,8 @@ use crate::EngineError;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// KV cache cells (0 = the model's training context), capped at the training context: a
-    /// session's context, or the cells that the scheduler's sequences share.
+    /// session's context, or the cells that the scheduler's sequences share (unless
+    /// `device_memory_fraction` sizes them).
     pub context_size: usize,
     /// Most prompt tokens evaluated in one forward pass; longer prompts are split.
     pub batch_size: usize,
@@ -26,6 +28,13 @@ pub struct EngineConfig {
     /// Most sequences waiting beyond those: the scheduler holds at most `max_sequences +
     /// max_queued` sequences, running or waiting, and refuses a request that would pass it.
     pub max_queued: usize,
+    /// Whether the scheduler keeps full prompt blocks for later prompts that begin alike.
+    pub prefix_cache: bool,
+    /// On a backend with device memory, the share of the memory free after the weights and
+    /// the step buffers that the scheduler's KV pool takes (vLLM's `--gpu-memory-fraction`);
+    /// each sequence may then use `context_size` cells of it (0: the training context).
+    /// `None`, or a host backend: the pool holds `context_size` cells.
+    pub device_memory_fraction: Option<f64>,
 }
 
 impl EngineConfig {
@@ -38,7 +47,12 @@ impl EngineConfig {
         kv_block_size: 16,
         max_sequences: 4,
         max_queued: 64,
+        prefix_cache: true,
+        device_memory_fraction: None,
     };
+
+    /// vLLM's default share of device memory for the KV pool.
+    pub const DEFAULT_DEVICE_MEMORY_FRACTION: f64 = 0.9;
 
     /// The context in cells for `model`: `context_size`, or the training context when that
     /// is 0 or smaller.
@@ -51,8 +65,10 @@ impl EngineConfig {
     }
 
     /// Checks the settings (every size at least 1) and allocates `model`'s KV cache in
-    /// whole blocks covering the context.
-    pub(crate) fn allocate_cache(&self, model: &Model) -> Result<Cache, EngineError> {
+    /// whole blocks covering the context: a session's (`pool: false`), or the scheduler's
+    /// pool (`pool: true`: sized from device memory when `device_memory_fraction` asks,
+    /// caching prefixes when `prefix_cache` does).
+    pub(crate) fn allocate_cache(&self, model: &Model, pool: bool) -> Result<Cache, EngineError> {
         let context_size = self.context_size_for(model);
         for (name, value) in [
             ("batch_size", self.batch_size),
@@ -67,14 +83,69 @@ impl EngineConfig {
                 });
             }
         }
-        let n_blocks = context_size.div_ceil(self.kv_block_size);
+        let n_blocks = match (self.device_memory_fraction, pool) {
+            (Some(fraction), true) => self.blocks_in_device_memory(model, fraction)?,
+            _ => None,
+        }
+        .unwrap_or_else(|| context_size.div_ceil(self.kv_block_size));
+        let context_size = context_size.min(n_blocks * self.kv_block_size);
         let kv = KvState::new(model, n_blocks * self.kv_block_size, self.kv_type)?;
+        let blocks = if pool && self.prefix_cache {
+            BlockAllocator::with_prefix_cache(n_blocks, self.kv_block_size)
+        } else {
+            BlockAllocator::new(n_blocks, self.kv_block_size)
+        };
         Ok(Cache {
             kv,
-            blocks: BlockAllocator::new(n_blocks, self.kv_block_size),
+            blocks,
             context_size,
         })
     }
+
+    /// The KV blocks that `fraction` of the backend's free device memory holds; `None` on a
+    /// host backend. Refuses a fraction outside (0, 1] and memory too small for one block.
+    fn blocks_in_device_memory(
+        &self,
+        model: &Model,
+        fraction: f64,
+    ) -> Result<Option<usize>, EngineError> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(EngineError::InvalidParameter {
+                name: "device_memory_fraction",
+                message: format!("expected a share in (0, 1], found {fraction}"),
+            });
+        }
+        let Some(free) = model.backend.memory_available() else {
+            return Ok(None);
+        };
+        let element_bytes = match self.kv_type {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        };
+        // Keys and values of every layer.
+        let block_bytes = 2
+            * model.config.block_count
+            * model.config.kv_width()
+            * element_bytes
+            * self.kv_block_size;
+        blocks_in_memory(free, fraction, block_bytes).map(Some)
+    }
+}
+
+/// The blocks of `block_bytes` that `fraction` of `free` bytes holds (at most `u32::MAX`, the
+/// block numbers' range); refuses memory too small for one block.
+fn blocks_in_memory(free: usize, fraction: f64, block_bytes: usize) -> Result<usize, EngineError> {
+    let budget = (free as f64 * fraction) as usize;
+    let blocks = (budget / block_bytes.max(1)).min(u32::MAX as usize);
+    if blocks == 0 {
+        return Err(EngineError::InvalidParameter {
+            name: "device_memory_fraction",
+            message: format!(
+                "{fraction} of the {free} bytes free holds no KV block of {block_bytes} bytes"
+            ),
+        });
+    }
+    Ok(blocks)
 }
 
 impl Default for EngineConfig {
@@ -89,4 +160,23 @@ pub(crate) struct Cache {
     pub blocks: BlockAllocator,
     /// Cells one sequence may use: the configured context, capped at the training context.
     pub context_size: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_share_is_cut_into_whole_blocks() {
+        // 10 GB free, 0.9 of it, blocks of 1 MiB.
+        let blocks = blocks_in_memory(10_000_000_000, 0.9, 1 << 20).expect("room");
+        assert_eq!(blocks, 9_000_000_000 / (1 << 20));
+        assert!(matches!(
+            blocks_in_memory(1000, 0.9, 4096),
+            Err(EngineError::InvalidParameter {
+                name: "device_memory_fraction",
+                ..
+            })
+        ));
+    }
 }

@@ -1,7 +1,8 @@
 //! The engine: sessions with a KV cache, prompt processing in chunks, the decode loop, the
-//! sampler, the continuous-batching scheduler and perplexity. Each rule has one home here:
-//! the settings in [`EngineConfig`], the sampling defaults in [`SamplerParams::DEFAULT`], the
-//! stop rules in [`stop`], and the request checks in [`request`].
+//! sampler, the continuous-batching scheduler with its prefix cache, and perplexity. Each
+//! rule has one home here: the settings in [`EngineConfig`], the sampling defaults in
+//! [`SamplerParams::DEFAULT`], the stop rules in [`stop`], and the request checks in
+//! [`request`].
 //!
 //! ```no_run
 //! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), runit_engine::EngineError> {
@@ -19,6 +20,7 @@ mod error;
 mod generate;
 pub mod kv_blocks;
 mod perplexity;
+pub mod prefix_cache;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;

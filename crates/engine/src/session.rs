@@ -31,7 +31,7 @@ impl Session {
     /// A session over `model` with the cache, context and batch of `config` (the context is
     /// capped at the model's training context).
     pub fn new(model: Arc<Model>, config: &EngineConfig) -> Result<Session, EngineError> {
-        let cache = config.allocate_cache(&model)?;
+        let cache = config.allocate_cache(&model, false)?;
         let scratch = Scratch::new(&model, config.batch_size.min(cache.context_size))?;
         Ok(Session {
             model,

@@ -1,6 +1,6 @@
 //! An OpenAI-compatible HTTP server over the continuous-batching scheduler: `GET /health`,
 //! `GET /v1/models`, `POST /v1/chat/completions` and `POST /v1/completions`, answered as JSON
-//! or as server-sent events. The server translates requests into engine requests and streams
+//! or as server-sent events, and `GET /metrics` in the Prometheus text format. The server translates requests into engine requests and streams
 //! tokens back over channels; it never touches tensors.
 //!
 //! Clients are not trusted: connections are served under [`ConnectionLimits`] (timeouts for
@@ -21,6 +21,7 @@ mod error;
 mod handlers;
 mod limits;
 mod log;
+mod metrics;
 mod request;
 mod response;
 mod template;
@@ -128,6 +129,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
+        .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             handlers::require_api_key,

@@ -30,9 +30,10 @@ pub struct ModelArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// KV cache size in tokens (capped at the model's training context).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = EngineConfig::DEFAULT.context_size)]
-    pub ctx_size: usize,
+    /// KV cache size in tokens (capped at the model's training context) [default: 4096;
+    /// `serve` on a GPU: the KV pool takes --gpu-memory-fraction of the free memory].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
     /// Most prompt tokens evaluated in one forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = EngineConfig::DEFAULT.batch_size)]
     pub batch_size: usize,
@@ -72,10 +73,15 @@ impl From<KvTypeArg> for KvType {
 }
 
 impl ModelArgs {
+    /// `--ctx-size`, or the engine's default.
+    pub fn context_size(&self) -> usize {
+        self.ctx_size.unwrap_or(EngineConfig::DEFAULT.context_size)
+    }
+
     /// The engine settings these flags ask for (the others at their defaults).
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
-            context_size: self.ctx_size,
+            context_size: self.context_size(),
             batch_size: self.batch_size,
             kv_type: self.kv_type.into(),
             ..EngineConfig::DEFAULT

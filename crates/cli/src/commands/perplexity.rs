@@ -32,7 +32,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let text =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     // As in llama.cpp's tool, -c is the chunk length; batches never exceed it.
-    let n_ctx = args.model.ctx_size;
+    let n_ctx = args.model.context_size();
     args.model.batch_size = args.model.batch_size.min(n_ctx);
     let loaded = load(&args.model)?;
     let tokens = loaded.tokenizer.encode_bytes(&text, true, false);

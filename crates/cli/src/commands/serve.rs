@@ -32,6 +32,15 @@ pub struct Args {
     /// counts each); a request whose sequences do not all fit is answered 503 whole.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.max_queued)]
     pub max_queued: usize,
+    /// On a GPU without --ctx-size: the share of the device memory free after the weights
+    /// that the KV pool takes (each request may then use the model's training context).
+    #[arg(long, value_name = "SHARE", value_parser = share,
+          default_value_t = EngineConfig::DEFAULT_DEVICE_MEMORY_FRACTION)]
+    pub gpu_memory_fraction: f64,
+    /// Do not keep the KV blocks of prompts for later prompts that begin the same way (a
+    /// system prompt, a chat's earlier turns); every prompt is evaluated whole.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Require `Authorization: Bearer KEY` on the /v1 routes (and to see /health's
     /// counters). Visible to other users in the process list: prefer --api-key-file or the
     /// RUNIT_API_KEY environment variable.
@@ -123,6 +132,18 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("`{text}` must be a finite number of seconds, 0 or more"))
 }
 
+/// A share in (0, 1].
+fn share(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(format!("expected a share in (0, 1], found {value}"))
+    }
+}
+
 /// The API key from --api-key (or RUNIT_API_KEY) or --api-key-file.
 fn api_key(args: &Args) -> anyhow::Result<Option<String>> {
     let key = match &args.api_key_file {
@@ -145,12 +166,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let loaded = load(&args.model)?;
     let template = ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
         .context("the model's chat template")?;
+    // On a device without --ctx-size, the pool fills the memory share and each request may
+    // use the training context; else the pool holds --ctx-size cells.
+    let from_memory =
+        args.model.ctx_size.is_none() && loaded.model.backend.memory_available().is_some();
+    let base = args.model.engine_config();
     let config = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
-        ..args.model.engine_config()
+        prefix_cache: !args.no_prefix_cache,
+        context_size: if from_memory { 0 } else { base.context_size },
+        device_memory_fraction: from_memory.then_some(args.gpu_memory_fraction),
+        ..base
     };
     let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
+    let stats = scheduler.stats();
+    eprintln!(
+        "KV pool: {} blocks of {} cells; prefix cache {}",
+        stats.total_blocks,
+        config.kv_block_size,
+        if config.prefix_cache { "on" } else { "off" }
+    );
     let model_name = args.alias.clone().unwrap_or_else(|| {
         args.model
             .model
@@ -217,5 +253,14 @@ mod tests {
         assert!(seconds("-1").is_err());
         assert!(seconds("NaN").is_err());
         assert!(seconds("soon").is_err());
+    }
+
+    #[test]
+    fn memory_shares_are_in_zero_to_one() {
+        assert_eq!(share("0.9"), Ok(0.9));
+        assert_eq!(share("1"), Ok(1.0));
+        for bad in ["0", "1.5", "-0.2", "NaN", "most"] {
+            assert!(share(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -33,7 +33,9 @@
 //! # Ok(()) }
 //! ```
 
+mod metrics;
 mod policy;
+mod prefix;
 mod worker;
 
 use std::collections::VecDeque;
@@ -47,9 +49,12 @@ use crate::request::{check_request, RequestError};
 use crate::stop::StopCondition;
 use crate::{EngineConfig, EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
 
-/// Most rows of one decode pass: the CPU attention switches to its tiled f32 path from 64
-/// query rows in a pass, which a lone decoding sequence never takes.
-pub const MAX_DECODE_ROWS: usize = 63;
+pub use metrics::{Histogram, SchedulerMetrics};
+pub use prefix::TILED_ATTENTION_ROWS;
+
+/// Most rows of one decode pass: the CPU attention switches to its tiled f32 path from
+/// [`TILED_ATTENTION_ROWS`] query rows in a pass, which a lone decoding sequence never takes.
+pub const MAX_DECODE_ROWS: usize = TILED_ATTENTION_ROWS - 1;
 
 /// One generation to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,6 +186,7 @@ struct Pending {
     request: Request,
     sampler: Sampler,
     sink: Box<dyn EventSink>,
+    submitted: Instant,
 }
 
 /// State shared by the handle and the worker thread.
@@ -197,6 +203,8 @@ struct QueueState {
     incoming: VecDeque<Pending>,
     /// The worker's figures; `queued` counts its waiting sequences, not `incoming`.
     stats: SchedulerStats,
+    /// The worker's counters.
+    metrics: SchedulerMetrics,
     /// Sequences submitted and not ended (incoming, waiting or active); a sequence stops
     /// counting before its last event is sent.
     held: usize,
@@ -227,10 +235,13 @@ impl Scheduler {
     /// Allocates the shared KV cache of `config` and starts the scheduler thread, which
     /// decodes up to `config.max_sequences` sequences at once.
     pub fn start(model: Arc<Model>, config: &EngineConfig) -> Result<Scheduler, EngineError> {
-        let cache = config.allocate_cache(&model)?;
+        // The step buffers first: a pool sized from device memory takes what they leave.
+        let trained = config.context_size_for(&model);
+        let capacity = config.batch_size.min(trained);
+        let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(trained)))?;
+        let cache = config.allocate_cache(&model, true)?;
         let context_size = cache.context_size;
-        let capacity = config.batch_size.min(context_size);
-        let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(context_size)))?;
+        let capacity = capacity.min(context_size);
         let stats = SchedulerStats {
             free_blocks: cache.blocks.free_blocks(),
             total_blocks: cache.blocks.total_blocks(),
@@ -241,6 +252,7 @@ impl Scheduler {
             state: Mutex::new(QueueState {
                 incoming: VecDeque::new(),
                 stats,
+                metrics: SchedulerMetrics::default(),
                 held: 0,
                 shutdown: false,
             }),
@@ -321,6 +333,7 @@ impl Scheduler {
                 request,
                 sampler,
                 sink,
+                submitted: Instant::now(),
             });
         }
         let mut state = self.shared.lock();
@@ -345,6 +358,11 @@ impl Scheduler {
         let mut stats = state.stats;
         stats.queued += state.incoming.len();
         stats
+    }
+
+    /// The counters since the start, as of the worker's latest step.
+    pub fn metrics(&self) -> SchedulerMetrics {
+        self.shared.lock().metrics.clone()
     }
 
     /// Waits until no sequence is active or queued; false if `timeout` passed first.

@@ -19,7 +19,8 @@
 pub(super) struct PromptProgress {
     /// Prompt tokens in total.
     pub prompt_len: usize,
-    /// Prompt tokens already in the cache (a multiple of the chunk size).
+    /// Prompt tokens already in the cache: a multiple of the chunk size, or the end of a
+    /// prefix found in the prefix cache.
     pub prefilled: usize,
     /// Prefill passes in a row that have left this prompt out.
     pub skipped: usize,
@@ -35,8 +36,9 @@ pub(super) struct Chunk {
 }
 
 /// The chunks of the next prefill pass over `prompts` (oldest first), at most `chunk_size`
-/// tokens together, each the one its prompt alone would evaluate next (chunks start at
-/// multiples of `chunk_size`, as [`Session::eval`](crate::Session::eval) cuts them). Empty
+/// tokens together, each the one its prompt alone would evaluate next (chunks end at
+/// multiples of `chunk_size`, as [`Session::eval`](crate::Session::eval) cuts them, or at the
+/// prompt's end; after a cached prefix the first chunk starts where the prefix ends). Empty
 /// when no prompt waits.
 pub(super) fn plan_pass(prompts: &[PromptProgress], chunk_size: usize) -> Vec<Chunk> {
     let mut order: Vec<usize> = (0..prompts.len())
@@ -55,7 +57,7 @@ pub(super) fn plan_pass(prompts: &[PromptProgress], chunk_size: usize) -> Vec<Ch
     for index in order {
         let prompt = &prompts[index];
         let start = prompt.prefilled;
-        let end = (start + chunk_size).min(prompt.prompt_len);
+        let end = ((start / chunk_size + 1) * chunk_size).min(prompt.prompt_len);
         if !chunks.is_empty() && total + (end - start) > chunk_size {
             continue;
         }
@@ -154,6 +156,14 @@ mod tests {
             prompt.prefilled = chunk.end;
         }
         assert_eq!(cuts, [0..16, 16..32, 32..40]);
+    }
+
+    #[test]
+    fn a_prompt_after_a_cached_prefix_is_cut_at_the_chunk_boundaries() {
+        let pass = plan_pass(&[waiting(1100, 496, 0)], 512);
+        assert_eq!((pass[0].start, pass[0].end), (496, 512));
+        let pass = plan_pass(&[waiting(1100, 1008, 0)], 512);
+        assert_eq!((pass[0].start, pass[0].end), (1008, 1024));
     }
 
     #[test]

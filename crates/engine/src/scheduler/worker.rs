@@ -1,15 +1,19 @@
-//! The scheduler thread: admits queued requests while the cache can hold them, then runs
-//! steps of one batched decode pass (every sequence with a token to evaluate) and one
-//! prefill pass of at most one chunk budget of prompt tokens (chosen by [`plan_pass`]),
-//! sampling and reporting tokens and freeing the blocks of finished sequences.
+//! The scheduler thread: admits queued requests while the cache can hold them (sharing the
+//! cached blocks their prompts begin with), then runs steps of one batched decode pass
+//! (every sequence with a token to evaluate) and one prefill pass of at most one chunk budget
+//! of prompt tokens (chosen by [`plan_pass`]), sampling and reporting tokens, caching full
+//! prompt blocks and freeing the blocks of finished sequences.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use runit_backend::SequenceSpan;
 use runit_model::{Batch, KvState, Model, Scratch};
 
+use super::metrics::SchedulerMetrics;
 use super::policy::{plan_pass, PromptProgress};
+use super::prefix::{cached_prefix, register_prompt_blocks};
 use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS};
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
@@ -29,10 +33,20 @@ struct Sequence {
     next: Option<u32>,
     generated: usize,
     block_table: Vec<u32>,
-    /// Blocks set aside for the sequence's longest possible run.
+    /// Blocks of its own (not shared at admission) set aside for the sequence's longest
+    /// possible run.
     commitment: usize,
+    /// Blocks of its own taken so far (at most `commitment`).
+    taken: usize,
+    /// Leading blocks of `block_table` in the prefix cache; `None` once one could not be
+    /// cached (the blocks after it are not cached either).
+    indexed: Option<usize>,
     /// Prefill passes in a row that have left the prompt out.
     skipped: usize,
+    /// When the request was submitted.
+    submitted: Instant,
+    /// When the sequence's latest token was reported.
+    last_token: Option<Instant>,
 }
 
 /// Everything the scheduler thread owns.
@@ -47,8 +61,10 @@ pub(super) struct Worker {
     max_sequences: usize,
     waiting: VecDeque<Pending>,
     active: Vec<Sequence>,
-    /// Sum of the active sequences' commitments; never above the total blocks.
-    committed: usize,
+    /// Blocks the active sequences may still take (their commitments less what they have
+    /// taken); never above the blocks that can be taken.
+    promised: usize,
+    metrics: SchedulerMetrics,
     logits: Vec<f32>,
     /// The queue and the figures shared with the [`Scheduler`](super::Scheduler) handle.
     shared: Arc<Shared>,
@@ -73,7 +89,8 @@ impl Worker {
             max_sequences,
             waiting: VecDeque::new(),
             active: Vec::new(),
-            committed: 0,
+            promised: 0,
+            metrics: SchedulerMetrics::default(),
             logits: Vec::new(),
             shared,
         }
@@ -120,6 +137,9 @@ impl Worker {
         state.stats.free_blocks = self.blocks.free_blocks();
         state.stats.active = self.active.len();
         state.stats.queued = self.waiting.len();
+        state.metrics.clone_from(&self.metrics);
+        state.metrics.cached_blocks = self.blocks.idle_cached_blocks();
+        state.metrics.evicted_blocks = self.blocks.evicted_blocks();
         drop(state);
         self.shared.progress.notify_all();
     }
@@ -147,7 +167,8 @@ impl Worker {
     }
 
     /// Admits waiting requests in order while there is a free slot and the cache can hold
-    /// their longest run next to the commitments of the active sequences; returns how many.
+    /// their longest run (less the cached blocks their prompts begin with) next to what the
+    /// active sequences may still take; returns how many.
     fn admit(&mut self) -> usize {
         let mut admitted = 0;
         while self.active.len() < self.max_sequences {
@@ -156,30 +177,42 @@ impl Worker {
             };
             let request = &pending.request;
             let longest = (request.prompt.len() + request.max_tokens).min(self.context_size);
-            let commitment = longest.div_ceil(self.blocks.block_size());
-            if self.committed + commitment > self.blocks.total_blocks() {
+            let shared = cached_prefix(&self.blocks, &request.prompt, self.chunk_size);
+            let commitment = longest.div_ceil(self.blocks.block_size()) - shared.len();
+            // Sharing an idle cached block takes it out of the blocks that can be taken.
+            let pinned = self.blocks.idle_among(&shared);
+            if self.promised + commitment + pinned > self.blocks.free_blocks() {
                 break;
             }
             let Pending {
                 request,
                 mut sampler,
                 sink,
+                submitted,
             } = self.waiting.pop_front().expect("front exists");
             for &token in &request.prompt {
                 sampler.accept(token);
             }
-            self.committed += commitment;
+            let mut block_table = Vec::new();
+            self.blocks.share(&mut block_table, &shared);
+            let reused = shared.len() * self.blocks.block_size();
+            self.metrics.admit(request.prompt.len(), reused);
+            self.promised += commitment;
             self.active.push(Sequence {
                 request,
                 sampler,
                 sink,
-                prefilled: 0,
-                n_past: 0,
+                prefilled: reused,
+                n_past: reused,
                 next: None,
                 generated: 0,
-                block_table: Vec::new(),
+                block_table,
                 commitment,
+                taken: 0,
+                indexed: Some(shared.len()),
                 skipped: 0,
+                submitted,
+                last_token: None,
             });
             admitted += 1;
         }
@@ -199,20 +232,11 @@ impl Worker {
             let mut positions = Vec::with_capacity(group.len());
             let mut spans = Vec::with_capacity(group.len());
             for (row, &i) in group.iter().enumerate() {
-                let sequence = &mut self.active[i];
-                let reserved = self
-                    .blocks
-                    .reserve(&mut sequence.block_table, sequence.n_past + 1);
-                assert!(reserved, "commitments keep enough blocks free");
+                let n_past = self.active[i].n_past;
+                spans.push(self.span(i, row, n_past, n_past + 1));
+                let sequence = &self.active[i];
                 tokens.push(sequence.next.expect("ready sequences have a token"));
-                positions.push(sequence.n_past as u32);
-                spans.push(SequenceSpan {
-                    first_row: row,
-                    rows: 1,
-                    start_position: sequence.n_past,
-                    block_table: sequence.block_table.clone(),
-                    block_size: self.blocks.block_size(),
-                });
+                positions.push(n_past as u32);
             }
             let logit_rows: Vec<u32> = (0..group.len() as u32).collect();
             let batch = Batch {
@@ -316,16 +340,8 @@ impl Worker {
         // The sequences whose prompts this pass ends, in the order of `logit_rows`.
         let mut ending = Vec::new();
         for &(i, start, end) in &chunks {
-            let sequence = &mut self.active[i];
-            let reserved = self.blocks.reserve(&mut sequence.block_table, end);
-            assert!(reserved, "commitments keep enough blocks free");
-            spans.push(SequenceSpan {
-                first_row: tokens.len(),
-                rows: end - start,
-                start_position: start,
-                block_table: sequence.block_table.clone(),
-                block_size: self.blocks.block_size(),
-            });
+            spans.push(self.span(i, tokens.len(), start, end));
+            let sequence = &self.active[i];
             tokens.extend_from_slice(&sequence.request.prompt[start..end]);
             positions.extend((start..end).map(|p| p as u32));
             if end == sequence.request.prompt.len() {
@@ -351,6 +367,14 @@ impl Worker {
             let sequence = &mut self.active[i];
             sequence.prefilled = end;
             sequence.n_past = end;
+            register_prompt_blocks(
+                &mut self.blocks,
+                &sequence.block_table,
+                &sequence.request.prompt[..end],
+                sequence.request.prompt.len(),
+                self.chunk_size,
+                &mut sequence.indexed,
+            );
         }
         let vocab = self.model.config.vocab_size;
         let logits = std::mem::take(&mut self.logits);
@@ -362,6 +386,26 @@ impl Worker {
         }
         self.logits = logits;
         self.end_all(finished);
+    }
+
+    /// Grows sequence `i`'s block table to cover positions up to `end` (from its
+    /// commitment) and returns the span of its positions `start..end` at batch row
+    /// `first_row`.
+    fn span(&mut self, i: usize, first_row: usize, start: usize, end: usize) -> SequenceSpan {
+        let sequence = &mut self.active[i];
+        let before = sequence.block_table.len();
+        let reserved = self.blocks.reserve(&mut sequence.block_table, end);
+        assert!(reserved, "commitments keep enough blocks free");
+        let taken = sequence.block_table.len() - before;
+        sequence.taken += taken;
+        self.promised -= taken;
+        SequenceSpan {
+            first_row,
+            rows: end - start,
+            start_position: start,
+            block_table: sequence.block_table.clone(),
+            block_size: self.blocks.block_size(),
+        }
     }
 
     fn forward(&mut self, batch: &Batch<'_>) -> Result<(), runit_model::ModelError> {
@@ -409,6 +453,10 @@ impl Worker {
         let GeneratedToken { id, logprob, top } = token;
         sequence.sampler.accept(id);
         sequence.generated += 1;
+        let now = Instant::now();
+        let since = now - sequence.last_token.unwrap_or(sequence.submitted);
+        self.metrics.token(sequence.last_token.is_none(), since);
+        sequence.last_token = Some(now);
         let delivered =
             sequence
                 .sink
@@ -452,7 +500,7 @@ impl Worker {
     fn remove(&mut self, i: usize) -> Box<dyn EventSink> {
         let mut sequence = self.active.remove(i);
         self.blocks.release(&mut sequence.block_table);
-        self.committed -= sequence.commitment;
+        self.promised -= sequence.commitment - sequence.taken;
         sequence.sink
     }
 }

@@ -75,7 +75,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         anyhow::bail!("nothing to measure: -p and -n are both 0");
     }
     args.model.batch_size = args.model.batch_size.max(args.n_prompt);
-    args.model.ctx_size = args.model.ctx_size.max(args.n_prompt + 1);
+    args.model.ctx_size = Some(args.model.context_size().max(args.n_prompt + 1));
     let batch = args.batch as usize;
     let loaded = load(&args.model)?;
     let model = loaded.model.clone();
