@@ -17,25 +17,32 @@ __device__ __forceinline__ u32 load_u32_a2(const u8* p) {
     return (u32)h[0] | ((u32)h[1] << 16);
 }
 __device__ __forceinline__ u32 load_u32_a4(const u8* p) { return *(const u32*)p; }
+// Bytes p[0..8] as one little-endian word: one load where p is 8-byte aligned, four 16-bit
+// loads where it is 2-byte aligned (instead of eight byte loads).
+__device__ __forceinline__ u64 load_8_a8(const u8* p) { return *(const u64*)p; }
+__device__ __forceinline__ u64 load_8_a2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u64)h[0] | ((u64)h[1] << 16) | ((u64)h[2] << 32) | ((u64)h[3] << 48);
+}
+// Byte i of a word from load_8_*.
+__device__ __forceinline__ int byte_at(u64 bytes, int i) { return (int)((bytes >> (8 * i)) & 0xff); }
 
 // (x * d) + m with both steps rounded, as the CPU computes `q * d + m`.
 __device__ __forceinline__ float mul_add_rn(float x, float d, float m) { return __fadd_rn(__fmul_rn(x, d), m); }
 __device__ __forceinline__ float mul_sub_rn(float d, float x, float m) { return __fsub_rn(__fmul_rn(d, x), m); }
 
-// Scale and min of sub-block j (0..8) of Q4_K/Q5_K from the 12 packed bytes.
+// Scale and min of sub-block j (0..8) of Q4_K/Q5_K from the 12 packed bytes. Branch-free
+// (selects), so that the loads of neighbouring calls can be scheduled together.
 __device__ __forceinline__ void scale_min_k4(int j, const u8* packed, int* scale, int* min) {
-    if (j < 4) {
-        *scale = packed[j] & 63;
-        *min = packed[j + 4] & 63;
-    } else {
-        *scale = (packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4);
-        *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-    }
+    const bool low = j < 4;
+    const int at_j = packed[j], at_next = packed[j + 4], at_previous = packed[low ? j : j - 4];
+    *scale = low ? (at_j & 63) : ((at_next & 0x0f) | ((at_previous >> 6) << 4));
+    *min = low ? (at_next & 63) : ((at_next >> 4) | ((at_j >> 6) << 4));
 }
 
 // Signed scale of sub-block j (0..16) of Q3_K from the 12 packed bytes (bias 32 removed).
 __device__ __forceinline__ int q3_k_scale(int j, const u8* packed) {
-    const int low = j < 8 ? (packed[j] & 0x0f) : (packed[j - 8] >> 4);
+    const int low = (packed[j & 7] >> (j < 8 ? 0 : 4)) & 0x0f;
     const int high = (packed[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
     return (low | (high << 4)) - 32;
 }
@@ -72,10 +79,10 @@ struct Q4_0 {
     static constexpr int QK = 32, BYTES = 18;
     static __device__ __forceinline__ void dequant8(const u8* b, int c, float* v) {
         const float d = load_half(b);
-        const u8* qs = b + 2 + 8 * (c & 1);
+        const u64 qs = load_8_a2(b + 2 + 8 * (c & 1));
         const int shift = (c >> 1) * 4;
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __fmul_rn((float)(((qs[i] >> shift) & 15) - 8), d);
+        for (int i = 0; i < 8; i++) v[i] = __fmul_rn((float)(((byte_at(qs, i) >> shift) & 15) - 8), d);
     }
 };
 
@@ -84,10 +91,10 @@ struct Q4_1 {
     static constexpr int QK = 32, BYTES = 20;
     static __device__ __forceinline__ void dequant8(const u8* b, int c, float* v) {
         const float d = load_half(b), m = load_half(b + 2);
-        const u8* qs = b + 4 + 8 * (c & 1);
+        const u64 qs = load_8_a2(b + 4 + 8 * (c & 1));
         const int shift = (c >> 1) * 4;
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = mul_add_rn((float)((qs[i] >> shift) & 15), d, m);
+        for (int i = 0; i < 8; i++) v[i] = mul_add_rn((float)((byte_at(qs, i) >> shift) & 15), d, m);
     }
 };
 
@@ -125,9 +132,9 @@ struct Q8_0 {
     static constexpr int QK = 32, BYTES = 34;
     static __device__ __forceinline__ void dequant8(const u8* b, int c, float* v) {
         const float d = load_half(b);
-        const i8* qs = (const i8*)(b + 2) + 8 * c;
+        const u64 qs = load_8_a2(b + 2 + 8 * c);
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __fmul_rn((float)qs[i], d);
+        for (int i = 0; i < 8; i++) v[i] = __fmul_rn((float)(i8)byte_at(qs, i), d);
     }
 };
 
@@ -155,9 +162,9 @@ struct Q2_K {
         const float d = load_half(b + 80), dmin = load_half(b + 82);
         const int sc = b[8 * at.h + 2 * at.g + (at.k0 >> 4)];
         const float dl = __fmul_rn(d, (float)(sc & 15)), ml = __fmul_rn(dmin, (float)(sc >> 4));
-        const u8* qs = b + 16 + 32 * at.h + at.k0;
+        const u64 qs = load_8_a2(b + 16 + 32 * at.h + at.k0);
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = mul_sub_rn(dl, (float)((qs[i] >> (2 * at.g)) & 3), ml);
+        for (int i = 0; i < 8; i++) v[i] = mul_sub_rn(dl, (float)((byte_at(qs, i) >> (2 * at.g)) & 3), ml);
     }
 };
 
@@ -168,13 +175,13 @@ struct Q3_K {
         const KGroup at(c);
         const float d = load_half(b + 108);
         const float dl = __fmul_rn(d, (float)q3_k_scale(8 * at.h + 2 * at.g + (at.k0 >> 4), b + 96));
-        const u8* qs = b + 32 + 32 * at.h + at.k0;
-        const u8* hmask = b + at.k0;
+        const u64 qs = load_8_a2(b + 32 + 32 * at.h + at.k0);
+        const u64 hmask = load_8_a2(b + at.k0);
         const int bit = 4 * at.h + at.g;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const int low = (qs[i] >> (2 * at.g)) & 3;
-            const int offset = ((hmask[i] >> bit) & 1) ? 0 : 4;
+            const int low = (byte_at(qs, i) >> (2 * at.g)) & 3;
+            const int offset = ((byte_at(hmask, i) >> bit) & 1) ? 0 : 4;
             v[i] = __fmul_rn(dl, (float)(low - offset));
         }
     }
@@ -189,9 +196,9 @@ struct Q4_K {
         scale_min_k4(2 * pair + s, b + 4, &scale, &min);
         const float dl = __fmul_rn(load_half(b), (float)scale);
         const float ml = __fmul_rn(load_half(b + 2), (float)min);
-        const u8* qs = b + 16 + 32 * pair + l0;
+        const u64 qs = load_8_a8(b + 16 + 32 * pair + l0);
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = mul_sub_rn(dl, (float)((qs[i] >> (4 * s)) & 15), ml);
+        for (int i = 0; i < 8; i++) v[i] = mul_sub_rn(dl, (float)((byte_at(qs, i) >> (4 * s)) & 15), ml);
     }
 };
 
@@ -204,12 +211,12 @@ struct Q5_K {
         scale_min_k4(2 * pair + s, b + 4, &scale, &min);
         const float dl = __fmul_rn(load_half(b), (float)scale);
         const float ml = __fmul_rn(load_half(b + 2), (float)min);
-        const u8* qh = b + 16 + l0;
-        const u8* qs = b + 48 + 32 * pair + l0;
+        const u64 qh = load_8_a8(b + 16 + l0);
+        const u64 qs = load_8_a8(b + 48 + 32 * pair + l0);
         const int bit = 2 * pair + s;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const int q = ((qs[i] >> (4 * s)) & 15) | (((qh[i] >> bit) & 1) << 4);
+            const int q = ((byte_at(qs, i) >> (4 * s)) & 15) | (((byte_at(qh, i) >> bit) & 1) << 4);
             v[i] = mul_sub_rn(dl, (float)q, ml);
         }
     }
@@ -224,12 +231,12 @@ struct Q6_K {
         const float d = load_half(b + 208);
         const i8 sc = (i8)b[192 + 8 * at.h + (at.k0 >> 4) + 2 * at.g];
         const float dl = __fmul_rn(d, (float)sc);
-        const u8* ql = b + 64 * at.h + 32 * (at.g & 1) + at.k0;
-        const u8* qh = b + 128 + 32 * at.h + at.k0;
+        const u64 ql = load_8_a2(b + 64 * at.h + 32 * (at.g & 1) + at.k0);
+        const u64 qh = load_8_a2(b + 128 + 32 * at.h + at.k0);
         const int nibble_shift = 4 * (at.g >> 1);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const int q = ((ql[i] >> nibble_shift) & 15) | (((qh[i] >> (2 * at.g)) & 3) << 4);
+            const int q = ((byte_at(ql, i) >> nibble_shift) & 15) | (((byte_at(qh, i) >> (2 * at.g)) & 3) << 4);
             v[i] = __fmul_rn(dl, (float)(q - 32));
         }
     }

@@ -1,6 +1,6 @@
-// Batched matmul for decode batches (more rows than the matvecs take, up to a few hundred):
-// out[t][r] = sum_k W[r][k] * x[t][k], reading each packed weight block once per tile of up
-// to 64 token rows, on the tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulators).
+// Batched matmul for decode batches (more rows than the matvecs take, up to 16):
+// out[t][r] = sum_k W[r][k] * x[t][k], reading each packed weight block once per tile of
+// 8 NT token rows, on the tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulators).
 //
 // A block of 4 warps owns MMQ_BLOCK_ROWS weight rows (32 per warp: two m16 tiles), 8 NT
 // tokens and one range of k (gridDim.z ranges of `split` elements). Activations arrive as f16
@@ -75,7 +75,19 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
-    pdl_start();
+    // The block's weight bytes never come from an earlier kernel: ask for them in L2 while
+    // that kernel ends, before waiting for it (whole 128-byte lines of each row's range).
+    pdl_launch_dependents();
+    {
+        const u64 first = (u64)k_begin * row_bytes / n_in, last = ((u64)k_end * row_bytes + n_in - 1) / n_in;
+        const u64 lines = (last - (first & ~127ull) + 127) / 128;
+        const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
+        for (u64 i = threadIdx.x; i < MMQ_BLOCK_ROWS * lines; i += MMQ_THREADS) {
+            const u32 row = min(block_row0 + (u32)(i / lines), n_out - 1);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + (first & ~127ull) + 128 * (i % lines)));
+        }
+    }
+    pdl_wait();
 
     for (u32 k0 = k_begin; k0 < k_end; k0 += MMQ_CHUNK) {
         const u32 chunk = min((u32)MMQ_CHUNK, k_end - k0);
@@ -92,18 +104,20 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
             // Dequantize the warp's 32 rows x MMQ_SLAB elements into its slab: lane l takes
             // group l % 8 of rows l / 8, l / 8 + 4, ... (neighbouring lanes read one row).
             const u64 group = (k0 + step) / 8 + (lane & 7);
+            // All eight rows' values first (independent loads in flight together), then stores.
+            float v[MMQ_WARP_ROWS / 4][8];
+#pragma unroll
+            for (int i = 0; i < MMQ_WARP_ROWS / 4; i++)
+                dequant_group<W>(w + (u64)min(row0 + 4 * i + (lane >> 3), n_out - 1) * row_bytes, n_in, group, v[i]);
             __syncwarp();
 #pragma unroll
             for (int i = 0; i < MMQ_WARP_ROWS / 4; i++) {
-                const u32 row = 4 * i + (lane >> 3);
-                float v[8];
-                dequant_group<W>(w + (u64)min(row0 + row, n_out - 1) * row_bytes, n_in, group, v);
                 uint4 packed;
-                packed.x = pack_half2(v[0], v[1]);
-                packed.y = pack_half2(v[2], v[3]);
-                packed.z = pack_half2(v[4], v[5]);
-                packed.w = pack_half2(v[6], v[7]);
-                *(uint4*)&rows[row][8 * (lane & 7)] = packed;
+                packed.x = pack_half2(v[i][0], v[i][1]);
+                packed.y = pack_half2(v[i][2], v[i][3]);
+                packed.z = pack_half2(v[i][4], v[i][5]);
+                packed.w = pack_half2(v[i][6], v[i][7]);
+                *(uint4*)&rows[4 * i + (lane >> 3)][8 * (lane & 7)] = packed;
             }
             __syncwarp();
 #pragma unroll
@@ -163,8 +177,9 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
         mmq<W, NT>(w, row_bytes, n_in, n_out, x, tokens, split, out, bias, partial, counters);               \
     }
 
-// Token tiles of 16, 32 and 64 rows (NT = 2, 4, 8 tiles of 8).
-#define MMQ_ENTRIES(W, name) MMQ_KERNEL(W, name, 2) MMQ_KERNEL(W, name, 4) MMQ_KERNEL(W, name, 8)
+// Token tiles of 16 rows (NT = 2 tiles of 8): with more rows per tile the kernels ran slower
+// than dequantizing for cuBLAS on an H200 (docs/perf-cuda.md), so only this one is built.
+#define MMQ_ENTRIES(W, name) MMQ_KERNEL(W, name, 2)
 
 MMQ_ENTRIES(F32, f32)
 MMQ_ENTRIES(F16, f16)

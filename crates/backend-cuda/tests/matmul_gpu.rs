@@ -1,8 +1,8 @@
 //! Matmul and embedding on the GPU against the CPU backend, for every weight type: the decode
 //! matvec (1, 3 and 8 token rows; rows whose bytes are not 16-byte aligned, and the shapes
-//! that pick each float variant), the batched tensor-core kernels (9 to 256 rows, odd shapes,
-//! ranges of the row length split over blocks, biases), the GEMM path (300 rows), an expert
-//! view of a 3-D weight, and embedding lookups.
+//! that pick each float variant), the batched tensor-core kernels (9 to 16 rows, odd shapes,
+//! ranges of the row length split over blocks, biases), the GEMM path (17 to 300 rows), an
+//! expert view of a 3-D weight, and embedding lookups.
 //!
 //! Without a CUDA driver or device the tests print a notice and pass, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
@@ -145,7 +145,8 @@ fn matmul_matches_the_cpu_for_every_type() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
-/// The batched kernels at every token tile and its edges, rows that fill no whole block,
+/// The batched kernels (up to 16 rows) and the GEMM path just past them, rows that fill no
+/// whole block,
 /// rows of 896 (no whole K-quant super-block: ranges of 32-element steps), long rows split
 /// into ranges (partial sums), with and without a bias.
 #[test]

@@ -51,24 +51,17 @@ pub struct TypeKernels {
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
     pub matvec_vector: Option<VectorKernels>,
-    /// `mmq.cu` batched kernels by token tile (16, 32, 64 rows): `mmq_<type>_n2/_n4/_n8`.
-    pub mmq: Option<ByTile>,
+    /// `mmq.cu` batched kernel (`mmq_<type>_n2`: tiles of 16 token rows).
+    pub mmq: Option<&'static str>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
     /// `embedding.cu` kernel.
     pub embedding: &'static str,
 }
 
-/// Batched kernel variants by token tile: `_n2`, `_n4`, `_n8` (tiles of 8 rows).
-pub type ByTile = [&'static str; 3];
-
 macro_rules! by_tile {
     ($name:literal) => {
-        Some([
-            concat!("mmq_", $name, "_n2"),
-            concat!("mmq_", $name, "_n4"),
-            concat!("mmq_", $name, "_n8"),
-        ])
+        Some(concat!("mmq_", $name, "_n2"))
     };
 }
 
@@ -283,11 +276,9 @@ mod tests {
                 entry("convert.cu", "DEQUANT_F16(");
             }
             entry("embedding.cu", "EMBEDDING(");
-            if let Some(names) = k.mmq {
+            if let Some(name) = k.mmq {
                 entry("mmq.cu", "MMQ_ENTRIES(");
-                for (tile, name) in [2, 4, 8].iter().zip(names) {
-                    assert_eq!(name, format!("mmq_{stem}_n{tile}"));
-                }
+                assert_eq!(name, format!("mmq_{stem}_n2"));
             }
         }
     }
