@@ -1,6 +1,9 @@
 //! `runit bench`: prompt-processing and generation speed in the manner of llama-bench
 //! (`pp` = one batch of P prompt tokens, `tg` = N single-token decode steps, optionally after
 //! `-d` positions of context and for `--batch` sequences at once), mean ± sd over repetitions.
+//! Generation rows also report the weight bandwidth they reached: the bytes of weights one
+//! decode step reads (every tensor but the token embedding, which a tied output head reads
+//! whole) times the steps per second; KV-cache reads are not counted.
 
 mod decode;
 
@@ -50,11 +53,20 @@ pub enum Format {
 struct Row {
     test: String,
     samples: Vec<f64>,
+    /// Weight bytes read per generated token (a step's weight bytes over its sequences);
+    /// `None` for prompt rows.
+    weight_bytes_per_token: Option<f64>,
 }
 
 impl Row {
     fn mean(&self) -> f64 {
         self.samples.iter().sum::<f64>() / self.samples.len() as f64
+    }
+
+    /// Weight bandwidth reached, GB/s (generation rows).
+    fn weight_gbps(&self) -> Option<f64> {
+        self.weight_bytes_per_token
+            .map(|bytes| bytes * self.mean() / 1e9)
     }
 
     fn sd(&self) -> f64 {
@@ -94,6 +106,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         let mut row = Row {
             test: format!("pp{}", args.n_prompt),
             samples: Vec::new(),
+            weight_bytes_per_token: None,
         };
         for rep in 0..=args.repetitions {
             session.reset();
@@ -118,6 +131,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         let mut row = Row {
             test,
             samples: Vec::new(),
+            weight_bytes_per_token: Some(decode_weight_bytes(&loaded.file) as f64 / batch as f64),
         };
         let shape = DecodeTest {
             batch,
@@ -153,11 +167,14 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let threads = args.model.thread_count();
     match args.output_format {
         Format::Md => {
-            println!("| model | size | params | backend | threads | test | t/s |");
-            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+            println!("| model | size | params | backend | threads | test | t/s | weights GB/s |");
+            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |");
             for r in &rows {
+                let gbps = r
+                    .weight_gbps()
+                    .map_or_else(String::new, |g| format!("{g:.1}"));
                 println!(
-                    "| {model_name} | {size_gib:.2} GiB | {params_m:.1} M | {} | {threads} | {} | {:.2} ± {:.2} |",
+                    "| {model_name} | {size_gib:.2} GiB | {params_m:.1} M | {} | {threads} | {} | {:.2} ± {:.2} | {gbps} |",
                     args.model.device, r.test, r.mean(), r.sd()
                 );
             }
@@ -165,7 +182,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         Format::Json => {
             let results: Vec<_> = rows
                 .iter()
-                .map(|r| json!({"test": r.test, "avg_ts": r.mean(), "stddev_ts": r.sd(), "samples_ts": r.samples}))
+                .map(|r| json!({"test": r.test, "avg_ts": r.mean(), "stddev_ts": r.sd(), "samples_ts": r.samples,
+                                "weight_gbps": r.weight_gbps()}))
                 .collect();
             println!(
                 "{}",
@@ -175,4 +193,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes of weights one decode step reads: every tensor but the token embedding (one row of
+/// it is read), unless the output head is tied to it (no `output.weight`).
+fn decode_weight_bytes(file: &runit_gguf::GgufFile) -> u64 {
+    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+    file.tensors()
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .map(|t| t.n_bytes)
+        .sum()
 }
