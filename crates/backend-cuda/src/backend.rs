@@ -246,6 +246,10 @@ impl PrimitiveOps for CudaBackend {
         ops::rope::rope(self, x, positions, params, freq_factors)
     }
 
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        ops::elementwise::scale(self, x, factor, len)
+    }
+
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         check_len("add", "dst", dst, len)?;
         check_len("add", "src", src, len)?;

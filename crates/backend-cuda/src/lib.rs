@@ -97,6 +97,9 @@ pub struct CudaBackend {
     exact: bool,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
+    /// ggml's f16 GELU table (`runit_backend::gelu::table`), uploaded when the backend opens
+    /// so that a captured pass can read it.
+    gelu_table: CudaSlice<u16>,
 }
 
 impl CudaBackend {
@@ -138,6 +141,9 @@ impl CudaBackend {
         let target = Target { major, minor };
         let stream = context.new_stream().map_err(driver("creating a stream"))?;
         let kernels = kernels::Kernels::new(Arc::clone(&context), target.clone());
+        let gelu_table = stream
+            .clone_htod(runit_backend::gelu::table())
+            .map_err(driver("uploading the GELU table"))?;
         let sync_each_launch = std::env::var("RUNIT_CUDA_SYNC").is_ok_and(|v| v == "1");
         let planted_fault = std::env::var("RUNIT_CUDA_PLANT_FAULT")
             .ok()
@@ -165,6 +171,7 @@ impl CudaBackend {
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
+            gelu_table,
         })
     }
 
@@ -384,6 +391,11 @@ impl CudaBackend {
             })?;
         }
         Ok(())
+    }
+
+    /// The device address of ggml's f16 GELU table (ops/elementwise.rs).
+    pub(crate) fn gelu_table(&self) -> u64 {
+        device_address(&self.gelu_table, &self.stream)
     }
 
     /// The address of the MoE routing table of at least `len` u32 values (ops/moe.rs).

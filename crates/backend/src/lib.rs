@@ -20,6 +20,7 @@ mod buffer;
 mod device;
 mod error;
 mod fused;
+pub mod gelu;
 pub mod moe;
 mod ops;
 pub mod pick;

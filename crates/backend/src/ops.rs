@@ -85,6 +85,9 @@ pub struct Projection<'a> {
 pub enum Activation {
     /// SiLU, `x · sigmoid(x)` (SwiGLU: LLaMA, Qwen, OLMoE), as ggml's `ggml_vec_swiglu_f32`.
     Silu,
+    /// GELU with the tanh approximation (GeGLU: Gemma), as ggml's CPU `ggml_vec_geglu_f32`
+    /// computes it: through a table of f16 values ([`crate::gelu`]).
+    GeluTanh,
 }
 
 /// A dense gated FFN: `out[t] = down · (act(gate · x[t]) * (up · x[t]))`.

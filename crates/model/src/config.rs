@@ -4,11 +4,16 @@
 
 use runit_gguf::GgufFile;
 
-use crate::arch::{self, Architecture, AttentionWindow, EmbeddingScale, FfnKind};
+use crate::arch::{self, Architecture, AttentionScale, AttentionWindow, EmbeddingScale, FfnKind};
 use crate::arch::{LogitSoftcap, RopeBase};
 use crate::keys::{bad, Keys};
 use crate::schema::Dimensions;
 use crate::{unsupported, ModelError};
+
+/// Layers of Gemma 3 27B: llama.cpp scales its queries by `1 / sqrt(embd / heads)` (its
+/// `query_pre_attn_scalar`), every other Gemma 3 size by `1 / sqrt(head_dim)`; the file states
+/// neither, so llama.cpp tells them apart by this count (`LLM_TYPE_27B`).
+const GEMMA3_27B_LAYERS: usize = 62;
 
 /// Most layers a model may declare: far beyond any published model, small enough that the
 /// per-layer settings a hostile count sizes stay a few megabytes.
@@ -170,15 +175,27 @@ impl ModelConfig {
                 format!("{block_count} layers is beyond the {MAX_LAYERS} RunIT accepts"),
             ));
         }
+        let context_length = keys.required("context_length")?;
+        let sliding_window = match arch.attention_window {
+            AttentionWindow::EveryLayer => keys.optional("attention.sliding_window")?,
+            // The pattern's local layers need their window.
+            AttentionWindow::Pattern { .. } => Some(keys.required("attention.sliding_window")?),
+        };
+        if let Some(window) = sliding_window.filter(|&window| window > context_length) {
+            return Err(bad(
+                keys.key("attention.sliding_window"),
+                format!("{window} exceeds the context_length {context_length}"),
+            ));
+        }
         let global = LayerConfig {
             rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
             rope_freq_scale: rope_freq_scale(&keys)?,
-            sliding_window: keys.optional("attention.sliding_window")?,
+            sliding_window,
         };
         let layers = layer_configs(&keys, arch, global, block_count)?;
         Ok(ModelConfig {
             arch,
-            context_length: keys.required("context_length")?,
+            context_length,
             embedding_length,
             block_count,
             feed_forward_length,
@@ -232,6 +249,23 @@ impl ModelConfig {
         }
     }
 
+    /// The factor the queries are multiplied by before the attention, for a row that scales
+    /// them there ([`AttentionScale::Queries`]: `1 / sqrt(query_pre_attn_scalar)`, the scalar
+    /// by llama.cpp's Gemma 3 rule); `None` when the scores take `1 / sqrt(head_dim)`.
+    pub fn query_scale(&self) -> Option<f32> {
+        match self.arch.attention_scale {
+            AttentionScale::Scores => None,
+            AttentionScale::Queries => {
+                let scalar = if self.block_count == GEMMA3_27B_LAYERS {
+                    self.embedding_length / self.head_count
+                } else {
+                    self.head_dim
+                };
+                Some(1.0 / (scalar as f32).sqrt())
+            }
+        }
+    }
+
     /// The extents the tensor schema's shapes are made of.
     pub fn dimensions(&self) -> Dimensions {
         Dimensions {
@@ -278,10 +312,22 @@ fn layer_configs(
         AttentionWindow::EveryLayer => return Ok(vec![global; block_count]),
         AttentionWindow::Pattern { default_period } => {
             let key = "attention.sliding_window_pattern";
-            match keys.unsigned(key)? {
-                Some(period) => usize::try_from(period)
-                    .map_err(|_| bad(keys.key(key), format!("{period} does not fit in usize")))?,
+            match keys.value(key) {
                 None => default_period,
+                Some(value) => value
+                    .as_i64()
+                    .filter(|&period| (0..=block_count as i64).contains(&period))
+                    .map(|period| period as usize)
+                    .ok_or_else(|| {
+                        keys.unsupported(
+                            key,
+                            crate::unsupported::describe(value),
+                            &format!(
+                                "a period of layers from 0 to block_count {block_count} \
+                                 (the last layer of each period global)"
+                            ),
+                        )
+                    })?,
             }
         }
     };

@@ -1,8 +1,9 @@
 //! The decoder forward pass: one loop over layers that every architecture row shares.
 //!
 //! ```text
-//! ids -> embedding -> RMSNorm -> per layer: Q/K/V (+bias) -> QK-norm? -> RoPE -> KV write
-//!     -> attention -> output proj -> +residual, RMSNorm -> SwiGLU FFN or MoE
+//! ids -> embedding (x scale?) -> RMSNorm -> per layer: Q/K/V (+bias) -> QK-norm? -> RoPE
+//!     -> KV write -> (queries x scale?) -> attention -> output proj -> post-norm?
+//!     -> +residual, RMSNorm -> gated FFN (SwiGLU, GeGLU) or MoE -> post-norm?
 //!     -> +residual, RMSNorm (the next layer's, or the output norm) -> lm_head -> logits
 //! ```
 //!
@@ -14,7 +15,7 @@ use runit_backend::{
     QkNorms, RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 
-use crate::arch::{self, Architecture, EmbeddingScale, LogitSoftcap, NormPlacement};
+use crate::arch::{self, Architecture, LogitSoftcap};
 use crate::observer::{LayerObserver, Observed, PassRows};
 use crate::weights::{FfnWeights, LayerWeights};
 use crate::workspace::{FfnScratch, KvState, Scratch};
@@ -176,6 +177,9 @@ impl Model {
         let w = &self.weights;
         let tokens = batch.tokens.len();
         b.embedding(&w.token_embd, batch.tokens, &mut s.x)?;
+        if let Some(factor) = self.config.embedding_scale() {
+            b.scale(&mut s.x, factor, tokens * self.config.embedding_length)?;
+        }
         let Some(last) = w.layers.len().checked_sub(1) else {
             return self.logits_without_layers(b, batch.logit_rows, s);
         };
@@ -308,6 +312,9 @@ impl Model {
             spans: batch.spans,
             qk_norms,
         })?;
+        if let Some(factor) = self.config.query_scale() {
+            b.scale(&mut s.q, factor, tokens * self.config.q_width())?;
+        }
         let attention = Attention {
             q: &s.q,
             k_cache: &kv.keys[index],
@@ -325,9 +332,9 @@ impl Model {
     }
 
     /// The FFN half of `layer` over the rows of `residual`: the residual add of the
-    /// attention's output with the FFN norm, the FFN into `residual.delta`, and its residual
-    /// add with `next_norm` (the next layer's attention norm, or the output norm) into
-    /// `residual.normed`.
+    /// attention's output (after its post-norm, in a row that has one) with the FFN norm, the
+    /// FFN into `residual.delta` (and its post-norm), and its residual add with `next_norm`
+    /// (the next layer's attention norm, or the output norm) into `residual.normed`.
     fn feed_forward_block(
         &self,
         b: &dyn FusedOps,
@@ -342,6 +349,9 @@ impl Model {
             delta,
             normed,
         } = residual;
+        if let Some(post) = &layer.post_attention_norm {
+            b.rms_norm_in_place(delta, self.norm(post), rows)?;
+        }
         b.add_rms_norm(AddRmsNorm {
             x: &mut *x,
             delta,
@@ -350,6 +360,9 @@ impl Model {
             out: &mut *normed,
         })?;
         self.feed_forward(b, layer, normed, rows, ffn, delta)?;
+        if let Some(post) = &layer.post_ffn_norm {
+            b.rms_norm_in_place(delta, self.norm(post), rows)?;
+        }
         b.add_rms_norm(AddRmsNorm {
             x,
             delta,
@@ -448,7 +461,11 @@ impl Model {
                 heads: c.head_count,
                 kv_heads: c.head_count_kv,
                 head_dim: c.head_dim,
-                scale: 1.0 / (c.head_dim as f32).sqrt(),
+                // Queries scaled beforehand take the scores as they are.
+                scale: match c.query_scale() {
+                    Some(_) => 1.0,
+                    None => 1.0 / (c.head_dim as f32).sqrt(),
+                },
                 sliding_window: layer.sliding_window,
             },
         }
@@ -463,24 +480,22 @@ pub(crate) fn decoder_activation(row: &Architecture) -> Result<Activation, Model
         arch: row.name.to_string(),
         feature: feature.to_string(),
     };
-    if row.norm_placement != NormPlacement::Pre {
-        return Err(missing("norms after the attention and FFN blocks"));
-    }
-    if row.embedding_scale != EmbeddingScale::None {
-        return Err(missing("scaled token embeddings"));
+    if !row.norm_placement.has_pre_norms() {
+        return Err(missing("sublayers without norms before them"));
     }
     if row.logit_softcap != LogitSoftcap::None {
         return Err(missing("logit soft-capping"));
     }
-    match row.activation {
-        arch::Activation::Silu => Ok(Activation::Silu),
-        arch::Activation::GeluTanh => Err(missing("the GELU (tanh) gated FFN")),
-    }
+    Ok(match row.activation {
+        arch::Activation::Silu => Activation::Silu,
+        arch::Activation::GeluTanh => Activation::GeluTanh,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::NormPlacement;
 
     #[test]
     fn the_decoder_computes_every_row_of_the_table() {
@@ -494,15 +509,7 @@ mod tests {
         let llama = arch::find("llama").expect("the llama row");
         let cases = [
             Architecture {
-                activation: arch::Activation::GeluTanh,
-                ..llama.clone()
-            },
-            Architecture {
-                norm_placement: NormPlacement::PreAndPost,
-                ..llama.clone()
-            },
-            Architecture {
-                embedding_scale: EmbeddingScale::SqrtEmbd,
+                norm_placement: NormPlacement::Post,
                 ..llama.clone()
             },
             Architecture {

@@ -181,6 +181,10 @@ impl PrimitiveOps for Observed<'_> {
         self.inner.rope(x, positions, params, freq_factors)
     }
 
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        self.inner.scale(x, factor, len)
+    }
+
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         self.inner.add(dst, src, len)
     }

@@ -115,7 +115,7 @@ fn named(value: u64, names: &[&str]) -> String {
 }
 
 /// A value of any type, for a message.
-fn describe(value: &Value) -> String {
+pub(crate) fn describe(value: &Value) -> String {
     match value {
         Value::Array(array) => format!("an {}", array.type_description()),
         Value::String(text) => format!("`{text}`"),

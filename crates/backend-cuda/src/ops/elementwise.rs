@@ -1,6 +1,6 @@
-//! Element-wise ops on f32 activations: the gated activations (SiLU: `silu_mul`) and `add_bias`
-//! (kernels/elementwise.cu; `add` and `copy` launch from the backend itself), plus the
-//! argument checks the other ops of this crate share.
+//! Element-wise ops on f32 activations: the gated activations (SiLU: `silu_mul`, GELU:
+//! `gelu_mul`), `scale` and `add_bias` (kernels/elementwise.cu; `add` and `copy` launch from
+//! the backend itself), plus the argument checks the other ops of this crate share.
 
 use runit_backend::{Activation, BackendError, Buffer, Device, Weight};
 use runit_quant::GgmlType;
@@ -18,7 +18,63 @@ pub fn gated_activation(
 ) -> Result<(), BackendError> {
     match activation {
         Activation::Silu => silu_mul(backend, gate, up, len),
+        Activation::GeluTanh => gelu_mul(backend, gate, up, len),
     }
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]` for `i < len`, through the backend's copy of ggml's f16
+/// table (`runit_backend::gelu`): exact, so both modes run it.
+fn gelu_mul(
+    backend: &CudaBackend,
+    gate: &mut Buffer,
+    up: &Buffer,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "gelu_mul";
+    check_len(OP, "up", up, len)?;
+    check_len(OP, "gate", gate, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let gate = buffer_ptr(OP, "gate", gate)?;
+    let up = buffer_ptr(OP, "up", up)?;
+    let table = backend.gelu_table();
+    launch!(
+        backend,
+        OP,
+        "elementwise.cu",
+        "gelu_mul_f32",
+        grid_for(len),
+        gate,
+        up,
+        table,
+        len as u64
+    )
+}
+
+/// `x[i] *= factor` for `i < len` (one rounded product: exact, so both modes run it).
+pub fn scale(
+    backend: &CudaBackend,
+    x: &mut Buffer,
+    factor: f32,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "scale";
+    check_len(OP, "x", x, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let x = buffer_ptr(OP, "x", x)?;
+    launch!(
+        backend,
+        OP,
+        "elementwise.cu",
+        "scale_f32",
+        grid_for(len),
+        x,
+        factor,
+        len as u64
+    )
 }
 
 /// `gate[i] = silu(gate[i]) * up[i]` for `i < len`.

@@ -12,13 +12,15 @@
 
 use runit_quant::GgmlType;
 
+mod elementwise;
+
 use super::attention_setup::AttentionSetup;
 use super::moe_setup::MoeCase;
 use super::random::{make_weight, make_weight_as, Rng};
 use super::report::{nmse, ParityCase, ParityOutcome, ParityReport};
 use crate::{
-    Activation, Attention, AttentionParams, Backend, BackendError, Buffer, BufferCopy, KvType,
-    KvWrite, Op, RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, WeightRole,
+    Attention, AttentionParams, Backend, BackendError, Buffer, BufferCopy, KvType, KvWrite, Op,
+    RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, WeightRole,
 };
 
 /// The weight types matmul and embedding are checked with (those the candidate supports).
@@ -199,50 +201,6 @@ impl Suite<'_> {
                 },
             );
         }
-    }
-
-    fn elementwise(&mut self) {
-        let mut rng = Rng::new(0x5eed_0003);
-        let len = 40_000;
-        let a = rng.values(len, -6.0, 6.0);
-        let c = rng.values(len, -2.0, 2.0);
-        self.case(
-            "add",
-            format!("{len} elements"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let mut dst = buffer(b, &a)?;
-                b.add(&mut dst, &buffer(b, &c)?, len - 3)?;
-                read(b, &dst, len)
-            },
-        );
-        self.case(
-            "gated_activation",
-            format!("silu, {len} elements"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let mut gate = buffer(b, &a)?;
-                b.gated_activation(Activation::Silu, &mut gate, &buffer(b, &c)?, len - 5)?;
-                read(b, &gate, len)
-            },
-        );
-        let (tokens, width) = (3, 96);
-        let x = rng.values(tokens * width, -1.0, 1.0);
-        let bias = rng.values(width, -0.5, 0.5);
-        self.case(
-            "add_bias",
-            format!("{tokens} x {width}"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let weight = make_weight(b, "parity.bias", GgmlType::F32, &[width], &bias)?;
-                let mut input = buffer(b, &x)?;
-                b.add_bias(&mut input, &weight, tokens)?;
-                read(b, &input, tokens * width)
-            },
-        );
     }
 
     fn norms(&mut self) {
