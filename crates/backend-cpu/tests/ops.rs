@@ -165,6 +165,7 @@ fn rope_of_a_known_vector() {
         rotary_dim: 4,
         theta: 10_000.0,
         freq_scale: 1.0,
+        yarn: None,
     };
     for b in backends() {
         let mut x = buffer(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -260,6 +261,7 @@ fn bad_inputs_are_errors() {
         rotary_dim: 3,
         theta: 1.0,
         freq_scale: 1.0,
+        yarn: None,
     };
     assert!(b.rope(&mut q, &[0, 1], &params, None).is_err());
     assert!(CpuBackend::with_simd(1, SimdLevel::Neon).is_err() || cfg!(target_arch = "aarch64"));
@@ -537,6 +539,7 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                 rotary_dim: head_dim,
                 theta: 10_000.0,
                 freq_scale: 1.0,
+                yarn: None,
             };
             let (q_params, k_params) = (params(heads), params(kv_heads));
             let q = rng.values(tokens * heads * head_dim, -2.0, 2.0);

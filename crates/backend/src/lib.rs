@@ -40,7 +40,7 @@ pub use error::{BackendError, OpResult};
 pub use fused::FusedOps;
 pub use ops::{
     Activation, AttentionParams, GatedFfn, MoeBuffers, MoeFfn, Projection, QkNorms, RmsNorm,
-    RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey,
+    RopeCorrections, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey, Yarn,
 };
 pub use pick::Pick;
 pub use primitives::PrimitiveOps;

@@ -2,13 +2,14 @@
 //! is an error naming it; metadata the engine does not implement is refused (see
 //! `unsupported`); nothing is guessed from a model's name.
 
+use runit_backend::Yarn;
 use runit_gguf::GgufFile;
 
 use crate::arch::{self, Architecture, AttentionScale, AttentionWindow, EmbeddingScale, FfnKind};
 use crate::arch::{LogitSoftcap, RopeBase};
 use crate::keys::{bad, Keys};
 use crate::schema::Dimensions;
-use crate::{unsupported, ModelError};
+use crate::{rope_scaling, unsupported, ModelError};
 
 /// Layers of Gemma 3 27B: llama.cpp scales its queries by `1 / sqrt(embd / heads)` (its
 /// `query_pre_attn_scalar`), every other Gemma 3 size by `1 / sqrt(head_dim)`; the file states
@@ -40,8 +41,8 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     /// Dimensions rotated per head (`rope.dimension_count`, default head_dim).
     pub rope_dim: usize,
-    /// Linear RoPE scale of the global layers: 1 / `rope.scaling.factor` for linear scaling
-    /// (the type llama.cpp assumes when none is stated), 1 for `none`.
+    /// RoPE scale of the global layers: 1 / `rope.scaling.factor` for linear and YaRN scaling
+    /// (linear is the type llama.cpp assumes when none is stated), 1 for `none`.
     pub rope_freq_scale: f32,
     /// The attention window (`attention.sliding_window`) of the layers that have one; see
     /// [`ModelConfig::layer`] for which do.
@@ -64,8 +65,11 @@ pub struct ModelConfig {
 pub struct LayerConfig {
     /// RoPE base frequency θ.
     pub rope_theta: f32,
-    /// Linear RoPE position scale (1 = none).
+    /// RoPE position scale (1 = none).
     pub rope_freq_scale: f32,
+    /// YaRN's corrections (or a magnitude factor alone), the same in every layer as in
+    /// llama.cpp; `None` for plain RoPE.
+    pub rope_yarn: Option<Yarn>,
     /// Tokens each query attends back over; `None` for the whole context.
     pub sliding_window: Option<usize>,
 }
@@ -187,9 +191,11 @@ impl ModelConfig {
                 format!("{window} exceeds the context_length {context_length}"),
             ));
         }
+        let scaling = rope_scaling::read(&keys, context_length)?;
         let global = LayerConfig {
             rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
-            rope_freq_scale: rope_freq_scale(&keys)?,
+            rope_freq_scale: scaling.freq_scale,
+            rope_yarn: scaling.yarn,
             sliding_window,
         };
         let layers = layer_configs(&keys, arch, global, block_count)?;
@@ -281,25 +287,6 @@ impl ModelConfig {
     }
 }
 
-/// The linear RoPE scale: llama.cpp reads a missing `rope.scaling.type` as `linear`, whose
-/// factor is `rope.scaling.factor` (or the older `rope.scale_linear`; 1 when neither is
-/// present). YaRN, LongRoPE and anything else are refused until implemented.
-fn rope_freq_scale(keys: &Keys) -> Result<f32, ModelError> {
-    match keys.string("rope.scaling.type")? {
-        Some("none") => Ok(1.0),
-        None | Some("linear") => {
-            let factor = match keys.float("rope.scaling.factor")? {
-                Some(factor) => Some(factor),
-                None => keys.float("rope.scale_linear")?,
-            };
-            Ok(1.0 / factor.unwrap_or(1.0))
-        }
-        Some(other) => {
-            Err(keys.unsupported("rope.scaling.type", format!("`{other}`"), "none, linear"))
-        }
-    }
-}
-
 /// Each layer's configuration: `global` everywhere, or under a window pattern the windowed
 /// layers with the window and their local RoPE base.
 fn layer_configs(
@@ -342,6 +329,8 @@ fn layer_configs(
             RopeBase::Uniform => global.rope_freq_scale,
             RopeBase::LocalGlobal { .. } => 1.0,
         },
+        // llama.cpp gives the windowed layers the context's YaRN factors too.
+        rope_yarn: global.rope_yarn,
         sliding_window: global.sliding_window,
     };
     let global = LayerConfig {

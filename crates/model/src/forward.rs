@@ -453,6 +453,7 @@ impl Model {
             rotary_dim: c.rope_dim,
             theta: layer.rope_theta,
             freq_scale: layer.rope_freq_scale,
+            yarn: layer.rope_yarn,
         };
         AttentionShape {
             q_rope: rope(c.head_count),

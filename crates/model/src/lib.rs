@@ -18,6 +18,7 @@ mod forward;
 mod keys;
 mod observer;
 pub mod resident;
+mod rope_scaling;
 pub mod schema;
 mod unsupported;
 mod weights;
