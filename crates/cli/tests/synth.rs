@@ -132,6 +132,7 @@ fn forward_is_finite(file: GgufFile) {
         tokens: &tokens,
         positions: &positions,
         spans: &spans,
+        window_spans: None,
         logit_rows: &[0, 5],
     };
     model

@@ -6,6 +6,7 @@ use runit_backend::KvType;
 use runit_model::{KvState, Model};
 
 use crate::kv_blocks::BlockAllocator;
+use crate::window::WindowRings;
 use crate::EngineError;
 
 /// Engine settings; [`EngineConfig::DEFAULT`] holds the defaults.
@@ -26,6 +27,10 @@ pub struct EngineConfig {
     /// Most sequences waiting beyond those: the scheduler holds at most `max_sequences +
     /// max_queued` sequences, running or waiting, and refuses a request that would pass it.
     pub max_queued: usize,
+    /// Windowed layers (Gemma 3's local ones) keep only their windows' cells, in rings
+    /// reused as a sequence advances, where the backend runs passes op by op; `false` gives
+    /// them the whole context like the other layers.
+    pub window_rings: bool,
 }
 
 impl EngineConfig {
@@ -38,6 +43,7 @@ impl EngineConfig {
         kv_block_size: 16,
         max_sequences: 4,
         max_queued: 64,
+        window_rings: true,
     };
 
     /// The context in cells for `model`: `context_size`, or the training context when that
@@ -51,8 +57,14 @@ impl EngineConfig {
     }
 
     /// Checks the settings (every size at least 1) and allocates `model`'s KV cache in
-    /// whole blocks covering the context.
-    pub(crate) fn allocate_cache(&self, model: &Model) -> Result<Cache, EngineError> {
+    /// whole blocks covering the context, for up to `sequences` sequences at once: the
+    /// windowed layers of a model that has them keep rings of their windows (`window`), on
+    /// a backend that runs passes op by op (captured passes know one set of block tables).
+    pub(crate) fn allocate_cache(
+        &self,
+        model: &Model,
+        sequences: usize,
+    ) -> Result<Cache, EngineError> {
         let context_size = self.context_size_for(model);
         for (name, value) in [
             ("batch_size", self.batch_size),
@@ -68,10 +80,25 @@ impl EngineConfig {
             }
         }
         let n_blocks = context_size.div_ceil(self.kv_block_size);
-        let kv = KvState::new(model, n_blocks * self.kv_block_size, self.kv_type)?;
+        let window = model
+            .config
+            .layers()
+            .iter()
+            .filter_map(|layer| layer.sliding_window)
+            .max();
+        let windows = window
+            .filter(|_| self.window_rings && !model.backend.captures_steps())
+            .and_then(|window| {
+                let batch = self.batch_size.min(context_size);
+                WindowRings::new(window, batch, self.kv_block_size, sequences, context_size)
+            });
+        let window_cells = windows.as_ref().map(WindowRings::cells);
+        let n_cells = n_blocks * self.kv_block_size;
+        let kv = KvState::with_windows(model, n_cells, window_cells, self.kv_type)?;
         Ok(Cache {
             kv,
             blocks: BlockAllocator::new(n_blocks, self.kv_block_size),
+            windows,
             context_size,
         })
     }
@@ -87,6 +114,8 @@ impl Default for EngineConfig {
 pub(crate) struct Cache {
     pub kv: KvState,
     pub blocks: BlockAllocator,
+    /// The windowed layers' rings, when they keep only their windows.
+    pub windows: Option<WindowRings>,
     /// Cells one sequence may use: the configured context, capped at the training context.
     pub context_size: usize,
 }

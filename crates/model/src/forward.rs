@@ -28,6 +28,9 @@ pub struct Batch<'a> {
     pub positions: &'a [u32],
     /// Which rows belong to which sequence, and where their KV cells are.
     pub spans: &'a [SequenceSpan],
+    /// The same spans with the windowed layers' block tables, when those layers keep only
+    /// their windows (`KvState::window_cells`); `None` when they share `spans`' cells.
+    pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are wanted, in output order.
     pub logit_rows: &'a [u32],
 }
@@ -119,6 +122,13 @@ impl Model {
                 n_vocab: c.vocab_size,
             });
         }
+        if batch.window_spans.is_some() != kv.window_cells.is_some()
+            || batch
+                .window_spans
+                .is_some_and(|spans| spans.len() != batch.spans.len())
+        {
+            return Err(ModelError::WindowMismatch);
+        }
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= kv.n_cells) {
             return Err(ModelError::ContextOverflow {
                 position: p as usize,
@@ -135,7 +145,9 @@ impl Model {
         // chunks vary in length, MoE routing may read the router on the host (the backend
         // says when it does not), and the observer downloads intermediates, so those run op
         // by op.
+        // Step captures know one set of block tables; windowed ones run op by op.
         let capture = observer.is_none()
+            && batch.window_spans.is_none()
             && (c.expert_count == 0 || b.moe_ffn_on_device(tokens))
             && tokens == batch.spans.len()
             && !batch.logit_rows.is_empty()
@@ -273,8 +285,13 @@ impl Model {
         s: &mut Scratch,
     ) -> Result<(), BackendError> {
         let layer = &self.weights.layers[index];
-        let shape = self.attention_shape(self.config.layer(index));
+        let config = self.config.layer(index);
+        let shape = self.attention_shape(config);
         let tokens = batch.tokens.len();
+        let spans = match (config.sliding_window, batch.window_spans) {
+            (Some(_), Some(window_spans)) => window_spans,
+            _ => batch.spans,
+        };
         // The biases come all three or none (as the weights loader reads them).
         let biases = match (&layer.q_bias, &layer.k_bias, &layer.v_bias) {
             (Some(q), Some(k), Some(v)) => [Some(q), Some(k), Some(v)],
@@ -309,7 +326,7 @@ impl Model {
             freq_factors: self.weights.rope_freqs.as_ref(),
             k_cache: &mut kv.keys[index],
             v_cache: &mut kv.values[index],
-            spans: batch.spans,
+            spans,
             qk_norms,
         })?;
         if let Some(factor) = self.config.query_scale() {
@@ -319,7 +336,7 @@ impl Model {
             q: &s.q,
             k_cache: &kv.keys[index],
             v_cache: &kv.values[index],
-            spans: batch.spans,
+            spans,
             params: &shape.params,
         };
         b.attention_output(AttentionOutput {

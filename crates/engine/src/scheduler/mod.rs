@@ -227,7 +227,7 @@ impl Scheduler {
     /// Allocates the shared KV cache of `config` and starts the scheduler thread, which
     /// decodes up to `config.max_sequences` sequences at once.
     pub fn start(model: Arc<Model>, config: &EngineConfig) -> Result<Scheduler, EngineError> {
-        let cache = config.allocate_cache(&model)?;
+        let cache = config.allocate_cache(&model, config.max_sequences)?;
         let context_size = cache.context_size;
         let capacity = config.batch_size.min(context_size);
         let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(context_size)))?;
