@@ -2,19 +2,15 @@
 //! wider than the context or a layer pattern that is not a period of layers is refused naming
 //! the key, and the period and the local RoPE base come from the file when it states them.
 
-use std::borrow::Cow;
+mod common;
 
-use runit_gguf::{GgufFile, GgufWriter, Value};
+use runit_gguf::Value;
 use runit_model::{ModelConfig, ModelError};
 
 /// A six-layer Gemma 3's metadata (window 64, context 256), with `extra` replacing or adding
 /// keys and the keys of `removed` left out.
 fn config(extra: &[(&str, Value)], removed: &[&str]) -> Result<ModelConfig, ModelError> {
-    let mut writer = GgufWriter::new();
-    writer
-        .add_metadata("general.architecture", Value::String("gemma3".into()))
-        .expect("new key");
-    let mut keys = vec![
+    let defaults = vec![
         ("block_count", Value::U32(6)),
         ("context_length", Value::U32(256)),
         ("embedding_length", Value::U32(64)),
@@ -28,20 +24,7 @@ fn config(extra: &[(&str, Value)], removed: &[&str]) -> Result<ModelConfig, Mode
         ("rope.freq_base", Value::F32(1e6)),
         ("vocab_size", Value::U32(32)),
     ];
-    keys.retain(|(name, _)| {
-        !removed.contains(name) && !extra.iter().any(|(replaced, _)| replaced == name)
-    });
-    keys.extend(extra.iter().cloned());
-    for (suffix, value) in keys {
-        writer
-            .add_metadata(format!("gemma3.{suffix}"), value)
-            .expect("new key");
-    }
-    let mut bytes = Vec::new();
-    writer
-        .write(&mut bytes, |_, _| Ok(Cow::Borrowed(&[][..])))
-        .expect("metadata-only file");
-    ModelConfig::from_gguf(&GgufFile::from_bytes(bytes).expect("reads back"))
+    common::metadata_config("gemma3", defaults, extra, removed)
 }
 
 /// Layer windows and RoPE bases of `config`.

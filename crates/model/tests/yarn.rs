@@ -3,18 +3,14 @@
 //! (Hugging Face's `get_mscale`, over ggml's own `1 + 0.1·ln s`, times
 //! `rope.scaling.attn_factor`), written here from those formulas in f64.
 
-use std::borrow::Cow;
+mod common;
 
-use runit_gguf::{GgufFile, GgufWriter, Value};
+use runit_gguf::Value;
 use runit_model::{ModelConfig, ModelError};
 
 /// A Qwen2 model's metadata (context 32768) with `extra`.
 fn config(extra: &[(&str, Value)]) -> Result<ModelConfig, ModelError> {
-    let mut writer = GgufWriter::new();
-    writer
-        .add_metadata("general.architecture", Value::String("qwen2".into()))
-        .expect("new key");
-    let mut keys = vec![
+    let defaults = vec![
         ("block_count", Value::U32(2)),
         ("context_length", Value::U32(32768)),
         ("embedding_length", Value::U32(64)),
@@ -24,17 +20,7 @@ fn config(extra: &[(&str, Value)]) -> Result<ModelConfig, ModelError> {
         ("rope.freq_base", Value::F32(1e6)),
         ("vocab_size", Value::U32(32)),
     ];
-    keys.extend(extra.iter().cloned());
-    for (suffix, value) in keys {
-        writer
-            .add_metadata(format!("qwen2.{suffix}"), value)
-            .expect("new key");
-    }
-    let mut bytes = Vec::new();
-    writer
-        .write(&mut bytes, |_, _| Ok(Cow::Borrowed(&[][..])))
-        .expect("metadata-only file");
-    ModelConfig::from_gguf(&GgufFile::from_bytes(bytes).expect("reads back"))
+    common::metadata_config("qwen2", defaults, extra, &[])
 }
 
 fn text(value: &str) -> Value {
