@@ -10,12 +10,11 @@
 //! The last layer's FFN and the output run only on the rows whose logits are wanted.
 
 use runit_backend::{
-    Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError,
-    Buffer, FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection,
-    QkNorms, RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer,
+    FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection, QkNorms,
+    RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 
-use crate::arch::{self, Architecture, LogitSoftcap};
 use crate::observer::{LayerObserver, Observed, PassRows};
 use crate::weights::{FfnWeights, LayerWeights};
 use crate::workspace::{FfnScratch, KvState, Scratch};
@@ -143,9 +142,8 @@ impl Model {
         };
         // A pass with one row per sequence (decode) is captured once and replayed; prompt
         // chunks vary in length, MoE routing may read the router on the host (the backend
-        // says when it does not), and the observer downloads intermediates, so those run op
-        // by op.
-        // Step captures know one set of block tables; windowed ones run op by op.
+        // says when it does not), the observer downloads intermediates, and a capture knows
+        // one set of block tables (not the windowed layers' too), so those run op by op.
         let capture = observer.is_none()
             && batch.window_spans.is_none()
             && (c.expert_count == 0 || b.moe_ffn_on_device(tokens))
@@ -486,61 +484,6 @@ impl Model {
                 },
                 sliding_window: layer.sliding_window,
             },
-        }
-    }
-}
-
-/// The backend activation of `row`'s gated FFN, once the row is one this decoder computes:
-/// the row switches it does not implement yet are refused by name, so a row never asks
-/// for something the layer loop would silently skip.
-pub(crate) fn decoder_activation(row: &Architecture) -> Result<Activation, ModelError> {
-    let missing = |feature: &str| ModelError::UnimplementedFeature {
-        arch: row.name.to_string(),
-        feature: feature.to_string(),
-    };
-    if !row.norm_placement.has_pre_norms() {
-        return Err(missing("sublayers without norms before them"));
-    }
-    if row.logit_softcap != LogitSoftcap::None {
-        return Err(missing("logit soft-capping"));
-    }
-    Ok(match row.activation {
-        arch::Activation::Silu => Activation::Silu,
-        arch::Activation::GeluTanh => Activation::GeluTanh,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::arch::NormPlacement;
-
-    #[test]
-    fn the_decoder_computes_every_row_of_the_table() {
-        for row in arch::ARCHITECTURES {
-            assert!(decoder_activation(row).is_ok(), "{}", row.name);
-        }
-    }
-
-    #[test]
-    fn rows_asking_for_what_the_decoder_lacks_are_refused_by_name() {
-        let llama = arch::find("llama").expect("the llama row");
-        let cases = [
-            Architecture {
-                norm_placement: NormPlacement::Post,
-                ..llama.clone()
-            },
-            Architecture {
-                logit_softcap: LogitSoftcap::FromMetadata,
-                ..llama.clone()
-            },
-        ];
-        for row in cases {
-            let error = decoder_activation(&row).expect_err("refused");
-            assert!(
-                matches!(error, ModelError::UnimplementedFeature { .. }),
-                "{error}"
-            );
         }
     }
 }
