@@ -560,22 +560,30 @@ impl CudaBackend {
                     given.is_none_or(|g| g == have)
                 };
                 let ident = |p: *const u8, len: usize| (p as usize, len);
-                if same(
-                    tokens.map(|t| ident(t.as_ptr().cast(), t.len())),
-                    active.tokens,
-                ) && same(
-                    positions.map(|p| ident(p.as_ptr().cast(), p.len())),
-                    active.positions,
-                ) && same(
-                    spans.map(|s| ident(s.as_ptr().cast(), s.len())),
-                    active.spans,
-                ) && same(
-                    logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
-                    active.logit_rows,
-                ) {
+                let spans = spans.map(|s| ident(s.as_ptr().cast(), s.len()));
+                // The step's spans, or its windowed layers' (the same rows and positions).
+                let buffer = if same(spans, active.spans) {
+                    Some(&state.step)
+                } else if spans.is_some() && spans == active.window_spans {
+                    Some(&state.window)
+                } else {
+                    None
+                };
+                if let Some(buffer) = buffer.filter(|_| {
+                    same(
+                        tokens.map(|t| ident(t.as_ptr().cast(), t.len())),
+                        active.tokens,
+                    ) && same(
+                        positions.map(|p| ident(p.as_ptr().cast(), p.len())),
+                        active.positions,
+                    ) && same(
+                        logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
+                        active.logit_rows,
+                    )
+                }) {
                     return Ok(StepView {
-                        ptr: state.buffer_ptr,
-                        table_stride: state.table_stride,
+                        ptr: buffer.ptr,
+                        table_stride: buffer.table_stride,
                         _owned: None,
                     });
                 }

@@ -231,6 +231,9 @@ pub struct StepInputs<'a> {
     pub positions: &'a [u32],
     /// The sequences of the batch.
     pub spans: &'a [SequenceSpan],
+    /// The same sequences with the windowed layers' block tables, when those keep only their
+    /// windows ([`crate::Device::takes_window_spans`]).
+    pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are computed.
     pub logit_rows: &'a [u32],
 }

@@ -87,7 +87,7 @@ impl EngineConfig {
             .filter_map(|layer| layer.sliding_window)
             .max();
         let windows = window
-            .filter(|_| self.window_rings && !model.backend.captures_steps())
+            .filter(|_| self.window_rings && model.backend.takes_window_spans())
             .and_then(|window| {
                 let batch = self.batch_size.min(context_size);
                 WindowRings::new(window, batch, self.kv_block_size, sequences, context_size)

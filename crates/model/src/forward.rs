@@ -138,14 +138,15 @@ impl Model {
             tokens: batch.tokens,
             positions: batch.positions,
             spans: batch.spans,
+            window_spans: batch.window_spans,
             logit_rows: batch.logit_rows,
         };
         // A pass with one row per sequence (decode) is captured once and replayed; prompt
         // chunks vary in length, MoE routing may read the router on the host (the backend
-        // says when it does not), the observer downloads intermediates, and a capture knows
-        // one set of block tables (not the windowed layers' too), so those run op by op.
+        // says when it does not), and the observer downloads intermediates, so those run op
+        // by op; so do windowed block tables where the backend's captures cannot hold them.
         let capture = observer.is_none()
-            && batch.window_spans.is_none()
+            && (batch.window_spans.is_none() || b.takes_window_spans())
             && (c.expert_count == 0 || b.moe_ffn_on_device(tokens))
             && tokens == batch.spans.len()
             && !batch.logit_rows.is_empty()
