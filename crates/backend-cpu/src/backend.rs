@@ -159,6 +159,10 @@ impl PrimitiveOps for CpuBackend {
         ops::rope::rope(self, x, positions, params, freq_factors)
     }
 
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        ops::elementwise::scale(self, x, factor, len)
+    }
+
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
         ops::elementwise::add(self, dst, src, len)
     }

@@ -135,6 +135,7 @@ fn check_smollm2(backend: &CpuBackend) -> Vec<String> {
         rotary_dim: head_dim,
         theta,
         freq_scale: 1.0,
+        yarn: None,
     };
     let spans = [SequenceSpan {
         first_row: 0,

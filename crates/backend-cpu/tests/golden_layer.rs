@@ -228,6 +228,7 @@ fn layer_zero_matches_llama_cpp() {
             rotary_dim: head_dim,
             theta,
             freq_scale: 1.0,
+            yarn: None,
         };
         b.rope(&mut q, &positions, &rope(heads), None).unwrap();
         b.rope(&mut k, &positions, &rope(kv_heads), None).unwrap();

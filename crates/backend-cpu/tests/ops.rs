@@ -165,6 +165,7 @@ fn rope_of_a_known_vector() {
         rotary_dim: 4,
         theta: 10_000.0,
         freq_scale: 1.0,
+        yarn: None,
     };
     for b in backends() {
         let mut x = buffer(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -260,6 +261,7 @@ fn bad_inputs_are_errors() {
         rotary_dim: 3,
         theta: 1.0,
         freq_scale: 1.0,
+        yarn: None,
     };
     assert!(b.rope(&mut q, &[0, 1], &params, None).is_err());
     assert!(CpuBackend::with_simd(1, SimdLevel::Neon).is_err() || cfg!(target_arch = "aarch64"));
@@ -368,7 +370,7 @@ fn bits(values: &[f32]) -> Vec<u32> {
 }
 
 #[test]
-fn fused_qkv_and_swiglu_equal_their_primitives() {
+fn fused_qkv_and_gated_ffns_equal_their_primitives() {
     let mut rng = Rng::new(23);
     let k = 512;
     // Q wider than K and V (GQA); a SwiGLU width that is whole SIMD groups and one that is
@@ -439,68 +441,73 @@ fn fused_qkv_and_swiglu_equal_their_primitives() {
                         );
                     }
                 }
-                for (gate, up) in [(&gate, &up), (&odd_gate, &odd_up)] {
-                    let n = gate.rows();
-                    let (mut up_out, mut out) = (
-                        backend.alloc(tokens * n).unwrap(),
-                        backend.alloc(tokens * n).unwrap(),
-                    );
-                    let ffn = |down| GatedFfn {
-                        gate,
-                        up,
-                        down,
-                        activation: Activation::Silu,
-                    };
-                    let run = GatedFfnRun {
-                        ffn: ffn(gate),
-                        x: &x,
-                        tokens,
-                        up: &mut up_out,
-                        hidden: &mut out,
-                    };
-                    backend.gated_ffn_hidden(run).unwrap();
-                    let (mut g, mut u) = (
-                        backend.alloc(tokens * n).unwrap(),
-                        backend.alloc(tokens * n).unwrap(),
-                    );
-                    backend.matmul(gate, &x, tokens, &mut g).unwrap();
-                    backend.matmul(up, &x, tokens, &mut u).unwrap();
-                    backend
-                        .gated_activation(Activation::Silu, &mut g, &u, tokens * n)
-                        .unwrap();
-                    assert_eq!(
-                        bits(&read(&backend, &up_out)),
-                        bits(&read(&backend, &u)),
-                        "{ty}, {tokens} tokens, up of {n}"
-                    );
-                    assert_eq!(
-                        bits(&read(&backend, &out)),
-                        bits(&read(&backend, &g)),
-                        "{ty}, {tokens} tokens, swiglu of {n}"
-                    );
-                    for down in downs.iter().filter(|down| down.row_len() == n) {
-                        let mut y = backend.alloc(tokens * 96).unwrap();
+                for activation in [Activation::Silu, Activation::GeluTanh] {
+                    for (gate, up) in [(&gate, &up), (&odd_gate, &odd_up)] {
+                        let n = gate.rows();
+                        let (mut up_out, mut out) = (
+                            backend.alloc(tokens * n).unwrap(),
+                            backend.alloc(tokens * n).unwrap(),
+                        );
+                        let ffn = |down| GatedFfn {
+                            gate,
+                            up,
+                            down,
+                            activation,
+                        };
                         let run = GatedFfnRun {
-                            ffn: ffn(down),
+                            ffn: ffn(gate),
                             x: &x,
                             tokens,
                             up: &mut up_out,
                             hidden: &mut out,
                         };
-                        backend.gated_ffn(run, &mut y).unwrap();
-                        let mut alone = backend.alloc(tokens * 96).unwrap();
-                        backend.matmul(down, &g, tokens, &mut alone).unwrap();
-                        let what = format!("{ty}, {tokens} tokens, {} down of {n}", down.ty);
+                        backend.gated_ffn_hidden(run).unwrap();
+                        let (mut g, mut u) = (
+                            backend.alloc(tokens * n).unwrap(),
+                            backend.alloc(tokens * n).unwrap(),
+                        );
+                        backend.matmul(gate, &x, tokens, &mut g).unwrap();
+                        backend.matmul(up, &x, tokens, &mut u).unwrap();
+                        backend
+                            .gated_activation(activation, &mut g, &u, tokens * n)
+                            .unwrap();
+                        assert_eq!(
+                            bits(&read(&backend, &up_out)),
+                            bits(&read(&backend, &u)),
+                            "{ty}, {tokens} tokens, up of {n}"
+                        );
                         assert_eq!(
                             bits(&read(&backend, &out)),
                             bits(&read(&backend, &g)),
-                            "{what}: hidden"
+                            "{ty}, {tokens} tokens, {activation:?} gate of {n}"
                         );
-                        assert_eq!(
-                            bits(&read(&backend, &y)),
-                            bits(&read(&backend, &alone)),
-                            "{what}"
-                        );
+                        for down in downs.iter().filter(|down| down.row_len() == n) {
+                            let mut y = backend.alloc(tokens * 96).unwrap();
+                            let run = GatedFfnRun {
+                                ffn: ffn(down),
+                                x: &x,
+                                tokens,
+                                up: &mut up_out,
+                                hidden: &mut out,
+                            };
+                            backend.gated_ffn(run, &mut y).unwrap();
+                            let mut alone = backend.alloc(tokens * 96).unwrap();
+                            backend.matmul(down, &g, tokens, &mut alone).unwrap();
+                            let what = format!(
+                                "{ty}, {tokens} tokens, {activation:?}, {} down of {n}",
+                                down.ty
+                            );
+                            assert_eq!(
+                                bits(&read(&backend, &out)),
+                                bits(&read(&backend, &g)),
+                                "{what}: hidden"
+                            );
+                            assert_eq!(
+                                bits(&read(&backend, &y)),
+                                bits(&read(&backend, &alone)),
+                                "{what}"
+                            );
+                        }
                     }
                 }
             }
@@ -532,6 +539,7 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                 rotary_dim: head_dim,
                 theta: 10_000.0,
                 freq_scale: 1.0,
+                yarn: None,
             };
             let (q_params, k_params) = (params(heads), params(kv_heads));
             let q = rng.values(tokens * heads * head_dim, -2.0, 2.0);

@@ -122,17 +122,21 @@ impl Device for CudaBackend {
     }
 
     fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
-        let packed = step::pack(
-            Some(inputs.tokens),
-            Some(inputs.positions),
-            Some(inputs.spans),
-            Some(inputs.logit_rows),
-        );
+        let pack = |spans| {
+            step::pack(
+                Some(inputs.tokens),
+                Some(inputs.positions),
+                Some(spans),
+                Some(inputs.logit_rows),
+            )
+        };
+        let packed = pack(inputs.spans);
+        let window = inputs.window_spans.map(pack);
         // A pass (and a captured graph) never starts from a quantized input of the last one.
         self.note_write();
         let mut state = self.step.lock().expect("step lock");
         state
-            .upload(&self.stream, &packed)
+            .upload(&self.stream, &packed, window.as_ref())
             .map_err(|e| self.driver_error("begin_step", e))?;
         state.active = Some(HostIdentity::of(inputs));
         Ok(())
@@ -147,10 +151,15 @@ impl Device for CudaBackend {
         !self.exact_numerics() && std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
     }
 
+    /// The window spans of a step are packed into a buffer of their own (`step.rs`).
+    fn takes_window_spans(&self) -> bool {
+        true
+    }
+
     fn run_captured(&self, key: StepKey, body: &mut dyn FnMut() -> OpResult) -> OpResult {
         let graph_key = {
             let mut state = self.step.lock().expect("step lock");
-            let full_key = (key, state.table_stride);
+            let full_key = state.graph_key(key);
             if let Some(graph) = state.graphs.get(&full_key) {
                 graph
                     .0
@@ -244,6 +253,10 @@ impl PrimitiveOps for CudaBackend {
         freq_factors: Option<&Weight>,
     ) -> OpResult {
         ops::rope::rope(self, x, positions, params, freq_factors)
+    }
+
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        ops::elementwise::scale(self, x, factor, len)
     }
 
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {

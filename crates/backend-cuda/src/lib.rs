@@ -97,6 +97,9 @@ pub struct CudaBackend {
     exact: bool,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
+    /// ggml's f16 GELU table (`runit_backend::gelu::table`), uploaded when the backend opens
+    /// so that a captured pass can read it.
+    gelu_table: CudaSlice<u16>,
 }
 
 impl CudaBackend {
@@ -138,6 +141,9 @@ impl CudaBackend {
         let target = Target { major, minor };
         let stream = context.new_stream().map_err(driver("creating a stream"))?;
         let kernels = kernels::Kernels::new(Arc::clone(&context), target.clone());
+        let gelu_table = stream
+            .clone_htod(runit_backend::gelu::table())
+            .map_err(driver("uploading the GELU table"))?;
         let sync_each_launch = std::env::var("RUNIT_CUDA_SYNC").is_ok_and(|v| v == "1");
         let planted_fault = std::env::var("RUNIT_CUDA_PLANT_FAULT")
             .ok()
@@ -165,6 +171,7 @@ impl CudaBackend {
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
+            gelu_table,
         })
     }
 
@@ -386,6 +393,11 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The device address of ggml's f16 GELU table (ops/elementwise.rs).
+    pub(crate) fn gelu_table(&self) -> u64 {
+        device_address(&self.gelu_table, &self.stream)
+    }
+
     /// The address of the MoE routing table of at least `len` u32 values (ops/moe.rs).
     pub(crate) fn moe_routes(&self, op: &'static str, len: usize) -> Result<u64, BackendError> {
         self.persistent(&self.moe_routes, op, "MoE routing table", len)
@@ -549,22 +561,30 @@ impl CudaBackend {
                     given.is_none_or(|g| g == have)
                 };
                 let ident = |p: *const u8, len: usize| (p as usize, len);
-                if same(
-                    tokens.map(|t| ident(t.as_ptr().cast(), t.len())),
-                    active.tokens,
-                ) && same(
-                    positions.map(|p| ident(p.as_ptr().cast(), p.len())),
-                    active.positions,
-                ) && same(
-                    spans.map(|s| ident(s.as_ptr().cast(), s.len())),
-                    active.spans,
-                ) && same(
-                    logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
-                    active.logit_rows,
-                ) {
+                let spans = spans.map(|s| ident(s.as_ptr().cast(), s.len()));
+                // The step's spans, or its windowed layers' (the same rows and positions).
+                let buffer = if same(spans, active.spans) {
+                    Some(&state.step)
+                } else if spans.is_some() && spans == active.window_spans {
+                    Some(&state.window)
+                } else {
+                    None
+                };
+                if let Some(buffer) = buffer.filter(|_| {
+                    same(
+                        tokens.map(|t| ident(t.as_ptr().cast(), t.len())),
+                        active.tokens,
+                    ) && same(
+                        positions.map(|p| ident(p.as_ptr().cast(), p.len())),
+                        active.positions,
+                    ) && same(
+                        logit_rows.map(|r| ident(r.as_ptr().cast(), r.len())),
+                        active.logit_rows,
+                    )
+                }) {
                     return Ok(StepView {
-                        ptr: state.buffer_ptr,
-                        table_stride: state.table_stride,
+                        ptr: buffer.ptr,
+                        table_stride: buffer.table_stride,
                         _owned: None,
                     });
                 }

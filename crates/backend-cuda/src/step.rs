@@ -4,8 +4,10 @@
 //! sequences, the rows whose logits are wanted). [`StepState::begin`] packs them into one i32
 //! array laid out as `StepHeader` in `kernels/common.cuh` describes and copies it to a device
 //! buffer that keeps its address, so every op of the pass reads them there and a captured
-//! graph of the pass stays valid when they change. An op called with host inputs that are not
-//! the active step's (the parity tests, MoE routing) gets a private copy uploaded for it.
+//! graph of the pass stays valid when they change. A pass whose windowed layers have block
+//! tables of their own (rings of their windows) gets a second buffer packed with those, which
+//! the ops given the window spans read. An op called with host inputs that are not the active
+//! step's (the parity tests, MoE routing) gets a private copy uploaded for it.
 
 use std::collections::HashMap;
 
@@ -108,6 +110,8 @@ pub struct HostIdentity {
     pub tokens: (usize, usize),
     pub positions: (usize, usize),
     pub spans: (usize, usize),
+    /// The window spans' slice; `None` without.
+    pub window_spans: Option<(usize, usize)>,
     pub logit_rows: (usize, usize),
 }
 
@@ -118,6 +122,9 @@ impl HostIdentity {
             tokens: (inputs.tokens.as_ptr() as usize, inputs.tokens.len()),
             positions: (inputs.positions.as_ptr() as usize, inputs.positions.len()),
             spans: (inputs.spans.as_ptr() as usize, inputs.spans.len()),
+            window_spans: inputs
+                .window_spans
+                .map(|spans| (spans.as_ptr() as usize, spans.len())),
             logit_rows: (inputs.logit_rows.as_ptr() as usize, inputs.logit_rows.len()),
         }
     }
@@ -130,45 +137,86 @@ pub struct Graph(pub CudaGraph);
 // so no two threads touch it at once.
 unsafe impl Send for Graph {}
 
-/// The step buffer, the active step and the graph cache.
+/// A device buffer of packed step inputs whose address stays put while its capacity
+/// suffices.
 #[derive(Default)]
-pub struct StepState {
-    /// Device copy of the active step (address stable while its capacity suffices).
+pub struct StepBuffer {
     pub buffer: Option<CudaSlice<i32>>,
-    pub buffer_ptr: u64,
-    /// Set between `begin_step` and `end_step`.
-    pub active: Option<HostIdentity>,
-    /// The active step's table stride (part of the graph key).
+    pub ptr: u64,
+    /// The table stride of what it holds.
     pub table_stride: usize,
-    /// True while a stream capture is in progress.
-    pub capturing: bool,
-    pub graphs: HashMap<(StepKey, usize), Graph>,
-    /// Keys that ran once uncaptured (the next pass of such a key is captured).
-    pub seen: std::collections::HashSet<(StepKey, usize)>,
 }
 
-impl StepState {
-    /// Copies `packed` into the step buffer, growing it (and dropping every graph, whose
-    /// addresses would be stale) when it is too small.
-    pub fn upload(
+impl StepBuffer {
+    /// Copies `packed` in, growing the buffer when it is too small; true when it grew (its
+    /// address changed).
+    fn upload(
         &mut self,
         stream: &std::sync::Arc<CudaStream>,
         packed: &PackedStep,
-    ) -> Result<(), cudarc::driver::DriverError> {
+    ) -> Result<bool, cudarc::driver::DriverError> {
         let needed = packed.data.len();
-        let fits = self.buffer.as_ref().is_some_and(|b| b.len() >= needed);
-        if !fits {
-            self.graphs.clear();
-            self.seen.clear();
+        let grows = self.buffer.as_ref().is_none_or(|b| b.len() < needed);
+        if grows {
             let capacity = needed.next_power_of_two().max(4096);
             let buffer = stream.alloc_zeros::<i32>(capacity)?;
-            self.buffer_ptr = crate::device_address(&buffer, stream);
+            self.ptr = crate::device_address(&buffer, stream);
             self.buffer = Some(buffer);
         }
         let buffer = self.buffer.as_mut().expect("step buffer allocated above");
         let mut view = buffer.slice_mut(..needed);
         stream.memcpy_htod(&packed.data, &mut view)?;
         self.table_stride = packed.table_stride;
+        Ok(grows)
+    }
+}
+
+/// A graph's key: the pass's key and the table strides of its step and window buffers.
+pub type GraphKey = (StepKey, usize, usize);
+
+/// The step buffers, the active step and the graph cache.
+#[derive(Default)]
+pub struct StepState {
+    /// Device copy of the active step.
+    pub step: StepBuffer,
+    /// Device copy of the active step with the windowed layers' block tables.
+    pub window: StepBuffer,
+    /// Set between `begin_step` and `end_step`.
+    pub active: Option<HostIdentity>,
+    /// True while a stream capture is in progress.
+    pub capturing: bool,
+    pub graphs: HashMap<GraphKey, Graph>,
+    /// Keys that ran once uncaptured (the next pass of such a key is captured).
+    pub seen: std::collections::HashSet<GraphKey>,
+}
+
+impl StepState {
+    /// Copies `packed` (and `window`, the same step with the windowed layers' tables) into
+    /// the step buffers, dropping every graph when a buffer grows (their addresses would be
+    /// stale).
+    pub fn upload(
+        &mut self,
+        stream: &std::sync::Arc<CudaStream>,
+        packed: &PackedStep,
+        window: Option<&PackedStep>,
+    ) -> Result<(), cudarc::driver::DriverError> {
+        let mut grew = self.step.upload(stream, packed)?;
+        if let Some(window) = window {
+            grew |= self.window.upload(stream, window)?;
+        }
+        if grew {
+            self.graphs.clear();
+            self.seen.clear();
+        }
         Ok(())
+    }
+
+    /// The active graph key of a pass keyed `key`.
+    pub fn graph_key(&self, key: StepKey) -> GraphKey {
+        let window_stride = match self.active.and_then(|active| active.window_spans) {
+            Some(_) => self.window.table_stride,
+            None => 0,
+        };
+        (key, self.step.table_stride, window_stride)
     }
 }

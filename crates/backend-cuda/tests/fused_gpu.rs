@@ -380,6 +380,7 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                 rotary_dim,
                 theta: 1_000_000.0,
                 freq_scale: 1.0,
+                yarn: None,
             };
             let k_params = RopeParams {
                 heads: kv_heads,

@@ -231,6 +231,7 @@ fn a_captured_moe_decode_step_replays_with_new_inputs() {
             tokens: &ids,
             positions: &positions,
             spans: &[],
+            window_spans: None,
             logit_rows: &logit_rows,
         };
         let key = StepKey {

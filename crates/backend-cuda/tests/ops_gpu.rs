@@ -383,6 +383,7 @@ fn captured_step(
         tokens: &tokens,
         positions: &positions,
         spans: &setup.spans,
+        window_spans: None,
         logit_rows: &logit_rows,
     };
     let key = StepKey {
@@ -517,6 +518,7 @@ fn time_attention(cuda: &CudaBackend, setup: &Setup, workspace: u64) -> (f64, f6
         tokens: &tokens,
         positions: &positions,
         spans: &setup.spans,
+        window_spans: None,
         logit_rows: &logit_rows,
     };
     let key = StepKey {
@@ -593,6 +595,7 @@ fn attention_timings() {
         tokens: &[0],
         positions: &[0],
         spans: &[],
+        window_spans: None,
         logit_rows: &[0],
     };
     let key = StepKey {

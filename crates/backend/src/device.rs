@@ -66,6 +66,13 @@ pub trait Device {
         false
     }
 
+    /// True when a pass's windowed layers may use block tables of their own (rings of their
+    /// windows, `StepInputs::window_spans`): always for a backend that runs passes op by op;
+    /// a capturing one must keep the window spans of [`Device::begin_step`] for its ops.
+    fn takes_window_spans(&self) -> bool {
+        !self.captures_steps()
+    }
+
     /// Runs `body`, the ops of one forward pass between `begin_step` and `end_step`, or
     /// replays the capture of an earlier pass with the same `key` instead of calling it. The
     /// body must not read device results back to the host. The default runs `body`.

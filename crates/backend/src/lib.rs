@@ -20,6 +20,7 @@ mod buffer;
 mod device;
 mod error;
 mod fused;
+pub mod gelu;
 pub mod moe;
 mod ops;
 pub mod pick;
@@ -39,7 +40,7 @@ pub use error::{BackendError, OpResult};
 pub use fused::FusedOps;
 pub use ops::{
     Activation, AttentionParams, GatedFfn, MoeBuffers, MoeFfn, Projection, QkNorms, RmsNorm,
-    RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey,
+    RopeCorrections, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey, Yarn,
 };
 pub use pick::Pick;
 pub use primitives::PrimitiveOps;

@@ -25,22 +25,109 @@ pub struct RopeParams {
     pub theta: f32,
     /// Linear position scaling: positions are multiplied by this (1.0 = none).
     pub freq_scale: f32,
+    /// YaRN's corrections and a magnitude factor; `None` for plain RoPE.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN ("YaRN: Efficient Context Window Extension of Large Language Models", Peng et al.
+/// 2023) as ggml's `rope_yarn` applies it: each pair's angle mixes the interpolated angle
+/// (`freq_scale * θ`) with the extrapolated one (`θ`) by a ramp over the pairs between the
+/// correction dims of `beta_fast` and `beta_slow` rotations in `original_context` tokens,
+/// weighted by `ext_factor`; cos and sin are multiplied by `attn_factor`, and by `1 + 0.1 ·
+/// ln(1 / freq_scale)` when `ext_factor` is not 0. With `ext_factor` 0 only `attn_factor`
+/// applies (llama.cpp's `rope.scaling.attn_factor` on plain RoPE).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// The training context the scaling extends (`rope.scaling.original_context_length`).
+    pub original_context: u32,
+}
+
+impl Yarn {
+    /// ggml's `ggml_rope_yarn_corr_dims`: where the ramp starts and ends, for `rotary_dim`
+    /// rotated dims and base `theta` (dimension indices, which ggml compares with the pair
+    /// index).
+    pub fn correction_dims(&self, rotary_dim: usize, theta: f32) -> [f32; 2] {
+        let dim = |rotations: f32| {
+            let turns = self.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI);
+            rotary_dim as f32 * turns.ln() / (2.0 * theta.ln())
+        };
+        let start = dim(self.beta_fast).floor();
+        let end = dim(self.beta_slow).ceil();
+        [start.max(0.0), end.min(rotary_dim as f32 - 1.0)]
+    }
+}
+
+/// What [`Yarn`] (or its absence) makes of one rotation's angles, the same for every pair
+/// but the ramp: what the CPU computes and what the device kernels are given.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeCorrections {
+    /// The extrapolation weight (0: the interpolated angle alone).
+    pub ext_factor: f32,
+    /// The factor on cos and sin: `attn_factor`, times `1 + 0.1 · ln(1 / freq_scale)` when
+    /// `ext_factor` is not 0 (ggml's `mscale`, one fused multiply-add as gcc contracts it).
+    pub magnitude: f32,
+    /// The ramp's ends ([`Yarn::correction_dims`]).
+    pub ramp: [f32; 2],
+}
+
+impl RopeCorrections {
+    /// The mixed angle of pair `pair` from its unscaled angle (`extrapolated`) and its
+    /// scaled one (`interpolated`): ggml's `rope_yarn_ramp` and blend, the blend one fused
+    /// multiply-add as gcc contracts it.
+    pub fn angle(&self, pair: usize, extrapolated: f32, interpolated: f32) -> f32 {
+        if self.ext_factor == 0.0 {
+            return interpolated;
+        }
+        let [low, high] = self.ramp;
+        let y = (pair as f32 - low) / (high - low).max(0.001);
+        let mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+        interpolated.mul_add(1.0 - mix, extrapolated * mix)
+    }
 }
 
 impl RopeParams {
+    /// The rotation's [`RopeCorrections`]: none (0, 1) for plain RoPE.
+    pub fn corrections(&self) -> RopeCorrections {
+        let Some(yarn) = self.yarn else {
+            return RopeCorrections {
+                ext_factor: 0.0,
+                magnitude: 1.0,
+                ramp: [0.0, 0.0],
+            };
+        };
+        let mut magnitude = yarn.attn_factor;
+        if yarn.ext_factor != 0.0 {
+            magnitude *= 0.1f32.mul_add((1.0 / self.freq_scale).ln(), 1.0);
+        }
+        RopeCorrections {
+            ext_factor: yarn.ext_factor,
+            magnitude,
+            ramp: yarn.correction_dims(self.rotary_dim, self.theta),
+        }
+    }
+
     /// `(cos, sin)` of every pair's angle at `position` (`cache.len()` pairs, normally
     /// `rotary_dim / 2`), as ggml's CPU rope computes them: a running angle in f32, `θ₀ =
     /// position` and `θ *= θ_base^(-2/rotary_dim)` after each pair; pair `i` takes
-    /// `freq_scale * (θᵢ / factors[i])` (`factors`: the optional `rope_freqs` tensor), then
-    /// libm's `cosf` and `sinf`. Every backend rotates with these values (the CUDA exact mode
-    /// uploads them), so the angles are computed in this one place.
+    /// `freq_scale * (θᵢ / factors[i])` (`factors`: the optional `rope_freqs` tensor),
+    /// mixed and scaled by the [`RopeCorrections`], then libm's `cosf` and `sinf`. Every
+    /// backend rotates with these values (the CUDA exact mode uploads them), so the angles
+    /// are computed in this one place.
     pub fn angles(&self, position: u32, factors: Option<&[f32]>, cache: &mut [(f32, f32)]) {
         let theta_scale = self.theta.powf(-2.0 / self.rotary_dim as f32);
+        let corrections = self.corrections();
         let mut theta = position as f32;
         for (pair, slot) in cache.iter_mut().enumerate() {
-            let factor = factors.map_or(1.0, |f| f[pair]);
-            let angle = self.freq_scale * (theta / factor);
-            *slot = (angle.cos(), angle.sin());
+            let extrapolated = theta / factors.map_or(1.0, |f| f[pair]);
+            let angle = corrections.angle(pair, extrapolated, self.freq_scale * extrapolated);
+            *slot = (
+                angle.cos() * corrections.magnitude,
+                angle.sin() * corrections.magnitude,
+            );
             theta *= theta_scale;
         }
     }
@@ -85,6 +172,9 @@ pub struct Projection<'a> {
 pub enum Activation {
     /// SiLU, `x · sigmoid(x)` (SwiGLU: LLaMA, Qwen, OLMoE), as ggml's `ggml_vec_swiglu_f32`.
     Silu,
+    /// GELU with the tanh approximation (GeGLU: Gemma), as ggml's CPU `ggml_vec_geglu_f32`
+    /// computes it: through a table of f16 values ([`crate::gelu`]).
+    GeluTanh,
 }
 
 /// A dense gated FFN: `out[t] = down · (act(gate · x[t]) * (up · x[t]))`.
@@ -141,6 +231,9 @@ pub struct StepInputs<'a> {
     pub positions: &'a [u32],
     /// The sequences of the batch.
     pub spans: &'a [SequenceSpan],
+    /// The same sequences with the windowed layers' block tables, when those keep only their
+    /// windows ([`crate::Device::takes_window_spans`]).
+    pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are computed.
     pub logit_rows: &'a [u32],
 }

@@ -35,6 +35,10 @@ pub trait PrimitiveOps: Device {
         freq_factors: Option<&Weight>,
     ) -> OpResult;
 
+    /// `x[i] *= factor` for the first `len` elements (ggml's `ggml_scale`: the scaled
+    /// embeddings and queries of Gemma).
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult;
+
     /// `dst[i] += src[i]` for the first `len` elements.
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult;
 

@@ -132,6 +132,7 @@ fn forward_is_finite(file: GgufFile) {
         tokens: &tokens,
         positions: &positions,
         spans: &spans,
+        window_spans: None,
         logit_rows: &[0, 5],
     };
     model
@@ -300,7 +301,7 @@ fn unknown_shapes_and_types_fail_with_the_valid_names() {
         .skip(1)
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert_eq!(names.len(), 6, "{list}");
+    assert_eq!(names.len(), 7, "{list}");
     let out = TempFile::new("refused.gguf");
     let path = out.0.to_str().expect("UTF-8 path");
     let output = runit(&["synth", "--shape", "gpt-5", "--type", "Q8_0", path]);

@@ -7,6 +7,7 @@ use runit_backend::KvType;
 use runit_model::{KvState, Model};
 
 use crate::kv_blocks::BlockAllocator;
+use crate::window::WindowRings;
 use crate::EngineError;
 
 /// Engine settings; [`EngineConfig::DEFAULT`] holds the defaults.
@@ -28,13 +29,18 @@ pub struct EngineConfig {
     /// Most sequences waiting beyond those: the scheduler holds at most `max_sequences +
     /// max_queued` sequences, running or waiting, and refuses a request that would pass it.
     pub max_queued: usize,
-    /// Whether the scheduler keeps full prompt blocks for later prompts that begin alike.
+    /// Whether the scheduler keeps full prompt blocks for later prompts that begin alike
+    /// (off for a model whose windowed layers keep rings: their cells are overwritten).
     pub prefix_cache: bool,
     /// On a backend with device memory, the share of the memory free after the weights and
     /// the step buffers that the scheduler's KV pool takes (vLLM's `--gpu-memory-fraction`);
     /// each sequence may then use `context_size` cells of it (0: the training context).
     /// `None`, or a host backend: the pool holds `context_size` cells.
     pub device_memory_fraction: Option<f64>,
+    /// Windowed layers (Gemma 3's local ones) keep only their windows' cells, in rings
+    /// reused as a sequence advances, where the backend runs passes op by op; `false` gives
+    /// them the whole context like the other layers.
+    pub window_rings: bool,
 }
 
 impl EngineConfig {
@@ -49,6 +55,7 @@ impl EngineConfig {
         max_queued: 64,
         prefix_cache: true,
         device_memory_fraction: None,
+        window_rings: true,
     };
 
     /// vLLM's default share of device memory for the KV pool.
@@ -65,10 +72,17 @@ impl EngineConfig {
     }
 
     /// Checks the settings (every size at least 1) and allocates `model`'s KV cache in
-    /// whole blocks covering the context: a session's (`pool: false`), or the scheduler's
-    /// pool (`pool: true`: sized from device memory when `device_memory_fraction` asks,
-    /// caching prefixes when `prefix_cache` does).
-    pub(crate) fn allocate_cache(&self, model: &Model, pool: bool) -> Result<Cache, EngineError> {
+    /// whole blocks covering the context, for up to `sequences` sequences at once: a
+    /// session's (`pool: false`), or the scheduler's pool (`pool: true`: sized from device
+    /// memory when `device_memory_fraction` asks, caching prefixes when `prefix_cache` does).
+    /// The windowed layers of a model that has them keep rings of their windows (`windows`),
+    /// on a backend that takes window spans; such a pool caches no prefixes.
+    pub(crate) fn allocate_cache(
+        &self,
+        model: &Model,
+        pool: bool,
+        sequences: usize,
+    ) -> Result<Cache, EngineError> {
         let context_size = self.context_size_for(model);
         for (name, value) in [
             ("batch_size", self.batch_size),
@@ -89,8 +103,22 @@ impl EngineConfig {
         }
         .unwrap_or_else(|| context_size.div_ceil(self.kv_block_size));
         let context_size = context_size.min(n_blocks * self.kv_block_size);
-        let kv = KvState::new(model, n_blocks * self.kv_block_size, self.kv_type)?;
-        let blocks = if pool && self.prefix_cache {
+        let window = model
+            .config
+            .layers()
+            .iter()
+            .filter_map(|layer| layer.sliding_window)
+            .max();
+        let windows = window
+            .filter(|_| self.window_rings && model.backend.takes_window_spans())
+            .and_then(|window| {
+                let batch = self.batch_size.min(context_size);
+                WindowRings::new(window, batch, self.kv_block_size, sequences, context_size)
+            });
+        let window_cells = windows.as_ref().map(WindowRings::cells);
+        let n_cells = n_blocks * self.kv_block_size;
+        let kv = KvState::with_windows(model, n_cells, window_cells, self.kv_type)?;
+        let blocks = if pool && self.prefix_cache && windows.is_none() {
             BlockAllocator::with_prefix_cache(n_blocks, self.kv_block_size)
         } else {
             BlockAllocator::new(n_blocks, self.kv_block_size)
@@ -98,6 +126,7 @@ impl EngineConfig {
         Ok(Cache {
             kv,
             blocks,
+            windows,
             context_size,
         })
     }
@@ -158,6 +187,8 @@ impl Default for EngineConfig {
 pub(crate) struct Cache {
     pub kv: KvState,
     pub blocks: BlockAllocator,
+    /// The windowed layers' rings, when they keep only their windows.
+    pub windows: Option<WindowRings>,
     /// Cells one sequence may use: the configured context, capped at the training context.
     pub context_size: usize,
 }

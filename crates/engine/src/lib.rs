@@ -26,6 +26,7 @@ pub mod sampler;
 pub mod scheduler;
 mod session;
 pub mod stop;
+mod window;
 
 pub use config::EngineConfig;
 pub use error::EngineError;

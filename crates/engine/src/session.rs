@@ -7,6 +7,7 @@ use runit_backend::{Pick, SequenceSpan};
 use runit_model::{Batch, KvState, LayerObserver, Model, Scratch};
 
 use crate::kv_blocks::BlockAllocator;
+use crate::window::WindowRings;
 use crate::{EngineConfig, EngineError};
 
 /// What [`Session::run_chunks`] runs for each chunk: a forward pass of the batch.
@@ -20,6 +21,8 @@ pub struct Session {
     scratch: Scratch,
     blocks: BlockAllocator,
     block_table: Vec<u32>,
+    /// The windowed layers' ring and its blocks, when they keep only their windows.
+    windows: Option<(WindowRings, Vec<u32>)>,
     n_past: usize,
     context_size: usize,
     logits: Vec<f32>,
@@ -31,7 +34,7 @@ impl Session {
     /// A session over `model` with the cache, context and batch of `config` (the context is
     /// capped at the model's training context).
     pub fn new(model: Arc<Model>, config: &EngineConfig) -> Result<Session, EngineError> {
-        let cache = config.allocate_cache(&model, false)?;
+        let cache = config.allocate_cache(&model, false, 1)?;
         let scratch = Scratch::new(&model, config.batch_size.min(cache.context_size))?;
         Ok(Session {
             model,
@@ -39,6 +42,7 @@ impl Session {
             scratch,
             blocks: cache.blocks,
             block_table: Vec::new(),
+            windows: cache.windows.map(|rings| (rings, Vec::new())),
             n_past: 0,
             context_size: cache.context_size,
             logits: Vec::new(),
@@ -61,9 +65,24 @@ impl Session {
         self.context_size
     }
 
+    /// Bytes of the session's KV cache: every layer's keys and values (windowed layers
+    /// hold only their rings when they keep only their windows).
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.kv.bytes
+    }
+
+    /// Cells a windowed layer keeps for the sequence, when the windowed layers keep only
+    /// their windows.
+    pub fn window_ring_cells(&self) -> Option<usize> {
+        self.windows.as_ref().map(|(rings, _)| rings.ring_cells())
+    }
+
     /// Forgets the sequence (the cache is reused).
     pub fn reset(&mut self) {
         self.blocks.release(&mut self.block_table);
+        if let Some((rings, ring)) = &mut self.windows {
+            rings.release(ring);
+        }
         self.n_past = 0;
     }
 
@@ -154,6 +173,10 @@ impl Session {
                 context: self.context_size,
             });
         }
+        if let Some((rings, ring)) = &mut self.windows {
+            let taken = rings.take(ring);
+            assert!(taken, "a session's one ring is always free");
+        }
         let chunk_size = self.scratch.capacity;
         for chunk in tokens.chunks(chunk_size) {
             let start = self.n_past;
@@ -173,10 +196,15 @@ impl Session {
                 block_table: self.block_table.clone(),
                 block_size: self.blocks.block_size(),
             }];
+            let window_spans = self
+                .windows
+                .as_ref()
+                .map(|(_, ring)| [WindowRings::span(ring, &spans[0])]);
             let batch = Batch {
                 tokens: chunk,
                 positions: &positions,
                 spans: &spans,
+                window_spans: window_spans.as_ref().map(|spans| &spans[..]),
                 logit_rows: &logit_rows,
             };
             pass(&self.model, &batch, &mut self.kv, &mut self.scratch)?;

@@ -53,8 +53,7 @@ pub enum FfnKind {
 pub enum Activation {
     /// `x * sigmoid(x)`: SwiGLU.
     Silu,
-    /// GELU with the tanh approximation (`gelu_pytorch_tanh`): GeGLU of Gemma. No row uses it
-    /// until the decoder's gated FFN takes an activation.
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`): GeGLU of Gemma.
     GeluTanh,
 }
 
@@ -87,6 +86,16 @@ pub enum RopeBase {
     LocalGlobal { local_default: f32 },
 }
 
+/// Where the attention's `1 / sqrt(d)` scale is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionScale {
+    /// On the scores `q · k`, with `d` the head size (LLaMA).
+    Scores,
+    /// On the queries before the attention (ggml's `ggml_scale` of Q, then a score scale
+    /// of 1), with `d` Gemma's `query_pre_attn_scalar`; see `ModelConfig::query_scale`.
+    Queries,
+}
+
 /// Soft-capping `cap * tanh(x / cap)` of attention scores and final logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogitSoftcap {
@@ -115,6 +124,7 @@ pub struct Architecture {
     pub activation: Activation,
     pub embedding_scale: EmbeddingScale,
     pub attention_window: AttentionWindow,
+    pub attention_scale: AttentionScale,
     pub logit_softcap: LogitSoftcap,
     /// `output.weight` may be absent: the token embedding is then the output head.
     pub tied_output: bool,
@@ -133,6 +143,7 @@ const LLAMA: Architecture = Architecture {
     activation: Activation::Silu,
     embedding_scale: EmbeddingScale::None,
     attention_window: AttentionWindow::EveryLayer,
+    attention_scale: AttentionScale::Scores,
     logit_softcap: LogitSoftcap::None,
     tied_output: true,
 };
@@ -161,6 +172,23 @@ pub const ARCHITECTURES: &[Architecture] = &[
         qk_norm: QkNorm::FullWidth,
         ffn: FfnKind::MoeGated,
         tied_output: false,
+        ..LLAMA
+    },
+    // llama.cpp's `llama_model_gemma3`: five windowed layers (RoPE base 10 000) then one
+    // global. A `final_logit_softcapping` in the file is refused (not computed yet).
+    Architecture {
+        name: "gemma3",
+        covers: "Gemma 3",
+        rope_style: RopeStyle::Neox,
+        rope_base: RopeBase::LocalGlobal {
+            local_default: 10_000.0,
+        },
+        qk_norm: QkNorm::PerHead,
+        norm_placement: NormPlacement::PreAndPost,
+        activation: Activation::GeluTanh,
+        embedding_scale: EmbeddingScale::SqrtEmbd,
+        attention_window: AttentionWindow::Pattern { default_period: 6 },
+        attention_scale: AttentionScale::Queries,
         ..LLAMA
     },
 ];

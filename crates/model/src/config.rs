@@ -2,13 +2,19 @@
 //! is an error naming it; metadata the engine does not implement is refused (see
 //! `unsupported`); nothing is guessed from a model's name.
 
+use runit_backend::Yarn;
 use runit_gguf::GgufFile;
 
-use crate::arch::{self, Architecture, AttentionWindow, EmbeddingScale, FfnKind};
+use crate::arch::{self, Architecture, AttentionScale, AttentionWindow, EmbeddingScale, FfnKind};
 use crate::arch::{LogitSoftcap, RopeBase};
 use crate::keys::{bad, Keys};
 use crate::schema::Dimensions;
-use crate::{unsupported, ModelError};
+use crate::{rope_scaling, unsupported, ModelError};
+
+/// Layers of Gemma 3 27B: llama.cpp scales its queries by `1 / sqrt(embd / heads)` (its
+/// `query_pre_attn_scalar`), every other Gemma 3 size by `1 / sqrt(head_dim)`; the file states
+/// neither, so llama.cpp tells them apart by this count (`LLM_TYPE_27B`).
+const GEMMA3_27B_LAYERS: usize = 62;
 
 /// Most layers a model may declare: far beyond any published model, small enough that the
 /// per-layer settings a hostile count sizes stay a few megabytes.
@@ -35,8 +41,8 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     /// Dimensions rotated per head (`rope.dimension_count`, default head_dim).
     pub rope_dim: usize,
-    /// Linear RoPE scale of the global layers: 1 / `rope.scaling.factor` for linear scaling
-    /// (the type llama.cpp assumes when none is stated), 1 for `none`.
+    /// RoPE scale of the global layers: 1 / `rope.scaling.factor` for linear and YaRN scaling
+    /// (linear is the type llama.cpp assumes when none is stated), 1 for `none`.
     pub rope_freq_scale: f32,
     /// The attention window (`attention.sliding_window`) of the layers that have one; see
     /// [`ModelConfig::layer`] for which do.
@@ -59,8 +65,11 @@ pub struct ModelConfig {
 pub struct LayerConfig {
     /// RoPE base frequency θ.
     pub rope_theta: f32,
-    /// Linear RoPE position scale (1 = none).
+    /// RoPE position scale (1 = none).
     pub rope_freq_scale: f32,
+    /// YaRN's corrections (or a magnitude factor alone), the same in every layer as in
+    /// llama.cpp; `None` for plain RoPE.
+    pub rope_yarn: Option<Yarn>,
     /// Tokens each query attends back over; `None` for the whole context.
     pub sliding_window: Option<usize>,
 }
@@ -170,15 +179,29 @@ impl ModelConfig {
                 format!("{block_count} layers is beyond the {MAX_LAYERS} RunIT accepts"),
             ));
         }
+        let context_length = keys.required("context_length")?;
+        let sliding_window = match arch.attention_window {
+            AttentionWindow::EveryLayer => keys.optional("attention.sliding_window")?,
+            // The pattern's local layers need their window.
+            AttentionWindow::Pattern { .. } => Some(keys.required("attention.sliding_window")?),
+        };
+        if let Some(window) = sliding_window.filter(|&window| window > context_length) {
+            return Err(bad(
+                keys.key("attention.sliding_window"),
+                format!("{window} exceeds the context_length {context_length}"),
+            ));
+        }
+        let scaling = rope_scaling::read(&keys, context_length)?;
         let global = LayerConfig {
             rope_theta: keys.float("rope.freq_base")?.unwrap_or(10_000.0),
-            rope_freq_scale: rope_freq_scale(&keys)?,
-            sliding_window: keys.optional("attention.sliding_window")?,
+            rope_freq_scale: scaling.freq_scale,
+            rope_yarn: scaling.yarn,
+            sliding_window,
         };
         let layers = layer_configs(&keys, arch, global, block_count)?;
         Ok(ModelConfig {
             arch,
-            context_length: keys.required("context_length")?,
+            context_length,
             embedding_length,
             block_count,
             feed_forward_length,
@@ -232,6 +255,23 @@ impl ModelConfig {
         }
     }
 
+    /// The factor the queries are multiplied by before the attention, for a row that scales
+    /// them there ([`AttentionScale::Queries`]: `1 / sqrt(query_pre_attn_scalar)`, the scalar
+    /// by llama.cpp's Gemma 3 rule); `None` when the scores take `1 / sqrt(head_dim)`.
+    pub fn query_scale(&self) -> Option<f32> {
+        match self.arch.attention_scale {
+            AttentionScale::Scores => None,
+            AttentionScale::Queries => {
+                let scalar = if self.block_count == GEMMA3_27B_LAYERS {
+                    self.embedding_length / self.head_count
+                } else {
+                    self.head_dim
+                };
+                Some(1.0 / (scalar as f32).sqrt())
+            }
+        }
+    }
+
     /// The extents the tensor schema's shapes are made of.
     pub fn dimensions(&self) -> Dimensions {
         Dimensions {
@@ -243,25 +283,6 @@ impl ModelConfig {
             feed_forward: self.feed_forward_length,
             experts: self.expert_count,
             rope_dim: self.rope_dim,
-        }
-    }
-}
-
-/// The linear RoPE scale: llama.cpp reads a missing `rope.scaling.type` as `linear`, whose
-/// factor is `rope.scaling.factor` (or the older `rope.scale_linear`; 1 when neither is
-/// present). YaRN, LongRoPE and anything else are refused until implemented.
-fn rope_freq_scale(keys: &Keys) -> Result<f32, ModelError> {
-    match keys.string("rope.scaling.type")? {
-        Some("none") => Ok(1.0),
-        None | Some("linear") => {
-            let factor = match keys.float("rope.scaling.factor")? {
-                Some(factor) => Some(factor),
-                None => keys.float("rope.scale_linear")?,
-            };
-            Ok(1.0 / factor.unwrap_or(1.0))
-        }
-        Some(other) => {
-            Err(keys.unsupported("rope.scaling.type", format!("`{other}`"), "none, linear"))
         }
     }
 }
@@ -278,10 +299,22 @@ fn layer_configs(
         AttentionWindow::EveryLayer => return Ok(vec![global; block_count]),
         AttentionWindow::Pattern { default_period } => {
             let key = "attention.sliding_window_pattern";
-            match keys.unsigned(key)? {
-                Some(period) => usize::try_from(period)
-                    .map_err(|_| bad(keys.key(key), format!("{period} does not fit in usize")))?,
+            match keys.value(key) {
                 None => default_period,
+                Some(value) => value
+                    .as_i64()
+                    .filter(|&period| (0..=block_count as i64).contains(&period))
+                    .map(|period| period as usize)
+                    .ok_or_else(|| {
+                        keys.unsupported(
+                            key,
+                            crate::unsupported::describe(value),
+                            &format!(
+                                "a period of layers from 0 to block_count {block_count} \
+                                 (the last layer of each period global)"
+                            ),
+                        )
+                    })?,
             }
         }
     };
@@ -296,6 +329,8 @@ fn layer_configs(
             RopeBase::Uniform => global.rope_freq_scale,
             RopeBase::LocalGlobal { .. } => 1.0,
         },
+        // llama.cpp gives the windowed layers the context's YaRN factors too.
+        rope_yarn: global.rope_yarn,
         sliding_window: global.sliding_window,
     };
     let global = LayerConfig {

@@ -30,6 +30,10 @@ pub enum ModelError {
         "the {arch} architecture needs {feature}, which RunIT's decoder does not implement yet"
     )]
     UnimplementedFeature { arch: String, feature: String },
+    /// A batch's window block tables and the caches' windows disagree (one without the
+    /// other, or another number of spans).
+    #[error("the batch's windowed-layer block tables do not match the KV caches' windows")]
+    WindowMismatch,
     #[error("tensor `{name}` is missing from the model file")]
     MissingTensor { name: String },
     /// The file holds a tensor the architecture's schema does not list.

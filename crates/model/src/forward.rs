@@ -1,20 +1,20 @@
 //! The decoder forward pass: one loop over layers that every architecture row shares.
 //!
 //! ```text
-//! ids -> embedding -> RMSNorm -> per layer: Q/K/V (+bias) -> QK-norm? -> RoPE -> KV write
-//!     -> attention -> output proj -> +residual, RMSNorm -> SwiGLU FFN or MoE
+//! ids -> embedding (x scale?) -> RMSNorm -> per layer: Q/K/V (+bias) -> QK-norm? -> RoPE
+//!     -> KV write -> (queries x scale?) -> attention -> output proj -> post-norm?
+//!     -> +residual, RMSNorm -> gated FFN (SwiGLU, GeGLU) or MoE -> post-norm?
 //!     -> +residual, RMSNorm (the next layer's, or the output norm) -> lm_head -> logits
 //! ```
 //!
 //! The last layer's FFN and the output run only on the rows whose logits are wanted.
 
 use runit_backend::{
-    Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError,
-    Buffer, FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection,
-    QkNorms, RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer,
+    FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection, QkNorms,
+    RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
 };
 
-use crate::arch::{self, Architecture, EmbeddingScale, LogitSoftcap, NormPlacement};
 use crate::observer::{LayerObserver, Observed, PassRows};
 use crate::weights::{FfnWeights, LayerWeights};
 use crate::workspace::{FfnScratch, KvState, Scratch};
@@ -27,6 +27,9 @@ pub struct Batch<'a> {
     pub positions: &'a [u32],
     /// Which rows belong to which sequence, and where their KV cells are.
     pub spans: &'a [SequenceSpan],
+    /// The same spans with the windowed layers' block tables, when those layers keep only
+    /// their windows (`KvState::window_cells`); `None` when they share `spans`' cells.
+    pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are wanted, in output order.
     pub logit_rows: &'a [u32],
 }
@@ -118,6 +121,13 @@ impl Model {
                 n_vocab: c.vocab_size,
             });
         }
+        if batch.window_spans.is_some() != kv.window_cells.is_some()
+            || batch
+                .window_spans
+                .is_some_and(|spans| spans.len() != batch.spans.len())
+        {
+            return Err(ModelError::WindowMismatch);
+        }
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= kv.n_cells) {
             return Err(ModelError::ContextOverflow {
                 position: p as usize,
@@ -128,13 +138,15 @@ impl Model {
             tokens: batch.tokens,
             positions: batch.positions,
             spans: batch.spans,
+            window_spans: batch.window_spans,
             logit_rows: batch.logit_rows,
         };
         // A pass with one row per sequence (decode) is captured once and replayed; prompt
         // chunks vary in length, MoE routing may read the router on the host (the backend
         // says when it does not), and the observer downloads intermediates, so those run op
-        // by op.
+        // by op; so do windowed block tables where the backend's captures cannot hold them.
         let capture = observer.is_none()
+            && (batch.window_spans.is_none() || b.takes_window_spans())
             && (c.expert_count == 0 || b.moe_ffn_on_device(tokens))
             && tokens == batch.spans.len()
             && !batch.logit_rows.is_empty()
@@ -176,6 +188,9 @@ impl Model {
         let w = &self.weights;
         let tokens = batch.tokens.len();
         b.embedding(&w.token_embd, batch.tokens, &mut s.x)?;
+        if let Some(factor) = self.config.embedding_scale() {
+            b.scale(&mut s.x, factor, tokens * self.config.embedding_length)?;
+        }
         let Some(last) = w.layers.len().checked_sub(1) else {
             return self.logits_without_layers(b, batch.logit_rows, s);
         };
@@ -269,8 +284,13 @@ impl Model {
         s: &mut Scratch,
     ) -> Result<(), BackendError> {
         let layer = &self.weights.layers[index];
-        let shape = self.attention_shape(self.config.layer(index));
+        let config = self.config.layer(index);
+        let shape = self.attention_shape(config);
         let tokens = batch.tokens.len();
+        let spans = match (config.sliding_window, batch.window_spans) {
+            (Some(_), Some(window_spans)) => window_spans,
+            _ => batch.spans,
+        };
         // The biases come all three or none (as the weights loader reads them).
         let biases = match (&layer.q_bias, &layer.k_bias, &layer.v_bias) {
             (Some(q), Some(k), Some(v)) => [Some(q), Some(k), Some(v)],
@@ -305,14 +325,17 @@ impl Model {
             freq_factors: self.weights.rope_freqs.as_ref(),
             k_cache: &mut kv.keys[index],
             v_cache: &mut kv.values[index],
-            spans: batch.spans,
+            spans,
             qk_norms,
         })?;
+        if let Some(factor) = self.config.query_scale() {
+            b.scale(&mut s.q, factor, tokens * self.config.q_width())?;
+        }
         let attention = Attention {
             q: &s.q,
             k_cache: &kv.keys[index],
             v_cache: &kv.values[index],
-            spans: batch.spans,
+            spans,
             params: &shape.params,
         };
         b.attention_output(AttentionOutput {
@@ -325,9 +348,9 @@ impl Model {
     }
 
     /// The FFN half of `layer` over the rows of `residual`: the residual add of the
-    /// attention's output with the FFN norm, the FFN into `residual.delta`, and its residual
-    /// add with `next_norm` (the next layer's attention norm, or the output norm) into
-    /// `residual.normed`.
+    /// attention's output (after its post-norm, in a row that has one) with the FFN norm, the
+    /// FFN into `residual.delta` (and its post-norm), and its residual add with `next_norm`
+    /// (the next layer's attention norm, or the output norm) into `residual.normed`.
     fn feed_forward_block(
         &self,
         b: &dyn FusedOps,
@@ -342,6 +365,9 @@ impl Model {
             delta,
             normed,
         } = residual;
+        if let Some(post) = &layer.post_attention_norm {
+            b.rms_norm_in_place(delta, self.norm(post), rows)?;
+        }
         b.add_rms_norm(AddRmsNorm {
             x: &mut *x,
             delta,
@@ -350,6 +376,9 @@ impl Model {
             out: &mut *normed,
         })?;
         self.feed_forward(b, layer, normed, rows, ffn, delta)?;
+        if let Some(post) = &layer.post_ffn_norm {
+            b.rms_norm_in_place(delta, self.norm(post), rows)?;
+        }
         b.add_rms_norm(AddRmsNorm {
             x,
             delta,
@@ -440,6 +469,7 @@ impl Model {
             rotary_dim: c.rope_dim,
             theta: layer.rope_theta,
             freq_scale: layer.rope_freq_scale,
+            yarn: layer.rope_yarn,
         };
         AttentionShape {
             q_rope: rope(c.head_count),
@@ -448,74 +478,13 @@ impl Model {
                 heads: c.head_count,
                 kv_heads: c.head_count_kv,
                 head_dim: c.head_dim,
-                scale: 1.0 / (c.head_dim as f32).sqrt(),
+                // Queries scaled beforehand take the scores as they are.
+                scale: match c.query_scale() {
+                    Some(_) => 1.0,
+                    None => 1.0 / (c.head_dim as f32).sqrt(),
+                },
                 sliding_window: layer.sliding_window,
             },
-        }
-    }
-}
-
-/// The backend activation of `row`'s gated FFN, once the row is one this decoder computes:
-/// the row switches it does not implement yet are refused by name, so a row never asks
-/// for something the layer loop would silently skip.
-pub(crate) fn decoder_activation(row: &Architecture) -> Result<Activation, ModelError> {
-    let missing = |feature: &str| ModelError::UnimplementedFeature {
-        arch: row.name.to_string(),
-        feature: feature.to_string(),
-    };
-    if row.norm_placement != NormPlacement::Pre {
-        return Err(missing("norms after the attention and FFN blocks"));
-    }
-    if row.embedding_scale != EmbeddingScale::None {
-        return Err(missing("scaled token embeddings"));
-    }
-    if row.logit_softcap != LogitSoftcap::None {
-        return Err(missing("logit soft-capping"));
-    }
-    match row.activation {
-        arch::Activation::Silu => Ok(Activation::Silu),
-        arch::Activation::GeluTanh => Err(missing("the GELU (tanh) gated FFN")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_decoder_computes_every_row_of_the_table() {
-        for row in arch::ARCHITECTURES {
-            assert!(decoder_activation(row).is_ok(), "{}", row.name);
-        }
-    }
-
-    #[test]
-    fn rows_asking_for_what_the_decoder_lacks_are_refused_by_name() {
-        let llama = arch::find("llama").expect("the llama row");
-        let cases = [
-            Architecture {
-                activation: arch::Activation::GeluTanh,
-                ..llama.clone()
-            },
-            Architecture {
-                norm_placement: NormPlacement::PreAndPost,
-                ..llama.clone()
-            },
-            Architecture {
-                embedding_scale: EmbeddingScale::SqrtEmbd,
-                ..llama.clone()
-            },
-            Architecture {
-                logit_softcap: LogitSoftcap::FromMetadata,
-                ..llama.clone()
-            },
-        ];
-        for row in cases {
-            let error = decoder_activation(&row).expect_err("refused");
-            assert!(
-                matches!(error, ModelError::UnimplementedFeature { .. }),
-                "{error}"
-            );
         }
     }
 }

@@ -14,10 +14,12 @@
 pub mod arch;
 mod config;
 mod error;
+mod features;
 mod forward;
 mod keys;
 mod observer;
 pub mod resident;
+mod rope_scaling;
 pub mod schema;
 mod unsupported;
 mod weights;
@@ -59,7 +61,7 @@ impl Model {
         placement: WeightPlacement,
     ) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
-        let activation = forward::decoder_activation(config.arch)?;
+        let activation = features::decoder_activation(config.arch)?;
         if let Some(available) = backend.memory_available() {
             let needed: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
             if needed > available as u64 {

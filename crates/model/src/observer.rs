@@ -77,12 +77,16 @@ impl<'a> Observed<'a> {
     }
 
     /// Hands the first rows of `buffer` (`width` values each) to the observer as `name`, or
-    /// `name-layer`. Every node has a row per token, except in the last layer: there all but
-    /// the attention's output (`kqv_out`, `attn_out`) show the rows whose logits are wanted.
+    /// `name-layer`. Every node has a row per token, except in the last layer: there the
+    /// nodes after the attention's output (its FFN half) show the rows whose logits are wanted.
     fn dump(&self, name: &str, layer: Option<usize>, buffer: &Buffer, width: usize) {
         let last = self.rows.layers.checked_sub(1);
+        let after_gather = matches!(
+            name,
+            "ffn_inp" | "ffn_norm" | "ffn_swiglu" | "ffn_out" | "l_out"
+        );
         let rows = match layer {
-            Some(_) if layer == last && !matches!(name, "attn_out" | "kqv_out") => self.rows.logits,
+            Some(_) if layer == last && after_gather => self.rows.logits,
             _ => self.rows.tokens,
         };
         let mut host = vec![0.0; rows * width];
@@ -179,6 +183,10 @@ impl PrimitiveOps for Observed<'_> {
         freq_factors: Option<&Weight>,
     ) -> OpResult {
         self.inner.rope(x, positions, params, freq_factors)
+    }
+
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        self.inner.scale(x, factor, len)
     }
 
     fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {

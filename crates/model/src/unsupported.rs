@@ -23,13 +23,12 @@ const GATING_FUNCTIONS: [&str; 5] = [
 
 /// Factors the decoder never applies, with the values that leave a model unchanged (llama.cpp
 /// writes 0 for an unset scale).
-const NEUTRAL_SCALES: [(&str, &[f32]); 6] = [
+const NEUTRAL_SCALES: [(&str, &[f32]); 5] = [
     ("attention.scale", &[0.0]),
     ("embedding_scale", &[0.0, 1.0]),
     ("logit_scale", &[0.0, 1.0]),
     ("residual_scale", &[0.0, 1.0]),
     ("expert_weights_scale", &[0.0, 1.0]),
-    ("rope.scaling.attn_factor", &[1.0]),
 ];
 
 /// Refuses every key of `keys` that asks for something `row` does not compute.
@@ -115,7 +114,7 @@ fn named(value: u64, names: &[&str]) -> String {
 }
 
 /// A value of any type, for a message.
-fn describe(value: &Value) -> String {
+pub(crate) fn describe(value: &Value) -> String {
     match value {
         Value::Array(array) => format!("an {}", array.type_description()),
         Value::String(text) => format!("`{text}`"),

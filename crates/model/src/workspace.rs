@@ -12,7 +12,13 @@ use crate::{Model, ModelError};
 pub struct KvState {
     pub keys: Vec<KvCache>,
     pub values: Vec<KvCache>,
+    /// Cells of the global layers' caches: the positions a sequence may reach.
     pub n_cells: usize,
+    /// Cells of the windowed layers' caches when they hold only their windows (rings the
+    /// batch's `window_spans` map positions into); `None` when they hold `n_cells` too.
+    pub window_cells: Option<usize>,
+    /// Bytes of every layer's keys and values.
+    pub bytes: usize,
     /// Unique id of these caches (part of a captured step's identity).
     pub(crate) id: u64,
 }
@@ -27,17 +33,40 @@ fn next_workspace_id() -> u64 {
 impl KvState {
     /// Caches of `n_cells` token slots for every layer of `model`.
     pub fn new(model: &Model, n_cells: usize, ty: KvType) -> Result<KvState, ModelError> {
+        KvState::with_windows(model, n_cells, None, ty)
+    }
+
+    /// Caches of `n_cells` token slots for the global layers of `model` and of
+    /// `window_cells` (when given) for its windowed layers.
+    pub fn with_windows(
+        model: &Model,
+        n_cells: usize,
+        window_cells: Option<usize>,
+        ty: KvType,
+    ) -> Result<KvState, ModelError> {
         let width = model.config.kv_width();
+        let element = match ty {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        };
         let mut keys = Vec::with_capacity(model.config.block_count);
         let mut values = Vec::with_capacity(model.config.block_count);
-        for _ in 0..model.config.block_count {
-            keys.push(model.backend.alloc_kv(n_cells, width, ty)?);
-            values.push(model.backend.alloc_kv(n_cells, width, ty)?);
+        let mut bytes = 0;
+        for layer in model.config.layers() {
+            let cells = match (layer.sliding_window, window_cells) {
+                (Some(_), Some(cells)) => cells,
+                _ => n_cells,
+            };
+            keys.push(model.backend.alloc_kv(cells, width, ty)?);
+            values.push(model.backend.alloc_kv(cells, width, ty)?);
+            bytes += 2 * cells * width * element;
         }
         Ok(KvState {
             keys,
             values,
             n_cells,
+            window_cells,
+            bytes,
             id: next_workspace_id(),
         })
     }

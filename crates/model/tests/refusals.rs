@@ -1,51 +1,30 @@
 //! Metadata the engine does not implement is refused with an error naming the key, the value
 //! and the supported values; the values that mean "unset" or that the row implements load.
 
+mod common;
+
 use std::borrow::Cow;
 
 use runit_gguf::{GgufFile, GgufWriter, Value};
 use runit_model::{ModelConfig, ModelError};
 
-/// A tiny model's metadata under `arch` (OLMoE gets its expert counts), plus `extra` (which
-/// replaces a default of the same key).
-fn file(arch: &str, extra: &[(&str, Value)]) -> GgufFile {
-    let mut writer = GgufWriter::new();
-    let key = |suffix: &str| format!("{arch}.{suffix}");
-    writer
-        .add_metadata("general.architecture", Value::String(arch.to_string()))
-        .expect("new key");
-    let mut keys = vec![
-        (key("block_count"), Value::U32(2)),
-        (key("context_length"), Value::U32(256)),
-        (key("embedding_length"), Value::U32(64)),
-        (key("feed_forward_length"), Value::U32(128)),
-        (key("attention.head_count"), Value::U32(4)),
-        (key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
-        (key("vocab_size"), Value::U32(32)),
+/// A tiny model's metadata under `arch` (OLMoE gets its expert counts), with `extra`
+/// (which replaces a default of the same key).
+fn config(arch: &str, extra: &[(&str, Value)]) -> Result<ModelConfig, ModelError> {
+    let mut defaults = vec![
+        ("block_count", Value::U32(2)),
+        ("context_length", Value::U32(256)),
+        ("embedding_length", Value::U32(64)),
+        ("feed_forward_length", Value::U32(128)),
+        ("attention.head_count", Value::U32(4)),
+        ("attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("vocab_size", Value::U32(32)),
     ];
     if arch == "olmoe" {
-        keys.push((key("expert_count"), Value::U32(4)));
-        keys.push((key("expert_used_count"), Value::U32(2)));
+        defaults.push(("expert_count", Value::U32(4)));
+        defaults.push(("expert_used_count", Value::U32(2)));
     }
-    // A key of `extra` replaces the default of the same name.
-    keys.retain(|(name, _)| !extra.iter().any(|(suffix, _)| key(suffix) == *name));
-    keys.extend(
-        extra
-            .iter()
-            .map(|(suffix, value)| (key(suffix), value.clone())),
-    );
-    for (key, value) in keys {
-        writer.add_metadata(key, value).expect("new key");
-    }
-    let mut bytes = Vec::new();
-    writer
-        .write(&mut bytes, |_, _| Ok(Cow::Borrowed(&[][..])))
-        .expect("metadata-only file");
-    GgufFile::from_bytes(bytes).expect("the file reads back")
-}
-
-fn config(arch: &str, extra: &[(&str, Value)]) -> Result<ModelConfig, ModelError> {
-    ModelConfig::from_gguf(&file(arch, extra))
+    common::metadata_config(arch, defaults, extra, &[])
 }
 
 /// `key` = `value` under `arch` is refused, naming the key, the value and `supported`.
@@ -74,15 +53,15 @@ fn text(value: &str) -> Value {
 }
 
 #[test]
-fn rope_scaling_types_other_than_none_and_linear_are_refused() {
-    for scaling in ["yarn", "llama3", "longrope", "dynamic"] {
+fn rope_scaling_types_other_than_none_linear_and_yarn_are_refused() {
+    for scaling in ["llama3", "longrope", "dynamic"] {
         let named = format!("`{scaling}`");
         refused(
             "qwen2",
             "rope.scaling.type",
             text(scaling),
             &named,
-            "none, linear",
+            "none, linear, yarn",
         );
     }
 }
@@ -215,7 +194,6 @@ fn scales_the_decoder_does_not_apply_are_refused() {
         ("logit_scale", 0.5, "0, 1 (not applied)"),
         ("residual_scale", 0.25, "0, 1 (not applied)"),
         ("expert_weights_scale", 2.5, "0, 1 (not applied)"),
-        ("rope.scaling.attn_factor", 1.5, "1 (not applied)"),
     ];
     for (key, value, supported) in cases {
         refused(
@@ -230,7 +208,6 @@ fn scales_the_decoder_does_not_apply_are_refused() {
         ("attention.scale", Value::F32(0.0)),
         ("embedding_scale", Value::F32(1.0)),
         ("logit_scale", Value::F32(0.0)),
-        ("rope.scaling.attn_factor", Value::F32(1.0)),
     ];
     config("olmoe", &neutral).expect("neutral scales load");
 }

@@ -1,7 +1,7 @@
 //! The tensor schema against files made by other tools: every model file in `models/` and
 //! `shared/golden/models` holds exactly the tensors (names and shapes) its row's schema lists,
-//! and Gemma 3, written as a row here, describes the real Gemma 3 270M file: its tensors and
-//! its per-layer attention windows and RoPE bases.
+//! and the Gemma 3 row describes the real Gemma 3 270M file: its tensors and its per-layer
+//! attention windows and RoPE bases.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use runit_backend::RopeStyle;
 use runit_gguf::GgufFile;
 use runit_model::arch::{
-    Activation, Architecture, AttentionWindow, EmbeddingScale, FfnKind, LogitSoftcap,
-    NormPlacement, QkNorm, RopeBase,
+    Activation, AttentionScale, AttentionWindow, EmbeddingScale, NormPlacement, QkNorm,
 };
 use runit_model::schema::Presence;
 use runit_model::ModelConfig;
@@ -85,27 +84,6 @@ fn model_files_hold_exactly_their_rows_tensors() {
     eprintln!("{checked} files checked");
 }
 
-/// Gemma 3 as llama.cpp computes it (src/models/gemma3.cpp): norms before and after each
-/// sublayer, GeGLU, embeddings scaled by sqrt(embd), five local layers then one global one,
-/// local layers on RoPE base 10 000.
-const GEMMA3: Architecture = Architecture {
-    name: "gemma3",
-    covers: "Gemma 3",
-    rope_style: RopeStyle::Neox,
-    rope_base: RopeBase::LocalGlobal {
-        local_default: 10_000.0,
-    },
-    qkv_bias: false,
-    qk_norm: QkNorm::PerHead,
-    norm_placement: NormPlacement::PreAndPost,
-    ffn: FfnKind::DenseGated,
-    activation: Activation::GeluTanh,
-    embedding_scale: EmbeddingScale::SqrtEmbd,
-    attention_window: AttentionWindow::Pattern { default_period: 6 },
-    logit_softcap: LogitSoftcap::None,
-    tied_output: true,
-};
-
 #[test]
 fn gemma3_is_a_row() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
@@ -114,7 +92,22 @@ fn gemma3_is_a_row() {
         return;
     }
     let file = GgufFile::open(&path).expect("model opens");
-    let config = ModelConfig::from_gguf_as(&file, &GEMMA3).expect("config");
+    // Gemma 3 as llama.cpp computes it (src/models/gemma3.cpp): norms before and after each
+    // sublayer, GeGLU, embeddings scaled by sqrt(embd), queries scaled before the attention,
+    // five local layers then one global one, local layers on RoPE base 10 000.
+    let row = runit_model::arch::find("gemma3").expect("a gemma3 row");
+    assert_eq!(row.rope_style, RopeStyle::Neox);
+    assert_eq!(row.norm_placement, NormPlacement::PreAndPost);
+    assert_eq!(row.activation, Activation::GeluTanh);
+    assert_eq!(row.embedding_scale, EmbeddingScale::SqrtEmbd);
+    assert_eq!(row.attention_scale, AttentionScale::Queries);
+    assert_eq!(row.qk_norm, QkNorm::PerHead);
+    assert_eq!(
+        row.attention_window,
+        AttentionWindow::Pattern { default_period: 6 }
+    );
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    assert_eq!(config.query_scale(), Some(1.0 / 16.0));
     assert_eq!(schema_table(&config, &file), file_table(&file));
     let output = config
         .arch

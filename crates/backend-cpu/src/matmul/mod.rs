@@ -223,15 +223,15 @@ pub(crate) struct Part<'p, 'a> {
 pub(crate) enum Epilogue {
     /// Nothing.
     None,
-    /// The SwiGLU gate of parts `[gate, up]`: `gate = silu(gate) * up`, in place, for the
-    /// task's columns of every token (`vector::silu_mul`, as the separate op computes it).
-    SiluMul(crate::vector::Isa),
+    /// The gate of parts `[gate, up]`: `gate = act(gate) * up`, in place, for the task's
+    /// columns of every token (`vector::gated`, as the separate op computes it).
+    Gated(runit_backend::Activation, crate::vector::Isa),
 }
 
 /// Several weights of one type and input width times the same activations, as if each went
 /// through [`matmul`] (the same kernels, so the same bits), but with the activations
 /// converted once and every part's output rows split among the threads in one dispatch.
-/// With [`Epilogue::SiluMul`] the two parts' tasks own the same row ranges, and each task
+/// With [`Epilogue::Gated`] the two parts' tasks own the same row ranges, and each task
 /// applies the gate to its columns as soon as they are written.
 ///
 /// Returns false, having done nothing, when the parts cannot share a dispatch: different
@@ -274,7 +274,7 @@ fn fused_into(
     }
     let row_multiple = match epilogue {
         Epilogue::None => 1,
-        Epilogue::SiluMul(_) => {
+        Epilogue::Gated(..) => {
             let lanes = crate::vector::SILU_GROUP;
             if parts.len() != 2
                 || parts[1].weight.n_out != first.n_out
@@ -327,7 +327,7 @@ fn fused_into(
 /// # Panics
 /// As [`matmul`], for each weight.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_swiglu_down(
+pub(crate) fn matmul_gated_down(
     parts: &mut [Part; 2],
     down: &PackedWeight,
     y: &mut [f32],
@@ -336,6 +336,7 @@ pub(crate) fn matmul_swiglu_down(
     scratch: &mut Vec<u8>,
     tables: &mut Vec<u8>,
     parallelism: &Parallelism,
+    activation: runit_backend::Activation,
     isa: crate::vector::Isa,
 ) -> bool {
     let n = parts[0].weight.n_out;
@@ -349,7 +350,7 @@ pub(crate) fn matmul_swiglu_down(
         tokens,
         scratch,
         parallelism,
-        Epilogue::SiluMul(isa),
+        Epilogue::Gated(activation, isa),
         prepared.as_ref(),
     ) {
         return false;
@@ -477,7 +478,7 @@ impl<'t> Prepared<'t> {
         let blocks = columns.start / 32..columns.end / 32;
         debug_assert_eq!(32 * blocks.len(), columns.len());
         for t in 0..self.rows {
-            // SAFETY: `y` is the `[rows, n]` input of this weight (`matmul_swiglu_down`
+            // SAFETY: `y` is the `[rows, n]` input of this weight (`matmul_gated_down`
             // checked it) and `columns` lies within `0..n`, so the slice is inside it; the
             // caller promises that no other thread writes these columns meanwhile.
             let x = unsafe {
@@ -812,7 +813,7 @@ fn run_plain(
             };
             parallelism.for_each_chunk(bounds.len() - 1, &task);
         }
-        Epilogue::SiluMul(isa) => {
+        Epilogue::Gated(activation, isa) => {
             let [gate, up] = targets else {
                 unreachable!("matmul_fused checked the SwiGLU's two parts")
             };
@@ -832,7 +833,7 @@ fn run_plain(
                             std::slice::from_raw_parts(up.y.at(at), rows.len()),
                         )
                     };
-                    crate::vector::silu_mul(isa, g, u);
+                    crate::vector::gated(isa, activation, g, u);
                 }
                 if let Some(prepared) = prepare {
                     // SAFETY: this task's columns (whole blocks: `row_multiple` is 32),

@@ -1,9 +1,11 @@
-//! Elementwise ops: residual `add`, `add_bias` and the gated activations (SiLU: `silu_mul`).
+//! Elementwise ops: residual `add`, `scale`, `add_bias` and the gated activations (SiLU,
+//! GELU: `vector::gated`).
 //!
-//! `add` is exact in any order, so plain loops (which the compiler vectorises) serve every
-//! SIMD level. `silu_mul` is ggml's `ggml_vec_swiglu_f32` (see `vector::silu_mul`); its
+//! `add` and `scale` are exact in any order, so plain loops (which the compiler vectorises)
+//! serve every SIMD level. SiLU is ggml's `ggml_vec_swiglu_f32` (see `vector::silu_mul`); its
 //! 16-value groups are counted from the start of the buffer, which equals ggml's per-row
-//! grouping whenever the row width (the FFN width) is a multiple of 16.
+//! grouping whenever the row width (the FFN width) is a multiple of 16. GELU is ggml's table
+//! lookup (`runit_backend::gelu`).
 
 use runit_backend::{Activation, BackendError, Buffer, Weight};
 
@@ -41,6 +43,25 @@ fn add_slices(dst: &mut [f32], src: &[f32]) {
     }
 }
 
+/// `x[i] *= factor` for `i < len`.
+pub fn scale(
+    backend: &CpuBackend,
+    x: &mut Buffer,
+    factor: f32,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "scale";
+    let x = data_mut(x, OP, "x")?;
+    at_least(OP, "x elements", len, x.len())?;
+    let body_len = len / CHUNK * CHUNK;
+    let (body, tail) = x[..len].split_at_mut(body_len);
+    backend.for_rows(body, CHUNK, len / CHUNK, |_, out| {
+        vector::scale_f32(out, factor)
+    });
+    vector::scale_f32(tail, factor);
+    Ok(())
+}
+
 /// `gate[i] = activation(gate[i]) * up[i]` for `i < len`.
 pub fn gated_activation(
     backend: &CpuBackend,
@@ -49,19 +70,7 @@ pub fn gated_activation(
     up: &Buffer,
     len: usize,
 ) -> Result<(), BackendError> {
-    match activation {
-        Activation::Silu => silu_mul(backend, gate, up, len),
-    }
-}
-
-/// `gate[i] = silu(gate[i]) * up[i]` for `i < len`.
-pub fn silu_mul(
-    backend: &CpuBackend,
-    gate: &mut Buffer,
-    up: &Buffer,
-    len: usize,
-) -> Result<(), BackendError> {
-    const OP: &str = "silu_mul";
+    const OP: &str = "gated_activation";
     let up = data(up, OP, "up")?;
     at_least(OP, "up elements", len, up.len())?;
     let gate = data_mut(gate, OP, "gate")?;
@@ -70,9 +79,14 @@ pub fn silu_mul(
     let body_len = len / CHUNK * CHUNK;
     let (body, tail) = gate[..len].split_at_mut(body_len);
     backend.for_rows(body, CHUNK, len / CHUNK, |chunk, out| {
-        vector::silu_mul(isa, out, &up[chunk * CHUNK..(chunk + 1) * CHUNK]);
+        vector::gated(
+            isa,
+            activation,
+            out,
+            &up[chunk * CHUNK..(chunk + 1) * CHUNK],
+        );
     });
-    vector::silu_mul(isa, tail, &up[body_len..len]);
+    vector::gated(isa, activation, tail, &up[body_len..len]);
     Ok(())
 }
 
@@ -106,7 +120,7 @@ mod tests {
         let mut up = backend.alloc(3).unwrap();
         backend.upload(&mut gate, &[0.0, 1.0, -2.0]).unwrap();
         backend.upload(&mut up, &[3.0, 2.0, 1.0]).unwrap();
-        silu_mul(&backend, &mut gate, &up, 3).unwrap();
+        gated_activation(&backend, Activation::Silu, &mut gate, &up, 3).unwrap();
         let mut out = [0.0f32; 3];
         backend.download(&gate, &mut out).unwrap();
         let sig = |x: f64| x / (1.0 + (-x).exp());

@@ -82,9 +82,7 @@ pub fn matmul_qkv(
 /// The matmul epilogue that applies `activation` to the gate's columns and multiplies them
 /// by the up projection's (as the separate [`super::elementwise::gated_activation`]).
 fn gated_epilogue(backend: &CpuBackend, activation: Activation) -> matmul::Epilogue {
-    match activation {
-        Activation::Silu => matmul::Epilogue::SiluMul(backend.isa),
-    }
+    matmul::Epilogue::Gated(activation, backend.isa)
 }
 
 /// [`FusedOps::gated_ffn_hidden`](runit_backend::FusedOps::gated_ffn_hidden): the gate and
@@ -126,17 +124,14 @@ pub fn gated_ffn_hidden(backend: &CpuBackend, run: GatedFfnRun<'_>) -> Result<()
 /// [`FusedOps::gated_ffn`](runit_backend::FusedOps::gated_ffn): the gate and up projections
 /// in one dispatch as [`gated_ffn_hidden`], whose tasks also convert their columns of the
 /// activation's output for the down projection where it is a decode batch's
-/// (`matmul::matmul_swiglu_down`, SiLU: the same numbers as the separate ops); else
+/// (`matmul::matmul_gated_down`: the same numbers as the separate ops); else
 /// [`gated_ffn_hidden`] and [`matmul`].
 pub fn gated_ffn(
     backend: &CpuBackend,
     mut run: GatedFfnRun<'_>,
     out: &mut Buffer,
 ) -> Result<(), BackendError> {
-    let fused = match run.ffn.activation {
-        Activation::Silu => swiglu_down(backend, run.reborrow(), out)?,
-    };
-    if fused {
+    if gated_down(backend, run.reborrow(), out)? {
         return Ok(());
     }
     let (down, tokens) = (run.ffn.down, run.tokens);
@@ -144,9 +139,9 @@ pub fn gated_ffn(
     matmul(backend, down, run.hidden, tokens, out)
 }
 
-/// The SwiGLU FFN in the dispatch of `matmul::matmul_swiglu_down`; false where that does not
+/// The gated FFN in the dispatch of `matmul::matmul_gated_down`; false where that does not
 /// take it (nothing computed).
-fn swiglu_down(
+fn gated_down(
     backend: &CpuBackend,
     run: GatedFfnRun<'_>,
     out: &mut Buffer,
@@ -174,7 +169,7 @@ fn swiglu_down(
         },
     ];
     Ok(with_scratches(backend, |scratch, tables, parallelism| {
-        matmul::matmul_swiglu_down(
+        matmul::matmul_gated_down(
             &mut parts,
             &down,
             y,
@@ -183,6 +178,7 @@ fn swiglu_down(
             scratch,
             tables,
             parallelism,
+            ffn.activation,
             backend.isa,
         )
     }))

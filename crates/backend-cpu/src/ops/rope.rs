@@ -1,4 +1,5 @@
-//! Rotary position embedding, as ggml's CPU `rope` computes it (no YaRN, `attn_factor` 1).
+//! Rotary position embedding, as ggml's CPU `rope` computes it (with YaRN's corrections when
+//! the rotation has them: `RopeParams::corrections`).
 //!
 //! For each token, ggml fills a cos/sin cache with a running angle in f32: `θ₀ = pos`, and
 //! after each pair `θ *= base^(-2/rotary_dim)`; pair `i` uses `freq_scale * (θᵢ / factor[i])`
@@ -66,7 +67,7 @@ pub fn rope_both(
             let (theta, scale) = (p.theta.to_bits(), p.freq_scale.to_bits());
             (p.style, p.head_dim, p.rotary_dim, theta, scale)
         };
-        key(a) == key(b)
+        key(a) == key(b) && a.yarn == b.yarn
     };
     match k {
         Some(k) if !alike(q_params, k_params) => {
@@ -262,6 +263,7 @@ mod tests {
             rotary_dim: 4,
             theta: 100.0,
             freq_scale: 1.0,
+            yarn: None,
         }
     }
 

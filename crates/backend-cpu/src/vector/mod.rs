@@ -8,7 +8,7 @@
 //! AVX512-FP16, so the f16 kernels handle the first `n - n % 128` elements of a row in native
 //! f16 arithmetic (`runit_quant::dot::half_arith`: head_dim 128 and up). The loops mirror ggml's
 //! `ggml_vec_dot_f16`, `ggml_vec_dot_f32`, `ggml_vec_mad_f16/f32`, `ggml_vec_scale_f16/f32`
-//! and `ggml_vec_swiglu_f32` (see [`silu`]). The AVX2 path and the scalar twin agree bit for
+//! and `ggml_vec_swiglu_f32` (see [`silu`]); the GeGLU gate is a table lookup ([`gelu_mul`]). The AVX2 path and the scalar twin agree bit for
 //! bit.
 
 mod silu;
@@ -21,6 +21,25 @@ use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
 pub use softmax::soft_max_f32;
+
+use runit_backend::{gelu, Activation};
+
+/// `gate[i] = activation(gate[i]) * up[i]`: [`silu_mul`], or [`gelu_mul`].
+pub fn gated(isa: Isa, activation: Activation, gate: &mut [f32], up: &[f32]) {
+    match activation {
+        Activation::Silu => silu_mul(isa, gate, up),
+        Activation::GeluTanh => gelu_mul(gate, up),
+    }
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]` through ggml's f16 table ([`gelu::gate`]): a lookup per
+/// element, the same on every SIMD level.
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    let table = gelu::table();
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu::gate(table, *g, u);
+    }
+}
 
 /// Which kernels run: chosen once by the backend from its SIMD level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

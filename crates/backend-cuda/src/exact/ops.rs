@@ -91,9 +91,9 @@ pub(crate) struct AngleTable {
 }
 
 struct Angles {
-    /// theta and freq_scale bits, rotary_dim, and the device address of the frequency
-    /// factors (0 without; a weight's values never change).
-    key: (u32, u32, usize, u64),
+    /// theta and freq_scale bits, rotary_dim, the device address of the frequency factors
+    /// (0 without; a weight's values never change), and YaRN's corrections.
+    key: (u32, u32, usize, u64, Option<[u32; 5]>),
     positions: usize,
     /// The table's device memory (`ptr` points into it; dropped when the table is rebuilt).
     _memory: CudaSlice<f32>,
@@ -118,6 +118,15 @@ pub(crate) fn rope(
         params.freq_scale.to_bits(),
         params.rotary_dim,
         factors.unwrap_or(0),
+        params.yarn.map(|yarn| {
+            [
+                yarn.ext_factor.to_bits(),
+                yarn.attn_factor.to_bits(),
+                yarn.beta_fast.to_bits(),
+                yarn.beta_slow.to_bits(),
+                yarn.original_context,
+            ]
+        }),
     );
     let positions = max_position as usize + 1;
     let mut table = backend

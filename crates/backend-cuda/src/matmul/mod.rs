@@ -300,6 +300,8 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     let (gate, activation) = (ffn.gate, ffn.activation);
     let fits = match activation {
         Activation::Silu => gate.ty == ffn.up.ty && gate.shape == ffn.up.shape,
+        // The fused decode kernel computes SwiGLU only.
+        Activation::GeluTanh => false,
     };
     if tokens > MATVEC_MAX_TOKENS || !fits {
         matmul(backend, gate, x, tokens, hidden)?;

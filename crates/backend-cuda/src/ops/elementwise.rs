@@ -1,6 +1,6 @@
-//! Element-wise ops on f32 activations: the gated activations (SiLU: `silu_mul`) and `add_bias`
-//! (kernels/elementwise.cu; `add` and `copy` launch from the backend itself), plus the
-//! argument checks the other ops of this crate share.
+//! Element-wise ops on f32 activations: the gated activations (SiLU: `silu_mul`, GELU:
+//! `gelu_mul`), `scale` and `add_bias` (kernels/elementwise.cu; `add` and `copy` launch from
+//! the backend itself), plus the argument checks the other ops of this crate share.
 
 use runit_backend::{Activation, BackendError, Buffer, Device, Weight};
 use runit_quant::GgmlType;
@@ -8,7 +8,8 @@ use runit_quant::GgmlType;
 use crate::memory::{buffer_ptr, check_len, weight_ptr};
 use crate::{grid_for, launch, CudaBackend};
 
-/// `gate[i] = activation(gate[i]) * up[i]` for `i < len`.
+/// `gate[i] = activation(gate[i]) * up[i]` for `i < len`. GELU goes through the backend's
+/// copy of ggml's f16 table (`runit_backend::gelu`): exact, so both modes run its kernel.
 pub fn gated_activation(
     backend: &CudaBackend,
     activation: Activation,
@@ -16,37 +17,66 @@ pub fn gated_activation(
     up: &Buffer,
     len: usize,
 ) -> Result<(), BackendError> {
-    match activation {
-        Activation::Silu => silu_mul(backend, gate, up, len),
-    }
-}
-
-/// `gate[i] = silu(gate[i]) * up[i]` for `i < len`.
-fn silu_mul(
-    backend: &CudaBackend,
-    gate: &mut Buffer,
-    up: &Buffer,
-    len: usize,
-) -> Result<(), BackendError> {
-    const OP: &str = "silu_mul";
-    check_len(OP, "up", up, len)?;
-    check_len(OP, "gate", gate, len)?;
+    let op = match activation {
+        Activation::Silu => "silu_mul",
+        Activation::GeluTanh => "gelu_mul",
+    };
+    check_len(op, "up", up, len)?;
+    check_len(op, "gate", gate, len)?;
     if len == 0 {
         return Ok(());
     }
-    let gate = buffer_ptr(OP, "gate", gate)?;
-    let up = buffer_ptr(OP, "up", up)?;
-    if backend.exact_numerics() {
-        return crate::exact::ops::silu_mul(backend, gate, up, len);
+    let gate = buffer_ptr(op, "gate", gate)?;
+    let up = buffer_ptr(op, "up", up)?;
+    match activation {
+        Activation::Silu if backend.exact_numerics() => {
+            crate::exact::ops::silu_mul(backend, gate, up, len)
+        }
+        Activation::Silu => launch!(
+            backend,
+            op,
+            "elementwise.cu",
+            "silu_mul_f32",
+            grid_for(len),
+            gate,
+            up,
+            len as u64
+        ),
+        Activation::GeluTanh => launch!(
+            backend,
+            op,
+            "elementwise.cu",
+            "gelu_mul_f32",
+            grid_for(len),
+            gate,
+            up,
+            backend.gelu_table(),
+            len as u64
+        ),
     }
+}
+
+/// `x[i] *= factor` for `i < len` (one rounded product: exact, so both modes run it).
+pub fn scale(
+    backend: &CudaBackend,
+    x: &mut Buffer,
+    factor: f32,
+    len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "scale";
+    check_len(OP, "x", x, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let x = buffer_ptr(OP, "x", x)?;
     launch!(
         backend,
         OP,
         "elementwise.cu",
-        "silu_mul_f32",
+        "scale_f32",
         grid_for(len),
-        gate,
-        up,
+        x,
+        factor,
         len as u64
     )
 }

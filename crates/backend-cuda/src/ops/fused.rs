@@ -76,6 +76,9 @@ fn same_rotation(q: &RopeParams, k: &RopeParams) -> bool {
         && q.rotary_dim == k.rotary_dim
         && q.theta.to_bits() == k.theta.to_bits()
         && q.freq_scale.to_bits() == k.freq_scale.to_bits()
+        // The fused kernel rotates without YaRN's corrections; rope.cu applies them.
+        && q.yarn.is_none()
+        && k.yarn.is_none()
 }
 
 /// The QK norms, RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch.
@@ -229,6 +232,7 @@ mod tests {
             rotary_dim: 64,
             theta: 1e6,
             freq_scale: 1.0,
+            yarn: None,
         };
         let k = RopeParams { heads: 2, ..q };
         assert!(same_rotation(&q, &k));

@@ -56,6 +56,7 @@ pub fn rope(
             factors,
         );
     }
+    let corrections = params.corrections();
     launch!(
         backend,
         OP,
@@ -71,6 +72,10 @@ pub fn rope(
         to_u32(OP, "rotary_dim", rotary_dim)?,
         theta_scale,
         params.freq_scale,
+        corrections.ext_factor,
+        corrections.magnitude,
+        corrections.ramp[0],
+        corrections.ramp[1],
         u32::from(params.style == RopeStyle::Neox),
         tokens
     )
@@ -116,6 +121,7 @@ mod tests {
             rotary_dim: 4,
             theta: 100.0,
             freq_scale: 1.0,
+            yarn: None,
         };
         // base 100 over 4 dims: each pair turns 10 times slower than the one before.
         assert!((theta_scale(&params) - 0.1).abs() < 1e-7);

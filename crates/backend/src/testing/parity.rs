@@ -12,13 +12,15 @@
 
 use runit_quant::GgmlType;
 
+mod elementwise;
+
 use super::attention_setup::AttentionSetup;
 use super::moe_setup::MoeCase;
 use super::random::{make_weight, make_weight_as, Rng};
 use super::report::{nmse, ParityCase, ParityOutcome, ParityReport};
 use crate::{
-    Activation, Attention, AttentionParams, Backend, BackendError, Buffer, BufferCopy, KvType,
-    KvWrite, Op, RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, WeightRole,
+    Attention, AttentionParams, Backend, BackendError, Buffer, BufferCopy, KvType, KvWrite, Op,
+    RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, WeightRole, Yarn,
 };
 
 /// The weight types matmul and embedding are checked with (those the candidate supports).
@@ -201,50 +203,6 @@ impl Suite<'_> {
         }
     }
 
-    fn elementwise(&mut self) {
-        let mut rng = Rng::new(0x5eed_0003);
-        let len = 40_000;
-        let a = rng.values(len, -6.0, 6.0);
-        let c = rng.values(len, -2.0, 2.0);
-        self.case(
-            "add",
-            format!("{len} elements"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let mut dst = buffer(b, &a)?;
-                b.add(&mut dst, &buffer(b, &c)?, len - 3)?;
-                read(b, &dst, len)
-            },
-        );
-        self.case(
-            "gated_activation",
-            format!("silu, {len} elements"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let mut gate = buffer(b, &a)?;
-                b.gated_activation(Activation::Silu, &mut gate, &buffer(b, &c)?, len - 5)?;
-                read(b, &gate, len)
-            },
-        );
-        let (tokens, width) = (3, 96);
-        let x = rng.values(tokens * width, -1.0, 1.0);
-        let bias = rng.values(width, -0.5, 0.5);
-        self.case(
-            "add_bias",
-            format!("{tokens} x {width}"),
-            None,
-            ELEMENTWISE_BOUND,
-            |b| {
-                let weight = make_weight(b, "parity.bias", GgmlType::F32, &[width], &bias)?;
-                let mut input = buffer(b, &x)?;
-                b.add_bias(&mut input, &weight, tokens)?;
-                read(b, &input, tokens * width)
-            },
-        );
-    }
-
     fn norms(&mut self) {
         let mut rng = Rng::new(0x5eed_0004);
         for (rows, width, eps) in [(5usize, 576usize, 1e-5f32), (24, 64, 1e-6), (1, 2048, 1e-6)] {
@@ -276,15 +234,47 @@ impl Suite<'_> {
 
     fn rope(&mut self) {
         let positions = [0u32, 1, 17, 300, 4095];
+        // YaRN of a 4x extension of 4096 tokens (Qwen2.5's published settings), and a
+        // magnitude factor alone.
+        let yarn = Yarn {
+            ext_factor: 1.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            original_context: 4096,
+        };
+        let magnitude = Yarn {
+            ext_factor: 0.0,
+            attn_factor: 0.75,
+            ..yarn
+        };
         let settings = [
-            (RopeStyle::Normal, 64, 64, 10_000.0, 1.0, false),
-            (RopeStyle::Neox, 64, 64, 1_000_000.0, 1.0, false),
-            (RopeStyle::Neox, 128, 64, 10_000.0, 0.25, false),
-            (RopeStyle::Normal, 64, 64, 500_000.0, 1.0, true),
-            (RopeStyle::Neox, 32, 32, 10_000.0, 1.0, true),
+            (RopeStyle::Normal, 64, 64, 10_000.0, 1.0, false, None),
+            (RopeStyle::Neox, 64, 64, 1_000_000.0, 1.0, false, None),
+            (RopeStyle::Neox, 128, 64, 10_000.0, 0.25, false, None),
+            (RopeStyle::Normal, 64, 64, 500_000.0, 1.0, true, None),
+            (RopeStyle::Neox, 32, 32, 10_000.0, 1.0, true, None),
+            (
+                RopeStyle::Neox,
+                128,
+                128,
+                1_000_000.0,
+                0.25,
+                false,
+                Some(yarn),
+            ),
+            (
+                RopeStyle::Normal,
+                64,
+                64,
+                10_000.0,
+                1.0,
+                false,
+                Some(magnitude),
+            ),
         ];
         let mut rng = Rng::new(0x5eed_0005);
-        for (style, head_dim, rotary_dim, theta, freq_scale, factors) in settings {
+        for (style, head_dim, rotary_dim, theta, freq_scale, factors, yarn) in settings {
             let heads = 3;
             let x = rng.values(positions.len() * heads * head_dim, -1.0, 1.0);
             let freq = rng.values(rotary_dim / 2, 1.0, 8.0);
@@ -295,10 +285,15 @@ impl Suite<'_> {
                 rotary_dim,
                 theta,
                 freq_scale,
+                yarn,
             };
             let detail = format!(
-                "{style:?} d{head_dim} rot{rotary_dim} base {theta:e} scale {freq_scale}{}",
-                if factors { " +freqs" } else { "" }
+                "{style:?} d{head_dim} rot{rotary_dim} base {theta:e} scale {freq_scale}{}{}",
+                if factors { " +freqs" } else { "" },
+                yarn.map_or(String::new(), |y| format!(
+                    " yarn ext {} attn {}",
+                    y.ext_factor, y.attn_factor
+                ))
             );
             self.case("rope", detail, None, ROPE_BOUND, |b| {
                 let weight = match factors {

@@ -189,6 +189,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             output.tokens.len(),
             output.decode_tokens_per_second(),
         );
+        let windows = session.window_ring_cells().map_or(String::new(), |cells| {
+            format!(" (windowed layers keep {cells} cells)")
+        });
+        eprintln!(
+            "kv cache: {:.1} MiB for the sequence{windows}",
+            session.kv_cache_bytes() as f64 / (1u64 << 20) as f64
+        );
     }
     Ok(())
 }

@@ -35,8 +35,8 @@ const SINGLE_TYPES: [GgmlType; 3] = [GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q
 /// Arguments of `runit synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The model to imitate: qwen2.5-0.5b, qwen2.5-7b, qwen3-0.6b, llama3-8b, smollm2-135m or
-    /// olmoe-1b-7b (`--list-shapes` prints their hyperparameters).
+    /// The model to imitate: qwen2.5-0.5b, qwen2.5-7b, qwen3-0.6b, llama3-8b, smollm2-135m,
+    /// olmoe-1b-7b or gemma3-1b (`--list-shapes` prints their hyperparameters).
     #[arg(long, required_unless_present = "list_shapes")]
     pub shape: Option<String>,
     /// Weight type: a llama-quantize preset (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S,

@@ -239,7 +239,7 @@ impl Scheduler {
         let trained = config.context_size_for(&model);
         let capacity = config.batch_size.min(trained);
         let scratch = Scratch::new(&model, capacity.max(MAX_DECODE_ROWS.min(trained)))?;
-        let cache = config.allocate_cache(&model, true)?;
+        let cache = config.allocate_cache(&model, true, config.max_sequences)?;
         let context_size = cache.context_size;
         let capacity = capacity.min(context_size);
         let stats = SchedulerStats {

@@ -18,6 +18,7 @@ use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS}
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
 use crate::sampler::{log_probability, top_logprobs};
+use crate::window::WindowRings;
 use crate::{GeneratedToken, Sampler};
 
 /// An admitted sequence.
@@ -33,6 +34,8 @@ struct Sequence {
     next: Option<u32>,
     generated: usize,
     block_table: Vec<u32>,
+    /// The windowed layers' ring, when they keep only their windows (`crate::window`).
+    window_ring: Vec<u32>,
     /// Blocks of its own (not shared at admission) set aside for the sequence's longest
     /// possible run.
     commitment: usize,
@@ -55,6 +58,8 @@ pub(super) struct Worker {
     kv: KvState,
     scratch: Scratch,
     blocks: BlockAllocator,
+    /// The windowed layers' rings, when they keep only their windows.
+    windows: Option<WindowRings>,
     context_size: usize,
     /// Prompt tokens per forward pass (the chunk size of `Session::eval`).
     chunk_size: usize,
@@ -84,6 +89,7 @@ impl Worker {
             kv: cache.kv,
             scratch,
             blocks: cache.blocks,
+            windows: cache.windows,
             context_size: cache.context_size,
             chunk_size,
             max_sequences,
@@ -198,6 +204,11 @@ impl Worker {
             let reused = shared.len() * self.blocks.block_size();
             self.metrics.admit(request.prompt.len(), reused);
             self.promised += commitment;
+            let mut window_ring = Vec::new();
+            if let Some(rings) = &mut self.windows {
+                let taken = rings.take(&mut window_ring);
+                assert!(taken, "a ring for each of max_sequences sequences");
+            }
             self.active.push(Sequence {
                 request,
                 sampler,
@@ -207,6 +218,7 @@ impl Worker {
                 next: None,
                 generated: 0,
                 block_table,
+                window_ring,
                 commitment,
                 taken: 0,
                 indexed: Some(shared.len()),
@@ -239,10 +251,12 @@ impl Worker {
                 positions.push(n_past as u32);
             }
             let logit_rows: Vec<u32> = (0..group.len() as u32).collect();
+            let window_spans = self.window_spans(group.iter().copied().zip(&spans));
             let batch = Batch {
                 tokens: &tokens,
                 positions: &positions,
                 spans: &spans,
+                window_spans: window_spans.as_deref(),
                 logit_rows: &logit_rows,
             };
             // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
@@ -349,10 +363,12 @@ impl Worker {
                 ending.push(i);
             }
         }
+        let window_spans = self.window_spans(chunks.iter().map(|&(i, ..)| i).zip(&spans));
         let batch = Batch {
             tokens: &tokens,
             positions: &positions,
             spans: &spans,
+            window_spans: window_spans.as_deref(),
             logit_rows: &logit_rows,
         };
         if let Err(error) = self.forward(&batch) {
@@ -496,10 +512,26 @@ impl Worker {
         }
     }
 
+    /// The windowed layers' spans of `(sequence, span)` pairs, when they keep only their
+    /// windows.
+    fn window_spans<'s>(
+        &self,
+        spans: impl Iterator<Item = (usize, &'s SequenceSpan)>,
+    ) -> Option<Vec<SequenceSpan>> {
+        self.windows.as_ref()?;
+        let span = |(i, span): (usize, &SequenceSpan)| {
+            WindowRings::span(&self.active[i].window_ring, span)
+        };
+        Some(spans.map(span).collect())
+    }
+
     /// Frees sequence `i`'s blocks and commitment; returns its sink.
     fn remove(&mut self, i: usize) -> Box<dyn EventSink> {
         let mut sequence = self.active.remove(i);
         self.blocks.release(&mut sequence.block_table);
+        if let Some(rings) = &mut self.windows {
+            rings.release(&mut sequence.window_ring);
+        }
         self.promised -= sequence.commitment - sequence.taken;
         sequence.sink
     }

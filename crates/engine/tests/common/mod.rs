@@ -56,7 +56,7 @@ pub fn test_device() -> String {
     std::env::var("RUNIT_TEST_DEVICE").unwrap_or_else(|_| "cpu".to_string())
 }
 
-/// Architectures the engine supports (Gemma 3 goldens exist but are not part of this set).
+/// Whether the file's architecture is a row of the engine's table.
 pub fn is_supported_arch(path: &Path) -> bool {
     let file = runit_gguf::GgufFile::open(path).expect("model opens");
     let arch = file

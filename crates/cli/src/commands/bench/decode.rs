@@ -93,6 +93,7 @@ impl<'m> DecodeBench<'m> {
                 positions: &positions,
                 spans: &spans,
                 logit_rows: &[],
+                window_spans: None,
             };
             self.model.forward(
                 &batch,
@@ -122,6 +123,7 @@ impl<'m> DecodeBench<'m> {
                 positions: &positions,
                 spans: &spans,
                 logit_rows: &rows,
+                window_spans: None,
             };
             self.model.forward(
                 &pass,

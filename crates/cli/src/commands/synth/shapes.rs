@@ -35,6 +35,10 @@ pub struct Shape {
     pub context_length: u32,
     /// `rope_theta`.
     pub rope_theta: f32,
+    /// `sliding_window` and `rope_local_base_freq` of a model whose layers alternate between
+    /// windowed and global attention (Gemma 3: five windowed layers, then a global one, the
+    /// period its architecture row assumes); `None` for global attention everywhere.
+    pub window: Option<Window>,
     /// `rms_norm_eps`.
     pub rms_norm_eps: f32,
     /// `vocab_size`: rows of the embedding and output matrices, and the token count.
@@ -58,8 +62,17 @@ pub struct Experts {
     pub normalize_weights: bool,
 }
 
+/// The windowed layers of a shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// `sliding_window`: tokens a windowed layer attends back over.
+    pub tokens: u32,
+    /// `rope_local_base_freq`: the windowed layers' RoPE base.
+    pub rope_theta: f32,
+}
+
 /// Every shape, in the order `--list-shapes` prints them.
-pub const SHAPES: [Shape; 6] = [
+pub const SHAPES: [Shape; 7] = [
     Shape {
         name: "qwen2.5-0.5b",
         source: "Qwen/Qwen2.5-0.5B-Instruct",
@@ -72,6 +85,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: None,
         context_length: 32768,
         rope_theta: 1_000_000.0,
+        window: None,
         rms_norm_eps: 1e-6,
         vocab_size: 151_936,
         tied_embeddings: true,
@@ -90,6 +104,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: None,
         context_length: 32768,
         rope_theta: 1_000_000.0,
+        window: None,
         rms_norm_eps: 1e-6,
         vocab_size: 152_064,
         tied_embeddings: false,
@@ -108,6 +123,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: Some(128),
         context_length: 40960,
         rope_theta: 1_000_000.0,
+        window: None,
         rms_norm_eps: 1e-6,
         vocab_size: 151_936,
         tied_embeddings: true,
@@ -126,6 +142,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: None,
         context_length: 8192,
         rope_theta: 500_000.0,
+        window: None,
         rms_norm_eps: 1e-5,
         vocab_size: 128_256,
         tied_embeddings: false,
@@ -144,6 +161,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: None,
         context_length: 8192,
         rope_theta: 100_000.0,
+        window: None,
         rms_norm_eps: 1e-5,
         vocab_size: 49_152,
         tied_embeddings: true,
@@ -162,6 +180,7 @@ pub const SHAPES: [Shape; 6] = [
         explicit_head_dim: None,
         context_length: 4096,
         rope_theta: 10_000.0,
+        window: None,
         rms_norm_eps: 1e-5,
         vocab_size: 50_304,
         tied_embeddings: false,
@@ -171,6 +190,28 @@ pub const SHAPES: [Shape; 6] = [
             normalize_weights: false,
         }),
         tokenizer: &super::vocab::OLMO,
+    },
+    Shape {
+        name: "gemma3-1b",
+        source: "google/gemma-3-1b-it",
+        architecture: "gemma3",
+        num_layers: 26,
+        embedding_length: 1152,
+        feed_forward_length: 6912,
+        num_heads: 4,
+        num_kv_heads: 1,
+        explicit_head_dim: Some(256),
+        context_length: 32768,
+        rope_theta: 1_000_000.0,
+        window: Some(Window {
+            tokens: 512,
+            rope_theta: 10_000.0,
+        }),
+        rms_norm_eps: 1e-6,
+        vocab_size: 262_144,
+        tied_embeddings: true,
+        experts: None,
+        tokenizer: &super::vocab::GEMMA,
     },
 ];
 
@@ -307,6 +348,10 @@ impl Shape {
                 keys.push((key("expert_weights_norm"), Value::Bool(true)));
             }
         }
+        if let Some(window) = self.window {
+            keys.push((key("attention.sliding_window"), Value::U32(window.tokens)));
+            keys.push((key("rope.freq_base_swa"), Value::F32(window.rope_theta)));
+        }
         keys.push((key("vocab_size"), count(self.vocab_size)));
         keys.push((key("rope.dimension_count"), count(self.head_dim())));
         keys
@@ -336,6 +381,7 @@ mod tests {
             ("llama3-8b", 8.03e9),
             ("smollm2-135m", 0.1348e9),
             ("olmoe-1b-7b", 6.92e9),
+            ("gemma3-1b", 1.0e9),
         ];
         for (name, parameters) in stated {
             let shape = find(name).expect("shape in the table");

@@ -66,6 +66,24 @@ pub const SMOLLM: TokenizerStyle = TokenizerStyle {
     chat_template: Some(CHATML_TEMPLATE),
 };
 
+/// Gemma 3 (its SentencePiece vocabulary's control tokens at their ids; the byte-level
+/// vocabulary around them only stands in for its size). Base models ship no template.
+pub const GEMMA: TokenizerStyle = TokenizerStyle {
+    pre: "default",
+    specials: &[
+        (0, "<pad>"),
+        (1, "<eos>"),
+        (2, "<bos>"),
+        (3, "<unk>"),
+        (105, "<start_of_turn>"),
+        (106, "<end_of_turn>"),
+    ],
+    bos: 2,
+    eos: 1,
+    add_bos: true,
+    chat_template: None,
+};
+
 /// OLMo and OLMoE: GPT-NeoX-20B's BPE with the PII-masking tokens of Dolma, GPT-2's
 /// pre-tokenizer (llama.cpp's `olmo`). `<|endoftext|>` both separates documents and ends them;
 /// the base models add no BOS and have no chat template.
@@ -187,6 +205,7 @@ mod tests {
             (&LLAMA3, 128_256),
             (&SMOLLM, 49_152),
             (&OLMO, 50_304),
+            (&GEMMA, 262_144),
         ] {
             let tokenizer = tokenizer(style, size);
             assert_eq!(tokenizer.n_vocab() as u64, size);
