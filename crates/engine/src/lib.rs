@@ -15,6 +15,7 @@
 //! ```
 
 mod config;
+pub mod constraint;
 mod error;
 mod generate;
 pub mod kv_blocks;

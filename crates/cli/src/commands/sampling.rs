@@ -57,6 +57,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_window: self.repeat_last_n,
             seed: self.seed.unwrap_or_else(random_seed),
+            ..SamplerParams::DEFAULT
         };
         params.validate()?;
         Ok(params)

@@ -384,7 +384,13 @@ impl Worker {
             Vec::new()
         };
         let mut candidates = logits.to_vec();
-        let id = sequence.sampler.sample(&mut candidates);
+        let id = match sequence.sampler.sample(&mut candidates) {
+            Ok(id) => id,
+            Err(error) => {
+                sequence.next = None;
+                return Some(SequenceEvent::Failed(format!("sampling failed: {error}")));
+            }
+        };
         // The same value as in `top` when the token is listed there (exact softmax).
         let logprob = top
             .iter()
