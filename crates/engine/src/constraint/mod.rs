@@ -240,8 +240,13 @@ impl Constraint {
         }
     }
 
-    /// Follows `token`, sampled from masked logits.
+    /// Follows `token`, sampled from masked logits. Once the grammar is complete its mask
+    /// admits only the end of generation, which needs no following.
     pub fn accept(&mut self, token: u32) -> Result<(), ConstraintError> {
+        if self.matcher.is_stopped() && !self.matcher.is_error() {
+            self.generated += 1;
+            return Ok(());
+        }
         self.matcher
             .consume_token(token)
             .map_err(|error| ConstraintError::Refused {
