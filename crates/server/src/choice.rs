@@ -56,15 +56,18 @@ pub struct Choice {
     stop: StopMatcher,
     logprobs: bool,
     generated: usize,
+    /// Text that starts the first delta (the echoed prompt), not matched against stops.
+    prefix: String,
 }
 
 impl Choice {
-    /// A choice and the sink to submit its sequence with.
+    /// A choice and the sink to submit its sequence with; its text starts with `prefix`.
     pub fn new(
         index: usize,
         tokenizer: Arc<Tokenizer>,
         stops: Vec<String>,
         logprobs: bool,
+        prefix: String,
     ) -> (Choice, ChannelSink) {
         let (sender, receiver) = unbounded_channel();
         let choice = Choice {
@@ -75,6 +78,7 @@ impl Choice {
             stop: StopMatcher::new(stops),
             logprobs,
             generated: 0,
+            prefix,
         };
         (choice, ChannelSink(sender))
     }
@@ -134,6 +138,9 @@ impl Choice {
             }
         }
         delta.completion_tokens = self.generated;
+        if !self.prefix.is_empty() {
+            delta.text.insert_str(0, &std::mem::take(&mut self.prefix));
+        }
         Some(delta)
     }
 

@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::log::RequestLog;
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
-use crate::{template, AppState};
+use crate::{structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -65,7 +65,8 @@ pub async fn chat(
     let id = state.next_request_id(Endpoint::Chat);
     respond(&id, "/v1/chat/completions", async {
         let body = read_body(&state, body)?;
-        let options = request::options(&body, true)?;
+        let mut options = request::options(&body, Endpoint::Chat, state.tokenizer.n_vocab())?;
+        constrain(&state, &mut options).await?;
         check_model(&state, &options)?;
         let messages = request::messages(&body)?;
         let prompt = template::chat_prompt(&state, messages).await?;
@@ -90,16 +91,32 @@ pub async fn completions(
     let id = state.next_request_id(Endpoint::Completion);
     respond(&id, "/v1/completions", async {
         let body = read_body(&state, body)?;
-        let options = request::options(&body, false)?;
+        let mut options =
+            request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
+        constrain(&state, &mut options).await?;
         check_model(&state, &options)?;
         // A raw prompt is the client's own: special-token text in it is parsed.
-        let prompts = request::prompts(&body)?
-            .into_iter()
-            .map(|prompt| match prompt {
-                Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
-                Prompt::Tokens(ids) => ids,
-            })
-            .collect();
+        let mut prompts = Vec::new();
+        for prompt in request::prompts(&body)? {
+            let (ids, text) = match prompt {
+                Prompt::Text(text) => (state.tokenizer.encode(&text, true, false), text),
+                Prompt::Tokens(ids) => {
+                    let text = if options.echo {
+                        let bytes = state.tokenizer.decode(&ids).map_err(|error| {
+                            ApiError::invalid("prompt", error.to_string())
+                        })?;
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    } else {
+                        String::new()
+                    };
+                    (ids, text)
+                }
+            };
+            prompts.push(ids);
+            if options.echo {
+                options.echo_texts.push(text);
+            }
+        }
         run(
             &state,
             Endpoint::Completion,
@@ -111,6 +128,14 @@ pub async fn completions(
         .await
     })
     .await
+}
+
+/// Compiles the grammar `options` asks for into its sampler settings.
+async fn constrain(state: &Arc<AppState>, options: &mut Options) -> Result<(), ApiError> {
+    if let Some(requested) = options.grammar.take() {
+        options.sampling.constraint = Some(structured::compile(state, requested).await?);
+    }
+    Ok(())
 }
 
 /// Runs `handler` in the request's span, logging the error it answers with, if any.
@@ -287,6 +312,9 @@ async fn run(
         Some(limit) => limit.count,
         None => state.config.default_max_tokens.min(room),
     };
+    if let Some(caller) = &options.caller {
+        tracing::info!(caller = %caller, "caller");
+    }
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let log = RequestLog::new(prompt_tokens, sequences);
     let mut streams = Vec::with_capacity(sequences);
@@ -298,6 +326,7 @@ async fn run(
                 Arc::clone(&state.tokenizer),
                 options.stop.clone(),
                 options.logprobs,
+                options.echo_texts.get(prompt_index).cloned().unwrap_or_default(),
             );
             // The i-th choice of every prompt draws as the i-th choice of a lone request.
             let mut sampling = options.sampling.clone();

@@ -14,15 +14,18 @@
 //! # Ok(()) }
 //! ```
 
+mod accepted;
 mod body;
 mod choice;
 mod connection;
 mod error;
+mod fields;
 mod handlers;
 mod limits;
 mod log;
 mod request;
 mod response;
+mod structured;
 mod template;
 mod timed;
 
@@ -33,6 +36,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
@@ -87,6 +91,9 @@ pub struct AppState {
     next_id: AtomicU64,
     /// One permit per template rendering allowed at once.
     renders: Arc<Semaphore>,
+    /// Compiles the grammars of structured output for the model's vocabulary (or says why
+    /// the vocabulary cannot have them).
+    grammars: Result<GrammarCompiler, ConstraintError>,
 }
 
 impl AppState {
@@ -100,6 +107,7 @@ impl AppState {
     ) -> AppState {
         template.set_limits(config.template.render);
         let renders = Arc::new(Semaphore::new(config.template.workers.max(1)));
+        let grammars = GrammarCompiler::new(Arc::clone(&tokenizer), &tokenizer.eog_ids());
         AppState {
             scheduler,
             tokenizer,
@@ -108,6 +116,7 @@ impl AppState {
             created: unix_time(),
             next_id: AtomicU64::new(0),
             renders,
+            grammars,
         }
     }
 

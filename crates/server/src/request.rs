@@ -7,6 +7,9 @@ use runit_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::response::Endpoint;
+use crate::structured::{self, RequestedGrammar};
+use crate::{accepted, fields};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 16;
@@ -36,6 +39,14 @@ pub struct Options {
     /// `ignore_eos` (an extension that llama.cpp's server and vLLM also accept): generation
     /// runs on past end-of-generation tokens until `max_tokens` or the context ends them.
     pub ignore_eos: bool,
+    /// The grammar the output must follow (`response_format` or `grammar`), not compiled yet.
+    pub grammar: Option<RequestedGrammar>,
+    /// `echo` (completions): the prompt's text starts each choice's text.
+    pub echo: bool,
+    /// The text of each prompt, when `echo` is set (the completions handler fills it).
+    pub echo_texts: Vec<String>,
+    /// `safety_identifier` or `user`, for the log.
+    pub caller: Option<String>,
 }
 
 /// The most tokens a request asks for, and the field it named them in (`max_tokens` or
@@ -81,7 +92,7 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
+pub(crate) fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
     ApiError::invalid(
         param,
         format!("`{param}` must be {expected}, found {}", type_name(found)),
@@ -89,7 +100,7 @@ fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
 }
 
 /// A field that is absent or null reads as `None`.
-fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     body.get(name).filter(|value| !value.is_null())
 }
 
@@ -101,7 +112,7 @@ fn number(body: &Map<String, Value>, name: &str) -> Result<Option<f64>, ApiError
     }
 }
 
-fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
+pub(crate) fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
     match field(body, name) {
         None => Ok(None),
         Some(Value::Number(n)) => match n.as_i64() {
@@ -115,7 +126,7 @@ fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiErro
     }
 }
 
-fn boolean(body: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn boolean(body: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
     match field(body, name) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -134,9 +145,17 @@ fn in_range(name: &str, value: f64, low: f64, high: f64) -> Result<f32, ApiError
     }
 }
 
-/// Reads the settings common to both endpoints. `chat` selects how `logprobs` is read
-/// (a boolean with `top_logprobs` for chat, an integer count for text completions).
-pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiError> {
+/// Reads the settings of a request to `endpoint` after refusing the fields it does not
+/// support ([`fields::check`]); `endpoint` also selects how `logprobs` is read (a boolean
+/// with `top_logprobs` for chat, an integer count for text completions). Token ids (in
+/// `logit_bias`) must be below `vocab_size`.
+pub fn options(
+    body: &Map<String, Value>,
+    endpoint: Endpoint,
+    vocab_size: usize,
+) -> Result<Options, ApiError> {
+    fields::check(body, endpoint)?;
+    let chat = endpoint == Endpoint::Chat;
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -189,6 +208,7 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
     if let Some(seed) = integer(body, "seed")? {
         sampling.seed = seed as u64;
     }
+    sampling.logit_bias = structured::logit_bias(body, vocab_size)?;
     let stop = stop_strings(body)?;
     let (logprobs, top_logprobs) = if chat {
         let wanted = boolean(body, "logprobs")?.unwrap_or(false);
@@ -215,7 +235,8 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
     let stream = boolean(body, "stream")?.unwrap_or(false);
     let include_usage = match field(body, "stream_options") {
         None => false,
-        Some(Value::Object(o)) => boolean(o, "include_usage")
+        Some(Value::Object(o)) => fields::check_keys("stream_options", o, &["include_usage"])
+            .and_then(|()| boolean(o, "include_usage"))
             .map_err(|e| ApiError {
                 param: Some("stream_options.include_usage".into()),
                 ..e
@@ -224,10 +245,27 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         Some(other) => return Err(wrong_type("stream_options", "an object", other)),
     };
     let ignore_eos = boolean(body, "ignore_eos")?.unwrap_or(false);
-    if let Some(user) = field(body, "user") {
-        if !user.is_string() {
-            return Err(wrong_type("user", "a string", user));
-        }
+    let grammar = structured::grammar(body)?;
+    if let (Some(requested), true) = (&grammar, ignore_eos) {
+        return Err(ApiError::invalid(
+            requested.param,
+            "a grammar ends generation when it is complete; it cannot be combined with \
+             `ignore_eos`",
+        ));
+    }
+    let echo = if chat {
+        accepted::chat_fields(body)?;
+        false
+    } else {
+        accepted::completion_fields(body, n as usize)?;
+        boolean(body, "echo")?.unwrap_or(false)
+    };
+    if echo && logprobs {
+        return Err(ApiError::invalid(
+            "echo",
+            "`echo` with `logprobs` asks for the prompt's log-probabilities, which are not \
+             computed",
+        ));
     }
     Ok(Options {
         model,
@@ -240,6 +278,10 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         stream,
         include_usage,
         ignore_eos,
+        grammar,
+        echo,
+        echo_texts: Vec::new(),
+        caller: accepted::caller(body)?,
     })
 }
 
