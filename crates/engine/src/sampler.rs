@@ -225,6 +225,12 @@ impl Sampler {
         Ok(id)
     }
 
+    /// Follows `constraint` from now on (or no grammar), keeping the penalty window and
+    /// the random state: a chat starts each answer's grammar afresh.
+    pub fn set_constraint(&mut self, constraint: Option<Constraint>) {
+        self.params.constraint = constraint;
+    }
+
     /// The grammar's state, when the sampler follows one.
     pub fn constraint(&self) -> Option<&Constraint> {
         self.params.constraint.as_ref()
@@ -238,10 +244,7 @@ impl Sampler {
         if let Some(&(id, _)) = bias.iter().find(|&&(id, _)| id as usize >= logits.len()) {
             return Err(EngineError::InvalidParameter {
                 name: "logit_bias",
-                message: format!(
-                    "token {id} is outside the vocabulary of {}",
-                    logits.len()
-                ),
+                message: format!("token {id} is outside the vocabulary of {}", logits.len()),
             });
         }
         let forced = bias.iter().any(|&(_, value)| value >= LOGIT_BIAS_LIMIT);

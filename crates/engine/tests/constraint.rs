@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runit_engine::constraint::{Constraint, ConstraintError, Grammar, GrammarCompiler};
-use runit_engine::{generate, EngineConfig, EngineError, GenerateParams, Sampler, SamplerParams};
 use runit_engine::Session;
+use runit_engine::{generate, EngineConfig, EngineError, GenerateParams, Sampler, SamplerParams};
 use runit_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 use serde_json::{json, Value};
 
@@ -93,30 +93,99 @@ impl Setup {
 fn schemas() -> Vec<(&'static str, Value)> {
     let name = json!({"type": "string", "maxLength": 20});
     vec![
-        ("a person", json!({"type": "object", "properties": {"name": name, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false})),
-        ("a colour", json!({"type": "string", "enum": ["red", "green", "blue"]})),
-        ("a score", json!({"type": "number", "minimum": 0, "maximum": 10})),
+        (
+            "a person",
+            json!({"type": "object", "properties": {"name": name, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}),
+        ),
+        (
+            "a colour",
+            json!({"type": "string", "enum": ["red", "green", "blue"]}),
+        ),
+        (
+            "a score",
+            json!({"type": "number", "minimum": 0, "maximum": 10}),
+        ),
         ("a yes/no answer", json!({"type": "boolean"})),
-        ("three integers", json!({"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5}, "minItems": 3, "maxItems": 3})),
-        ("a list of fruits", json!({"type": "array", "items": {"type": "string", "enum": ["apple", "pear", "plum"]}, "minItems": 1, "maxItems": 4})),
-        ("a book", json!({"type": "object", "properties": {"title": name, "author": {"type": "object", "properties": {"first": name, "last": name}, "required": ["first", "last"], "additionalProperties": false}, "year": {"type": "integer", "minimum": 1450, "maximum": 2030}}, "required": ["title", "author", "year"], "additionalProperties": false})),
-        ("a point", json!({"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"], "additionalProperties": false})),
-        ("an optional nickname", json!({"type": "object", "properties": {"name": name, "nickname": name}, "required": ["name"], "additionalProperties": false})),
-        ("an id that is a number or a string", json!({"type": "object", "properties": {"id": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 8}]}}, "required": ["id"], "additionalProperties": false})),
-        ("a shape", json!({"anyOf": [{"type": "object", "properties": {"kind": {"const": "circle"}, "radius": {"type": "number", "minimum": 0}}, "required": ["kind", "radius"], "additionalProperties": false}, {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number", "minimum": 0}}, "required": ["kind", "side"], "additionalProperties": false}]})),
-        ("a matrix of two rows", json!({"type": "array", "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}, "minItems": 2, "maxItems": 2})),
-        ("a nullable note", json!({"type": "object", "properties": {"note": {"type": ["string", "null"], "maxLength": 10}}, "required": ["note"], "additionalProperties": false})),
-        ("a date", json!({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"})),
-        ("an order", json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string", "maxLength": 6}, "quantity": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["sku", "quantity"], "additionalProperties": false}, "minItems": 1, "maxItems": 2}, "paid": {"type": "boolean"}}, "required": ["items", "paid"], "additionalProperties": false})),
-        ("a temperature reading", json!({"type": "object", "properties": {"celsius": {"type": "number", "exclusiveMinimum": -274, "maximum": 100}, "unit": {"enum": ["C"]}}, "required": ["celsius", "unit"], "additionalProperties": false})),
-        ("a tree of two levels", json!({"$defs": {"leaf": {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"], "additionalProperties": false}, "node": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/leaf"}, "maxItems": 2}}, "required": ["value", "children"], "additionalProperties": false}}, "$ref": "#/$defs/node"})),
-        ("a city", json!({"type": "object", "properties": {"city": name, "country": {"type": "string", "enum": ["France", "Japan", "Peru"]}, "population": {"type": "integer", "minimum": 0}}, "required": ["city", "country"], "additionalProperties": false})),
-        ("an empty object", json!({"type": "object", "properties": {}, "additionalProperties": false})),
-        ("a rating", json!({"type": "integer", "minimum": 1, "maximum": 5})),
-        ("tags", json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3}}, "required": ["tags"], "additionalProperties": false})),
-        ("a weather report", json!({"type": "object", "properties": {"sky": {"enum": ["sunny", "cloudy", "rain"]}, "wind": {"type": "object", "properties": {"speed": {"type": "number", "minimum": 0, "maximum": 200}, "direction": {"enum": ["N", "E", "S", "W"]}}, "required": ["speed", "direction"], "additionalProperties": false}}, "required": ["sky", "wind"], "additionalProperties": false})),
-        ("a step count", json!({"type": "object", "properties": {"steps": {"type": "integer", "minimum": 0, "maximum": 100000}, "goal_met": {"type": "boolean"}}, "required": ["steps", "goal_met"], "additionalProperties": false})),
-        ("a pair of a word and a number", json!({"type": "array", "prefixItems": [{"type": "string", "maxLength": 10}, {"type": "integer"}], "items": false, "minItems": 2})),
+        (
+            "three integers",
+            json!({"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5}, "minItems": 3, "maxItems": 3}),
+        ),
+        (
+            "a list of fruits",
+            json!({"type": "array", "items": {"type": "string", "enum": ["apple", "pear", "plum"]}, "minItems": 1, "maxItems": 4}),
+        ),
+        (
+            "a book",
+            json!({"type": "object", "properties": {"title": name, "author": {"type": "object", "properties": {"first": name, "last": name}, "required": ["first", "last"], "additionalProperties": false}, "year": {"type": "integer", "minimum": 1450, "maximum": 2030}}, "required": ["title", "author", "year"], "additionalProperties": false}),
+        ),
+        (
+            "a point",
+            json!({"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"], "additionalProperties": false}),
+        ),
+        (
+            "an optional nickname",
+            json!({"type": "object", "properties": {"name": name, "nickname": name}, "required": ["name"], "additionalProperties": false}),
+        ),
+        (
+            "an id that is a number or a string",
+            json!({"type": "object", "properties": {"id": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 8}]}}, "required": ["id"], "additionalProperties": false}),
+        ),
+        (
+            "a shape",
+            json!({"anyOf": [{"type": "object", "properties": {"kind": {"const": "circle"}, "radius": {"type": "number", "minimum": 0}}, "required": ["kind", "radius"], "additionalProperties": false}, {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number", "minimum": 0}}, "required": ["kind", "side"], "additionalProperties": false}]}),
+        ),
+        (
+            "a matrix of two rows",
+            json!({"type": "array", "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}, "minItems": 2, "maxItems": 2}),
+        ),
+        (
+            "a nullable note",
+            json!({"type": "object", "properties": {"note": {"type": ["string", "null"], "maxLength": 10}}, "required": ["note"], "additionalProperties": false}),
+        ),
+        (
+            "a date",
+            json!({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}),
+        ),
+        (
+            "an order",
+            json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string", "maxLength": 6}, "quantity": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["sku", "quantity"], "additionalProperties": false}, "minItems": 1, "maxItems": 2}, "paid": {"type": "boolean"}}, "required": ["items", "paid"], "additionalProperties": false}),
+        ),
+        (
+            "a temperature reading",
+            json!({"type": "object", "properties": {"celsius": {"type": "number", "exclusiveMinimum": -274, "maximum": 100}, "unit": {"enum": ["C"]}}, "required": ["celsius", "unit"], "additionalProperties": false}),
+        ),
+        (
+            "a tree of two levels",
+            json!({"$defs": {"leaf": {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"], "additionalProperties": false}, "node": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/leaf"}, "maxItems": 2}}, "required": ["value", "children"], "additionalProperties": false}}, "$ref": "#/$defs/node"}),
+        ),
+        (
+            "a city",
+            json!({"type": "object", "properties": {"city": name, "country": {"type": "string", "enum": ["France", "Japan", "Peru"]}, "population": {"type": "integer", "minimum": 0}}, "required": ["city", "country"], "additionalProperties": false}),
+        ),
+        (
+            "an empty object",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        ),
+        (
+            "a rating",
+            json!({"type": "integer", "minimum": 1, "maximum": 5}),
+        ),
+        (
+            "tags",
+            json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3}}, "required": ["tags"], "additionalProperties": false}),
+        ),
+        (
+            "a weather report",
+            json!({"type": "object", "properties": {"sky": {"enum": ["sunny", "cloudy", "rain"]}, "wind": {"type": "object", "properties": {"speed": {"type": "number", "minimum": 0, "maximum": 200}, "direction": {"enum": ["N", "E", "S", "W"]}}, "required": ["speed", "direction"], "additionalProperties": false}}, "required": ["sky", "wind"], "additionalProperties": false}),
+        ),
+        (
+            "a step count",
+            json!({"type": "object", "properties": {"steps": {"type": "integer", "minimum": 0, "maximum": 100000}, "goal_met": {"type": "boolean"}}, "required": ["steps", "goal_met"], "additionalProperties": false}),
+        ),
+        (
+            "a pair of a word and a number",
+            json!({"type": "array", "prefixItems": [{"type": "string", "maxLength": 10}, {"type": "integer"}], "items": false, "minItems": 2}),
+        ),
     ]
 }
 
@@ -133,7 +202,11 @@ fn every_output_validates_against_its_schema() {
             .compile(&Grammar::JsonSchema(schema.clone()))
             .unwrap_or_else(|error| panic!("{subject}: {error}"));
         let (text, mask) = setup
-            .answer(&format!("Answer in JSON: {subject}."), constraint, Vec::new())
+            .answer(
+                &format!("Answer in JSON: {subject}."),
+                constraint,
+                Vec::new(),
+            )
             .unwrap_or_else(|error| panic!("{subject}: {error}"));
         let value: Value = serde_json::from_str(&text)
             .unwrap_or_else(|error| panic!("{subject}: {text:?} is not JSON: {error}"));
@@ -154,7 +227,10 @@ fn every_output_validates_against_its_schema() {
 #[test]
 fn json_object_and_gbnf_outputs_hold() {
     let Some(setup) = setup() else { return };
-    let any = setup.compiler.compile(&Grammar::JsonObject).expect("compiles");
+    let any = setup
+        .compiler
+        .compile(&Grammar::JsonObject)
+        .expect("compiles");
     let (text, _) = setup
         .answer("Describe a cat in JSON.", any, Vec::new())
         .expect("generates");
@@ -171,7 +247,9 @@ fn json_object_and_gbnf_outputs_hold() {
         .expect("generates");
     let body = text.strip_suffix('.').expect("ends in a period");
     assert!(
-        body == "yes" || body == "no" || (1..=3).contains(&body.len()) && body.bytes().all(|b| b.is_ascii_digit()),
+        body == "yes"
+            || body == "no"
+            || (1..=3).contains(&body.len()) && body.bytes().all(|b| b.is_ascii_digit()),
         "{text:?}"
     );
 }

@@ -41,7 +41,9 @@ pub const CHAT: &[(&str, Support)] = &[
     ("frequency_penalty", Read),
     (
         "function_call",
-        Refused("the deprecated `function_call` is not supported; tool calling is not supported yet"),
+        Refused(
+            "the deprecated `function_call` is not supported; tool calling is not supported yet",
+        ),
     ),
     (
         "functions",
@@ -80,10 +82,7 @@ pub const CHAT: &[(&str, Support)] = &[
     ("top_p", Read),
     ("user", Read),
     ("verbosity", Refused("verbosity is not supported")),
-    (
-        "web_search_options",
-        Refused("web search is not supported"),
-    ),
+    ("web_search_options", Refused("web search is not supported")),
 ];
 
 /// `POST /v1/completions`: OpenAI's request fields, then the extras.
@@ -138,11 +137,10 @@ pub fn check(body: &Map<String, Value>, endpoint: Endpoint) -> Result<(), ApiErr
                 ))
             }
             None => {
-                return Err(ApiError::invalid(
-                    name.as_str(),
-                    format!("unknown field `{name}`"),
+                return Err(
+                    ApiError::invalid(name.as_str(), format!("unknown field `{name}`"))
+                        .with_code("unknown_parameter"),
                 )
-                .with_code("unknown_parameter"))
             }
         }
     }
@@ -150,11 +148,7 @@ pub fn check(body: &Map<String, Value>, endpoint: Endpoint) -> Result<(), ApiErr
 }
 
 /// Refuses the keys of the object `value` (the field `param`) that are not in `known`.
-pub fn check_keys(
-    param: &str,
-    value: &Map<String, Value>,
-    known: &[&str],
-) -> Result<(), ApiError> {
+pub fn check_keys(param: &str, value: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
     match value.keys().find(|key| !known.contains(&key.as_str())) {
         Some(key) => Err(ApiError::invalid(
             format!("{param}.{key}"),

@@ -91,8 +91,7 @@ pub async fn completions(
     let id = state.next_request_id(Endpoint::Completion);
     respond(&id, "/v1/completions", async {
         let body = read_body(&state, body)?;
-        let mut options =
-            request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
+        let mut options = request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
         constrain(&state, &mut options).await?;
         check_model(&state, &options)?;
         // A raw prompt is the client's own: special-token text in it is parsed.
@@ -102,9 +101,10 @@ pub async fn completions(
                 Prompt::Text(text) => (state.tokenizer.encode(&text, true, false), text),
                 Prompt::Tokens(ids) => {
                     let text = if options.echo {
-                        let bytes = state.tokenizer.decode(&ids).map_err(|error| {
-                            ApiError::invalid("prompt", error.to_string())
-                        })?;
+                        let bytes = state
+                            .tokenizer
+                            .decode(&ids)
+                            .map_err(|error| ApiError::invalid("prompt", error.to_string()))?;
                         String::from_utf8_lossy(&bytes).into_owned()
                     } else {
                         String::new()
@@ -326,7 +326,11 @@ async fn run(
                 Arc::clone(&state.tokenizer),
                 options.stop.clone(),
                 options.logprobs,
-                options.echo_texts.get(prompt_index).cloned().unwrap_or_default(),
+                options
+                    .echo_texts
+                    .get(prompt_index)
+                    .cloned()
+                    .unwrap_or_default(),
             );
             // The i-th choice of every prompt draws as the i-th choice of a lone request.
             let mut sampling = options.sampling.clone();

@@ -29,7 +29,11 @@ fn chat_fields() -> Vec<(&'static str, Value, bool)> {
         ("modalities", json!(["text"]), true),
         ("n", json!(2), true),
         ("parallel_tool_calls", json!(true), false),
-        ("prediction", json!({"type": "content", "content": "x"}), false),
+        (
+            "prediction",
+            json!({"type": "content", "content": "x"}),
+            false,
+        ),
         ("presence_penalty", json!(0.5), true),
         ("prompt_cache_key", json!("key"), false),
         ("reasoning_effort", json!("low"), false),
@@ -43,7 +47,11 @@ fn chat_fields() -> Vec<(&'static str, Value, bool)> {
         ("stream_options", json!({"include_usage": true}), true),
         ("temperature", json!(0.5), true),
         ("tool_choice", json!("none"), true),
-        ("tools", json!([{"type": "function", "function": {"name": "f"}}]), false),
+        (
+            "tools",
+            json!([{"type": "function", "function": {"name": "f"}}]),
+            false,
+        ),
         ("top_logprobs", json!(3), true),
         ("top_p", json!(0.9), true),
         ("user", json!("someone"), true),
@@ -76,7 +84,14 @@ fn completion_fields() -> Vec<(&'static str, Value, bool)> {
 
 /// Posts `base` with `name: value` added; a field that is honoured answers 200, a refused
 /// one 400 with `param` naming it.
-async fn check_field(f: &Fixture, path: &str, base: &Value, name: &str, value: &Value, honoured: bool) {
+async fn check_field(
+    f: &Fixture,
+    path: &str,
+    base: &Value,
+    name: &str,
+    value: &Value,
+    honoured: bool,
+) {
     let mut body = base.clone();
     body[name] = value.clone();
     let (status, answer) = post_json(f.router(), path, &body.to_string()).await;
@@ -102,7 +117,10 @@ async fn every_openai_field_is_honoured_or_refused_by_name() {
         // `echo` with `logprobs` is refused; alone it is honoured.
         check_field(&f, "/v1/completions", &completion, name, &value, honoured).await;
     }
-    for (path, base) in [("/v1/chat/completions", &chat), ("/v1/completions", &completion)] {
+    for (path, base) in [
+        ("/v1/chat/completions", &chat),
+        ("/v1/completions", &completion),
+    ] {
         check_field(&f, path, base, "no_such_field", &json!(1), false).await;
         // A refused field sent as null counts as absent, as OpenAI's clients send it.
         check_field(&f, path, base, "web_search_options", &Value::Null, true).await;
@@ -122,14 +140,18 @@ async fn values_that_ask_for_what_is_not_done_are_refused() {
         ("logit_bias", json!({"99999999": 1})),
         ("logit_bias", json!({"five": 1})),
         ("response_format", json!({"type": "xml"})),
-        ("response_format", json!({"type": "json_schema", "json_schema": {"schema": {"type": "strange"}}})),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"schema": {"type": "strange"}}}),
+        ),
         ("grammar", json!("root ::= missing")),
         ("top_logprobs", json!(21)),
         ("stream_options", json!({"include_obfuscation": true})),
     ] {
         let mut body = chat.clone();
         body[name] = value.clone();
-        let (status, answer) = post_json(f.router(), "/v1/chat/completions", &body.to_string()).await;
+        let (status, answer) =
+            post_json(f.router(), "/v1/chat/completions", &body.to_string()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{name} {value}: {answer}");
         let param = answer["error"]["param"].as_str().expect("param");
         assert!(param.starts_with(name), "{name} {value}: {answer}");
@@ -152,7 +174,10 @@ async fn first_token(f: &Fixture, prompt: &str, extra: Value) -> (u32, String) {
     }
     let (status, answer) = post_json(f.router(), "/v1/completions", &body.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    let text = answer["choices"][0]["text"].as_str().expect("text").to_string();
+    let text = answer["choices"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_string();
     let ids = f.tokenizer.encode(&text, false, false);
     (ids.first().copied().unwrap_or(u32::MAX), text)
 }
@@ -162,10 +187,20 @@ async fn logit_bias_bans_and_forces_tokens() {
     let Some(f) = server() else { return };
     let (top, text) = first_token(&f, "Once upon a time", json!({})).await;
     assert_ne!(top, u32::MAX, "the model answers a token: {text:?}");
-    let (banned, _) = first_token(&f, "Once upon a time", json!({"logit_bias": {top.to_string(): -100}})).await;
+    let (banned, _) = first_token(
+        &f,
+        "Once upon a time",
+        json!({"logit_bias": {top.to_string(): -100}}),
+    )
+    .await;
     assert_ne!(banned, top, "a banned token is never picked");
     let forced_id = f.tokenizer.encode(" dragon", false, false)[0];
-    let (forced, _) = first_token(&f, "Once upon a time", json!({"logit_bias": {forced_id.to_string(): 100}})).await;
+    let (forced, _) = first_token(
+        &f,
+        "Once upon a time",
+        json!({"logit_bias": {forced_id.to_string(): 100}}),
+    )
+    .await;
     assert_eq!(forced, forced_id, "a forced token is always picked");
 }
 
@@ -174,7 +209,9 @@ async fn a_seed_draws_the_same_tokens_whatever_else_runs() {
     let Some(f) = server() else { return };
     let body = json!({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 1234}).to_string();
     let (_, alone) = post_json(f.router(), "/v1/completions", &body).await;
-    let busy = json!({"prompt": "Something else entirely", "max_tokens": 20, "temperature": 1.0, "n": 2}).to_string();
+    let busy =
+        json!({"prompt": "Something else entirely", "max_tokens": 20, "temperature": 1.0, "n": 2})
+            .to_string();
     let (crowded, _) = tokio::join!(
         post_json(f.router(), "/v1/completions", &body),
         post_json(f.router(), "/v1/completions", &busy)
@@ -192,7 +229,10 @@ async fn echo_starts_the_text_with_the_prompt() {
     echoed["echo"] = json!(true);
     let (status, with) = post_json(f.router(), "/v1/completions", &echoed.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{with}");
-    let expected = format!("Once upon{}", without["choices"][0]["text"].as_str().expect("text"));
+    let expected = format!(
+        "Once upon{}",
+        without["choices"][0]["text"].as_str().expect("text")
+    );
     assert_eq!(with["choices"][0]["text"], expected.as_str());
 }
 
@@ -210,7 +250,10 @@ async fn response_format_and_grammar_shape_the_output() {
     for choice in answer["choices"].as_array().expect("choices") {
         let text = choice["message"]["content"].as_str().expect("content");
         let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
-        assert!(value["colour"] == "red" || value["colour"] == "green", "{text}");
+        assert!(
+            value["colour"] == "red" || value["colour"] == "green",
+            "{text}"
+        );
         let size = value["size"].as_i64().expect("size");
         assert!((1..=9).contains(&size), "{text}");
         assert_eq!(value.as_object().expect("object").len(), 2, "{text}");

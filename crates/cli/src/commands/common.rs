@@ -93,7 +93,7 @@ impl ModelArgs {
 /// A loaded model with its tokenizer.
 pub struct Loaded {
     pub model: Arc<Model>,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub file: Arc<GgufFile>,
 }
 
@@ -121,7 +121,7 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     }
     Ok(Loaded {
         model: Arc::new(model),
-        tokenizer,
+        tokenizer: Arc::new(tokenizer),
         file,
     })
 }

@@ -167,12 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         template: args.limits.template(),
         ..ServerConfig::default()
     };
-    let state = Arc::new(AppState::new(
-        scheduler,
-        Arc::new(loaded.tokenizer),
-        template,
-        config,
-    ));
+    let state = Arc::new(AppState::new(scheduler, loaded.tokenizer, template, config));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

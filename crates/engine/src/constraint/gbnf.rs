@@ -183,7 +183,11 @@ fn lex(source: &str) -> Result<Vec<Piece>, String> {
 /// Decodes one escape after a backslash at `at`; returns the character and the next index.
 fn escape(characters: &[char], at: usize) -> Result<(char, usize), String> {
     let hex = |digits: usize| -> Result<(char, usize), String> {
-        let text: String = characters.get(at + 1..at + 1 + digits).ok_or("a cut escape")?.iter().collect();
+        let text: String = characters
+            .get(at + 1..at + 1 + digits)
+            .ok_or("a cut escape")?
+            .iter()
+            .collect();
         let value = u32::from_str_radix(&text, 16).map_err(|_| format!("bad escape `{text}`"))?;
         let character = char::from_u32(value).ok_or(format!("`{text}` is no character"))?;
         Ok((character, at + 1 + digits))
@@ -272,9 +276,17 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_gbnf() {
-        assert!(gbnf_to_lark("answer ::= \"x\"").unwrap_err().contains("root"));
-        assert!(gbnf_to_lark("root ::= (\"x\"").unwrap_err().contains("never closed"));
-        assert!(gbnf_to_lark("root ::= \"x").unwrap_err().contains("never closed"));
-        assert!(gbnf_to_lark("root = \"x\"").unwrap_err().contains("unexpected"));
+        assert!(gbnf_to_lark("answer ::= \"x\"")
+            .unwrap_err()
+            .contains("root"));
+        assert!(gbnf_to_lark("root ::= (\"x\"")
+            .unwrap_err()
+            .contains("never closed"));
+        assert!(gbnf_to_lark("root ::= \"x")
+            .unwrap_err()
+            .contains("never closed"));
+        assert!(gbnf_to_lark("root = \"x\"")
+            .unwrap_err()
+            .contains("unexpected"));
     }
 }

@@ -114,10 +114,7 @@ impl GrammarCompiler {
             .collect();
         let info = TokRxInfo::new(vocab_size as u32, first_end);
         let trie = TokTrie::from(&info, &words).with_eos_tokens(end_tokens);
-        let env: TokEnv = Arc::new(VocabularyEnv {
-            trie,
-            tokenizer,
-        });
+        let env: TokEnv = Arc::new(VocabularyEnv { trie, tokenizer });
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|error| ConstraintError::Vocabulary(error.to_string()))?;
         factory.quiet();
@@ -130,7 +127,10 @@ impl GrammarCompiler {
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint, ConstraintError> {
         let (kind, top_level) = match grammar {
             Grammar::JsonSchema(schema) => ("JSON schema", json_grammar(schema.clone())),
-            Grammar::JsonObject => ("JSON object grammar", json_grammar(json!({"type": "object"}))),
+            Grammar::JsonObject => (
+                "JSON object grammar",
+                json_grammar(json!({"type": "object"})),
+            ),
             Grammar::Gbnf(source) => (
                 "GBNF grammar",
                 TopLevelGrammar::from_lark(gbnf_to_lark(source).map_err(|message| {
@@ -142,13 +142,13 @@ impl GrammarCompiler {
             ),
             Grammar::Lark(source) => ("Lark grammar", TopLevelGrammar::from_lark(source.clone())),
         };
-        let parser = self
-            .factory
-            .create_parser(top_level)
-            .map_err(|error| ConstraintError::Compile {
-                kind,
-                message: error.to_string(),
-            })?;
+        let parser =
+            self.factory
+                .create_parser(top_level)
+                .map_err(|error| ConstraintError::Compile {
+                    kind,
+                    message: error.to_string(),
+                })?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(message) = matcher_error(&matcher) {
             return Err(ConstraintError::Compile { kind, message });
@@ -177,7 +177,9 @@ fn json_grammar(mut schema: Value) -> TopLevelGrammar {
 }
 
 fn matcher_error(matcher: &Matcher) -> Option<String> {
-    matcher.is_error().then(|| matcher.get_error().unwrap_or_default())
+    matcher
+        .is_error()
+        .then(|| matcher.get_error().unwrap_or_default())
 }
 
 /// One generation's grammar state: masks logits and follows the sampled tokens. A clone
