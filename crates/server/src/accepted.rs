@@ -42,12 +42,14 @@ pub fn chat_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
         None => {}
         // With no tools given, `none` and `auto` both mean plain text.
         Some(Value::String(choice)) if choice == "none" || choice == "auto" => {}
-        Some(choice) => return Err(ApiError::invalid(
-            "tool_choice",
-            format!(
+        Some(choice) => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                format!(
                 "`tool_choice` {choice} asks for a tool call; tool calling is not supported yet"
             ),
-        )),
+            ))
+        }
     }
     Ok(())
 }

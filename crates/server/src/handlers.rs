@@ -1,4 +1,5 @@
-//! The endpoints: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`, and
+//! The endpoints: `/health`, `/v1/models` (and `/v1/models/{id}`), `/v1/chat/completions`,
+//! `/v1/completions`, and
 //! the bearer-token check in front of the `/v1` routes (a constant-time comparison).
 
 use std::future::Future;
@@ -6,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -39,22 +40,39 @@ pub async fn health(State(state): State<Arc<AppState>>, request: Request) -> Res
     .into_response()
 }
 
-/// `GET /v1/models`.
+/// `GET /v1/models`: the served model under each of its ids.
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.config.model_name,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "runit",
-            "meta": {
-                "n_ctx": state.scheduler.context_size(),
-                "n_vocab": state.tokenizer.n_vocab(),
-            },
-        }],
-    }))
-    .into_response()
+    let data: Vec<Value> = state
+        .config
+        .model_ids()
+        .into_iter()
+        .map(|id| model_object(&state, id))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `GET /v1/models/{id}`: the model, when `id` is one of its ids; else a 404.
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match check_model_id(&state, &id) {
+        Ok(()) => axum::Json(model_object(&state, &id)).into_response(),
+        Err(error) => {
+            error.log();
+            error.into_response()
+        }
+    }
+}
+
+fn model_object(state: &AppState, id: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "runit",
+        "meta": {
+            "n_ctx": state.scheduler.context_size(),
+            "n_vocab": state.tokenizer.n_vocab(),
+        },
+    })
 }
 
 /// `POST /v1/chat/completions`.
@@ -222,10 +240,18 @@ fn read_body(
 
 fn check_model(state: &AppState, options: &Options) -> Result<(), ApiError> {
     match &options.model {
-        Some(name) if *name != state.config.model_name => {
-            Err(ApiError::unknown_model(name, &state.config.model_name))
-        }
-        _ => Ok(()),
+        Some(name) => check_model_id(state, name),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a model id that is not one of the served model's ids.
+fn check_model_id(state: &AppState, name: &str) -> Result<(), ApiError> {
+    let ids = state.config.model_ids();
+    if ids.contains(&name) {
+        Ok(())
+    } else {
+        Err(ApiError::unknown_model(name, &ids.join("`, `")))
     }
 }
 

@@ -50,8 +50,11 @@ pub use runit_engine::stop::{StopCheck, StopMatcher};
 /// Server settings; see `impl Default` for the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
-    /// The model id clients name (`--alias`, or the file's name).
+    /// The model id answers carry (the first `--alias`, or the file's name).
     pub model_name: String,
+    /// Other ids a request may name (further `--alias` values, the file's name);
+    /// `/v1/models` lists them after `model_name`.
+    pub aliases: Vec<String>,
     /// Bearer token required on `/v1` routes (`--api-key`, `--api-key-file` or
     /// `RUNIT_API_KEY`); `None` lets everyone in. With a key, `/health` shows only its status
     /// to a client without it.
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             model_name: "runit".into(),
+            aliases: Vec::new(),
             api_key: None,
             max_body_bytes: 4 << 20,
             default_max_tokens: 1024,
@@ -94,6 +98,19 @@ pub struct AppState {
     /// Compiles the grammars of structured output for the model's vocabulary (or says why
     /// the vocabulary cannot have them).
     grammars: Result<GrammarCompiler, ConstraintError>,
+}
+
+impl ServerConfig {
+    /// Every id of the served model: `model_name`, then the aliases not equal to it.
+    pub fn model_ids(&self) -> Vec<&str> {
+        let mut ids = vec![self.model_name.as_str()];
+        for alias in &self.aliases {
+            if !ids.contains(&alias.as_str()) {
+                ids.push(alias);
+            }
+        }
+        ids
+    }
 }
 
 impl AppState {
@@ -135,6 +152,7 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{id}", get(handlers::model))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -40,9 +40,10 @@ pub struct Args {
     /// Read the API key from this file (its first line, surrounding whitespace removed).
     #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
     pub api_key_file: Option<PathBuf>,
-    /// Model id reported by /v1/models and expected in requests (default: the file name).
+    /// A model id reported by /v1/models and accepted in requests; repeat it for several
+    /// (the first is the one answers carry; the file's name is always accepted too).
     #[arg(long)]
-    pub alias: Option<String>,
+    pub alias: Vec<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -151,16 +152,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..args.model.engine_config()
     };
     let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
-    let model_name = args.alias.clone().unwrap_or_else(|| {
-        args.model
-            .model
-            .file_name()
-            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
-    });
+    let file_name = args
+        .model
+        .model
+        .file_name()
+        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    let mut aliases = args.alias.clone();
+    aliases.push(file_name);
+    let model_name = aliases.remove(0);
     // Without --n-predict a request may generate up to its share of the cache.
     let default_max_tokens = (scheduler.context_size() / args.parallel.max(1)).max(1);
     let config = ServerConfig {
         model_name,
+        aliases,
         api_key,
         default_max_tokens,
         connections: args.limits.connections(),
