@@ -1,6 +1,6 @@
 //! OpenAI fields the server reads only to check that their value asks for nothing it does not
 //! do: `modalities` (text only), `store` (false), `service_tier` (there is one tier),
-//! `tool_choice` (no tool may be called yet), `best_of` (equal to `n`), and `user` /
+//! `best_of` (equal to `n`), and `user` /
 //! `safety_identifier` (logged with the request). Any other value is a 400 naming the field.
 
 use serde_json::{Map, Value};
@@ -37,19 +37,6 @@ pub fn chat_fields(body: &Map<String, Value>) -> Result<(), ApiError> {
             ))
         }
         Some(other) => return Err(wrong_type("service_tier", "a string", other)),
-    }
-    match field(body, "tool_choice") {
-        None => {}
-        // With no tools given, `none` and `auto` both mean plain text.
-        Some(Value::String(choice)) if choice == "none" || choice == "auto" => {}
-        Some(choice) => {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                format!(
-                "`tool_choice` {choice} asks for a tool call; tool calling is not supported yet"
-            ),
-            ))
-        }
     }
     Ok(())
 }

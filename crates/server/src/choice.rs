@@ -11,6 +11,8 @@ use runit_engine::{GeneratedToken, StopReason};
 use runit_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::tools::parse::{CallFilter, ToolCall};
+
 /// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
 pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);
 
@@ -39,8 +41,10 @@ pub struct Delta {
     pub index: usize,
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
-    /// `stop` or `length` on the last delta.
+    /// `stop`, `length` or `tool_calls` on the last delta.
     pub finish_reason: Option<&'static str>,
+    /// The tool calls read from the choice's text (on the last delta).
+    pub tool_calls: Vec<ToolCall>,
     /// Tokens generated so far.
     pub completion_tokens: usize,
     /// Set when the engine failed this sequence.
@@ -58,6 +62,10 @@ pub struct Choice {
     generated: usize,
     /// Text that starts the first delta (the echoed prompt), not matched against stops.
     prefix: String,
+    /// Separates tool calls from content, when tools are offered.
+    calls: Option<CallFilter>,
+    /// Control tokens whose text is shown anyway (the markers of tool calls).
+    shown: Vec<u32>,
 }
 
 impl Choice {
@@ -79,8 +87,18 @@ impl Choice {
             logprobs,
             generated: 0,
             prefix,
+            calls: None,
+            shown: Vec::new(),
         };
         (choice, ChannelSink(sender))
+    }
+
+    /// Reads tool calls out of the text with `filter`; the control tokens `shown` (call
+    /// markers) appear in the text it reads.
+    pub fn with_calls(mut self, filter: CallFilter, shown: Vec<u32>) -> Choice {
+        self.calls = Some(filter);
+        self.shown = shown;
+        self
     }
 
     /// The choice's deltas, ending with the one that has a finish reason or an error.
@@ -138,6 +156,17 @@ impl Choice {
             }
         }
         delta.completion_tokens = self.generated;
+        if let Some(filter) = &mut self.calls {
+            delta.text = filter.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let (rest, calls) = filter.finish();
+                delta.text.push_str(&rest);
+                if !calls.is_empty() {
+                    delta.finish_reason = Some("tool_calls");
+                }
+                delta.tool_calls = calls;
+            }
+        }
         if !self.prefix.is_empty() {
             delta.text.insert_str(0, &std::mem::take(&mut self.prefix));
         }
@@ -146,7 +175,7 @@ impl Choice {
 
     /// The complete characters that token `id` finishes (control tokens add nothing).
     fn text_of(&mut self, id: u32) -> String {
-        if !self.tokenizer.is_control(id) {
+        if !self.tokenizer.is_control(id) || self.shown.contains(&id) {
             if let Ok(piece) = self.tokenizer.token_piece(id) {
                 self.pending.extend_from_slice(piece);
             }

@@ -22,7 +22,8 @@ use Support::{Read, Refused};
 
 const STORED: &str = "stored completions are not kept by this server";
 const NO_AUDIO: &str = "audio input and output are not supported";
-const NO_TOOLS: &str = "tool calling is not supported yet";
+const DEPRECATED_FUNCTIONS: &str =
+    "the deprecated function-calling fields are not supported; use `tools` and `tool_choice`";
 
 /// Fields both endpoints read, beyond OpenAI's: llama.cpp's and vLLM's sampling extras.
 const EXTRAS: &[(&str, Support)] = &[
@@ -39,16 +40,8 @@ pub const CHAT: &[(&str, Support)] = &[
     ("model", Read),
     ("audio", Refused(NO_AUDIO)),
     ("frequency_penalty", Read),
-    (
-        "function_call",
-        Refused(
-            "the deprecated `function_call` is not supported; tool calling is not supported yet",
-        ),
-    ),
-    (
-        "functions",
-        Refused("the deprecated `functions` is not supported; tool calling is not supported yet"),
-    ),
+    ("function_call", Refused(DEPRECATED_FUNCTIONS)),
+    ("functions", Refused(DEPRECATED_FUNCTIONS)),
     ("logit_bias", Read),
     ("logprobs", Read),
     ("max_completion_tokens", Read),
@@ -56,7 +49,7 @@ pub const CHAT: &[(&str, Support)] = &[
     ("metadata", Refused(STORED)),
     ("modalities", Read),
     ("n", Read),
-    ("parallel_tool_calls", Refused(NO_TOOLS)),
+    ("parallel_tool_calls", Read),
     ("prediction", Refused("predicted outputs are not supported")),
     ("presence_penalty", Read),
     (
@@ -77,7 +70,7 @@ pub const CHAT: &[(&str, Support)] = &[
     ("stream_options", Read),
     ("temperature", Read),
     ("tool_choice", Read),
-    ("tools", Refused(NO_TOOLS)),
+    ("tools", Read),
     ("top_logprobs", Read),
     ("top_p", Read),
     ("user", Read),

@@ -13,6 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use runit_engine::request::{check_request, RequestError};
 use runit_engine::scheduler::{EventSink, Request as EngineRequest};
+use runit_tokenizer::TemplateInputs;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
@@ -21,7 +22,10 @@ use crate::error::ApiError;
 use crate::log::RequestLog;
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
-use crate::{structured, template, AppState};
+use crate::structured::RequestedGrammar;
+use crate::tools::parse::CallFilter;
+use crate::tools::{self, ToolFormat};
+use crate::{messages, structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -84,10 +88,14 @@ pub async fn chat(
     respond(&id, "/v1/chat/completions", async {
         let body = read_body(&state, body)?;
         let mut options = request::options(&body, Endpoint::Chat, state.tokenizer.n_vocab())?;
-        constrain(&state, &mut options).await?;
         check_model(&state, &options)?;
-        let messages = request::messages(&body)?;
-        let prompt = template::chat_prompt(&state, messages).await?;
+        let mut inputs = TemplateInputs::default();
+        if let Some(tool_request) = tools::read(&body)? {
+            offer_tools(&state, &tool_request, &mut options, &mut inputs)?;
+        }
+        constrain(&state, &mut options).await?;
+        let messages = messages::messages(&body)?;
+        let prompt = template::chat_prompt(&state, messages, inputs).await?;
         run(
             &state,
             Endpoint::Chat,
@@ -110,8 +118,8 @@ pub async fn completions(
     respond(&id, "/v1/completions", async {
         let body = read_body(&state, body)?;
         let mut options = request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
-        constrain(&state, &mut options).await?;
         check_model(&state, &options)?;
+        constrain(&state, &mut options).await?;
         // A raw prompt is the client's own: special-token text in it is parsed.
         let mut prompts = Vec::new();
         for prompt in request::prompts(&body)? {
@@ -146,6 +154,43 @@ pub async fn completions(
         .await
     })
     .await
+}
+
+/// Offers the tools of `request` to the model: through the template's `tools`, with a
+/// filter that reads calls out of each choice's text, and with a grammar that forces a call
+/// when `tool_choice` asks for one. A template that does not take tools is a 400.
+fn offer_tools(
+    state: &AppState,
+    request: &tools::ToolRequest,
+    options: &mut Options,
+    inputs: &mut TemplateInputs,
+) -> Result<(), ApiError> {
+    if !request.offers_tools() {
+        return Ok(());
+    }
+    let Some(format) = ToolFormat::of_template(state.template.source()) else {
+        return Err(ApiError::invalid(
+            "tools",
+            "this model's chat template does not take `tools`, so the model cannot be told \
+             about them",
+        ));
+    };
+    inputs.tools = Some(request.definitions.clone());
+    let names = request.tools.iter().map(|tool| tool.name.clone()).collect();
+    options.calls = Some(CallFilter::new(format, names));
+    if let Some(grammar) = tools::forced_grammar(request, format, &state.tokenizer) {
+        if options.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "a forced tool call cannot be combined with `response_format` or `grammar`",
+            ));
+        }
+        options.grammar = Some(RequestedGrammar {
+            param: "tool_choice",
+            grammar,
+        });
+    }
+    Ok(())
 }
 
 /// Compiles the grammar `options` asks for into its sampler settings.
@@ -358,6 +403,10 @@ async fn run(
                     .cloned()
                     .unwrap_or_default(),
             );
+            let choice = match &options.calls {
+                Some(filter) => choice.with_calls(filter.clone(), call_markers(&state.tokenizer)),
+                None => choice,
+            };
             // The i-th choice of every prompt draws as the i-th choice of a lone request.
             let mut sampling = options.sampling.clone();
             sampling.seed = sampling.seed.wrapping_add(i as u64);
@@ -399,6 +448,20 @@ async fn run(
     } else {
         response::complete(header, streams, log).await
     })
+}
+
+/// The control tokens that mark tool calls in some vocabulary, shown in a choice's text
+/// when tools are offered.
+fn call_markers(tokenizer: &runit_tokenizer::Tokenizer) -> Vec<u32> {
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "[TOOL_CALLS]",
+        "<|python_tag|>",
+    ]
+    .iter()
+    .filter_map(|text| tokenizer.vocabulary().token_id(text))
+    .collect()
 }
 
 #[cfg(test)]

@@ -23,11 +23,13 @@ mod fields;
 mod handlers;
 mod limits;
 mod log;
+mod messages;
 mod request;
 mod response;
 mod structured;
 mod template;
 mod timed;
+mod tools;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

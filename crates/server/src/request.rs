@@ -3,12 +3,12 @@
 
 use runit_engine::sampler::random_seed;
 use runit_engine::SamplerParams;
-use runit_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::response::Endpoint;
 use crate::structured::{self, RequestedGrammar};
+use crate::tools::parse::CallFilter;
 use crate::{accepted, fields};
 
 /// Most choices (`n`) one request may ask for.
@@ -47,6 +47,8 @@ pub struct Options {
     pub echo_texts: Vec<String>,
     /// `safety_identifier` or `user`, for the log.
     pub caller: Option<String>,
+    /// Reads tool calls out of each choice's text, when tools are offered.
+    pub calls: Option<CallFilter>,
 }
 
 /// The most tokens a request asks for, and the field it named them in (`max_tokens` or
@@ -282,6 +284,7 @@ pub fn options(
         echo,
         echo_texts: Vec::new(),
         caller: accepted::caller(body)?,
+        calls: None,
     })
 }
 
@@ -306,92 +309,6 @@ fn stop_strings(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
         ));
     }
     Ok(stops)
-}
-
-/// The conversation of a chat request.
-pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
-    let items = match field(body, "messages") {
-        None => return Err(ApiError::invalid("messages", "`messages` is required")),
-        Some(Value::Array(items)) => items,
-        Some(other) => return Err(wrong_type("messages", "an array", other)),
-    };
-    if items.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "`messages` must hold at least one message",
-        ));
-    }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| message(i, item))
-        .collect()
-}
-
-fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
-    let param = format!("messages[{i}]");
-    let Value::Object(object) = item else {
-        return Err(wrong_type(&param, "an object", item));
-    };
-    let role = match field(object, "role") {
-        Some(Value::String(role)) => role.as_str(),
-        Some(other) => return Err(wrong_type(&format!("{param}.role"), "a string", other)),
-        None => {
-            return Err(ApiError::invalid(
-                format!("{param}.role"),
-                "every message needs a `role`",
-            ))
-        }
-    };
-    let role = match role {
-        "system" | "user" | "assistant" => role,
-        "developer" => "system",
-        other => {
-            return Err(ApiError::invalid(
-                format!("{param}.role"),
-                format!("unknown role `{other}`; expected system, developer, user or assistant"),
-            ))
-        }
-    };
-    let content_param = format!("{param}.content");
-    let content = match field(object, "content") {
-        None => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let part_param = format!("{content_param}[{j}]");
-                let kind = part.get("type").and_then(Value::as_str);
-                match (kind, part.get("text")) {
-                    (Some("text"), Some(Value::String(piece))) => text.push_str(piece),
-                    (Some("text"), _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            "a text part needs a string `text`",
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            format!(
-                                "content parts of type {} are not supported; only `text`",
-                                kind.unwrap_or("(none)")
-                            ),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-        Some(other) => {
-            return Err(wrong_type(
-                &content_param,
-                "a string or an array of parts",
-                other,
-            ))
-        }
-    };
-    Ok(ChatMessage::new(role, content))
 }
 
 /// One prompt of a text completion: text, or token ids.

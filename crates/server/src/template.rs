@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use runit_tokenizer::{ChatMessage, TokenizerError};
+use runit_tokenizer::{ChatMessage, TemplateInputs, TokenizerError};
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -17,6 +17,7 @@ use crate::AppState;
 pub(crate) async fn chat_prompt(
     state: &Arc<AppState>,
     messages: Vec<ChatMessage>,
+    inputs: TemplateInputs,
 ) -> Result<Vec<u32>, ApiError> {
     let limits = state.config.template;
     let start = Instant::now();
@@ -28,10 +29,12 @@ pub(crate) async fn chat_prompt(
     let rendering = tokio::task::spawn_blocking(move || {
         // The permit is held until the rendering ends, even when the request gave up on it.
         let _permit = permit;
-        let prompt =
-            worker_state
-                .template
-                .render_prompt(&worker_state.tokenizer, &messages, true)?;
+        let prompt = worker_state.template.render_prompt_with(
+            &worker_state.tokenizer,
+            &messages,
+            true,
+            &inputs,
+        )?;
         Ok::<_, TokenizerError>(worker_state.tokenizer.encode_prompt(&prompt, true))
     });
     let remaining = limits.timeout.saturating_sub(start.elapsed());
