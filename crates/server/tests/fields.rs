@@ -14,7 +14,7 @@ fn server() -> Option<Fixture> {
 }
 
 /// OpenAI's chat-completions request fields (API reference, 2025), each with a value a client
-/// may send, and whether RunIT honours that value.
+/// may send, and whether RunIT honours that value on the synthetic model.
 fn chat_fields() -> Vec<(&'static str, Value, bool)> {
     vec![
         ("audio", json!({"voice": "alloy", "format": "wav"}), false),
@@ -28,7 +28,7 @@ fn chat_fields() -> Vec<(&'static str, Value, bool)> {
         ("metadata", json!({"k": "v"}), false),
         ("modalities", json!(["text"]), true),
         ("n", json!(2), true),
-        ("parallel_tool_calls", json!(true), false),
+        ("parallel_tool_calls", json!(true), true),
         (
             "prediction",
             json!({"type": "content", "content": "x"}),
