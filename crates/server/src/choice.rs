@@ -11,6 +11,7 @@ use runit_engine::{GeneratedToken, StopReason};
 use runit_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::reasoning::ThinkFilter;
 use crate::tools::parse::{CallFilter, ToolCall};
 
 /// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
@@ -45,6 +46,8 @@ pub struct Delta {
     pub finish_reason: Option<&'static str>,
     /// The tool calls read from the choice's text (on the last delta).
     pub tool_calls: Vec<ToolCall>,
+    /// Reasoning text (`<think>` blocks), apart from `text`.
+    pub reasoning: String,
     /// Tokens generated so far.
     pub completion_tokens: usize,
     /// Set when the engine failed this sequence.
@@ -66,6 +69,8 @@ pub struct Choice {
     calls: Option<CallFilter>,
     /// Control tokens whose text is shown anyway (the markers of tool calls).
     shown: Vec<u32>,
+    /// Separates reasoning from content, for reasoning models.
+    think: Option<ThinkFilter>,
 }
 
 impl Choice {
@@ -89,8 +94,15 @@ impl Choice {
             prefix,
             calls: None,
             shown: Vec::new(),
+            think: None,
         };
         (choice, ChannelSink(sender))
+    }
+
+    /// Moves `<think>` blocks out of the text into the deltas' reasoning with `filter`.
+    pub fn with_reasoning(mut self, filter: ThinkFilter) -> Choice {
+        self.think = Some(filter);
+        self
     }
 
     /// Reads tool calls out of the text with `filter`; the control tokens `shown` (call
@@ -156,6 +168,16 @@ impl Choice {
             }
         }
         delta.completion_tokens = self.generated;
+        if let Some(filter) = &mut self.think {
+            let mut split = filter.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let rest = filter.finish();
+                split.content.push_str(&rest.content);
+                split.reasoning.push_str(&rest.reasoning);
+            }
+            delta.text = split.content;
+            delta.reasoning = split.reasoning;
+        }
         if let Some(filter) = &mut self.calls {
             delta.text = filter.push(&delta.text);
             if delta.finish_reason.is_some() {

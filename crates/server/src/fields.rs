@@ -75,6 +75,8 @@ pub const CHAT: &[(&str, Support)] = &[
     ("top_p", Read),
     ("user", Read),
     ("verbosity", Refused("verbosity is not supported")),
+    // llama.cpp's and vLLM's extra: variables for the chat template.
+    ("chat_template_kwargs", Read),
     ("web_search_options", Refused("web search is not supported")),
 ];
 

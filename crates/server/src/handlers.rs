@@ -20,6 +20,7 @@ use tracing::Instrument;
 use crate::choice::Choice;
 use crate::error::ApiError;
 use crate::log::RequestLog;
+use crate::reasoning::ThinkFilter;
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
 use crate::structured::RequestedGrammar;
@@ -89,13 +90,19 @@ pub async fn chat(
         let body = read_body(&state, body)?;
         let mut options = request::options(&body, Endpoint::Chat, state.tokenizer.n_vocab())?;
         check_model(&state, &options)?;
-        let mut inputs = TemplateInputs::default();
+        let mut inputs = TemplateInputs {
+            tools: None,
+            variables: template::variables(&body)?,
+        };
         if let Some(tool_request) = tools::read(&body)? {
             offer_tools(&state, &tool_request, &mut options, &mut inputs)?;
         }
         constrain(&state, &mut options).await?;
         let messages = messages::messages(&body)?;
         let prompt = template::chat_prompt(&state, messages, inputs).await?;
+        if ThinkFilter::applies_to(state.template.source()) {
+            options.think = Some(ThinkFilter::new(opens_thinking(&state, &prompt)));
+        }
         run(
             &state,
             Endpoint::Chat,
@@ -403,6 +410,10 @@ async fn run(
                     .cloned()
                     .unwrap_or_default(),
             );
+            let choice = match &options.think {
+                Some(filter) => choice.with_reasoning(filter.clone()),
+                None => choice,
+            };
             let choice = match &options.calls {
                 Some(filter) => choice.with_calls(filter.clone(), call_markers(&state.tokenizer)),
                 None => choice,
@@ -447,6 +458,16 @@ async fn run(
         response::stream(header, streams, options.include_usage, log)
     } else {
         response::complete(header, streams, log).await
+    })
+}
+
+/// True when the prompt ends inside an open `<think>` (the template opened it).
+fn opens_thinking(state: &AppState, prompt: &[u32]) -> bool {
+    let tail = &prompt[prompt.len().saturating_sub(4)..];
+    state.tokenizer.decode(tail).is_ok_and(|bytes| {
+        String::from_utf8_lossy(&bytes)
+            .trim_end()
+            .ends_with("<think>")
     })
 }
 

@@ -24,6 +24,7 @@ mod handlers;
 mod limits;
 mod log;
 mod messages;
+mod reasoning;
 mod request;
 mod response;
 mod structured;

@@ -6,6 +6,7 @@ use runit_engine::SamplerParams;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::reasoning::ThinkFilter;
 use crate::response::Endpoint;
 use crate::structured::{self, RequestedGrammar};
 use crate::tools::parse::CallFilter;
@@ -49,6 +50,8 @@ pub struct Options {
     pub caller: Option<String>,
     /// Reads tool calls out of each choice's text, when tools are offered.
     pub calls: Option<CallFilter>,
+    /// Moves reasoning out of each choice's text, for reasoning models.
+    pub think: Option<ThinkFilter>,
 }
 
 /// The most tokens a request asks for, and the field it named them in (`max_tokens` or
@@ -285,6 +288,7 @@ pub fn options(
         echo_texts: Vec::new(),
         caller: accepted::caller(body)?,
         calls: None,
+        think: None,
     })
 }
 

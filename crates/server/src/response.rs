@@ -124,6 +124,7 @@ impl Header {
 #[derive(Default)]
 struct Finished {
     text: String,
+    reasoning: String,
     tool_calls: Vec<ToolCall>,
     logprobs: Vec<TokenLogprob>,
     finish_reason: Option<&'static str>,
@@ -151,6 +152,7 @@ pub async fn complete(
         result.logprobs.extend(delta.logprobs);
         result.completion_tokens = delta.completion_tokens;
         result.tool_calls.extend(delta.tool_calls);
+        result.reasoning.push_str(&delta.reasoning);
         if delta.finish_reason.is_some() {
             result.finish_reason = delta.finish_reason;
         }
@@ -165,6 +167,9 @@ pub async fn complete(
             match header.endpoint {
                 Endpoint::Chat => {
                     let mut message = json!({"role": "assistant", "content": r.text});
+                    if !r.reasoning.is_empty() {
+                        message["reasoning_content"] = json!(r.reasoning);
+                    }
                     if !r.tool_calls.is_empty() {
                         message["tool_calls"] = header.tool_calls(index, &r.tool_calls, false);
                         if r.text.is_empty() {
@@ -251,6 +256,10 @@ pub fn stream(
                     Endpoint::Completion => json!(delta.text),
                 };
                 events.push(chunk(&header, delta.index, content, logprobs, None));
+            }
+            if !delta.reasoning.is_empty() {
+                let reasoning = json!({"reasoning_content": delta.reasoning});
+                events.push(chunk(&header, delta.index, reasoning, Value::Null, None));
             }
             if !delta.tool_calls.is_empty() {
                 let calls = header.tool_calls(delta.index, &delta.tool_calls, true);

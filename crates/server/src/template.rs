@@ -8,8 +8,10 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 use runit_tokenizer::{ChatMessage, TemplateInputs, TokenizerError};
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::request::{field, wrong_type};
 use crate::AppState;
 
 /// The prompt token ids of a chat request: the template rendered, then tokenized with the
@@ -51,6 +53,35 @@ pub(crate) async fn chat_prompt(
             "rendering the chat template failed: {join_error}"
         ))),
         Ok(Ok(result)) => result.map_err(template_error),
+    }
+}
+
+/// Names a template's scope gives the conversation; `chat_template_kwargs` may not set them.
+const RESERVED: &[&str] = &[
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
+/// Reads `chat_template_kwargs` (as llama.cpp's server and vLLM take it): variables for the
+/// template, such as `enable_thinking`.
+pub(crate) fn variables(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let param = "chat_template_kwargs";
+    match field(body, param) {
+        None => Ok(Map::new()),
+        Some(Value::Object(variables)) => match variables
+            .keys()
+            .find(|key| RESERVED.contains(&key.as_str()))
+        {
+            Some(key) => Err(ApiError::invalid(
+                format!("{param}.{key}"),
+                format!("`{key}` is set by the request itself, not by `{param}`"),
+            )),
+            None => Ok(variables.clone()),
+        },
+        Some(other) => Err(wrong_type(param, "an object", other)),
     }
 }
 

@@ -119,12 +119,14 @@ pub fn read(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> 
             "none" => ToolChoice::None,
             "auto" => ToolChoice::Auto,
             "required" => ToolChoice::Required,
-            other => return Err(ApiError::invalid(
-                "tool_choice",
-                format!(
+            other => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!(
                     "unknown `tool_choice` `{other}`; expected none, auto, required or a function"
                 ),
-            )),
+                ))
+            }
         },
         Some(Value::Object(choice)) => named_choice(choice)?,
         Some(other) => return Err(wrong_type("tool_choice", "a string or an object", other)),

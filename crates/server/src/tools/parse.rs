@@ -4,6 +4,7 @@
 //! that does not parse as calls of offered tools is given back as content, so nothing the
 //! model wrote is lost.
 
+use runit_engine::stop::partial_match_len;
 use serde_json::Value;
 
 use super::ToolFormat;
@@ -76,13 +77,7 @@ impl CallFilter {
                     return content;
                 }
                 // Hold back the longest end of the text that starts the marker.
-                let keep = (1..marker.len().min(self.held.len() + 1))
-                    .rev()
-                    .find(|&n| {
-                        self.held.is_char_boundary(self.held.len() - n)
-                            && marker.starts_with(&self.held[self.held.len() - n..])
-                    })
-                    .unwrap_or(0);
+                let keep = partial_match_len(&self.held, marker);
                 let split = self.held.len() - keep;
                 let content: String = self.held.drain(..split).collect();
                 content
