@@ -16,6 +16,7 @@
 
 mod config;
 pub mod constraint;
+mod embed;
 mod error;
 mod generate;
 pub mod kv_blocks;
@@ -27,6 +28,7 @@ mod session;
 pub mod stop;
 
 pub use config::EngineConfig;
+pub use embed::embed;
 pub use error::EngineError;
 pub use generate::{generate, GenerateParams, GeneratedToken, GenerationOutput};
 pub use perplexity::{perplexity, PerplexityReport};

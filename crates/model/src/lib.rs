@@ -15,6 +15,7 @@ pub mod arch;
 mod config;
 mod error;
 mod forward;
+mod hidden;
 mod keys;
 mod observer;
 pub mod resident;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use runit_backend::Backend;
 use runit_gguf::GgufFile;
 
-pub use config::{LayerConfig, ModelConfig};
+pub use config::{LayerConfig, ModelConfig, Pooling};
 pub use error::ModelError;
 pub use forward::Batch;
 pub use observer::LayerObserver;

@@ -276,7 +276,7 @@ fn keys_match(given: &[u8], expected: &[u8]) -> bool {
     difference == 0
 }
 
-fn read_body(
+pub(crate) fn read_body(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Map<String, Value>, ApiError> {
@@ -298,7 +298,7 @@ fn check_model(state: &AppState, options: &Options) -> Result<(), ApiError> {
 }
 
 /// Refuses a model id that is not one of the served model's ids.
-fn check_model_id(state: &AppState, name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_model_id(state: &AppState, name: &str) -> Result<(), ApiError> {
     let ids = state.config.model_ids();
     if ids.contains(&name) {
         Ok(())

@@ -1,6 +1,7 @@
 //! An OpenAI-compatible HTTP server over the continuous-batching scheduler: `GET /health`,
-//! `GET /v1/models`, `POST /v1/chat/completions` and `POST /v1/completions`, answered as JSON
-//! or as server-sent events. The server translates requests into engine requests and streams
+//! `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`,
+//! `POST /v1/completions` and `POST /v1/embeddings`, answered as JSON or as server-sent
+//! events. Every request field is honoured or refused by name (`fields`). The server translates requests into engine requests and streams
 //! tokens back over channels; it never touches tensors.
 //!
 //! Clients are not trusted: connections are served under [`ConnectionLimits`] (timeouts for
@@ -18,6 +19,7 @@ mod accepted;
 mod body;
 mod choice;
 mod connection;
+mod embeddings;
 mod error;
 mod fields;
 mod handlers;
@@ -41,8 +43,12 @@ use axum::routing::{get, post};
 use axum::Router;
 use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
+use runit_engine::EngineConfig;
+use runit_model::Model;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
+
+use embeddings::Embedder;
 
 pub use connection::Shutdown;
 pub use error::{ApiError, ServerError};
@@ -101,6 +107,8 @@ pub struct AppState {
     /// Compiles the grammars of structured output for the model's vocabulary (or says why
     /// the vocabulary cannot have them).
     grammars: Result<GrammarCompiler, ConstraintError>,
+    /// Runs `/v1/embeddings`, when the server offers it ([`AppState::with_embeddings`]).
+    embedder: Option<Embedder>,
 }
 
 impl ServerConfig {
@@ -137,7 +145,15 @@ impl AppState {
             next_id: AtomicU64::new(0),
             renders,
             grammars,
+            embedder: None,
         }
+    }
+
+    /// Offers `/v1/embeddings` over `model` (the scheduler's), in a session of its own with
+    /// `config`'s context and batch size, made at the first request.
+    pub fn with_embeddings(mut self, model: Arc<Model>, config: EngineConfig) -> AppState {
+        self.embedder = Some(Embedder::new(model, config));
+        self
     }
 
     /// A fresh response id (`chatcmpl-…`, `cmpl-…`), unique for this server.
@@ -158,6 +174,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(handlers::model))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             handlers::require_api_key,

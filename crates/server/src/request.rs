@@ -325,23 +325,36 @@ pub enum Prompt {
 /// Reads `prompt`: a string, an array of strings, an array of token ids, or an array of
 /// token-id arrays; each string or id array is one prompt.
 pub fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
-    let value = match field(body, "prompt") {
-        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
+    prompt_list(body, "prompt", MAX_PROMPTS)
+}
+
+/// Reads the field `name` as [`prompts`] reads `prompt` (the embeddings' `input` too): at
+/// most `most` of them.
+pub fn prompt_list(
+    body: &Map<String, Value>,
+    name: &str,
+    most: usize,
+) -> Result<Vec<Prompt>, ApiError> {
+    let value = match field(body, name) {
+        None => return Err(ApiError::invalid(name, format!("`{name}` is required"))),
         Some(value) => value,
     };
     let prompts = match value {
         Value::String(text) => vec![Prompt::Text(text.clone())],
         Value::Array(items) if items.is_empty() => {
-            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"))
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}` must not be empty"),
+            ))
         }
         Value::Array(items) if items.iter().all(Value::is_number) => {
-            vec![Prompt::Tokens(token_ids("prompt", items)?)]
+            vec![Prompt::Tokens(token_ids(name, items)?)]
         }
         Value::Array(items) => items
             .iter()
             .enumerate()
             .map(|(i, item)| {
-                let param = format!("prompt[{i}]");
+                let param = format!("{name}[{i}]");
                 match item {
                     Value::String(text) => Ok(Prompt::Text(text.clone())),
                     Value::Array(ids) if !ids.is_empty() => {
@@ -355,12 +368,12 @@ pub fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
                 }
             })
             .collect::<Result<_, _>>()?,
-        other => return Err(wrong_type("prompt", "a string or an array", other)),
+        other => return Err(wrong_type(name, "a string or an array", other)),
     };
-    if prompts.len() > MAX_PROMPTS {
+    if prompts.len() > most {
         return Err(ApiError::invalid(
-            "prompt",
-            format!("at most {MAX_PROMPTS} prompts, found {}", prompts.len()),
+            name,
+            format!("at most {most} in `{name}`, found {}", prompts.len()),
         ));
     }
     Ok(prompts)

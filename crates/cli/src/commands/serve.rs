@@ -146,12 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let loaded = load(&args.model)?;
     let template = ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
         .context("the model's chat template")?;
-    let config = EngineConfig {
+    let engine = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
         ..args.model.engine_config()
     };
-    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
+    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &engine)?;
     let file_name = args
         .model
         .model
@@ -171,7 +171,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         template: args.limits.template(),
         ..ServerConfig::default()
     };
-    let state = Arc::new(AppState::new(scheduler, loaded.tokenizer, template, config));
+    let state = Arc::new(
+        AppState::new(scheduler, loaded.tokenizer, template, config)
+            .with_embeddings(Arc::clone(&loaded.model), engine),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

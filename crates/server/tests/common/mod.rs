@@ -62,13 +62,12 @@ pub fn fixture_with_template(
         Some(source) => ChatTemplate::new(source, "", "").expect("template compiles"),
         None => ChatTemplate::from_tokenizer(&tokenizer).expect("template"),
     };
-    let scheduler = Scheduler::start(Arc::clone(&model), &scheduler).expect("scheduler");
-    let state = Arc::new(AppState::new(
-        scheduler,
-        Arc::clone(&tokenizer),
-        template,
-        config,
-    ));
+    let engine = scheduler;
+    let scheduler = Scheduler::start(Arc::clone(&model), &engine).expect("scheduler");
+    let state = Arc::new(
+        AppState::new(scheduler, Arc::clone(&tokenizer), template, config)
+            .with_embeddings(Arc::clone(&model), engine),
+    );
     Some(Fixture {
         model,
         tokenizer,
