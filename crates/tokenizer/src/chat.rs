@@ -159,15 +159,24 @@ impl ChatTemplate {
         tokenizer: &Tokenizer,
         limits: RenderLimits,
     ) -> Result<ChatTemplate, TokenizerError> {
+        let source = tokenizer.chat_template().unwrap_or_else(|| {
+            tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
+            CHATML_TEMPLATE
+        });
+        ChatTemplate::from_source_limited(source, tokenizer, limits)
+    }
+
+    /// The template `source` (instead of the model's, as llama.cpp's
+    /// `--chat-template-file`) with `tokenizer`'s BOS/EOS texts, rendering under `limits` and
+    /// [checked](ChatTemplate::check).
+    pub fn from_source_limited(
+        source: &str,
+        tokenizer: &Tokenizer,
+        limits: RenderLimits,
+    ) -> Result<ChatTemplate, TokenizerError> {
         let bos = tokenizer.token_text(tokenizer.bos_id());
         let eos = tokenizer.token_text(tokenizer.eos_id());
-        let mut template = match tokenizer.chat_template() {
-            Some(source) => ChatTemplate::new(source, &bos, &eos)?,
-            None => {
-                tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
-                ChatTemplate::new(CHATML_TEMPLATE, &bos, &eos)?
-            }
-        };
+        let mut template = ChatTemplate::new(source, &bos, &eos)?;
         template.set_limits(limits);
         template.check()?;
         Ok(template)

@@ -44,6 +44,10 @@ pub struct Args {
     /// (the first is the one answers carry; the file's name is always accepted too).
     #[arg(long)]
     pub alias: Vec<String>,
+    /// Render chats with the Jinja template in FILE instead of the model's (as llama.cpp's
+    /// `--chat-template-file`).
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -144,8 +148,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
-    let template = ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
-        .context("the model's chat template")?;
+    let template = match &args.chat_template_file {
+        Some(path) => {
+            let source = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            ChatTemplate::from_source_limited(&source, &loaded.tokenizer, args.limits.render())
+                .with_context(|| format!("the chat template {}", path.display()))?
+        }
+        None => ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
+            .context("the model's chat template")?,
+    };
     let engine = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
