@@ -265,3 +265,35 @@ async fn response_format_and_grammar_shape_the_output() {
     assert!(text == "yes!" || text == "no!", "{text:?}");
     assert_eq!(answer["choices"][0]["finish_reason"], "stop");
 }
+
+#[tokio::test]
+async fn a_grammar_left_without_tokens_ends_with_an_error_and_the_server_serves_on() {
+    let Some(f) = server() else { return };
+    // The grammar admits only "a"; banning every token that spells it leaves none.
+    let banned: serde_json::Map<String, Value> = (0..f.tokenizer.n_vocab() as u32)
+        .filter(|&id| f.tokenizer.token_piece(id).ok() == Some(b"a".as_slice()))
+        .map(|id| (id.to_string(), json!(-100)))
+        .collect();
+    assert!(!banned.is_empty());
+    let body = json!({"prompt": "Say a", "max_tokens": 4, "grammar": "root ::= \"a\"", "logit_bias": banned});
+    let (status, answer) = post_json(f.router(), "/v1/completions", &body.to_string()).await;
+    assert!(
+        status.is_server_error() || status.is_client_error(),
+        "{answer}"
+    );
+    let message = answer["error"]["message"].as_str().expect("message");
+    assert!(message.contains("grammar admits no token"), "{message}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, bytes) = send(f.router(), post("/v1/completions", &streamed.to_string())).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = sse_data(&bytes);
+    assert!(
+        events
+            .iter()
+            .any(|data| data.contains("grammar admits no token")),
+        "{events:?}"
+    );
+    // The server serves on (`first_token` checks the 200).
+    first_token(&f, "Once upon a time", json!({})).await;
+}
