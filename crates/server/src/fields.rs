@@ -96,10 +96,8 @@ pub const COMPLETION: &[(&str, Support)] = &[
     ("stop", Read),
     ("stream", Read),
     ("stream_options", Read),
-    (
-        "suffix",
-        Refused("fill-in-the-middle (`suffix`) is not supported"),
-    ),
+    // Refused by `infill` for a model without fill-in-the-middle tokens.
+    ("suffix", Read),
     ("temperature", Read),
     ("top_p", Read),
     ("user", Read),

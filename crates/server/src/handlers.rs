@@ -26,7 +26,7 @@ use crate::response::{self, Endpoint, Header};
 use crate::structured::RequestedGrammar;
 use crate::tools::parse::CallFilter;
 use crate::tools::{self, ToolFormat};
-use crate::{messages, structured, template, AppState};
+use crate::{infill, messages, structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -127,10 +127,21 @@ pub async fn completions(
         let mut options = request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
         check_model(&state, &options)?;
         constrain(&state, &mut options).await?;
-        // A raw prompt is the client's own: special-token text in it is parsed.
+        let suffix = infill::suffix(&body, &state.tokenizer)?;
+        if suffix.is_some() && options.echo {
+            return Err(ApiError::invalid(
+                "echo",
+                "`echo` with `suffix` is not supported: the answer is the middle alone",
+            ));
+        }
+        // A raw prompt is the client's own: special-token text in it is parsed (not before a
+        // gap: that text is plain).
         let mut prompts = Vec::new();
         for prompt in request::prompts(&body)? {
             let (ids, text) = match prompt {
+                Prompt::Text(text) if suffix.is_some() => {
+                    (state.tokenizer.encode(&text, false, false), text)
+                }
                 Prompt::Text(text) => (state.tokenizer.encode(&text, true, false), text),
                 Prompt::Tokens(ids) => {
                     let text = if options.echo {
@@ -145,7 +156,10 @@ pub async fn completions(
                     (ids, text)
                 }
             };
-            prompts.push(ids);
+            prompts.push(match &suffix {
+                Some(suffix) => infill::prompt(&state.tokenizer, &ids, suffix),
+                None => ids,
+            });
             if options.echo {
                 options.echo_texts.push(text);
             }

@@ -23,6 +23,7 @@ mod embeddings;
 mod error;
 mod fields;
 mod handlers;
+mod infill;
 mod limits;
 mod log;
 mod messages;

@@ -297,3 +297,17 @@ async fn a_grammar_left_without_tokens_ends_with_an_error_and_the_server_serves_
     // The server serves on (`first_token` checks the 200).
     first_token(&f, "Once upon a time", json!({})).await;
 }
+
+#[tokio::test]
+async fn suffix_is_refused_by_a_model_without_fim_tokens() {
+    let Some(f) = fixture(SMOLLM2, scheduler_config(), ServerConfig::default()) else {
+        return;
+    };
+    assert_eq!(f.tokenizer.fill_in_middle(), None);
+    let body = json!({"prompt": "def add(a, b):", "suffix": "print(add(1, 2))", "max_tokens": 8});
+    let (status, answer) = post_json(f.router(), "/v1/completions", &body.to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["error"]["param"], "suffix");
+    let message = answer["error"]["message"].as_str().expect("message");
+    assert!(message.contains("fill-in-the-middle"), "{message}");
+}
