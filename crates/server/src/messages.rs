@@ -69,10 +69,13 @@ fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
     };
     let mut message = ChatMessage::new(role, content(&param, object)?);
     message.name = optional_string(&param, object, "name")?;
-    if let Some(refusal) = field(object, "refusal") {
-        if !refusal.is_string() {
-            return Err(wrong_type(&format!("{param}.refusal"), "a string", refusal));
-        }
+    if field(object, "refusal").is_some() {
+        // A template has no place for it; dropping it would change the conversation.
+        return Err(ApiError::invalid(
+            format!("{param}.refusal"),
+            "an assistant's `refusal` cannot be given back to the model; put its text in \
+             `content`",
+        ));
     }
     match field(object, "tool_calls") {
         None => {}

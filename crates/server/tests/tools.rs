@@ -282,6 +282,14 @@ async fn bad_tool_input_is_refused_by_field() {
             json!({"messages": [user], "tools": tools(), "tool_choice": "required", "response_format": {"type": "json_object"}}),
             "tool_choice",
         ),
+        (
+            json!({"messages": [user, {"role": "assistant", "refusal": "No."}]}),
+            "messages[1].refusal",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "Hi", "extra": 1}]}),
+            "messages[0].extra",
+        ),
     ] {
         let (status, answer) =
             post_json(f.router(), "/v1/chat/completions", &body.to_string()).await;
