@@ -7,6 +7,10 @@ use std::collections::VecDeque;
 use crate::constraint::Constraint;
 use crate::EngineError;
 
+/// How the scheduler's failure message for a sequence starts when its own sampling settings
+/// (a grammar, logit biases) left no token to pick: the request's fault, not the engine's.
+pub const SAMPLING_FAILED: &str = "sampling failed";
+
 /// A logit bias at this value or below bans its token; at this value or above it forces it
 /// (OpenAI's `logit_bias` range is -100 to 100).
 pub const LOGIT_BIAS_LIMIT: f32 = 100.0;

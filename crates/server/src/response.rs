@@ -143,7 +143,7 @@ pub async fn complete(
         log.record(&delta);
         if let Some(message) = delta.error {
             log.finish(Some("error"));
-            let error = ApiError::internal(message);
+            let error = ApiError::sequence_failed(message);
             error.log();
             return error.into_response();
         }
@@ -241,7 +241,7 @@ pub fn stream(
             let Some(delta) = delta else { break };
             log.record(&delta);
             if let Some(message) = &delta.error {
-                let error = ApiError::internal(message.clone());
+                let error = ApiError::sequence_failed(message.clone());
                 error.log();
                 events.push(data(&error.body()));
                 failed = true;

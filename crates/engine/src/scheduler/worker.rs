@@ -13,7 +13,7 @@ use super::policy::{plan_pass, PromptProgress};
 use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS};
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
-use crate::sampler::{log_probability, top_logprobs};
+use crate::sampler::{log_probability, top_logprobs, SAMPLING_FAILED};
 use crate::{GeneratedToken, Sampler};
 
 /// An admitted sequence.
@@ -388,7 +388,7 @@ impl Worker {
             Ok(id) => id,
             Err(error) => {
                 sequence.next = None;
-                return Some(SequenceEvent::Failed(format!("sampling failed: {error}")));
+                return Some(SequenceEvent::Failed(format!("{SAMPLING_FAILED}: {error}")));
             }
         };
         // The same value as in `top` when the token is listed there (exact softmax).
