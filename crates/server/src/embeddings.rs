@@ -31,14 +31,20 @@ pub struct Embedder {
     session: Mutex<Option<Session>>,
 }
 
+/// The largest context the embedding session gets, whatever the scheduler's: its KV cache is
+/// held beside the scheduler's.
+pub const MAX_CONTEXT: usize = 8192;
+
 impl Embedder {
-    /// An embedder over `model` whose session has `config`'s context and batch size.
-    pub fn new(model: Arc<Model>, config: EngineConfig) -> Embedder {
+    /// An embedder over `model` whose session holds `context_size` tokens (at most
+    /// [`MAX_CONTEXT`]) with the engine's default batch and cache types.
+    pub fn new(model: Arc<Model>, context_size: usize) -> Embedder {
         Embedder {
             model,
             config: EngineConfig {
+                context_size: context_size.clamp(1, MAX_CONTEXT),
                 max_sequences: 1,
-                ..config
+                ..EngineConfig::default()
             },
             session: Mutex::new(None),
         }

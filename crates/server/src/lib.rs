@@ -44,7 +44,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
-use runit_engine::EngineConfig;
 use runit_model::Model;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
@@ -150,10 +149,10 @@ impl AppState {
         }
     }
 
-    /// Offers `/v1/embeddings` over `model` (the scheduler's), in a session of its own with
-    /// `config`'s context and batch size, made at the first request.
-    pub fn with_embeddings(mut self, model: Arc<Model>, config: EngineConfig) -> AppState {
-        self.embedder = Some(Embedder::new(model, config));
+    /// Offers `/v1/embeddings` over `model` (the scheduler's), in a session of its own that
+    /// holds `context_size` tokens (at most 8192), made at the first request.
+    pub fn with_embeddings(mut self, model: Arc<Model>, context_size: usize) -> AppState {
+        self.embedder = Some(Embedder::new(model, context_size));
         self
     }
 

@@ -158,12 +158,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
             .context("the model's chat template")?,
     };
-    let engine = EngineConfig {
+    let config = EngineConfig {
         max_sequences: args.parallel,
         max_queued: args.max_queued,
         ..args.model.engine_config()
     };
-    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &engine)?;
+    let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
+    let context_size = scheduler.context_size();
     let file_name = args
         .model
         .model
@@ -185,7 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let state = Arc::new(
         AppState::new(scheduler, loaded.tokenizer, template, config)
-            .with_embeddings(Arc::clone(&loaded.model), engine),
+            .with_embeddings(Arc::clone(&loaded.model), context_size),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

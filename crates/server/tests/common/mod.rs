@@ -62,11 +62,11 @@ pub fn fixture_with_template(
         Some(source) => ChatTemplate::new(source, "", "").expect("template compiles"),
         None => ChatTemplate::from_tokenizer(&tokenizer).expect("template"),
     };
-    let engine = scheduler;
-    let scheduler = Scheduler::start(Arc::clone(&model), &engine).expect("scheduler");
+    let scheduler = Scheduler::start(Arc::clone(&model), &scheduler).expect("scheduler");
+    let context_size = scheduler.context_size();
     let state = Arc::new(
         AppState::new(scheduler, Arc::clone(&tokenizer), template, config)
-            .with_embeddings(Arc::clone(&model), engine),
+            .with_embeddings(Arc::clone(&model), context_size),
     );
     Some(Fixture {
         model,
