@@ -20,12 +20,10 @@ use tracing::Instrument;
 use crate::choice::Choice;
 use crate::error::ApiError;
 use crate::log::RequestLog;
-use crate::reasoning::ThinkFilter;
+use crate::reasoning::{self, ThinkFilter};
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
-use crate::structured::RequestedGrammar;
-use crate::tools::parse::CallFilter;
-use crate::tools::{self, ToolFormat};
+use crate::tools;
 use crate::{infill, messages, structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
@@ -95,13 +93,16 @@ pub async fn chat(
             variables: template::variables(&body)?,
         };
         if let Some(tool_request) = tools::read(&body)? {
-            offer_tools(&state, &tool_request, &mut options, &mut inputs)?;
+            tools::offer(&state, &tool_request, &mut options, &mut inputs)?;
         }
         constrain(&state, &mut options).await?;
         let messages = messages::messages(&body)?;
         let prompt = template::chat_prompt(&state, messages, inputs).await?;
         if ThinkFilter::applies_to(state.template.source()) {
-            options.think = Some(ThinkFilter::new(opens_thinking(&state, &prompt)));
+            options.think = Some(ThinkFilter::new(reasoning::opens_thinking(
+                &state.tokenizer,
+                &prompt,
+            )));
         }
         run(
             &state,
@@ -175,43 +176,6 @@ pub async fn completions(
         .await
     })
     .await
-}
-
-/// Offers the tools of `request` to the model: through the template's `tools`, with a
-/// filter that reads calls out of each choice's text, and with a grammar that forces a call
-/// when `tool_choice` asks for one. A template that does not take tools is a 400.
-fn offer_tools(
-    state: &AppState,
-    request: &tools::ToolRequest,
-    options: &mut Options,
-    inputs: &mut TemplateInputs,
-) -> Result<(), ApiError> {
-    if !request.offers_tools() {
-        return Ok(());
-    }
-    let Some(format) = ToolFormat::of_template(state.template.source()) else {
-        return Err(ApiError::invalid(
-            "tools",
-            "this model's chat template does not take `tools`, so the model cannot be told \
-             about them",
-        ));
-    };
-    inputs.tools = Some(request.definitions.clone());
-    let names = request.tools.iter().map(|tool| tool.name.clone()).collect();
-    options.calls = Some(CallFilter::new(format, names));
-    if let Some(grammar) = tools::forced_grammar(request, format, &state.tokenizer) {
-        if options.grammar.is_some() {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "a forced tool call cannot be combined with `response_format` or `grammar`",
-            ));
-        }
-        options.grammar = Some(RequestedGrammar {
-            param: "tool_choice",
-            grammar,
-        });
-    }
-    Ok(())
 }
 
 /// Compiles the grammar `options` asks for into its sampler settings.
@@ -429,7 +393,9 @@ async fn run(
                 None => choice,
             };
             let choice = match &options.calls {
-                Some(filter) => choice.with_calls(filter.clone(), call_markers(&state.tokenizer)),
+                Some(filter) => {
+                    choice.with_calls(filter.clone(), tools::call_markers(&state.tokenizer))
+                }
                 None => choice,
             };
             // The i-th choice of every prompt draws as the i-th choice of a lone request.
@@ -473,30 +439,6 @@ async fn run(
     } else {
         response::complete(header, streams, log).await
     })
-}
-
-/// True when the prompt ends inside an open `<think>` (the template opened it).
-fn opens_thinking(state: &AppState, prompt: &[u32]) -> bool {
-    let tail = &prompt[prompt.len().saturating_sub(4)..];
-    state.tokenizer.decode(tail).is_ok_and(|bytes| {
-        String::from_utf8_lossy(&bytes)
-            .trim_end()
-            .ends_with("<think>")
-    })
-}
-
-/// The control tokens that mark tool calls in some vocabulary, shown in a choice's text
-/// when tools are offered.
-fn call_markers(tokenizer: &runit_tokenizer::Tokenizer) -> Vec<u32> {
-    [
-        "<tool_call>",
-        "</tool_call>",
-        "[TOOL_CALLS]",
-        "<|python_tag|>",
-    ]
-    .iter()
-    .filter_map(|text| tokenizer.vocabulary().token_id(text))
-    .collect()
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! servers' field, as llama.cpp and vLLM answer it), whole or as it streams.
 
 use runit_engine::stop::partial_match_len;
+use runit_tokenizer::Tokenizer;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
@@ -110,6 +111,16 @@ impl ThinkFilter {
             },
         }
     }
+}
+
+/// True when the prompt ends inside an open `<think>` (the template opened it).
+pub fn opens_thinking(tokenizer: &Tokenizer, prompt: &[u32]) -> bool {
+    let tail = &prompt[prompt.len().saturating_sub(4)..];
+    tokenizer.decode(tail).is_ok_and(|bytes| {
+        String::from_utf8_lossy(&bytes)
+            .trim_end()
+            .ends_with("<think>")
+    })
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@
 pub mod parse;
 
 use runit_engine::constraint::Grammar;
-use runit_tokenizer::Tokenizer;
+use runit_tokenizer::{TemplateInputs, Tokenizer};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::fields::check_keys;
-use crate::request::{boolean, field, wrong_type};
+use crate::request::{boolean, field, wrong_type, Options};
+use crate::structured::RequestedGrammar;
+use crate::AppState;
+use parse::CallFilter;
 
 /// How a model writes its tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,4 +287,55 @@ fn marker(tokenizer: &Tokenizer, text: &str) -> String {
         Some(id) if tokenizer.is_control(id) => format!("<[{id}]>"),
         _ => Value::String(text.into()).to_string(),
     }
+}
+
+/// Offers the tools of `request` to the model: through the template's `tools`, with a
+/// filter that reads calls out of each choice's text, and with a grammar that forces a call
+/// when `tool_choice` asks for one. A template that does not take tools is a 400.
+pub fn offer(
+    state: &AppState,
+    request: &ToolRequest,
+    options: &mut Options,
+    inputs: &mut TemplateInputs,
+) -> Result<(), ApiError> {
+    if !request.offers_tools() {
+        return Ok(());
+    }
+    let Some(format) = ToolFormat::of_template(state.template.source()) else {
+        return Err(ApiError::invalid(
+            "tools",
+            "this model's chat template does not take `tools`, so the model cannot be told \
+             about them",
+        ));
+    };
+    inputs.tools = Some(request.definitions.clone());
+    let names = request.tools.iter().map(|tool| tool.name.clone()).collect();
+    options.calls = Some(CallFilter::new(format, names));
+    if let Some(grammar) = forced_grammar(request, format, &state.tokenizer) {
+        if options.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "a forced tool call cannot be combined with `response_format` or `grammar`",
+            ));
+        }
+        options.grammar = Some(RequestedGrammar {
+            param: "tool_choice",
+            grammar,
+        });
+    }
+    Ok(())
+}
+
+/// The control tokens that mark tool calls in some vocabulary, shown in a choice's text
+/// when tools are offered.
+pub fn call_markers(tokenizer: &runit_tokenizer::Tokenizer) -> Vec<u32> {
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "[TOOL_CALLS]",
+        "<|python_tag|>",
+    ]
+    .iter()
+    .filter_map(|text| tokenizer.vocabulary().token_id(text))
+    .collect()
 }
