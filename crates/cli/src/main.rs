@@ -34,6 +34,8 @@ enum Command {
     Synth(commands::synth::Args),
     /// Print the token ids and pieces of a text (like llama-tokenize).
     Tokenize(commands::tokenize::Args),
+    /// Print the embedding of each text (pooled, L2-normalised) as a JSON array.
+    Embed(commands::embed::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Synth(args) => commands::synth::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Embed(args) => commands::embed::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -84,3 +84,20 @@ fn openai_client_smoke_on_smollm2() {
     let server = Server::start(&model, &["--ctx-size", "512"]);
     run_client(&python, &server, "smoke");
 }
+
+#[test]
+fn openai_client_tool_loop_on_smollm2() {
+    let Some(model) = smollm2_model() else {
+        return;
+    };
+    let Some(python) = python_with_openai() else {
+        return;
+    };
+    let template = workspace().join("crates/server/tests/data/templates/hermes.jinja");
+    let template = template.to_str().expect("a UTF-8 path");
+    let server = Server::start(
+        &model,
+        &["--ctx-size", "1024", "--chat-template-file", template],
+    );
+    run_client(&python, &server, "tools");
+}

@@ -14,6 +14,8 @@ pub enum EngineError {
     InvalidParameter { name: &'static str, message: String },
     #[error("the prompt has {tokens} tokens, but the context holds {context} (and one more is needed to generate); use a larger --ctx-size or a shorter prompt")]
     PromptTooLong { tokens: usize, context: usize },
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
     #[error("the context of {context} tokens is full ({needed} needed)")]
     ContextFull { needed: usize, context: usize },
 }

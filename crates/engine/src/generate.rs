@@ -116,7 +116,7 @@ pub fn generate(
                     Vec::new()
                 };
                 let logprob_source = logits.clone();
-                let id = sampler.sample(&mut logits);
+                let id = sampler.sample(&mut logits)?;
                 // The same value as in `top` when the token is listed there.
                 let logprob = top.iter().find(|&&(token, _)| token == id).map_or_else(
                     || crate::sampler::log_probability(&logprob_source, id),

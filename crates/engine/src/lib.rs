@@ -16,6 +16,8 @@
 //! ```
 
 mod config;
+pub mod constraint;
+mod embed;
 mod error;
 mod generate;
 pub mod kv_blocks;
@@ -29,6 +31,7 @@ pub mod stop;
 mod window;
 
 pub use config::EngineConfig;
+pub use embed::embed;
 pub use error::EngineError;
 pub use generate::{generate, GenerateParams, GeneratedToken, GenerationOutput};
 pub use perplexity::{perplexity, PerplexityReport};

@@ -1,9 +1,19 @@
-//! Token sampling: penalties, then top-k, top-p, min-p, temperature and a seeded draw; greedy
-//! (argmax after penalties) when the temperature is zero.
+//! Token sampling: logit biases and the grammar's mask, penalties, then top-k, top-p, min-p,
+//! temperature and a seeded draw; greedy (argmax after penalties) when the temperature is
+//! zero. Each sequence has its own sampler, so its draws depend on its seed alone.
 
 use std::collections::VecDeque;
 
+use crate::constraint::Constraint;
 use crate::EngineError;
+
+/// How the scheduler's failure message for a sequence starts when its own sampling settings
+/// (a grammar, logit biases) left no token to pick: the request's fault, not the engine's.
+pub const SAMPLING_FAILED: &str = "sampling failed";
+
+/// A logit bias at this value or below bans its token; at this value or above it forces it
+/// (OpenAI's `logit_bias` range is -100 to 100).
+pub const LOGIT_BIAS_LIMIT: f32 = 100.0;
 
 /// Sampling settings; [`SamplerParams::DEFAULT`] holds the one set of defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +36,11 @@ pub struct SamplerParams {
     pub penalty_window: usize,
     /// Seeds the draws: the same seed and settings give the same tokens.
     pub seed: u64,
+    /// Added to the logits of these token ids before anything else; -100 bans a token,
+    /// +100 forces it (only forced tokens stay when any is forced).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The grammar the generated tokens must follow, in its starting state.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for SamplerParams {
@@ -56,10 +71,12 @@ impl SamplerParams {
         presence_penalty: 0.0,
         penalty_window: 64,
         seed: 0x5eed,
+        logit_bias: Vec::new(),
+        constraint: None,
     };
 
     /// The defaults with temperature 0: the most likely token every time.
-    pub const fn greedy() -> SamplerParams {
+    pub fn greedy() -> SamplerParams {
         SamplerParams {
             temperature: 0.0,
             ..SamplerParams::DEFAULT
@@ -88,6 +105,13 @@ impl SamplerParams {
         )?;
         check("frequency_penalty", self.frequency_penalty, true)?;
         check("presence_penalty", self.presence_penalty, true)?;
+        for &(_, bias) in &self.logit_bias {
+            check(
+                "logit_bias",
+                bias,
+                (-LOGIT_BIAS_LIMIT..=LOGIT_BIAS_LIMIT).contains(&bias),
+            )?;
+        }
         Ok(())
     }
 
@@ -183,9 +207,75 @@ impl Sampler {
         self.recent.push_back(token);
     }
 
-    /// Picks the next token from `logits` (modified in place by the penalties).
-    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+    /// Picks the next token from `logits` (modified in place by the biases, the grammar's
+    /// mask and the penalties), and advances the grammar past it. Fails when a bias names a
+    /// token outside `logits`, or when no token is left to pick.
+    pub fn sample(&mut self, logits: &mut [f32]) -> Result<u32, EngineError> {
+        self.apply_logit_bias(logits)?;
+        if let Some(constraint) = &mut self.params.constraint {
+            constraint.mask(logits)?;
+        }
         self.apply_penalties(logits);
+        let id = self.draw(logits);
+        if logits[id as usize] == f32::NEG_INFINITY {
+            return Err(EngineError::InvalidParameter {
+                name: "logit_bias",
+                message: "every token is banned".into(),
+            });
+        }
+        if let Some(constraint) = &mut self.params.constraint {
+            constraint.accept(id)?;
+        }
+        Ok(id)
+    }
+
+    /// Follows `constraint` from now on (or no grammar), keeping the penalty window and
+    /// the random state: a chat starts each answer's grammar afresh.
+    pub fn set_constraint(&mut self, constraint: Option<Constraint>) {
+        self.params.constraint = constraint;
+    }
+
+    /// The grammar's state, when the sampler follows one.
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.params.constraint.as_ref()
+    }
+
+    fn apply_logit_bias(&self, logits: &mut [f32]) -> Result<(), EngineError> {
+        let bias = &self.params.logit_bias;
+        if bias.is_empty() {
+            return Ok(());
+        }
+        if let Some(&(id, _)) = bias.iter().find(|&&(id, _)| id as usize >= logits.len()) {
+            return Err(EngineError::InvalidParameter {
+                name: "logit_bias",
+                message: format!("token {id} is outside the vocabulary of {}", logits.len()),
+            });
+        }
+        let forced = bias.iter().any(|&(_, value)| value >= LOGIT_BIAS_LIMIT);
+        if forced {
+            let mut kept = vec![false; logits.len()];
+            for &(id, value) in bias {
+                kept[id as usize] |= value >= LOGIT_BIAS_LIMIT;
+            }
+            for (logit, keep) in logits.iter_mut().zip(kept) {
+                if !keep {
+                    *logit = f32::NEG_INFINITY;
+                }
+            }
+        }
+        for &(id, value) in bias {
+            let logit = &mut logits[id as usize];
+            if value <= -LOGIT_BIAS_LIMIT {
+                *logit = f32::NEG_INFINITY;
+            } else if value < LOGIT_BIAS_LIMIT {
+                *logit += value;
+            }
+        }
+        Ok(())
+    }
+
+    /// The draw from logits after biases, mask and penalties.
+    fn draw(&mut self, logits: &[f32]) -> u32 {
         if self.params.is_greedy() {
             return argmax(logits);
         }
@@ -232,10 +322,12 @@ impl Sampler {
     }
 
     /// True when [`Sampler::sample`] is the plain argmax of the logits: greedy, with no
-    /// penalty that would change them.
+    /// bias, grammar or penalty that would change them.
     pub fn is_plain_argmax(&self) -> bool {
         let p = &self.params;
         p.is_greedy()
+            && p.logit_bias.is_empty()
+            && p.constraint.is_none()
             && p.repeat_penalty == 1.0
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0

@@ -11,7 +11,7 @@ use crate::window::WindowRings;
 use crate::{EngineConfig, EngineError};
 
 /// What [`Session::run_chunks`] runs for each chunk: a forward pass of the batch.
-type ChunkPass<'a> = dyn FnMut(&Model, &Batch<'_>, &mut KvState, &mut Scratch) -> Result<(), runit_model::ModelError>
+pub(crate) type ChunkPass<'a> = dyn FnMut(&Model, &Batch<'_>, &mut KvState, &mut Scratch) -> Result<(), runit_model::ModelError>
     + 'a;
 
 /// One sequence being evaluated.
@@ -148,7 +148,7 @@ impl Session {
     /// Runs `tokens` through `pass` chunk by chunk (each a [`Batch`] whose logit rows are the
     /// last token's, or every token's with `all_logits`), reserving cache blocks and
     /// advancing the position.
-    fn run_chunks(
+    pub(crate) fn run_chunks(
         &mut self,
         tokens: &[u32],
         all_logits: bool,

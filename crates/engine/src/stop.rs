@@ -109,18 +109,21 @@ impl StopMatcher {
 
     /// Length of the longest suffix of the held text that begins some stop string.
     fn partial_suffix_len(&self) -> usize {
-        let mut best = 0;
-        for stop in &self.stops {
-            for (start, _) in self.held.char_indices() {
-                let suffix = &self.held[start..];
-                if suffix.len() > best && stop.starts_with(suffix) {
-                    best = suffix.len();
-                    break;
-                }
-            }
-        }
-        best
+        self.stops
+            .iter()
+            .map(|stop| partial_match_len(&self.held, stop))
+            .max()
+            .unwrap_or(0)
     }
+}
+
+/// Length of the longest end of `text` that begins `pattern` (and could become it as more
+/// text comes): what a matcher must hold back before it knows.
+pub fn partial_match_len(text: &str, pattern: &str) -> usize {
+    text.char_indices()
+        .map(|(start, _)| &text[start..])
+        .find(|suffix| pattern.starts_with(suffix))
+        .map_or(0, str::len)
 }
 
 #[cfg(test)]

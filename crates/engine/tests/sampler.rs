@@ -19,7 +19,7 @@ fn histogram(p: SamplerParams, logits: &[f32], draws: usize) -> Vec<usize> {
     let mut counts = vec![0; logits.len()];
     for _ in 0..draws {
         let mut l = logits.to_vec();
-        counts[sampler.sample(&mut l) as usize] += 1;
+        counts[sampler.sample(&mut l).expect("a token") as usize] += 1;
     }
     counts
 }
@@ -27,7 +27,7 @@ fn histogram(p: SamplerParams, logits: &[f32], draws: usize) -> Vec<usize> {
 #[test]
 fn greedy_picks_the_argmax() {
     let mut s = Sampler::new(params(0.0)).expect("valid");
-    assert_eq!(s.sample(&mut [0.1, 3.0, 2.9, -1.0]), 1);
+    assert_eq!(s.sample(&mut [0.1, 3.0, 2.9, -1.0]).expect("a token"), 1);
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn penalties_lower_recent_tokens() {
     let mut s = Sampler::new(p).expect("valid");
     s.accept(0);
     // Token 0 (logit 2.0) is halved to 1.0, below token 1 (1.5).
-    assert_eq!(s.sample(&mut [2.0, 1.5, 0.0]), 1);
+    assert_eq!(s.sample(&mut [2.0, 1.5, 0.0]).expect("a token"), 1);
 
     let mut p = params(0.0);
     p.frequency_penalty = 0.4;
@@ -100,7 +100,7 @@ fn penalties_lower_recent_tokens() {
     s.accept(0);
     s.accept(0);
     // 2.0 - 2 * 0.4 - 0.2 = 1.0 < 1.5.
-    assert_eq!(s.sample(&mut [2.0, 1.5, 0.0]), 1);
+    assert_eq!(s.sample(&mut [2.0, 1.5, 0.0]).expect("a token"), 1);
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn the_same_seed_gives_the_same_draws() {
         p.seed = seed;
         let mut s = Sampler::new(p).expect("valid");
         (0..50)
-            .map(|_| s.sample(&mut logits.clone()))
+            .map(|_| s.sample(&mut logits.clone()).expect("a token"))
             .collect::<Vec<_>>()
     };
     assert_eq!(run(1), run(1));

@@ -56,8 +56,22 @@ pub struct ModelConfig {
     pub attention_logit_softcap: Option<f32>,
     /// `cap` of `cap * tanh(logit / cap)` on the final logits, for a row that reads it.
     pub final_logit_softcap: Option<f32>,
+    /// How an embedding is pooled from the final hidden states (`pooling_type`); `None`
+    /// for a model that declares none (a decoder for generation).
+    pub pooling: Option<Pooling>,
     /// Each layer's RoPE and attention window, `block_count` of them.
     layers: Vec<LayerConfig>,
+}
+
+/// How token states become one embedding (llama.cpp's `llama_pooling_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean of every token's state.
+    Mean,
+    /// The first token's state (CLS).
+    First,
+    /// The last token's state.
+    Last,
 }
 
 /// What differs from layer to layer: RoPE base and scale, and the attention window.
@@ -199,8 +213,16 @@ impl ModelConfig {
             sliding_window,
         };
         let layers = layer_configs(&keys, arch, global, block_count)?;
+        // Values above 3 were refused by `unsupported`.
+        let pooling = match keys.unsigned("pooling_type")? {
+            Some(1) => Some(Pooling::Mean),
+            Some(2) => Some(Pooling::First),
+            Some(3) => Some(Pooling::Last),
+            _ => None,
+        };
         Ok(ModelConfig {
             arch,
+            pooling,
             context_length,
             embedding_length,
             block_count,

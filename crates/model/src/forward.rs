@@ -99,7 +99,7 @@ impl Model {
 
     /// The checks and ops of a pass, leaving the logits of `batch.logit_rows` in
     /// `scratch.logits`.
-    fn run_pass(
+    pub(crate) fn run_pass(
         &self,
         batch: &Batch<'_>,
         kv: &mut KvState,

@@ -16,6 +16,7 @@ mod config;
 mod error;
 mod features;
 mod forward;
+mod hidden;
 mod keys;
 mod observer;
 pub mod resident;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use runit_backend::Backend;
 use runit_gguf::GgufFile;
 
-pub use config::{LayerConfig, ModelConfig};
+pub use config::{LayerConfig, ModelConfig, Pooling};
 pub use error::ModelError;
 pub use forward::Batch;
 pub use observer::LayerObserver;

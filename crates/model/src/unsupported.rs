@@ -9,7 +9,8 @@ use crate::arch::{Activation, Architecture, AttentionWindow, FfnKind, LogitSoftc
 use crate::keys::Keys;
 use crate::ModelError;
 
-/// llama.cpp's `llama_pooling_type`, by value: a decoder for generation pools nothing.
+/// llama.cpp's `llama_pooling_type`, by value: a decoder for generation pools nothing; an
+/// embedding model of a known architecture pools by mean, first (CLS) or last token.
 const POOLING_TYPES: [&str; 5] = ["none", "mean", "cls", "last", "rank"];
 
 /// llama.cpp's `llama_expert_gating_func_type`, by value.
@@ -34,9 +35,13 @@ const NEUTRAL_SCALES: [(&str, &[f32]); 5] = [
 /// Refuses every key of `keys` that asks for something `row` does not compute.
 pub(crate) fn refuse_unimplemented(keys: &Keys, row: &Architecture) -> Result<(), ModelError> {
     if let Some(pooling) = keys.unsigned("pooling_type")? {
-        if pooling != 0 {
+        if pooling > 3 {
             let value = named(pooling, &POOLING_TYPES);
-            return Err(keys.unsupported("pooling_type", value, "0 (none)"));
+            return Err(keys.unsupported(
+                "pooling_type",
+                value,
+                "0 (none), 1 (mean), 2 (cls), 3 (last)",
+            ));
         }
     }
     if keys.boolean("attention.causal")? == Some(false) {

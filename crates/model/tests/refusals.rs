@@ -6,7 +6,7 @@ mod common;
 use std::borrow::Cow;
 
 use runit_gguf::{GgufFile, GgufWriter, Value};
-use runit_model::{ModelConfig, ModelError};
+use runit_model::{ModelConfig, ModelError, Pooling};
 
 /// A tiny model's metadata under `arch` (OLMoE gets its expert counts), with `extra`
 /// (which replaces a default of the same key).
@@ -86,24 +86,27 @@ fn linear_rope_scaling_is_read_as_llama_cpp_reads_it() {
 }
 
 #[test]
-fn pooling_other_than_none_is_refused() {
-    for (value, name) in [
-        (1, "mean"),
-        (2, "cls"),
-        (3, "last"),
-        (4, "rank"),
-        (9, "unknown"),
+fn pooling_is_read_and_rank_is_refused() {
+    for (value, pooling) in [
+        (0, None),
+        (1, Some(Pooling::Mean)),
+        (2, Some(Pooling::First)),
+        (3, Some(Pooling::Last)),
     ] {
+        let read = config("llama", &[("pooling_type", Value::U32(value))]).expect("loads");
+        assert_eq!(read.pooling, pooling, "pooling_type {value}");
+    }
+    assert_eq!(config("llama", &[]).expect("loads").pooling, None);
+    for (value, name) in [(4, "rank"), (9, "unknown")] {
         let named = format!("{value} ({name})");
         refused(
             "llama",
             "pooling_type",
             Value::U32(value),
             &named,
-            "0 (none)",
+            "0 (none), 1 (mean), 2 (cls), 3 (last)",
         );
     }
-    config("llama", &[("pooling_type", Value::U32(0))]).expect("no pooling loads");
 }
 
 #[test]

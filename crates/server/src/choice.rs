@@ -11,6 +11,9 @@ use runit_engine::{GeneratedToken, StopReason};
 use runit_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::reasoning::ThinkFilter;
+use crate::tools::parse::{CallFilter, ToolCall};
+
 /// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
 pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);
 
@@ -39,8 +42,12 @@ pub struct Delta {
     pub index: usize,
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
-    /// `stop` or `length` on the last delta.
+    /// `stop`, `length` or `tool_calls` on the last delta.
     pub finish_reason: Option<&'static str>,
+    /// The tool calls read from the choice's text (on the last delta).
+    pub tool_calls: Vec<ToolCall>,
+    /// Reasoning text (`<think>` blocks), apart from `text`.
+    pub reasoning: String,
     /// Tokens generated so far.
     pub completion_tokens: usize,
     /// Set when the engine failed this sequence.
@@ -56,15 +63,24 @@ pub struct Choice {
     stop: StopMatcher,
     logprobs: bool,
     generated: usize,
+    /// Text that starts the first delta (the echoed prompt), not matched against stops.
+    prefix: String,
+    /// Separates tool calls from content, when tools are offered.
+    calls: Option<CallFilter>,
+    /// Control tokens whose text is shown anyway (the markers of tool calls).
+    shown: Vec<u32>,
+    /// Separates reasoning from content, for reasoning models.
+    think: Option<ThinkFilter>,
 }
 
 impl Choice {
-    /// A choice and the sink to submit its sequence with.
+    /// A choice and the sink to submit its sequence with; its text starts with `prefix`.
     pub fn new(
         index: usize,
         tokenizer: Arc<Tokenizer>,
         stops: Vec<String>,
         logprobs: bool,
+        prefix: String,
     ) -> (Choice, ChannelSink) {
         let (sender, receiver) = unbounded_channel();
         let choice = Choice {
@@ -75,8 +91,26 @@ impl Choice {
             stop: StopMatcher::new(stops),
             logprobs,
             generated: 0,
+            prefix,
+            calls: None,
+            shown: Vec::new(),
+            think: None,
         };
         (choice, ChannelSink(sender))
+    }
+
+    /// Moves `<think>` blocks out of the text into the deltas' reasoning with `filter`.
+    pub fn with_reasoning(mut self, filter: ThinkFilter) -> Choice {
+        self.think = Some(filter);
+        self
+    }
+
+    /// Reads tool calls out of the text with `filter`; the control tokens `shown` (call
+    /// markers) appear in the text it reads.
+    pub fn with_calls(mut self, filter: CallFilter, shown: Vec<u32>) -> Choice {
+        self.calls = Some(filter);
+        self.shown = shown;
+        self
     }
 
     /// The choice's deltas, ending with the one that has a finish reason or an error.
@@ -134,12 +168,36 @@ impl Choice {
             }
         }
         delta.completion_tokens = self.generated;
+        if let Some(filter) = &mut self.think {
+            let mut split = filter.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let rest = filter.finish();
+                split.content.push_str(&rest.content);
+                split.reasoning.push_str(&rest.reasoning);
+            }
+            delta.text = split.content;
+            delta.reasoning = split.reasoning;
+        }
+        if let Some(filter) = &mut self.calls {
+            delta.text = filter.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let (rest, calls) = filter.finish();
+                delta.text.push_str(&rest);
+                if !calls.is_empty() {
+                    delta.finish_reason = Some("tool_calls");
+                }
+                delta.tool_calls = calls;
+            }
+        }
+        if !self.prefix.is_empty() {
+            delta.text.insert_str(0, &std::mem::take(&mut self.prefix));
+        }
         Some(delta)
     }
 
     /// The complete characters that token `id` finishes (control tokens add nothing).
     fn text_of(&mut self, id: u32) -> String {
-        if !self.tokenizer.is_control(id) {
+        if !self.tokenizer.is_control(id) || self.shown.contains(&id) {
             if let Ok(piece) = self.tokenizer.token_piece(id) {
                 self.pending.extend_from_slice(piece);
             }

@@ -4,6 +4,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use runit_engine::sampler::SAMPLING_FAILED;
 use runit_engine::scheduler::SubmitError;
 
 /// Why the server could not start.
@@ -90,6 +91,16 @@ impl ApiError {
             kind: "server_error",
             param: None,
             code: Some(code),
+        }
+    }
+
+    /// The answer to a sequence the engine failed: a 400 when the request's own sampling
+    /// settings left no token to pick (a grammar, logit biases), else a 500.
+    pub fn sequence_failed(message: String) -> ApiError {
+        if message.starts_with(SAMPLING_FAILED) {
+            ApiError::bad_request(message)
+        } else {
+            ApiError::internal(message)
         }
     }
 

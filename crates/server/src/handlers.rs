@@ -1,4 +1,5 @@
-//! The endpoints: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions`, and
+//! The endpoints: `/health`, `/v1/models` (and `/v1/models/{id}`), `/v1/chat/completions`,
+//! `/v1/completions`, and
 //! the bearer-token check in front of the `/v1` routes (a constant-time comparison).
 
 use std::future::Future;
@@ -6,21 +7,24 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use runit_engine::request::{check_request, RequestError};
 use runit_engine::scheduler::{EventSink, Request as EngineRequest};
+use runit_tokenizer::TemplateInputs;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
 use crate::choice::Choice;
 use crate::error::ApiError;
 use crate::log::RequestLog;
+use crate::reasoning::{self, ThinkFilter};
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
-use crate::{template, AppState};
+use crate::tools;
+use crate::{infill, messages, structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -39,22 +43,39 @@ pub async fn health(State(state): State<Arc<AppState>>, request: Request) -> Res
     .into_response()
 }
 
-/// `GET /v1/models`.
+/// `GET /v1/models`: the served model under each of its ids.
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.config.model_name,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "runit",
-            "meta": {
-                "n_ctx": state.scheduler.context_size(),
-                "n_vocab": state.tokenizer.n_vocab(),
-            },
-        }],
-    }))
-    .into_response()
+    let data: Vec<Value> = state
+        .config
+        .model_ids()
+        .into_iter()
+        .map(|id| model_object(&state, id))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `GET /v1/models/{id}`: the model, when `id` is one of its ids; else a 404.
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match check_model_id(&state, &id) {
+        Ok(()) => axum::Json(model_object(&state, &id)).into_response(),
+        Err(error) => {
+            error.log();
+            error.into_response()
+        }
+    }
+}
+
+fn model_object(state: &AppState, id: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "runit",
+        "meta": {
+            "n_ctx": state.scheduler.context_size(),
+            "n_vocab": state.tokenizer.n_vocab(),
+        },
+    })
 }
 
 /// `POST /v1/chat/completions`.
@@ -65,10 +86,24 @@ pub async fn chat(
     let id = state.next_request_id(Endpoint::Chat);
     respond(&id, "/v1/chat/completions", async {
         let body = read_body(&state, body)?;
-        let options = request::options(&body, true)?;
+        let mut options = request::options(&body, Endpoint::Chat, state.tokenizer.n_vocab())?;
         check_model(&state, &options)?;
-        let messages = request::messages(&body)?;
-        let prompt = template::chat_prompt(&state, messages).await?;
+        let mut inputs = TemplateInputs {
+            tools: None,
+            variables: template::variables(&body)?,
+        };
+        if let Some(tool_request) = tools::read(&body)? {
+            tools::offer(&state, &tool_request, &mut options, &mut inputs)?;
+        }
+        constrain(&state, &mut options).await?;
+        let messages = messages::messages(&body)?;
+        let prompt = template::chat_prompt(&state, messages, inputs).await?;
+        if ThinkFilter::applies_to(state.template.source()) {
+            options.think = Some(ThinkFilter::new(reasoning::opens_thinking(
+                &state.tokenizer,
+                &prompt,
+            )));
+        }
         run(
             &state,
             Endpoint::Chat,
@@ -90,16 +125,46 @@ pub async fn completions(
     let id = state.next_request_id(Endpoint::Completion);
     respond(&id, "/v1/completions", async {
         let body = read_body(&state, body)?;
-        let options = request::options(&body, false)?;
+        let mut options = request::options(&body, Endpoint::Completion, state.tokenizer.n_vocab())?;
         check_model(&state, &options)?;
-        // A raw prompt is the client's own: special-token text in it is parsed.
-        let prompts = request::prompts(&body)?
-            .into_iter()
-            .map(|prompt| match prompt {
-                Prompt::Text(text) => state.tokenizer.encode(&text, true, false),
-                Prompt::Tokens(ids) => ids,
-            })
-            .collect();
+        constrain(&state, &mut options).await?;
+        let suffix = infill::suffix(&body, &state.tokenizer)?;
+        if suffix.is_some() && options.echo {
+            return Err(ApiError::invalid(
+                "echo",
+                "`echo` with `suffix` is not supported: the answer is the middle alone",
+            ));
+        }
+        // A raw prompt is the client's own: special-token text in it is parsed (not before a
+        // gap: that text is plain).
+        let mut prompts = Vec::new();
+        for prompt in request::prompts(&body)? {
+            let (ids, text) = match prompt {
+                Prompt::Text(text) if suffix.is_some() => {
+                    (state.tokenizer.encode(&text, false, false), text)
+                }
+                Prompt::Text(text) => (state.tokenizer.encode(&text, true, false), text),
+                Prompt::Tokens(ids) => {
+                    let text = if options.echo {
+                        let bytes = state
+                            .tokenizer
+                            .decode(&ids)
+                            .map_err(|error| ApiError::invalid("prompt", error.to_string()))?;
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    } else {
+                        String::new()
+                    };
+                    (ids, text)
+                }
+            };
+            prompts.push(match &suffix {
+                Some(suffix) => infill::prompt(&state.tokenizer, &ids, suffix),
+                None => ids,
+            });
+            if options.echo {
+                options.echo_texts.push(text);
+            }
+        }
         run(
             &state,
             Endpoint::Completion,
@@ -111,6 +176,14 @@ pub async fn completions(
         .await
     })
     .await
+}
+
+/// Compiles the grammar `options` asks for into its sampler settings.
+async fn constrain(state: &Arc<AppState>, options: &mut Options) -> Result<(), ApiError> {
+    if let Some(requested) = options.grammar.take() {
+        options.sampling.constraint = Some(structured::compile(state, requested).await?);
+    }
+    Ok(())
 }
 
 /// Runs `handler` in the request's span, logging the error it answers with, if any.
@@ -181,7 +254,7 @@ fn keys_match(given: &[u8], expected: &[u8]) -> bool {
     difference == 0
 }
 
-fn read_body(
+pub(crate) fn read_body(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Map<String, Value>, ApiError> {
@@ -197,10 +270,18 @@ fn read_body(
 
 fn check_model(state: &AppState, options: &Options) -> Result<(), ApiError> {
     match &options.model {
-        Some(name) if *name != state.config.model_name => {
-            Err(ApiError::unknown_model(name, &state.config.model_name))
-        }
-        _ => Ok(()),
+        Some(name) => check_model_id(state, name),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a model id that is not one of the served model's ids.
+pub(crate) fn check_model_id(state: &AppState, name: &str) -> Result<(), ApiError> {
+    let ids = state.config.model_ids();
+    if ids.contains(&name) {
+        Ok(())
+    } else {
+        Err(ApiError::unknown_model(name, &ids.join("`, `")))
     }
 }
 
@@ -287,6 +368,9 @@ async fn run(
         Some(limit) => limit.count,
         None => state.config.default_max_tokens.min(room),
     };
+    if let Some(caller) = &options.caller {
+        tracing::info!(caller = %caller, "caller");
+    }
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let log = RequestLog::new(prompt_tokens, sequences);
     let mut streams = Vec::with_capacity(sequences);
@@ -298,7 +382,22 @@ async fn run(
                 Arc::clone(&state.tokenizer),
                 options.stop.clone(),
                 options.logprobs,
+                options
+                    .echo_texts
+                    .get(prompt_index)
+                    .cloned()
+                    .unwrap_or_default(),
             );
+            let choice = match &options.think {
+                Some(filter) => choice.with_reasoning(filter.clone()),
+                None => choice,
+            };
+            let choice = match &options.calls {
+                Some(filter) => {
+                    choice.with_calls(filter.clone(), tools::call_markers(&state.tokenizer))
+                }
+                None => choice,
+            };
             // The i-th choice of every prompt draws as the i-th choice of a lone request.
             let mut sampling = options.sampling.clone();
             sampling.seed = sampling.seed.wrapping_add(i as u64);

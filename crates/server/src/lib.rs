@@ -1,6 +1,8 @@
 //! An OpenAI-compatible HTTP server over the continuous-batching scheduler: `GET /health`,
-//! `GET /v1/models`, `POST /v1/chat/completions` and `POST /v1/completions`, answered as JSON
-//! or as server-sent events, and `GET /metrics` in the Prometheus text format. The server translates requests into engine requests and streams
+//! `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`,
+//! `POST /v1/completions` and `POST /v1/embeddings`, answered as JSON or as server-sent
+//! events, and `GET /metrics` in the Prometheus text format. Every request field is honoured
+//! or refused by name (`fields`). The server translates requests into engine requests and streams
 //! tokens back over channels; it never touches tensors.
 //!
 //! Clients are not trusted: connections are served under [`ConnectionLimits`] (timeouts for
@@ -14,18 +16,26 @@
 //! # Ok(()) }
 //! ```
 
+mod accepted;
 mod body;
 mod choice;
 mod connection;
+mod embeddings;
 mod error;
+mod fields;
 mod handlers;
+mod infill;
 mod limits;
 mod log;
+mod messages;
 mod metrics;
+mod reasoning;
 mod request;
 mod response;
+mod structured;
 mod template;
 mod timed;
+mod tools;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,9 +44,13 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
+use runit_model::Model;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
+
+use embeddings::Embedder;
 
 pub use connection::Shutdown;
 pub use error::{ApiError, ServerError};
@@ -47,8 +61,11 @@ pub use runit_engine::stop::{StopCheck, StopMatcher};
 /// Server settings; see `impl Default` for the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
-    /// The model id clients name (`--alias`, or the file's name).
+    /// The model id answers carry (the first `--alias`, or the file's name).
     pub model_name: String,
+    /// Other ids a request may name (further `--alias` values, the file's name);
+    /// `/v1/models` lists them after `model_name`.
+    pub aliases: Vec<String>,
     /// Bearer token required on `/v1` routes (`--api-key`, `--api-key-file` or
     /// `RUNIT_API_KEY`); `None` lets everyone in. With a key, `/health` shows only its status
     /// to a client without it.
@@ -68,6 +85,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             model_name: "runit".into(),
+            aliases: Vec::new(),
             api_key: None,
             max_body_bytes: 4 << 20,
             default_max_tokens: 1024,
@@ -88,6 +106,24 @@ pub struct AppState {
     next_id: AtomicU64,
     /// One permit per template rendering allowed at once.
     renders: Arc<Semaphore>,
+    /// Compiles the grammars of structured output for the model's vocabulary (or says why
+    /// the vocabulary cannot have them).
+    grammars: Result<GrammarCompiler, ConstraintError>,
+    /// Runs `/v1/embeddings`, when the server offers it ([`AppState::with_embeddings`]).
+    embedder: Option<Embedder>,
+}
+
+impl ServerConfig {
+    /// Every id of the served model: `model_name`, then the aliases not equal to it.
+    pub fn model_ids(&self) -> Vec<&str> {
+        let mut ids = vec![self.model_name.as_str()];
+        for alias in &self.aliases {
+            if !ids.contains(&alias.as_str()) {
+                ids.push(alias);
+            }
+        }
+        ids
+    }
 }
 
 impl AppState {
@@ -101,6 +137,7 @@ impl AppState {
     ) -> AppState {
         template.set_limits(config.template.render);
         let renders = Arc::new(Semaphore::new(config.template.workers.max(1)));
+        let grammars = GrammarCompiler::new(Arc::clone(&tokenizer), &tokenizer.eog_ids());
         AppState {
             scheduler,
             tokenizer,
@@ -109,7 +146,16 @@ impl AppState {
             created: unix_time(),
             next_id: AtomicU64::new(0),
             renders,
+            grammars,
+            embedder: None,
         }
+    }
+
+    /// Offers `/v1/embeddings` over `model` (the scheduler's), in a session of its own that
+    /// holds `context_size` tokens (at most 8192), made at the first request.
+    pub fn with_embeddings(mut self, model: Arc<Model>, context_size: usize) -> AppState {
+        self.embedder = Some(Embedder::new(model, context_size));
+        self
     }
 
     /// A fresh response id (`chatcmpl-…`, `cmpl-…`), unique for this server.
@@ -127,8 +173,10 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{id}", get(handlers::model))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),

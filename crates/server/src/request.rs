@@ -3,10 +3,14 @@
 
 use runit_engine::sampler::random_seed;
 use runit_engine::SamplerParams;
-use runit_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::reasoning::ThinkFilter;
+use crate::response::Endpoint;
+use crate::structured::{self, RequestedGrammar};
+use crate::tools::parse::CallFilter;
+use crate::{accepted, fields};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 16;
@@ -36,6 +40,18 @@ pub struct Options {
     /// `ignore_eos` (an extension that llama.cpp's server and vLLM also accept): generation
     /// runs on past end-of-generation tokens until `max_tokens` or the context ends them.
     pub ignore_eos: bool,
+    /// The grammar the output must follow (`response_format` or `grammar`), not compiled yet.
+    pub grammar: Option<RequestedGrammar>,
+    /// `echo` (completions): the prompt's text starts each choice's text.
+    pub echo: bool,
+    /// The text of each prompt, when `echo` is set (the completions handler fills it).
+    pub echo_texts: Vec<String>,
+    /// `safety_identifier` or `user`, for the log.
+    pub caller: Option<String>,
+    /// Reads tool calls out of each choice's text, when tools are offered.
+    pub calls: Option<CallFilter>,
+    /// Moves reasoning out of each choice's text, for reasoning models.
+    pub think: Option<ThinkFilter>,
 }
 
 /// The most tokens a request asks for, and the field it named them in (`max_tokens` or
@@ -81,7 +97,7 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
+pub(crate) fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
     ApiError::invalid(
         param,
         format!("`{param}` must be {expected}, found {}", type_name(found)),
@@ -89,7 +105,7 @@ fn wrong_type(param: &str, expected: &str, found: &Value) -> ApiError {
 }
 
 /// A field that is absent or null reads as `None`.
-fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     body.get(name).filter(|value| !value.is_null())
 }
 
@@ -101,7 +117,7 @@ fn number(body: &Map<String, Value>, name: &str) -> Result<Option<f64>, ApiError
     }
 }
 
-fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
+pub(crate) fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
     match field(body, name) {
         None => Ok(None),
         Some(Value::Number(n)) => match n.as_i64() {
@@ -115,7 +131,7 @@ fn integer(body: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiErro
     }
 }
 
-fn boolean(body: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn boolean(body: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
     match field(body, name) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -134,9 +150,17 @@ fn in_range(name: &str, value: f64, low: f64, high: f64) -> Result<f32, ApiError
     }
 }
 
-/// Reads the settings common to both endpoints. `chat` selects how `logprobs` is read
-/// (a boolean with `top_logprobs` for chat, an integer count for text completions).
-pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiError> {
+/// Reads the settings of a request to `endpoint` after refusing the fields it does not
+/// support ([`fields::check`]); `endpoint` also selects how `logprobs` is read (a boolean
+/// with `top_logprobs` for chat, an integer count for text completions). Token ids (in
+/// `logit_bias`) must be below `vocab_size`.
+pub fn options(
+    body: &Map<String, Value>,
+    endpoint: Endpoint,
+    vocab_size: usize,
+) -> Result<Options, ApiError> {
+    fields::check(body, endpoint)?;
+    let chat = endpoint == Endpoint::Chat;
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -189,6 +213,7 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
     if let Some(seed) = integer(body, "seed")? {
         sampling.seed = seed as u64;
     }
+    sampling.logit_bias = structured::logit_bias(body, vocab_size)?;
     let stop = stop_strings(body)?;
     let (logprobs, top_logprobs) = if chat {
         let wanted = boolean(body, "logprobs")?.unwrap_or(false);
@@ -215,7 +240,8 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
     let stream = boolean(body, "stream")?.unwrap_or(false);
     let include_usage = match field(body, "stream_options") {
         None => false,
-        Some(Value::Object(o)) => boolean(o, "include_usage")
+        Some(Value::Object(o)) => fields::check_keys("stream_options", o, &["include_usage"])
+            .and_then(|()| boolean(o, "include_usage"))
             .map_err(|e| ApiError {
                 param: Some("stream_options.include_usage".into()),
                 ..e
@@ -224,10 +250,27 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         Some(other) => return Err(wrong_type("stream_options", "an object", other)),
     };
     let ignore_eos = boolean(body, "ignore_eos")?.unwrap_or(false);
-    if let Some(user) = field(body, "user") {
-        if !user.is_string() {
-            return Err(wrong_type("user", "a string", user));
-        }
+    let grammar = structured::grammar(body)?;
+    if let (Some(requested), true) = (&grammar, ignore_eos) {
+        return Err(ApiError::invalid(
+            requested.param,
+            "a grammar ends generation when it is complete; it cannot be combined with \
+             `ignore_eos`",
+        ));
+    }
+    let echo = if chat {
+        accepted::chat_fields(body)?;
+        false
+    } else {
+        accepted::completion_fields(body, n as usize)?;
+        boolean(body, "echo")?.unwrap_or(false)
+    };
+    if echo && logprobs {
+        return Err(ApiError::invalid(
+            "echo",
+            "`echo` with `logprobs` asks for the prompt's log-probabilities, which are not \
+             computed",
+        ));
     }
     Ok(Options {
         model,
@@ -240,6 +283,12 @@ pub fn options(body: &Map<String, Value>, chat: bool) -> Result<Options, ApiErro
         stream,
         include_usage,
         ignore_eos,
+        grammar,
+        echo,
+        echo_texts: Vec::new(),
+        caller: accepted::caller(body)?,
+        calls: None,
+        think: None,
     })
 }
 
@@ -266,92 +315,6 @@ fn stop_strings(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(stops)
 }
 
-/// The conversation of a chat request.
-pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
-    let items = match field(body, "messages") {
-        None => return Err(ApiError::invalid("messages", "`messages` is required")),
-        Some(Value::Array(items)) => items,
-        Some(other) => return Err(wrong_type("messages", "an array", other)),
-    };
-    if items.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "`messages` must hold at least one message",
-        ));
-    }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| message(i, item))
-        .collect()
-}
-
-fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
-    let param = format!("messages[{i}]");
-    let Value::Object(object) = item else {
-        return Err(wrong_type(&param, "an object", item));
-    };
-    let role = match field(object, "role") {
-        Some(Value::String(role)) => role.as_str(),
-        Some(other) => return Err(wrong_type(&format!("{param}.role"), "a string", other)),
-        None => {
-            return Err(ApiError::invalid(
-                format!("{param}.role"),
-                "every message needs a `role`",
-            ))
-        }
-    };
-    let role = match role {
-        "system" | "user" | "assistant" => role,
-        "developer" => "system",
-        other => {
-            return Err(ApiError::invalid(
-                format!("{param}.role"),
-                format!("unknown role `{other}`; expected system, developer, user or assistant"),
-            ))
-        }
-    };
-    let content_param = format!("{param}.content");
-    let content = match field(object, "content") {
-        None => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let part_param = format!("{content_param}[{j}]");
-                let kind = part.get("type").and_then(Value::as_str);
-                match (kind, part.get("text")) {
-                    (Some("text"), Some(Value::String(piece))) => text.push_str(piece),
-                    (Some("text"), _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            "a text part needs a string `text`",
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            format!(
-                                "content parts of type {} are not supported; only `text`",
-                                kind.unwrap_or("(none)")
-                            ),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-        Some(other) => {
-            return Err(wrong_type(
-                &content_param,
-                "a string or an array of parts",
-                other,
-            ))
-        }
-    };
-    Ok(ChatMessage::new(role, content))
-}
-
 /// One prompt of a text completion: text, or token ids.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
@@ -362,23 +325,36 @@ pub enum Prompt {
 /// Reads `prompt`: a string, an array of strings, an array of token ids, or an array of
 /// token-id arrays; each string or id array is one prompt.
 pub fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
-    let value = match field(body, "prompt") {
-        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
+    prompt_list(body, "prompt", MAX_PROMPTS)
+}
+
+/// Reads the field `name` as [`prompts`] reads `prompt` (the embeddings' `input` too): at
+/// most `most` of them.
+pub fn prompt_list(
+    body: &Map<String, Value>,
+    name: &str,
+    most: usize,
+) -> Result<Vec<Prompt>, ApiError> {
+    let value = match field(body, name) {
+        None => return Err(ApiError::invalid(name, format!("`{name}` is required"))),
         Some(value) => value,
     };
     let prompts = match value {
         Value::String(text) => vec![Prompt::Text(text.clone())],
         Value::Array(items) if items.is_empty() => {
-            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"))
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}` must not be empty"),
+            ))
         }
         Value::Array(items) if items.iter().all(Value::is_number) => {
-            vec![Prompt::Tokens(token_ids("prompt", items)?)]
+            vec![Prompt::Tokens(token_ids(name, items)?)]
         }
         Value::Array(items) => items
             .iter()
             .enumerate()
             .map(|(i, item)| {
-                let param = format!("prompt[{i}]");
+                let param = format!("{name}[{i}]");
                 match item {
                     Value::String(text) => Ok(Prompt::Text(text.clone())),
                     Value::Array(ids) if !ids.is_empty() => {
@@ -392,12 +368,12 @@ pub fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
                 }
             })
             .collect::<Result<_, _>>()?,
-        other => return Err(wrong_type("prompt", "a string or an array", other)),
+        other => return Err(wrong_type(name, "a string or an array", other)),
     };
-    if prompts.len() > MAX_PROMPTS {
+    if prompts.len() > most {
         return Err(ApiError::invalid(
-            "prompt",
-            format!("at most {MAX_PROMPTS} prompts, found {}", prompts.len()),
+            name,
+            format!("at most {most} in `{name}`, found {}", prompts.len()),
         ));
     }
     Ok(prompts)

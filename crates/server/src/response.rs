@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::choice::{Delta, TokenLogprob};
 use crate::error::ApiError;
 use crate::log::RequestLog;
+use crate::tools::parse::ToolCall;
 
 /// Which API a response belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,27 @@ impl Header {
         })
     }
 
+    /// The `tool_calls` of choice `choice` as OpenAI writes them: in a message, or in a
+    /// streamed delta (where each call also carries its `index`).
+    fn tool_calls(&self, choice: usize, calls: &[ToolCall], streaming: bool) -> Value {
+        let calls = calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
+                let mut value = json!({
+                    "id": format!("call-{}-{choice}-{k}", self.id),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                });
+                if streaming {
+                    value["index"] = json!(k);
+                }
+                value
+            })
+            .collect();
+        Value::Array(calls)
+    }
+
     /// The `logprobs` member of a choice for these tokens (`text_start`: byte offset of
     /// the first token in the completion, for the legacy format's `text_offset`).
     fn logprobs(&self, tokens: &[TokenLogprob], text_start: usize) -> Value {
@@ -102,6 +124,8 @@ impl Header {
 #[derive(Default)]
 struct Finished {
     text: String,
+    reasoning: String,
+    tool_calls: Vec<ToolCall>,
     logprobs: Vec<TokenLogprob>,
     finish_reason: Option<&'static str>,
     completion_tokens: usize,
@@ -119,7 +143,7 @@ pub async fn complete(
         log.record(&delta);
         if let Some(message) = delta.error {
             log.finish(Some("error"));
-            let error = ApiError::internal(message);
+            let error = ApiError::sequence_failed(message);
             error.log();
             return error.into_response();
         }
@@ -127,6 +151,8 @@ pub async fn complete(
         result.text.push_str(&delta.text);
         result.logprobs.extend(delta.logprobs);
         result.completion_tokens = delta.completion_tokens;
+        result.tool_calls.extend(delta.tool_calls);
+        result.reasoning.push_str(&delta.reasoning);
         if delta.finish_reason.is_some() {
             result.finish_reason = delta.finish_reason;
         }
@@ -139,12 +165,24 @@ pub async fn complete(
         .map(|(index, r)| {
             let logprobs = header.logprobs(&r.logprobs, 0);
             match header.endpoint {
-                Endpoint::Chat => json!({
-                    "index": index,
-                    "message": {"role": "assistant", "content": r.text},
-                    "logprobs": logprobs,
-                    "finish_reason": r.finish_reason,
-                }),
+                Endpoint::Chat => {
+                    let mut message = json!({"role": "assistant", "content": r.text});
+                    if !r.reasoning.is_empty() {
+                        message["reasoning_content"] = json!(r.reasoning);
+                    }
+                    if !r.tool_calls.is_empty() {
+                        message["tool_calls"] = header.tool_calls(index, &r.tool_calls, false);
+                        if r.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                    }
+                    json!({
+                        "index": index,
+                        "message": message,
+                        "logprobs": logprobs,
+                        "finish_reason": r.finish_reason,
+                    })
+                }
                 Endpoint::Completion => json!({
                     "index": index,
                     "text": r.text,
@@ -203,7 +241,7 @@ pub fn stream(
             let Some(delta) = delta else { break };
             log.record(&delta);
             if let Some(message) = &delta.error {
-                let error = ApiError::internal(message.clone());
+                let error = ApiError::sequence_failed(message.clone());
                 error.log();
                 events.push(data(&error.body()));
                 failed = true;
@@ -218,6 +256,20 @@ pub fn stream(
                     Endpoint::Completion => json!(delta.text),
                 };
                 events.push(chunk(&header, delta.index, content, logprobs, None));
+            }
+            if !delta.reasoning.is_empty() {
+                let reasoning = json!({"reasoning_content": delta.reasoning});
+                events.push(chunk(&header, delta.index, reasoning, Value::Null, None));
+            }
+            if !delta.tool_calls.is_empty() {
+                let calls = header.tool_calls(delta.index, &delta.tool_calls, true);
+                events.push(chunk(
+                    &header,
+                    delta.index,
+                    json!({"tool_calls": calls}),
+                    Value::Null,
+                    None,
+                ));
             }
             if let Some(reason) = delta.finish_reason {
                 let empty = match header.endpoint {

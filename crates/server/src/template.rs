@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use runit_tokenizer::{ChatMessage, TokenizerError};
+use runit_tokenizer::{ChatMessage, TemplateInputs, TokenizerError};
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::request::{field, wrong_type};
 use crate::AppState;
 
 /// The prompt token ids of a chat request: the template rendered, then tokenized with the
@@ -17,6 +19,7 @@ use crate::AppState;
 pub(crate) async fn chat_prompt(
     state: &Arc<AppState>,
     messages: Vec<ChatMessage>,
+    inputs: TemplateInputs,
 ) -> Result<Vec<u32>, ApiError> {
     let limits = state.config.template;
     let start = Instant::now();
@@ -28,10 +31,12 @@ pub(crate) async fn chat_prompt(
     let rendering = tokio::task::spawn_blocking(move || {
         // The permit is held until the rendering ends, even when the request gave up on it.
         let _permit = permit;
-        let prompt =
-            worker_state
-                .template
-                .render_prompt(&worker_state.tokenizer, &messages, true)?;
+        let prompt = worker_state.template.render_prompt_with(
+            &worker_state.tokenizer,
+            &messages,
+            true,
+            &inputs,
+        )?;
         Ok::<_, TokenizerError>(worker_state.tokenizer.encode_prompt(&prompt, true))
     });
     let remaining = limits.timeout.saturating_sub(start.elapsed());
@@ -48,6 +53,35 @@ pub(crate) async fn chat_prompt(
             "rendering the chat template failed: {join_error}"
         ))),
         Ok(Ok(result)) => result.map_err(template_error),
+    }
+}
+
+/// Names a template's scope gives the conversation; `chat_template_kwargs` may not set them.
+const RESERVED: &[&str] = &[
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
+/// Reads `chat_template_kwargs` (as llama.cpp's server and vLLM take it): variables for the
+/// template, such as `enable_thinking`.
+pub(crate) fn variables(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let param = "chat_template_kwargs";
+    match field(body, param) {
+        None => Ok(Map::new()),
+        Some(Value::Object(variables)) => match variables
+            .keys()
+            .find(|key| RESERVED.contains(&key.as_str()))
+        {
+            Some(key) => Err(ApiError::invalid(
+                format!("{param}.{key}"),
+                format!("`{key}` is set by the request itself, not by `{param}`"),
+            )),
+            None => Ok(variables.clone()),
+        },
+        Some(other) => Err(wrong_type(param, "an object", other)),
     }
 }
 

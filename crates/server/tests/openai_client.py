@@ -4,15 +4,19 @@ Run by crates/cli/tests/openai_client.rs, which starts the server and a venv wit
 
     python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite full
     python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite smoke
+    python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite tools
 
 `full` checks the API surface on a small (synthetic) model: chat and completions, plain and
 streamed, stop sequences, max_tokens, seeds, log-probabilities, n=2, include_usage, and 16
 concurrent streaming clients whose greedy outputs equal the same requests run alone. `smoke`
-asks a real instruction model a question. Exits non-zero on the first failed check.
+asks a real instruction model a question. `tools` runs a tool-calling loop (a forced call,
+the tool's result, the final answer; and the call streamed) on a model served with a template
+that takes tools. Exits non-zero on the first failed check.
 """
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 
@@ -285,16 +289,82 @@ def smoke(client, model):
     print(f"ok smoke: {content!r}")
 
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def tools(client, model):
+    question = chat_message("What is the weather in Paris?")
+    first = client.chat.completions.create(
+        model=model, messages=question, tools=[WEATHER_TOOL], tool_choice="required",
+        parallel_tool_calls=False, temperature=0, max_tokens=80,
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather", call
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"city", "unit"}, arguments
+    assert arguments["unit"] in ("celsius", "fahrenheit"), arguments
+
+    streamed = client.chat.completions.create(
+        model=model, messages=question, tools=[WEATHER_TOOL], tool_choice="required",
+        parallel_tool_calls=False, temperature=0, max_tokens=80, stream=True,
+    )
+    names, pieces, reasons = [], [], []
+    for chunk in streamed:
+        delta = chunk.choices[0].delta
+        for part in delta.tool_calls or []:
+            if part.function.name:
+                names.append(part.function.name)
+            pieces.append(part.function.arguments or "")
+        if chunk.choices[0].finish_reason:
+            reasons.append(chunk.choices[0].finish_reason)
+    assert names == ["get_weather"], names
+    assert json.loads("".join(pieces)) == arguments, pieces
+    assert reasons == ["tool_calls"], reasons
+
+    answer = client.chat.completions.create(
+        model=model,
+        messages=question + [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"celsius": 18})},
+        ],
+        tools=[WEATHER_TOOL], tool_choice="none", temperature=0, max_tokens=30,
+    )
+    final = answer.choices[0]
+    assert final.message.tool_calls is None, final
+    assert final.message.content, final
+    print(f"ok tools: {call.function.arguments} -> {final.message.content!r}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
-    parser.add_argument("--suite", choices=("full", "smoke"), default="full")
+    parser.add_argument("--suite", choices=("full", "smoke", "tools"), default="full")
     parser.add_argument("--api-key", default="none")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=300)
     model = client.models.list().data[0].id
     if args.suite == "smoke":
         smoke(client, model)
+        return 0
+    if args.suite == "tools":
+        tools(client, model)
         return 0
     failed = 0
     for function in CHECKS:

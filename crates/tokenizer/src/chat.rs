@@ -11,6 +11,7 @@ mod content;
 mod limits;
 mod strftime;
 
+use minijinja::value::Serde;
 use minijinja::{Environment, ErrorKind, Value};
 
 pub use content::RenderedPrompt;
@@ -29,10 +30,29 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// The tool calls of an assistant message, as OpenAI's `tool_calls` array with each
+    /// call's `function.arguments` parsed into a JSON value (as templates expect them).
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+    /// The name of the message's author or tool, when given.
+    pub name: Option<String>,
+}
+
+/// What a template receives besides the conversation: the tools a model may call (OpenAI's
+/// `tools` array, as llama.cpp's `--jinja` passes it) and extra variables
+/// (`chat_template_kwargs`, such as `enable_thinking`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TemplateInputs {
+    /// OpenAI's `tools` array; absent from the template when `None`.
+    pub tools: Option<serde_json::Value>,
+    /// Variables set in the template's scope; they cannot replace the conversation's own
+    /// (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`).
+    pub variables: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatMessage {
@@ -41,6 +61,9 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
     }
     /// A `system` message.
@@ -61,6 +84,7 @@ impl ChatMessage {
 /// run under.
 pub struct ChatTemplate {
     environment: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
     limits: RenderLimits,
@@ -109,6 +133,7 @@ impl ChatTemplate {
             .map_err(template_error)?;
         let mut template = ChatTemplate {
             environment,
+            source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             limits: RenderLimits::DEFAULT,
@@ -134,15 +159,24 @@ impl ChatTemplate {
         tokenizer: &Tokenizer,
         limits: RenderLimits,
     ) -> Result<ChatTemplate, TokenizerError> {
+        let source = tokenizer.chat_template().unwrap_or_else(|| {
+            tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
+            CHATML_TEMPLATE
+        });
+        ChatTemplate::from_source_limited(source, tokenizer, limits)
+    }
+
+    /// The template `source` (instead of the model's, as llama.cpp's
+    /// `--chat-template-file`) with `tokenizer`'s BOS/EOS texts, rendering under `limits` and
+    /// [checked](ChatTemplate::check).
+    pub fn from_source_limited(
+        source: &str,
+        tokenizer: &Tokenizer,
+        limits: RenderLimits,
+    ) -> Result<ChatTemplate, TokenizerError> {
         let bos = tokenizer.token_text(tokenizer.bos_id());
         let eos = tokenizer.token_text(tokenizer.eos_id());
-        let mut template = match tokenizer.chat_template() {
-            Some(source) => ChatTemplate::new(source, &bos, &eos)?,
-            None => {
-                tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
-                ChatTemplate::new(CHATML_TEMPLATE, &bos, &eos)?
-            }
-        };
+        let mut template = ChatTemplate::new(source, &bos, &eos)?;
         template.set_limits(limits);
         template.check()?;
         Ok(template)
@@ -186,7 +220,28 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<RenderedPrompt, TokenizerError> {
-        content::render_prompt(self, tokenizer, messages, add_generation_prompt)
+        self.render_prompt_with(
+            tokenizer,
+            messages,
+            add_generation_prompt,
+            &TemplateInputs::default(),
+        )
+    }
+
+    /// [`ChatTemplate::render_prompt`] with tools and extra variables in scope.
+    pub fn render_prompt_with(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        inputs: &TemplateInputs,
+    ) -> Result<RenderedPrompt, TokenizerError> {
+        content::render_prompt(self, tokenizer, messages, add_generation_prompt, inputs)
+    }
+
+    /// The template's source text.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders the conversation; `add_generation_prompt` appends the assistant's turn header.
@@ -197,24 +252,28 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        self.render_with(messages, add_generation_prompt, &TemplateInputs::default())
+    }
+
+    /// [`ChatTemplate::render`] with tools and extra variables in scope.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        inputs: &TemplateInputs,
+    ) -> Result<String, TokenizerError> {
         let template = self
             .environment
             .get_template(TEMPLATE_NAME)
             .map_err(template_error)?;
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|message| {
-                minijinja::context! {
-                    role => message.role.as_str(),
-                    content => message.content.as_str(),
-                }
-            })
-            .collect();
+        let messages: Vec<Value> = messages.iter().map(message_value).collect();
         let context = minijinja::context! {
             messages => messages,
+            tools => inputs.tools.as_ref().map(|tools| Value::from(Serde(tools))),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..Value::from(Serde(&inputs.variables))
         };
         let mut output = LimitedOutput::new(self.limits.max_output_bytes);
         match template.render_captured_to(context, &mut output) {
@@ -233,6 +292,25 @@ impl ChatTemplate {
             Err(error) => Err(template_error(error)),
         }
     }
+}
+
+/// A message as templates see it: `role` and `content`, and `tool_calls`, `tool_call_id`
+/// and `name` when it has them.
+fn message_value(message: &ChatMessage) -> Value {
+    let mut fields = vec![
+        ("role", Value::from(message.role.as_str())),
+        ("content", Value::from(message.content.as_str())),
+    ];
+    if let Some(calls) = &message.tool_calls {
+        fields.push(("tool_calls", Value::from(Serde(calls))));
+    }
+    if let Some(id) = &message.tool_call_id {
+        fields.push(("tool_call_id", Value::from(id.as_str())));
+    }
+    if let Some(name) = &message.name {
+        fields.push(("name", Value::from(name.as_str())));
+    }
+    Value::from_pairs(fields)
 }
 
 fn template_error(error: minijinja::Error) -> TokenizerError {

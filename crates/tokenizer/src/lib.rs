@@ -36,7 +36,8 @@ pub mod unicode;
 mod vocab;
 
 pub use chat::{
-    ChatMessage, ChatTemplate, RenderLimits, RenderedPrompt, TemplateLimit, CHATML_TEMPLATE,
+    ChatMessage, ChatTemplate, RenderLimits, RenderedPrompt, TemplateInputs, TemplateLimit,
+    CHATML_TEMPLATE,
 };
 pub use error::TokenizerError;
 pub use stream::{StreamDecoder, StreamOptions};

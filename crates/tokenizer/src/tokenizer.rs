@@ -267,6 +267,12 @@ impl Tokenizer {
         self.vocabulary.end_of_generation.iter().copied().collect()
     }
 
+    /// The fill-in-the-middle tokens `[prefix, suffix, middle]`, when the vocabulary has
+    /// them (`<fim_prefix>`, `<|fim_prefix|>`, `<PRE>` ...).
+    pub fn fill_in_middle(&self) -> Option<[u32; 3]> {
+        self.vocabulary.fill_in_middle
+    }
+
     /// Whether `id` is a control (or unknown) token, hidden when special tokens are skipped.
     pub fn is_control(&self, id: u32) -> bool {
         self.vocabulary.is_control(id)

@@ -156,6 +156,9 @@ pub struct Vocabulary {
     /// Control, user-defined and unknown tokens, longest text first (then lowest id).
     pub(crate) special_tokens: Vec<u32>,
     pub(crate) special_trie: SpecialTrie,
+    /// The fill-in-the-middle prefix, suffix and middle tokens, when the vocabulary has all
+    /// three.
+    pub(crate) fill_in_middle: Option<[u32; 3]>,
 }
 
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
@@ -185,7 +188,7 @@ const FIM_REP_TEXTS: &[&str] = &[
     "<reponame>",
 ];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
-const FIM_OTHER_TEXTS: &[&[&str]] = &[
+const FIM_OTHER_TEXTS: [&[&str]; 3] = [
     &[
         "<|fim_prefix|>",
         "<fim-prefix>",
@@ -346,9 +349,8 @@ impl Vocabulary {
         };
         let eot = detect(spec.eot, EOT_TEXTS);
         let eom = detect(spec.eom, EOM_TEXTS);
-        for candidates in FIM_OTHER_TEXTS {
-            detect(None, candidates);
-        }
+        let [prefix, suffix, middle] = FIM_OTHER_TEXTS.map(|candidates| detect(None, candidates));
+        let fill_in_middle = prefix.zip(suffix).zip(middle).map(|((p, s), m)| [p, s, m]);
         let fim_pad = detect(None, FIM_PAD_TEXTS);
         let fim_rep = detect(None, FIM_REP_TEXTS);
         let fim_sep = detect(None, FIM_SEP_TEXTS);
@@ -421,6 +423,7 @@ impl Vocabulary {
             end_of_generation,
             special_tokens,
             special_trie,
+            fill_in_middle,
         })
     }
 

@@ -31,6 +31,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.file)?;
     let mut session = Session::new(loaded.model.clone(), &args.model.engine_config())?;
+    // Each answer starts the grammar afresh.
+    let constraint = args.sampling.constraint(&loaded.tokenizer)?;
     let mut sampler = Sampler::new(params)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
@@ -87,6 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             end_of_generation: tokenizer.eog_ids(),
             top_logprobs: 0,
         };
+        sampler.set_constraint(constraint.clone());
         let result = generate(&mut session, &mut sampler, &prompt, &gen, |token| {
             if let Ok(text) = stream.push(token.id) {
                 answer.push_str(&text);

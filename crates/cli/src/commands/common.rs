@@ -99,7 +99,7 @@ impl ModelArgs {
 /// A loaded model with its tokenizer.
 pub struct Loaded {
     pub model: Arc<Model>,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub file: Arc<GgufFile>,
 }
 
@@ -127,7 +127,7 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     }
     Ok(Loaded {
         model: Arc::new(model),
-        tokenizer,
+        tokenizer: Arc::new(tokenizer),
         file,
     })
 }

@@ -5,7 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use runit_engine::{generate, GenerateParams, GeneratedToken, Sampler, Session, StopReason};
+use runit_engine::{
+    generate, GenerateParams, GeneratedToken, Sampler, SamplerParams, Session, StopReason,
+};
 use runit_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, StreamOptions};
 use serde_json::json;
 
@@ -104,7 +106,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         super::dump::dump_prompt_layers(&mut session, &prompt_ids, path)?;
         session.reset();
     }
-    let mut sampler = Sampler::new(params)?;
+    let mut sampler = Sampler::new(SamplerParams {
+        constraint: args.sampling.constraint(&loaded.tokenizer)?,
+        ..params
+    })?;
     let json_mode = args.output_format == OutputFormat::Json;
     let mut stream = StreamDecoder::new(
         tokenizer,

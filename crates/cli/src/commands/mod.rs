@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod dump;
+pub mod embed;
 pub mod generate;
 pub mod inspect;
 pub mod perplexity;

@@ -1,8 +1,14 @@
 //! Sampling flags shared by `generate` and `chat`; their defaults are the engine's one set,
 //! [`SamplerParams::DEFAULT`], which the server also gives requests that leave fields out.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use runit_engine::constraint::{Constraint, Grammar, GrammarCompiler};
 use runit_engine::sampler::random_seed;
 use runit_engine::SamplerParams;
+use runit_tokenizer::Tokenizer;
 
 /// The defaults of every sampling flag.
 const DEFAULT: SamplerParams = SamplerParams::DEFAULT;
@@ -42,6 +48,12 @@ pub struct SamplingArgs {
     /// Random seed; the same seed gives the same output (default: random).
     #[arg(short = 's', long)]
     pub seed: Option<u64>,
+    /// Constrain the output to JSON valid under the JSON schema in FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the output to the GBNF grammar in FILE (llama.cpp's format, rule `root`).
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<PathBuf>,
 }
 
 impl SamplingArgs {
@@ -57,10 +69,32 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_window: self.repeat_last_n,
             seed: self.seed.unwrap_or_else(random_seed),
+            ..SamplerParams::DEFAULT
         };
         params.validate()?;
         Ok(params)
     }
+
+    /// The grammar of `--json-schema` or `--grammar` compiled for `tokenizer`, in its
+    /// starting state; `None` when neither is given.
+    pub fn constraint(&self, tokenizer: &Arc<Tokenizer>) -> anyhow::Result<Option<Constraint>> {
+        let grammar = match (&self.json_schema, &self.grammar) {
+            (Some(path), _) => {
+                let text = read(path)?;
+                let schema = serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not JSON", path.display()))?;
+                Grammar::JsonSchema(schema)
+            }
+            (None, Some(path)) => Grammar::Gbnf(read(path)?),
+            (None, None) => return Ok(None),
+        };
+        let compiler = GrammarCompiler::new(Arc::clone(tokenizer), &tokenizer.eog_ids())?;
+        Ok(Some(compiler.compile(&grammar)?))
+    }
+}
+
+fn read(path: &PathBuf) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// What `runit serve --help` says about the fields a request leaves out: the same defaults.

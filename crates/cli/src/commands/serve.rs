@@ -49,9 +49,14 @@ pub struct Args {
     /// Read the API key from this file (its first line, surrounding whitespace removed).
     #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
     pub api_key_file: Option<PathBuf>,
-    /// Model id reported by /v1/models and expected in requests (default: the file name).
+    /// A model id reported by /v1/models and accepted in requests; repeat it for several
+    /// (the first is the one answers carry; the file's name is always accepted too).
     #[arg(long)]
-    pub alias: Option<String>,
+    pub alias: Vec<String>,
+    /// Render chats with the Jinja template in FILE instead of the model's (as llama.cpp's
+    /// `--chat-template-file`).
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -164,8 +169,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
-    let template = ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
-        .context("the model's chat template")?;
+    let template = match &args.chat_template_file {
+        Some(path) => {
+            let source = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            ChatTemplate::from_source_limited(&source, &loaded.tokenizer, args.limits.render())
+                .with_context(|| format!("the chat template {}", path.display()))?
+        }
+        None => ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
+            .context("the model's chat template")?,
+    };
     // On a device without --ctx-size, the pool fills the memory share and each request may
     // use the training context; else the pool holds --ctx-size cells.
     let from_memory =
@@ -187,28 +200,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.kv_block_size,
         if config.prefix_cache { "on" } else { "off" }
     );
-    let model_name = args.alias.clone().unwrap_or_else(|| {
-        args.model
-            .model
-            .file_name()
-            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
-    });
+    let context_size = scheduler.context_size();
+    let file_name = args
+        .model
+        .model
+        .file_name()
+        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    let mut aliases = args.alias.clone();
+    aliases.push(file_name);
+    let model_name = aliases.remove(0);
     // Without --n-predict a request may generate up to its share of the cache.
     let default_max_tokens = (scheduler.context_size() / args.parallel.max(1)).max(1);
     let config = ServerConfig {
         model_name,
+        aliases,
         api_key,
         default_max_tokens,
         connections: args.limits.connections(),
         template: args.limits.template(),
         ..ServerConfig::default()
     };
-    let state = Arc::new(AppState::new(
-        scheduler,
-        Arc::new(loaded.tokenizer),
-        template,
-        config,
-    ));
+    let state = Arc::new(
+        AppState::new(scheduler, loaded.tokenizer, template, config)
+            .with_embeddings(Arc::clone(&loaded.model), context_size),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

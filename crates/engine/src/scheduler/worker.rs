@@ -17,7 +17,7 @@ use super::prefix::{cached_prefix, register_prompt_blocks};
 use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS};
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
-use crate::sampler::{log_probability, top_logprobs};
+use crate::sampler::{log_probability, top_logprobs, SAMPLING_FAILED};
 use crate::window::WindowRings;
 use crate::{GeneratedToken, Sampler};
 
@@ -444,7 +444,13 @@ impl Worker {
             Vec::new()
         };
         let mut candidates = logits.to_vec();
-        let id = sequence.sampler.sample(&mut candidates);
+        let id = match sequence.sampler.sample(&mut candidates) {
+            Ok(id) => id,
+            Err(error) => {
+                sequence.next = None;
+                return Some(SequenceEvent::Failed(format!("{SAMPLING_FAILED}: {error}")));
+            }
+        };
         // The same value as in `top` when the token is listed there (exact softmax).
         let logprob = top
             .iter()

@@ -63,12 +63,11 @@ pub fn fixture_with_template(
         None => ChatTemplate::from_tokenizer(&tokenizer).expect("template"),
     };
     let scheduler = Scheduler::start(Arc::clone(&model), &scheduler).expect("scheduler");
-    let state = Arc::new(AppState::new(
-        scheduler,
-        Arc::clone(&tokenizer),
-        template,
-        config,
-    ));
+    let context_size = scheduler.context_size();
+    let state = Arc::new(
+        AppState::new(scheduler, Arc::clone(&tokenizer), template, config)
+            .with_embeddings(Arc::clone(&model), context_size),
+    );
     Some(Fixture {
         model,
         tokenizer,

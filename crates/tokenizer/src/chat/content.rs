@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use crate::chat::{ChatMessage, ChatTemplate};
+use crate::chat::{ChatMessage, ChatTemplate, TemplateInputs};
 use crate::error::TokenizerError;
 use crate::tokenizer::Tokenizer;
 
@@ -38,8 +38,9 @@ pub(super) fn render_prompt(
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
     add_generation_prompt: bool,
+    inputs: &TemplateInputs,
 ) -> Result<RenderedPrompt, TokenizerError> {
-    let text = template.render(messages, add_generation_prompt)?;
+    let text = template.render_with(messages, add_generation_prompt, inputs)?;
     // The special-token texts of each message, by marker number.
     let mut originals: Vec<(usize, &str)> = Vec::new();
     let mut marked = Vec::with_capacity(messages.len());
@@ -58,7 +59,10 @@ pub(super) fn render_prompt(
             copied = range.end;
         }
         content.push_str(&message.content[copied..]);
-        marked.push(ChatMessage::new(message.role.clone(), content));
+        marked.push(ChatMessage {
+            content,
+            ..message.clone()
+        });
     }
     let Some(&(first_message, first_text)) = originals.first() else {
         return Ok(RenderedPrompt {
@@ -79,7 +83,7 @@ pub(super) fn render_prompt(
     {
         return Err(inseparable());
     }
-    let rendered = template.render(&marked, add_generation_prompt)?;
+    let rendered = template.render_with(&marked, add_generation_prompt, inputs)?;
     let mut restored = String::with_capacity(text.len());
     let mut literal = Vec::with_capacity(originals.len());
     for character in rendered.chars() {
