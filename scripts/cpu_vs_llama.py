@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""RunIT against llama.cpp on this machine's CPU, side by side, per weight type.
+
+For each type, `runit bench` and llama.cpp's `llama-bench` (same commit as the goldens, from
+../shared/anchors) run pp128 and tg64 on the same SmolLM2 requantization, alternated for
+--rounds rounds (a shared machine's speed drifts between runs); medians and the ratio
+RunIT / llama.cpp are printed, with RunIT's weight bandwidth in tg and its aggregate rate for
+--batch concurrent decode rows (the server's batch; llama-bench has no such test). Run it on a
+quiet machine: builds, tests or other agents running beside it slow llama.cpp's spinning
+threads more than RunIT's and inflate the ratios.
+
+    scripts/cpu_vs_llama.py [--types Q4_0 F16 ...] [--threads 2] [--rounds 2] [--json FILE]
+
+llama-bench: the portable prebuilt (`llama-cpu-x86_64-*.tar.xz`) unpacked into
+~/.cache/llama-cpu; without it, the source tarball is built there once (CMake and Ninja from
+pip). Missing requantizations are made with `runit quantize` from the SmolLM2 Q4_1 file.
+"""
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANCHORS = os.path.join(ROOT, "..", "shared", "anchors")
+CACHE = os.path.expanduser("~/.cache/llama-cpu")
+SOURCE_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
+         "IQ4_NL", "IQ4_XS", "F16", "BF16"]
+
+
+def llama_bench():
+    """Path of llama-bench, unpacking the prebuilt or building the source once."""
+    binary = os.path.join(CACHE, "llama-bench")
+    if os.path.exists(binary):
+        return binary
+    prebuilt = sorted(glob.glob(os.path.join(ANCHORS, "llama-cpu-x86_64-*.tar.xz")))
+    if prebuilt and platform.machine() == "x86_64":
+        os.makedirs(os.path.dirname(CACHE), exist_ok=True)
+        with tarfile.open(prebuilt[-1]) as archive:
+            archive.extractall(os.path.dirname(CACHE))
+        if os.path.exists(binary):
+            return binary
+    sources = sorted(glob.glob(os.path.join(ANCHORS, "llama.cpp-*.tar.xz")))
+    if not sources:
+        sys.exit(f"no llama.cpp under {ANCHORS}: neither the prebuilt nor the source tarball")
+    build = CACHE + "-src"
+    os.makedirs(build, exist_ok=True)
+    subprocess.run(["tar", "-xJf", sources[-1], "-C", build, "--strip-components=1"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cmake", "ninja"], check=True)
+    subprocess.run(["cmake", "-S", build, "-B", os.path.join(build, "build"), "-G", "Ninja",
+                    "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DLLAMA_CURL=OFF",
+                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                    "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_BUILD_TYPE=Release"], check=True)
+    subprocess.run(["ninja", "-C", os.path.join(build, "build"), "llama-bench"], check=True)
+    os.makedirs(CACHE, exist_ok=True)
+    for path in glob.glob(os.path.join(build, "build", "bin", "*")):
+        os.replace(path, os.path.join(CACHE, os.path.basename(path)))
+    return binary
+
+
+def model_for(runit, ty):
+    """The SmolLM2 file of weight type `ty`, made with `runit quantize` when missing."""
+    if ty == "Q4_1":
+        return SOURCE_MODEL
+    path = os.path.join(ROOT, "models", "requant", f"SmolLM2-135M-Instruct.requant-{ty}.gguf")
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        subprocess.run([runit, "quantize", SOURCE_MODEL, path, ty], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return path
+
+
+def run_json(command, env=None):
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+    start = out.index("[") if out.lstrip().startswith("[") else out.index("{")
+    return json.loads(out[start:])
+
+
+def runit_rates(runit, model, threads, batch):
+    """(pp128, tg64, tg GB/s, aggregate tg64 of `batch` rows) of one `runit bench` call each."""
+    base = [runit, "bench", "-m", model, "-r", "3", "-t", str(threads), "-o", "json"]
+    single = run_json(base + ["-p", "128", "-n", "64"])["results"]
+    pp = next(r for r in single if r["test"] == "pp128")
+    tg = next(r for r in single if r["test"] == "tg64")
+    rows = run_json(base + ["-p", "0", "-n", "64", "--batch", str(batch)])["results"][0]
+    return pp["avg_ts"], tg["avg_ts"], tg.get("weight_gbps") or 0.0, rows["avg_ts"]
+
+
+def llama_rates(bench, model, threads):
+    """(pp128, tg64) of one llama-bench call."""
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(bench))
+    results = run_json([bench, "-m", model, "-p", "128", "-n", "64", "-r", "3", "-t",
+                        str(threads), "-o", "json"], env)
+    pp = next(r for r in results if r["n_prompt"] == 128 and r["n_gen"] == 0)
+    tg = next(r for r in results if r["n_gen"] == 64 and r["n_prompt"] == 0)
+    return pp["avg_ts"], tg["avg_ts"]
+
+
+def cpu_description():
+    model, flags = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                              "avx512_bf16", "avx512_fp16", "avx512vbmi", "avx_vnni")
+                    flags = " ".join(f for f in line.split(":", 1)[1].split() if f in wanted)
+                    break
+    except OSError:
+        pass
+    return model, flags
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--types", nargs="+", default=TYPES)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8, help="concurrent decode rows reported for RunIT")
+    parser.add_argument("--runit", default=os.path.join(ROOT, "target", "release", "runit"))
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    bench = llama_bench()
+    model, flags = cpu_description()
+    print(f"CPU: {model} ({os.cpu_count()} logical); flags: {flags}")
+    print(f"threads {args.threads}, rounds {args.rounds} (alternated), medians; llama.cpp: {bench}")
+    print("| type | pp128 RunIT | pp128 llama.cpp | ratio | tg64 RunIT | tg64 llama.cpp | ratio "
+          f"| RunIT tg GB/s | RunIT {args.batch} rows tg64 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    table = []
+    for ty in args.types:
+        path = model_for(args.runit, ty)
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(runit_rates(args.runit, path, args.threads, args.batch))
+            theirs.append(llama_rates(bench, path, args.threads))
+        median = lambda values, i: statistics.median(v[i] for v in values)
+        row = {"type": ty, "pp_runit": median(ours, 0), "pp_llama": median(theirs, 0),
+               "tg_runit": median(ours, 1), "tg_llama": median(theirs, 1),
+               "tg_gbps": median(ours, 2), "batch_tg": median(ours, 3)}
+        table.append(row)
+        print(f"| {ty} | {row['pp_runit']:.1f} | {row['pp_llama']:.1f} | "
+              f"{row['pp_runit'] / row['pp_llama']:.2f}x | {row['tg_runit']:.1f} | "
+              f"{row['tg_llama']:.1f} | {row['tg_runit'] / row['tg_llama']:.2f}x | "
+              f"{row['tg_gbps']:.1f} | {row['batch_tg']:.1f} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"cpu": model, "flags": flags, "threads": args.threads, "rows": table}, out,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
