@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use runit_backend::{Buffer, KvCache, KvType};
+use runit_backend::{BackendError, Buffer, KvCache, KvType};
 
 use crate::{Model, ModelError};
 
@@ -49,17 +49,42 @@ impl KvState {
             KvType::F16 => 2,
             KvType::F32 => 4,
         };
+        let layer_cells = |layer: &crate::LayerConfig| match (layer.sliding_window, window_cells) {
+            (Some(_), Some(cells)) => cells,
+            _ => n_cells,
+        };
+        // Refused before anything is allocated when it cannot fit: a host allocation of
+        // zeroed pages succeeds and the process is killed only when they are touched.
+        let bytes = model
+            .config
+            .layers()
+            .iter()
+            .try_fold(0usize, |total, layer| {
+                let layer_bytes = layer_cells(layer).checked_mul(2 * width * element)?;
+                total.checked_add(layer_bytes)
+            })
+            .unwrap_or(usize::MAX);
+        let available = if model.backend.reads_weights_from_host() {
+            crate::resident::HostMemoryFacts::of_this_machine()
+                .available
+                .map(|a| usize::try_from(a).unwrap_or(usize::MAX))
+        } else {
+            model.backend.memory_available()
+        };
+        if let Some(available) = available.filter(|&available| bytes > available) {
+            return Err(BackendError::OutOfMemory {
+                backend: model.backend.name(),
+                bytes,
+                available,
+            }
+            .into());
+        }
         let mut keys = Vec::with_capacity(model.config.block_count);
         let mut values = Vec::with_capacity(model.config.block_count);
-        let mut bytes = 0;
         for layer in model.config.layers() {
-            let cells = match (layer.sliding_window, window_cells) {
-                (Some(_), Some(cells)) => cells,
-                _ => n_cells,
-            };
+            let cells = layer_cells(layer);
             keys.push(model.backend.alloc_kv(cells, width, ty)?);
             values.push(model.backend.alloc_kv(cells, width, ty)?);
-            bytes += 2 * cells * width * element;
         }
         Ok(KvState {
             keys,

@@ -207,3 +207,19 @@ fn a_layer_count_beyond_the_tensors_present_is_refused_before_it_sizes_anything(
         }
     }
 }
+
+#[test]
+fn a_kv_cache_beyond_the_memory_is_refused_before_it_is_allocated() {
+    let model = load("llama", &schema_tensors("llama", false)).expect("loads");
+    // 2^52 cells of 32 values per layer: far beyond any machine, refused with the bytes asked
+    // (an allocation of zeroed pages would have succeeded and been killed when touched).
+    match runit_model::KvState::new(&model, 1 << 52, runit_backend::KvType::F16) {
+        Err(ModelError::Backend(runit_backend::BackendError::OutOfMemory { bytes, .. })) => {
+            assert!(bytes > 1 << 52, "{bytes}")
+        }
+        Err(other) => panic!("expected out of memory, got {other}"),
+        Ok(_) => panic!("a cache of 2^52 cells was allocated"),
+    }
+    // A small one still allocates.
+    runit_model::KvState::new(&model, 64, runit_backend::KvType::F16).expect("64 cells");
+}
