@@ -145,25 +145,22 @@ fn matmul_matches_the_cpu_for_every_type() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
-/// The batched kernels (up to 16 rows) and the GEMM path just past them, rows that fill no
-/// whole block,
-/// rows of 896 (no whole K-quant super-block: ranges of 32-element steps), long rows split
-/// into ranges (partial sums), with and without a bias.
-#[test]
-fn batched_matmul_matches_the_cpu_at_every_row_count() {
+/// [`compare`] for every weight type (whose blocks divide the row) and every `(n_in, n_out,
+/// bias)` shape, on normal weights drawn from `seed(type, n_out)`.
+fn compare_shapes(
+    shapes: &[(usize, usize, bool)],
+    seed: impl Fn(GgmlType, usize) -> u64,
+    token_counts: &[usize],
+) {
     let Some(cuda) = gpu() else { return };
     let reference = cpu();
     let mut failures = Vec::new();
-    for (n_in, n_out, bias) in [
-        (896usize, 139usize, true),
-        (4608, 300, false),
-        (256, 1000, true),
-    ] {
+    for &(n_in, n_out, bias) in shapes {
         for ty in WEIGHT_TYPES {
             if n_in % ty.block_size() != 0 {
                 continue;
             }
-            let mut rng = Rng::new(0xba7c + ty.id() as u64 * 3 + n_out as u64);
+            let mut rng = Rng::new(seed(ty, n_out));
             let w = rng.normal(n_in * n_out, 0.05);
             compare(
                 &cuda,
@@ -173,7 +170,7 @@ fn batched_matmul_matches_the_cpu_at_every_row_count() {
                 &w,
                 None,
                 bias,
-                &[9, 16, 17, 32, 33, 64, 65, 127, 256],
+                token_counts,
                 &mut rng,
                 &mut failures,
             );
@@ -182,37 +179,29 @@ fn batched_matmul_matches_the_cpu_at_every_row_count() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
+/// The batched kernels (up to 16 rows) and the GEMM path just past them, rows that fill no
+/// whole block, rows of 896 (no whole K-quant super-block: ranges of whole 128-element
+/// chunks), long rows split into ranges (partial sums), with and without a bias.
+#[test]
+fn batched_matmul_matches_the_cpu_at_every_row_count() {
+    compare_shapes(
+        &[(896, 139, true), (4608, 300, false), (256, 1000, true)],
+        |ty, n_out| 0xba7c + ty.id() as u64 * 3 + n_out as u64,
+        &[9, 16, 17, 32, 33, 64, 65, 127, 256],
+    );
+}
+
+/// 896 values: Q8_0 rows of 952 bytes (off 16-byte boundaries) and a row count that is no
+/// multiple of the rows per block. 9001 rows of 256: short float rows take the warp-per-row
+/// kernels, with more rows than a device holds warps (several per warp). 8200 rows of 1152:
+/// the float kernels with four loads per thread.
 #[test]
 fn matvec_reads_unaligned_rows_and_every_float_variant() {
-    let Some(cuda) = gpu() else { return };
-    let reference = cpu();
-    let mut failures = Vec::new();
-    // 896 values: Q8_0 rows of 952 bytes (off 16-byte boundaries) and a row count that is
-    // no multiple of the rows per block. 9001 rows of 256: short float rows take the
-    // warp-per-row kernels, with more rows than a device holds warps (several per warp).
-    // 8200 rows of 1152: the float kernels with four loads per thread.
-    for (n_in, n_out) in [(896usize, 139usize), (256, 9001), (1152, 8200)] {
-        for ty in WEIGHT_TYPES {
-            if n_in % ty.block_size() != 0 {
-                continue;
-            }
-            let mut rng = Rng::new(0x3a7 + ty.id() as u64 * 5 + n_out as u64);
-            let w = rng.normal(n_in * n_out, 0.05);
-            compare(
-                &cuda,
-                &reference,
-                ty,
-                &[n_in, n_out],
-                &w,
-                None,
-                false,
-                &[1, 2, 5, 8],
-                &mut rng,
-                &mut failures,
-            );
-        }
-    }
-    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+    compare_shapes(
+        &[(896, 139, false), (256, 9001, false), (1152, 8200, false)],
+        |ty, n_out| 0x3a7 + ty.id() as u64 * 5 + n_out as u64,
+        &[1, 2, 5, 8],
+    );
 }
 
 #[test]
