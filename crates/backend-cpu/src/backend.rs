@@ -5,7 +5,7 @@ use std::sync::Arc;
 use runit_backend::{
     pick, Activation, Attention, AttentionOutput, BackendError, Buffer, BufferCopy, Device,
     FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps, Projection,
-    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, Weight, WeightSource,
+    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -125,6 +125,18 @@ impl Device for CpuBackend {
 
     fn reads_weights_from_host(&self) -> bool {
         true
+    }
+
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
+        self.rows_alone
+            .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn end_step(&self) -> OpResult {
+        self.rows_alone
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

@@ -55,6 +55,9 @@ pub struct CpuBackend {
     /// (`matmul::Prepared`: the SwiGLU's for the down projection, the attention's for the
     /// output projection), kept between calls.
     prepared_scratch: std::sync::Mutex<Vec<u8>>,
+    /// The pass between `begin_step` and `end_step` computes every row as if alone
+    /// (`StepInputs::rows_alone`).
+    pub(crate) rows_alone: std::sync::atomic::AtomicBool,
 }
 
 impl CpuBackend {
@@ -94,7 +97,14 @@ impl CpuBackend {
             isa: Isa::detect(simd != SimdLevel::Scalar),
             matmul_scratch: std::sync::Mutex::new(Vec::new()),
             prepared_scratch: std::sync::Mutex::new(Vec::new()),
+            rows_alone: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// True while the current pass computes every row as it would be computed alone
+    /// (`StepInputs::rows_alone`): no batched matmul orders, one-chunk attention.
+    pub fn rows_alone(&self) -> bool {
+        self.rows_alone.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of worker threads.

@@ -233,6 +233,7 @@ fn a_captured_moe_decode_step_replays_with_new_inputs() {
             spans: &[],
             window_spans: None,
             logit_rows: &logit_rows,
+            rows_alone: false,
         };
         let key = StepKey {
             workspace: 0x0e00 + index as u64,

@@ -385,6 +385,7 @@ fn captured_step(
         spans: &setup.spans,
         window_spans: None,
         logit_rows: &logit_rows,
+        rows_alone: false,
     };
     let key = StepKey {
         workspace: 7,
@@ -520,6 +521,7 @@ fn time_attention(cuda: &CudaBackend, setup: &Setup, workspace: u64) -> (f64, f6
         spans: &setup.spans,
         window_spans: None,
         logit_rows: &logit_rows,
+        rows_alone: false,
     };
     let key = StepKey {
         workspace,

@@ -236,6 +236,10 @@ pub struct StepInputs<'a> {
     pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are computed.
     pub logit_rows: &'a [u32],
+    /// Every row must get the numbers it would get in a pass of its own (speculative
+    /// verification compares them with one-token decode steps): a backend whose arithmetic
+    /// depends on the batch's shape computes this pass in its one-row order.
+    pub rows_alone: bool,
 }
 
 /// Identity of a capturable forward pass: passes with equal keys launch the same kernels with

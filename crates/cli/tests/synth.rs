@@ -134,6 +134,7 @@ fn forward_is_finite(file: GgufFile) {
         spans: &spans,
         window_spans: None,
         logit_rows: &[0, 5],
+        rows_alone: false,
     };
     model
         .forward(&batch, &mut kv, &mut scratch, &mut logits, None)

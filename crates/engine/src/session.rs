@@ -206,6 +206,7 @@ impl Session {
                 spans: &spans,
                 window_spans: window_spans.as_ref().map(|spans| &spans[..]),
                 logit_rows: &logit_rows,
+                rows_alone: false,
             };
             pass(&self.model, &batch, &mut self.kv, &mut self.scratch)?;
             self.n_past = start + chunk.len();

@@ -32,6 +32,9 @@ pub struct Batch<'a> {
     pub window_spans: Option<&'a [SequenceSpan]>,
     /// Rows whose logits are wanted, in output order.
     pub logit_rows: &'a [u32],
+    /// Every row computed as it would be in a pass of its own
+    /// (`runit_backend::StepInputs::rows_alone`): speculative verification.
+    pub rows_alone: bool,
 }
 
 /// The rows of the residual stream a layer's FFN half works on: `x` (`[rows, embd]`), the
@@ -140,6 +143,7 @@ impl Model {
             spans: batch.spans,
             window_spans: batch.window_spans,
             logit_rows: batch.logit_rows,
+            rows_alone: batch.rows_alone,
         };
         // A pass with one row per sequence (decode) is captured once and replayed; prompt
         // chunks vary in length, MoE routing may read the router on the host (the backend

@@ -100,6 +100,10 @@ pub struct Parallelism<'a> {
     pub pool: Option<&'a rayon::ThreadPool>,
     /// Kernel level; falls back to the best available lower level per type.
     pub level: SimdLevel,
+    /// Every activation row in the arithmetic it gets in a matmul of its own (`vec_dot` or
+    /// gemv order; neither tinyBLAS nor the repacked gemm order, which ggml takes for
+    /// several rows): speculative verification compares its rows with one-token steps.
+    pub rows_alone: bool,
 }
 
 impl<'a> Parallelism<'a> {
@@ -108,6 +112,7 @@ impl<'a> Parallelism<'a> {
         Parallelism {
             pool: Some(pool),
             level: SimdLevel::detect(),
+            rows_alone: false,
         }
     }
 
@@ -116,6 +121,7 @@ impl<'a> Parallelism<'a> {
         Parallelism {
             pool: None,
             level: SimdLevel::detect(),
+            rows_alone: false,
         }
     }
 
@@ -194,7 +200,7 @@ pub fn matmul(
         return;
     }
     // Prompt processing in llamafile's sgemm order where ggml-cpu takes it (tinyblas.rs).
-    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, parallelism.level) {
+    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, parallelism) {
         tinyblas::matmul_tinyblas(weight, x, tokens, y, scratch, parallelism, kernel);
         return;
     }
@@ -367,7 +373,7 @@ pub(crate) fn matmul_gated_down(
 /// order nor tinyBLAS's).
 fn plain(weight: &PackedWeight, tokens: usize, parallelism: &Parallelism) -> bool {
     repacked::repack_kernel(weight).is_none()
-        && tinyblas::kernel_for(weight, tokens, parallelism.level).is_none()
+        && tinyblas::kernel_for(weight, tokens, parallelism).is_none()
 }
 
 /// A decode batch's activations converted for the tile kernels of one weight by the op
@@ -1012,12 +1018,13 @@ unsafe fn tile_rows(
 /// As [`matmul`].
 pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f32]) {
     check_shapes(weight, x, tokens, y);
+    let serial = Parallelism {
+        pool: None,
+        level: SimdLevel::Scalar,
+        rows_alone: false,
+    };
     // llamafile's sgemm order, as in `matmul` (tinyblas.rs).
-    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, SimdLevel::Scalar) {
-        let serial = Parallelism {
-            pool: None,
-            level: SimdLevel::Scalar,
-        };
+    if let Some(kernel) = tinyblas::kernel_for(weight, tokens, &serial) {
         tinyblas::matmul_tinyblas(weight, x, tokens, y, &mut Vec::new(), &serial, kernel);
         return;
     }
@@ -1034,7 +1041,7 @@ pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f
             &mut activation,
         );
         let dot = match repack {
-            Some((_, gemm)) if t < repacked::gemm_rows(weight, tokens) => gemm,
+            Some((_, gemm)) if t < repacked::gemm_rows(weight, tokens, &serial) => gemm,
             Some((gemv, _)) => gemv,
             None => vec_dot,
         };

@@ -30,9 +30,10 @@ pub(super) fn repack_kernel(weight: &PackedWeight) -> Option<(DotFn, DotFn)> {
 }
 
 /// Activation rows `0..gemm_rows` go through the gemm order, the rest through the gemv
-/// order.
-pub(super) fn gemm_rows(weight: &PackedWeight, tokens: usize) -> usize {
+/// order (every row when each must be computed as if alone).
+pub(super) fn gemm_rows(weight: &PackedWeight, tokens: usize, parallelism: &Parallelism) -> usize {
     match weight.layout {
+        Layout::Repacked if parallelism.rows_alone => 0,
         Layout::Repacked => tokens - tokens % GEMM_ROWS,
         Layout::Plain | Layout::RepackedExpert => 0,
     }
@@ -79,7 +80,7 @@ pub(super) fn matmul_repacked(
         .max(1);
     let rows_per_task = (groups_per_task * ROWS_PER_GROUP).min(weight.n_out);
     let chunks = weight.n_out.div_ceil(rows_per_task);
-    let gemm_rows = gemm_rows(weight, tokens);
+    let gemm_rows = gemm_rows(weight, tokens, parallelism);
     let output = SharedOutput(y.as_mut_ptr());
     let task = |chunk: usize| {
         let first = chunk * rows_per_task;
@@ -156,7 +157,11 @@ mod tests {
                     for level in [SimdLevel::Scalar, SimdLevel::detect()] {
                         for pool in [None, Some(&pool)] {
                             let mut y = vec![0.0; tokens * n_out];
-                            let parallelism = Parallelism { pool, level };
+                            let parallelism = Parallelism {
+                                pool,
+                                level,
+                                rows_alone: false,
+                            };
                             matmul(&weight, &x, tokens, &mut y, &mut Vec::new(), &parallelism);
                             assert_eq!(y, want, "{ty} {layout:?} tokens {tokens} {level:?}");
                         }

@@ -60,7 +60,11 @@ fn matmul_equals_its_scalar_twin_for_every_type_level_and_token_count() {
                         tokens,
                         &mut y,
                         &mut scratch,
-                        &Parallelism { pool, level },
+                        &Parallelism {
+                            pool,
+                            level,
+                            rows_alone: false,
+                        },
                     );
                     let same = y
                         .iter()
@@ -206,6 +210,52 @@ fn task_bounds_cover_the_rows_in_shrinking_tasks() {
                             .next_multiple_of(multiple),
                     "{what}: the first task is about 1 / threads of the rows: {sizes:?}"
                 );
+            }
+        }
+    }
+}
+
+/// Speculative verification's order: with `rows_alone`, each of several rows gets the bits
+/// of `matmul_scalar` over that row alone, for every type, layout and SIMD level (the
+/// batched orders, tinyBLAS and the repacked gemm, would give other bits for some).
+#[test]
+fn rows_alone_gives_each_row_its_lone_bits() {
+    let (n_in, n_out) = (512, 40);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    let levels: Vec<SimdLevel> = SimdLevel::ALL
+        .into_iter()
+        .filter(|level| level.is_available())
+        .collect();
+    let mut scratch = Vec::new();
+    for ty in TYPES {
+        let bytes = packed(ty, n_in, n_out);
+        for layout in [Layout::Plain, Layout::Repacked, Layout::RepackedExpert] {
+            let weight = PackedWeight::new(ty, &bytes, n_in, n_out).with_layout(layout);
+            for tokens in [2, 4, 9, 17] {
+                let x = values(tokens * n_in, 7 + tokens as u64);
+                let mut alone = vec![0.0f32; tokens * n_out];
+                for (row, out) in x.chunks(n_in).zip(alone.chunks_mut(n_out)) {
+                    matmul_scalar(&weight, row, 1, out);
+                }
+                for &level in &levels {
+                    for pool in [None, Some(&pool)] {
+                        let mut y = vec![f32::NAN; tokens * n_out];
+                        let parallelism = Parallelism {
+                            pool,
+                            level,
+                            rows_alone: true,
+                        };
+                        matmul(&weight, &x, tokens, &mut y, &mut scratch, &parallelism);
+                        let same = y
+                            .iter()
+                            .zip(&alone)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{ty} {layout:?} tokens={tokens} {level:?}");
+                    }
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 //! every token; the kernel's `[tokens, rows]` results are then copied into `y`.
 
 use runit_quant::dot::tinyblas::{self, KernelFn};
-use runit_quant::dot::{tile_rows_fn, SimdLevel};
+use runit_quant::dot::tile_rows_fn;
 
 use super::{
     grown, Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,
@@ -22,18 +22,20 @@ const ROW_GROUP: usize = 4;
 /// AMD EPYC), with the same numbers; for prompt batches tinyBLAS is as fast or faster.
 const TILE_INSTEAD_MAX_TOKENS: usize = 16;
 
-/// The tinyBLAS kernel for this matmul at `level`, or `None` when ggml-cpu would not use
-/// llamafile's sgemm for it (or, for types whose `vec_dot` gives the same numbers, when
+/// The tinyBLAS kernel for this matmul at `parallelism`'s level, or `None` when ggml-cpu
+/// would not use llamafile's sgemm for it (or every row must be computed as if alone) (or, for types whose `vec_dot` gives the same numbers, when
 /// no faster kernel exists at `level` or a faster tile kernel does).
 pub(super) fn kernel_for(
     weight: &PackedWeight,
     tokens: usize,
-    level: SimdLevel,
+    parallelism: &Parallelism,
 ) -> Option<KernelFn> {
+    let level = parallelism.level;
     let tile_instead = tinyblas::same_as_vec_dot(weight.ty)
         && tokens <= TILE_INSTEAD_MAX_TOKENS
         && tile_rows_fn(weight.ty, level).is_some();
     if weight.layout != Layout::Plain
+        || parallelism.rows_alone
         || !tinyblas::accepts(weight.ty, weight.n_in, weight.n_out, tokens)
         || tile_instead
     {

@@ -277,6 +277,7 @@ fn with_scratch<T>(backend: &CpuBackend, f: impl FnOnce(&mut Vec<u8>, &Paralleli
     let parallelism = Parallelism {
         pool: (backend.threads > 1).then_some(&backend.pool),
         level: backend.simd,
+        rows_alone: backend.rows_alone(),
     };
     held(&backend.matmul_scratch, |scratch| f(scratch, &parallelism))
 }

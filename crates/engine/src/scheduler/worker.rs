@@ -258,6 +258,7 @@ impl Worker {
                 spans: &spans,
                 window_spans: window_spans.as_deref(),
                 logit_rows: &logit_rows,
+                rows_alone: false,
             };
             // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
             // per row instead of the vocabulary); the picks equal the host's argmax.
@@ -370,6 +371,7 @@ impl Worker {
             spans: &spans,
             window_spans: window_spans.as_deref(),
             logit_rows: &logit_rows,
+            rows_alone: false,
         };
         if let Err(error) = self.forward(&batch) {
             let failed = chunks

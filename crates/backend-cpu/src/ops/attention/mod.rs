@@ -184,9 +184,12 @@ pub fn attention_reporting(
         window: sliding_window,
     };
     // Each span takes the path it would take alone (ggml decides per graph, and a lone
-    // sequence's graph is its span), so a span's numbers do not depend on the others.
+    // sequence's graph is its span), so a span's numbers do not depend on the others; a
+    // pass whose rows must be computed as if alone takes the one-chunk path, a lone row's.
     let takes_tiled = |span: &SequenceSpan| {
-        span.rows >= TILED_MIN_ROWS && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE)
+        span.rows >= TILED_MIN_ROWS
+            && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE)
+            && !backend.rows_alone()
     };
     let tiled_spans = spans.iter().filter(|span| takes_tiled(span)).count();
 

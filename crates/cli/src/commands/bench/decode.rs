@@ -94,6 +94,7 @@ impl<'m> DecodeBench<'m> {
                 spans: &spans,
                 logit_rows: &[],
                 window_spans: None,
+                rows_alone: false,
             };
             self.model.forward(
                 &batch,
@@ -124,6 +125,7 @@ impl<'m> DecodeBench<'m> {
                 spans: &spans,
                 logit_rows: &rows,
                 window_spans: None,
+                rows_alone: false,
             };
             self.model.forward(
                 &pass,
