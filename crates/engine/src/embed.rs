@@ -4,6 +4,7 @@
 
 use runit_model::Pooling;
 
+use crate::session::LogitRows;
 use crate::{EngineError, Session};
 
 /// The L2-normalised embedding of `tokens`, pooled by `pooling`. The session is reset first
@@ -16,11 +17,14 @@ pub fn embed(
     session.reset();
     let width = session.model().config.embedding_length;
     // Mean and first-token pooling read every row; last-token pooling only the last.
-    let every_row = pooling != Pooling::Last;
+    let rows = match pooling {
+        Pooling::Last => LogitRows::Last,
+        Pooling::Mean | Pooling::First => LogitRows::Every,
+    };
     let mut pooled = vec![0.0f64; width];
     let mut rows_seen = 0usize;
     let mut hidden = Vec::new();
-    session.run_chunks(tokens, every_row, &mut |model, batch, kv, scratch| {
+    session.run_chunks(tokens, rows, &mut |model, batch, kv, scratch| {
         model.forward_hidden(batch, kv, scratch, &mut hidden)?;
         for row in hidden.chunks_exact(width) {
             let take = match pooling {

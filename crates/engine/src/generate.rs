@@ -4,8 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use runit_backend::Pick;
+
 use crate::request::check_request;
 use crate::sampler::{top_logprobs, Sampler};
+use crate::speculative::{Speculation, SpeculationStats};
 use crate::stop::{StopCondition, StopReason};
 use crate::{EngineError, Session};
 
@@ -27,6 +30,8 @@ pub struct GenerationOutput {
     pub prompt_tokens: usize,
     pub prompt_time: Duration,
     pub decode_time: Duration,
+    /// Drafted and accepted tokens, when the generation speculated.
+    pub speculation: Option<SpeculationStats>,
 }
 
 impl GenerationOutput {
@@ -85,6 +90,22 @@ pub fn generate(
     sampler: &mut Sampler,
     prompt: &[u32],
     params: &GenerateParams,
+    on_token: impl FnMut(&GeneratedToken) -> bool,
+) -> Result<GenerationOutput, EngineError> {
+    generate_with(session, sampler, prompt, params, None, on_token)
+}
+
+/// [`generate`], speculating through `speculation` when given: each step drafts, verifies
+/// the last token and the drafts in one pass, hands out the kept drafts and the pass's own
+/// token, and rolls the cache back past them. The tokens are distributed as without
+/// speculation, and are the same tokens when sampling is greedy (see
+/// [`crate::speculative`]); the cache ends as it would without speculation.
+pub fn generate_with(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut speculation: Option<&mut Speculation>,
     mut on_token: impl FnMut(&GeneratedToken) -> bool,
 ) -> Result<GenerationOutput, EngineError> {
     params.validate(session, prompt)?;
@@ -95,49 +116,101 @@ pub fn generate(
     // Plain greedy decoding needs only each step's largest logit: picked where the logits
     // are (on a GPU, no vocabulary-sized download per token).
     let plain_greedy = params.top_logprobs == 0 && sampler.is_plain_argmax();
+    let mut step = Step {
+        sampler,
+        top_logprobs: params.top_logprobs,
+        logits: Vec::new(),
+    };
     let started = Instant::now();
-    let mut logits = Vec::new();
-    let mut pick = None;
-    if plain_greedy {
-        pick = Some(session.eval_greedy(prompt)?);
-    } else {
-        logits = session.eval(prompt, false, None)?.to_vec();
-    }
+    let mut next = match plain_greedy {
+        true => Next::Pick(session.eval_greedy(prompt)?),
+        false => Next::Logits(session.eval(prompt, false, None)?.to_vec()),
+    };
     let prompt_time = started.elapsed();
     let decode_started = Instant::now();
     let mut tokens = Vec::new();
-    let stop = loop {
-        let (id, logprob, top) = match pick {
-            Some(pick) => (pick.id, f64::from(pick.logprob), Vec::new()),
-            None => {
-                let top = if params.top_logprobs > 0 {
-                    top_logprobs(&logits, params.top_logprobs)
-                } else {
-                    Vec::new()
-                };
-                let logprob_source = logits.clone();
-                let id = sampler.sample(&mut logits)?;
-                // The same value as in `top` when the token is listed there.
-                let logprob = top.iter().find(|&&(token, _)| token == id).map_or_else(
-                    || crate::sampler::log_probability(&logprob_source, id),
-                    |&(_, value)| value,
-                );
-                (id, logprob, top)
-            }
-        };
-        sampler.accept(id);
-        tokens.push(id);
-        let keep_going = on_token(&GeneratedToken { id, logprob, top });
-        if let Some(stop) =
-            stop_condition.after_token(id, keep_going, tokens.len(), session.n_past())
-        {
+    let mut history = prompt.to_vec();
+    // Hands `token` out; `cells`: the cache's positions a one-token step would hold now.
+    let mut emit = |token: &GeneratedToken, cells: usize, history: &mut Vec<u32>| {
+        history.push(token.id);
+        tokens.push(token.id);
+        let keep_going = on_token(token);
+        stop_condition.after_token(token.id, keep_going, tokens.len(), cells)
+    };
+    let stop = 'generation: loop {
+        let (token, _) = step.choose(next, None)?;
+        if let Some(stop) = emit(&token, session.n_past(), &mut history) {
             break stop;
         }
-        if plain_greedy {
-            pick = Some(session.eval_greedy(&[id])?);
-        } else {
-            logits.clear();
-            logits.extend_from_slice(session.eval(&[id], false, None)?);
+        let mut last = token.id;
+        loop {
+            let drafts = match speculation.as_deref_mut() {
+                // Room: the pass's rows (the last token and the drafts) fit the batch and
+                // the context, and no more drafts than tokens still to generate.
+                Some(speculation) => {
+                    let generated = history.len() - prompt.len();
+                    let room = (session.batch_capacity() - 1)
+                        .min(session.context_size().saturating_sub(session.n_past() + 2))
+                        .min(params.max_tokens.saturating_sub(generated + 1));
+                    speculation.next_draft(&history, room)?
+                }
+                None => Vec::new(),
+            };
+            let pass_started = Instant::now();
+            if drafts.is_empty() {
+                next = match plain_greedy {
+                    true => Next::Pick(session.eval_greedy(&[last])?),
+                    false => Next::Logits(session.eval(&[last], false, None)?.to_vec()),
+                };
+                if let Some(speculation) = speculation.as_deref_mut() {
+                    speculation
+                        .length
+                        .record_pass(1, pass_started.elapsed().as_secs_f64());
+                }
+                continue 'generation;
+            }
+            // Verify: row `i` gives the token after `last` and the first `i` drafts.
+            let cached = session.n_past();
+            let rows: Vec<u32> = std::iter::once(last)
+                .chain(drafts.iter().copied())
+                .collect();
+            let verdicts: Vec<Next> = match plain_greedy {
+                true => session
+                    .verify_greedy(&rows)?
+                    .into_iter()
+                    .map(Next::Pick)
+                    .collect(),
+                false => {
+                    let vocab = session.model().config.vocab_size;
+                    let logits = session.verify(&rows)?;
+                    logits
+                        .chunks(vocab)
+                        .map(|row| Next::Logits(row.to_vec()))
+                        .collect()
+                }
+            };
+            let speculation = speculation
+                .as_deref_mut()
+                .expect("drafts come from a speculation");
+            speculation
+                .length
+                .record_pass(rows.len(), pass_started.elapsed().as_secs_f64());
+            // Kept drafts, then the first token that is not the draft (the last row has
+            // no draft, so its token always ends the step).
+            for (accepted, row) in verdicts.into_iter().enumerate() {
+                let (token, kept) = step.choose(row, drafts.get(accepted).copied())?;
+                let cells = cached + 1 + accepted;
+                let stop = emit(&token, cells, &mut history);
+                if stop.is_some() || !kept {
+                    speculation.record_verdict(drafts.len(), accepted + usize::from(kept));
+                    session.truncate(cells)?;
+                    last = token.id;
+                    match stop {
+                        Some(stop) => break 'generation stop,
+                        None => break,
+                    }
+                }
+            }
         }
     };
     Ok(GenerationOutput {
@@ -146,5 +219,61 @@ pub fn generate(
         prompt_tokens: prompt.len(),
         prompt_time,
         decode_time: decode_started.elapsed(),
+        speculation: speculation.map(|speculation| speculation.stats),
     })
+}
+
+/// Where the next token comes from.
+enum Next {
+    /// The greedy pick of a pass.
+    Pick(Pick),
+    /// A pass's logits, to sample from.
+    Logits(Vec<f32>),
+}
+
+/// Turns a pass's output into a token, through the sequence's sampler.
+struct Step<'a> {
+    sampler: &'a mut Sampler,
+    top_logprobs: usize,
+    /// The logits the sampler modifies, kept between steps.
+    logits: Vec<f32>,
+}
+
+impl Step<'_> {
+    /// The token `next` gives and whether it is `draft` (speculative sampling when a draft
+    /// is given); the sampler records it for its penalties.
+    fn choose(
+        &mut self,
+        next: Next,
+        draft: Option<u32>,
+    ) -> Result<(GeneratedToken, bool), EngineError> {
+        let token = match next {
+            Next::Pick(pick) => GeneratedToken {
+                id: pick.id,
+                logprob: f64::from(pick.logprob),
+                top: Vec::new(),
+            },
+            Next::Logits(logits) => {
+                let top = match self.top_logprobs {
+                    0 => Vec::new(),
+                    k => top_logprobs(&logits, k),
+                };
+                self.logits.clear();
+                self.logits.extend_from_slice(&logits);
+                let id = match draft {
+                    Some(draft) => self.sampler.sample_draft(&mut self.logits, draft)?.0,
+                    None => self.sampler.sample(&mut self.logits)?,
+                };
+                // The same value as in `top` when the token is listed there.
+                let logprob = top.iter().find(|&&(token, _)| token == id).map_or_else(
+                    || crate::sampler::log_probability(&logits, id),
+                    |&(_, value)| value,
+                );
+                GeneratedToken { id, logprob, top }
+            }
+        };
+        self.sampler.accept(token.id);
+        let kept = draft == Some(token.id);
+        Ok((token, kept))
+    }
 }

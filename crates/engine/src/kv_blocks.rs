@@ -109,7 +109,17 @@ impl BlockAllocator {
     /// sequence uses goes back to the pool (idle, when cached). Released back to front, so
     /// a prefix's later blocks are evicted before its earlier ones.
     pub fn release(&mut self, table: &mut Vec<u32>) {
-        for block in table.drain(..).rev() {
+        self.truncate(table, 0);
+    }
+
+    /// Shortens `table` to the blocks that cover `positions` positions, releasing the rest
+    /// as [`BlockAllocator::release`] does (rolled-back cells: a speculative draft's
+    /// rejected tokens). Cells past `positions` in the last kept block are simply
+    /// overwritten later; a block the prefix cache holds is never partly rolled back, since
+    /// only full prompt blocks are cached and a sequence only rolls back what it generated.
+    pub fn truncate(&mut self, table: &mut Vec<u32>, positions: usize) {
+        let keep = positions.div_ceil(self.block_size).min(table.len());
+        for block in table.drain(keep..).rev() {
             let references = &mut self.references[block as usize];
             *references = references
                 .checked_sub(1)
@@ -238,5 +248,22 @@ mod tests {
         pool.release(&mut b);
         assert_eq!(pool.free_blocks(), 2);
         assert_eq!(pool.idle_cached_blocks(), 0);
+    }
+    #[test]
+    fn truncation_returns_the_blocks_past_the_kept_positions() {
+        let mut pool = BlockAllocator::with_prefix_cache(4, 4);
+        let mut a = Vec::new();
+        assert!(pool.reserve(&mut a, 6));
+        assert!(pool.register(&a, 0, &[1, 2, 3, 4], 0));
+        assert!(pool.reserve(&mut a, 15));
+        assert_eq!((a.len(), pool.free_blocks()), (4, 0));
+        pool.truncate(&mut a, 9);
+        assert_eq!((a.len(), pool.free_blocks()), (3, 1));
+        pool.truncate(&mut a, 4);
+        assert_eq!((a.len(), pool.free_blocks()), (1, 3));
+        assert_eq!(pool.idle_cached_blocks(), 0, "the kept cached block is a's");
+        pool.truncate(&mut a, 0);
+        assert_eq!(pool.idle_cached_blocks(), 1);
+        assert_eq!(pool.free_blocks(), 4);
     }
 }

@@ -27,13 +27,14 @@ pub mod request;
 pub mod sampler;
 pub mod scheduler;
 mod session;
+pub mod speculative;
 pub mod stop;
 mod window;
 
 pub use config::EngineConfig;
 pub use embed::embed;
 pub use error::EngineError;
-pub use generate::{generate, GenerateParams, GeneratedToken, GenerationOutput};
+pub use generate::{generate, generate_with, GenerateParams, GeneratedToken, GenerationOutput};
 pub use perplexity::{perplexity, PerplexityReport};
 pub use request::RequestError;
 pub use sampler::{Sampler, SamplerParams};

@@ -211,12 +211,60 @@ impl Sampler {
     /// mask and the penalties), and advances the grammar past it. Fails when a bias names a
     /// token outside `logits`, or when no token is left to pick.
     pub fn sample(&mut self, logits: &mut [f32]) -> Result<u32, EngineError> {
+        self.shape(logits)?;
+        let id = self.draw(logits);
+        self.commit(logits, id)
+    }
+
+    /// Speculative sampling (Leviathan et al. 2023, Chen et al. 2023) of the position a
+    /// drafter proposed `draft` for, with a drafter that proposes one token for sure (its
+    /// distribution a point mass): the draft is kept with the probability `p(draft)` that
+    /// [`Sampler::sample`] would draw it with, else a token is drawn from `p` without the
+    /// draft, renormalised, so that the token returned is distributed as `sample`'s. Greedy
+    /// settings keep the draft when it is the argmax. Returns the token and whether it is
+    /// the draft; advances the grammar as `sample` does.
+    pub fn sample_draft(
+        &mut self,
+        logits: &mut [f32],
+        draft: u32,
+    ) -> Result<(u32, bool), EngineError> {
+        self.shape(logits)?;
+        let id = if self.params.is_greedy() {
+            argmax(logits)
+        } else {
+            let probs = self.distribution(logits);
+            let candidates = &self.candidates;
+            let kept = candidates.iter().position(|&(id, _)| id == draft);
+            let p_draft = kept.map_or(0.0, |i| probs[i]);
+            if self.rng.next_f64() < p_draft {
+                draft
+            } else {
+                let rest = probs
+                    .iter()
+                    .zip(candidates)
+                    .filter(|&(_, &(id, _))| id != draft)
+                    .map(|(&q, &(id, _))| (id, q));
+                pick_by_mass(rest, self.rng.next_f64() * (1.0 - p_draft))
+                    .or_else(|| candidates.iter().rev().map(|c| c.0).find(|&id| id != draft))
+                    .unwrap_or(draft)
+            }
+        };
+        let id = self.commit(logits, id)?;
+        Ok((id, id == draft))
+    }
+
+    /// Biases, the grammar's mask and the penalties, applied to `logits` before a draw.
+    fn shape(&mut self, logits: &mut [f32]) -> Result<(), EngineError> {
         self.apply_logit_bias(logits)?;
         if let Some(constraint) = &mut self.params.constraint {
             constraint.mask(logits)?;
         }
         self.apply_penalties(logits);
-        let id = self.draw(logits);
+        Ok(())
+    }
+
+    /// Checks the drawn `id` and advances the grammar past it.
+    fn commit(&mut self, logits: &[f32], id: u32) -> Result<u32, EngineError> {
         if logits[id as usize] == f32::NEG_INFINITY {
             return Err(EngineError::InvalidParameter {
                 name: "logit_bias",
@@ -279,6 +327,16 @@ impl Sampler {
         if self.params.is_greedy() {
             return argmax(logits);
         }
+        let probs = self.distribution(logits);
+        let c = &self.candidates;
+        let mass = probs.iter().zip(c).map(|(&q, &(id, _))| (id, q));
+        pick_by_mass(mass, self.rng.next_f64()).unwrap_or(c[c.len() - 1].0)
+    }
+
+    /// The distribution a non-greedy draw takes from: leaves the kept candidates in
+    /// `self.candidates` (top-k, top-p, min-p, by descending logit) and returns their
+    /// probabilities at the temperature.
+    fn distribution(&mut self, logits: &[f32]) -> Vec<f64> {
         let p = &self.params;
         let c = &mut self.candidates;
         c.clear();
@@ -310,15 +368,7 @@ impl Sampler {
             let keep = c.iter().take_while(|(_, l)| *l >= threshold).count();
             c.truncate(keep.max(1));
         }
-        let probs = softmax_sorted(c, p.temperature);
-        let mut r = self.rng.next_f64();
-        for (i, q) in probs.iter().enumerate() {
-            if r < *q {
-                return c[i].0;
-            }
-            r -= q;
-        }
-        c[c.len() - 1].0
+        softmax_sorted(c, p.temperature)
     }
 
     /// True when [`Sampler::sample`] is the plain argmax of the logits: greedy, with no
@@ -367,6 +417,18 @@ pub fn argmax(values: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The token at cumulative mass `r` of `(token, probability)` pairs in order; `None` when
+/// `r` lies beyond their total (rounding).
+fn pick_by_mass(mass: impl Iterator<Item = (u32, f64)>, mut r: f64) -> Option<u32> {
+    for (id, q) in mass {
+        if r < q {
+            return Some(id);
+        }
+        r -= q;
+    }
+    None
 }
 
 /// Softmax (in f64) of candidates sorted by descending logit, at `temperature`.

@@ -14,6 +14,18 @@ use crate::{EngineConfig, EngineError};
 pub(crate) type ChunkPass<'a> = dyn FnMut(&Model, &Batch<'_>, &mut KvState, &mut Scratch) -> Result<(), runit_model::ModelError>
     + 'a;
 
+/// Which rows of a pass get logits (or hidden states) in [`Session::run_chunks`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogitRows {
+    /// The last token's.
+    Last,
+    /// Every token's.
+    Every,
+    /// Every token's, in one pass whose rows are each computed as if alone
+    /// (`Batch::rows_alone`): speculative verification.
+    Verify,
+}
+
 /// One sequence being evaluated.
 pub struct Session {
     model: Arc<Model>,
@@ -86,18 +98,63 @@ impl Session {
         self.n_past = 0;
     }
 
+    /// Rolls the cache back to its first `n_past` positions (a draft's rejected tokens):
+    /// the blocks past them return to the pool. Windowed layers' rings need nothing: a
+    /// ring holds a batch beyond the window, so a pass never overwrote a cell the kept
+    /// positions still attend to.
+    pub fn truncate(&mut self, n_past: usize) -> Result<(), EngineError> {
+        if n_past > self.n_past {
+            return Err(EngineError::InvalidParameter {
+                name: "n_past",
+                message: format!(
+                    "cannot roll {} cached positions forward to {n_past}",
+                    self.n_past
+                ),
+            });
+        }
+        self.blocks.truncate(&mut self.block_table, n_past);
+        self.n_past = n_past;
+        Ok(())
+    }
+
+    /// Most tokens one pass evaluates (the batch size).
+    pub fn batch_capacity(&self) -> usize {
+        self.scratch.capacity
+    }
+
     /// Evaluates `tokens` after those already cached, in chunks of the batch size, and
     /// returns the logits of the last token (`all_logits`: of every token, `[tokens, vocab]`).
     pub fn eval(
         &mut self,
         tokens: &[u32],
         all_logits: bool,
+        observer: Option<&mut (dyn LayerObserver + '_)>,
+    ) -> Result<&[f32], EngineError> {
+        let rows = match all_logits {
+            true => LogitRows::Every,
+            false => LogitRows::Last,
+        };
+        self.eval_rows(tokens, rows, observer)
+    }
+
+    /// Evaluates `tokens` (at most [`Session::batch_capacity`]) in one pass whose every row
+    /// gets the numbers a one-token step would give it, and returns every row's logits
+    /// (`[tokens, vocab]`): a speculative draft's verification.
+    pub fn verify(&mut self, tokens: &[u32]) -> Result<&[f32], EngineError> {
+        self.eval_rows(tokens, LogitRows::Verify, None)
+    }
+
+    fn eval_rows(
+        &mut self,
+        tokens: &[u32],
+        rows: LogitRows,
         mut observer: Option<&mut (dyn LayerObserver + '_)>,
     ) -> Result<&[f32], EngineError> {
         let vocab = self.model.config.vocab_size;
+        let all_logits = rows != LogitRows::Last;
         let mut collected = Vec::new();
         let mut chunk_logits = std::mem::take(&mut self.chunk_logits);
-        let ran = self.run_chunks(tokens, all_logits, &mut |model, batch, kv, scratch| {
+        let ran = self.run_chunks(tokens, rows, &mut |model, batch, kv, scratch| {
             model.forward(
                 batch,
                 kv,
@@ -127,37 +184,55 @@ impl Session {
     /// last token (its largest logit and that token's log-probability), picked where the
     /// logits are: on a GPU, two numbers cross to the host instead of the vocabulary.
     pub fn eval_greedy(&mut self, tokens: &[u32]) -> Result<Pick, EngineError> {
-        let mut pick = None;
-        self.run_chunks(tokens, false, &mut |model, batch, kv, scratch| {
+        self.picks(tokens, LogitRows::Last)?
+            .pop()
+            .ok_or(EngineError::InvalidParameter {
+                name: "tokens",
+                message: "no logits were computed".into(),
+            })
+    }
+
+    /// [`Session::verify`], returning each row's greedy [`Pick`] (as [`Session::eval_greedy`]
+    /// picks) instead of its logits.
+    pub fn verify_greedy(&mut self, tokens: &[u32]) -> Result<Vec<Pick>, EngineError> {
+        self.picks(tokens, LogitRows::Verify)
+    }
+
+    fn picks(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<Pick>, EngineError> {
+        let mut picks = Vec::new();
+        self.run_chunks(tokens, rows, &mut |model, batch, kv, scratch| {
             if batch.logit_rows.is_empty() {
                 model.forward(batch, kv, scratch, &mut Vec::new(), None)?;
             } else {
-                pick = model
-                    .forward_greedy(batch, kv, scratch, true)?
-                    .first()
-                    .copied();
+                picks = model.forward_greedy(batch, kv, scratch, true)?;
             }
             Ok(())
         })?;
-        pick.ok_or(EngineError::InvalidParameter {
-            name: "tokens",
-            message: "no logits were computed".into(),
-        })
+        Ok(picks)
     }
 
-    /// Runs `tokens` through `pass` chunk by chunk (each a [`Batch`] whose logit rows are the
-    /// last token's, or every token's with `all_logits`), reserving cache blocks and
-    /// advancing the position.
+    /// Runs `tokens` through `pass` chunk by chunk (each a [`Batch`] whose logit rows are
+    /// those `rows` names), reserving cache blocks and advancing the position.
     pub(crate) fn run_chunks(
         &mut self,
         tokens: &[u32],
-        all_logits: bool,
+        rows: LogitRows,
         pass: &mut ChunkPass<'_>,
     ) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::InvalidParameter {
                 name: "tokens",
                 message: "nothing to evaluate".into(),
+            });
+        }
+        if rows == LogitRows::Verify && tokens.len() > self.scratch.capacity {
+            return Err(EngineError::InvalidParameter {
+                name: "tokens",
+                message: format!(
+                    "a verification pass of {} tokens exceeds the batch of {}",
+                    tokens.len(),
+                    self.scratch.capacity
+                ),
             });
         }
         let end = self.n_past + tokens.len();
@@ -182,7 +257,7 @@ impl Session {
             let start = self.n_past;
             let positions: Vec<u32> = (start..start + chunk.len()).map(|p| p as u32).collect();
             let is_last = start + chunk.len() == end;
-            let logit_rows: Vec<u32> = if all_logits {
+            let logit_rows: Vec<u32> = if rows != LogitRows::Last {
                 (0..chunk.len() as u32).collect()
             } else if is_last {
                 vec![chunk.len() as u32 - 1]
@@ -206,7 +281,7 @@ impl Session {
                 spans: &spans,
                 window_spans: window_spans.as_ref().map(|spans| &spans[..]),
                 logit_rows: &logit_rows,
-                rows_alone: false,
+                rows_alone: rows == LogitRows::Verify,
             };
             pass(&self.model, &batch, &mut self.kv, &mut self.scratch)?;
             self.n_past = start + chunk.len();

@@ -4,8 +4,8 @@
 //! and the shapes it takes). Tasks own groups of four weight rows and compute them for
 //! every token; the kernel's `[tokens, rows]` results are then copied into `y`.
 
-use runit_quant::dot::tinyblas::{self, KernelFn};
 use runit_quant::dot::tile_rows_fn;
+use runit_quant::dot::tinyblas::{self, KernelFn};
 
 use super::{
     grown, Layout, PackedWeight, Parallelism, SharedBytes, SharedOutput, MIN_ROWS_PER_TASK,

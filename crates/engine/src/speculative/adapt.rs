@@ -1,0 +1,188 @@
+//! The draft length of each step, from what has been measured: the per-token acceptance
+//! rate `a` (a running average), the target's pass time for each row count and the
+//! drafter's time per token. A draft of `k` tokens yields `1 + a + ... + a^k` tokens per
+//! pass on average (drafts are kept up to the first rejection, and the pass always yields
+//! one token of its own) and costs `pass(k + 1) + k * draft_time`; the length with the most
+//! tokens per second wins, 0 (a plain one-token step) included. When 0 wins, one token is
+//! drafted every [`PROBE_EVERY`] steps so that a drafter that gets better is noticed; that
+//! probe costs a pass of two rows instead of one, well under 5% of the steps' time.
+
+/// Steps between probes while plain steps win.
+pub const PROBE_EVERY: usize = 32;
+/// Weight of the newest observation in the running averages.
+const SMOOTHING: f64 = 0.2;
+/// The acceptance rate assumed before any draft was verified: optimistic enough that
+/// speculation is tried.
+const PRIOR_ACCEPTANCE: f64 = 0.6;
+/// Extra cost of each further row of a pass relative to one row, assumed until measured
+/// (decode is bound by reading the weights, which a pass reads once).
+const PRIOR_ROW_COST: f64 = 0.05;
+
+/// The adaptive draft length.
+#[derive(Debug, Clone)]
+pub struct DraftLength {
+    min: usize,
+    max: usize,
+    acceptance: f64,
+    /// Running average of a pass's seconds, by rows (index 0 unused).
+    pass_seconds: Vec<Option<f64>>,
+    /// Running average of the drafter's seconds per drafted token.
+    draft_seconds: Option<f64>,
+    plain_steps: usize,
+}
+
+impl DraftLength {
+    /// Lengths `min..=max` (and 0); `min` 0 is taken as 1.
+    pub fn new(min: usize, max: usize) -> DraftLength {
+        DraftLength {
+            min: min.max(1),
+            max,
+            acceptance: PRIOR_ACCEPTANCE,
+            pass_seconds: vec![None; max + 2],
+            draft_seconds: None,
+            plain_steps: 0,
+        }
+    }
+
+    /// The estimated per-token acceptance rate.
+    pub fn acceptance(&self) -> f64 {
+        self.acceptance
+    }
+
+    /// The length to draft now, at most `room` (0: a plain step).
+    pub fn choose(&mut self, room: usize) -> usize {
+        let max = self.max.min(room);
+        if max < self.min {
+            return 0;
+        }
+        let plain = 1.0 / self.pass(1);
+        let (best, _) = (self.min..=max)
+            .map(|k| (k, self.expected_tokens(k) / self.cost(k)))
+            .fold(
+                (0, plain),
+                |best, next| if next.1 > best.1 { next } else { best },
+            );
+        if best > 0 {
+            self.plain_steps = 0;
+            return best;
+        }
+        self.plain_steps += 1;
+        if self.plain_steps >= PROBE_EVERY {
+            self.plain_steps = 0;
+            return self.min;
+        }
+        0
+    }
+
+    /// Records a target pass of `rows` rows that took `seconds`.
+    pub fn record_pass(&mut self, rows: usize, seconds: f64) {
+        if let Some(slot) = self.pass_seconds.get_mut(rows) {
+            *slot = Some(average(*slot, seconds));
+        }
+    }
+
+    /// Records a draft of `tokens` tokens that took `seconds`.
+    pub fn record_draft(&mut self, tokens: usize, seconds: f64) {
+        if tokens > 0 {
+            self.draft_seconds = Some(average(self.draft_seconds, seconds / tokens as f64));
+        }
+    }
+
+    /// Records a verification of `drafted` tokens whose first `accepted` were kept.
+    pub fn record_verdict(&mut self, drafted: usize, accepted: usize) {
+        // Positions judged: every kept draft and the first rejected one.
+        let judged = accepted + usize::from(accepted < drafted);
+        for kept in (0..judged).map(|i| i < accepted) {
+            self.acceptance = average(Some(self.acceptance), f64::from(u8::from(kept)));
+        }
+    }
+
+    /// `1 + a + ... + a^k`.
+    fn expected_tokens(&self, k: usize) -> f64 {
+        (0..=k).map(|i| self.acceptance.powi(i as i32)).sum()
+    }
+
+    fn cost(&self, k: usize) -> f64 {
+        self.pass(k + 1) + k as f64 * self.draft_seconds.unwrap_or(0.0)
+    }
+
+    /// A pass of `rows` rows: measured, else interpolated between the nearest measured row
+    /// counts, else extrapolated from one row at [`PRIOR_ROW_COST`] per further row.
+    fn pass(&self, rows: usize) -> f64 {
+        if let Some(Some(seconds)) = self.pass_seconds.get(rows) {
+            return *seconds;
+        }
+        let at = |r: usize| self.pass_seconds.get(r).copied().flatten().map(|s| (r, s));
+        let below = (1..rows).rev().find_map(at);
+        let above = (rows + 1..self.pass_seconds.len()).find_map(at);
+        let one = self.pass_seconds[1].unwrap_or(1.0);
+        match (below, above) {
+            (Some((r0, s0)), Some((r1, s1))) => {
+                s0 + (s1 - s0) * (rows - r0) as f64 / (r1 - r0) as f64
+            }
+            (Some((r0, s0)), None) => s0 + one * PRIOR_ROW_COST * (rows - r0) as f64,
+            (None, Some((r1, s1))) => (s1 - one * PRIOR_ROW_COST * (r1 - rows) as f64).max(0.0),
+            (None, None) => one * (1.0 + PRIOR_ROW_COST * (rows - 1) as f64),
+        }
+    }
+}
+
+fn average(old: Option<f64>, new: f64) -> f64 {
+    match old {
+        Some(old) => old + SMOOTHING * (new - old),
+        None => new,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_good_drafter_gets_long_drafts_and_a_poor_one_plain_steps() {
+        let mut length = DraftLength::new(0, 16);
+        for rows in 1..=17 {
+            // A pass costs 10 ms plus 1 ms a further row.
+            length.record_pass(rows, 0.010 + 0.001 * (rows - 1) as f64);
+        }
+        for _ in 0..50 {
+            length.record_verdict(8, 8);
+        }
+        assert_eq!(length.choose(100), 16);
+        assert_eq!(length.choose(5), 5, "no more than the room");
+        for _ in 0..50 {
+            length.record_verdict(4, 0);
+        }
+        assert!(length.acceptance() < 0.01);
+        let chosen: Vec<usize> = (0..PROBE_EVERY).map(|_| length.choose(100)).collect();
+        assert_eq!(chosen.iter().filter(|&&k| k > 0).count(), 1, "one probe");
+    }
+
+    #[test]
+    fn a_slow_drafter_must_earn_its_time() {
+        let mut length = DraftLength::new(1, 8);
+        length.record_pass(1, 0.010);
+        length.record_pass(9, 0.012);
+        for _ in 0..50 {
+            length.record_verdict(4, 2);
+        }
+        // Acceptance near 0.67: worth drafting when drafting is cheap ...
+        length.record_draft(4, 0.0004);
+        assert!(length.choose(100) > 1);
+        // ... and not when a drafted token costs as much as a pass.
+        length.record_draft(1, 0.010);
+        for _ in 0..20 {
+            length.record_draft(1, 0.010);
+        }
+        assert_eq!(length.choose(100), 0);
+    }
+
+    #[test]
+    fn unmeasured_row_counts_are_interpolated() {
+        let mut length = DraftLength::new(1, 8);
+        length.record_pass(1, 0.010);
+        length.record_pass(5, 0.014);
+        assert!((length.pass(3) - 0.012).abs() < 1e-12);
+        assert!((length.pass(7) - (0.014 + 2.0 * 0.010 * PRIOR_ROW_COST)).abs() < 1e-12);
+    }
+}

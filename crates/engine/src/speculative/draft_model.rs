@@ -1,0 +1,127 @@
+//! A draft model (`-md FILE`): a smaller model of the same vocabulary, in a session of its
+//! own, drafts greedily. Its cache follows the target's sequence: each draft first rolls
+//! back what the target rejected and evaluates what was accepted since.
+
+use std::sync::Arc;
+
+use runit_model::Model;
+use runit_tokenizer::Tokenizer;
+
+use super::Drafter;
+use crate::{EngineConfig, EngineError, Session};
+
+/// How a draft model's vocabulary differs from the target's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VocabularyMismatch {
+    #[error("the draft model has {draft} tokens, the target {target}: a draft model must share the target's vocabulary")]
+    Size { draft: usize, target: usize },
+    #[error("token {id} is {draft:?} in the draft model and {target:?} in the target: a draft model must share the target's vocabulary")]
+    Token {
+        id: u32,
+        draft: String,
+        target: String,
+    },
+}
+
+/// Checks, token by token, that `draft` has `target`'s vocabulary (each id's text and
+/// whether it is a control token), as speculative decoding needs: a drafted id is
+/// verified as the target's token of that id.
+pub fn check_vocabularies(target: &Tokenizer, draft: &Tokenizer) -> Result<(), VocabularyMismatch> {
+    let size = |tokenizer: &Tokenizer| {
+        (0u32..)
+            .take_while(|&id| tokenizer.token_piece(id).is_ok())
+            .count()
+    };
+    let (target_size, draft_size) = (size(target), size(draft));
+    if target_size != draft_size {
+        return Err(VocabularyMismatch::Size {
+            draft: draft_size,
+            target: target_size,
+        });
+    }
+    for id in 0..target_size as u32 {
+        let (t, d) = (
+            target.token_piece(id).unwrap_or_default(),
+            draft.token_piece(id).unwrap_or_default(),
+        );
+        if t != d || target.is_control(id) != draft.is_control(id) {
+            let text = |piece: &[u8]| String::from_utf8_lossy(piece).into_owned();
+            return Err(VocabularyMismatch::Token {
+                id,
+                draft: text(d),
+                target: text(t),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The draft-model drafter.
+pub struct DraftModel {
+    session: Session,
+    /// The tokens whose cells the draft session holds, in order.
+    cached: Vec<u32>,
+    p_min: f32,
+}
+
+impl DraftModel {
+    /// A drafter running `model` (whose vocabulary the caller checked with
+    /// [`check_vocabularies`]) in a session of `config`, stopping a draft at a token it
+    /// gives less than probability `p_min`, for a target whose logits cover `target_vocab`
+    /// tokens (the draft's must cover as many).
+    pub fn new(
+        model: Arc<Model>,
+        config: &EngineConfig,
+        p_min: f32,
+        target_vocab: usize,
+    ) -> Result<DraftModel, EngineError> {
+        let draft_vocab = model.config.vocab_size;
+        if draft_vocab != target_vocab {
+            return Err(EngineError::InvalidParameter {
+                name: "model_draft",
+                message: VocabularyMismatch::Size {
+                    draft: draft_vocab,
+                    target: target_vocab,
+                }
+                .to_string(),
+            });
+        }
+        Ok(DraftModel {
+            session: Session::new(model, config)?,
+            cached: Vec::new(),
+            p_min,
+        })
+    }
+}
+
+impl Drafter for DraftModel {
+    fn draft(&mut self, history: &[u32], max: usize) -> Result<Vec<u32>, EngineError> {
+        let common = self
+            .cached
+            .iter()
+            .zip(history)
+            .take_while(|(a, b)| a == b)
+            .count()
+            // The last history token is evaluated again to get the logits after it.
+            .min(history.len().saturating_sub(1));
+        if history.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.session.truncate(common)?;
+        self.cached.truncate(common);
+        let room = self.session.context_size().saturating_sub(history.len());
+        let mut pick = self.session.eval_greedy(&history[common..])?;
+        self.cached.extend_from_slice(&history[common..]);
+        let length = max.min(room);
+        let mut draft = Vec::new();
+        while draft.len() < length && pick.logprob.exp() >= self.p_min {
+            let token = pick.id;
+            draft.push(token);
+            if draft.len() < length {
+                pick = self.session.eval_greedy(&[token])?;
+                self.cached.push(token);
+            }
+        }
+        Ok(draft)
+    }
+}
