@@ -129,7 +129,12 @@ pub fn generate_with(
     let prompt_time = started.elapsed();
     let decode_started = Instant::now();
     let mut tokens = Vec::new();
-    let mut history = prompt.to_vec();
+    // What the drafters see: the tokens cached before the prompt, the prompt, the output.
+    let mut history = speculation
+        .as_deref()
+        .map_or_else(Vec::new, |speculation| speculation.context.clone());
+    history.extend_from_slice(prompt);
+    let first_generated = history.len();
     // Hands `token` out; `cells`: the cache's positions a one-token step would hold now.
     let mut emit = |token: &GeneratedToken, cells: usize, history: &mut Vec<u32>| {
         history.push(token.id);
@@ -148,7 +153,7 @@ pub fn generate_with(
                 // Room: the pass's rows (the last token and the drafts) fit the batch and
                 // the context, and no more drafts than tokens still to generate.
                 Some(speculation) => {
-                    let generated = history.len() - prompt.len();
+                    let generated = history.len() - first_generated;
                     let room = (session.batch_capacity() - 1)
                         .min(session.context_size().saturating_sub(session.n_past() + 2))
                         .min(params.max_tokens.saturating_sub(generated + 1));

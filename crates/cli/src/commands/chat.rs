@@ -5,11 +5,12 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use runit_engine::{generate, GenerateParams, Sampler, Session};
+use runit_engine::{generate_with, GenerateParams, Sampler, Session};
 use runit_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, StreamOptions};
 
 use super::common::{load, ModelArgs};
 use super::sampling::SamplingArgs;
+use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,6 +18,8 @@ pub struct Args {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// System message that starts the conversation.
     #[arg(long)]
     pub system: Option<String>,
@@ -28,6 +31,13 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
     let loaded = load(&args.model)?;
+    let drafts = args.speculative.load(&args.model, &loaded)?;
+    let mut speculation = drafts
+        .as_ref()
+        .map(|drafts| drafts.speculation())
+        .transpose()?;
+    // The tokens the session holds (the conversation so far), which the drafter sees.
+    let mut conversation: Vec<u32> = Vec::new();
     let tokenizer = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.file)?;
     let mut session = Session::new(loaded.model.clone(), &args.model.engine_config())?;
@@ -90,16 +100,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             top_logprobs: 0,
         };
         sampler.set_constraint(constraint.clone());
-        let result = generate(&mut session, &mut sampler, &prompt, &gen, |token| {
-            if let Ok(text) = stream.push(token.id) {
-                answer.push_str(&text);
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-            }
-            !interrupted.load(Ordering::SeqCst)
-        });
+        if session.n_past() == 0 {
+            conversation.clear();
+        }
+        if let Some(speculation) = &mut speculation {
+            speculation.context = conversation.clone();
+        }
+        let mut answer_tokens = Vec::new();
+        let result = generate_with(
+            &mut session,
+            &mut sampler,
+            &prompt,
+            &gen,
+            speculation.as_mut(),
+            |token| {
+                answer_tokens.push(token.id);
+                if let Ok(text) = stream.push(token.id) {
+                    answer.push_str(&text);
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
+                }
+                !interrupted.load(Ordering::SeqCst)
+            },
+        );
         answer.push_str(&stream.finish());
         println!();
+        conversation.extend_from_slice(&prompt);
+        conversation.extend_from_slice(&answer_tokens);
         match result {
             Ok(_) => {}
             Err(runit_engine::EngineError::PromptTooLong { .. })

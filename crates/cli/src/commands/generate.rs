@@ -6,13 +6,14 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use runit_engine::{
-    generate, GenerateParams, GeneratedToken, Sampler, SamplerParams, Session, StopReason,
+    generate_with, GenerateParams, GeneratedToken, Sampler, SamplerParams, Session, StopReason,
 };
 use runit_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, StreamOptions};
 use serde_json::json;
 
 use super::common::{load, ModelArgs};
 use super::sampling::SamplingArgs;
+use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,6 +34,8 @@ pub struct Args {
     pub n_predict: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// Wrap the prompt in the model's chat template as a user message.
     #[arg(long)]
     pub chat: bool,
@@ -77,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let loaded = load(&args.model)?;
+    let drafts = args.speculative.load(&args.model, &loaded)?;
     let tokenizer = &loaded.tokenizer;
     let text = if args.chat {
         let template = ChatTemplate::from_gguf(&loaded.file)?;
@@ -121,11 +125,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     let mut steps: Vec<GeneratedToken> = Vec::new();
     let mut write_error = None;
-    let output = generate(
+    let mut speculation = drafts
+        .as_ref()
+        .map(|drafts| drafts.speculation())
+        .transpose()?;
+    let output = generate_with(
         &mut session,
         &mut sampler,
         &prompt_ids,
         &gen_params,
+        speculation.as_mut(),
         |token| {
             if json_mode {
                 steps.push(token.clone());
@@ -181,6 +190,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "decode_ms": output.decode_time.as_secs_f64() * 1e3,
                 "decode_tokens_per_second": output.decode_tokens_per_second(),
             },
+            "speculation": output.speculation.map(|stats| json!({
+                "drafted": stats.drafted,
+                "accepted": stats.accepted,
+                "acceptance_rate": stats.acceptance_rate(),
+            })),
         });
         serde_json::to_writer(&mut stdout, &object)?;
         writeln!(stdout)?;
@@ -194,6 +208,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             output.tokens.len(),
             output.decode_tokens_per_second(),
         );
+        if let Some(stats) = output.speculation {
+            eprintln!(
+                "speculation: {} drafted, {} accepted ({:.1}%) in {} verifications",
+                stats.drafted,
+                stats.accepted,
+                100.0 * stats.acceptance_rate(),
+                stats.verifications
+            );
+        }
         let windows = session.window_ring_cells().map_or(String::new(), |cells| {
             format!(" (windowed layers keep {cells} cells)")
         });

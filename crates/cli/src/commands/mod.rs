@@ -11,5 +11,6 @@ pub mod perplexity;
 pub mod quantize;
 pub mod sampling;
 pub mod serve;
+pub mod speculative;
 pub mod synth;
 pub mod tokenize;

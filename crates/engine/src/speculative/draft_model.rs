@@ -27,12 +27,7 @@ pub enum VocabularyMismatch {
 /// whether it is a control token), as speculative decoding needs: a drafted id is
 /// verified as the target's token of that id.
 pub fn check_vocabularies(target: &Tokenizer, draft: &Tokenizer) -> Result<(), VocabularyMismatch> {
-    let size = |tokenizer: &Tokenizer| {
-        (0u32..)
-            .take_while(|&id| tokenizer.token_piece(id).is_ok())
-            .count()
-    };
-    let (target_size, draft_size) = (size(target), size(draft));
+    let (target_size, draft_size) = (target.n_vocab(), draft.n_vocab());
     if target_size != draft_size {
         return Err(VocabularyMismatch::Size {
             draft: draft_size,

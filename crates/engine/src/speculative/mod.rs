@@ -103,6 +103,9 @@ pub struct Speculation {
     pub params: DraftParams,
     pub length: DraftLength,
     pub stats: SpeculationStats,
+    /// Tokens the session holds before the next generation's prompt (a chat's earlier
+    /// turns), which the drafter sees before it.
+    pub context: Vec<u32>,
 }
 
 impl Speculation {
@@ -114,6 +117,7 @@ impl Speculation {
             length: DraftLength::new(params.min, params.max),
             params,
             stats: SpeculationStats::default(),
+            context: Vec::new(),
         })
     }
 

@@ -6,6 +6,7 @@
 //! whole) times the steps per second; KV-cache reads are not counted.
 
 mod decode;
+mod speculative;
 
 use std::time::Instant;
 
@@ -16,6 +17,7 @@ use decode::{DecodeBench, DecodeTest};
 use serde_json::json;
 
 use super::common::{load, ModelArgs};
+use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -39,6 +41,12 @@ pub struct Args {
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
+    /// With a drafter: a prompt (text, special tokens parsed) to generate greedily from
+    /// with speculation off and on; repeat the flag for several prompts.
+    #[arg(long = "prompt-file", value_name = "FILE")]
+    pub prompt_files: Vec<std::path::PathBuf>,
     /// `md` prints a table like llama-bench; `json` one object.
     #[arg(short = 'o', long = "output-format", value_enum, default_value_t = Format::Md)]
     pub output_format: Format,
@@ -89,7 +97,23 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     args.model.batch_size = args.model.batch_size.max(args.n_prompt);
     args.model.ctx_size = Some(args.model.context_size().max(args.n_prompt + 1));
     let batch = args.batch as usize;
+    if !args.prompt_files.is_empty() && !args.speculative.enabled() {
+        anyhow::bail!(
+            "--prompt-file is for measuring speculation: give --draft-ngram N or -md FILE"
+        );
+    }
     let loaded = load(&args.model)?;
+    if let Some(drafts) = args.speculative.load(&args.model, &loaded)? {
+        return speculative::run(
+            &loaded,
+            &args.model.engine_config(),
+            &drafts,
+            &args.prompt_files,
+            args.n_gen,
+            args.repetitions,
+            args.output_format,
+        );
+    }
     let model = loaded.model.clone();
     let vocab = model.config.vocab_size as u32;
     // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
