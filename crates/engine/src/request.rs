@@ -19,13 +19,17 @@ pub enum RequestError {
     /// The prompt (after the positions already cached) leaves no cell to generate into.
     #[error("the prompt has {tokens} tokens, but the context holds {context} (and one more is needed to generate)")]
     PromptTooLong { tokens: usize, context: usize },
+    /// The predicted output (OpenAI's `prediction`) cannot fit the context after the prompt.
+    #[error("the predicted output has {tokens} tokens, but the context has room for {room} after the prompt")]
+    PredictionTooLong { tokens: usize, room: usize },
 }
 
 impl RequestError {
-    /// The request field at fault: `prompt` or `max_tokens`.
+    /// The request field at fault: `prompt`, `max_tokens` or `prediction`.
     pub fn parameter(&self) -> &'static str {
         match self {
             RequestError::NothingToGenerate => "max_tokens",
+            RequestError::PredictionTooLong { .. } => "prediction",
             _ => "prompt",
         }
     }

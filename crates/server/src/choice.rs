@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::stream::{BoxStream, StreamExt};
 use runit_engine::scheduler::{EventSink, SequenceEvent};
+use runit_engine::speculative::SpeculationStats;
 use runit_engine::stop::StopMatcher;
 use runit_engine::{GeneratedToken, StopReason};
 use runit_tokenizer::Tokenizer;
@@ -50,6 +51,8 @@ pub struct Delta {
     pub reasoning: String,
     /// Tokens generated so far.
     pub completion_tokens: usize,
+    /// Drafted tokens kept and rejected (on the last delta, when the sequence speculated).
+    pub speculation: Option<SpeculationStats>,
     /// Set when the engine failed this sequence.
     pub error: Option<String>,
 }
@@ -144,7 +147,10 @@ impl Choice {
                     self.receiver = None;
                 }
             }
-            Some(SequenceEvent::Finished { stop, .. }) => {
+            Some(SequenceEvent::Finished {
+                stop, speculation, ..
+            }) => {
+                delta.speculation = speculation;
                 let rest = String::from_utf8_lossy(&self.pending).into_owned();
                 self.pending.clear();
                 let check = self.stop.push(&rest);

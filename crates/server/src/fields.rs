@@ -50,7 +50,7 @@ pub const CHAT: &[(&str, Support)] = &[
     ("modalities", Read),
     ("n", Read),
     ("parallel_tool_calls", Read),
-    ("prediction", Refused("predicted outputs are not supported")),
+    ("prediction", Read),
     ("presence_penalty", Read),
     (
         "prompt_cache_key",

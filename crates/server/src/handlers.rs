@@ -12,7 +12,8 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use runit_engine::request::{check_request, RequestError};
-use runit_engine::scheduler::{EventSink, Request as EngineRequest};
+use runit_engine::scheduler::{DraftRequest, EventSink, Request as EngineRequest};
+use runit_engine::speculative::DraftParams;
 use runit_tokenizer::TemplateInputs;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
@@ -24,7 +25,7 @@ use crate::reasoning::{self, ThinkFilter};
 use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
 use crate::response::{self, Endpoint, Header};
 use crate::tools;
-use crate::{infill, messages, structured, template, AppState};
+use crate::{infill, messages, structured, template, AppState, PREDICTION_NGRAM};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -372,6 +373,7 @@ async fn run(
         tracing::info!(caller = %caller, "caller");
     }
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
+    let draft = draft_request(&state, options.prediction.as_deref());
     let log = RequestLog::new(prompt_tokens, sequences);
     let mut streams = Vec::with_capacity(sequences);
     let mut submissions = Vec::with_capacity(sequences);
@@ -412,6 +414,7 @@ async fn run(
                 },
                 top_logprobs: options.top_logprobs,
                 logprobs: options.logprobs,
+                draft: draft.clone(),
             };
             submissions.push((engine_request, Box::new(sink) as Box<dyn EventSink>));
             streams.push(choice.into_stream());
@@ -438,6 +441,22 @@ async fn run(
         response::stream(header, streams, options.include_usage, log)
     } else {
         response::complete(header, streams, log).await
+    })
+}
+
+/// The speculation of a request's sequences: the server's prompt lookup, seeded with the
+/// request's `prediction` when it gives one; a prediction alone speculates too.
+fn draft_request(state: &AppState, prediction: Option<&str>) -> Option<DraftRequest> {
+    let prediction = prediction.map(|text| state.tokenizer.encode(text, false, false));
+    let (ngram, params) = match (state.config.speculation, &prediction) {
+        (Some(speculation), _) => speculation,
+        (None, Some(_)) => (PREDICTION_NGRAM, DraftParams::DEFAULT),
+        (None, None) => return None,
+    };
+    Some(DraftRequest {
+        ngram,
+        params,
+        prediction: prediction.unwrap_or_default(),
     })
 }
 

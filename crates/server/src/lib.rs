@@ -29,6 +29,7 @@ mod limits;
 mod log;
 mod messages;
 mod metrics;
+mod prediction;
 mod reasoning;
 mod request;
 mod response;
@@ -46,6 +47,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
+use runit_engine::speculative::DraftParams;
 use runit_model::Model;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
@@ -79,7 +81,15 @@ pub struct ServerConfig {
     pub connections: ConnectionLimits,
     /// How chat templates are rendered (the template's own render limits are set on it).
     pub template: TemplateLimits,
+    /// Speculative decoding of every sequence by prompt lookup (`--draft-ngram N` and the
+    /// draft settings); `None`: a sequence speculates only when its request gives a
+    /// `prediction`, then with [`PREDICTION_NGRAM`] and the default settings.
+    pub speculation: Option<(usize, DraftParams)>,
 }
+
+/// Tokens prompt lookup matches for a request's `prediction` when the server was started
+/// without `--draft-ngram`.
+pub const PREDICTION_NGRAM: usize = 3;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -91,6 +101,7 @@ impl Default for ServerConfig {
             default_max_tokens: 1024,
             connections: ConnectionLimits::DEFAULT,
             template: TemplateLimits::DEFAULT,
+            speculation: None,
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct Options {
     pub calls: Option<CallFilter>,
     /// Moves reasoning out of each choice's text, for reasoning models.
     pub think: Option<ThinkFilter>,
+    /// `prediction`: the text the answer is expected to repeat (seeds the drafter).
+    pub prediction: Option<String>,
 }
 
 /// The most tokens a request asks for, and the field it named them in (`max_tokens` or
@@ -289,6 +291,7 @@ pub fn options(
         caller: accepted::caller(body)?,
         calls: None,
         think: None,
+        prediction: crate::prediction::prediction(body)?,
     })
 }
 

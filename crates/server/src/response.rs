@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
+use runit_engine::speculative::SpeculationStats;
+
 use crate::choice::{Delta, TokenLogprob};
 use crate::error::ApiError;
 use crate::log::RequestLog;
@@ -42,12 +44,22 @@ impl Header {
         }
     }
 
-    fn usage(&self, completion_tokens: usize) -> Value {
-        json!({
+    /// The usage object; `speculation`, the choices' drafted tokens together when any
+    /// speculated, adds OpenAI's `completion_tokens_details` counts of kept and rejected
+    /// predicted tokens.
+    fn usage(&self, completion_tokens: usize, speculation: Option<SpeculationStats>) -> Value {
+        let mut usage = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
-        })
+        });
+        if let Some(stats) = speculation {
+            usage["completion_tokens_details"] = json!({
+                "accepted_prediction_tokens": stats.accepted,
+                "rejected_prediction_tokens": stats.rejected(),
+            });
+        }
+        usage
     }
 
     fn envelope(&self, streaming: bool, choices: Vec<Value>) -> Value {
@@ -129,6 +141,7 @@ struct Finished {
     logprobs: Vec<TokenLogprob>,
     finish_reason: Option<&'static str>,
     completion_tokens: usize,
+    speculation: Option<SpeculationStats>,
 }
 
 /// Waits for every choice and answers one JSON body (choice `i` is `choices[i]`).
@@ -151,6 +164,7 @@ pub async fn complete(
         result.text.push_str(&delta.text);
         result.logprobs.extend(delta.logprobs);
         result.completion_tokens = delta.completion_tokens;
+        result.speculation = result.speculation.or(delta.speculation);
         result.tool_calls.extend(delta.tool_calls);
         result.reasoning.push_str(&delta.reasoning);
         if delta.finish_reason.is_some() {
@@ -193,7 +207,10 @@ pub async fn complete(
         })
         .collect();
     let mut body = header.envelope(false, choices);
-    body["usage"] = header.usage(completion_tokens);
+    body["usage"] = header.usage(
+        completion_tokens,
+        total_speculation(results.iter().map(|r| r.speculation)),
+    );
     axum::Json(body).into_response()
 }
 
@@ -223,6 +240,7 @@ pub fn stream(
         }
         let mut text_lengths = vec![0usize; count];
         let mut completion_tokens = vec![0usize; count];
+        let mut speculation = vec![None; count];
         let mut failed = false;
         loop {
             for event in events.drain(..) {
@@ -248,6 +266,9 @@ pub fn stream(
                 continue;
             }
             completion_tokens[delta.index] = delta.completion_tokens;
+            if delta.speculation.is_some() {
+                speculation[delta.index] = delta.speculation;
+            }
             if !delta.text.is_empty() || !delta.logprobs.is_empty() {
                 let logprobs = header.logprobs(&delta.logprobs, text_lengths[delta.index]);
                 text_lengths[delta.index] += delta.text.len();
@@ -287,7 +308,10 @@ pub fn stream(
         }
         if include_usage {
             let mut body = header.envelope(true, Vec::new());
-            body["usage"] = header.usage(completion_tokens.iter().sum());
+            body["usage"] = header.usage(
+                completion_tokens.iter().sum(),
+                total_speculation(speculation.iter().copied()),
+            );
             events.push(data(&body));
         }
         events.push(Event::default().data("[DONE]"));
@@ -324,4 +348,15 @@ fn chunk(
         }),
     };
     data(&header.envelope(true, vec![choice]))
+}
+
+/// The choices' drafted tokens together, when any choice speculated.
+fn total_speculation(
+    choices: impl Iterator<Item = Option<SpeculationStats>>,
+) -> Option<SpeculationStats> {
+    choices.flatten().reduce(|a, b| SpeculationStats {
+        verifications: a.verifications + b.verifications,
+        drafted: a.drafted + b.drafted,
+        accepted: a.accepted + b.accepted,
+    })
 }

@@ -13,12 +13,15 @@ use runit_server::{AppState, ConnectionLimits, ServerConfig, Shutdown, TemplateL
 use runit_tokenizer::{ChatTemplate, RenderLimits};
 
 use super::common::{load, ModelArgs};
+use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
 #[command(after_help = super::sampling::request_defaults_help())]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -169,6 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
+    let speculation = args.speculative.serve_settings()?;
     let template = match &args.chat_template_file {
         Some(path) => {
             let source = std::fs::read_to_string(path)
@@ -218,6 +222,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         default_max_tokens,
         connections: args.limits.connections(),
         template: args.limits.template(),
+        speculation,
         ..ServerConfig::default()
     };
     let state = Arc::new(

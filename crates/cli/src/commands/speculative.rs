@@ -137,6 +137,35 @@ impl SpeculativeArgs {
     }
 }
 
+impl SpeculativeArgs {
+    /// `serve`'s speculation: prompt lookup for every sequence (`--draft-ngram`), or
+    /// none. A draft model is refused: the scheduler batches prompt lookup's drafts with
+    /// the other sequences' rows, and has no batched draft-model pass yet.
+    pub fn serve_settings(&self) -> anyhow::Result<Option<(usize, DraftParams)>> {
+        if self.model_draft.is_some() {
+            anyhow::bail!(
+                "serve does not run a draft model (-md) yet; use --draft-ngram N (requests' `prediction` fields seed it)"
+            );
+        }
+        let params = DraftParams {
+            max: self.draft_max,
+            min: self.draft_min,
+            p_min: self.draft_p_min,
+        };
+        match self.draft_ngram {
+            Some(ngram) => {
+                params.validate()?;
+                PromptLookup::new(ngram)?;
+                Ok(Some((ngram, params)))
+            }
+            None if params != DraftParams::DEFAULT || self.device_draft.is_some() => {
+                anyhow::bail!("--draft-max, --draft-min, --draft-p-min and --device-draft need --draft-ngram N")
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 impl DraftSource {
     /// A fresh speculation (its own draft cache and adaptive length), for one sequence.
     pub fn speculation(&self) -> anyhow::Result<Speculation> {

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use runit_model::{Model, Scratch};
 
 use crate::request::{check_request, RequestError};
+use crate::speculative::{DraftParams, PromptLookup, Speculation, SpeculationStats};
 use crate::stop::StopCondition;
 use crate::{EngineConfig, EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
 
@@ -71,6 +72,30 @@ pub struct Request {
     /// Whether each token's log-probability is reported ([`GeneratedToken::logprob`];
     /// without it that may be NaN, which spares greedy decoding a pass over every logit).
     pub logprobs: bool,
+    /// Speculative decoding of the sequence by prompt lookup, when asked for.
+    pub draft: Option<DraftRequest>,
+}
+
+/// A sequence's speculation: prompt lookup over its prompt and output, and over the
+/// caller's predicted output (OpenAI's `prediction`), which the output is expected to
+/// follow from its start. Each step's drafts are verified in the decode pass with the
+/// other sequences' rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraftRequest {
+    /// Tokens matched by prompt lookup.
+    pub ngram: usize,
+    pub params: DraftParams,
+    /// The predicted output's tokens (may be empty).
+    pub prediction: Vec<u32>,
+}
+
+impl DraftRequest {
+    /// The speculation of a sequence whose prompt has `prompt_len` tokens.
+    fn speculation(&self, prompt_len: usize) -> Result<Speculation, EngineError> {
+        let lookup =
+            PromptLookup::new(self.ngram)?.with_reference(self.prediction.clone(), prompt_len);
+        Speculation::new(Box::new(lookup), self.params)
+    }
 }
 
 impl Request {
@@ -83,13 +108,24 @@ impl Request {
             end_of_generation: Vec::new(),
             top_logprobs: 0,
             logprobs: true,
+            draft: None,
         }
     }
 
     /// Checks the request for a context of `context_size` cells and a vocabulary of
     /// `vocab_size` tokens (see [`check_request`]); [`Scheduler::submit`] starts with it.
     pub fn validate(&self, context_size: usize, vocab_size: usize) -> Result<(), RequestError> {
-        check_request(&self.prompt, 0, self.max_tokens, context_size, vocab_size)
+        check_request(&self.prompt, 0, self.max_tokens, context_size, vocab_size)?;
+        if let Some(draft) = &self.draft {
+            let room = context_size - self.prompt.len();
+            if draft.prediction.len() > room {
+                return Err(RequestError::PredictionTooLong {
+                    tokens: draft.prediction.len(),
+                    room,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The rules that end the request's generation in a context of `context_size` cells.
@@ -111,6 +147,8 @@ pub enum SequenceEvent {
         stop: StopReason,
         prompt_tokens: usize,
         generated_tokens: usize,
+        /// Drafted tokens kept and verified, when the sequence speculated.
+        speculation: Option<SpeculationStats>,
     },
     /// The forward pass failed or the scheduler stopped; the message says why.
     Failed(String),
@@ -185,6 +223,7 @@ pub struct SchedulerStats {
 struct Pending {
     request: Request,
     sampler: Sampler,
+    speculation: Option<Speculation>,
     sink: Box<dyn EventSink>,
     submitted: Instant,
 }
@@ -320,18 +359,28 @@ impl Scheduler {
         let mut pending = Vec::with_capacity(requested);
         for (request, sink) in requests {
             request.validate(self.context_size, self.vocab_size)?;
-            let sampler = Sampler::new(request.sampling.clone()).map_err(|error| match error {
-                EngineError::InvalidParameter { name, message } => {
-                    SubmitError::InvalidParameter { name, message }
+            let invalid = |name: &'static str| {
+                move |error: EngineError| match error {
+                    EngineError::InvalidParameter { name, message } => {
+                        SubmitError::InvalidParameter { name, message }
+                    }
+                    other => SubmitError::InvalidParameter {
+                        name,
+                        message: other.to_string(),
+                    },
                 }
-                other => SubmitError::InvalidParameter {
-                    name: "sampling",
-                    message: other.to_string(),
-                },
-            })?;
+            };
+            let sampler = Sampler::new(request.sampling.clone()).map_err(invalid("sampling"))?;
+            let speculation = request
+                .draft
+                .as_ref()
+                .map(|draft| draft.speculation(request.prompt.len()))
+                .transpose()
+                .map_err(invalid("draft"))?;
             pending.push(Pending {
                 request,
                 sampler,
+                speculation,
                 sink,
                 submitted: Instant::now(),
             });

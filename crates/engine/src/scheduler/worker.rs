@@ -18,6 +18,7 @@ use super::{EventSink, Pending, Request, SequenceEvent, Shared, MAX_DECODE_ROWS}
 use crate::config::Cache;
 use crate::kv_blocks::BlockAllocator;
 use crate::sampler::{log_probability, top_logprobs, SAMPLING_FAILED};
+use crate::speculative::Speculation;
 use crate::window::WindowRings;
 use crate::{GeneratedToken, Sampler};
 
@@ -25,6 +26,10 @@ use crate::{GeneratedToken, Sampler};
 struct Sequence {
     request: Request,
     sampler: Sampler,
+    /// Its drafter, when it speculates.
+    speculation: Option<Speculation>,
+    /// The prompt and the tokens generated so far (what the drafter reads).
+    history: Vec<u32>,
     sink: Box<dyn EventSink>,
     /// Prompt tokens already in the cache.
     prefilled: usize,
@@ -193,6 +198,7 @@ impl Worker {
             let Pending {
                 request,
                 mut sampler,
+                speculation,
                 sink,
                 submitted,
             } = self.waiting.pop_front().expect("front exists");
@@ -210,8 +216,13 @@ impl Worker {
                 assert!(taken, "a ring for each of max_sequences sequences");
             }
             self.active.push(Sequence {
+                history: speculation
+                    .is_some()
+                    .then(|| request.prompt.clone())
+                    .unwrap_or_default(),
                 request,
                 sampler,
+                speculation,
                 sink,
                 prefilled: reused,
                 n_past: reused,
@@ -231,84 +242,178 @@ impl Worker {
         admitted
     }
 
-    /// Evaluates the pending token of every decoding sequence, in passes of at most
-    /// `MAX_DECODE_ROWS` rows, and samples each one's next token.
+    /// Evaluates the pending token of every decoding sequence, with its drafts when it
+    /// speculates, in passes of at most `MAX_DECODE_ROWS` rows, and samples each one's next
+    /// tokens: one, or the drafts it keeps and one more.
     fn decode(&mut self) {
-        let ready: Vec<usize> = (0..self.active.len())
-            .filter(|&i| self.active[i].next.is_some())
-            .collect();
-        let group_size = MAX_DECODE_ROWS.min(self.scratch.capacity);
+        let group_rows = MAX_DECODE_ROWS.min(self.scratch.capacity);
         let mut finished = Vec::new();
-        for group in ready.chunks(group_size) {
-            let mut tokens = Vec::with_capacity(group.len());
-            let mut positions = Vec::with_capacity(group.len());
-            let mut spans = Vec::with_capacity(group.len());
-            for (row, &i) in group.iter().enumerate() {
-                let n_past = self.active[i].n_past;
-                spans.push(self.span(i, row, n_past, n_past + 1));
-                let sequence = &self.active[i];
-                tokens.push(sequence.next.expect("ready sequences have a token"));
-                positions.push(n_past as u32);
-            }
-            let logit_rows: Vec<u32> = (0..group.len() as u32).collect();
-            let window_spans = self.window_spans(group.iter().copied().zip(&spans));
-            let batch = Batch {
-                tokens: &tokens,
-                positions: &positions,
-                spans: &spans,
-                window_spans: window_spans.as_deref(),
-                logit_rows: &logit_rows,
-                rows_alone: false,
-            };
-            // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
-            // per row instead of the vocabulary); the picks equal the host's argmax.
-            let greedy = group.iter().all(|&i| self.takes_greedy_pick(i));
-            // The log-probabilities only where some request reports them.
-            let log_probabilities = group.iter().any(|&i| self.active[i].request.logprobs);
-            let picks = if greedy {
-                self.model
-                    .forward_greedy(&batch, &mut self.kv, &mut self.scratch, log_probabilities)
-                    .map(Some)
-            } else {
-                self.forward(&batch).map(|()| None)
-            };
-            let picks = match picks {
-                Ok(picks) => picks,
-                Err(error) => {
-                    for &i in group {
-                        let failed = SequenceEvent::Failed(format!("decode failed: {error}"));
-                        finished.push((i, failed));
-                    }
-                    continue;
-                }
-            };
-            if let Some(picks) = picks {
-                for (&i, pick) in group.iter().zip(picks) {
-                    self.active[i].n_past += 1;
-                    let token = GeneratedToken {
-                        id: pick.id,
-                        logprob: f64::from(pick.logprob),
-                        top: Vec::new(),
-                    };
-                    if let Some(last) = self.report(i, token) {
-                        finished.push((i, last));
-                    }
-                }
+        // (sequence, drafts) of every decoding sequence.
+        let mut ready = Vec::new();
+        for i in 0..self.active.len() {
+            if self.active[i].next.is_none() {
                 continue;
             }
-            let vocab = self.model.config.vocab_size;
-            let logits = std::mem::take(&mut self.logits);
-            for (row, &i) in group.iter().enumerate() {
-                let sequence = &mut self.active[i];
-                sequence.n_past += 1;
-                let row_logits = &logits[row * vocab..(row + 1) * vocab];
-                if let Some(last) = self.emit(i, row_logits) {
-                    finished.push((i, last));
+            match self.draft(i, group_rows - 1) {
+                Ok(drafts) => ready.push((i, drafts)),
+                Err(error) => {
+                    let failed = SequenceEvent::Failed(format!("drafting failed: {error}"));
+                    finished.push((i, failed));
                 }
             }
-            self.logits = logits;
+        }
+        let mut group = Vec::new();
+        let mut rows = 0;
+        for (i, drafts) in ready {
+            if rows + 1 + drafts.len() > group_rows {
+                self.decode_group(&std::mem::take(&mut group), &mut finished);
+                rows = 0;
+            }
+            rows += 1 + drafts.len();
+            group.push((i, drafts));
+        }
+        if !group.is_empty() {
+            self.decode_group(&group, &mut finished);
         }
         self.end_all(finished);
+    }
+
+    /// Sequence `i`'s drafts for this step, at most `room` (none when it does not
+    /// speculate): no more than fit the context and the tokens it may still generate.
+    fn draft(&mut self, i: usize, room: usize) -> Result<Vec<u32>, crate::EngineError> {
+        let context_size = self.context_size;
+        let sequence = &mut self.active[i];
+        let Some(speculation) = &mut sequence.speculation else {
+            return Ok(Vec::new());
+        };
+        let room = room
+            .min(context_size.saturating_sub(sequence.n_past + 2))
+            .min(
+                sequence
+                    .request
+                    .max_tokens
+                    .saturating_sub(sequence.generated + 1),
+            );
+        speculation.next_draft(&sequence.history, room)
+    }
+
+    /// One decode pass of `group`'s sequences (each its pending token and its drafts);
+    /// a pass that verifies drafts computes every row as if alone, so greedy tokens are
+    /// those of plain decoding.
+    fn decode_group(
+        &mut self,
+        group: &[(usize, Vec<u32>)],
+        finished: &mut Vec<(usize, SequenceEvent)>,
+    ) {
+        let mut tokens = Vec::new();
+        let mut positions = Vec::new();
+        let mut spans = Vec::with_capacity(group.len());
+        for (i, drafts) in group {
+            let n_past = self.active[*i].n_past;
+            let rows = 1 + drafts.len();
+            spans.push(self.span(*i, tokens.len(), n_past, n_past + rows));
+            tokens.push(self.active[*i].next.expect("ready sequences have a token"));
+            tokens.extend_from_slice(drafts);
+            positions.extend((n_past..n_past + rows).map(|p| p as u32));
+        }
+        let logit_rows: Vec<u32> = (0..tokens.len() as u32).collect();
+        let window_spans = self.window_spans(group.iter().map(|(i, _)| *i).zip(&spans));
+        let batch = Batch {
+            tokens: &tokens,
+            positions: &positions,
+            spans: &spans,
+            window_spans: window_spans.as_deref(),
+            logit_rows: &logit_rows,
+            rows_alone: tokens.len() > group.len(),
+        };
+        // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
+        // per row instead of the vocabulary); the picks equal the host's argmax.
+        let greedy = group.iter().all(|(i, _)| self.takes_greedy_pick(*i));
+        // The log-probabilities only where some request reports them.
+        let log_probabilities = group.iter().any(|(i, _)| self.active[*i].request.logprobs);
+        let started = Instant::now();
+        let picks = if greedy {
+            self.model
+                .forward_greedy(&batch, &mut self.kv, &mut self.scratch, log_probabilities)
+                .map(Some)
+        } else {
+            self.forward(&batch).map(|()| None)
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        let picks = match picks {
+            Ok(picks) => picks,
+            Err(error) => {
+                for (i, _) in group {
+                    let failed = SequenceEvent::Failed(format!("decode failed: {error}"));
+                    finished.push((*i, failed));
+                }
+                return;
+            }
+        };
+        let vocab = self.model.config.vocab_size;
+        let logits = std::mem::take(&mut self.logits);
+        let mut row = 0;
+        for (i, drafts) in group {
+            let start = self.active[*i].n_past;
+            // Kept drafts, then the first token that is not the draft (the last row has
+            // no draft, so its token always ends the sequence's rows).
+            let mut kept = 0;
+            for (j, draft) in drafts.iter().map(Some).chain([None]).enumerate() {
+                self.active[*i].n_past = start + 1 + j;
+                let draft = draft.copied();
+                let (event, is_draft) = match &picks {
+                    Some(picks) => {
+                        let pick = picks[row + j];
+                        let token = GeneratedToken {
+                            id: pick.id,
+                            logprob: f64::from(pick.logprob),
+                            top: Vec::new(),
+                        };
+                        (self.report(*i, token), draft == Some(pick.id))
+                    }
+                    None => self.emit(*i, &logits[(row + j) * vocab..(row + j + 1) * vocab], draft),
+                };
+                kept += usize::from(is_draft);
+                if let Some(event) = event {
+                    finished.push((*i, event));
+                    break;
+                }
+                if !is_draft {
+                    break;
+                }
+            }
+            row += 1 + drafts.len();
+            self.settle_verification(*i, drafts.len(), kept, seconds);
+            // A sequence that ended in this pass reports the counts with this verdict.
+            if let Some((ended, SequenceEvent::Finished { speculation, .. })) = finished.last_mut()
+            {
+                if ended == i {
+                    *speculation = self.active[*i].speculation.as_ref().map(|s| s.stats);
+                }
+            }
+        }
+        self.logits = logits;
+    }
+
+    /// After sequence `i` verified `drafted` drafts and kept `kept`: its cache rolls back
+    /// past the rows it keeps (their blocks return to its commitment), and its speculation
+    /// records the verdict and the pass's time.
+    fn settle_verification(&mut self, i: usize, drafted: usize, kept: usize, seconds: f64) {
+        let sequence = &mut self.active[i];
+        let Some(speculation) = &mut sequence.speculation else {
+            return;
+        };
+        speculation.length.record_pass(1 + drafted, seconds);
+        if drafted == 0 {
+            return;
+        }
+        speculation.record_verdict(drafted, kept);
+        let before = sequence.block_table.len();
+        self.blocks
+            .truncate(&mut sequence.block_table, sequence.n_past);
+        let returned = before - sequence.block_table.len();
+        sequence.taken -= returned;
+        self.promised += returned;
     }
 
     /// Evaluates, in one pass, the prompt chunks that [`plan_pass`] picks from the sequences
@@ -398,7 +503,7 @@ impl Worker {
         let logits = std::mem::take(&mut self.logits);
         let mut finished = Vec::new();
         for (row, &i) in ending.iter().enumerate() {
-            if let Some(last) = self.emit(i, &logits[row * vocab..(row + 1) * vocab]) {
+            if let (Some(last), _) = self.emit(i, &logits[row * vocab..(row + 1) * vocab], None) {
                 finished.push((i, last));
             }
         }
@@ -438,7 +543,12 @@ impl Worker {
 
     /// Samples sequence `i`'s next token from `logits` and reports it; the sequence's last
     /// event when it is over, as `generate` decides it (see [`Worker::report`]).
-    fn emit(&mut self, i: usize, logits: &[f32]) -> Option<SequenceEvent> {
+    fn emit(
+        &mut self,
+        i: usize,
+        logits: &[f32],
+        draft: Option<u32>,
+    ) -> (Option<SequenceEvent>, bool) {
         let sequence = &mut self.active[i];
         let top = if sequence.request.top_logprobs > 0 {
             top_logprobs(logits, sequence.request.top_logprobs)
@@ -446,11 +556,19 @@ impl Worker {
             Vec::new()
         };
         let mut candidates = logits.to_vec();
-        let id = match sequence.sampler.sample(&mut candidates) {
-            Ok(id) => id,
+        let sampled = match draft {
+            Some(draft) => sequence.sampler.sample_draft(&mut candidates, draft),
+            None => sequence
+                .sampler
+                .sample(&mut candidates)
+                .map(|id| (id, false)),
+        };
+        let (id, is_draft) = match sampled {
+            Ok(sampled) => sampled,
             Err(error) => {
                 sequence.next = None;
-                return Some(SequenceEvent::Failed(format!("{SAMPLING_FAILED}: {error}")));
+                let failed = SequenceEvent::Failed(format!("{SAMPLING_FAILED}: {error}"));
+                return (Some(failed), false);
             }
         };
         // The same value as in `top` when the token is listed there (exact softmax).
@@ -458,7 +576,10 @@ impl Worker {
             .iter()
             .find(|&&(token, _)| token == id)
             .map_or_else(|| log_probability(logits, id), |&(_, value)| value);
-        self.report(i, GeneratedToken { id, logprob, top })
+        (
+            self.report(i, GeneratedToken { id, logprob, top }),
+            is_draft,
+        )
     }
 
     /// True when sequence `i`'s next token is the plain argmax of its logits with nothing
@@ -477,6 +598,9 @@ impl Worker {
         let GeneratedToken { id, logprob, top } = token;
         sequence.sampler.accept(id);
         sequence.generated += 1;
+        if sequence.speculation.is_some() {
+            sequence.history.push(id);
+        }
         let now = Instant::now();
         let since = now - sequence.last_token.unwrap_or(sequence.submitted);
         self.metrics.token(sequence.last_token.is_none(), since);
@@ -497,6 +621,10 @@ impl Worker {
                     stop,
                     prompt_tokens: sequence.request.prompt.len(),
                     generated_tokens: sequence.generated,
+                    speculation: sequence
+                        .speculation
+                        .as_ref()
+                        .map(|speculation| speculation.stats),
                 })
             }
         }

@@ -1,14 +1,19 @@
 //! The draft length of each step, from what has been measured: the per-token acceptance
-//! rate `a` (a running average), the target's pass time for each row count and the
-//! drafter's time per token. A draft of `k` tokens yields `1 + a + ... + a^k` tokens per
-//! pass on average (drafts are kept up to the first rejection, and the pass always yields
-//! one token of its own) and costs `pass(k + 1) + k * draft_time`; the length with the most
-//! tokens per second wins, 0 (a plain one-token step) included. When 0 wins, one token is
-//! drafted every [`PROBE_EVERY`] steps so that a drafter that gets better is noticed; that
-//! probe costs a pass of two rows instead of one, well under 5% of the steps' time.
+//! rate `a` (a running average), the share `h` of drafting calls that return a draft at
+//! all, the target's pass time for each row count, and the drafter's time per token it
+//! evaluates (a call evaluates one token more than it drafts, the one that told it to stop).
+//! Asking for `k` tokens yields `h (1 + a + ... + a^k) + (1 - h)` tokens per step on
+//! average (drafts are kept up to the first rejection, and the pass yields one token of its
+//! own) and costs `h pass(k + 1) + (1 - h) pass(1)` plus `(1 + h k)` drafted tokens' time;
+//! the length with the most tokens per second wins, 0 (a plain step without drafting)
+//! included. When 0 wins, one token is drafted every [`PROBE_EVERY`] steps so that a
+//! drafter that gets better is noticed; a probe costs one drafting call and a pass of two
+//! rows, well under 5% of the steps' time.
 
 /// Steps between probes while plain steps win.
 pub const PROBE_EVERY: usize = 32;
+/// Share of plain decoding's speed that drafting may give up for the chance to draft.
+const TIE: f64 = 0.01;
 /// Weight of the newest observation in the running averages.
 const SMOOTHING: f64 = 0.2;
 /// The acceptance rate assumed before any draft was verified: optimistic enough that
@@ -26,8 +31,10 @@ pub struct DraftLength {
     acceptance: f64,
     /// Running average of a pass's seconds, by rows (index 0 unused).
     pass_seconds: Vec<Option<f64>>,
-    /// Running average of the drafter's seconds per drafted token.
+    /// Running average of the drafter's seconds per evaluated token.
     draft_seconds: Option<f64>,
+    /// Running average of the share of drafting calls that return a draft.
+    hits: f64,
     plain_steps: usize,
 }
 
@@ -40,6 +47,7 @@ impl DraftLength {
             acceptance: PRIOR_ACCEPTANCE,
             pass_seconds: vec![None; max + 2],
             draft_seconds: None,
+            hits: 1.0,
             plain_steps: 0,
         }
     }
@@ -55,9 +63,13 @@ impl DraftLength {
         if max < self.min {
             return 0;
         }
-        let plain = 1.0 / self.pass(1);
+        // Drafting wins ties within [`TIE`]: a drafter that costs nothing keeps being asked.
+        let plain = (1.0 - TIE) / self.pass(1);
         let (best, _) = (self.min..=max)
-            .map(|k| (k, self.expected_tokens(k) / self.cost(k)))
+            .map(|k| {
+                let tokens = self.hits * self.expected_tokens(k) + (1.0 - self.hits);
+                (k, tokens / self.cost(k))
+            })
             .fold(
                 (0, plain),
                 |best, next| if next.1 > best.1 { next } else { best },
@@ -81,11 +93,11 @@ impl DraftLength {
         }
     }
 
-    /// Records a draft of `tokens` tokens that took `seconds`.
+    /// Records a drafting call that returned `tokens` tokens (maybe none) in `seconds`.
     pub fn record_draft(&mut self, tokens: usize, seconds: f64) {
-        if tokens > 0 {
-            self.draft_seconds = Some(average(self.draft_seconds, seconds / tokens as f64));
-        }
+        let evaluated = (tokens + 1) as f64;
+        self.draft_seconds = Some(average(self.draft_seconds, seconds / evaluated));
+        self.hits = average(Some(self.hits), f64::from(u8::from(tokens > 0)));
     }
 
     /// Records a verification of `drafted` tokens whose first `accepted` were kept.
@@ -103,7 +115,9 @@ impl DraftLength {
     }
 
     fn cost(&self, k: usize) -> f64 {
-        self.pass(k + 1) + k as f64 * self.draft_seconds.unwrap_or(0.0)
+        let h = self.hits;
+        let drafting = (1.0 + h * k as f64) * self.draft_seconds.unwrap_or(0.0);
+        h * self.pass(k + 1) + (1.0 - h) * self.pass(1) + drafting
     }
 
     /// A pass of `rows` rows: measured, else interpolated between the nearest measured row
@@ -167,12 +181,31 @@ mod tests {
             length.record_verdict(4, 2);
         }
         // Acceptance near 0.67: worth drafting when drafting is cheap ...
-        length.record_draft(4, 0.0004);
+        length.record_draft(4, 0.0005);
         assert!(length.choose(100) > 1);
         // ... and not when a drafted token costs as much as a pass.
-        length.record_draft(1, 0.010);
         for _ in 0..20 {
-            length.record_draft(1, 0.010);
+            length.record_draft(1, 0.020);
+        }
+        assert_eq!(length.choose(100), 0);
+    }
+
+    #[test]
+    fn a_drafter_that_rarely_drafts_pays_for_its_calls() {
+        let mut length = DraftLength::new(1, 8);
+        length.record_pass(1, 0.010);
+        length.record_pass(9, 0.012);
+        for _ in 0..50 {
+            length.record_verdict(4, 4);
+        }
+        // Free calls (prompt lookup finding nothing): drafting is still worth asking for.
+        for _ in 0..50 {
+            length.record_draft(0, 0.000_01);
+        }
+        assert!(length.choose(100) > 0);
+        // Calls that cost a pass and draft nothing (a draft model below --draft-p-min).
+        for _ in 0..50 {
+            length.record_draft(0, 0.010);
         }
         assert_eq!(length.choose(100), 0);
     }

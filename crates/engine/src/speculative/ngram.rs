@@ -1,6 +1,7 @@
 //! Prompt lookup (`--draft-ngram N`): the continuation of the most recent earlier
 //! occurrence of the sequence's last N tokens, with no second model. A caller's predicted
-//! output (OpenAI's `prediction`) is searched too, before the sequence itself.
+//! output (OpenAI's `prediction`) is drafted from while the output follows it, and
+//! searched before the sequence itself once it does not.
 
 use super::Drafter;
 use crate::EngineError;
@@ -11,6 +12,9 @@ pub struct PromptLookup {
     ngram: usize,
     /// Text the caller expects the output to resemble, searched first.
     reference: Vec<u32>,
+    /// Where the output starts in the history: while the output so far begins the
+    /// reference, the reference's next tokens are the draft.
+    output_start: usize,
 }
 
 impl PromptLookup {
@@ -25,12 +29,18 @@ impl PromptLookup {
         Ok(PromptLookup {
             ngram,
             reference: Vec::new(),
+            output_start: 0,
         })
     }
 
-    /// This drafter, also looking up `reference`, the output the caller predicts.
-    pub fn with_reference(self, reference: Vec<u32>) -> PromptLookup {
-        PromptLookup { reference, ..self }
+    /// This drafter, also drawing on `reference`, the output the caller predicts for the
+    /// output that starts at `output_start` in the history (after the prompt).
+    pub fn with_reference(self, reference: Vec<u32>, output_start: usize) -> PromptLookup {
+        PromptLookup {
+            reference,
+            output_start,
+            ..self
+        }
     }
 }
 
@@ -39,6 +49,12 @@ impl Drafter for PromptLookup {
         let n = self.ngram.min(history.len());
         if n == 0 || max == 0 {
             return Ok(Vec::new());
+        }
+        let output = history.get(self.output_start..).unwrap_or_default();
+        if let Some(rest) = self.reference.strip_prefix(output) {
+            if !rest.is_empty() {
+                return Ok(rest[..rest.len().min(max)].to_vec());
+            }
         }
         let key = &history[history.len() - n..];
         if let Some(found) = continuation(&self.reference, key, self.reference.len(), max) {
@@ -83,8 +99,12 @@ mod tests {
     fn the_prediction_is_searched_first() {
         let mut lookup = PromptLookup::new(1)
             .expect("n > 0")
-            .with_reference(vec![5, 8, 9, 10]);
-        assert_eq!(lookup.draft(&[8, 1, 8], 2).expect("draft"), [9, 10]);
+            .with_reference(vec![5, 8, 9, 10], 2);
+        // The output so far (after 2 prompt tokens) begins the prediction: its next tokens.
+        assert_eq!(lookup.draft(&[3, 4], 3).expect("draft"), [5, 8, 9]);
+        assert_eq!(lookup.draft(&[3, 4, 5, 8], 3).expect("draft"), [9, 10]);
+        // It has left the prediction: n-gram lookup, in the prediction first.
+        assert_eq!(lookup.draft(&[3, 4, 7, 8], 2).expect("draft"), [9, 10]);
         assert_eq!(lookup.draft(&[3, 1, 3], 2).expect("draft"), [1, 3]);
         assert!(PromptLookup::new(0).is_err());
     }
