@@ -28,6 +28,7 @@ pub struct GenerationOutput {
     pub tokens: Vec<u32>,
     pub stop: StopReason,
     pub prompt_tokens: usize,
+    /// The prompt's evaluation (and a draft model's, when one drafts).
     pub prompt_time: Duration,
     pub decode_time: Duration,
     /// Drafted and accepted tokens, when the generation speculated.
@@ -126,6 +127,10 @@ pub fn generate_with(
         true => Next::Pick(session.eval_greedy(prompt)?),
         false => Next::Logits(session.eval(prompt, false, None)?.to_vec()),
     };
+    if let Some(speculation) = speculation.as_deref_mut() {
+        let history: Vec<u32> = speculation.context.iter().chain(prompt).copied().collect();
+        speculation.drafter.prepare(&history)?;
+    }
     let prompt_time = started.elapsed();
     let decode_started = Instant::now();
     let mut tokens = Vec::new();

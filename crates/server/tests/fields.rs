@@ -32,7 +32,7 @@ fn chat_fields() -> Vec<(&'static str, Value, bool)> {
         (
             "prediction",
             json!({"type": "content", "content": "x"}),
-            false,
+            true,
         ),
         ("presence_penalty", json!(0.5), true),
         ("prompt_cache_key", json!("key"), false),

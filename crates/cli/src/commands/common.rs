@@ -105,12 +105,21 @@ pub struct Loaded {
 
 /// Opens the file, builds the tokenizer and backend, and loads the weights.
 pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
+    load_on(args, None)
+}
+
+/// [`load`], onto `backend` when given (a draft model shares the target's CPU threads
+/// rather than starting a second team that would compete with them for the cores).
+pub fn load_on(args: &ModelArgs, backend: Option<Arc<dyn Backend>>) -> anyhow::Result<Loaded> {
     let file = Arc::new(GgufFile::open(&args.model)?);
     let tokenizer = match &args.tokenizer {
         Some(path) => Tokenizer::from_tokenizer_json(path, &file)?,
         None => Tokenizer::from_gguf(&file)?,
     };
-    let backend = make_backend(&args.device, args.thread_count(), args.exact)?;
+    let backend = match backend {
+        Some(backend) => backend,
+        None => make_backend(&args.device, args.thread_count(), args.exact)?,
+    };
     let placement = if args.mmap {
         WeightPlacement::Mapped
     } else {

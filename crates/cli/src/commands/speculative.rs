@@ -11,7 +11,7 @@ use runit_engine::speculative::{
 };
 use runit_engine::EngineConfig;
 
-use super::common::{load, Loaded, ModelArgs};
+use super::common::{load_on, Loaded, ModelArgs};
 
 /// Speculative decoding: a drafter proposes tokens that the model verifies in one pass.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -111,7 +111,10 @@ impl SpeculativeArgs {
                         .unwrap_or_else(|| model.device.clone()),
                     ..model.clone()
                 };
-                let loaded = load(&draft_args)
+                // On the target's device, the target's backend (one thread team).
+                let shared =
+                    (draft_args.device == model.device).then(|| Arc::clone(&target.model.backend));
+                let loaded = load_on(&draft_args, shared)
                     .with_context(|| format!("loading the draft model {}", path.display()))?;
                 check_vocabularies(&target.tokenizer, &loaded.tokenizer)
                     .with_context(|| format!("the draft model {}", path.display()))?;

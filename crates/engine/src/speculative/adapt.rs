@@ -6,12 +6,15 @@
 //! average (drafts are kept up to the first rejection, and the pass yields one token of its
 //! own) and costs `h pass(k + 1) + (1 - h) pass(1)` plus `(1 + h k)` drafted tokens' time;
 //! the length with the most tokens per second wins, 0 (a plain step without drafting)
-//! included. When 0 wins, one token is drafted every [`PROBE_EVERY`] steps so that a
-//! drafter that gets better is noticed; a probe costs one drafting call and a pass of two
-//! rows, well under 5% of the steps' time.
+//! included. When 0 wins, one token is drafted after [`PROBE_EVERY`] plain steps so that a
+//! drafter that gets better is noticed, and the wait doubles after each probe that changes
+//! nothing (up to [`PROBE_EVERY_MOST`]): a probe costs one drafting call and a pass of two
+//! rows, a few per cent of the steps' time at first and less and less.
 
-/// Steps between probes while plain steps win.
+/// Plain steps before the first probe while plain steps win.
 pub const PROBE_EVERY: usize = 32;
+/// Most plain steps between probes.
+pub const PROBE_EVERY_MOST: usize = 1024;
 /// Share of plain decoding's speed that drafting may give up for the chance to draft.
 const TIE: f64 = 0.01;
 /// Weight of the newest observation in the running averages.
@@ -36,6 +39,8 @@ pub struct DraftLength {
     /// Running average of the share of drafting calls that return a draft.
     hits: f64,
     plain_steps: usize,
+    /// Plain steps before the next probe.
+    probe_after: usize,
 }
 
 impl DraftLength {
@@ -49,6 +54,7 @@ impl DraftLength {
             draft_seconds: None,
             hits: 1.0,
             plain_steps: 0,
+            probe_after: PROBE_EVERY,
         }
     }
 
@@ -76,11 +82,13 @@ impl DraftLength {
             );
         if best > 0 {
             self.plain_steps = 0;
+            self.probe_after = PROBE_EVERY;
             return best;
         }
         self.plain_steps += 1;
-        if self.plain_steps >= PROBE_EVERY {
+        if self.plain_steps >= self.probe_after {
             self.plain_steps = 0;
+            self.probe_after = (self.probe_after * 2).min(PROBE_EVERY_MOST);
             return self.min;
         }
         0
@@ -168,8 +176,13 @@ mod tests {
             length.record_verdict(4, 0);
         }
         assert!(length.acceptance() < 0.01);
-        let chosen: Vec<usize> = (0..PROBE_EVERY).map(|_| length.choose(100)).collect();
-        assert_eq!(chosen.iter().filter(|&&k| k > 0).count(), 1, "one probe");
+        let chosen: Vec<usize> = (0..3 * PROBE_EVERY).map(|_| length.choose(100)).collect();
+        let probes: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i] > 0).collect();
+        assert_eq!(
+            probes,
+            [PROBE_EVERY - 1, 3 * PROBE_EVERY - 1],
+            "the wait doubles"
+        );
     }
 
     #[test]

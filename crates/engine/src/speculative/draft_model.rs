@@ -1,6 +1,12 @@
 //! A draft model (`-md FILE`): a smaller model of the same vocabulary, in a session of its
 //! own, drafts greedily. Its cache follows the target's sequence: each draft first rolls
-//! back what the target rejected and evaluates what was accepted since.
+//! back what the target rejected and evaluates what was accepted since. The prompt is
+//! evaluated by `prepare`, in the prompt's time; when the drafter has fallen further
+//! behind than [`CATCH_UP_LIMIT`] tokens (many plain steps, when drafting did not pay), it
+//! starts afresh from the last that many, so that a probe costs little.
+
+/// Most tokens a drafting call evaluates to catch up with the sequence.
+pub const CATCH_UP_LIMIT: usize = 16;
 
 use std::sync::Arc;
 
@@ -54,8 +60,9 @@ pub fn check_vocabularies(target: &Tokenizer, draft: &Tokenizer) -> Result<(), V
 /// The draft-model drafter.
 pub struct DraftModel {
     session: Session,
-    /// The tokens whose cells the draft session holds, in order.
+    /// The tokens whose cells the draft session holds, in order: `history[offset..]`.
     cached: Vec<u32>,
+    offset: usize,
     p_min: f32,
 }
 
@@ -84,29 +91,49 @@ impl DraftModel {
         Ok(DraftModel {
             session: Session::new(model, config)?,
             cached: Vec::new(),
+            offset: 0,
             p_min,
         })
     }
 }
 
 impl Drafter for DraftModel {
+    fn prepare(&mut self, history: &[u32]) -> Result<(), EngineError> {
+        self.session.reset();
+        self.cached.clear();
+        self.offset = 0;
+        if let Some((_, head)) = history.split_last() {
+            if !head.is_empty() {
+                self.session.eval(head, false, None)?;
+                self.cached.extend_from_slice(head);
+            }
+        }
+        Ok(())
+    }
+
     fn draft(&mut self, history: &[u32], max: usize) -> Result<Vec<u32>, EngineError> {
-        let common = self
-            .cached
-            .iter()
-            .zip(history)
-            .take_while(|(a, b)| a == b)
-            .count()
-            // The last history token is evaluated again to get the logits after it.
-            .min(history.len().saturating_sub(1));
         if history.is_empty() {
             return Ok(Vec::new());
         }
+        let seen = history.get(self.offset..).unwrap_or_default();
+        let mut common = self
+            .cached
+            .iter()
+            .zip(seen)
+            .take_while(|(a, b)| a == b)
+            .count()
+            // The last history token is evaluated again to get the logits after it.
+            .min(seen.len().saturating_sub(1));
+        if seen.is_empty() || seen.len() - common > CATCH_UP_LIMIT {
+            self.offset = history.len().saturating_sub(CATCH_UP_LIMIT);
+            common = 0;
+        }
+        let seen = &history[self.offset..];
         self.session.truncate(common)?;
         self.cached.truncate(common);
-        let room = self.session.context_size().saturating_sub(history.len());
-        let mut pick = self.session.eval_greedy(&history[common..])?;
-        self.cached.extend_from_slice(&history[common..]);
+        let room = self.session.context_size().saturating_sub(seen.len());
+        let mut pick = self.session.eval_greedy(&seen[common..])?;
+        self.cached.extend_from_slice(&seen[common..]);
         let length = max.min(room);
         let mut draft = Vec::new();
         while draft.len() < length && pick.logprob.exp() >= self.p_min {

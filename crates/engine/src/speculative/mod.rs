@@ -22,6 +22,13 @@ pub trait Drafter: Send {
     /// Up to `max` tokens likely to follow `history` (the prompt and every token generated
     /// so far); fewer, or none, when it has no good guess.
     fn draft(&mut self, history: &[u32], max: usize) -> Result<Vec<u32>, EngineError>;
+
+    /// Reads `history` (the prompt) before the first draft, while the target evaluates
+    /// it too: a draft model evaluates it here, so that drafting calls only catch up.
+    fn prepare(&mut self, history: &[u32]) -> Result<(), EngineError> {
+        let _ = history;
+        Ok(())
+    }
 }
 
 /// Settings of speculative decoding shared by every drafter (llama.cpp's flag names).
