@@ -56,7 +56,11 @@ fn main() {
         Some("scalar") => SimdLevel::Scalar,
         _ => SimdLevel::detect(),
     };
-    let parallelism = Parallelism { pool: None, level };
+    let parallelism = Parallelism {
+        pool: None,
+        level,
+        rows_alone: false,
+    };
     if std::env::args().any(|a| a == "stream") {
         stream(&parallelism);
         return;

@@ -90,7 +90,7 @@ fn check(name: &str, sequences: usize) {
             prediction = expected[0].clone();
             prediction[TOKENS / 2] = (prediction[TOKENS / 2] + 1) % vocab;
         }
-        let draft = (s + 1 < sequences || sequences == 1).then(|| DraftRequest {
+        let draft = (s + 1 < sequences || sequences == 1).then_some(DraftRequest {
             ngram: 2,
             params: DraftParams {
                 max: 6,

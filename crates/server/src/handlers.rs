@@ -373,7 +373,7 @@ async fn run(
         tracing::info!(caller = %caller, "caller");
     }
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
-    let draft = draft_request(&state, options.prediction.as_deref());
+    let draft = draft_request(state, options.prediction.as_deref());
     let log = RequestLog::new(prompt_tokens, sequences);
     let mut streams = Vec::with_capacity(sequences);
     let mut submissions = Vec::with_capacity(sequences);

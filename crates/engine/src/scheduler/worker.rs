@@ -216,10 +216,11 @@ impl Worker {
                 assert!(taken, "a ring for each of max_sequences sequences");
             }
             self.active.push(Sequence {
-                history: speculation
-                    .is_some()
-                    .then(|| request.prompt.clone())
-                    .unwrap_or_default(),
+                history: if speculation.is_some() {
+                    request.prompt.clone()
+                } else {
+                    Vec::new()
+                },
                 request,
                 sampler,
                 speculation,
