@@ -599,6 +599,7 @@ fn attention_timings() {
         spans: &[],
         window_spans: None,
         logit_rows: &[0],
+        rows_alone: false,
     };
     let key = StepKey {
         workspace: 999,
