@@ -7,9 +7,10 @@
 //! own) and costs `h pass(k + 1) + (1 - h) pass(1)` plus `(1 + h k)` drafted tokens' time;
 //! the length with the most tokens per second wins, 0 (a plain step without drafting)
 //! included. When 0 wins, one token is drafted after [`PROBE_EVERY`] plain steps so that a
-//! drafter that gets better is noticed, and the wait doubles after each probe that changes
-//! nothing (up to [`PROBE_EVERY_MOST`]): a probe costs one drafting call and a pass of two
-//! rows, a few per cent of the steps' time at first and less and less.
+//! drafter that gets better is noticed; a probe costs one drafting call and a pass of two
+//! rows. For a drafter whose calls cost something (a draft model catching up), the wait
+//! doubles after each probe that changes nothing (up to [`PROBE_EVERY_MOST`]), so probes
+//! take less and less of the steps' time.
 
 /// Plain steps before the first probe while plain steps win.
 pub const PROBE_EVERY: usize = 32;
@@ -88,7 +89,11 @@ impl DraftLength {
         self.plain_steps += 1;
         if self.plain_steps >= self.probe_after {
             self.plain_steps = 0;
-            self.probe_after = (self.probe_after * 2).min(PROBE_EVERY_MOST);
+            // A call that costs more than 1% of a pass: wait longer next time.
+            let call = 2.0 * self.draft_seconds.unwrap_or(0.0);
+            if call > TIE * self.pass(1) {
+                self.probe_after = (self.probe_after * 2).min(PROBE_EVERY_MOST);
+            }
             return self.min;
         }
         0
@@ -174,6 +179,8 @@ mod tests {
         assert_eq!(length.choose(5), 5, "no more than the room");
         for _ in 0..50 {
             length.record_verdict(4, 0);
+            // Drafting calls that cost a fifth of a pass.
+            length.record_draft(4, 0.010);
         }
         assert!(length.acceptance() < 0.01);
         let chosen: Vec<usize> = (0..3 * PROBE_EVERY).map(|_| length.choose(100)).collect();
