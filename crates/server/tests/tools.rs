@@ -1,5 +1,5 @@
 //! Tool calling on SmolLM2 with chat templates written in the style of Qwen 2.5 / Hermes,
-//! Llama 3.1 and Mistral (`tests/data/templates`): tools reach the template, `required` and
+//! Llama 3.1, Mistral and the later Mistral `[ARGS]` style (`tests/data/templates`): tools reach the template, `required` and
 //! named choices force calls whose arguments match the schema, whole and streamed, a full
 //! loop (call, tool result, answer) runs, and bad tool input is a 400 naming the field.
 
@@ -11,7 +11,7 @@ use runit_server::ServerConfig;
 use runit_tokenizer::{ChatMessage, ChatTemplate, TemplateInputs};
 use serde_json::{json, Value};
 
-const FORMATS: [&str; 3] = ["hermes", "llama3", "mistral"];
+const FORMATS: [&str; 4] = ["hermes", "llama3", "mistral", "mistral_args"];
 
 fn template(format: &str) -> String {
     let path = format!(

@@ -69,7 +69,7 @@ impl CallFilter {
                 self.started = true;
                 std::mem::take(&mut self.held)
             }
-            ToolFormat::Hermes | ToolFormat::Mistral => {
+            ToolFormat::Hermes | ToolFormat::Mistral | ToolFormat::MistralArgs => {
                 let marker = self.marker();
                 if let Some(at) = self.held.find(marker) {
                     self.capturing = true;
@@ -101,7 +101,7 @@ impl CallFilter {
     fn marker(&self) -> &'static str {
         match self.format {
             ToolFormat::Hermes => "<tool_call>",
-            ToolFormat::Mistral => "[TOOL_CALLS]",
+            ToolFormat::Mistral | ToolFormat::MistralArgs => "[TOOL_CALLS]",
             ToolFormat::Llama3 => "<|python_tag|>",
         }
     }
@@ -132,6 +132,21 @@ impl CallFilter {
                     .map(|item| self.call(item))
                     .collect::<Option<_>>()?;
                 Some((String::new(), calls))
+            }
+            ToolFormat::MistralArgs => {
+                let mut calls = Vec::new();
+                let mut rest = text.trim_start();
+                while let Some(after) = rest.strip_prefix("[TOOL_CALLS]") {
+                    let (name, arguments) = after.split_once("[ARGS]")?;
+                    let mut values =
+                        serde_json::Deserializer::from_str(arguments).into_iter::<Value>();
+                    let value = values.next()?.ok()?;
+                    let end = values.byte_offset();
+                    let call = json_call(name.trim(), value);
+                    calls.push(self.call(&call)?);
+                    rest = arguments[end..].trim_start();
+                }
+                Some((rest.to_string(), calls))
             }
             ToolFormat::Llama3 => {
                 let body = text.trim_start();
@@ -165,6 +180,11 @@ impl CallFilter {
             arguments,
         })
     }
+}
+
+/// The call object of a call written as a name and its arguments.
+fn json_call(name: &str, arguments: Value) -> Value {
+    serde_json::json!({"name": name, "arguments": arguments})
 }
 
 #[cfg(test)]
@@ -214,6 +234,30 @@ mod tests {
             ],
         );
         assert_eq!((content.as_str(), calls), ("", vec![weather("Rome")]));
+    }
+
+    #[test]
+    fn mistral_name_and_args_calls() {
+        let text = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Lima\"}";
+        let pieces: Vec<String> = text.chars().map(String::from).collect();
+        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let (content, calls) = run(ToolFormat::MistralArgs, &pieces);
+        assert_eq!(content, "");
+        assert_eq!(calls, [weather("Oslo"), weather("Lima")]);
+        let (content, calls) = run(
+            ToolFormat::MistralArgs,
+            &["Checking. [TOOL_CALLS]get_weather[ARGS]{\"city\":\"Rome\"} Done."],
+        );
+        assert_eq!((content.as_str(), calls), ("Checking. Done.", vec![weather("Rome")]));
+        for broken in [
+            "[TOOL_CALLS]get_weather{\"city\": \"Oslo\"}",
+            "[TOOL_CALLS]other[ARGS]{}",
+            "[TOOL_CALLS]get_weather[ARGS]{broken",
+        ] {
+            let (content, calls) = run(ToolFormat::MistralArgs, &[broken]);
+            assert_eq!(content, broken);
+            assert!(calls.is_empty(), "{broken}");
+        }
     }
 
     #[test]
