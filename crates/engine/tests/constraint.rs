@@ -328,7 +328,10 @@ fn prepared_masks_equal_masks_computed_on_demand() {
         ahead.mask(&mut a).expect("admits a token");
         on_demand.mask(&mut b).expect("admits a token");
         assert_eq!(a, b, "step {step}");
-        assert!(a[token as usize].is_finite(), "step {step}: token {token} masked");
+        assert!(
+            a[token as usize].is_finite(),
+            "step {step}: token {token} masked"
+        );
         // A mask prepared and then overtaken by a token is not used for the next state.
         ahead.prepare();
         ahead.accept(token).expect("follows");

@@ -198,8 +198,28 @@ async fn streamed_calls_come_as_openai_deltas() {
         let whole_calls = whole["choices"][0]["message"]["tool_calls"]
             .as_array()
             .expect("calls");
-        assert_eq!(streamed.len(), whole_calls.len(), "{format}");
-        for (k, (streamed, whole)) in streamed.iter().zip(whole_calls).enumerate() {
+        // A call's first piece has its id, type and name; later pieces carry its index
+        // and the next piece of its arguments, as they are generated.
+        let mut joined: Vec<Value> = Vec::new();
+        for piece in &streamed {
+            let k = piece["index"].as_u64().expect("index") as usize;
+            if k == joined.len() {
+                assert!(piece["function"]["name"].is_string(), "{format}: {piece}");
+                joined.push((*piece).clone());
+            } else {
+                assert_eq!(k + 1, joined.len(), "{format}: pieces in call order");
+                assert!(piece.get("id").is_none() && piece["function"].get("name").is_none());
+                let more = piece["function"]["arguments"].as_str().expect("arguments");
+                let arguments = joined[k]["function"]["arguments"].as_str().unwrap_or("");
+                joined[k]["function"]["arguments"] = json!(format!("{arguments}{more}"));
+            }
+        }
+        assert!(
+            streamed.len() > 2 * joined.len(),
+            "{format}: arguments streamed in pieces"
+        );
+        assert_eq!(joined.len(), whole_calls.len(), "{format}");
+        for (k, (streamed, whole)) in joined.iter().zip(whole_calls).enumerate() {
             assert_eq!(streamed["index"], k);
             assert_eq!(streamed["function"], whole["function"], "{format}");
             check_call(streamed);

@@ -444,9 +444,7 @@ impl Worker {
         let constrained: Vec<&mut Sequence> = active
             .iter_mut()
             .enumerate()
-            .filter(|(i, sequence)| {
-                sampled.contains(i) && sequence.sampler.constraint().is_some()
-            })
+            .filter(|(i, sequence)| sampled.contains(i) && sequence.sampler.constraint().is_some())
             .map(|(_, sequence)| sequence)
             .collect();
         if constrained.is_empty() {

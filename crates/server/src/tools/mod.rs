@@ -41,17 +41,19 @@ impl ToolFormat {
         if !source.contains("tools") {
             return None;
         }
-        Some(if source.contains("[TOOL_CALLS]") && source.contains("[ARGS]") {
-            ToolFormat::MistralArgs
-        } else if source.contains("[TOOL_CALLS]") {
-            ToolFormat::Mistral
-        } else if source.contains("<tool_call>") {
-            ToolFormat::Hermes
-        } else if source.contains("<|python_tag|>") || source.contains("\"parameters\"") {
-            ToolFormat::Llama3
-        } else {
-            ToolFormat::Hermes
-        })
+        Some(
+            if source.contains("[TOOL_CALLS]") && source.contains("[ARGS]") {
+                ToolFormat::MistralArgs
+            } else if source.contains("[TOOL_CALLS]") {
+                ToolFormat::Mistral
+            } else if source.contains("<tool_call>") {
+                ToolFormat::Hermes
+            } else if source.contains("<|python_tag|>") || source.contains("\"parameters\"") {
+                ToolFormat::Llama3
+            } else {
+                ToolFormat::Hermes
+            },
+        )
     }
 
     /// The key that holds a call's arguments.
@@ -295,10 +297,7 @@ pub fn forced_grammar(
                 })
                 .collect();
             let more = if request.parallel { "call*" } else { "" };
-            format!(
-                "start: call {more}\ncall: {}\n",
-                alternatives.join(" | ")
-            )
+            format!("start: call {more}\ncall: {}\n", alternatives.join(" | "))
         }
     };
     Some(Grammar::Lark(lark))
