@@ -1,5 +1,7 @@
 //! AVX2 + F16C kernels of `dot::half_arith` (native f16 arithmetic as AVX512-FP16 does it),
-//! eight lanes at a time, bit-identical to the scalar twins there.
+//! eight lanes at a time, and AVX-512 twins of the two hot ones (the dot's steps and the
+//! multiply-add) sixteen lanes at a time with mask registers; all bit-identical to the
+//! scalar twins there.
 //!
 //! f16 values are held widened in f32 lanes. A product of two f16 values is exact in f32;
 //! a sum is computed in f32 together with its exact error (two-sum), the f32 result is
@@ -87,6 +89,101 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
     for (k, lane) in lanes.iter().enumerate() {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
+    }
+}
+
+/// Rounds sixteen f32 lanes to f16 and widens them back.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+fn round_f16_x16(v: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+}
+
+/// [`add_rounded`] on sixteen lanes: the inexact sums whose last bit is even step one unit
+/// towards the exact value (masked), then one rounding to f16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+fn add_rounded_x16(a: __m512, b: __m512) -> __m512 {
+    let sum = _mm512_add_ps(a, b);
+    let b_part = _mm512_sub_ps(sum, a);
+    let error = _mm512_add_ps(
+        _mm512_sub_ps(a, _mm512_sub_ps(sum, b_part)),
+        _mm512_sub_ps(b, b_part),
+    );
+    let bits = _mm512_castps_si512(sum);
+    let one = _mm512_set1_epi32(1);
+    let inexact = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(error, _mm512_setzero_ps());
+    let odd = _mm512_test_epi32_mask(bits, one);
+    let opposite = _mm512_srai_epi32::<31>(_mm512_xor_si512(bits, _mm512_castps_si512(error)));
+    let step = _mm512_or_si512(opposite, one); // +1 or -1
+    let adjusted = _mm512_mask_add_epi32(bits, inexact & !odd, bits, step);
+    round_f16_x16(_mm512_castsi512_ps(adjusted))
+}
+
+/// Loads sixteen f16 values widened to f32.
+///
+/// # Safety
+/// `p` must point at sixteen readable f16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn load_x16(p: *const f16) -> __m512 {
+    // SAFETY: the caller promises sixteen readable values; `loadu` takes any alignment.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast::<__m256i>()) })
+}
+
+/// Stores sixteen f32 lanes rounded to f16 (exact for lanes holding f16 values).
+///
+/// # Safety
+/// `p` must point at sixteen writable f16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn store_x16(p: *mut f16, v: __m512) {
+    let packed = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+    // SAFETY: the caller promises sixteen writable values; `storeu` takes any alignment.
+    unsafe { _mm256_storeu_si256(p.cast::<__m256i>(), packed) }
+}
+
+/// [`dot_steps`] sixteen lanes at a time.
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub unsafe fn dot_steps_avx512(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
+    const WIDE: usize = 16;
+    let n = x.len().min(y.len()) / 128 * 128;
+    let mut lanes = [_mm512_setzero_ps(); 128 / WIDE];
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
+        *lane = unsafe { load_x16(acc.as_ptr().add(k * WIDE)) };
+    }
+    for step in (0..n).step_by(128) {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let at = step + k * WIDE;
+            // SAFETY: `at + 16 <= step + 128 <= n`, and `n` is at most either slice's length.
+            let (a, b) = unsafe { (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
+            *lane = add_rounded_x16(_mm512_mul_ps(a, b), *lane);
+        }
+    }
+    for (k, lane) in lanes.iter().enumerate() {
+        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
+        unsafe { store_x16(acc.as_mut_ptr().add(k * WIDE), *lane) };
+    }
+}
+
+/// [`mad`] sixteen lanes at a time (`y.len()` a multiple of 16).
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub unsafe fn mad_avx512(y: &mut [f16], x: &[f16], v: f16) {
+    const WIDE: usize = 16;
+    let n = y.len().min(x.len()) / WIDE * WIDE;
+    let scale = _mm512_set1_ps(v.to_f32());
+    for at in (0..n).step_by(WIDE) {
+        // SAFETY: `at + 16 <= n`, and `n` is at most either slice's length.
+        unsafe {
+            let (a, b) = (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at)));
+            store_x16(
+                y.as_mut_ptr().add(at),
+                add_rounded_x16(_mm512_mul_ps(a, scale), b),
+            );
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
-pub(super) fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     static FLAG: OnceLock<bool> = OnceLock::new();
     *FLAG.get_or_init(|| {
         is_x86_feature_detected!("avx2")
