@@ -257,3 +257,64 @@ pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
     unsafe { store(out.as_mut_ptr(), four) };
     [out[0], out[1], out[2], out[3]]
 }
+
+/// The leftover sum of `ggml_vec_dot_f16` (`start + x[i] * y[i]` for every `i`, each exact
+/// f32 product added in f64 in order) when no addition in that order can round: every
+/// product (and `start`, an f16 value) is a multiple of 2^q, q the smallest last-bit
+/// exponent among them, and the sum of their magnitudes stays below 2^(52 + q), so every
+/// partial sum in any order is exact in f64 and the order does not matter. `None` when that
+/// does not hold (the caller adds in order).
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL/DQ and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c")]
+pub unsafe fn tail_sum_exact(x: &[f16], y: &[f16], start: f64) -> Option<f64> {
+    const WIDE: usize = 16;
+    let n = x.len().min(y.len());
+    let wide = n / WIDE * WIDE;
+    let (mut sum, mut magnitude) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+    // Biased f32 exponents of the nonzero products (255 until one is seen).
+    let mut lowest = _mm512_set1_epi32(255);
+    let exponent_mask = _mm512_set1_epi32(0xff);
+    for at in (0..wide).step_by(WIDE) {
+        // SAFETY: `at + 16 <= wide <= n`, and `n` is at most either slice's length.
+        let product =
+            unsafe { _mm512_mul_ps(load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
+        let exponent = _mm512_and_si512(
+            _mm512_srli_epi32::<23>(_mm512_castps_si512(product)),
+            exponent_mask,
+        );
+        let nonzero = _mm512_test_epi32_mask(exponent, exponent);
+        lowest = _mm512_mask_min_epi32(lowest, nonzero, lowest, exponent);
+        let low = _mm512_cvtps_pd(_mm512_castps512_ps256(product));
+        let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(product),
+        )));
+        sum = _mm512_add_pd(sum, _mm512_add_pd(low, high));
+        magnitude = _mm512_add_pd(
+            magnitude,
+            _mm512_add_pd(_mm512_abs_pd(low), _mm512_abs_pd(high)),
+        );
+    }
+    let mut total = start + _mm512_reduce_add_pd(sum);
+    let mut bound = start.abs() + _mm512_reduce_add_pd(magnitude);
+    // The last-bit exponent of an f32 product: its exponent less 23 (it is normal: two f16
+    // values multiply to at least 2^-48).
+    let mut q = _mm512_reduce_min_epi32(lowest) - 127 - 23;
+    for i in wide..n {
+        let product = x[i].to_f32() * y[i].to_f32();
+        if product != 0.0 {
+            let biased = ((product.to_bits() >> 23) & 0xff) as i32;
+            q = q.min(biased - 127 - 23);
+        }
+        total += f64::from(product);
+        bound += f64::from(product).abs();
+    }
+    if start != 0.0 {
+        // An f16 value is a multiple of 2^(e - 10) (2^-24 for subnormals).
+        let e = ((start.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        q = q.min(e.max(-14) - 10);
+    }
+    let limit = 2f64.powi(52 + q);
+    (bound.is_finite() && bound < limit).then_some(total)
+}

@@ -42,6 +42,12 @@ pub(crate) fn has_avx512() -> bool {
     })
 }
 
+/// AVX-512 F/BW/VL and DQ.
+pub(crate) fn has_avx512_dq() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
+}
+
 pub(super) fn has_avx512_vnni() -> bool {
     static FLAG: OnceLock<bool> = OnceLock::new();
     *FLAG.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
