@@ -138,6 +138,10 @@ pub(crate) fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_f16_with(n, w, a, half_arith::dot_body_scalar, None)
 }
 
+/// An exact leftover sum of F16 products from a start value, where one can be had (see
+/// `x86::half::tail_sum_exact`).
+pub(crate) type ExactTail = fn(&[f16], &[f16], f64) -> Option<f64>;
+
 /// `ggml_vec_dot_f16` on an AVX512-FP16 machine, with `body` computing the native part and
 /// `tail`, when given, the leftover sum where it can do so exactly (else it is added in
 /// order).
@@ -146,7 +150,7 @@ pub(crate) fn dot_f16_with(
     w: &[u8],
     a: &[u8],
     body: fn(&[f16], &[f16]) -> f16,
-    tail: Option<fn(&[f16], &[f16], f64) -> Option<f64>>,
+    tail: Option<ExactTail>,
 ) -> f32 {
     checked_len(n, 2, w, a);
     let native = half_arith::body_len(n);

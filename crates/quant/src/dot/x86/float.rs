@@ -226,8 +226,7 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// F16 (both levels): the native-f16 part through the AVX2 + F16C kernels of
 /// `half_arith`, the leftovers as the twin.
 pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    type Tail = fn(&[half::f16], &[half::f16], f64) -> Option<f64>;
-    let tail: Option<Tail> = if super::has_avx512_dq() {
+    let tail: Option<crate::dot::float::ExactTail> = if super::has_avx512_dq() {
         Some(|x, y, start| {
             // SAFETY: `has_avx512_dq` confirmed AVX-512 F/BW/VL/DQ; the F16 kernels are
             // handed out only where F16C is.
