@@ -10,6 +10,7 @@ quiet machine: builds, tests or other agents running beside it slow llama.cpp's 
 threads more than RunIT's and inflate the ratios.
 
     scripts/cpu_vs_llama.py [--types Q4_0 F16 ...] [--threads 2] [--rounds 2] [--json FILE]
+    scripts/cpu_vs_llama.py --models models/gemma-3-270m-q4_k_m.gguf ...   # any files instead
 
 llama-bench: the portable prebuilt (`llama-cpu-x86_64-*.tar.xz`) unpacked into
 ~/.cache/llama-cpu; without it, the source tarball is built there once (CMake and Ninja from
@@ -126,18 +127,21 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8, help="concurrent decode rows reported for RunIT")
     parser.add_argument("--runit", default=os.path.join(ROOT, "target", "release", "runit"))
+    parser.add_argument("--models", nargs="+", help="model files to compare instead of --types")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     bench = llama_bench()
     model, flags = cpu_description()
     print(f"CPU: {model} ({os.cpu_count()} logical); flags: {flags}")
     print(f"threads {args.threads}, rounds {args.rounds} (alternated), medians; llama.cpp: {bench}")
-    print("| type | pp128 RunIT | pp128 llama.cpp | ratio | tg64 RunIT | tg64 llama.cpp | ratio "
+    print(f"| {'model' if args.models else 'type'} | pp128 RunIT | pp128 llama.cpp | ratio | tg64 RunIT | tg64 llama.cpp | ratio "
           f"| RunIT tg GB/s | RunIT {args.batch} rows tg64 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     table = []
-    for ty in args.types:
-        path = model_for(args.runit, ty)
+    rows = ([(os.path.basename(m), m) for m in args.models] if args.models
+            else [(ty, None) for ty in args.types])
+    for ty, path in rows:
+        path = path or model_for(args.runit, ty)
         ours, theirs = [], []
         for _ in range(args.rounds):
             ours.append(runit_rates(args.runit, path, args.threads, args.batch))

@@ -17,9 +17,14 @@ if [ "$mode" = tests ] || [ "$mode" = ops ]; then
   for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
-    timeout 150 device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
+    # NVRTC compiles every kernel for two architectures (several minutes).
+    limit=$([ "$t" = nvrtc ] && echo 500 || echo 150)
+    timeout "$limit" device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
     echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures" "$out/$t.log" | head -20
   done
+  echo "=== matmul_gpu batched (the int8 kernels, RUNIT_CUDA_MMQ8=1)"
+  RUNIT_CUDA_MMQ8=1 timeout 150 device/bin/matmul_gpu batched --nocapture --test-threads 1 >"$out/matmul_gpu-int8.log" 2>&1
+  echo "rc=$?"; grep -E "test result|panicked|FAILED" "$out/matmul_gpu-int8.log" | head -5
   echo "=== cuda_fault"
   RUNIT_BIN=$PWD/device/bin/runit timeout 200 device/bin/cuda_fault --nocapture --test-threads 1 >"$out/cuda_fault.log" 2>&1
   echo "rc=$?"; grep -E "^test |test result|panicked|error:" "$out/cuda_fault.log" | head -20

@@ -11,42 +11,14 @@
 // the staged activations with ldmatrix. With one range the block writes `out` (plus `bias`);
 // with several it writes its partial sums and the last block of the tile to finish (arrival
 // counters, zero between calls) adds them in range order, so results do not depend on timing.
-#include "dequant.cuh"
-#include "mma.cuh"
+#include "mmq.cuh"
 
-#define MMQ_THREADS 128
-#define MMQ_WARP_ROWS 32
-#define MMQ_BLOCK_ROWS 128
 #define MMQ_CHUNK 128
 #define MMQ_SLAB 64
 // 8 halfs (16 bytes) of padding per row: the 8 rows of an ldmatrix 8x8 matrix start 4 banks
 // apart, so its reads hit 32 distinct banks.
 #define MMQ_X_STRIDE (MMQ_CHUNK + 8)
 #define MMQ_W_STRIDE (MMQ_SLAB + 8)
-
-// Writes the accumulators (C fragments: rows g and g + 8 of each m16 tile, tokens 2t and
-// 2t + 1 of each 8-token tile) to target[token][row], plus bias[row] when given.
-template <int NT>
-__device__ __forceinline__ void mmq_store(const float (&acc)[2][NT][4], float* target, const float* bias, u32 row0,
-                                          u32 token0, u32 tokens, u32 n_out, int g, int t) {
-#pragma unroll
-    for (int m = 0; m < 2; m++) {
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const u32 row = row0 + 16 * m + 8 * half + g;
-            if (row >= n_out) continue;
-            const float add = bias != nullptr ? bias[row] : 0.0f;
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const u32 token = token0 + 8 * n + 2 * t + c;
-                    if (token < tokens) target[(u64)token * n_out + row] = acc[m][n][2 * half + c] + add;
-                }
-            }
-        }
-    }
-}
 
 template <class W, int NT>
 __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
@@ -140,34 +112,7 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
         }
     }
 
-    // One range: the block's sums are the outputs.
-    if (gridDim.z == 1) {
-        mmq_store<NT>(acc, out, bias, row0, token0, tokens, n_out, g, t);
-        return;
-    }
-    // Several ranges: publish this range's sums and count the block; the last block of the
-    // tile to arrive adds every range's sums in range order.
-    const u64 values = (u64)tokens * n_out;
-    mmq_store<NT>(acc, partial + blockIdx.z * values, nullptr, row0, token0, tokens, n_out, g, t);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* counter = counters + (u64)blockIdx.y * gridDim.x + blockIdx.x;
-        last_block = atomicAdd(counter, 1u) == gridDim.z - 1;
-        if (last_block) *counter = 0u;  // every other block of the tile has counted
-    }
-    __syncthreads();
-    if (!last_block) return;
-    __threadfence();
-    const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
-    for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * 8 * NT; i += MMQ_THREADS) {
-        const u32 row = block_row0 + i % MMQ_BLOCK_ROWS, token = token0 + i / MMQ_BLOCK_ROWS;
-        if (row >= n_out || token >= tokens) continue;
-        const u64 index = (u64)token * n_out + row;
-        float sum = 0.0f;
-        for (u32 s = 0; s < gridDim.z; s++) sum += __ldcg(partial + s * values + index);
-        out[index] = sum + (bias != nullptr ? bias[row] : 0.0f);
-    }
+    mmq_finish<NT>(acc, out, bias, partial, counters, row0, token0, tokens, n_out, g, t, &last_block);
 }
 
 #define MMQ_KERNEL(W, name, NT)                                                                              \

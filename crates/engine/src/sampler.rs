@@ -283,6 +283,14 @@ impl Sampler {
         self.params.constraint = constraint;
     }
 
+    /// Computes the grammar's next mask ahead of [`Sampler::sample`] (see
+    /// [`Constraint::prepare`]); nothing without a grammar.
+    pub fn prepare_mask(&mut self) {
+        if let Some(constraint) = &mut self.params.constraint {
+            constraint.prepare();
+        }
+    }
+
     /// The grammar's state, when the sampler follows one.
     pub fn constraint(&self) -> Option<&Constraint> {
         self.params.constraint.as_ref()

@@ -303,3 +303,42 @@ fn schemas_that_do_not_compile_are_refused() {
         .expect_err("an undefined rule");
     assert!(matches!(error, ConstraintError::Compile { .. }), "{error}");
 }
+
+/// A mask computed ahead (`prepare`, as the scheduler does during the forward pass) equals
+/// the one computed on demand at every step, and a token accepted after it makes the next
+/// mask the new state's.
+#[test]
+fn prepared_masks_equal_masks_computed_on_demand() {
+    let Some(setup) = setup() else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"]
+    });
+    let grammar = Grammar::JsonSchema(schema);
+    let mut ahead = setup.compiler.compile(&grammar).expect("compiles");
+    let mut on_demand = setup.compiler.compile(&grammar).expect("compiles");
+    let vocab = setup.tokenizer.n_vocab();
+    let text = "{\"name\": \"Ada\", \"age\": 36}";
+    let tokens = setup.tokenizer.encode(text, false, false);
+    for (step, &token) in tokens.iter().enumerate() {
+        let (mut a, mut b) = (vec![0.0f32; vocab], vec![0.0f32; vocab]);
+        ahead.prepare();
+        ahead.prepare(); // a second call keeps the first mask
+        ahead.mask(&mut a).expect("admits a token");
+        on_demand.mask(&mut b).expect("admits a token");
+        assert_eq!(a, b, "step {step}");
+        assert!(
+            a[token as usize].is_finite(),
+            "step {step}: token {token} masked"
+        );
+        // A mask prepared and then overtaken by a token is not used for the next state.
+        ahead.prepare();
+        ahead.accept(token).expect("follows");
+        on_demand.accept(token).expect("follows");
+    }
+    let (mut a, mut b) = (vec![0.0f32; vocab], vec![0.0f32; vocab]);
+    ahead.mask(&mut a).expect("end of generation admitted");
+    on_demand.mask(&mut b).expect("end of generation admitted");
+    assert_eq!(a, b);
+}

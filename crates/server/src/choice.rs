@@ -13,7 +13,7 @@ use runit_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::reasoning::ThinkFilter;
-use crate::tools::parse::{CallFilter, ToolCall};
+use crate::tools::parse::{CallDelta, CallFilter};
 
 /// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
 pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);
@@ -45,8 +45,8 @@ pub struct Delta {
     pub logprobs: Vec<TokenLogprob>,
     /// `stop`, `length` or `tool_calls` on the last delta.
     pub finish_reason: Option<&'static str>,
-    /// The tool calls read from the choice's text (on the last delta).
-    pub tool_calls: Vec<ToolCall>,
+    /// Pieces of the tool calls read from the choice's text so far.
+    pub tool_calls: Vec<CallDelta>,
     /// Reasoning text (`<think>` blocks), apart from `text`.
     pub reasoning: String,
     /// Tokens generated so far.
@@ -186,13 +186,15 @@ impl Choice {
         }
         if let Some(filter) = &mut self.calls {
             delta.text = filter.push(&delta.text);
+            delta.tool_calls = filter.deltas();
             if delta.finish_reason.is_some() {
-                let (rest, calls) = filter.finish();
+                let (rest, last, any) = filter.finish();
                 delta.text.push_str(&rest);
-                if !calls.is_empty() {
+                delta.tool_calls.extend(last);
+                // A call cut off by the token limit still ends with `length`.
+                if any && delta.finish_reason == Some("stop") {
                     delta.finish_reason = Some("tool_calls");
                 }
-                delta.tool_calls = calls;
             }
         }
         if !self.prefix.is_empty() {

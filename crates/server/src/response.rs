@@ -15,7 +15,7 @@ use runit_engine::speculative::SpeculationStats;
 use crate::choice::{Delta, TokenLogprob};
 use crate::error::ApiError;
 use crate::log::RequestLog;
-use crate::tools::parse::ToolCall;
+use crate::tools::parse::{join, CallDelta, ToolCall};
 
 /// Which API a response belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,25 +73,47 @@ impl Header {
         })
     }
 
-    /// The `tool_calls` of choice `choice` as OpenAI writes them: in a message, or in a
-    /// streamed delta (where each call also carries its `index`).
-    fn tool_calls(&self, choice: usize, calls: &[ToolCall], streaming: bool) -> Value {
+    /// The id of call `k` of choice `choice`.
+    fn call_id(&self, choice: usize, k: usize) -> String {
+        format!("call-{}-{choice}-{k}", self.id)
+    }
+
+    /// The `tool_calls` of choice `choice`'s message, as OpenAI writes them.
+    fn tool_calls(&self, choice: usize, calls: &[ToolCall]) -> Value {
         let calls = calls
             .iter()
             .enumerate()
             .map(|(k, call)| {
-                let mut value = json!({
-                    "id": format!("call-{}-{choice}-{k}", self.id),
+                json!({
+                    "id": self.call_id(choice, k),
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments},
-                });
-                if streaming {
-                    value["index"] = json!(k);
-                }
-                value
+                })
             })
             .collect();
         Value::Array(calls)
+    }
+
+    /// Streamed pieces of choice `choice`'s calls as OpenAI streams them: a call's first
+    /// piece with its `index`, `id`, `type` and `name`, later ones with `index` and a piece
+    /// of `arguments`.
+    fn call_deltas(&self, choice: usize, deltas: &[CallDelta]) -> Value {
+        let deltas = deltas
+            .iter()
+            .map(|delta| match &delta.name {
+                Some(name) => json!({
+                    "index": delta.index,
+                    "id": self.call_id(choice, delta.index),
+                    "type": "function",
+                    "function": {"name": name, "arguments": delta.arguments},
+                }),
+                None => json!({
+                    "index": delta.index,
+                    "function": {"arguments": delta.arguments},
+                }),
+            })
+            .collect();
+        Value::Array(deltas)
     }
 
     /// The `logprobs` member of a choice for these tokens (`text_start`: byte offset of
@@ -137,7 +159,7 @@ impl Header {
 struct Finished {
     text: String,
     reasoning: String,
-    tool_calls: Vec<ToolCall>,
+    tool_calls: Vec<CallDelta>,
     logprobs: Vec<TokenLogprob>,
     finish_reason: Option<&'static str>,
     completion_tokens: usize,
@@ -185,7 +207,7 @@ pub async fn complete(
                         message["reasoning_content"] = json!(r.reasoning);
                     }
                     if !r.tool_calls.is_empty() {
-                        message["tool_calls"] = header.tool_calls(index, &r.tool_calls, false);
+                        message["tool_calls"] = header.tool_calls(index, &join(&r.tool_calls));
                         if r.text.is_empty() {
                             message["content"] = Value::Null;
                         }
@@ -283,7 +305,7 @@ pub fn stream(
                 events.push(chunk(&header, delta.index, reasoning, Value::Null, None));
             }
             if !delta.tool_calls.is_empty() {
-                let calls = header.tool_calls(delta.index, &delta.tool_calls, true);
+                let calls = header.call_deltas(delta.index, &delta.tool_calls);
                 events.push(chunk(
                     &header,
                     delta.index,

@@ -336,6 +336,7 @@ def tools(client, model):
             reasons.append(chunk.choices[0].finish_reason)
     assert names == ["get_weather"], names
     assert json.loads("".join(pieces)) == arguments, pieces
+    assert len(pieces) > 2, f"arguments streamed in pieces as they are generated: {pieces}"
     assert reasons == ["tool_calls"], reasons
 
     answer = client.chat.completions.create(

@@ -1,5 +1,5 @@
 //! Tool calling on SmolLM2 with chat templates written in the style of Qwen 2.5 / Hermes,
-//! Llama 3.1 and Mistral (`tests/data/templates`): tools reach the template, `required` and
+//! Llama 3.1, Mistral and the later Mistral `[ARGS]` style (`tests/data/templates`): tools reach the template, `required` and
 //! named choices force calls whose arguments match the schema, whole and streamed, a full
 //! loop (call, tool result, answer) runs, and bad tool input is a 400 naming the field.
 
@@ -11,7 +11,7 @@ use runit_server::ServerConfig;
 use runit_tokenizer::{ChatMessage, ChatTemplate, TemplateInputs};
 use serde_json::{json, Value};
 
-const FORMATS: [&str; 3] = ["hermes", "llama3", "mistral"];
+const FORMATS: [&str; 4] = ["hermes", "llama3", "mistral", "mistral_args"];
 
 fn template(format: &str) -> String {
     let path = format!(
@@ -198,8 +198,28 @@ async fn streamed_calls_come_as_openai_deltas() {
         let whole_calls = whole["choices"][0]["message"]["tool_calls"]
             .as_array()
             .expect("calls");
-        assert_eq!(streamed.len(), whole_calls.len(), "{format}");
-        for (k, (streamed, whole)) in streamed.iter().zip(whole_calls).enumerate() {
+        // A call's first piece has its id, type and name; later pieces carry its index
+        // and the next piece of its arguments, as they are generated.
+        let mut joined: Vec<Value> = Vec::new();
+        for piece in &streamed {
+            let k = piece["index"].as_u64().expect("index") as usize;
+            if k == joined.len() {
+                assert!(piece["function"]["name"].is_string(), "{format}: {piece}");
+                joined.push((*piece).clone());
+            } else {
+                assert_eq!(k + 1, joined.len(), "{format}: pieces in call order");
+                assert!(piece.get("id").is_none() && piece["function"].get("name").is_none());
+                let more = piece["function"]["arguments"].as_str().expect("arguments");
+                let arguments = joined[k]["function"]["arguments"].as_str().unwrap_or("");
+                joined[k]["function"]["arguments"] = json!(format!("{arguments}{more}"));
+            }
+        }
+        assert!(
+            streamed.len() > 2 * joined.len(),
+            "{format}: arguments streamed in pieces"
+        );
+        assert_eq!(joined.len(), whole_calls.len(), "{format}");
+        for (k, (streamed, whole)) in joined.iter().zip(whole_calls).enumerate() {
             assert_eq!(streamed["index"], k);
             assert_eq!(streamed["function"], whole["function"], "{format}");
             check_call(streamed);

@@ -1,13 +1,18 @@
-//! The decode-batch path: matmuls of more rows than the matvecs take (up to
-//! [`MMQ_MAX_TOKENS`]) on the tensor cores, each packed weight block read once for all the
-//! rows and dequantized per warp in shared memory (kernels/mmq.cu); no weight is staged as a
-//! dequantized matrix. Larger batches take the GEMM path: on an H200 (qwen2.5-7b Q4_K_M) these
-//! kernels decoded 16 rows 6% faster than it, and tiles of 64 rows 31-35% slower (64 and 128
-//! rows), so only 16-row tiles are built.
+//! The decode-batch path: matmuls of more rows than the matvecs take on the tensor cores,
+//! each packed weight block read once per tile of token rows; no weight is staged as a
+//! dequantized matrix.
 //!
-//! The activations are converted to f16 once per input with the CPU's rounding for the
-//! weight type (`activation_f16_cpu`, the values the matvecs' q8 activations hold), and the
-//! conversion is reused by the next matmul of the same input (Q, K and V; gate and up).
+//! With `RUNIT_CUDA_MMQ8=1` (off by default: slower today, see `int8_enabled`) quantized
+//! weights take the int8 kernels (`mmq8_*` in kernels/mmq8.cu) for up to
+//! [`MMQ8_MAX_TOKENS`] rows: the activations are the matvecs' q8 quantization (quantized once
+//! per input and reused by the next matmul of the same input: Q, K and V; gate and up), the
+//! weights are unpacked per warp into int8 tiles with one float scale per sub-block, and
+//! the tensor cores multiply int8 by int8; tiles hold 16, 32 or 64 token rows, the smallest
+//! that holds the batch. Otherwise every weight type takes the f16 kernels (`mmq_*` in
+//! kernels/mmq.cu) for up to [`MMQ_MAX_TOKENS`] rows, each warp dequantizing its rows into
+//! shared memory, with the activations converted to f16 once per input as the CPU rounds them
+//! for the weight type. Larger batches take the GEMM path.
+//!
 //! Matrices with too few row blocks to fill the device split their rows' length into ranges;
 //! the last block of a tile to finish adds the ranges' partial sums in a fixed order.
 
@@ -18,12 +23,17 @@ use super::names::TypeKernels;
 use super::{ensure, launch_kernel, Operands, Scratch, OP};
 use crate::CudaBackend;
 
-/// Most token rows the batched kernels take (one tile); more go through the GEMM path.
+/// Most token rows the f16 kernels take (one tile of float weights); more go through the
+/// GEMM path.
 pub const MMQ_MAX_TOKENS: usize = 16;
+/// Most token rows the int8 kernels take (quantized weights); more go through the GEMM path.
+pub const MMQ8_MAX_TOKENS: usize = 256;
 /// Weight rows of one block (`MMQ_BLOCK_ROWS` in mmq.cu).
 const BLOCK_ROWS: usize = 128;
-/// Token rows of one tile (8 NT of the built kernels).
+/// Token rows of the f16 kernels' tile (8 NT of the built kernels).
 const TILE_TOKENS: usize = 16;
+/// Token rows of the int8 kernels' tiles (`mmq8_*_n2`, `_n4`, `_n8`).
+const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
 /// Threads of one block (`MMQ_THREADS`).
 const THREADS: u32 = 128;
 /// Blocks per multiprocessor the split aims for, so that every multiprocessor streams weights.
@@ -33,9 +43,57 @@ const BLOCKS_PER_MULTIPROCESSOR: usize = 4;
 /// length and the rows themselves are whole multiples of it.
 const CHUNK: usize = 128;
 
-/// True when the batched kernels take a matmul of `tokens` rows of `n_in` elements.
-pub fn takes(kernels: &TypeKernels, tokens: usize, n_in: usize) -> bool {
-    kernels.mmq.is_some() && tokens <= MMQ_MAX_TOKENS && n_in.is_multiple_of(CHUNK)
+/// Which batched kernel takes a matmul.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The f16 kernel (float weights, one tile of [`TILE_TOKENS`]).
+    Half(&'static str),
+    /// The int8 kernel with tiles of `tile` token rows.
+    Int8 { kernel: &'static str, tile: usize },
+}
+
+/// The batched kernel that takes a matmul of `tokens` rows of `n_in` elements, if any.
+pub fn path(kernels: &TypeKernels, tokens: usize, n_in: usize) -> Option<Path> {
+    if !n_in.is_multiple_of(CHUNK) {
+        return None;
+    }
+    if let Some(names) = kernels.mmq8.filter(|_| int8_enabled()) {
+        if tokens > int8_max_tokens() {
+            return None;
+        }
+        let variant = TILE8_TOKENS
+            .iter()
+            .position(|&tile| tokens <= tile)
+            .unwrap_or(TILE8_TOKENS.len() - 1);
+        return Some(Path::Int8 {
+            kernel: names[variant],
+            tile: TILE8_TOKENS[variant],
+        });
+    }
+    kernels
+        .mmq
+        .filter(|_| tokens <= MMQ_MAX_TOKENS)
+        .map(Path::Half)
+}
+
+/// `RUNIT_CUDA_MMQ8=1`: quantized weights take the int8 kernels (up to
+/// [`MMQ8_MAX_TOKENS`] rows) instead of the f16 kernels (up to [`MMQ_MAX_TOKENS`]) and the
+/// GEMM path. Off by default: on an H200 (qwen2.5-7b Q4_K_M, docs/perf-cuda.md) they decoded
+/// 16 rows 11% and 64-256 rows 37-46% slower than those paths.
+fn int8_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQ8").is_ok_and(|v| v == "1"))
+}
+
+/// [`MMQ8_MAX_TOKENS`], or `RUNIT_CUDA_MMQ8_MAX` (for measuring where the GEMM path wins).
+fn int8_max_tokens() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("RUNIT_CUDA_MMQ8_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MMQ8_MAX_TOKENS)
+    })
 }
 
 /// The launch shape of one batched matmul.
@@ -49,11 +107,17 @@ pub struct MmqPlan {
 }
 
 impl MmqPlan {
-    /// The plan for `tokens` × `n_in` activations and `n_out` weight rows on a device of
-    /// `multiprocessors`.
-    pub fn new(tokens: usize, n_in: usize, n_out: usize, multiprocessors: usize) -> MmqPlan {
+    /// The plan for `tokens` × `n_in` activations in tiles of `tile` tokens and `n_out`
+    /// weight rows on a device of `multiprocessors`.
+    pub fn new(
+        tokens: usize,
+        tile: usize,
+        n_in: usize,
+        n_out: usize,
+        multiprocessors: usize,
+    ) -> MmqPlan {
         let row_blocks = n_out.div_ceil(BLOCK_ROWS);
-        let token_tiles = tokens.div_ceil(TILE_TOKENS).max(1);
+        let token_tiles = tokens.div_ceil(tile).max(1);
         // Ranges are whole K-quant super-blocks when the row holds them, else whole chunks.
         let granularity = if n_in.is_multiple_of(256) { 256 } else { CHUNK };
         let wanted = (BLOCKS_PER_MULTIPROCESSOR * multiprocessors)
@@ -69,17 +133,23 @@ impl MmqPlan {
     }
 }
 
-/// Runs the batched kernels for `op.tokens` rows (adding `op.bias` when it is not 0).
+/// Runs batched kernel `path` for `op.tokens` rows (adding `op.bias` when it is not 0).
 pub(super) fn run(
     backend: &CudaBackend,
-    kernels: &TypeKernels,
+    path: Path,
     op: &Operands,
     scratch: &mut Scratch,
 ) -> Result<(), BackendError> {
-    let name = kernels.mmq.expect("checked by takes()");
-    let half_x = half_input(backend, op, scratch)?;
+    let (name, tile, x, scales) = match path {
+        Path::Half(name) => (name, TILE_TOKENS, half_input(backend, op, scratch)?, None),
+        Path::Int8 { kernel, tile } => {
+            let (aq, ads) = super::matvec::quantized_input(backend, op, scratch)?;
+            (kernel, tile, aq, Some(ads))
+        }
+    };
     let plan = MmqPlan::new(
         op.tokens,
+        tile,
         op.n_in,
         op.n_out,
         super::matvec::multiprocessors(backend)?,
@@ -106,24 +176,23 @@ pub(super) fn run(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    launch_kernel!(
-        backend,
-        OP,
-        "mmq.cu",
-        name,
-        config,
+    let (weight, row_bytes, n_in, n_out) = (
         op.weight,
         op.row_bytes as u64,
         op.n_in as u32,
         op.n_out as u32,
-        half_x,
-        op.tokens as u32,
-        plan.split as u32,
-        op.out,
-        op.bias,
-        partial,
-        counters
-    )
+    );
+    let (tokens, split) = (op.tokens as u32, plan.split as u32);
+    match scales {
+        None => launch_kernel!(
+            backend, OP, "mmq.cu", name, config, weight, row_bytes, n_in, n_out, x, tokens, split,
+            op.out, op.bias, partial, counters
+        ),
+        Some(ads) => launch_kernel!(
+            backend, OP, "mmq8.cu", name, config, weight, row_bytes, n_in, n_out, x, ads, tokens,
+            split, op.out, op.bias, partial, counters
+        ),
+    }
 }
 
 /// Converts the activations to f16 with the CPU's rounding for the weight type unless the
@@ -174,7 +243,7 @@ mod tests {
             (13, 4864, 896),
             (9, 128, 1),
         ] {
-            let plan = MmqPlan::new(tokens, n_in, n_out, 132);
+            let plan = MmqPlan::new(tokens, TILE_TOKENS, n_in, n_out, 132);
             assert!(plan.token_tiles * TILE_TOKENS >= tokens);
             assert!(plan.row_blocks * BLOCK_ROWS >= n_out);
             assert!(plan.splits * plan.split >= n_in);
@@ -185,9 +254,9 @@ mod tests {
             }
         }
         // A 3584-row matrix (28 row blocks) splits its length to fill 132 multiprocessors.
-        let plan = MmqPlan::new(16, 18944, 3584, 132);
+        let plan = MmqPlan::new(16, TILE_TOKENS, 18944, 3584, 132);
         assert!(plan.row_blocks * plan.splits >= BLOCKS_PER_MULTIPROCESSOR * 132);
         // Enough row blocks: one range.
-        assert_eq!(MmqPlan::new(16, 3584, 151_936, 132).splits, 1);
+        assert_eq!(MmqPlan::new(16, TILE_TOKENS, 3584, 151_936, 132).splits, 1);
     }
 }

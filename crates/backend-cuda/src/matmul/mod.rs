@@ -198,8 +198,10 @@ pub fn matmul_bias(
     forget_overwritten(&mut scratch, &operands);
     if tokens <= MATVEC_MAX_TOKENS {
         matvec::run(backend, &kernels, &operands, &mut scratch)
-    } else if mmq::takes(&kernels, tokens, operands.n_in) && mmq_enabled() && !matvec_only() {
-        mmq::run(backend, &kernels, &operands, &mut scratch)
+    } else if let Some(path) =
+        mmq::path(&kernels, tokens, operands.n_in).filter(|_| mmq_enabled() && !matvec_only())
+    {
+        mmq::run(backend, path, &operands, &mut scratch)
     } else if matvec_only() {
         // Diagnostics: every row through the decode kernels, 8 rows at a time.
         for first in (0..tokens).step_by(MATVEC_MAX_TOKENS) {

@@ -51,8 +51,12 @@ pub struct TypeKernels {
     /// one block per row: one load per thread and step (`_vec`), four (`_vec4`), and the
     /// warp-per-row kernels (`_vec_warp`, one more parameter: rows per warp).
     pub matvec_vector: Option<VectorKernels>,
-    /// `mmq.cu` batched kernel (`mmq_<type>_n2`: tiles of 16 token rows).
+    /// `mmq.cu` batched kernel with f16 tensor cores (`mmq_<type>_n2`: tiles of 16 token
+    /// rows).
     pub mmq: Option<&'static str>,
+    /// Quantized types: `mmq8.cu`'s int8 batched kernels (`mmq8_<type>_n<NT>`: tiles of 16, 32
+    /// and 64 token rows).
+    pub mmq8: Option<[&'static str; 3]>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
     /// `embedding.cu` kernel.
@@ -62,6 +66,16 @@ pub struct TypeKernels {
 macro_rules! by_tile {
     ($name:literal) => {
         Some(concat!("mmq_", $name, "_n2"))
+    };
+}
+
+macro_rules! by_tile8 {
+    ($name:literal) => {
+        Some([
+            concat!("mmq8_", $name, "_n2"),
+            concat!("mmq8_", $name, "_n4"),
+            concat!("mmq8_", $name, "_n8"),
+        ])
     };
 }
 
@@ -98,6 +112,7 @@ macro_rules! quantized {
             matvec_wide_id: None,
             matvec_vector: None,
             mmq: by_tile!($name),
+            mmq8: by_tile8!($name),
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
         }
@@ -126,6 +141,7 @@ macro_rules! float {
                 warp_id: by_id!($name, "_vec_warp"),
             }),
             mmq: by_tile!($name),
+            mmq8: None,
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
         }
@@ -279,6 +295,12 @@ mod tests {
             if let Some(name) = k.mmq {
                 entry("mmq.cu", "MMQ_ENTRIES(");
                 assert_eq!(name, format!("mmq_{stem}_n2"));
+            }
+            if let Some(names) = k.mmq8 {
+                entry("mmq8.cu", "MMQ8_ENTRIES(");
+                for (nt, name) in [2, 4, 8].iter().zip(names) {
+                    assert_eq!(name, format!("mmq8_{stem}_n{nt}"));
+                }
             }
         }
     }

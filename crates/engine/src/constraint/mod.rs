@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use runit_tokenizer::Tokenizer;
 use serde_json::{json, Value};
@@ -156,6 +156,7 @@ impl GrammarCompiler {
         Ok(Constraint {
             matcher,
             grammar: Arc::new(grammar.clone()),
+            prepared: None,
             generated: 0,
             mask_time: Duration::ZERO,
             masks: 0,
@@ -188,6 +189,9 @@ fn matcher_error(matcher: &Matcher) -> Option<String> {
 pub struct Constraint {
     matcher: Matcher,
     grammar: Arc<Grammar>,
+    /// The mask of the current state computed ahead by [`Constraint::prepare`] (or why none
+    /// could be), taken by the next [`Constraint::mask`].
+    prepared: Option<Result<SimpleVob, String>>,
     generated: usize,
     mask_time: Duration,
     masks: usize,
@@ -217,16 +221,37 @@ impl Constraint {
         &self.grammar
     }
 
-    /// Sets the logits of the tokens the grammar does not admit now to -inf (the tokens
-    /// beyond the vocabulary too). Fails when it admits none.
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), ConstraintError> {
+    /// Computes the mask of the current state ahead of [`Constraint::mask`], so that it can
+    /// run while the forward pass whose logits it will mask runs (the scheduler does this
+    /// on a thread of its own). Does nothing when a mask is already prepared.
+    pub fn prepare(&mut self) {
+        if self.prepared.is_none() {
+            let mask = self.compute();
+            self.prepared = Some(mask);
+        }
+    }
+
+    /// The mask of the current state (timed).
+    fn compute(&mut self) -> Result<SimpleVob, String> {
         let started = Instant::now();
         let allowed = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|error| self.no_token(format!(": {error}")))?;
+            .map_err(|error| error.to_string());
         self.mask_time += started.elapsed();
         self.masks += 1;
+        allowed
+    }
+
+    /// Sets the logits of the tokens the grammar does not admit now to -inf (the tokens
+    /// beyond the vocabulary too), with the mask [`Constraint::prepare`] computed if it did.
+    /// Fails when it admits none.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), ConstraintError> {
+        let allowed = match self.prepared.take() {
+            Some(prepared) => prepared,
+            None => self.compute(),
+        }
+        .map_err(|error| self.no_token(format!(": {error}")))?;
         let mut any = false;
         for (id, logit) in logits.iter_mut().enumerate() {
             if allowed.is_allowed(id as u32) {
@@ -245,6 +270,8 @@ impl Constraint {
     /// Follows `token`, sampled from masked logits. Once the grammar is complete its mask
     /// admits only the end of generation, which needs no following.
     pub fn accept(&mut self, token: u32) -> Result<(), ConstraintError> {
+        // A prepared mask belongs to the state before this token.
+        self.prepared = None;
         if self.matcher.is_stopped() && !self.matcher.is_error() {
             self.generated += 1;
             return Ok(());

@@ -338,7 +338,8 @@ impl Worker {
                 .forward_greedy(&batch, &mut self.kv, &mut self.scratch, log_probabilities)
                 .map(Some)
         } else {
-            self.forward(&batch).map(|()| None)
+            let sampled: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
+            self.forward(&batch, &sampled).map(|()| None)
         };
         let seconds = started.elapsed().as_secs_f64();
         let picks = match picks {
@@ -479,7 +480,7 @@ impl Worker {
             logit_rows: &logit_rows,
             rows_alone: false,
         };
-        if let Err(error) = self.forward(&batch) {
+        if let Err(error) = self.forward(&batch, &ending) {
             let failed = chunks
                 .iter()
                 .map(|&(i, ..)| (i, SequenceEvent::Failed(format!("prompt failed: {error}"))))
@@ -532,14 +533,40 @@ impl Worker {
         }
     }
 
-    fn forward(&mut self, batch: &Batch<'_>) -> Result<(), runit_model::ModelError> {
-        self.model.forward(
-            batch,
-            &mut self.kv,
-            &mut self.scratch,
-            &mut self.logits,
-            None,
-        )
+    /// Runs `batch` into `self.logits`. The grammar masks of `sampled` (the sequences that
+    /// sample from this pass's logits) are computed meanwhile on a thread of their own: their
+    /// states are known before the pass, and on a device backend the pass leaves the host's
+    /// cores idle.
+    fn forward(
+        &mut self,
+        batch: &Batch<'_>,
+        sampled: &[usize],
+    ) -> Result<(), runit_model::ModelError> {
+        let Worker {
+            model,
+            kv,
+            scratch,
+            logits,
+            active,
+            ..
+        } = self;
+        let constrained: Vec<&mut Sequence> = active
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, sequence)| sampled.contains(i) && sequence.sampler.constraint().is_some())
+            .map(|(_, sequence)| sequence)
+            .collect();
+        if constrained.is_empty() {
+            return model.forward(batch, kv, scratch, logits, None);
+        }
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for sequence in constrained {
+                    sequence.sampler.prepare_mask();
+                }
+            });
+            model.forward(batch, kv, scratch, logits, None)
+        })
     }
 
     /// Samples sequence `i`'s next token from `logits` and reports it; the sequence's last

@@ -135,11 +135,23 @@ pub(crate) fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// F16 x F16 (scalar twin): the first `n - n % 128` products in native f16 arithmetic (see
 /// [`half_arith`]), the rest added in f64, rounded to f32.
 pub(crate) fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_f16_with(n, w, a, half_arith::dot_body_scalar)
+    dot_f16_with(n, w, a, half_arith::dot_body_scalar, None)
 }
 
-/// `ggml_vec_dot_f16` on an AVX512-FP16 machine, with `body` computing the native part.
-pub(crate) fn dot_f16_with(n: usize, w: &[u8], a: &[u8], body: fn(&[f16], &[f16]) -> f16) -> f32 {
+/// An exact leftover sum of F16 products from a start value, where one can be had (see
+/// `x86::half::tail_sum_exact`).
+pub(crate) type ExactTail = fn(&[f16], &[f16], f64) -> Option<f64>;
+
+/// `ggml_vec_dot_f16` on an AVX512-FP16 machine, with `body` computing the native part and
+/// `tail`, when given, the leftover sum where it can do so exactly (else it is added in
+/// order).
+pub(crate) fn dot_f16_with(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    body: fn(&[f16], &[f16]) -> f16,
+    tail: Option<ExactTail>,
+) -> f32 {
     checked_len(n, 2, w, a);
     let native = half_arith::body_len(n);
     let start = if native > 0 {
@@ -149,6 +161,15 @@ pub(crate) fn dot_f16_with(n: usize, w: &[u8], a: &[u8], body: fn(&[f16], &[f16]
     } else {
         0.0
     };
+    if let Some(tail) = tail.filter(|_| native < n) {
+        let (w_rest, a_rest) = (
+            f16_row(&w[2 * native..2 * n]),
+            f16_row(&a[2 * native..2 * n]),
+        );
+        if let Some(sum) = tail(&w_rest, &a_rest, start) {
+            return sum as f32;
+        }
+    }
     f64_tail(
         start,
         native,

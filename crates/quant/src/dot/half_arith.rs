@@ -135,8 +135,13 @@ fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
     let mut acc = [f16::ZERO; HALF_STEP];
     #[cfg(target_arch = "x86_64")]
     if simd {
-        // SAFETY: `fast()` confirmed AVX2, FMA and F16C.
-        unsafe { crate::dot::x86::half::dot_steps(&x[..body], &y[..body], &mut acc) };
+        if crate::dot::x86::has_avx512() {
+            // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL; `fast()` F16C.
+            unsafe { crate::dot::x86::half::dot_steps_avx512(&x[..body], &y[..body], &mut acc) };
+        } else {
+            // SAFETY: `fast()` confirmed AVX2, FMA and F16C.
+            unsafe { crate::dot::x86::half::dot_steps(&x[..body], &y[..body], &mut acc) };
+        }
     }
     if !simd {
         for step in (0..body).step_by(HALF_STEP) {
@@ -182,8 +187,14 @@ fn mad_body_at(y: &mut [f16], x: &[f16], v: f32, simd: bool) {
     let v = f16::from_f32(v);
     #[cfg(target_arch = "x86_64")]
     if simd {
-        // SAFETY: `fast()` confirmed AVX2, FMA and F16C; `body` is a multiple of 8.
-        unsafe { crate::dot::x86::half::mad(&mut y[..body], &x[..body], v) };
+        if crate::dot::x86::has_avx512() {
+            // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL, `fast()` F16C; `body` is a
+            // multiple of 16.
+            unsafe { crate::dot::x86::half::mad_avx512(&mut y[..body], &x[..body], v) };
+        } else {
+            // SAFETY: `fast()` confirmed AVX2, FMA and F16C; `body` is a multiple of 8.
+            unsafe { crate::dot::x86::half::mad(&mut y[..body], &x[..body], v) };
+        }
         return;
     }
     let _ = simd;
@@ -306,6 +317,44 @@ mod tests {
                 f16::from_f32(sign * mantissa * 2f32.powi(exponent))
             })
             .collect()
+    }
+
+    /// The AVX-512 kernels equal the AVX2 ones (which the dispatch skips where AVX-512 is
+    /// there) bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_kernels_equal_the_avx2_ones() {
+        use crate::dot::x86::{half, has_avx2, has_avx512};
+        if !(has_avx2() && has_avx512()) {
+            eprintln!("skipping: no AVX-512 here");
+            return;
+        }
+        for n in [128, 256, 1024] {
+            for seed in 0..20u32 {
+                let x = spread(n, seed);
+                let y = spread(n, seed.wrapping_mul(7919) + 1);
+                let start = spread(128, seed + 5);
+                let (mut narrow, mut wide) = ([f16::ZERO; 128], [f16::ZERO; 128]);
+                narrow.copy_from_slice(&start);
+                wide.copy_from_slice(&start);
+                // SAFETY: AVX2, FMA, F16C and AVX-512 F/BW/VL were confirmed above.
+                unsafe {
+                    half::dot_steps(&x, &y, &mut narrow);
+                    half::dot_steps_avx512(&x, &y, &mut wide);
+                }
+                let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&narrow), bits(&wide), "dot n {n} seed {seed}");
+                for v in [0.3f32, -1.7, 1e-3, 65000.0] {
+                    let (mut a, mut b) = (y.clone(), y.clone());
+                    // SAFETY: as above; `n` is a multiple of 16.
+                    unsafe {
+                        half::mad(&mut a, &x, f16::from_f32(v));
+                        half::mad_avx512(&mut b, &x, f16::from_f32(v));
+                    }
+                    assert_eq!(bits(&a), bits(&b), "mad n {n} seed {seed} v {v}");
+                }
+            }
+        }
     }
 
     #[test]

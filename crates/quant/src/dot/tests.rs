@@ -780,3 +780,63 @@ fn tile_tables_equal_the_separate_conversion_and_tables() {
         }
     }
 }
+
+/// F16 rows whose leftover products (past the native f16 steps) span more than f64 holds:
+/// adding them in another order would round differently, so the kernels' exact leftover
+/// sum must step back to adding in order; rows where it holds take it. Both equal the
+/// scalar twin bit for bit.
+#[test]
+fn f16_leftover_sums_equal_the_ordered_sum() {
+    let scalar = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+    let halves = |values: &[f32]| -> Vec<u8> {
+        values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect()
+    };
+    for n in [128 + 64, 128 + 17, 256 + 127, 40] {
+        for case in 0..4 {
+            let w: Vec<f32> = (0..n)
+                .map(|i| match case {
+                    // Huge and tiny products side by side: sums that round.
+                    0 => {
+                        if i % 2 == 0 {
+                            60000.0
+                        } else {
+                            6.0e-8
+                        }
+                    }
+                    1 => {
+                        if i % 3 == 0 {
+                            -3.0e4
+                        } else {
+                            1.0e-7 * (i as f32)
+                        }
+                    }
+                    // Ordinary values: the exact sum applies.
+                    2 => ((i * 37 % 101) as f32 - 50.0) * 0.013,
+                    _ => {
+                        if i == n - 1 {
+                            65504.0
+                        } else {
+                            1.0e-3
+                        }
+                    }
+                })
+                .collect();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021)
+                .collect();
+            let (w, a) = (halves(&w), halves(&x));
+            let expected = scalar(n, &w, &a);
+            for level in levels() {
+                let got = dot_fn(GgmlType::F16, level).expect("kernel")(n, &w, &a);
+                assert_eq!(
+                    got.to_bits(),
+                    expected.to_bits(),
+                    "n {n} case {case} {level:?}"
+                );
+            }
+        }
+    }
+}

@@ -29,6 +29,9 @@ pub enum ToolFormat {
     Llama3,
     /// `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Mistral).
     Mistral,
+    /// `[TOOL_CALLS]name[ARGS]{...}`, once per call (the Mistral templates of late 2025 on:
+    /// Magistral, Devstral, Mistral Small 3.2).
+    MistralArgs,
 }
 
 impl ToolFormat {
@@ -38,22 +41,26 @@ impl ToolFormat {
         if !source.contains("tools") {
             return None;
         }
-        Some(if source.contains("[TOOL_CALLS]") {
-            ToolFormat::Mistral
-        } else if source.contains("<tool_call>") {
-            ToolFormat::Hermes
-        } else if source.contains("<|python_tag|>") || source.contains("\"parameters\"") {
-            ToolFormat::Llama3
-        } else {
-            ToolFormat::Hermes
-        })
+        Some(
+            if source.contains("[TOOL_CALLS]") && source.contains("[ARGS]") {
+                ToolFormat::MistralArgs
+            } else if source.contains("[TOOL_CALLS]") {
+                ToolFormat::Mistral
+            } else if source.contains("<tool_call>") {
+                ToolFormat::Hermes
+            } else if source.contains("<|python_tag|>") || source.contains("\"parameters\"") {
+                ToolFormat::Llama3
+            } else {
+                ToolFormat::Hermes
+            },
+        )
     }
 
     /// The key that holds a call's arguments.
     pub fn arguments_key(self) -> &'static str {
         match self {
             ToolFormat::Llama3 => "parameters",
-            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
+            ToolFormat::Hermes | ToolFormat::Mistral | ToolFormat::MistralArgs => "arguments",
         }
     }
 }
@@ -276,6 +283,22 @@ pub fn forced_grammar(
                 marker(tokenizer, "[TOOL_CALLS]")
             )
         }
+        ToolFormat::MistralArgs => {
+            let alternatives: Vec<String> = callable
+                .iter()
+                .map(|tool| {
+                    format!(
+                        "{} {} {} %json {}",
+                        marker(tokenizer, "[TOOL_CALLS]"),
+                        Value::String(tool.name.clone()),
+                        marker(tokenizer, "[ARGS]"),
+                        tool.parameters
+                    )
+                })
+                .collect();
+            let more = if request.parallel { "call*" } else { "" };
+            format!("start: call {more}\ncall: {}\n", alternatives.join(" | "))
+        }
     };
     Some(Grammar::Lark(lark))
 }
@@ -333,6 +356,7 @@ pub fn call_markers(tokenizer: &runit_tokenizer::Tokenizer) -> Vec<u32> {
         "<tool_call>",
         "</tool_call>",
         "[TOOL_CALLS]",
+        "[ARGS]",
         "<|python_tag|>",
     ]
     .iter()

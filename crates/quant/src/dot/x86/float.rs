@@ -226,7 +226,16 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// F16 (both levels): the native-f16 part through the AVX2 + F16C kernels of
 /// `half_arith`, the leftovers as the twin.
 pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_f16_with(n, w, a, half_arith::dot_body)
+    let tail: Option<crate::dot::float::ExactTail> = if super::has_avx512_dq() {
+        Some(|x, y, start| {
+            // SAFETY: `has_avx512_dq` confirmed AVX-512 F/BW/VL/DQ; the F16 kernels are
+            // handed out only where F16C is.
+            unsafe { super::half::tail_sum_exact(x, y, start) }
+        })
+    } else {
+        None
+    };
+    dot_f16_with(n, w, a, half_arith::dot_body, tail)
 }
 
 pub(super) fn dot_bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {

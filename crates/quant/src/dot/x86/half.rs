@@ -1,5 +1,7 @@
 //! AVX2 + F16C kernels of `dot::half_arith` (native f16 arithmetic as AVX512-FP16 does it),
-//! eight lanes at a time, bit-identical to the scalar twins there.
+//! eight lanes at a time, and AVX-512 twins of the two hot ones (the dot's steps and the
+//! multiply-add) sixteen lanes at a time with mask registers; all bit-identical to the
+//! scalar twins there.
 //!
 //! f16 values are held widened in f32 lanes. A product of two f16 values is exact in f32;
 //! a sum is computed in f32 together with its exact error (two-sum), the f32 result is
@@ -90,6 +92,101 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
     }
 }
 
+/// Rounds sixteen f32 lanes to f16 and widens them back.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+fn round_f16_x16(v: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+}
+
+/// [`add_rounded`] on sixteen lanes: the inexact sums whose last bit is even step one unit
+/// towards the exact value (masked), then one rounding to f16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+fn add_rounded_x16(a: __m512, b: __m512) -> __m512 {
+    let sum = _mm512_add_ps(a, b);
+    let b_part = _mm512_sub_ps(sum, a);
+    let error = _mm512_add_ps(
+        _mm512_sub_ps(a, _mm512_sub_ps(sum, b_part)),
+        _mm512_sub_ps(b, b_part),
+    );
+    let bits = _mm512_castps_si512(sum);
+    let one = _mm512_set1_epi32(1);
+    let inexact = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(error, _mm512_setzero_ps());
+    let odd = _mm512_test_epi32_mask(bits, one);
+    let opposite = _mm512_srai_epi32::<31>(_mm512_xor_si512(bits, _mm512_castps_si512(error)));
+    let step = _mm512_or_si512(opposite, one); // +1 or -1
+    let adjusted = _mm512_mask_add_epi32(bits, inexact & !odd, bits, step);
+    round_f16_x16(_mm512_castsi512_ps(adjusted))
+}
+
+/// Loads sixteen f16 values widened to f32.
+///
+/// # Safety
+/// `p` must point at sixteen readable f16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn load_x16(p: *const f16) -> __m512 {
+    // SAFETY: the caller promises sixteen readable values; `loadu` takes any alignment.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast::<__m256i>()) })
+}
+
+/// Stores sixteen f32 lanes rounded to f16 (exact for lanes holding f16 values).
+///
+/// # Safety
+/// `p` must point at sixteen writable f16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn store_x16(p: *mut f16, v: __m512) {
+    let packed = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+    // SAFETY: the caller promises sixteen writable values; `storeu` takes any alignment.
+    unsafe { _mm256_storeu_si256(p.cast::<__m256i>(), packed) }
+}
+
+/// [`dot_steps`] sixteen lanes at a time.
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub unsafe fn dot_steps_avx512(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
+    const WIDE: usize = 16;
+    let n = x.len().min(y.len()) / 128 * 128;
+    let mut lanes = [_mm512_setzero_ps(); 128 / WIDE];
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
+        *lane = unsafe { load_x16(acc.as_ptr().add(k * WIDE)) };
+    }
+    for step in (0..n).step_by(128) {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let at = step + k * WIDE;
+            // SAFETY: `at + 16 <= step + 128 <= n`, and `n` is at most either slice's length.
+            let (a, b) = unsafe { (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
+            *lane = add_rounded_x16(_mm512_mul_ps(a, b), *lane);
+        }
+    }
+    for (k, lane) in lanes.iter().enumerate() {
+        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
+        unsafe { store_x16(acc.as_mut_ptr().add(k * WIDE), *lane) };
+    }
+}
+
+/// [`mad`] sixteen lanes at a time (`y.len()` a multiple of 16).
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub unsafe fn mad_avx512(y: &mut [f16], x: &[f16], v: f16) {
+    const WIDE: usize = 16;
+    let n = y.len().min(x.len()) / WIDE * WIDE;
+    let scale = _mm512_set1_ps(v.to_f32());
+    for at in (0..n).step_by(WIDE) {
+        // SAFETY: `at + 16 <= n`, and `n` is at most either slice's length.
+        unsafe {
+            let (a, b) = (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at)));
+            store_x16(
+                y.as_mut_ptr().add(at),
+                add_rounded_x16(_mm512_mul_ps(a, scale), b),
+            );
+        }
+    }
+}
+
 /// `y[i] = fma(x[i], v, y[i])` in f16 for `i < y.len()` (a multiple of 8, `<= x.len()`).
 ///
 /// # Safety
@@ -159,4 +256,65 @@ pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
     // SAFETY: `out` holds eight writable values.
     unsafe { store(out.as_mut_ptr(), four) };
     [out[0], out[1], out[2], out[3]]
+}
+
+/// The leftover sum of `ggml_vec_dot_f16` (`start + x[i] * y[i]` for every `i`, each exact
+/// f32 product added in f64 in order) when no addition in that order can round: every
+/// product (and `start`, an f16 value) is a multiple of 2^q, q the smallest last-bit
+/// exponent among them, and the sum of their magnitudes stays below 2^(52 + q), so every
+/// partial sum in any order is exact in f64 and the order does not matter. `None` when that
+/// does not hold (the caller adds in order).
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL/DQ and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c")]
+pub unsafe fn tail_sum_exact(x: &[f16], y: &[f16], start: f64) -> Option<f64> {
+    const WIDE: usize = 16;
+    let n = x.len().min(y.len());
+    let wide = n / WIDE * WIDE;
+    let (mut sum, mut magnitude) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+    // Biased f32 exponents of the nonzero products (255 until one is seen).
+    let mut lowest = _mm512_set1_epi32(255);
+    let exponent_mask = _mm512_set1_epi32(0xff);
+    for at in (0..wide).step_by(WIDE) {
+        // SAFETY: `at + 16 <= wide <= n`, and `n` is at most either slice's length.
+        let product =
+            unsafe { _mm512_mul_ps(load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
+        let exponent = _mm512_and_si512(
+            _mm512_srli_epi32::<23>(_mm512_castps_si512(product)),
+            exponent_mask,
+        );
+        let nonzero = _mm512_test_epi32_mask(exponent, exponent);
+        lowest = _mm512_mask_min_epi32(lowest, nonzero, lowest, exponent);
+        let low = _mm512_cvtps_pd(_mm512_castps512_ps256(product));
+        let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(product),
+        )));
+        sum = _mm512_add_pd(sum, _mm512_add_pd(low, high));
+        magnitude = _mm512_add_pd(
+            magnitude,
+            _mm512_add_pd(_mm512_abs_pd(low), _mm512_abs_pd(high)),
+        );
+    }
+    let mut total = start + _mm512_reduce_add_pd(sum);
+    let mut bound = start.abs() + _mm512_reduce_add_pd(magnitude);
+    // The last-bit exponent of an f32 product: its exponent less 23 (it is normal: two f16
+    // values multiply to at least 2^-48).
+    let mut q = _mm512_reduce_min_epi32(lowest) - 127 - 23;
+    for i in wide..n {
+        let product = x[i].to_f32() * y[i].to_f32();
+        if product != 0.0 {
+            let biased = ((product.to_bits() >> 23) & 0xff) as i32;
+            q = q.min(biased - 127 - 23);
+        }
+        total += f64::from(product);
+        bound += f64::from(product).abs();
+    }
+    if start != 0.0 {
+        // An f16 value is a multiple of 2^(e - 10) (2^-24 for subnormals).
+        let e = ((start.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        q = q.min(e.max(-14) - 10);
+    }
+    let limit = 2f64.powi(52 + q);
+    (bound.is_finite() && bound < limit).then_some(total)
 }

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
-pub(super) fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     static FLAG: OnceLock<bool> = OnceLock::new();
     *FLAG.get_or_init(|| {
         is_x86_feature_detected!("avx2")
@@ -40,6 +40,12 @@ pub(crate) fn has_avx512() -> bool {
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vl")
     })
+}
+
+/// AVX-512 F/BW/VL and DQ.
+pub(crate) fn has_avx512_dq() -> bool {
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
 }
 
 pub(super) fn has_avx512_vnni() -> bool {
