@@ -10,9 +10,9 @@ use anyhow::Context;
 use runit_engine::scheduler::Scheduler;
 use runit_engine::EngineConfig;
 use runit_server::{AppState, ConnectionLimits, ServerConfig, Shutdown, TemplateLimits};
-use runit_tokenizer::{ChatTemplate, RenderLimits};
+use runit_tokenizer::RenderLimits;
 
-use super::common::{load, ModelArgs};
+use super::common::{chat_template, load, ModelArgs};
 
 #[derive(clap::Args)]
 #[command(after_help = super::sampling::request_defaults_help())]
@@ -55,8 +55,12 @@ pub struct Args {
     pub alias: Vec<String>,
     /// Render chats with the Jinja template in FILE instead of the model's (as llama.cpp's
     /// `--chat-template-file`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
+    /// Chat template: a built-in name (chatml, llama3, mistral, gemma, qwen3) or a Jinja file,
+    /// instead of the model's own.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub chat_template: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -169,16 +173,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     runit_server::init_logging();
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
-    let template = match &args.chat_template_file {
-        Some(path) => {
-            let source = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            ChatTemplate::from_source_limited(&source, &loaded.tokenizer, args.limits.render())
-                .with_context(|| format!("the chat template {}", path.display()))?
-        }
-        None => ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
-            .context("the model's chat template")?,
-    };
+    let choice = args
+        .chat_template_file
+        .as_ref()
+        .map(|path| path.to_string_lossy().into_owned())
+        .or(args.chat_template.clone());
+    let template = chat_template(&loaded, choice.as_deref(), args.limits.render())?;
     // On a device without --ctx-size, the pool fills the memory share and each request may
     // use the training context; else the pool holds --ctx-size cells.
     let from_memory =
@@ -201,9 +201,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if config.prefix_cache { "on" } else { "off" }
     );
     let context_size = scheduler.context_size();
-    let file_name = args
-        .model
-        .model
+    let file_name = loaded
+        .path
         .file_name()
         .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let mut aliases = args.alias.clone();

@@ -1,0 +1,153 @@
+//! Models by name: `OWNER/NAME[:QUANT]` references resolved against the Hugging Face Hub
+//! (`client`), the GGUF file a quant tag picks (`select`), and the local cache they are
+//! downloaded into (`cache`). `runit pull`, `-hf` and `-m NAME` all come here.
+
+pub mod cache;
+pub mod client;
+pub mod select;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use cache::{CachedFile, CachedModel};
+use client::Hub;
+use select::ModelReference;
+
+/// The revision pulled when none is named.
+pub const DEFAULT_REVISION: &str = "main";
+
+/// Downloads the model `reference` names (every part of a split one) into the cache, unless
+/// the cache already holds it with the repository's checksums, and returns it.
+pub fn pull(reference: &ModelReference, revision: &str) -> Result<CachedModel> {
+    let hub = Hub::from_env();
+    let root = cache::cache_root()?;
+    let listing = hub.list_files(&reference.repo, revision)?;
+    let paths: Vec<String> = listing.iter().map(|file| file.path.clone()).collect();
+    let models = select::group_models(&paths)?;
+    let chosen = select::pick(&reference.repo, &models, reference.quant.as_deref())?;
+    let folder = cache::model_folder(&root, &reference.repo, &chosen.quant);
+    let remote: Vec<&client::RemoteFile> = chosen
+        .paths
+        .iter()
+        .map(|path| {
+            listing
+                .iter()
+                .find(|file| file.path == *path)
+                .expect("the chosen paths come from the listing")
+        })
+        .collect();
+    let files: Vec<CachedFile> = remote
+        .iter()
+        .map(|file| CachedFile {
+            name: file_name(&file.path).to_string(),
+            size: file.size,
+            sha256: file.sha256.clone(),
+        })
+        .collect();
+    let model = CachedModel {
+        repo: reference.repo.clone(),
+        quant: chosen.quant.clone(),
+        revision: revision.to_string(),
+        files,
+        folder: folder.clone(),
+    };
+    if let Ok(Some(cached)) = cache::find(&root, &model.name()) {
+        if same_files(&cached, &model) {
+            eprintln!(
+                "{} is up to date ({})",
+                model.name(),
+                cached.path().display()
+            );
+            return Ok(cached);
+        }
+    }
+    std::fs::create_dir_all(&folder)
+        .with_context(|| format!("cannot create {}", folder.display()))?;
+    // A manifest of an older version of the model must not vouch for files being replaced.
+    let _ = std::fs::remove_file(folder.join("manifest.json"));
+    for file in &remote {
+        eprintln!(
+            "downloading {}/{} ({})",
+            reference.repo,
+            file.path,
+            human_bytes(file.size)
+        );
+        hub.download(
+            &reference.repo,
+            revision,
+            file,
+            &folder.join(file_name(&file.path)),
+        )?;
+    }
+    model.write_manifest()?;
+    eprintln!("{} -> {}", model.name(), model.path().display());
+    Ok(model)
+}
+
+/// The model file `-m VALUE` means: a path when one exists, else a cached model's name.
+pub fn resolve_model(value: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(value);
+    if path.exists() {
+        return Ok(path);
+    }
+    let root = cache::cache_root()?;
+    match cache::find(&root, value)? {
+        Some(model) => Ok(model.path()),
+        None => anyhow::bail!(
+            "{value}: no such file, and no cached model has that name (`runit list` shows the \
+             cached ones; `runit pull OWNER/NAME[:QUANT]` or `-hf` downloads one)"
+        ),
+    }
+}
+
+/// The model file of `-hf OWNER/NAME[:QUANT]`: the cached copy when there is one, else pulled.
+pub fn resolve_hub_model(text: &str) -> Result<PathBuf> {
+    let reference = ModelReference::parse(text)?;
+    let root = cache::cache_root()?;
+    let cached = match &reference.quant {
+        Some(_) => cache::find(&root, text)?,
+        None => cache::find(
+            &root,
+            &format!("{}:{}", reference.repo, select::DEFAULT_QUANT),
+        )?
+        .or(cache::find(&root, &reference.repo).ok().flatten()),
+    };
+    match cached {
+        Some(model) => Ok(model.path()),
+        None => Ok(pull(&reference, DEFAULT_REVISION)?.path()),
+    }
+}
+
+/// True when the cached copy has the same files with the same checksums, all present.
+fn same_files(cached: &CachedModel, wanted: &CachedModel) -> bool {
+    cached.files.len() == wanted.files.len()
+        && cached.files.iter().zip(&wanted.files).all(|(have, want)| {
+            have.name == want.name
+                && have.size == want.size
+                && have.sha256 == want.sha256
+                && std::fs::metadata(cached.folder.join(&have.name))
+                    .is_ok_and(|meta| meta.len() == have.size)
+        })
+}
+
+/// The last component of a repository path.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// `1.5 GiB`, `540.2 MiB`, `12 KiB`, `100 B`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
