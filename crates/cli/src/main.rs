@@ -3,6 +3,7 @@
 mod argv;
 mod commands;
 mod hub;
+mod units;
 
 use std::process::ExitCode;
 

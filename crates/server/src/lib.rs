@@ -55,7 +55,7 @@ use embeddings::Embedder;
 pub use connection::Shutdown;
 pub use error::{ApiError, ServerError};
 pub use limits::{ConnectionLimits, TemplateLimits};
-pub use log::init_logging;
+pub use log::{init_logging, LogFormat};
 pub use runit_engine::stop::{StopCheck, StopMatcher};
 
 /// Server settings; see `impl Default` for the defaults.

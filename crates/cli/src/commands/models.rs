@@ -68,7 +68,7 @@ pub fn list(args: ListArgs) -> Result<()> {
                 model.name(),
                 model.quant.clone(),
                 architecture,
-                hub::human_bytes(model.size()),
+                crate::units::human_bytes(model.size()),
             ]
         })
         .collect();
@@ -133,7 +133,7 @@ pub fn remove(args: RemoveArgs) -> Result<()> {
     eprintln!(
         "removed {} ({})",
         model.name(),
-        hub::human_bytes(model.size())
+        crate::units::human_bytes(model.size())
     );
     Ok(())
 }

@@ -63,6 +63,16 @@ pub struct Args {
     pub chat_template: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    pub log_format: LogFormatArg,
+}
+
+/// `--log-format` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// Timeouts and limits against slow, idle or hostile clients and model files.
@@ -170,7 +180,10 @@ fn api_key(args: &Args) -> anyhow::Result<Option<String>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    runit_server::init_logging();
+    runit_server::init_logging(match args.log_format {
+        LogFormatArg::Text => runit_server::LogFormat::Text,
+        LogFormatArg::Json => runit_server::LogFormat::Json,
+    });
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
     let choice = args

@@ -71,7 +71,7 @@ pub fn pull(reference: &ModelReference, revision: &str) -> Result<CachedModel> {
             "downloading {}/{} ({})",
             reference.repo,
             file.path,
-            human_bytes(file.size)
+            crate::units::human_bytes(file.size)
         );
         hub.download(
             &reference.repo,
@@ -134,20 +134,4 @@ fn same_files(cached: &CachedModel, wanted: &CachedModel) -> bool {
 /// The last component of a repository path.
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
-}
-
-/// `1.5 GiB`, `540.2 MiB`, `12 KiB`, `100 B`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }
