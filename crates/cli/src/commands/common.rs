@@ -180,6 +180,13 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     let device = args.device()?;
     let path = args.source.path()?;
     let file = Arc::new(GgufFile::open(&path)?);
+    if let Some(count) = file.get_u32_opt("split.count")?.filter(|&count| count > 1) {
+        anyhow::bail!(
+            "{} is one of the {count} parts of a split model; RunIT loads single files (merge \
+             the parts with llama-gguf-split --merge)",
+            path.display()
+        );
+    }
     let tokenizer = match &args.tokenizer {
         Some(path) => Tokenizer::from_tokenizer_json(path, &file)?,
         None => Tokenizer::from_gguf(&file)?,
