@@ -109,6 +109,7 @@ impl ConditionalEventHandler for CtrlC {
 }
 
 /// The conversation and what of it the session's cache holds.
+#[derive(Debug)]
 struct Conversation {
     system: Option<String>,
     /// User and assistant turns, oldest first.
