@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
+use runit_gguf::{GgufFile, GgufWriter, Value};
 use sha2::{Digest, Sha256};
 
 const RUNIT: &str = env!("CARGO_BIN_EXE_runit");
@@ -193,9 +194,54 @@ fn start(hub: Arc<Mutex<Hub>>) -> String {
     endpoint
 }
 
+fn model_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/synth-qwen2-Q4_0.gguf")
+}
+
 fn model_bytes() -> Option<Vec<u8>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/synth-qwen2-Q4_0.gguf");
-    std::fs::read(path).ok()
+    std::fs::read(model_path()).ok()
+}
+
+/// The model as two split parts, as llama.cpp's gguf-split writes them: the first with the
+/// metadata and half of the tensors, the second with the rest; each carries the split keys.
+fn split_in_two(path: &Path) -> (Vec<u8>, Vec<u8>) {
+    let file = GgufFile::open(path).expect("model");
+    let tensors = file.tensors();
+    let half = tensors.len() / 2;
+    let part = |number: u16, range: std::ops::Range<usize>| {
+        let mut writer = GgufWriter::new();
+        if number == 0 {
+            for (key, value) in file.metadata() {
+                writer
+                    .add_metadata(key.clone(), value.clone())
+                    .expect("key");
+            }
+        }
+        writer
+            .add_metadata("split.no", Value::U16(number))
+            .expect("key");
+        writer
+            .add_metadata("split.count", Value::U16(2))
+            .expect("key");
+        writer
+            .add_metadata("split.tensors.count", Value::I32(tensors.len() as i32))
+            .expect("key");
+        for info in &tensors[range.clone()] {
+            writer
+                .add_tensor(info.name.clone(), info.ty, info.shape.clone())
+                .expect("tensor");
+        }
+        let mut out = Vec::new();
+        writer
+            .write(&mut out, |index, _| {
+                Ok(std::borrow::Cow::Borrowed(
+                    file.tensor_data(&tensors[range.start + index]),
+                ))
+            })
+            .expect("write");
+        out
+    };
+    (part(0, 0..half), part(1, half..tensors.len()))
 }
 
 struct Runit {
@@ -241,6 +287,7 @@ fn an_interrupted_pull_resumes_and_the_cache_serves_every_command() {
         eprintln!("skipping: models/synth-qwen2-Q4_0.gguf is absent (scripts/make_requants.sh)");
         return;
     };
+    let (first, second) = split_in_two(&model_path());
     let hub = Arc::new(Mutex::new(Hub::default()));
     {
         let mut hub = hub.lock().expect("lock");
@@ -252,13 +299,13 @@ fn an_interrupted_pull_resumes_and_the_cache_serves_every_command() {
                 ("tiny-Q4_0.gguf".into(), bytes.clone(), sha.clone()),
                 (
                     "sub/tiny-Q8_0-00001-of-00002.gguf".into(),
-                    bytes[..1000].to_vec(),
-                    sha256_hex(&bytes[..1000]),
+                    first.clone(),
+                    sha256_hex(&first),
                 ),
                 (
                     "sub/tiny-Q8_0-00002-of-00002.gguf".into(),
-                    bytes[1000..].to_vec(),
-                    sha256_hex(&bytes[1000..]),
+                    second.clone(),
+                    sha256_hex(&second),
                 ),
             ],
         );
@@ -330,13 +377,19 @@ fn an_interrupted_pull_resumes_and_the_cache_serves_every_command() {
         "the hub was asked again"
     );
 
-    // A split model: both parts, in order.
+    // A split model: its parts are joined into the file it was split from.
     let split = runit.run(&["pull", "test/tiny-GGUF:Q8_0"], None);
     assert!(split.status.success(), "{}", text(&split));
     let folder = runit.home.join("models/test/tiny-GGUF/Q8_0");
-    let mut joined = std::fs::read(folder.join("tiny-Q8_0-00001-of-00002.gguf")).expect("part 1");
-    joined.extend(std::fs::read(folder.join("tiny-Q8_0-00002-of-00002.gguf")).expect("part 2"));
-    assert_eq!(joined, bytes);
+    assert_eq!(
+        std::fs::read(folder.join("tiny-Q8_0.gguf")).expect("merged"),
+        bytes
+    );
+    assert!(!folder.join("tiny-Q8_0-00001-of-00002.gguf").exists());
+    let again = runit.run(&["pull", "test/tiny-GGUF:Q8_0"], None);
+    assert!(text(&again).contains("up to date"), "{}", text(&again));
+    let verified = runit.run(&["list", "--verify"], None);
+    assert!(verified.status.success(), "{}", text(&verified));
 
     // A corrupted file is found by --verify; rm deletes the model.
     let mut corrupted = bytes.clone();

@@ -52,6 +52,9 @@ pub struct CachedModel {
     pub revision: String,
     /// The files, the model's first (the one to open) first.
     pub files: Vec<CachedFile>,
+    /// The repository's parts of a split model that were merged into `files[0]` (whose
+    /// checksum was then computed here); empty for a model pulled as one file.
+    pub parts: Vec<CachedFile>,
     /// The model's folder.
     pub folder: PathBuf,
 }
@@ -74,16 +77,18 @@ impl CachedModel {
 
     /// Writes the manifest (through a temporary file, so it appears whole or not at all).
     pub fn write_manifest(&self) -> Result<()> {
-        let files: Vec<_> = self
-            .files
-            .iter()
-            .map(|file| json!({"name": file.name, "size": file.size, "sha256": file.sha256}))
-            .collect();
+        let entries = |files: &[CachedFile]| -> Vec<serde_json::Value> {
+            files
+                .iter()
+                .map(|file| json!({"name": file.name, "size": file.size, "sha256": file.sha256}))
+                .collect()
+        };
         let manifest = json!({
             "repo": self.repo,
             "quant": self.quant,
             "revision": self.revision,
-            "files": files,
+            "files": entries(&self.files),
+            "merged_from": entries(&self.parts),
         });
         let path = self.folder.join(MANIFEST);
         let temporary = self.folder.join(format!("{MANIFEST}.tmp"));
@@ -165,20 +170,25 @@ fn read_manifest(folder: &Path) -> Result<CachedModel> {
             .map(str::to_string)
             .with_context(|| format!("{}: `{key}` is missing or not a string", path.display()))
     };
-    let mut files = Vec::new();
-    for file in manifest["files"].as_array().into_iter().flatten() {
-        let (Some(name), Some(size)) = (file["name"].as_str(), file["size"].as_u64()) else {
-            bail!(
-                "{}: a file without `name` or `size`: {file}",
-                path.display()
-            );
-        };
-        files.push(CachedFile {
-            name: name.to_string(),
-            size,
-            sha256: file["sha256"].as_str().map(str::to_string),
-        });
-    }
+    let entries = |key: &str| -> Result<Vec<CachedFile>> {
+        let mut files = Vec::new();
+        for file in manifest[key].as_array().into_iter().flatten() {
+            let (Some(name), Some(size)) = (file["name"].as_str(), file["size"].as_u64()) else {
+                bail!(
+                    "{}: an entry of `{key}` without `name` or `size`: {file}",
+                    path.display()
+                );
+            };
+            files.push(CachedFile {
+                name: name.to_string(),
+                size,
+                sha256: file["sha256"].as_str().map(str::to_string),
+            });
+        }
+        Ok(files)
+    };
+    let files = entries("files")?;
+    let parts = entries("merged_from")?;
     if files.is_empty() {
         bail!("{}: lists no files", path.display());
     }
@@ -187,6 +197,7 @@ fn read_manifest(folder: &Path) -> Result<CachedModel> {
         quant: field("quant")?,
         revision: field("revision")?,
         files,
+        parts,
         folder: folder.to_path_buf(),
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod client;
+pub mod merge;
 pub mod select;
 
 use std::path::PathBuf;
@@ -45,11 +46,12 @@ pub fn pull(reference: &ModelReference, revision: &str) -> Result<CachedModel> {
             sha256: file.sha256.clone(),
         })
         .collect();
-    let model = CachedModel {
+    let mut model = CachedModel {
         repo: reference.repo.clone(),
         quant: chosen.quant.clone(),
         revision: revision.to_string(),
         files,
+        parts: Vec::new(),
         folder: folder.clone(),
     };
     if let Ok(Some(cached)) = cache::find(&root, &model.name()) {
@@ -79,6 +81,9 @@ pub fn pull(reference: &ModelReference, revision: &str) -> Result<CachedModel> {
             file,
             &folder.join(file_name(&file.path)),
         )?;
+    }
+    if model.files.len() > 1 {
+        model = merge_split(model)?;
     }
     model.write_manifest()?;
     eprintln!("{} -> {}", model.name(), model.path().display());
@@ -119,15 +124,57 @@ pub fn resolve_hub_model(text: &str) -> Result<PathBuf> {
     }
 }
 
-/// True when the cached copy has the same files with the same checksums, all present.
+/// Joins a split model's downloaded parts into one file (RunIT loads single files), records
+/// the parts as its source and deletes them.
+fn merge_split(model: CachedModel) -> Result<CachedModel> {
+    let first = &model.files[0].name;
+    let stem = first.strip_suffix(".gguf").unwrap_or(first);
+    let base = stem
+        .rsplit_once("-of-")
+        .and_then(|(rest, _)| rest.rsplit_once('-'))
+        .map_or(stem, |(base, _)| base);
+    let merged = format!("{base}.gguf");
+    let parts: Vec<PathBuf> = model
+        .files
+        .iter()
+        .map(|file| model.folder.join(&file.name))
+        .collect();
+    eprintln!("joining {} parts into {merged}", parts.len());
+    let output = model.folder.join(&merged);
+    merge::merge_parts(&parts, &output)?;
+    let size = std::fs::metadata(&output)
+        .with_context(|| format!("reading {}", output.display()))?
+        .len();
+    let sha256 = cache::file_sha256(&output)?;
+    for part in &parts {
+        std::fs::remove_file(part).with_context(|| format!("cannot delete {}", part.display()))?;
+    }
+    Ok(CachedModel {
+        files: vec![CachedFile {
+            name: merged,
+            size,
+            sha256: Some(sha256),
+        }],
+        parts: model.files,
+        ..model
+    })
+}
+
+/// True when the cached copy came from the same repository files (same names, sizes and
+/// checksums) and its files are all present.
 fn same_files(cached: &CachedModel, wanted: &CachedModel) -> bool {
-    cached.files.len() == wanted.files.len()
-        && cached.files.iter().zip(&wanted.files).all(|(have, want)| {
-            have.name == want.name
-                && have.size == want.size
-                && have.sha256 == want.sha256
-                && std::fs::metadata(cached.folder.join(&have.name))
-                    .is_ok_and(|meta| meta.len() == have.size)
+    let source = if cached.parts.is_empty() {
+        &cached.files
+    } else {
+        &cached.parts
+    };
+    source.len() == wanted.files.len()
+        && source.iter().zip(&wanted.files).all(|(have, want)| {
+            have.name == want.name && have.size == want.size && have.sha256 == want.sha256
+        })
+        && cached.files.iter().all(|file| {
+            std::fs::metadata(cached.folder.join(&file.name))
+                .is_ok_and(|meta| meta.len() == file.size)
         })
 }
 
