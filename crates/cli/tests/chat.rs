@@ -50,24 +50,40 @@ fn present() -> bool {
     found
 }
 
-#[test]
-fn commands_stay_out_of_the_conversation() {
+/// Runs a chat on `lines`, then `/save`s it and sends `after`; returns stderr and the saved
+/// messages (None when the model file is absent).
+fn chat_and_save(
+    lines: &str,
+    after: &str,
+    args: &[&str],
+) -> Option<(String, Vec<serde_json::Value>)> {
     if !present() {
-        return;
+        return None;
     }
-    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-saved.json");
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "chat-{}.json",
+        std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .replace("::", "-")
+    ));
     let _ = std::fs::remove_file(&saved);
-    let input = format!(
-        "/helpme\n/system Be brief.\nHello\n\"\"\"\nfirst line\nsecond line\n\"\"\"\n/save {}\n/bye\nnever read\n",
-        saved.display()
-    );
-    let (_, stderr) = chat(&input, &["-n", "4"]);
-    assert!(stderr.contains("unknown command /helpme"), "{stderr}");
+    let input = format!("{lines}/save {}\n{after}", saved.display());
+    let (_, stderr) = chat(&input, args);
     let conversation: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&saved).expect("saved conversation")).expect("JSON");
+    Some((stderr, conversation.as_array().expect("array").clone()))
+}
+
+#[test]
+fn commands_stay_out_of_the_conversation() {
+    let lines = "/helpme\n/system Be brief.\nHello\n\"\"\"\nfirst line\nsecond line\n\"\"\"\n";
+    let Some((stderr, conversation)) = chat_and_save(lines, "/bye\nnever read\n", &["-n", "4"])
+    else {
+        return;
+    };
+    assert!(stderr.contains("unknown command /helpme"), "{stderr}");
     let roles: Vec<&str> = conversation
-        .as_array()
-        .expect("array")
         .iter()
         .map(|message| message["role"].as_str().expect("role"))
         .collect();
@@ -79,20 +95,12 @@ fn commands_stay_out_of_the_conversation() {
 
 #[test]
 fn a_full_context_drops_the_oldest_turns_and_still_answers() {
-    if !present() {
+    let lines = "one two three four five\nsix seven eight nine\nten eleven twelve\n";
+    let args = ["-c", "64", "-n", "-1", "-sys", "Be brief."];
+    let Some((stderr, messages)) = chat_and_save(lines, "", &args) else {
         return;
-    }
-    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-full.json");
-    let _ = std::fs::remove_file(&saved);
-    let input = format!(
-        "one two three four five\nsix seven eight nine\nten eleven twelve\n/save {}\n",
-        saved.display()
-    );
-    let (_, stderr) = chat(&input, &["-c", "64", "-n", "-1", "-sys", "Be brief."]);
+    };
     assert!(stderr.contains("dropped the"), "{stderr}");
-    let conversation: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&saved).expect("saved conversation")).expect("JSON");
-    let messages = conversation.as_array().expect("array");
     assert_eq!(
         messages[0]["role"], "system",
         "the system message was dropped"
