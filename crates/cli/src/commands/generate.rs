@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long)]
     pub chat: bool,
     /// System message for `--chat` (`-sys`, as llama.cpp).
-    #[arg(long, visible_alias = "system-prompt", requires = "chat")]
+    #[arg(long, visible_alias = "system-prompt")]
     pub system: Option<String>,
     /// Chat interactively instead of completing one prompt (`-cnv`, as llama-cli): runs
     /// `runit chat` with these flags.
@@ -85,8 +85,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             chat_template: args.chat_template,
         });
     }
-    if args.chat_template.is_some() && !args.chat {
-        anyhow::bail!("--chat-template applies to --chat (or -cnv); add --chat to use it");
+    for (given, flag) in [
+        (args.chat_template.is_some(), "--chat-template"),
+        (args.system.is_some(), "--system"),
+    ] {
+        if given && !args.chat {
+            anyhow::bail!("{flag} applies to --chat (or -cnv); add --chat to use it");
+        }
     }
     let params = args.sampling.params()?;
     let prompt_text = match (&args.prompt, &args.file, &args.prompt_ids) {
