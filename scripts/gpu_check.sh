@@ -12,7 +12,7 @@ mkdir -p "$out"
 export RUNIT_REQUIRE_GPU=1 RUNIT_REQUIRE_NVRTC=1 RUNIT_CACHE_DIR=/tmp/runit-cache
 mode=${1:-tests}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_TEST_DEVICE=cuda
+export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_MODEL_DIR=$PWD/device/golden/models RUNIT_TEST_DEVICE=cuda
 if [ "$mode" = tests ] || [ "$mode" = ops ]; then
   for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu; do
     [ -x device/bin/$t ] || continue

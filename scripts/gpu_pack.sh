@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU check needs and copies it into device/ (git-ignored), which the device
 # tool carries to the GPU machine: the CUDA-enabled runit, the GPU test binaries, and a subset
-# of ../shared/golden with small model files (only 64 MiB travel per call).
+# of tests/golden with the synthetic model files of models/ (only 64 MiB travel per call).
 #   scripts/gpu_pack.sh tests    # test binaries + golden synthetic models (parity, fidelity, perplexity)
 #   scripts/gpu_pack.sh bench    # runit only (the device makes its own models with `runit synth`)
 # Then, on the device: scripts/gpu_check.sh tests|bench
@@ -25,9 +25,10 @@ for line in sys.stdin:
 if [ "$mode" = tests ]; then
   cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null | pick_tests
   cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null | pick_tests
-  golden=../shared/golden
+  golden=tests/golden
   mkdir -p device/golden/generation device/golden/perplexity device/golden/models
-  cp "$golden"/models/synth-*.gguf device/golden/models/
+  # The synthetic files llama-quantize made (rebuilt by scripts/make_requants.sh), 27 MB.
+  (cd models && cp $(awk '{print $2}' ../$golden/models/SHA256SUMS) ../device/golden/models/)
   for m in device/golden/models/*.gguf; do
     base=$(basename "$m" .gguf)
     [ -f "$golden/generation/$base.json" ] && cp "$golden/generation/$base.json" device/golden/generation/

@@ -17,5 +17,11 @@ fi
 cargo build --release -p runit-cli
 cargo check --quiet --release -p runit-cli --features cuda
 scripts/make_requants.sh target/release/runit
+# The chat page's browser test (crates/cli/tests/web_chat.rs) needs Debian's Chromium.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "note: chromium could not be installed; the browser test will say so"
+fi
+if command -v chromium >/dev/null; then export RUNIT_REQUIRE_BROWSER=1; fi
 cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
 python3 scripts/test_summary.py target/test-output.txt

@@ -95,8 +95,8 @@ impl Run<'_> {
 
 fn check_smollm2(backend: &CpuBackend) -> Vec<String> {
     let model = workspace().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let dump_path = workspace()
-        .join("../shared/golden/layer_dumps/SmolLM2-135M-Instruct.Q4_1.eval-callback.txt");
+    let dump_path =
+        workspace().join("tests/golden/layer_dumps/SmolLM2-135M-Instruct.Q4_1.eval-callback.txt");
     if !model.exists() || !dump_path.exists() {
         println!("skipped: {} or its dump is absent", model.display());
         return Vec::new();

@@ -15,10 +15,7 @@ use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_gguf::GgufFile;
 
 fn golden() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/golden"))
 }
 
 /// One dumped node: the printed values (corners of each dimension) and the sum.
@@ -141,7 +138,7 @@ impl Layer<'_> {
 
 #[test]
 fn layer_zero_matches_llama_cpp() {
-    let model = golden().join("models/synth-qwen2-F32.gguf");
+    let model = golden().join("../../models/synth-qwen2-F32.gguf");
     let dump_path = golden().join("layer_dumps/synth-qwen2-F32.eval-callback.txt");
     if !model.exists() || !dump_path.exists() {
         println!("skipped: {} or its dump is absent", model.display());

@@ -1,10 +1,13 @@
 //! `runit`: the command-line front end of the RunIT inference engine.
 
+mod argv;
 mod commands;
+mod hub;
+mod units;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// RunIT: run GGUF language models locally, from scratch in Rust.
 #[derive(Parser)]
@@ -36,10 +39,23 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Print the embedding of each text (pooled, L2-normalised) as a JSON array.
     Embed(commands::embed::Args),
+    /// Download a model from the Hugging Face Hub into the local cache (OWNER/NAME[:QUANT]).
+    Pull(commands::models::PullArgs),
+    /// List the cached models: name, quant, architecture, size.
+    List(commands::models::ListArgs),
+    /// Delete a cached model.
+    Rm(commands::models::RemoveArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(commands::speculative::rewrite_short_flags(std::env::args()));
+    let args = match argv::rewrite(std::env::args().collect(), &Cli::command()) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Chat(args) => commands::chat::run(args),
         Command::Bench(args) => commands::bench::run(args),
@@ -51,6 +67,9 @@ fn main() -> ExitCode {
         Command::Synth(args) => commands::synth::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Embed(args) => commands::embed::run(args),
+        Command::Pull(args) => commands::models::pull(args),
+        Command::List(args) => commands::models::list(args),
+        Command::Rm(args) => commands::models::remove(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,7 +7,7 @@
 //! Needs the `cuda` feature (`cargo test -p runit-cli --features cuda --test cuda_fault`) and
 //! a GPU; otherwise the tests print a notice and pass, unless `RUNIT_REQUIRE_GPU=1`. On a
 //! machine where the binaries were copied, `RUNIT_BIN` names the `runit` binary and
-//! `RUNIT_GOLDEN_DIR` the golden directory (as for the engine's golden tests).
+//! `RUNIT_MODEL_DIR` the folder of model files (as for the engine's golden tests).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,11 +51,11 @@ fn runit() -> PathBuf {
 }
 
 fn model() -> PathBuf {
-    let golden = match std::env::var_os("RUNIT_GOLDEN_DIR") {
+    let models = match std::env::var_os("RUNIT_MODEL_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models"),
     };
-    golden.join("models/synth-qwen2-Q8_0.gguf")
+    models.join("synth-qwen2-Q8_0.gguf")
 }
 
 /// Exit code and stderr of `runit generate` on the GPU with `env` set (and RUNIT_CUDA_SYNC /

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/models/synth-qwen2-Q8_0.gguf")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/synth-qwen2-Q8_0.gguf")
 }
 
 fn generate(prompt: &[&str]) -> Output {

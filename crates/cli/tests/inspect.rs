@@ -1,11 +1,11 @@
 //! `runit inspect` against the golden inventory: the JSON report lists every tensor with the
-//! types ../shared/golden/MODELS.json records, and a bad file is a clean error (exit code 1).
+//! types tests/golden/MODELS.json records, and a bad file is a clean error (exit code 1).
 
 use std::path::Path;
 use std::process::Command;
 
 fn golden() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
 }
 
 #[test]
@@ -16,7 +16,9 @@ fn json_report_matches_the_inventory() {
     let mut checked = 0;
     for entry in inventory.as_array().expect("array") {
         let name = entry["file"].as_str().expect("file");
-        let path = golden().join("models").join(name);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models")
+            .join(name);
         if !path.exists() {
             continue;
         }

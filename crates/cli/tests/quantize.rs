@@ -1,4 +1,4 @@
-//! `runit quantize` end to end, against files llama-quantize made (shared/golden): every
+//! `runit quantize` end to end, against files llama-quantize made (tests/golden): every
 //! synthetic file and SmolLM2 requantization rebuilt byte for byte (per-tensor checksums
 //! first, so a failure names the tensors), and clear errors with exit code 1.
 
@@ -17,7 +17,7 @@ const RUNIT: &str = env!("CARGO_BIN_EXE_runit");
 const EXACT_TYPES: [&str; 8] = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"];
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
 }
 
 fn models_dir() -> PathBuf {
@@ -25,12 +25,9 @@ fn models_dir() -> PathBuf {
 }
 
 fn find_model(name: &str) -> Option<PathBuf> {
-    [
-        models_dir().join(name),
-        golden_dir().join("models").join(name),
-    ]
-    .into_iter()
-    .find(|path| path.exists())
+    [models_dir().join(name)]
+        .into_iter()
+        .find(|path| path.exists())
 }
 
 /// MODELS.json entries by file name.
@@ -86,7 +83,7 @@ fn quantize_file(input: &Path, output: &Path, ty: &str, pure: bool) {
         input.to_str().expect("utf-8"),
         output.to_str().expect("utf-8"),
     );
-    let mut args = vec![input, output, ty];
+    let mut args = vec![input, output, ty, "--allow-requantize", "--force"];
     if pure {
         args.push("--pure");
     }
@@ -127,6 +124,59 @@ fn compare_tensors(output: &Path, golden_file: &str) -> TensorReport {
         }
     }
     report
+}
+
+/// A quantized input is refused without `--allow-requantize`, an existing output without
+/// `--force`; neither refusal writes anything.
+#[test]
+fn requantizing_and_overwriting_need_their_flags() {
+    let Some(source) = find_model("synth-qwen2-Q4_0.gguf") else {
+        eprintln!("skipping: synth-qwen2-Q4_0.gguf is absent (scripts/make_requants.sh)");
+        return;
+    };
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quantize-refusals");
+    std::fs::create_dir_all(&scratch).expect("scratch folder");
+    let output = scratch.join("out.gguf");
+    let _ = std::fs::remove_file(&output);
+    let source = source.to_str().expect("utf-8");
+    let out = output.to_str().expect("utf-8");
+
+    let refused = run_quantize(&[source, out, "Q8_0"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("already quantized") && stderr.contains("--allow-requantize"),
+        "{stderr}"
+    );
+    assert!(!output.exists());
+
+    let made = run_quantize(&[source, out, "Q8_0", "--allow-requantize"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let before = std::fs::read(&output).expect("output");
+
+    let refused = run_quantize(&[source, out, "Q4_0", "--allow-requantize"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("exists") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&output).expect("output"),
+        before,
+        "output changed"
+    );
+
+    let replaced = run_quantize(&[source, out, "Q4_0", "--pure", "--force"]);
+    assert!(
+        replaced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replaced.stderr)
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `runit synth` end to end: small dense and mixture-of-experts files read back (shapes and
 //! types against the model's configuration), loaded on the CPU backend and run (finite logits,
 //! `runit bench` and `runit generate`), full-depth SmolLM2 files against the per-tensor types
-//! llama-quantize chose for the real model (shared/golden/MODELS.json, and the real files' tensor
+//! llama-quantize chose for the real model (tests/golden/MODELS.json, and the real files' tensor
 //! tables when fetched), and clear errors with exit code 1.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 const RUNIT: &str = env!("CARGO_BIN_EXE_runit");
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
 }
 
 fn models_dir() -> PathBuf {

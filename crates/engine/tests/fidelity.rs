@@ -1,4 +1,4 @@
-//! Greedy generation against llama.cpp's goldens (../shared/golden/generation): for every
+//! Greedy generation against llama.cpp's goldens (tests/golden/generation): for every
 //! model file of a supported architecture that can be found here, every prompt's generated ids
 //! must equal llama.cpp's, except that a divergence is allowed at a step whose golden top-2
 //! log-probability gap is below 0.01 (comparison of that prompt stops there); at every matched

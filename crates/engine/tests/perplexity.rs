@@ -1,4 +1,4 @@
-//! Perplexity against llama.cpp's figures (../shared/golden/perplexity): `-c 128` over the
+//! Perplexity against llama.cpp's figures (tests/golden/perplexity): `-c 128` over the
 //! GPL-3 text, for every model file of a supported architecture found here; each must be
 //! within 0.3% of the golden value.
 

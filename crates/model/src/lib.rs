@@ -35,7 +35,7 @@ pub use config::{LayerConfig, ModelConfig, Pooling};
 pub use error::ModelError;
 pub use forward::Batch;
 pub use observer::LayerObserver;
-pub use resident::WeightPlacement;
+pub use resident::{LoadStep, WeightPlacement};
 pub use weights::{FfnWeights, LayerWeights, ModelWeights};
 pub use workspace::{KvState, Scratch};
 
@@ -61,6 +61,16 @@ impl Model {
         backend: Arc<dyn Backend>,
         placement: WeightPlacement,
     ) -> Result<Model, ModelError> {
+        Model::load_reporting(file, backend, placement, &|_| {})
+    }
+
+    /// [`Model::load_placed`], telling `progress` how far the copy and the weights have come.
+    pub fn load_reporting(
+        file: Arc<GgufFile>,
+        backend: Arc<dyn Backend>,
+        placement: WeightPlacement,
+        progress: &dyn Fn(LoadStep),
+    ) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         let activation = features::decoder_activation(config.arch)?;
         if let Some(available) = backend.memory_available() {
@@ -73,8 +83,14 @@ impl Model {
                 });
             }
         }
-        let memory = resident::host_memory(&file, placement, backend.reads_weights_from_host());
-        let weights = ModelWeights::load(&file, memory, &config, backend.as_ref())?;
+        let memory = resident::host_memory(
+            &file,
+            placement,
+            backend.reads_weights_from_host(),
+            progress,
+        );
+        let weights =
+            ModelWeights::load_reporting(&file, memory, &config, backend.as_ref(), progress)?;
         Ok(Model {
             config,
             activation,

@@ -49,6 +49,12 @@ const HUGE_PAGE: usize = 2 << 20;
 impl ResidentFile {
     /// Copies `bytes`; `None` when the system will not map the memory.
     pub fn copy_of(bytes: &[u8]) -> Option<ResidentFile> {
+        ResidentFile::copy_reporting(bytes, &|_| {})
+    }
+
+    /// [`ResidentFile::copy_of`], calling `copied` with the bytes copied so far after each
+    /// chunk of 64 MiB.
+    pub fn copy_reporting(bytes: &[u8], copied: &dyn Fn(u64)) -> Option<ResidentFile> {
         let len = bytes.len();
         // One huge page of slack, so that the copy can start on a huge-page boundary
         // wherever the kernel places the map.
@@ -59,7 +65,12 @@ impl ResidentFile {
             // Advice only: without huge pages the copy still works, in small pages.
             let _ = map.advise_range(memmap2::Advice::HugePage, start, len);
         }
-        map[start..start + len].copy_from_slice(bytes);
+        const CHUNK: usize = 64 << 20;
+        for (index, chunk) in bytes.chunks(CHUNK).enumerate() {
+            let at = start + index * CHUNK;
+            map[at..at + chunk.len()].copy_from_slice(chunk);
+            copied((index * CHUNK + chunk.len()) as u64);
+        }
         Some(ResidentFile { map, start, len })
     }
 }
@@ -68,6 +79,15 @@ impl HostMemory for ResidentFile {
     fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]
     }
+}
+
+/// How far loading has come, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadStep {
+    /// `bytes` of the file's `total` copied into resident memory.
+    Copied { bytes: u64, total: u64 },
+    /// `bytes` of the weights' `total` handed to the backend (uploaded, on a device).
+    Loaded { bytes: u64, total: u64 },
 }
 
 /// What the system offers that decides [`WeightPlacement::Auto`].
@@ -122,6 +142,7 @@ pub fn host_memory(
     file: &Arc<GgufFile>,
     placement: WeightPlacement,
     reads_from_host: bool,
+    progress: &dyn Fn(LoadStep),
 ) -> Arc<dyn HostMemory> {
     let size = file.as_bytes().len() as u64;
     if copies(
@@ -130,7 +151,8 @@ pub fn host_memory(
         size,
         HostMemoryFacts::of_this_machine(),
     ) {
-        if let Some(copy) = ResidentFile::copy_of(file.as_bytes()) {
+        let copied = |bytes| progress(LoadStep::Copied { bytes, total: size });
+        if let Some(copy) = ResidentFile::copy_reporting(file.as_bytes(), &copied) {
             return Arc::new(copy);
         }
     }

@@ -146,6 +146,17 @@ impl ModelWeights {
         config: &ModelConfig,
         backend: &dyn Backend,
     ) -> Result<ModelWeights, ModelError> {
+        ModelWeights::load_reporting(file, memory, config, backend, &|_| {})
+    }
+
+    /// [`ModelWeights::load`], calling `progress` after each tensor.
+    pub fn load_reporting(
+        file: &Arc<GgufFile>,
+        memory: Arc<dyn HostMemory>,
+        config: &ModelConfig,
+        backend: &dyn Backend,
+        progress: &dyn Fn(crate::LoadStep),
+    ) -> Result<ModelWeights, ModelError> {
         let loader = Loader {
             file,
             memory,
@@ -177,7 +188,10 @@ impl ModelWeights {
             });
         }
         let mut loaded = Loaded::default();
+        let total: u64 = file.tensors().iter().map(|info| info.n_bytes).sum();
+        let mut done = 0;
         for tensor in &tensors {
+            done += file.tensor(&tensor.name).map_or(0, |info| info.n_bytes);
             let op = match tensor.spec.role {
                 WeightRole::TokenEmbedding => Op::Embedding,
                 _ => Op::MatMul,
@@ -195,6 +209,7 @@ impl ModelWeights {
                 }
                 None => {}
             }
+            progress(crate::LoadStep::Loaded { bytes: done, total });
         }
         let output = match loaded.take(None, Tensor::Output) {
             Some(output) => output,

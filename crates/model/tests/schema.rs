@@ -1,5 +1,5 @@
-//! The tensor schema against files made by other tools: every model file in `models/` and
-//! `shared/golden/models` holds exactly the tensors (names and shapes) its row's schema lists,
+//! The tensor schema against files made by other tools: every model file in `models/` (fetched,
+//! or rebuilt by the test script) holds exactly the tensors (names and shapes) its row's schema lists,
 //! and the Gemma 3 row describes the real Gemma 3 270M file: its tensors and its per-layer
 //! attention windows and RoPE bases.
 
@@ -16,19 +16,15 @@ use runit_model::ModelConfig;
 
 fn model_files() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in ["../../models", "../../../shared/golden/models"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
-            eprintln!("skipping {dir}: absent");
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|ext| ext == "gguf") {
-                files.push(path);
-            }
-        }
-    }
+    let Ok(entries) = std::fs::read_dir(root.join("../../models")) else {
+        eprintln!("skipping: models/ is absent");
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "gguf"))
+        .collect();
     files.sort();
     files
 }

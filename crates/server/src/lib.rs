@@ -57,7 +57,7 @@ use embeddings::Embedder;
 pub use connection::Shutdown;
 pub use error::{ApiError, ServerError};
 pub use limits::{ConnectionLimits, TemplateLimits};
-pub use log::init_logging;
+pub use log::{init_logging, LogFormat};
 pub use runit_engine::stop::{StopCheck, StopMatcher};
 
 /// Server settings; see `impl Default` for the defaults.
@@ -180,6 +180,13 @@ impl AppState {
     }
 }
 
+/// `GET /`: the chat page (one embedded file: it streams from `/v1/chat/completions`, shows
+/// the model's name and context from `/v1/models`, and keeps the conversation in the
+/// browser's localStorage).
+async fn chat_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("../web/index.html"))
+}
+
 /// The routes, with the body limits, the API-key check and error bodies on every error.
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
@@ -194,6 +201,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             handlers::require_api_key,
         ));
     Router::new()
+        .route("/", get(chat_page))
         .route("/health", get(handlers::health))
         .merge(api)
         .fallback(handlers::not_found)

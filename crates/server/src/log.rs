@@ -6,16 +6,32 @@ use std::time::Instant;
 
 use crate::choice::Delta;
 
-/// Installs a stderr subscriber filtered by `RUST_LOG` (default `info`); does nothing when
-/// a global subscriber is already set.
-pub fn init_logging() {
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Installs a stderr subscriber filtered by `RUST_LOG` (default `info`) writing `format`;
+/// does nothing when a global subscriber is already set.
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // An error means a subscriber is already installed, which is then kept.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // An error means a subscriber is already installed, which is then kept.
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 /// Timings and counts of one request's choices, logged when it ends.

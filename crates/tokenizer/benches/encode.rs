@@ -13,7 +13,7 @@ fn corpus() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut parts = Vec::new();
     if let Ok(english) =
-        std::fs::read_to_string(root.join("../../../shared/golden/perplexity/ppl_text_GPL-3.txt"))
+        std::fs::read_to_string(root.join("../../tests/golden/perplexity/ppl_text_GPL-3.txt"))
     {
         parts.push(english);
     }

@@ -7,6 +7,7 @@
 //! [`RenderLimits`] (fuel and output size), and a model's template is checked once when it is
 //! loaded ([`ChatTemplate::check`]).
 
+mod builtin;
 mod content;
 mod limits;
 mod strftime;
@@ -14,6 +15,7 @@ mod strftime;
 use minijinja::value::Serde;
 use minijinja::{Environment, ErrorKind, Value};
 
+pub use builtin::{builtin_template, BUILTIN_TEMPLATES};
 pub use content::RenderedPrompt;
 pub use limits::{RenderLimits, TemplateLimit};
 

@@ -36,8 +36,8 @@ pub mod unicode;
 mod vocab;
 
 pub use chat::{
-    ChatMessage, ChatTemplate, RenderLimits, RenderedPrompt, TemplateInputs, TemplateLimit,
-    CHATML_TEMPLATE,
+    builtin_template, ChatMessage, ChatTemplate, RenderLimits, RenderedPrompt, TemplateInputs,
+    TemplateLimit, BUILTIN_TEMPLATES, CHATML_TEMPLATE,
 };
 pub use error::TokenizerError;
 pub use stream::{StreamDecoder, StreamOptions};

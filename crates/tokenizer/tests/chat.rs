@@ -31,7 +31,7 @@ fn smollm2_template_matches_llama_cpp() {
     let file = runit_gguf::GgufFile::open(&model).expect("model opens");
     let template = ChatTemplate::from_gguf(&file).expect("template compiles");
     let golden_path =
-        root.join("../shared/golden/generation/SmolLM2-135M-Instruct.Q4_1.model-template.json");
+        root.join("tests/golden/generation/SmolLM2-135M-Instruct.Q4_1.model-template.json");
     let golden: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(golden_path).expect("golden")).expect("json");
     let results = golden["results"].as_array().expect("results");

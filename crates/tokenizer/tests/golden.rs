@@ -1,4 +1,4 @@
-//! Token-exact agreement with llama.cpp on every vector of `shared/golden/tokenizer/`.
+//! Token-exact agreement with llama.cpp on every vector of `tests/golden/tokenizer/`.
 //! A test whose vocabulary file is absent prints a notice and passes.
 
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use serde_json::Value;
 fn golden_dir() -> PathBuf {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden/tokenizer"
+        "/../../tests/golden/tokenizer"
     ))
     .to_path_buf()
 }
@@ -135,7 +135,7 @@ fn real_vocabulary_vectors() {
 
 #[test]
 fn synthetic_vocabulary_vectors() {
-    let path = golden_dir().join("../models/synth-qwen2-F32.gguf");
+    let path = models_dir().join("synth-qwen2-F32.gguf");
     let Some(tokenizer) = load(&path) else { return };
     assert_eq!(tokenizer.n_vocab(), 2048);
     let text = std::fs::read_to_string(golden_dir().join("synth_vocab2048_vectors.jsonl"))

@@ -75,7 +75,7 @@ fn hf_tokenizer_matches_llama_cpp_on_smollm2_vectors() {
     let _ = std::fs::remove_file(&json_path);
 
     let golden =
-        std::fs::read_to_string(root.join("../shared/golden/tokenizer/tokenizer_vectors.jsonl"))
+        std::fs::read_to_string(root.join("tests/golden/tokenizer/tokenizer_vectors.jsonl"))
             .expect("golden");
     let (mut matched, mut total) = (0, 0);
     for line in golden.lines() {

@@ -7,15 +7,46 @@ use anyhow::Context;
 use runit_backend::{Backend, KvType};
 use runit_engine::EngineConfig;
 use runit_gguf::GgufFile;
-use runit_model::{Model, WeightPlacement};
-use runit_tokenizer::Tokenizer;
+use runit_model::{LoadStep, Model, WeightPlacement};
+use runit_tokenizer::{
+    builtin_template, ChatTemplate, RenderLimits, Tokenizer, BUILTIN_TEMPLATES, CHATML_TEMPLATE,
+};
+
+/// The flags that name a model: `-m` or `-hf`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelSource {
+    /// The GGUF model file, or the name of a cached model (`runit list`).
+    #[arg(short = 'm', long = "model", required_unless_present = "hf_repo")]
+    pub model: Option<PathBuf>,
+    /// OWNER/NAME[:QUANT] on the Hugging Face Hub (`-hf`, as llama.cpp): the cached copy, or
+    /// downloaded first as `runit pull` does (QUANT picks the file; Q4_K_M by default).
+    #[arg(
+        long = "hf-repo",
+        value_name = "REPO[:QUANT]",
+        conflicts_with = "model"
+    )]
+    pub hf_repo: Option<String>,
+}
+
+impl ModelSource {
+    /// The model file: `-m` (a path or a cached model's name) or `-hf` (pulled into the cache
+    /// when absent).
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        match (&self.model, &self.hf_repo) {
+            (_, Some(reference)) => crate::hub::resolve_hub_model(reference),
+            (Some(model), None) => crate::hub::resolve_model(&model.to_string_lossy()),
+            (None, None) => {
+                anyhow::bail!("name a model with -m FILE|NAME or -hf OWNER/NAME[:QUANT]")
+            }
+        }
+    }
+}
 
 /// Flags naming the model and how to run it.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// The GGUF model file.
-    #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub source: ModelSource,
     /// Use this tokenizer.json (Hugging Face format) instead of the GGUF's vocabulary.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -42,9 +73,20 @@ pub struct ModelArgs {
     pub kv_type: KvTypeArg,
     /// On the CPU, compute from the file's memory map instead of a copy of the weights in
     /// huge pages (made when the system has transparent huge pages and the file takes at most
-    /// half of the available memory). The copy decodes faster; the map uses no extra memory.
+    /// half of the available memory). The copy is the default: it decodes faster (fewer TLB
+    /// misses) and a file changed on disk cannot change it, at the price of reading the whole
+    /// file at start (SmolLM2's 94 MiB: 0.02-0.8 s) and holding a second copy in memory. The map
+    /// starts at once and shares the page cache; the file must not change while runit runs.
     #[arg(long)]
     pub mmap: bool,
+    /// llama.cpp's layer offload count (`-ngl`): any N > 0 runs on the GPU (`--device cuda`),
+    /// where RunIT always places the whole model; 0 keeps the CPU.
+    #[arg(long = "n-gpu-layers", value_name = "N")]
+    pub n_gpu_layers: Option<u32>,
+    /// Flash attention (`-fa`, as llama.cpp): accepted for compatibility; RunIT's attention
+    /// is always fused, so `on` and `auto` change nothing and `off` is refused.
+    #[arg(long = "flash-attn", value_name = "on|off|auto", num_args = 0..=1, default_missing_value = "on")]
+    pub flash_attn: Option<String>,
 }
 
 /// `--kv-type` values.
@@ -73,6 +115,34 @@ impl From<KvTypeArg> for KvType {
 }
 
 impl ModelArgs {
+    /// The compute device: `--device`, or a GPU when `-ngl N` asks for one.
+    fn device(&self) -> anyhow::Result<String> {
+        match self.flash_attn.as_deref() {
+            None | Some("on" | "auto") => {}
+            Some("off") => anyhow::bail!(
+                "--flash-attn off: RunIT's attention is always fused; there is no unfused path to turn on"
+            ),
+            Some(other) => anyhow::bail!("--flash-attn {other}: expected on, off or auto"),
+        }
+        match self.n_gpu_layers {
+            Some(layers) if layers > 0 && self.device == "cpu" => {
+                if !cfg!(feature = "cuda") {
+                    anyhow::bail!(
+                        "-ngl {layers} asks for a GPU, but this runit was built without CUDA \
+                         (rebuild with `--features cuda`, or leave -ngl out to run on the CPU)"
+                    );
+                }
+                eprintln!("note: -ngl {layers}: RunIT places the whole model on the GPU (cuda:0)");
+                Ok("cuda".to_string())
+            }
+            Some(0) if self.device != "cpu" => anyhow::bail!(
+                "-ngl 0 keeps the model on the CPU but --device is {}; give one of them",
+                self.device
+            ),
+            _ => Ok(self.device.clone()),
+        }
+    }
+
     /// `--ctx-size`, or the engine's default.
     pub fn context_size(&self) -> usize {
         self.ctx_size.unwrap_or(EngineConfig::DEFAULT.context_size)
@@ -101,6 +171,8 @@ pub struct Loaded {
     pub model: Arc<Model>,
     pub tokenizer: Arc<Tokenizer>,
     pub file: Arc<GgufFile>,
+    /// The model file (the cache's copy for `-hf` or a cached name).
+    pub path: PathBuf,
 }
 
 /// Opens the file, builds the tokenizer and backend, and loads the weights.
@@ -111,22 +183,54 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
 /// [`load`], onto `backend` when given (a draft model shares the target's CPU threads
 /// rather than starting a second team that would compete with them for the cores).
 pub fn load_on(args: &ModelArgs, backend: Option<Arc<dyn Backend>>) -> anyhow::Result<Loaded> {
-    let file = Arc::new(GgufFile::open(&args.model)?);
+    let device = args.device()?;
+    let path = args.source.path()?;
+    let file = Arc::new(GgufFile::open(&path)?);
+    if let Some(count) = file.get_u32_opt("split.count")?.filter(|&count| count > 1) {
+        anyhow::bail!(
+            "{} is one of the {count} parts of a split model; RunIT loads single files (merge \
+             the parts with llama-gguf-split --merge)",
+            path.display()
+        );
+    }
     let tokenizer = match &args.tokenizer {
         Some(path) => Tokenizer::from_tokenizer_json(path, &file)?,
         None => Tokenizer::from_gguf(&file)?,
     };
     let backend = match backend {
         Some(backend) => backend,
-        None => make_backend(&args.device, args.thread_count(), args.exact)?,
+        None => make_backend(&device, args.thread_count(), args.exact)?,
     };
     let placement = if args.mmap {
         WeightPlacement::Mapped
     } else {
         WeightPlacement::Auto
     };
-    let model = Model::load_placed(Arc::clone(&file), backend, placement)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let started = std::time::Instant::now();
+    let bar = indicatif::ProgressBar::new(file.file_size());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let progress = |step: LoadStep| {
+        let (message, bytes, total) = match step {
+            LoadStep::Copied { bytes, total } => ("copying weights", bytes, total),
+            LoadStep::Loaded { bytes, total } => ("loading weights", bytes, total),
+        };
+        bar.set_message(message);
+        bar.set_length(total);
+        bar.set_position(bytes);
+    };
+    let model = Model::load_reporting(Arc::clone(&file), backend, placement, &progress)
+        .with_context(|| format!("loading {}", path.display()))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "loaded {} ({}) in {:.2} s",
+        path.display(),
+        crate::units::human_bytes(file.file_size()),
+        started.elapsed().as_secs_f64()
+    );
     if tokenizer.n_vocab() > model.config.vocab_size {
         anyhow::bail!(
             "the tokenizer has {} tokens but the model's output has {}; they do not belong together",
@@ -138,6 +242,7 @@ pub fn load_on(args: &ModelArgs, backend: Option<Arc<dyn Backend>>) -> anyhow::R
         model: Arc::new(model),
         tokenizer: Arc::new(tokenizer),
         file,
+        path,
     })
 }
 
@@ -174,4 +279,67 @@ fn cuda_backend(_ordinal: usize, _exact: bool) -> anyhow::Result<Arc<dyn Backend
     anyhow::bail!(
         "this runit was built without CUDA support; rebuild with `cargo build --release --features cuda`"
     )
+}
+
+/// `-n` values: a token count, or `-1` for "until the context ends" (llama.cpp's convention).
+pub fn parse_n_predict(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "-1" => Ok(usize::MAX),
+        other => other.parse::<usize>().map_err(|_| {
+            format!("`{other}` is not a token count; expected a number, or -1 for no limit")
+        }),
+    }
+}
+
+/// The chat template to render with: `choice` (`--chat-template`: a built-in name or a Jinja
+/// file), else the model's own; a model without one gets ChatML with a warning.
+pub fn chat_template(
+    loaded: &Loaded,
+    choice: Option<&str>,
+    limits: RenderLimits,
+) -> anyhow::Result<ChatTemplate> {
+    let tokenizer = &loaded.tokenizer;
+    let Some(choice) = choice else {
+        return match tokenizer.chat_template() {
+            Some(source) => ChatTemplate::from_source_limited(source, tokenizer, limits)
+                .context("the model's chat template"),
+            None => {
+                eprintln!(
+                    "warning: {} has no chat template; using ChatML (choose one with --chat-template {})",
+                    loaded.path.display(),
+                    builtin_names()
+                );
+                Ok(ChatTemplate::from_source_limited(
+                    CHATML_TEMPLATE,
+                    tokenizer,
+                    limits,
+                )?)
+            }
+        };
+    };
+    if let Some(source) = builtin_template(choice) {
+        return Ok(ChatTemplate::from_source_limited(
+            source, tokenizer, limits,
+        )?);
+    }
+    let path = std::path::Path::new(choice);
+    if !path.is_file() {
+        anyhow::bail!(
+            "--chat-template {choice}: neither a built-in template ({}) nor a file",
+            builtin_names()
+        );
+    }
+    let source =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    ChatTemplate::from_source_limited(&source, tokenizer, limits)
+        .with_context(|| format!("the chat template {}", path.display()))
+}
+
+/// `chatml|llama3|...`.
+fn builtin_names() -> String {
+    BUILTIN_TEMPLATES
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join("|")
 }

@@ -8,10 +8,10 @@ use anyhow::Context;
 use runit_engine::{
     generate_with, GenerateParams, GeneratedToken, Sampler, SamplerParams, Session, StopReason,
 };
-use runit_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, StreamOptions};
+use runit_tokenizer::{ChatMessage, RenderLimits, StreamDecoder, StreamOptions};
 use serde_json::json;
 
-use super::common::{load, ModelArgs};
+use super::common::{chat_template, load, parse_n_predict, ModelArgs};
 use super::sampling::SamplingArgs;
 use super::speculative::SpeculativeArgs;
 
@@ -29,8 +29,9 @@ pub struct Args {
     /// Read the prompt from this file.
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
-    /// Tokens to generate at most.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    /// Tokens to generate at most; -1: until the context is full.
+    #[arg(short = 'n', long = "n-predict", default_value = "256", allow_hyphen_values = true,
+          value_parser = parse_n_predict)]
     pub n_predict: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -39,9 +40,17 @@ pub struct Args {
     /// Wrap the prompt in the model's chat template as a user message.
     #[arg(long)]
     pub chat: bool,
-    /// System message for `--chat`.
-    #[arg(long, requires = "chat")]
+    /// System message for `--chat` (`-sys`, as llama.cpp).
+    #[arg(long, visible_alias = "system-prompt")]
     pub system: Option<String>,
+    /// Chat interactively instead of completing one prompt (`-cnv`, as llama-cli): runs
+    /// `runit chat` with these flags.
+    #[arg(long, conflicts_with_all = ["prompt", "file", "prompt_ids", "output_format", "dump_logits", "dump_layers"])]
+    pub conversation: bool,
+    /// Chat template for `--chat`: a built-in name (chatml, llama3, mistral, gemma, qwen3) or
+    /// a Jinja file, instead of the model's own.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub chat_template: Option<String>,
     /// Treat special-token text in the prompt as plain text.
     #[arg(long)]
     pub no_parse_special: bool,
@@ -69,6 +78,25 @@ pub enum OutputFormat {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.conversation {
+        return super::chat::run(super::chat::Args {
+            model: args.model,
+            sampling: args.sampling,
+            speculative: args.speculative,
+            system: args.system,
+            n_predict: args.n_predict,
+            conversation: true,
+            chat_template: args.chat_template,
+        });
+    }
+    for (given, flag) in [
+        (args.chat_template.is_some(), "--chat-template"),
+        (args.system.is_some(), "--system"),
+    ] {
+        if given && !args.chat {
+            anyhow::bail!("{flag} applies to --chat (or -cnv); add --chat to use it");
+        }
+    }
     let params = args.sampling.params()?;
     let prompt_text = match (&args.prompt, &args.file, &args.prompt_ids) {
         (Some(p), _, _) => p.clone(),
@@ -83,7 +111,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let drafts = args.speculative.load(&args.model, &loaded)?;
     let tokenizer = &loaded.tokenizer;
     let text = if args.chat {
-        let template = ChatTemplate::from_gguf(&loaded.file)?;
+        let template = chat_template(
+            &loaded,
+            args.chat_template.as_deref(),
+            RenderLimits::DEFAULT,
+        )?;
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(ChatMessage::system(system.clone()));

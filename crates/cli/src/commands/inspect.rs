@@ -1,6 +1,7 @@
 //! `runit inspect FILE`: what a GGUF file holds — architecture, hyperparameters, tokenizer,
 //! every metadata key, the tensor table and totals — as text or one JSON object.
 
+use crate::units::human_bytes;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -251,7 +252,7 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
     writeln!(
         out,
         "  {:<40} {:<8} {:<24} {:>12}",
-        "name", "type", "shape", "bytes"
+        "name", "type", "shape", "size"
     )?;
     for t in &tensors {
         writeln!(
@@ -260,7 +261,7 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
             s(&t["name"]),
             s(&t["type"]),
             t["shape"].to_string(),
-            t["bytes"]
+            human_bytes(t["bytes"].as_u64().unwrap_or(0))
         )?;
     }
     let totals = &r["totals"];
@@ -271,8 +272,10 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
         totals["parameters"],
         totals["parameters"].as_f64().unwrap_or(0.0) / 1e6
     )?;
-    writeln!(out, "  tensor bytes    {}", totals["tensor_bytes"])?;
-    writeln!(out, "  file size       {}", totals["file_size"])?;
+    for (label, key) in [("tensor data", "tensor_bytes"), ("file size", "file_size")] {
+        let bytes = totals[key].as_u64().unwrap_or(0);
+        writeln!(out, "  {label:<15} {} ({bytes} bytes)", human_bytes(bytes))?;
+    }
     writeln!(
         out,
         "  bits per weight {:.3}",
@@ -282,8 +285,10 @@ fn print_text(out: &mut impl Write, r: &Json) -> anyhow::Result<()> {
         for (ty, v) in types {
             writeln!(
                 out,
-                "  {ty:<8} {:>5} tensors {:>14} elements {:>14} bytes",
-                v["tensors"], v["elements"], v["bytes"]
+                "  {ty:<8} {:>5} tensors {:>14} elements {:>10}",
+                v["tensors"],
+                v["elements"],
+                human_bytes(v["bytes"].as_u64().unwrap_or(0))
             )?;
         }
     }

@@ -7,6 +7,7 @@ pub mod dump;
 pub mod embed;
 pub mod generate;
 pub mod inspect;
+pub mod models;
 pub mod perplexity;
 pub mod quantize;
 pub mod sampling;

@@ -63,7 +63,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     bar.finish_and_clear();
     if json_mode {
         let object = json!({
-            "model": args.model.model.display().to_string(),
+            "model": loaded.path.display().to_string(),
             "text": args.file.display().to_string(),
             "n_ctx": n_ctx,
             "tokens": tokens.len(),

@@ -51,6 +51,13 @@ pub struct Args {
     /// biases and MoE routers still stay as they are).
     #[arg(long)]
     pub pure: bool,
+    /// Accept an input whose weights are already quantized: they are dequantized and quantized
+    /// again, which loses more than quantizing the F32/F16/BF16 original would.
+    #[arg(long)]
+    pub allow_requantize: bool,
+    /// Replace OUTPUT when it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Runs `runit quantize`.
@@ -59,6 +66,12 @@ pub fn run(args: Args) -> Result<()> {
     let preset: Preset = args.target.parse()?;
     let source = GgufFile::open(&args.input).context("cannot read the input model")?;
     refuse_same_file(&args)?;
+    if args.output.exists() && !args.force {
+        bail!(
+            "{} exists; pass --force to replace it",
+            args.output.display()
+        );
+    }
     if let Some(count) = source
         .get_u32_opt("split.count")?
         .filter(|&count| count > 1)
@@ -82,6 +95,9 @@ pub fn run(args: Args) -> Result<()> {
     let facts = ModelFacts::from_gguf(&source)
         .with_context(|| format!("{}: model metadata", args.input.display()))?;
     let types = plan_types(&descriptions, &facts, preset, args.pure)?;
+    if !args.allow_requantize {
+        refuse_requantize(&infos, &types)?;
+    }
     for (info, &ty) in infos.iter().zip(&types) {
         if !convert::can_convert(info.ty, ty) {
             bail!(
@@ -148,6 +164,25 @@ fn refuse_same_file(args: &Args) -> Result<()> {
         bail!(
             "the output {} is the input file; write to another path",
             args.output.display()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses to convert a tensor that is already quantized (as llama-quantize does without
+/// `--allow-requantize`); tensors kept in their type are copied and need no permission.
+fn refuse_requantize(infos: &[&TensorInfo], types: &[GgmlType]) -> Result<()> {
+    let requantized: Vec<String> = infos
+        .iter()
+        .zip(types)
+        .filter(|(info, &ty)| info.ty.is_quantized() && info.ty != ty)
+        .map(|(info, ty)| format!("{} ({} to {ty})", info.name, info.ty))
+        .collect();
+    if let Some(first) = requantized.first() {
+        bail!(
+            "the input is already quantized: {} tensors would be quantized again (first: {first}); \
+             quantize the F32/F16/BF16 original, or pass --allow-requantize to accept the loss",
+            requantized.len()
         );
     }
     Ok(())

@@ -10,9 +10,9 @@ use anyhow::Context;
 use runit_engine::scheduler::Scheduler;
 use runit_engine::EngineConfig;
 use runit_server::{AppState, ConnectionLimits, ServerConfig, Shutdown, TemplateLimits};
-use runit_tokenizer::{ChatTemplate, RenderLimits};
+use runit_tokenizer::RenderLimits;
 
-use super::common::{load, ModelArgs};
+use super::common::{chat_template, load, ModelArgs};
 use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
@@ -58,10 +58,24 @@ pub struct Args {
     pub alias: Vec<String>,
     /// Render chats with the Jinja template in FILE instead of the model's (as llama.cpp's
     /// `--chat-template-file`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
+    /// Chat template: a built-in name (chatml, llama3, mistral, gemma, qwen3) or a Jinja file,
+    /// instead of the model's own.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub chat_template: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    pub log_format: LogFormatArg,
+}
+
+/// `--log-format` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// Timeouts and limits against slow, idle or hostile clients and model files.
@@ -169,20 +183,19 @@ fn api_key(args: &Args) -> anyhow::Result<Option<String>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    runit_server::init_logging();
+    runit_server::init_logging(match args.log_format {
+        LogFormatArg::Text => runit_server::LogFormat::Text,
+        LogFormatArg::Json => runit_server::LogFormat::Json,
+    });
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
     let speculation = args.speculative.serve_settings()?;
-    let template = match &args.chat_template_file {
-        Some(path) => {
-            let source = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            ChatTemplate::from_source_limited(&source, &loaded.tokenizer, args.limits.render())
-                .with_context(|| format!("the chat template {}", path.display()))?
-        }
-        None => ChatTemplate::from_tokenizer_limited(&loaded.tokenizer, args.limits.render())
-            .context("the model's chat template")?,
-    };
+    let choice = args
+        .chat_template_file
+        .as_ref()
+        .map(|path| path.to_string_lossy().into_owned())
+        .or(args.chat_template.clone());
+    let template = chat_template(&loaded, choice.as_deref(), args.limits.render())?;
     // On a device without --ctx-size, the pool fills the memory share and each request may
     // use the training context; else the pool holds --ctx-size cells.
     let from_memory =
@@ -205,9 +218,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if config.prefix_cache { "on" } else { "off" }
     );
     let context_size = scheduler.context_size();
-    let file_name = args
-        .model
-        .model
+    let file_name = loaded
+        .path
         .file_name()
         .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let mut aliases = args.alias.clone();

@@ -53,19 +53,6 @@ enum DraftKind {
     },
 }
 
-/// `-md` is llama.cpp's spelling of `--model-draft`; clap's short flags are one letter, so
-/// the argument list is rewritten before parsing.
-pub fn rewrite_short_flags(args: impl Iterator<Item = String>) -> Vec<String> {
-    args.map(|arg| match arg.as_str() {
-        "-md" => "--model-draft".to_string(),
-        _ => match arg.strip_prefix("-md=") {
-            Some(value) => format!("--model-draft={value}"),
-            None => arg,
-        },
-    })
-    .collect()
-}
-
 impl SpeculativeArgs {
     /// True when a drafter is asked for.
     pub fn enabled(&self) -> bool {
@@ -103,7 +90,10 @@ impl SpeculativeArgs {
             }
             (None, Some(path)) => {
                 let draft_args = ModelArgs {
-                    model: path.clone(),
+                    source: super::common::ModelSource {
+                        model: Some(path.clone()),
+                        hf_repo: None,
+                    },
                     tokenizer: None,
                     device: self
                         .device_draft

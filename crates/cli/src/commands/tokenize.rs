@@ -9,15 +9,18 @@ use runit_gguf::GgufFile;
 use runit_tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
 
+use super::common::ModelSource;
+
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF model whose vocabulary is used.
-    #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    /// The model whose vocabulary is used.
+    #[command(flatten)]
+    pub source: ModelSource,
     /// The text to tokenize (or use -f).
     #[arg(required_unless_present = "file", conflicts_with = "file")]
     pub text: Option<String>,
-    /// Read the text from this file (bytes as they are; invalid UTF-8 is tokenized too).
+    /// Read the text from this file, or from standard input with `-f -` (bytes as they are;
+    /// invalid UTF-8 is tokenized too).
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
     /// Do not add BOS/EOS even when the vocabulary asks for them.
@@ -35,15 +38,21 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let file =
-        GgufFile::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
+    let model = args.source.path()?;
+    let file = GgufFile::open(&model).with_context(|| format!("opening {}", model.display()))?;
     let tokenizer = match &args.tokenizer {
         Some(path) => Tokenizer::from_tokenizer_json(path, &file),
         None => Tokenizer::from_gguf(&file),
     }
-    .with_context(|| format!("building the tokenizer of {}", args.model.display()))?;
+    .with_context(|| format!("building the tokenizer of {}", model.display()))?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                .context("reading the text from standard input")?;
+            bytes
+        }
         (None, Some(path)) => {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
         }

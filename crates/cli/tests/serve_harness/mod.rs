@@ -17,7 +17,7 @@ pub fn workspace() -> PathBuf {
 }
 
 pub fn synthetic_model() -> Option<PathBuf> {
-    let path = workspace().join("../shared/golden/models/synth-qwen2-Q8_0.gguf");
+    let path = workspace().join("models/synth-qwen2-Q8_0.gguf");
     present(path)
 }
 

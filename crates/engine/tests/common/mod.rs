@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use runit_model::Model;
 
-/// `../shared/golden` relative to the workspace root, or `$RUNIT_GOLDEN_DIR` (the GPU machine
+/// `tests/golden` relative to the workspace root, or `$RUNIT_GOLDEN_DIR` (the GPU machine
 /// gets a copy of the parts it needs).
 pub fn golden_dir() -> PathBuf {
     match std::env::var_os("RUNIT_GOLDEN_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden"),
     }
 }
 
@@ -20,11 +20,7 @@ pub fn golden_dir() -> PathBuf {
 /// models, and the requantizations `runit quantize` writes.
 pub fn model_dirs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut dirs = vec![
-        golden_dir().join("models"),
-        root.join("models"),
-        root.join("models/requant"),
-    ];
+    let mut dirs = vec![root.join("models"), root.join("models/requant")];
     if let Some(extra) = std::env::var_os("RUNIT_MODEL_DIR") {
         dirs.insert(0, PathBuf::from(extra));
     }

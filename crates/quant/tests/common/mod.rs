@@ -12,17 +12,16 @@ use std::path::{Path, PathBuf};
 
 use runit_quant::GgmlType;
 
-/// `../shared/golden` relative to the workspace root.
+/// `tests/golden` relative to the workspace root.
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
 }
 
-/// Where a model file named `name` may be: the shipped synthetic models, then the
-/// workspace's `models/` folder (and its `requant/` subfolder).
+/// Where a model file named `name` may be: the workspace's `models/` folder (fetched, or
+/// rebuilt by the test script) and its `requant/` subfolder.
 pub fn find_model(name: &str) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     [
-        golden_dir().join("models").join(name),
         root.join("models").join(name),
         root.join("models/requant").join(name),
     ]

@@ -25,7 +25,7 @@ pub const CONTEXT: usize = 256;
 /// The path of model file `name` among the golden and fetched models, if present.
 pub fn find_model(name: &str) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    [root.join("../shared/golden/models"), root.join("models")]
+    [root.join("models")]
         .into_iter()
         .map(|dir| dir.join(name))
         .find(|path| path.exists())

@@ -283,10 +283,7 @@ mod tests {
     /// own test strings that code must cut exactly where the regex (collapsed path) does.
     #[test]
     fn hand_written_splitters_agree_with_their_regex() {
-        let golden = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/golden/tokenizer"
-        );
+        let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/golden/tokenizer");
         let path = format!("{golden}/llama_cpp_vocab_tests/ggml-vocab-llama-bpe.gguf.inp");
         let inputs = std::fs::read_to_string(path).expect("llama.cpp test strings");
         let mut scratch = SplitScratch::default();

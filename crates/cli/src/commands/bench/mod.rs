@@ -175,9 +175,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         rows.push(row);
     }
     bar.finish_and_clear();
-    let model_name = args
-        .model
-        .model
+    let model_name = loaded
+        .path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let size_gib = loaded.file.file_size() as f64 / (1u64 << 30) as f64;

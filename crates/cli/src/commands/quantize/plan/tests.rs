@@ -1,5 +1,5 @@
 //! The plan against llama-quantize's real choices: every tensor type of the golden files in
-//! shared/golden/MODELS.json, rebuilt from the file they were quantized from.
+//! tests/golden/MODELS.json, rebuilt from the file they were quantized from.
 
 use std::path::{Path, PathBuf};
 
@@ -9,15 +9,15 @@ use serde_json::Value as Json;
 use super::*;
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
 }
 
-/// A model file from the workspace's `models/` folder or the golden `models/` folder.
+/// A model file from the workspace's `models/` folder (fetched or rebuilt by the test script).
 fn find_model(name: &str) -> Option<PathBuf> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
-    [workspace.join(name), golden_dir().join("models").join(name)]
-        .into_iter()
-        .find(|path| path.exists())
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name);
+    path.exists().then_some(path)
 }
 
 fn inventory() -> Vec<Json> {
