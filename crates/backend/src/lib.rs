@@ -26,6 +26,7 @@ mod ops;
 pub mod pick;
 mod primitives;
 pub mod testing;
+pub mod turbo;
 pub mod unfused;
 
 pub use args::{
@@ -33,7 +34,7 @@ pub use args::{
     RopeKvWrite, ScatterAddRows,
 };
 pub use buffer::{
-    Buffer, GgmlLayout, HostMemory, KvCache, KvType, Weight, WeightRole, WeightSource,
+    Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight, WeightRole, WeightSource,
 };
 pub use device::Device;
 pub use error::{BackendError, OpResult};

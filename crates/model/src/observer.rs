@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, Backend, BackendError, Buffer,
-    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, OpResult,
+    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult,
     Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs,
     Weight, WeightSource,
 };
@@ -126,8 +126,14 @@ impl Device for Observed<'_> {
         self.inner.load_weight(source)
     }
 
-    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
-        self.inner.alloc_kv(n_cells, width, ty)
+    fn alloc_kv(
+        &self,
+        n_cells: usize,
+        width: usize,
+        ty: KvType,
+        role: KvRole,
+    ) -> Result<KvCache, BackendError> {
+        self.inner.alloc_kv(n_cells, width, ty, role)
     }
 
     fn synchronize(&self) -> OpResult {

@@ -90,6 +90,11 @@ pub fn attention(
     let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
     check_len(OP, "q", q, needed)?;
     check_len(OP, "out", out, needed)?;
+    for cache in [k_cache, v_cache] {
+        if !matches!(cache.ty, KvType::F16 | KvType::F32) || cache.ty != k_cache.ty {
+            return Err(crate::kv_type_refused(cache.ty, OP));
+        }
+    }
     let f16 = k_cache.ty == KvType::F16;
     let call = Call {
         q: buffer_ptr(OP, "q", q)?,

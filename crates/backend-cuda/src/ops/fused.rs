@@ -185,6 +185,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     let name = match k_cache.ty {
         KvType::F16 => "rope_kv_write_f16",
         KvType::F32 => "rope_kv_write_f32",
+        other => return Err(crate::kv_type_refused(other, OP)),
     };
     launch!(
         backend,

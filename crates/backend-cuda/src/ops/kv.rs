@@ -67,6 +67,7 @@ pub fn kv_write(backend: &CudaBackend, write: KvWrite<'_>) -> Result<(), Backend
                 rows,
                 n_cells
             )?,
+            other => return Err(crate::kv_type_refused(other, OP)),
         }
     }
     Ok(())
