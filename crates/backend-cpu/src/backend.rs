@@ -110,6 +110,7 @@ impl Device for CpuBackend {
         &self,
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
@@ -121,6 +122,22 @@ impl Device for CpuBackend {
                 what: format!("rows of {width} values"),
                 supported: "f16, f32, q8_0, q4_0, tq4, tq3",
             })?;
+        if let Err(error) = ty.check_head_dim(head_dim) {
+            return Err(BackendError::UnsupportedKv {
+                backend: "cpu".to_string(),
+                ty,
+                what: error.to_string(),
+                supported: "f16, f32, q8_0, q4_0, tq4, tq3",
+            });
+        }
+        if !width.is_multiple_of(head_dim) {
+            return Err(BackendError::Shape {
+                op: "alloc_kv",
+                what: "width (a multiple of head_dim)",
+                expected: head_dim,
+                found: width,
+            });
+        }
         let len = product("alloc_kv", "cells × width", n_cells, width)?;
         let out_of_memory = || BackendError::OutOfMemory {
             backend: "cpu".to_string(),
@@ -143,7 +160,7 @@ impl Device for CpuBackend {
                 })
             }
         };
-        Ok(KvCache::new(n_cells, width, ty, role, Box::new(cells)))
+        Ok(KvCache::new(n_cells, width, head_dim, ty, role, Box::new(cells)))
     }
 
     fn synchronize(&self) -> OpResult {

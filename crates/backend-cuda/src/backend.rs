@@ -100,6 +100,7 @@ impl Device for CudaBackend {
         &self,
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
@@ -112,6 +113,7 @@ impl Device for CudaBackend {
         Ok(KvCache::new(
             n_cells,
             width,
+            head_dim,
             ty,
             role,
             Box::new(DeviceKv { bytes, ptr }),

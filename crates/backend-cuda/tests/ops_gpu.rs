@@ -143,8 +143,8 @@ impl Setup {
     }
 
     fn caches(&self, b: &dyn Backend) -> Result<(KvCache, KvCache), BackendError> {
-        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type, runit_backend::KvRole::Keys)?;
-        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type, runit_backend::KvRole::Values)?;
+        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.params.head_dim, self.kv_type, runit_backend::KvRole::Keys)?;
+        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.params.head_dim, self.kv_type, runit_backend::KvRole::Values)?;
         for ((span, k), v) in self
             .prefix_spans
             .iter()

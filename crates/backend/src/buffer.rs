@@ -386,10 +386,12 @@ pub enum KvTypeError {
     HalfTurbo(KvTypes),
 }
 
-/// One layer's key or value cache: `n_cells` slots of `width` elements.
+/// One layer's key or value cache: `n_cells` slots of `width` elements (heads of
+/// `head_dim`).
 pub struct KvCache {
     pub n_cells: usize,
     pub width: usize,
+    pub head_dim: usize,
     pub ty: KvType,
     pub role: KvRole,
     payload: Box<dyn Any + Send + Sync>,
@@ -400,6 +402,7 @@ impl KvCache {
     pub fn new(
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
         role: KvRole,
         payload: Box<dyn Any + Send + Sync>,
@@ -407,6 +410,7 @@ impl KvCache {
         KvCache {
             n_cells,
             width,
+            head_dim,
             ty,
             role,
             payload,

@@ -29,13 +29,14 @@ pub trait Device {
     /// device backend uploads them. The weight keeps the source's role.
     fn load_weight(&self, source: WeightSource<'_>) -> Result<Weight, BackendError>;
 
-    /// A KV cache for one layer: `n_cells` token slots of `width` = kv_heads × head_dim,
+    /// A KV cache for one layer: `n_cells` token slots of `width` = kv_heads × `head_dim`,
     /// holding keys or values (`role`) as `ty`. A type this backend does not store, or a
     /// width that is not a whole number of its blocks, is `BackendError::UnsupportedKv`.
     fn alloc_kv(
         &self,
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError>;

@@ -21,6 +21,7 @@ mod device;
 mod error;
 mod fused;
 pub mod gelu;
+pub mod hadamard;
 pub mod moe;
 mod ops;
 pub mod pick;

@@ -190,20 +190,9 @@ pub fn signs(block: usize, which: Diagonal) -> u64 {
     z ^ (z >> 31)
 }
 
-/// In-place unnormalized Walsh-Hadamard transform of `BLOCK` values (butterflies of
-/// growing span; `H H = BLOCK I`).
+/// In-place unnormalized Walsh-Hadamard transform of `BLOCK` values (`H H = BLOCK I`).
 pub fn hadamard(x: &mut [f32; BLOCK]) {
-    let mut span = 1;
-    while span < BLOCK {
-        for start in (0..BLOCK).step_by(2 * span) {
-            for i in start..start + span {
-                let (a, b) = (x[i], x[i + span]);
-                x[i] = a + b;
-                x[i + span] = a - b;
-            }
-        }
-        span *= 2;
-    }
+    crate::hadamard::walsh_hadamard(x);
 }
 
 /// Multiplies `x` by the signs of `signs` (bit `i` set: negate coordinate `i`).

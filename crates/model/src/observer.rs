@@ -130,10 +130,11 @@ impl Device for Observed<'_> {
         &self,
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
-        self.inner.alloc_kv(n_cells, width, ty, role)
+        self.inner.alloc_kv(n_cells, width, head_dim, ty, role)
     }
 
     fn synchronize(&self) -> OpResult {

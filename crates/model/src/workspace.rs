@@ -57,6 +57,7 @@ impl KvState {
         types: KvTypes,
     ) -> Result<KvState, ModelError> {
         let width = model.config.kv_width();
+        let head_dim = model.config.head_dim;
         KvState::token_bytes(model, types)?;
         let row_bytes = types
             .token_bytes(width)
@@ -98,12 +99,12 @@ impl KvState {
             keys.push(
                 model
                     .backend
-                    .alloc_kv(cells, width, types.keys, KvRole::Keys)?,
+                    .alloc_kv(cells, width, head_dim, types.keys, KvRole::Keys)?,
             );
             values.push(
                 model
                     .backend
-                    .alloc_kv(cells, width, types.values, KvRole::Values)?,
+                    .alloc_kv(cells, width, head_dim, types.values, KvRole::Values)?,
             );
         }
         Ok(KvState {

@@ -1,8 +1,8 @@
 //! Writing a step's keys and values into the paged cache: rounded to f16 for an f16 cache
 //! (nearest even, as ggml's `set_rows`/`cpy` to F16), quantized to ggml's blocks for Q8_0
-//! and Q4_0 (as its `set_rows`), encoded for TurboQuant (`crate::turbo`).
+//! and Q4_0 (as its `set_rows`, after llama.cpp's Hadamard rotation: `runit_backend::hadamard`), encoded for TurboQuant (`crate::turbo`).
 
-use runit_backend::{turbo, BackendError, KvCache, KvWrite, SequenceSpan};
+use runit_backend::{hadamard, turbo, BackendError, KvCache, KvWrite, SequenceSpan};
 use runit_quant::quantize::q8::quantize_row_q8_0_activation;
 use runit_quant::quantize::quantize_row_q4_0;
 
@@ -103,10 +103,17 @@ fn write_one(
     what: &'static str,
 ) -> Result<(), BackendError> {
     let width = cache.width;
+    let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
+    let mut rotated = vec![0.0f32; if rotation.is_some() { width } else { 0 }];
     let cells = kv_mut(cache, OP, what)?;
     for span in spans {
         for r in 0..span.rows {
-            let row = &src[(span.first_row + r) * width..(span.first_row + r + 1) * width];
+            let mut row = &src[(span.first_row + r) * width..(span.first_row + r + 1) * width];
+            if let Some(n) = rotation {
+                rotated.copy_from_slice(row);
+                hadamard::rotate_chunks(&mut rotated, n);
+                row = &rotated;
+            }
             let at = span.cell(span.start_position + r) * width;
             let cell = span.cell(span.start_position + r);
             match cells {

@@ -28,6 +28,7 @@ struct Prefix {
 /// cache whose blocks are handed out in a scrambled order.
 pub struct AttentionSetup {
     kv_width: usize,
+    head_dim: usize,
     q_width: usize,
     block_size: usize,
     n_cells: usize,
@@ -85,6 +86,7 @@ impl AttentionSetup {
             first_row += rows;
         }
         AttentionSetup {
+            head_dim,
             kv_width,
             q_width,
             block_size,
@@ -105,8 +107,8 @@ impl AttentionSetup {
         params: &AttentionParams,
     ) -> Output {
         let types = types.into();
-        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, types.keys, KvRole::Keys)?;
-        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, types.values, KvRole::Values)?;
+        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.head_dim, types.keys, KvRole::Keys)?;
+        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.head_dim, types.values, KvRole::Values)?;
         for prefix in &self.prefixes {
             if prefix.len == 0 {
                 continue;

@@ -443,8 +443,8 @@ impl Suite<'_> {
                     scale: 1.0,
                     sliding_window: None,
                 };
-                let k = b.alloc_kv(16, 16, KvType::F16, crate::KvRole::Keys)?;
-                let v = b.alloc_kv(16, 16, KvType::F16, crate::KvRole::Values)?;
+                let k = b.alloc_kv(16, 16, 16, KvType::F16, crate::KvRole::Keys)?;
+                let v = b.alloc_kv(16, 16, 16, KvType::F16, crate::KvRole::Values)?;
                 let span = SequenceSpan {
                     first_row: 0,
                     rows: 1,
@@ -462,8 +462,8 @@ impl Suite<'_> {
                 b.attention(&attention, &mut b.alloc(24)?)
             }),
             ("kv_write", "block table shorter than the positions", &|b| {
-                let mut k = b.alloc_kv(16, 8, KvType::F16, crate::KvRole::Keys)?;
-                let mut v = b.alloc_kv(16, 8, KvType::F16, crate::KvRole::Values)?;
+                let mut k = b.alloc_kv(16, 8, 8, KvType::F16, crate::KvRole::Keys)?;
+                let mut v = b.alloc_kv(16, 8, 8, KvType::F16, crate::KvRole::Values)?;
                 let span = SequenceSpan {
                     first_row: 0,
                     rows: 6,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use half::f16;
 use runit_backend::SequenceSpan;
 
+use runit_backend::hadamard;
 use runit_quant::dequant::{dequantize_row_q4_0, dequantize_row_q8_0};
 use runit_quant::dot::{activation_row_bytes, quantize_activation, ActivationFormat};
 
@@ -163,6 +164,12 @@ fn one_head(
         vector::to_f16(query, &mut scratch.query);
     }
     if problem.key_dot.is_some() {
+        let mut query = query;
+        if let Some(n) = problem.key_rotation {
+            scratch.value.copy_from_slice(query);
+            hadamard::rotate_chunks(&mut scratch.value, n);
+            query = &scratch.value;
+        }
         scratch.query_q8.resize(
             activation_row_bytes(ActivationFormat::Q8_0, query.len()),
             0,
@@ -228,4 +235,7 @@ fn one_head(
     }
     let inverse = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     vector::scale_f32(dst, inverse);
+    if let Some(n) = problem.value_rotation {
+        hadamard::rotate_chunks(dst, n);
+    }
 }

@@ -25,7 +25,7 @@ mod tiled;
 use half::f16;
 use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSpan};
 
-use runit_backend::turbo;
+use runit_backend::{hadamard, turbo, KvRole};
 use runit_quant::dot::{dot_fn, DotFn};
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::GgmlType;
@@ -69,6 +69,10 @@ pub struct Problem<'a> {
     /// The dot product of a quantized key with the query quantized to Q8_0 (ggml's
     /// `vec_dot` of the K cache type), for a Q8_0 or Q4_0 key cache.
     pub key_dot: Option<DotFn>,
+    /// llama.cpp's Hadamard rotation of the queries (as of the keys) and of the output
+    /// (as of the values): chunk lengths (`runit_backend::hadamard`).
+    pub key_rotation: Option<usize>,
+    pub value_rotation: Option<usize>,
 }
 
 impl Problem<'_> {
@@ -213,8 +217,18 @@ pub fn attention_reporting(
             CpuKv::Q4_0(_) => dot_fn(GgmlType::Q4_0, backend.simd),
             _ => None,
         },
+        key_rotation: hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim),
+        value_rotation: hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim),
     };
     for (cache, role) in [(k_cache, "k cache"), (v_cache, "v cache")] {
+        if cache.head_dim != head_dim {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "cache head_dim",
+                expected: head_dim,
+                found: cache.head_dim,
+            });
+        }
         if let Err(error) = cache.ty.check_head_dim(head_dim) {
             return Err(BackendError::Device {
                 backend: "cpu".to_string(),
