@@ -318,6 +318,13 @@ pub struct KvTypes {
 }
 
 impl KvTypes {
+    /// TurboQuant's pair (`--tq`): 4-bit keys (3-bit codes and the 1-bit residual sketch)
+    /// and 3-bit values.
+    pub const TURBO: KvTypes = KvTypes {
+        keys: KvType::Tq4,
+        values: KvType::Tq3,
+    };
+
     /// Keys and values of one type.
     pub const fn uniform(ty: KvType) -> KvTypes {
         KvTypes {

@@ -39,7 +39,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(commands::common::llama_cpp_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Chat(args) => commands::chat::run(args),
         Command::Bench(args) => commands::bench::run(args),
