@@ -41,6 +41,14 @@ pub struct TurboCells {
     pub layout: TurboLayout,
 }
 
+impl TurboCells {
+    /// The blocks of cache row `cell` (of `width` values).
+    pub fn bytes_of_row(&self, cell: usize, width: usize) -> &[u8] {
+        let row = width / runit_backend::turbo::BLOCK * self.layout.block_bytes();
+        &self.bytes[cell * row..(cell + 1) * row]
+    }
+}
+
 impl CpuKv {
     /// The bytes of cache row `cell` (of `width` values), or `None` past the end.
     pub fn row_bytes(&self, cell: usize, width: usize) -> Option<&[u8]> {
