@@ -41,6 +41,7 @@ pub struct TurboCells {
     pub layout: TurboLayout,
 }
 
+#[cfg(test)]
 impl TurboCells {
     /// The blocks of cache row `cell` (of `width` values).
     pub fn bytes_of_row(&self, cell: usize, width: usize) -> &[u8] {

@@ -605,13 +605,13 @@ impl CudaBackend {
     }
 
     /// The KV cache types this backend stores.
-    const KV_TYPES: &'static str = "f16, f32";
+    const KV_TYPES: &'static str = "f16, f32, q8_0, q4_0";
 
     /// Bytes of one cache row of `width` values of `ty`; refuses a type this backend does
     /// not store.
     fn kv_row_bytes(ty: KvType, width: usize, role: KvRole) -> Result<usize, BackendError> {
         match ty {
-            KvType::F32 | KvType::F16 => {}
+            KvType::F32 | KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => {}
             _ => return Err(kv_type_refused(ty, &format!("{role:?}").to_lowercase())),
         }
         ty.row_bytes(width, role)
