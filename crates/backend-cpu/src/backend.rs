@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
+use runit_backend::turbo::TurboLayout;
 use runit_backend::{
     pick, Activation, Attention, AttentionOutput, BackendError, Buffer, BufferCopy, Device,
-    FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps, Projection,
-    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, Weight, WeightSource,
+    FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps,
+    Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, Weight, WeightSource,
 };
-use runit_backend::turbo::TurboLayout;
 use runit_quant::GgmlType;
 
 use crate::cells::Cells;
@@ -160,7 +160,14 @@ impl Device for CpuBackend {
                 })
             }
         };
-        Ok(KvCache::new(n_cells, width, head_dim, ty, role, Box::new(cells)))
+        Ok(KvCache::new(
+            n_cells,
+            width,
+            head_dim,
+            ty,
+            role,
+            Box::new(cells),
+        ))
     }
 
     fn synchronize(&self) -> OpResult {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps,
-    GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps, Projection,
-    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
+    GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps,
+    Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight,
+    WeightSource,
 };
 use runit_quant::GgmlType;
 

@@ -35,7 +35,8 @@ pub use args::{
     RopeKvWrite, ScatterAddRows,
 };
 pub use buffer::{
-    Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight, WeightRole, WeightSource,
+    Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight,
+    WeightRole, WeightSource,
 };
 pub use device::Device;
 pub use error::{BackendError, OpResult};

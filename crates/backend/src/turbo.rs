@@ -120,7 +120,10 @@ const LLOYD_ITERATIONS: usize = 400;
 /// For `bits` outside 1..=4.
 pub fn codebook(bits: usize) -> &'static Codebook {
     static BOOKS: [std::sync::OnceLock<Codebook>; 4] = [const { std::sync::OnceLock::new() }; 4];
-    assert!((1..=4).contains(&bits), "TurboQuant codebooks have 1 to 4 bits, not {bits}");
+    assert!(
+        (1..=4).contains(&bits),
+        "TurboQuant codebooks have 1 to 4 bits, not {bits}"
+    );
     BOOKS[bits - 1].get_or_init(|| lloyd_max(bits))
 }
 
@@ -130,7 +133,10 @@ fn lloyd_max(bits: usize) -> Codebook {
     let step = 2.0 / GRID as f64;
     // Midpoint rule: points and their (unnormalized) probability masses.
     let points: Vec<f64> = (0..GRID).map(|i| -1.0 + (i as f64 + 0.5) * step).collect();
-    let masses: Vec<f64> = points.iter().map(|t| (1.0 - t * t).powf(exponent)).collect();
+    let masses: Vec<f64> = points
+        .iter()
+        .map(|t| (1.0 - t * t).powf(exponent))
+        .collect();
     let total: f64 = masses.iter().sum();
     let sigma = 1.0 / (BLOCK as f64).sqrt();
     // Start evenly spread over +-3 sigma.
@@ -247,10 +253,9 @@ pub fn sketch_factor() -> f32 {
 /// bits `i * bits ..` of the little-endian stream (so 8 codes fill `bits` bytes).
 pub fn pack_codes(codes: &[u8; BLOCK], bits: usize, out: &mut [u8]) {
     for (group, bytes) in codes.chunks_exact(8).zip(out.chunks_exact_mut(bits)) {
-        let word = group
-            .iter()
-            .enumerate()
-            .fold(0u32, |word, (k, &code)| word | u32::from(code) << (k * bits));
+        let word = group.iter().enumerate().fold(0u32, |word, (k, &code)| {
+            word | u32::from(code) << (k * bits)
+        });
         bytes.copy_from_slice(&word.to_le_bytes()[..bits]);
     }
 }
@@ -350,13 +355,19 @@ mod tests {
         for bits in 1..=4 {
             let book = codebook(bits);
             let d = book.distortion;
-            println!("{bits} bits: distortion {d:.5}, centroids {:?}", book.centroids);
+            println!(
+                "{bits} bits: distortion {d:.5}, centroids {:?}",
+                book.centroids
+            );
             // In dimension 64 the coordinates' tails are lighter than a Gaussian's, so the
             // distortion is a little below the Gaussian's and rounds to the paper's figure.
             let gaussian = GAUSSIAN_DISTORTION[bits - 1];
             assert!(d < gaussian && d > 0.95 * gaussian, "{bits} bits: {d}");
             let paper = PAPER_DISTORTION[bits - 1];
-            assert!((d - paper).abs() / paper < 0.14, "{bits} bits: {d} vs {paper}");
+            assert!(
+                (d - paper).abs() / paper < 0.14,
+                "{bits} bits: {d} vs {paper}"
+            );
             assert_eq!(book.centroids.len(), 1 << bits);
             for (c, m) in book.centroids.iter().zip(book.centroids.iter().rev()) {
                 assert!((c + m).abs() < 1e-6, "symmetric");

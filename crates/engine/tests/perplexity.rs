@@ -106,8 +106,8 @@ fn quantized_kv_cache_perplexity_matches_llama_cpp() {
         &std::fs::read(dir.join("kv_cache_GPL-3_c128.json")).expect("KV cache golden"),
     )
     .expect("JSON");
-    let text = std::fs::read(dir.join(golden["meta"]["text_file"].as_str().expect("text")))
-        .expect("text");
+    let text =
+        std::fs::read(dir.join(golden["meta"]["text_file"].as_str().expect("text"))).expect("text");
     let mut failures = Vec::new();
     let mut checked = 0;
     for entry in golden["results"].as_array().expect("results") {
@@ -117,8 +117,16 @@ fn quantized_kv_cache_perplexity_matches_llama_cpp() {
             continue;
         };
         let types = KvTypes {
-            keys: entry["cache_type_k"].as_str().expect("k").parse().expect("known type"),
-            values: entry["cache_type_v"].as_str().expect("v").parse().expect("known type"),
+            keys: entry["cache_type_k"]
+                .as_str()
+                .expect("k")
+                .parse()
+                .expect("known type"),
+            values: entry["cache_type_v"]
+                .as_str()
+                .expect("v")
+                .parse()
+                .expect("known type"),
         };
         let report = measure(&path, &text, types);
         let want = entry["final_ppl"].as_f64().expect("final_ppl");

@@ -12,9 +12,9 @@ use std::cell::RefCell;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, Backend, BackendError, Buffer,
-    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult,
-    Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs,
-    Weight, WeightSource,
+    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op,
+    OpResult, Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows,
+    StepInputs, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 

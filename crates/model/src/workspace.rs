@@ -101,11 +101,13 @@ impl KvState {
                     .backend
                     .alloc_kv(cells, width, head_dim, types.keys, KvRole::Keys)?,
             );
-            values.push(
-                model
-                    .backend
-                    .alloc_kv(cells, width, head_dim, types.values, KvRole::Values)?,
-            );
+            values.push(model.backend.alloc_kv(
+                cells,
+                width,
+                head_dim,
+                types.values,
+                KvRole::Values,
+            )?);
         }
         Ok(KvState {
             keys,

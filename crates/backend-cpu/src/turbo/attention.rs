@@ -57,7 +57,16 @@ pub fn run(
             let row = index / heads;
             if let Some(span) = spans.get(owner[row]) {
                 let position = span.start_position + (row - span.first_row);
-                one_head(isa, problem, &books, span, row, index % heads, position, dst);
+                one_head(
+                    isa,
+                    problem,
+                    &books,
+                    span,
+                    row,
+                    index % heads,
+                    position,
+                    dst,
+                );
             }
         },
     );

@@ -94,13 +94,7 @@ pub fn sign_dot(isa: Isa, q: &[f32; BLOCK], signs: u64) -> f32 {
 }
 
 /// `acc[i] += table[codes[i]] * weight` (one fused multiply-add each).
-pub fn code_mad(
-    isa: Isa,
-    acc: &mut [f32; BLOCK],
-    codes: &[u8; BLOCK],
-    table: &Table,
-    weight: f32,
-) {
+pub fn code_mad(isa: Isa, acc: &mut [f32; BLOCK], codes: &[u8; BLOCK], table: &Table, weight: f32) {
     match isa {
         // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]

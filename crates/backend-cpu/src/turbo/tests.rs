@@ -78,7 +78,10 @@ fn code_domain_scores_equal_decoded_dot_products() {
                 got += turbo::sketch_factor() * residual * sign_dot(Isa::Scalar, &sketched, signs);
             }
             got *= half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
-            assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{got} vs {want}");
+            assert!(
+                (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                "{got} vs {want}"
+            );
         }
     }
 }

@@ -228,7 +228,11 @@ fn attention_blocks(
         hadamard::llama_rotation(cache.ty, cache.role, head_dim).unwrap_or(0) as u32
     };
     let config = LaunchConfig {
-        grid_dim: (to_u32(OP, "rows", end_row)?, to_u32(OP, "heads", params.heads)?, 1),
+        grid_dim: (
+            to_u32(OP, "rows", end_row)?,
+            to_u32(OP, "heads", params.heads)?,
+            1,
+        ),
         block_dim: (32, 1, 1),
         shared_mem_bytes: 0,
     };

@@ -107,8 +107,20 @@ impl AttentionSetup {
         params: &AttentionParams,
     ) -> Output {
         let types = types.into();
-        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.head_dim, types.keys, KvRole::Keys)?;
-        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.head_dim, types.values, KvRole::Values)?;
+        let mut k_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.head_dim,
+            types.keys,
+            KvRole::Keys,
+        )?;
+        let mut v_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.head_dim,
+            types.values,
+            KvRole::Values,
+        )?;
         for prefix in &self.prefixes {
             if prefix.len == 0 {
                 continue;

@@ -170,10 +170,9 @@ fn one_head(
             hadamard::rotate_chunks(&mut scratch.value, n);
             query = &scratch.value;
         }
-        scratch.query_q8.resize(
-            activation_row_bytes(ActivationFormat::Q8_0, query.len()),
-            0,
-        );
+        scratch
+            .query_q8
+            .resize(activation_row_bytes(ActivationFormat::Q8_0, query.len()), 0);
         quantize_activation(ActivationFormat::Q8_0, query, &mut scratch.query_q8);
     }
     let accumulator = &mut scratch.accumulator;

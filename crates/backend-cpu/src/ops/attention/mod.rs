@@ -26,8 +26,8 @@ use half::f16;
 use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSpan};
 
 use runit_backend::{hadamard, turbo, KvRole};
-use runit_quant::dot::{dot_fn, DotFn};
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
+use runit_quant::dot::{dot_fn, DotFn};
 use runit_quant::GgmlType;
 
 use crate::ops::kv_write::check_cells;
