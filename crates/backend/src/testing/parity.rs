@@ -314,9 +314,9 @@ impl Suite<'_> {
     }
 
     fn attention(&mut self) {
-        use KvType::{F16, F32};
+        use KvType::{F16, F32, Q4_0, Q8_0};
         // (heads, kv_heads, head_dim, kv type, window, [(cached prefix, new rows)] per sequence)
-        let cases: [AttentionCase; 9] = [
+        let cases: [AttentionCase; 12] = [
             (8, 2, 64, F16, None, &[(37, 1)]),
             (8, 2, 64, F32, None, &[(37, 1)]),
             (4, 4, 32, F16, None, &[(3, 5), (0, 7)]),
@@ -326,6 +326,10 @@ impl Suite<'_> {
             (2, 1, 128, F16, Some(8), &[(12, 20)]),
             (6, 3, 80, F16, Some(16), &[(90, 1), (4, 1), (0, 66)]),
             (2, 2, 48, F16, None, &[(0, 1), (300, 2)]),
+            // ggml's blocks: rotated heads of 64 and 128 (`crate::hadamard`), GQA, a window.
+            (8, 2, 64, Q8_0, None, &[(37, 1), (0, 70)]),
+            (4, 2, 64, Q4_0, None, &[(10, 70), (90, 1)]),
+            (2, 1, 128, Q8_0, Some(8), &[(12, 20)]),
         ];
         for (index, (heads, kv_heads, head_dim, kv_type, window, sequences)) in
             cases.iter().enumerate()
