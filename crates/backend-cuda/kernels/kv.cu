@@ -14,27 +14,30 @@ __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h,
     return row >= info[0] && row < info[0] + info[1] ? span : -1;
 }
 
-extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
+// The cache cell that batch row `row` is written to, or -1 when no span owns the row or the
+// cell lies outside the cache.
+__device__ __forceinline__ i64 row_cell(const i32* step, i32 row, u32 rows, u64 n_cells) {
     const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.x;
-    if ((u32)row >= rows) return;
+    if ((u32)row >= rows) return -1;
     const i32 span = owning_span(step, h, row);
-    if (span < 0) return;
+    if (span < 0) return -1;
     const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    return cell < 0 || (u64)cell >= n_cells ? -1 : cell;
+}
+
+extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
+    const i32 row = blockIdx.x;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
     const float* in = src + (u64)row * width;
     u16* out = cache + (u64)cell * width;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) out[i] = float_to_half(in[i]);
 }
 
 extern "C" __global__ void kv_write_f32(float* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
-    const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.x;
-    if ((u32)row >= rows) return;
-    const i32 span = owning_span(step, h, row);
-    if (span < 0) return;
-    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
     const float* in = src + (u64)row * width;
     float* out = cache + (u64)cell * width;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) out[i] = in[i];
@@ -50,13 +53,9 @@ template <bool Q8>
 __device__ void kv_write_blocks(u8* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells,
                                 u32 rotation) {
     extern __shared__ float x[];
-    const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.x;
-    if ((u32)row >= rows) return;
-    const i32 span = owning_span(step, h, row);
-    if (span < 0) return;
-    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) x[i] = src[(u64)row * width + i];
     __syncthreads();
     if (rotation > 0) hadamard_chunks(x, width, rotation);

@@ -9,7 +9,7 @@ use runit_backend::turbo::{self, TurboLayout, BLOCK};
 use runit_backend::SequenceSpan;
 
 use super::{code_dot, code_mad, sign_dot, Table};
-use crate::ops::attention::{CacheRow, Problem};
+use crate::ops::attention::{row_owners, CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
 use crate::CpuBackend;
@@ -42,10 +42,7 @@ pub fn run(
         key_table: Table::new(keys.layout.code_bits),
         value_table: Table::new(values.layout.code_bits),
     };
-    let mut owner = vec![usize::MAX; end_row];
-    for (index, span) in spans.iter().enumerate() {
-        owner[span.first_row..span.first_row + span.rows].fill(index);
-    }
+    let owner = row_owners(spans, end_row);
     let heads = problem.heads;
     let head_dim = problem.head_dim;
     let isa = backend.isa;

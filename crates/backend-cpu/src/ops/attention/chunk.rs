@@ -10,7 +10,7 @@ use runit_backend::hadamard;
 use runit_quant::dequant::{dequantize_row_q4_0, dequantize_row_q8_0};
 use runit_quant::dot::{activation_row_bytes, quantize_activation, ActivationFormat};
 
-use super::{CacheRow, Problem};
+use super::{row_owners, CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
 
@@ -45,10 +45,7 @@ pub fn run(
     out: &mut [f32],
     row_done: Option<&RowDone>,
 ) -> usize {
-    let mut owner = vec![usize::MAX; end_row];
-    for (index, span) in spans.iter().enumerate() {
-        owner[span.first_row..span.first_row + span.rows].fill(index);
-    }
+    let owner = row_owners(spans, end_row);
     let heads = problem.heads;
     let head_dim = problem.head_dim;
     let out = &mut out[..end_row * heads * head_dim];

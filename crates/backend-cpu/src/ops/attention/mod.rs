@@ -117,6 +117,15 @@ impl Problem<'_> {
 
 pub use chunk::RowDone;
 
+/// The index of the span owning each of the first `end_row` rows (`usize::MAX` for none).
+pub fn row_owners(spans: &[SequenceSpan], end_row: usize) -> Vec<usize> {
+    let mut owner = vec![usize::MAX; end_row];
+    for (index, span) in spans.iter().enumerate() {
+        owner[span.first_row..span.first_row + span.rows].fill(index);
+    }
+    owner
+}
+
 /// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
 pub fn attention(
     backend: &CpuBackend,
