@@ -43,10 +43,22 @@ fn main() {
     let caches: Vec<_> = (0..layers)
         .map(|_| {
             let mut k = backend
-                .alloc_kv(cells, kv_width, KvType::F16)
+                .alloc_kv(
+                    cells,
+                    kv_width,
+                    head_dim,
+                    KvType::F16,
+                    runit_backend::KvRole::Keys,
+                )
                 .expect("cache");
             let mut v = backend
-                .alloc_kv(cells, kv_width, KvType::F16)
+                .alloc_kv(
+                    cells,
+                    kv_width,
+                    head_dim,
+                    KvType::F16,
+                    runit_backend::KvRole::Values,
+                )
                 .expect("cache");
             let mut kb = backend.alloc(cells * kv_width).expect("buffer");
             let mut vb = backend.alloc(cells * kv_width).expect("buffer");

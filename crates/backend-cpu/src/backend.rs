@@ -2,17 +2,18 @@
 
 use std::sync::Arc;
 
+use runit_backend::turbo::TurboLayout;
 use runit_backend::{
     pick, Activation, Attention, AttentionOutput, BackendError, Buffer, BufferCopy, Device,
-    FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps, Projection,
-    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, Weight, WeightSource,
+    FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, Op, OpResult, Pick, PrimitiveOps,
+    Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
 use crate::cells::Cells;
 use crate::ops;
 use crate::storage::{
-    at_least, data, data_mut, exactly, packed_len, product, CpuBuffer, CpuKv, CpuWeight,
+    at_least, data, data_mut, exactly, packed_len, product, CpuBuffer, CpuKv, CpuWeight, TurboCells,
 };
 use crate::CpuBackend;
 
@@ -105,18 +106,68 @@ impl Device for CpuBackend {
         Ok(Weight::new(&source, Arc::new(CpuWeight { memory, range })))
     }
 
-    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
+    fn alloc_kv(
+        &self,
+        n_cells: usize,
+        width: usize,
+        head_dim: usize,
+        ty: KvType,
+        role: KvRole,
+    ) -> Result<KvCache, BackendError> {
+        let row_bytes = ty
+            .row_bytes(width, role)
+            .ok_or_else(|| BackendError::UnsupportedKv {
+                backend: "cpu".to_string(),
+                ty,
+                what: format!("rows of {width} values"),
+                supported: "f16, f32, q8_0, q4_0, tq4, tq3",
+            })?;
+        if let Err(error) = ty.check_head_dim(head_dim) {
+            return Err(BackendError::UnsupportedKv {
+                backend: "cpu".to_string(),
+                ty,
+                what: error.to_string(),
+                supported: "f16, f32, q8_0, q4_0, tq4, tq3",
+            });
+        }
+        if !width.is_multiple_of(head_dim) {
+            return Err(BackendError::Shape {
+                op: "alloc_kv",
+                what: "width (a multiple of head_dim)",
+                expected: head_dim,
+                found: width,
+            });
+        }
         let len = product("alloc_kv", "cells × width", n_cells, width)?;
-        let out_of_memory = |element: usize| BackendError::OutOfMemory {
+        let out_of_memory = || BackendError::OutOfMemory {
             backend: "cpu".to_string(),
-            bytes: len.saturating_mul(element),
+            bytes: n_cells.saturating_mul(row_bytes),
             available: 0,
         };
+        let blocks = len / ty.block_size();
         let cells = match ty {
-            KvType::F16 => CpuKv::F16(Cells::zeroed(len).ok_or_else(|| out_of_memory(2))?),
-            KvType::F32 => CpuKv::F32(Cells::zeroed(len).ok_or_else(|| out_of_memory(4))?),
+            KvType::F16 => CpuKv::F16(Cells::zeroed(len).ok_or_else(out_of_memory)?),
+            KvType::F32 => CpuKv::F32(Cells::zeroed(len).ok_or_else(out_of_memory)?),
+            KvType::Q8_0 => CpuKv::Q8_0(Cells::zeroed(blocks).ok_or_else(out_of_memory)?),
+            KvType::Q4_0 => CpuKv::Q4_0(Cells::zeroed(blocks).ok_or_else(out_of_memory)?),
+            KvType::Tq4 | KvType::Tq3 => {
+                let bits = if ty == KvType::Tq4 { 4 } else { 3 };
+                let layout = TurboLayout::new(bits, role);
+                let bytes = blocks.checked_mul(layout.block_bytes());
+                CpuKv::Turbo(TurboCells {
+                    bytes: bytes.and_then(Cells::zeroed).ok_or_else(out_of_memory)?,
+                    layout,
+                })
+            }
         };
-        Ok(KvCache::new(n_cells, width, ty, Box::new(cells)))
+        Ok(KvCache::new(
+            n_cells,
+            width,
+            head_dim,
+            ty,
+            role,
+            Box::new(cells),
+        ))
     }
 
     fn synchronize(&self) -> OpResult {

@@ -91,8 +91,8 @@ impl<T: Copy> std::ops::Deref for Cells<T> {
     fn deref(&self) -> &[T] {
         // SAFETY: `start` points to `len` values this struct owns, aligned for `T` (the
         // layout's alignment is `T`'s or a huge page) and initialised (zeroed at allocation;
-        // all-zero bits are a valid value of every `T` this crate stores: f16, f32 and, in
-        // tests, integers), or is dangling with `len == 0` or a zero-sized `T`.
+        // all-zero bits are a valid value of every `T` this crate stores: f16, f32, bytes,
+        // ggml's `Pod` blocks and, in tests, integers), or is dangling with `len == 0` or a zero-sized `T`.
         unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
     }
 }

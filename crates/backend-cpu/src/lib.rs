@@ -31,6 +31,7 @@ mod cells;
 pub mod matmul;
 mod ops;
 mod storage;
+mod turbo;
 mod vector;
 
 pub use runit_quant::dot::SimdLevel;

@@ -1,7 +1,8 @@
 //! The CPU payloads behind the backend's handles, and checked access to them.
 //!
 //! Activation buffers own a `Vec<f32>`; weights keep referring to the host memory they were
-//! loaded from (zero copy over the memory-mapped model file); KV caches own f16 or f32 cells.
+//! loaded from (zero copy over the memory-mapped model file); KV caches own their cells (f16, f32, ggml blocks or
+//! TurboQuant blocks).
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -11,6 +12,8 @@ use half::f16;
 use runit_backend::{BackendError, Buffer, HostMemory, KvCache, Weight};
 
 use crate::cells::Cells;
+use runit_backend::turbo::TurboLayout;
+use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::GgmlType;
 
 /// Storage of a CPU activation buffer.
@@ -22,18 +25,62 @@ pub struct CpuWeight {
     pub range: Range<usize>,
 }
 
-/// Storage of one layer's K or V cache, `[n_cells, width]`.
+/// Storage of one layer's K or V cache, `[n_cells, width]`: floats, ggml's blocks of 32
+/// (a row is `width / 32` blocks), or TurboQuant blocks (`runit_backend::turbo`, bytes).
 pub enum CpuKv {
     F16(Cells<f16>),
     F32(Cells<f32>),
+    Q8_0(Cells<BlockQ8_0>),
+    Q4_0(Cells<BlockQ4_0>),
+    Turbo(TurboCells),
+}
+
+/// A TurboQuant cache: each row is `width / turbo::BLOCK` blocks of `layout`.
+pub struct TurboCells {
+    pub bytes: Cells<u8>,
+    pub layout: TurboLayout,
+}
+
+#[cfg(test)]
+impl TurboCells {
+    /// The blocks of cache row `cell` (of `width` values).
+    pub fn bytes_of_row(&self, cell: usize, width: usize) -> &[u8] {
+        let row = width / runit_backend::turbo::BLOCK * self.layout.block_bytes();
+        &self.bytes[cell * row..(cell + 1) * row]
+    }
 }
 
 impl CpuKv {
+    /// The bytes of cache row `cell` (of `width` values), or `None` past the end.
+    pub fn row_bytes(&self, cell: usize, width: usize) -> Option<&[u8]> {
+        fn row<T: bytemuck::Pod>(cells: &[T], cell: usize, per_row: usize) -> Option<&[u8]> {
+            cells
+                .get(cell * per_row..(cell + 1) * per_row)
+                .map(bytemuck::cast_slice)
+        }
+        match self {
+            CpuKv::F16(cells) => row(cells, cell, width),
+            CpuKv::F32(cells) => row(cells, cell, width),
+            CpuKv::Q8_0(cells) => row(cells, cell, width / 32),
+            CpuKv::Q4_0(cells) => row(cells, cell, width / 32),
+            CpuKv::Turbo(cells) => row(
+                &cells.bytes,
+                cell,
+                width / runit_backend::turbo::BLOCK * cells.layout.block_bytes(),
+            ),
+        }
+    }
+
     /// Number of stored elements.
     pub fn elements(&self) -> usize {
         match self {
             CpuKv::F16(cells) => cells.len(),
             CpuKv::F32(cells) => cells.len(),
+            CpuKv::Q8_0(cells) => cells.len() * 32,
+            CpuKv::Q4_0(cells) => cells.len() * 32,
+            CpuKv::Turbo(cells) => {
+                cells.bytes.len() / cells.layout.block_bytes() * runit_backend::turbo::BLOCK
+            }
         }
     }
 }

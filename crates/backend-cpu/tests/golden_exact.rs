@@ -172,8 +172,24 @@ fn check_smollm2(backend: &CpuBackend) -> Vec<String> {
         b.rope(&mut k, &positions, &rope(kv_heads), None).unwrap();
         run.check(&node("Qcur"), "ROPE", &q, n_embd);
         run.check(&node("Kcur"), "ROPE", &k, kv_width);
-        let mut k_cache = b.alloc_kv(32, kv_width, KvType::F16).unwrap();
-        let mut v_cache = b.alloc_kv(32, kv_width, KvType::F16).unwrap();
+        let mut k_cache = b
+            .alloc_kv(
+                32,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Keys,
+            )
+            .unwrap();
+        let mut v_cache = b
+            .alloc_kv(
+                32,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Values,
+            )
+            .unwrap();
         b.kv_write(KvWrite {
             k: &k,
             v: &v,

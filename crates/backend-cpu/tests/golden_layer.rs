@@ -248,8 +248,24 @@ fn layer_zero_matches_llama_cpp() {
             BEFORE_ATTENTION,
         );
 
-        let mut k_cache = b.alloc_kv(64, kv_width, KvType::F16).unwrap();
-        let mut v_cache = b.alloc_kv(64, kv_width, KvType::F16).unwrap();
+        let mut k_cache = b
+            .alloc_kv(
+                64,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Keys,
+            )
+            .unwrap();
+        let mut v_cache = b
+            .alloc_kv(
+                64,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Values,
+            )
+            .unwrap();
         let spans = [SequenceSpan {
             first_row: 0,
             rows: tokens,

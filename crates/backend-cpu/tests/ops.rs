@@ -83,8 +83,18 @@ fn attention_of_two_tokens_matches_f64() {
     for b in backends() {
         // All values are multiples of 1/4: exact in f16, so both cache types give ~f32 results.
         for (kv_type, tolerance) in [(KvType::F32, 1e-6), (KvType::F16, 2e-3)] {
-            let mut k_cache = b.alloc_kv(8, head_dim, kv_type).unwrap();
-            let mut v_cache = b.alloc_kv(8, head_dim, kv_type).unwrap();
+            let mut k_cache = b
+                .alloc_kv(8, head_dim, head_dim, kv_type, runit_backend::KvRole::Keys)
+                .unwrap();
+            let mut v_cache = b
+                .alloc_kv(
+                    8,
+                    head_dim,
+                    head_dim,
+                    kv_type,
+                    runit_backend::KvRole::Values,
+                )
+                .unwrap();
             // Positions 0..2 live in block 1 (cells 4, 5).
             let spans = [span(0, 2, 0, &[1])];
             let k_buffer = buffer(&b, &k.concat());
@@ -129,8 +139,12 @@ fn sliding_window_of_one_returns_own_value() {
         sliding_window: Some(1),
     };
     for b in backends() {
-        let mut k_cache = b.alloc_kv(8, 2, KvType::F16).unwrap();
-        let mut v_cache = b.alloc_kv(8, 2, KvType::F16).unwrap();
+        let mut k_cache = b
+            .alloc_kv(8, 2, 2, KvType::F16, runit_backend::KvRole::Keys)
+            .unwrap();
+        let mut v_cache = b
+            .alloc_kv(8, 2, 2, KvType::F16, runit_backend::KvRole::Values)
+            .unwrap();
         let spans = [span(0, 3, 0, &[1, 0])];
         let v = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6];
         let k = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
@@ -568,8 +582,24 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
             let spans = [span(0, tokens, 0, &[0, 1, 2, 3])];
             let run = |fused: bool| {
                 let (mut qb, mut kb, vb) = (buffer(&b, &q), buffer(&b, &k), buffer(&b, &v));
-                let mut k_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
-                let mut v_cache = b.alloc_kv(16, kv_heads * head_dim, KvType::F16).unwrap();
+                let mut k_cache = b
+                    .alloc_kv(
+                        16,
+                        kv_heads * head_dim,
+                        head_dim,
+                        KvType::F16,
+                        runit_backend::KvRole::Keys,
+                    )
+                    .unwrap();
+                let mut v_cache = b
+                    .alloc_kv(
+                        16,
+                        kv_heads * head_dim,
+                        head_dim,
+                        KvType::F16,
+                        runit_backend::KvRole::Values,
+                    )
+                    .unwrap();
                 let op = RopeKvWrite {
                     q: &mut qb,
                     k: &mut kb,
@@ -630,8 +660,24 @@ fn attention_output_equals_attention_then_matmul() {
     let (width, kv_width, cells) = (heads * head_dim, kv_heads * head_dim, 64);
     let table: Vec<u32> = (0..16).collect();
     for b in [CpuBackend::new(1).unwrap(), CpuBackend::new(2).unwrap()] {
-        let mut k_cache = b.alloc_kv(cells, kv_width, KvType::F16).unwrap();
-        let mut v_cache = b.alloc_kv(cells, kv_width, KvType::F16).unwrap();
+        let mut k_cache = b
+            .alloc_kv(
+                cells,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Keys,
+            )
+            .unwrap();
+        let mut v_cache = b
+            .alloc_kv(
+                cells,
+                kv_width,
+                head_dim,
+                KvType::F16,
+                runit_backend::KvRole::Values,
+            )
+            .unwrap();
         let (k, v) = (
             buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),
             buffer(&b, &rng.values(cells * kv_width, -2.0, 2.0)),

@@ -363,3 +363,95 @@ extern "C" __global__ void attention_prefill_f32(const float* q, const float* k_
                                                  u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) { pdl_start();
     prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
 }
+
+// Attention over Q8_0 / Q4_0 caches (ggml's blocks of 32, read directly): one warp per
+// (row, head), keys in position order with an online softmax in f32. Queries are rotated
+// in chunks of `k_rotation` and the output in chunks of `v_rotation` (0: none), as the
+// caches' rows were (llama.cpp's Hadamard rotation, see kv.cu). Scores are f32 dots of the
+// query with the dequantized key.
+//
+// Launch: grid (rows, heads), 32 threads.
+__device__ __forceinline__ float block_element(const u8* row, u32 d, bool q8) {
+    if (q8) {
+        const u8* blk = row + (d / 32) * 34;
+        const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
+        return (float)(i8)blk[2 + d % 32] * scale;
+    }
+    const u8* blk = row + (d / 32) * 18;
+    const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
+    const u32 j = d % 32;
+    const u8 byte = blk[2 + (j & 15)];
+    const i32 nibble = j < 16 ? (byte & 15) : (byte >> 4);
+    return (float)(nibble - 8) * scale;
+}
+
+template <bool KQ8, bool VQ8>
+__device__ void attention_blocks(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* out,
+                                 u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 k_rotation,
+                                 u32 v_rotation) {
+    __shared__ float query[256];
+    __shared__ float result[256];
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.x;
+    const u32 head = blockIdx.y;
+    if (row >= h->tokens) return;
+    const i32 span = step[h->row_span + row];
+    if (span < 0 || span >= h->spans) return;
+    const i32* info = step + h->span_info + span * 4;
+    if (row < info[0] || row >= info[0] + info[1]) return;
+    const i32 position = step[h->positions + row];
+    const u32 lane = threadIdx.x;
+    for (u32 d = lane; d < head_dim; d += 32) query[d] = q[((u64)row * heads + head) * head_dim + d];
+    __syncthreads();
+    if (k_rotation > 0) hadamard_chunks(query, head_dim, k_rotation);
+    const u32 kv_head = head / (heads / kv_heads);
+    const u64 k_row = (u64)kv_heads * head_dim / 32 * (KQ8 ? 34 : 18);
+    const u64 v_row = (u64)kv_heads * head_dim / 32 * (VQ8 ? 34 : 18);
+    const u64 k_head = (u64)kv_head * head_dim / 32 * (KQ8 ? 34 : 18);
+    const u64 v_head = (u64)kv_head * head_dim / 32 * (VQ8 ? 34 : 18);
+    const i32 lo = first_visible(position, window);
+    float acc[8];
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) acc[i] = 0.0f;
+    float running_max = -3.402823466e38f, running_sum = 0.0f;
+    for (i32 p = lo; p <= position; ++p) {
+        const i32 cell = step_cell(step, h, span, p);
+        const u8* key = k_cache + (u64)cell * k_row + k_head;
+        const u8* value = v_cache + (u64)cell * v_row + v_head;
+        float partial = 0.0f;
+        for (u32 d = lane; d < head_dim; d += 32) partial += query[d] * block_element(key, d, KQ8);
+        const float score = warp_sum(partial) * scale;
+        const float new_max = fmaxf(running_max, score);
+        const float rescale = expf(running_max - new_max);
+        const float weight = expf(score - new_max);
+        running_sum = running_sum * rescale + weight;
+        running_max = new_max;
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            const u32 d = lane + 32 * i;
+            if (d < head_dim) acc[i] = acc[i] * rescale + weight * block_element(value, d, VQ8);
+        }
+    }
+    const float inverse = running_sum == 0.0f ? 0.0f : 1.0f / running_sum;
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) {
+        const u32 d = lane + 32 * i;
+        if (d < head_dim) result[d] = acc[i] * inverse;
+    }
+    __syncthreads();
+    if (v_rotation > 0) hadamard_chunks(result, head_dim, v_rotation);
+    for (u32 d = lane; d < head_dim; d += 32) out[((u64)row * heads + head) * head_dim + d] = result[d];
+}
+
+#define ATTENTION_BLOCKS(name, KQ8, VQ8)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32)                                                              \
+        name(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* out, u32 heads,        \
+             u32 kv_heads, u32 head_dim, float scale, u32 window, u32 k_rotation, u32 v_rotation) {               \
+        pdl_start();                                                                                              \
+        attention_blocks<KQ8, VQ8>(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window,      \
+                                   k_rotation, v_rotation);                                                       \
+    }
+ATTENTION_BLOCKS(attention_blocks_q8_0_q8_0, true, true)
+ATTENTION_BLOCKS(attention_blocks_q8_0_q4_0, true, false)
+ATTENTION_BLOCKS(attention_blocks_q4_0_q8_0, false, true)
+ATTENTION_BLOCKS(attention_blocks_q4_0_q4_0, false, false)

@@ -114,3 +114,22 @@ __device__ __forceinline__ i32 step_cell(const i32* step, const StepHeader* h, i
     const i32* table = step + h->block_tables + span * h->table_stride;
     return table[pos / h->block_size] * h->block_size + pos % h->block_size;
 }
+
+// Orthonormal Walsh-Hadamard transform of each chunk of `n` values of x[0 .. width) in
+// shared memory, as ggml-cpu computes it: scaled by 1/sqrt(n), then butterflies of growing
+// span (llama.cpp's rotation of quantized caches). All threads of the block take part.
+__device__ void hadamard_chunks(float* x, u32 width, u32 n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (u32 i = threadIdx.x; i < width; i += blockDim.x) x[i] *= scale;
+    __syncthreads();
+    for (u32 span = 1; span < n; span *= 2) {
+        for (u32 p = threadIdx.x; p < width / 2; p += blockDim.x) {
+            const u32 chunk = p / (n / 2), pair = p % (n / 2);
+            const u32 i = chunk * n + (pair / span) * 2 * span + pair % span;
+            const float a = x[i], b = x[i + span];
+            x[i] = a + b;
+            x[i + span] = a - b;
+        }
+        __syncthreads();
+    }
+}

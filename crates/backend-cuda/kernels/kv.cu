@@ -14,28 +14,91 @@ __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h,
     return row >= info[0] && row < info[0] + info[1] ? span : -1;
 }
 
-extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
+// The cache cell that batch row `row` is written to, or -1 when no span owns the row or the
+// cell lies outside the cache.
+__device__ __forceinline__ i64 row_cell(const i32* step, i32 row, u32 rows, u64 n_cells) {
     const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.x;
-    if ((u32)row >= rows) return;
+    if ((u32)row >= rows) return -1;
     const i32 span = owning_span(step, h, row);
-    if (span < 0) return;
+    if (span < 0) return -1;
     const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    return cell < 0 || (u64)cell >= n_cells ? -1 : cell;
+}
+
+extern "C" __global__ void kv_write_f16(u16* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
+    const i32 row = blockIdx.x;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
     const float* in = src + (u64)row * width;
     u16* out = cache + (u64)cell * width;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) out[i] = float_to_half(in[i]);
 }
 
 extern "C" __global__ void kv_write_f32(float* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells) { pdl_start();
-    const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.x;
-    if ((u32)row >= rows) return;
-    const i32 span = owning_span(step, h, row);
-    if (span < 0) return;
-    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
     const float* in = src + (u64)row * width;
     float* out = cache + (u64)cell * width;
     for (u32 i = threadIdx.x; i < width; i += blockDim.x) out[i] = in[i];
+}
+
+// Writes rows into a Q8_0 (34-byte blocks: f16 scale, 32 i8) or Q4_0 (18-byte blocks: f16
+// scale, 16 bytes of nibble pairs: element j low, j + 16 high) cache, after the rotation in
+// chunks of `rotation` (0: none). Q8_0: d = amax / 127, q = round(x / d); Q4_0: d = m / -8
+// with m the element of largest magnitude, q = min(15, (i8)(x / d + 8.5)).
+//
+// Launch: one block per row (grid.x = rows), shared memory of `width` floats.
+template <bool Q8>
+__device__ void kv_write_blocks(u8* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells,
+                                u32 rotation) {
+    extern __shared__ float x[];
+    const i32 row = blockIdx.x;
+    const i64 cell = row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
+    for (u32 i = threadIdx.x; i < width; i += blockDim.x) x[i] = src[(u64)row * width + i];
+    __syncthreads();
+    if (rotation > 0) hadamard_chunks(x, width, rotation);
+    const u32 block_bytes = Q8 ? 34 : 18;
+    u8* out = cache + (u64)cell * (width / 32) * block_bytes;
+    for (u32 b = threadIdx.x; b < width / 32; b += blockDim.x) {
+        const float* v = x + b * 32;
+        u8* blk = out + b * block_bytes;
+        if (Q8) {
+            float amax = 0.0f;
+            for (u32 j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j]));
+            const float d = amax / 127.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const u16 dh = float_to_half(d);
+            blk[0] = (u8)(dh & 0xff);
+            blk[1] = (u8)(dh >> 8);
+            for (u32 j = 0; j < 32; ++j) blk[2 + j] = (u8)(i8)roundf(v[j] * id);
+        } else {
+            float amax = 0.0f, max = 0.0f;
+            for (u32 j = 0; j < 32; ++j) {
+                if (fabsf(v[j]) > amax) {
+                    amax = fabsf(v[j]);
+                    max = v[j];
+                }
+            }
+            const float d = max / -8.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const u16 dh = float_to_half(d);
+            blk[0] = (u8)(dh & 0xff);
+            blk[1] = (u8)(dh >> 8);
+            for (u32 j = 0; j < 16; ++j) {
+                const u8 q0 = (u8)min(15, (int)(i8)(v[j] * id + 8.5f));
+                const u8 q1 = (u8)min(15, (int)(i8)(v[j + 16] * id + 8.5f));
+                blk[2 + j] = q0 | (q1 << 4);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void kv_write_q8_0(u8* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells, u32 rotation) { pdl_start();
+    kv_write_blocks<true>(cache, src, step, width, rows, n_cells, rotation);
+}
+
+extern "C" __global__ void kv_write_q4_0(u8* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells, u32 rotation) { pdl_start();
+    kv_write_blocks<false>(cache, src, step, width, rows, n_cells, rotation);
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps,
-    GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps, Projection,
-    RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
+    GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps,
+    Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight,
+    WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -96,8 +97,15 @@ impl Device for CudaBackend {
         ))
     }
 
-    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
-        let len = n_cells * width * Self::kv_element_bytes(ty);
+    fn alloc_kv(
+        &self,
+        n_cells: usize,
+        width: usize,
+        head_dim: usize,
+        ty: KvType,
+        role: KvRole,
+    ) -> Result<KvCache, BackendError> {
+        let len = n_cells * Self::kv_row_bytes(ty, width, role)?;
         let bytes = self
             .stream
             .alloc_zeros::<u8>(len.max(1))
@@ -106,7 +114,9 @@ impl Device for CudaBackend {
         Ok(KvCache::new(
             n_cells,
             width,
+            head_dim,
             ty,
+            role,
             Box::new(DeviceKv { bytes, ptr }),
         ))
     }

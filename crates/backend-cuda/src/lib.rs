@@ -21,7 +21,7 @@ mod step;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
-use runit_backend::{BackendError, Device, KvType, SequenceSpan};
+use runit_backend::{BackendError, Device, KvRole, KvType, SequenceSpan};
 
 pub use compile::{compile_all, KernelSource, Target};
 pub use error::CudaError;
@@ -604,11 +604,28 @@ impl CudaBackend {
         &self.matmul
     }
 
-    fn kv_element_bytes(ty: KvType) -> usize {
+    /// The KV cache types this backend stores.
+    const KV_TYPES: &'static str = "f16, f32, q8_0, q4_0";
+
+    /// Bytes of one cache row of `width` values of `ty`; refuses a type this backend does
+    /// not store.
+    fn kv_row_bytes(ty: KvType, width: usize, role: KvRole) -> Result<usize, BackendError> {
         match ty {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 | KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => {}
+            _ => return Err(kv_type_refused(ty, &format!("{role:?}").to_lowercase())),
         }
+        ty.row_bytes(width, role)
+            .ok_or_else(|| kv_type_refused(ty, &format!("rows of {width} values")))
+    }
+}
+
+/// The error for a KV cache type this backend does not store (for `what`).
+pub(crate) fn kv_type_refused(ty: KvType, what: &str) -> BackendError {
+    BackendError::UnsupportedKv {
+        backend: "cuda".to_string(),
+        ty,
+        what: what.to_string(),
+        supported: CudaBackend::KV_TYPES,
     }
 }
 

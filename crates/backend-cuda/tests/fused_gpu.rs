@@ -403,8 +403,20 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                     let mut q = buffer(&cuda, &q0)?;
                     let mut k = buffer(&cuda, &k0)?;
                     let v = buffer(&cuda, &v0)?;
-                    let mut k_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
-                    let mut v_cache = cuda.alloc_kv(n_cells, kv_width, kv_type)?;
+                    let mut k_cache = cuda.alloc_kv(
+                        n_cells,
+                        kv_width,
+                        head_dim,
+                        kv_type,
+                        runit_backend::KvRole::Keys,
+                    )?;
+                    let mut v_cache = cuda.alloc_kv(
+                        n_cells,
+                        kv_width,
+                        head_dim,
+                        kv_type,
+                        runit_backend::KvRole::Values,
+                    )?;
                     if fused {
                         cuda.rope_kv_write(RopeKvWrite {
                             q: &mut q,

@@ -8,8 +8,8 @@
 use runit_backend::testing::parity::ATTENTION_BOUND;
 use runit_backend::testing::{nmse, Rng};
 use runit_backend::{
-    Attention, AttentionParams, Backend, BackendError, Buffer, Device, KvCache, KvType, KvWrite,
-    PrimitiveOps, SequenceSpan, StepInputs, StepKey,
+    Attention, AttentionParams, Backend, BackendError, Buffer, Device, KvCache, KvType, KvTypes,
+    KvWrite, PrimitiveOps, SequenceSpan, StepInputs, StepKey,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_backend_cuda::CudaBackend;
@@ -47,7 +47,7 @@ fn buffer(backend: &dyn Backend, values: &[f32]) -> Result<Buffer, BackendError>
 /// shuffled order; `spare_blocks` extra blocks per table leave room to grow.
 struct Setup {
     params: AttentionParams,
-    kv_type: KvType,
+    kv_types: KvTypes,
     kv_width: usize,
     n_cells: usize,
     prefix_spans: Vec<SequenceSpan>,
@@ -64,7 +64,7 @@ impl Setup {
     fn new(
         seed: u64,
         (heads, kv_heads, head_dim): (usize, usize, usize),
-        kv_type: KvType,
+        kv_types: impl Into<KvTypes>,
         window: Option<usize>,
         sequences: &[(usize, usize)],
         spare_blocks: usize,
@@ -89,7 +89,7 @@ impl Setup {
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 sliding_window: window,
             },
-            kv_type,
+            kv_types: kv_types.into(),
             kv_width,
             n_cells: total_blocks * BLOCK_SIZE,
             prefix_spans: Vec::new(),
@@ -143,8 +143,20 @@ impl Setup {
     }
 
     fn caches(&self, b: &dyn Backend) -> Result<(KvCache, KvCache), BackendError> {
-        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type)?;
-        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, self.kv_type)?;
+        let mut k_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.params.head_dim,
+            self.kv_types.keys,
+            runit_backend::KvRole::Keys,
+        )?;
+        let mut v_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.params.head_dim,
+            self.kv_types.values,
+            runit_backend::KvRole::Values,
+        )?;
         for ((span, k), v) in self
             .prefix_spans
             .iter()
@@ -204,6 +216,31 @@ fn compare(cuda: &CudaBackend, name: &str, setup: &Setup) {
         "{name}: non-finite output"
     );
     assert!(error <= ATTENTION_BOUND, "{name}: nmse {error:e}");
+}
+
+/// ggml's Q8_0 and Q4_0 caches (llama.cpp's Hadamard rotation at head_dim 64 and 128, none
+/// at 96): the write kernels' blocks and the block-reading attention against the CPU
+/// (which quantizes the query to Q8_0 for the key dot, as ggml-cpu; the GPU dots in f32),
+/// decode rows over long prefixes and a prefill span, with GQA and a sliding window.
+#[test]
+fn quantized_kv_caches_match_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    let pairs = [
+        (KvType::Q8_0, KvType::Q8_0),
+        (KvType::Q4_0, KvType::Q4_0),
+        (KvType::Q8_0, KvType::Q4_0),
+        (KvType::Q4_0, KvType::Q8_0),
+    ];
+    for (keys, values) in pairs {
+        let types = KvTypes { keys, values };
+        for (head_dim, window) in [(64, None), (128, None), (96, None), (128, Some(40))] {
+            for sequences in [&[(600, 1), (37, 1)][..], &[(20, 70)][..]] {
+                let setup = Setup::new(0x9b10, (8, 2, head_dim), types, window, sequences, 0);
+                let name = format!("{types} d{head_dim} window {window:?} {sequences:?}");
+                compare(&cuda, &name, &setup);
+            }
+        }
+    }
 }
 
 #[test]

@@ -195,20 +195,212 @@ pub enum GgmlLayout {
     RepackedExpert,
 }
 
-/// Element type of the KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Element type of a KV cache (keys and values each have their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum KvType {
     F32,
     /// llama.cpp's default.
     #[default]
     F16,
+    /// ggml's Q8_0 blocks: 32 values, an f16 scale and 32 signed bytes (8.5 bits a value).
+    Q8_0,
+    /// ggml's Q4_0 blocks: 32 values, an f16 scale and 32 nibbles (4.5 bits a value).
+    Q4_0,
+    /// TurboQuant at 4 bits a coordinate (`runit_backend::turbo`).
+    Tq4,
+    /// TurboQuant at 3 bits a coordinate (`runit_backend::turbo`).
+    Tq3,
 }
 
-/// One layer's key or value cache: `n_cells` slots of `width` elements.
+impl KvType {
+    /// Every type, in the order the flags list them.
+    pub const ALL: [KvType; 6] = [
+        KvType::F16,
+        KvType::F32,
+        KvType::Q8_0,
+        KvType::Q4_0,
+        KvType::Tq4,
+        KvType::Tq3,
+    ];
+
+    /// The name the flags and llama.cpp (`-ctk`, `-ctv`) use.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+            KvType::Tq4 => "tq4",
+            KvType::Tq3 => "tq3",
+        }
+    }
+
+    /// Values stored together (a row's width must be a multiple): 1 for the float types,
+    /// ggml's 32 for Q8_0 and Q4_0, a rotation block for TurboQuant.
+    pub fn block_size(self) -> usize {
+        match self {
+            KvType::F32 | KvType::F16 => 1,
+            KvType::Q8_0 | KvType::Q4_0 => 32,
+            KvType::Tq4 | KvType::Tq3 => crate::turbo::BLOCK,
+        }
+    }
+
+    /// Bytes of one block of [`KvType::block_size`] values in a cache of `role`.
+    pub fn block_bytes(self, role: KvRole) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+            KvType::Q8_0 => 34,
+            KvType::Q4_0 => 18,
+            KvType::Tq4 => crate::turbo::TurboLayout::new(4, role).block_bytes(),
+            KvType::Tq3 => crate::turbo::TurboLayout::new(3, role).block_bytes(),
+        }
+    }
+
+    /// Bytes of one cache row of `width` values in a cache of `role`, or `None` when the
+    /// width is not a whole number of blocks.
+    pub fn row_bytes(self, width: usize, role: KvRole) -> Option<usize> {
+        width
+            .is_multiple_of(self.block_size())
+            .then(|| width / self.block_size() * self.block_bytes(role))
+    }
+
+    /// Whether this is a TurboQuant type.
+    pub fn is_turbo(self) -> bool {
+        matches!(self, KvType::Tq4 | KvType::Tq3)
+    }
+
+    /// Refuses a row of `head_dim` values per head that this type cannot store (a head
+    /// must be a whole number of blocks: blocks never straddle two heads).
+    pub fn check_head_dim(self, head_dim: usize) -> Result<(), KvTypeError> {
+        if head_dim.is_multiple_of(self.block_size()) && head_dim > 0 {
+            Ok(())
+        } else {
+            Err(KvTypeError::HeadDim {
+                ty: self,
+                head_dim,
+                block: self.block_size(),
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = KvTypeError;
+
+    fn from_str(name: &str) -> Result<KvType, KvTypeError> {
+        KvType::ALL
+            .into_iter()
+            .find(|ty| ty.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| KvTypeError::Unknown(name.to_string()))
+    }
+}
+
+/// Whether a cache holds keys or values (TurboQuant stores them differently: keys carry
+/// the sign sketch of their residual).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvRole {
+    Keys,
+    Values,
+}
+
+/// The element types of the key and the value caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct KvTypes {
+    pub keys: KvType,
+    pub values: KvType,
+}
+
+impl KvTypes {
+    /// TurboQuant's pair (`--tq`): 4-bit keys (3-bit codes and the 1-bit residual sketch)
+    /// and 3-bit values.
+    pub const TURBO: KvTypes = KvTypes {
+        keys: KvType::Tq4,
+        values: KvType::Tq3,
+    };
+
+    /// Keys and values of one type.
+    pub const fn uniform(ty: KvType) -> KvTypes {
+        KvTypes {
+            keys: ty,
+            values: ty,
+        }
+    }
+
+    /// Bytes of one token's keys and values in one layer of `width` values each, or
+    /// `None` when the width is not a whole number of either type's blocks.
+    pub fn token_bytes(self, width: usize) -> Option<usize> {
+        Some(
+            self.keys.row_bytes(width, KvRole::Keys)?
+                + self.values.row_bytes(width, KvRole::Values)?,
+        )
+    }
+
+    /// Refuses what no backend stores: heads that are not a whole number of either type's
+    /// blocks, and TurboQuant for only one of keys and values (its attention runs in the
+    /// rotated basis of both).
+    pub fn check(self, head_dim: usize) -> Result<(), KvTypeError> {
+        self.keys.check_head_dim(head_dim)?;
+        self.values.check_head_dim(head_dim)?;
+        if self.keys.is_turbo() != self.values.is_turbo() {
+            return Err(KvTypeError::HalfTurbo(self));
+        }
+        Ok(())
+    }
+
+    /// The type of the cache of `role`.
+    pub fn of(self, role: KvRole) -> KvType {
+        match role {
+            KvRole::Keys => self.keys,
+            KvRole::Values => self.values,
+        }
+    }
+}
+
+impl From<KvType> for KvTypes {
+    fn from(ty: KvType) -> KvTypes {
+        KvTypes::uniform(ty)
+    }
+}
+
+impl std::fmt::Display for KvTypes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "K {} / V {}", self.keys, self.values)
+    }
+}
+
+/// A KV cache type that was asked for and cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KvTypeError {
+    #[error("unknown KV cache type {0:?}; supported: f16, f32, q8_0, q4_0, tq4, tq3")]
+    Unknown(String),
+    #[error(
+        "KV cache type {ty} stores heads in blocks of {block} values; head dimension {head_dim} is not a multiple"
+    )]
+    HeadDim {
+        ty: KvType,
+        head_dim: usize,
+        block: usize,
+    },
+    #[error("KV cache types {0}: TurboQuant (tq4, tq3) is for keys and values together")]
+    HalfTurbo(KvTypes),
+}
+
+/// One layer's key or value cache: `n_cells` slots of `width` elements (heads of
+/// `head_dim`).
 pub struct KvCache {
     pub n_cells: usize,
     pub width: usize,
+    pub head_dim: usize,
     pub ty: KvType,
+    pub role: KvRole,
     payload: Box<dyn Any + Send + Sync>,
 }
 
@@ -217,13 +409,17 @@ impl KvCache {
     pub fn new(
         n_cells: usize,
         width: usize,
+        head_dim: usize,
         ty: KvType,
+        role: KvRole,
         payload: Box<dyn Any + Send + Sync>,
     ) -> KvCache {
         KvCache {
             n_cells,
             width,
+            head_dim,
             ty,
+            role,
             payload,
         }
     }

@@ -5,7 +5,7 @@ use runit_quant::GgmlType;
 
 use crate::BackendError;
 use crate::OpResult;
-use crate::{Buffer, KvCache, KvType, Op, StepInputs, StepKey, Weight, WeightSource};
+use crate::{Buffer, KvCache, KvRole, KvType, Op, StepInputs, StepKey, Weight, WeightSource};
 
 /// A compute device and its memory.
 pub trait Device {
@@ -29,8 +29,17 @@ pub trait Device {
     /// device backend uploads them. The weight keeps the source's role.
     fn load_weight(&self, source: WeightSource<'_>) -> Result<Weight, BackendError>;
 
-    /// A KV cache for one layer: `n_cells` token slots of `width` = kv_heads × head_dim.
-    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError>;
+    /// A KV cache for one layer: `n_cells` token slots of `width` = kv_heads × `head_dim`,
+    /// holding keys or values (`role`) as `ty`. A type this backend does not store, or a
+    /// width that is not a whole number of its blocks, is `BackendError::UnsupportedKv`.
+    fn alloc_kv(
+        &self,
+        n_cells: usize,
+        width: usize,
+        head_dim: usize,
+        ty: KvType,
+        role: KvRole,
+    ) -> Result<KvCache, BackendError>;
 
     /// Waits until all submitted work is done.
     fn synchronize(&self) -> OpResult;

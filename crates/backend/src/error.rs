@@ -17,6 +17,14 @@ pub enum BackendError {
         ty: GgmlType,
         tensor: String,
     },
+    /// The backend does not store a KV cache of this type (or not of this width).
+    #[error("{backend}: KV cache type {ty} is not supported for {what}; this backend stores {supported}")]
+    UnsupportedKv {
+        backend: String,
+        ty: crate::KvType,
+        what: String,
+        supported: &'static str,
+    },
     /// Operand sizes do not agree.
     #[error("{op}: {what}: expected {expected}, found {found}")]
     Shape {

@@ -21,11 +21,13 @@ mod device;
 mod error;
 mod fused;
 pub mod gelu;
+pub mod hadamard;
 pub mod moe;
 mod ops;
 pub mod pick;
 mod primitives;
 pub mod testing;
+pub mod turbo;
 pub mod unfused;
 
 pub use args::{
@@ -33,7 +35,8 @@ pub use args::{
     RopeKvWrite, ScatterAddRows,
 };
 pub use buffer::{
-    Buffer, GgmlLayout, HostMemory, KvCache, KvType, Weight, WeightRole, WeightSource,
+    Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight,
+    WeightRole, WeightSource,
 };
 pub use device::Device;
 pub use error::{BackendError, OpResult};

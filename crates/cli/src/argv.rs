@@ -1,14 +1,16 @@
 //! llama.cpp's multi-letter short flags (`-ngl 99`, `-hf REPO`, `-sys TEXT`, `-cnv`, `-fa`,
-//! `-md FILE`)
+//! `-md FILE`, `-ctk TYPE`, `-ctv TYPE`)
 //! rewritten to their long forms before clap parses, which would read `-ngl` as `-n gl`; any
 //! other `-word` is refused with the nearest known flag named, instead of being misparsed.
 
 use clap::Command;
 
 /// llama.cpp's short forms and the long flags they stand for.
-const SHORT_FORMS: [(&str, &str); 6] = [
+const SHORT_FORMS: [(&str, &str); 8] = [
     ("-hf", "--hf-repo"),
     ("-md", "--model-draft"),
+    ("-ctk", "--kv-type-k"),
+    ("-ctv", "--kv-type-v"),
     ("-ngl", "--n-gpu-layers"),
     ("-sys", "--system-prompt"),
     ("-cnv", "--conversation"),

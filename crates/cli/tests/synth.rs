@@ -125,7 +125,7 @@ fn forward_is_finite(file: GgufFile) {
         block_table: vec![0],
         block_size: 16,
     }];
-    let mut kv = KvState::new(&model, 16, KvType::F32).expect("KV cache");
+    let mut kv = KvState::new(&model, 16, KvType::F32.into()).expect("KV cache");
     let mut scratch = Scratch::new(&model, tokens.len()).expect("scratch");
     let mut logits = Vec::new();
     let batch = Batch {

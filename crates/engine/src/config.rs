@@ -3,7 +3,7 @@
 //! scheduler's limits. A [`Session`](crate::Session), the
 //! [`Scheduler`](crate::scheduler::Scheduler) and the CLI's flags all read [`EngineConfig`].
 
-use runit_backend::KvType;
+use runit_backend::{KvType, KvTypes};
 use runit_model::{KvState, Model};
 
 use crate::kv_blocks::BlockAllocator;
@@ -19,8 +19,8 @@ pub struct EngineConfig {
     pub context_size: usize,
     /// Most prompt tokens evaluated in one forward pass; longer prompts are split.
     pub batch_size: usize,
-    /// Element type of the KV cache.
-    pub kv_type: KvType,
+    /// Element types of the KV cache's keys and values.
+    pub kv_types: KvTypes,
     /// Cells per KV block, the unit in which sequences take cache cells.
     pub kv_block_size: usize,
     /// Most sequences the scheduler decodes at once (`--parallel`), and the most one
@@ -49,7 +49,7 @@ impl EngineConfig {
     pub const DEFAULT: EngineConfig = EngineConfig {
         context_size: 4096,
         batch_size: 512,
-        kv_type: KvType::F16,
+        kv_types: KvTypes::uniform(KvType::F16),
         kv_block_size: 16,
         max_sequences: 4,
         max_queued: 64,
@@ -117,7 +117,7 @@ impl EngineConfig {
             });
         let window_cells = windows.as_ref().map(WindowRings::cells);
         let n_cells = n_blocks * self.kv_block_size;
-        let kv = KvState::with_windows(model, n_cells, window_cells, self.kv_type)?;
+        let kv = KvState::with_windows(model, n_cells, window_cells, self.kv_types)?;
         let blocks = if pool && self.prefix_cache && windows.is_none() {
             BlockAllocator::with_prefix_cache(n_blocks, self.kv_block_size)
         } else {
@@ -147,16 +147,8 @@ impl EngineConfig {
         let Some(free) = model.backend.memory_available() else {
             return Ok(None);
         };
-        let element_bytes = match self.kv_type {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
-        };
         // Keys and values of every layer.
-        let block_bytes = 2
-            * model.config.block_count
-            * model.config.kv_width()
-            * element_bytes
-            * self.kv_block_size;
+        let block_bytes = KvState::token_bytes(model, self.kv_types)? * self.kv_block_size;
         blocks_in_memory(free, fraction, block_bytes).map(Some)
     }
 }

@@ -11,6 +11,9 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A KV cache type this model's heads cannot be stored in.
+    #[error(transparent)]
+    KvType(#[from] runit_backend::KvTypeError),
     #[error("unsupported architecture `{found}`; supported: {supported}")]
     UnsupportedArchitecture { found: String, supported: String },
     #[error("required metadata key `{key}` is missing")]

@@ -12,9 +12,9 @@ use std::cell::RefCell;
 
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, Backend, BackendError, Buffer,
-    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvType, KvWrite, MoeFfnRun, Op, OpResult,
-    Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs,
-    Weight, WeightSource,
+    BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op,
+    OpResult, Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows,
+    StepInputs, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -126,8 +126,15 @@ impl Device for Observed<'_> {
         self.inner.load_weight(source)
     }
 
-    fn alloc_kv(&self, n_cells: usize, width: usize, ty: KvType) -> Result<KvCache, BackendError> {
-        self.inner.alloc_kv(n_cells, width, ty)
+    fn alloc_kv(
+        &self,
+        n_cells: usize,
+        width: usize,
+        head_dim: usize,
+        ty: KvType,
+        role: KvRole,
+    ) -> Result<KvCache, BackendError> {
+        self.inner.alloc_kv(n_cells, width, head_dim, ty, role)
     }
 
     fn synchronize(&self) -> OpResult {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use runit_backend::{BackendError, Buffer, KvCache, KvType};
+use runit_backend::{BackendError, Buffer, KvCache, KvRole, KvTypes};
 
 use crate::{Model, ModelError};
 
@@ -19,6 +19,8 @@ pub struct KvState {
     pub window_cells: Option<usize>,
     /// Bytes of every layer's keys and values.
     pub bytes: usize,
+    /// The element types of the keys and the values.
+    pub types: KvTypes,
     /// Unique id of these caches (part of a captured step's identity).
     pub(crate) id: u64,
 }
@@ -32,8 +34,18 @@ fn next_workspace_id() -> u64 {
 
 impl KvState {
     /// Caches of `n_cells` token slots for every layer of `model`.
-    pub fn new(model: &Model, n_cells: usize, ty: KvType) -> Result<KvState, ModelError> {
-        KvState::with_windows(model, n_cells, None, ty)
+    pub fn new(model: &Model, n_cells: usize, types: KvTypes) -> Result<KvState, ModelError> {
+        KvState::with_windows(model, n_cells, None, types)
+    }
+
+    /// Bytes of one token's keys and values over every layer of `model` stored as `types`
+    /// (refusing types the heads cannot be stored in: `KvTypes::check`).
+    pub fn token_bytes(model: &Model, types: KvTypes) -> Result<usize, ModelError> {
+        types.check(model.config.head_dim)?;
+        let layer = types
+            .token_bytes(model.config.kv_width())
+            .expect("whole blocks: the head dimension is a multiple of the block size");
+        Ok(layer * model.config.block_count)
     }
 
     /// Caches of `n_cells` token slots for the global layers of `model` and of
@@ -42,13 +54,14 @@ impl KvState {
         model: &Model,
         n_cells: usize,
         window_cells: Option<usize>,
-        ty: KvType,
+        types: KvTypes,
     ) -> Result<KvState, ModelError> {
         let width = model.config.kv_width();
-        let element = match ty {
-            KvType::F16 => 2,
-            KvType::F32 => 4,
-        };
+        let head_dim = model.config.head_dim;
+        KvState::token_bytes(model, types)?;
+        let row_bytes = types
+            .token_bytes(width)
+            .expect("checked by token_bytes: whole blocks");
         let layer_cells = |layer: &crate::LayerConfig| match (layer.sliding_window, window_cells) {
             (Some(_), Some(cells)) => cells,
             _ => n_cells,
@@ -60,7 +73,7 @@ impl KvState {
             .layers()
             .iter()
             .try_fold(0usize, |total, layer| {
-                let layer_bytes = layer_cells(layer).checked_mul(2 * width * element)?;
+                let layer_bytes = layer_cells(layer).checked_mul(row_bytes)?;
                 total.checked_add(layer_bytes)
             })
             .unwrap_or(usize::MAX);
@@ -83,8 +96,18 @@ impl KvState {
         let mut values = Vec::with_capacity(model.config.block_count);
         for layer in model.config.layers() {
             let cells = layer_cells(layer);
-            keys.push(model.backend.alloc_kv(cells, width, ty)?);
-            values.push(model.backend.alloc_kv(cells, width, ty)?);
+            keys.push(
+                model
+                    .backend
+                    .alloc_kv(cells, width, head_dim, types.keys, KvRole::Keys)?,
+            );
+            values.push(model.backend.alloc_kv(
+                cells,
+                width,
+                head_dim,
+                types.values,
+                KvRole::Values,
+            )?);
         }
         Ok(KvState {
             keys,
@@ -92,6 +115,7 @@ impl KvState {
             n_cells,
             window_cells,
             bytes,
+            types,
             id: next_workspace_id(),
         })
     }

@@ -213,7 +213,7 @@ fn a_kv_cache_beyond_the_memory_is_refused_before_it_is_allocated() {
     let model = load("llama", &schema_tensors("llama", false)).expect("loads");
     // 2^52 cells of 32 values per layer: far beyond any machine, refused with the bytes asked
     // (an allocation of zeroed pages would have succeeded and been killed when touched).
-    match runit_model::KvState::new(&model, 1 << 52, runit_backend::KvType::F16) {
+    match runit_model::KvState::new(&model, 1 << 52, runit_backend::KvType::F16.into()) {
         Err(ModelError::Backend(runit_backend::BackendError::OutOfMemory { bytes, .. })) => {
             assert!(bytes > 1 << 52, "{bytes}")
         }
@@ -221,5 +221,5 @@ fn a_kv_cache_beyond_the_memory_is_refused_before_it_is_allocated() {
         Ok(_) => panic!("a cache of 2^52 cells was allocated"),
     }
     // A small one still allocates.
-    runit_model::KvState::new(&model, 64, runit_backend::KvType::F16).expect("64 cells");
+    runit_model::KvState::new(&model, 64, runit_backend::KvType::F16.into()).expect("64 cells");
 }

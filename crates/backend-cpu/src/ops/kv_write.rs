@@ -1,7 +1,10 @@
-//! Writing a step's keys and values into the paged cache (rounded to f16 for an f16 cache,
-//! nearest even, as ggml's `set_rows`/`cpy` to F16).
+//! Writing a step's keys and values into the paged cache: rounded to f16 for an f16 cache
+//! (nearest even, as ggml's `set_rows`/`cpy` to F16), quantized to ggml's blocks for Q8_0
+//! and Q4_0 (as its `set_rows`, after llama.cpp's Hadamard rotation: `runit_backend::hadamard`), encoded for TurboQuant (`crate::turbo`).
 
-use runit_backend::{BackendError, KvCache, KvWrite, SequenceSpan};
+use runit_backend::{hadamard, turbo, BackendError, KvCache, KvWrite, SequenceSpan};
+use runit_quant::quantize::q8::quantize_row_q8_0_activation;
+use runit_quant::quantize::quantize_row_q4_0;
 
 use crate::storage::{at_least, data, kv, kv_mut, product, CpuKv};
 use crate::vector;
@@ -52,13 +55,8 @@ pub fn prefetch_destinations(k_cache: &KvCache, v_cache: &KvCache, spans: &[Sequ
                     continue;
                 };
                 let cell = block as usize * span.block_size + position % span.block_size.max(1);
-                let row = cell * width..(cell + 1) * width;
-                let (start, bytes) = match cells {
-                    CpuKv::F16(cells) => (cells.get(row).map(|r| r.as_ptr().cast::<u8>()), 2),
-                    CpuKv::F32(cells) => (cells.get(row).map(|r| r.as_ptr().cast::<u8>()), 4),
-                };
-                if let Some(start) = start {
-                    prefetch_for_write(start, bytes * width);
+                if let Some(row) = cells.row_bytes(cell, width) {
+                    prefetch_for_write(row.as_ptr(), row.len());
                 }
             }
         }
@@ -105,14 +103,35 @@ fn write_one(
     what: &'static str,
 ) -> Result<(), BackendError> {
     let width = cache.width;
+    let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
+    let mut rotated = vec![0.0f32; if rotation.is_some() { width } else { 0 }];
     let cells = kv_mut(cache, OP, what)?;
     for span in spans {
         for r in 0..span.rows {
-            let row = &src[(span.first_row + r) * width..(span.first_row + r + 1) * width];
+            let mut row = &src[(span.first_row + r) * width..(span.first_row + r + 1) * width];
+            if let Some(n) = rotation {
+                rotated.copy_from_slice(row);
+                hadamard::rotate_chunks(&mut rotated, n);
+                row = &rotated;
+            }
             let at = span.cell(span.start_position + r) * width;
+            let cell = span.cell(span.start_position + r);
             match cells {
                 CpuKv::F16(cells) => vector::to_f16(row, &mut cells[at..at + width]),
                 CpuKv::F32(cells) => cells[at..at + width].copy_from_slice(row),
+                // ggml-cpu's `set_rows` quantizes with the type's `from_float`: the x86
+                // SIMD rounding for Q8_0 (as activations), the reference one for Q4_0.
+                CpuKv::Q8_0(cells) => {
+                    quantize_row_q8_0_activation(row, &mut cells[at / 32..(at + width) / 32])
+                }
+                CpuKv::Q4_0(cells) => {
+                    quantize_row_q4_0(row, &mut cells[at / 32..(at + width) / 32])
+                }
+                CpuKv::Turbo(cells) => {
+                    let bytes = width / turbo::BLOCK * cells.layout.block_bytes();
+                    let dst = &mut cells.bytes[cell * bytes..(cell + 1) * bytes];
+                    crate::turbo::encode_row(cells.layout, row, dst);
+                }
             }
         }
     }

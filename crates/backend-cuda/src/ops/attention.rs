@@ -7,7 +7,7 @@
 mod plan;
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{Attention, AttentionParams, BackendError, Buffer, Device, KvType};
+use runit_backend::{hadamard, Attention, AttentionParams, BackendError, Buffer, Device, KvType};
 
 use super::elementwise::{product, to_u32};
 use super::kv::{check_block_sizes, check_cells, end_row};
@@ -68,6 +68,10 @@ pub fn attention(
             });
         }
     }
+    let blocks = |ty| matches!(ty, KvType::Q8_0 | KvType::Q4_0);
+    if blocks(k_cache.ty) && blocks(v_cache.ty) {
+        return attention_blocks(backend, attention, out);
+    }
     if k_cache.ty != v_cache.ty {
         return Err(BackendError::Device {
             backend: backend.name(),
@@ -90,6 +94,11 @@ pub fn attention(
     let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
     check_len(OP, "q", q, needed)?;
     check_len(OP, "out", out, needed)?;
+    for cache in [k_cache, v_cache] {
+        if !matches!(cache.ty, KvType::F16 | KvType::F32) || cache.ty != k_cache.ty {
+            return Err(crate::kv_type_refused(cache.ty, OP));
+        }
+    }
     let f16 = k_cache.ty == KvType::F16;
     let call = Call {
         q: buffer_ptr(OP, "q", q)?,
@@ -155,6 +164,99 @@ pub fn attention(
         };
         decode(backend, &call, &step, &plan, end_row, mma)
     }
+}
+
+/// Attention over Q8_0 / Q4_0 caches (kernels/attention.cu's `attention_blocks_*`): one
+/// warp per (row, head) reading the blocks, queries and output rotated as the caches' rows
+/// were (`runit_backend::hadamard`). Not in `--exact` numerics (refused).
+fn attention_blocks(
+    backend: &CudaBackend,
+    attention: &Attention<'_>,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let &Attention {
+        q,
+        k_cache,
+        v_cache,
+        spans,
+        params,
+    } = attention;
+    if backend.exact_numerics() {
+        return Err(BackendError::Device {
+            backend: backend.name(),
+            op: OP,
+            message: format!(
+                "--exact numerics are not implemented for {} / {} KV caches",
+                k_cache.ty, v_cache.ty
+            ),
+        });
+    }
+    let head_dim = params.head_dim;
+    for cache in [k_cache, v_cache] {
+        if cache.head_dim != head_dim || !head_dim.is_multiple_of(32) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "cache head_dim (a multiple of 32)",
+                expected: head_dim,
+                found: cache.head_dim,
+            });
+        }
+    }
+    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
+    for span in spans {
+        let end_position = span.start_position.saturating_add(span.rows);
+        check_cells(OP, span, 0..end_position, n_cells)?;
+    }
+    check_block_sizes(OP, spans)?;
+    let end_row = end_row(spans);
+    if end_row == 0 {
+        return Ok(());
+    }
+    let q_width = product(OP, "heads × head_dim", params.heads, head_dim)?;
+    let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
+    check_len(OP, "q", q, needed)?;
+    check_len(OP, "out", out, needed)?;
+    let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
+    let name = match (k_cache.ty, v_cache.ty) {
+        (KvType::Q8_0, KvType::Q8_0) => "attention_blocks_q8_0_q8_0",
+        (KvType::Q8_0, KvType::Q4_0) => "attention_blocks_q8_0_q4_0",
+        (KvType::Q4_0, KvType::Q8_0) => "attention_blocks_q4_0_q8_0",
+        (KvType::Q4_0, KvType::Q4_0) => "attention_blocks_q4_0_q4_0",
+        (other, _) => return Err(crate::kv_type_refused(other, OP)),
+    };
+    let rotation = |cache: &runit_backend::KvCache| {
+        hadamard::llama_rotation(cache.ty, cache.role, head_dim).unwrap_or(0) as u32
+    };
+    let config = LaunchConfig {
+        grid_dim: (
+            to_u32(OP, "rows", end_row)?,
+            to_u32(OP, "heads", params.heads)?,
+            1,
+        ),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        name,
+        config,
+        buffer_ptr(OP, "q", q)?,
+        kv_ptr(OP, "k cache", k_cache)?,
+        kv_ptr(OP, "v cache", v_cache)?,
+        step.ptr,
+        buffer_ptr(OP, "out", out)?,
+        to_u32(OP, "heads", params.heads)?,
+        to_u32(OP, "kv_heads", params.kv_heads)?,
+        head_dim as u32,
+        params.scale,
+        params
+            .sliding_window
+            .map_or(0, |w| w.min(i32::MAX as usize) as u32),
+        rotation(k_cache),
+        rotation(v_cache)
+    )
 }
 
 /// The shape checks of the CPU reference, plus the kernels' head_dim limit.

@@ -82,7 +82,8 @@ fn same_rotation(q: &RopeParams, k: &RopeParams) -> bool {
 }
 
 /// The QK norms, RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch.
-/// Unusual arguments (different rotations of q and k, caches of other widths or types) take
+/// Unusual arguments (different rotations of q and k, caches of other widths or types,
+/// quantized caches) take
 /// the primitive ops; QK norms other than per-head ones of f32 weights (full-width norms)
 /// run as the default runs them, before the launch.
 pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(), BackendError> {
@@ -94,6 +95,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         && op.k_cache.width == width
         && op.v_cache.width == width
         && op.k_cache.ty == op.v_cache.ty
+        && matches!(op.k_cache.ty, KvType::F16 | KvType::F32)
         && rotary_dim.is_multiple_of(2)
         && rotary_dim <= head_dim;
     // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
@@ -185,6 +187,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     let name = match k_cache.ty {
         KvType::F16 => "rope_kv_write_f16",
         KvType::F32 => "rope_kv_write_f32",
+        other => return Err(crate::kv_type_refused(other, OP)),
     };
     launch!(
         backend,

@@ -3,7 +3,7 @@
 //! from the step buffer, rounded to f16 (nearest even) for an f16 cache.
 
 use cudarc::driver::LaunchConfig;
-use runit_backend::{BackendError, Buffer, KvCache, KvType, KvWrite, SequenceSpan};
+use runit_backend::{hadamard, BackendError, Buffer, KvCache, KvType, KvWrite, SequenceSpan};
 
 use super::elementwise::{product, threads_for, to_u32};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
@@ -67,6 +67,33 @@ pub fn kv_write(backend: &CudaBackend, write: KvWrite<'_>) -> Result<(), Backend
                 rows,
                 n_cells
             )?,
+            KvType::Q8_0 | KvType::Q4_0 => {
+                let name = if cache.ty == KvType::Q8_0 {
+                    "kv_write_q8_0"
+                } else {
+                    "kv_write_q4_0"
+                };
+                let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
+                let config = LaunchConfig {
+                    shared_mem_bytes: to_u32(OP, "row bytes", cache.width * 4)?,
+                    ..config
+                };
+                launch!(
+                    backend,
+                    OP,
+                    "kv.cu",
+                    name,
+                    config,
+                    cells,
+                    src,
+                    step.ptr,
+                    width,
+                    rows,
+                    n_cells,
+                    rotation.unwrap_or(0) as u32
+                )?
+            }
+            other => return Err(crate::kv_type_refused(other, OP)),
         }
     }
     Ok(())

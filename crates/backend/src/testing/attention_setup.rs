@@ -3,7 +3,8 @@
 
 use super::random::Rng;
 use crate::{
-    Attention, AttentionParams, Backend, BackendError, Buffer, KvType, KvWrite, SequenceSpan,
+    Attention, AttentionParams, Backend, BackendError, Buffer, KvRole, KvTypes, KvWrite,
+    SequenceSpan,
 };
 
 type Output = Result<Vec<f32>, BackendError>;
@@ -27,6 +28,7 @@ struct Prefix {
 /// cache whose blocks are handed out in a scrambled order.
 pub struct AttentionSetup {
     kv_width: usize,
+    head_dim: usize,
     q_width: usize,
     block_size: usize,
     n_cells: usize,
@@ -84,6 +86,7 @@ impl AttentionSetup {
             first_row += rows;
         }
         AttentionSetup {
+            head_dim,
             kv_width,
             q_width,
             block_size,
@@ -97,9 +100,27 @@ impl AttentionSetup {
         }
     }
 
-    pub fn run(&self, b: &dyn Backend, kv_type: KvType, params: &AttentionParams) -> Output {
-        let mut k_cache = b.alloc_kv(self.n_cells, self.kv_width, kv_type)?;
-        let mut v_cache = b.alloc_kv(self.n_cells, self.kv_width, kv_type)?;
+    pub fn run(
+        &self,
+        b: &dyn Backend,
+        types: impl Into<KvTypes>,
+        params: &AttentionParams,
+    ) -> Output {
+        let types = types.into();
+        let mut k_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.head_dim,
+            types.keys,
+            KvRole::Keys,
+        )?;
+        let mut v_cache = b.alloc_kv(
+            self.n_cells,
+            self.kv_width,
+            self.head_dim,
+            types.values,
+            KvRole::Values,
+        )?;
         for prefix in &self.prefixes {
             if prefix.len == 0 {
                 continue;

@@ -314,9 +314,9 @@ impl Suite<'_> {
     }
 
     fn attention(&mut self) {
-        use KvType::{F16, F32};
+        use KvType::{F16, F32, Q4_0, Q8_0};
         // (heads, kv_heads, head_dim, kv type, window, [(cached prefix, new rows)] per sequence)
-        let cases: [AttentionCase; 9] = [
+        let cases: [AttentionCase; 12] = [
             (8, 2, 64, F16, None, &[(37, 1)]),
             (8, 2, 64, F32, None, &[(37, 1)]),
             (4, 4, 32, F16, None, &[(3, 5), (0, 7)]),
@@ -326,6 +326,10 @@ impl Suite<'_> {
             (2, 1, 128, F16, Some(8), &[(12, 20)]),
             (6, 3, 80, F16, Some(16), &[(90, 1), (4, 1), (0, 66)]),
             (2, 2, 48, F16, None, &[(0, 1), (300, 2)]),
+            // ggml's blocks: rotated heads of 64 and 128 (`crate::hadamard`), GQA, a window.
+            (8, 2, 64, Q8_0, None, &[(37, 1), (0, 70)]),
+            (4, 2, 64, Q4_0, None, &[(10, 70), (90, 1)]),
+            (2, 1, 128, Q8_0, Some(8), &[(12, 20)]),
         ];
         for (index, (heads, kv_heads, head_dim, kv_type, window, sequences)) in
             cases.iter().enumerate()
@@ -443,8 +447,8 @@ impl Suite<'_> {
                     scale: 1.0,
                     sliding_window: None,
                 };
-                let k = b.alloc_kv(16, 16, KvType::F16)?;
-                let v = b.alloc_kv(16, 16, KvType::F16)?;
+                let k = b.alloc_kv(16, 16, 16, KvType::F16, crate::KvRole::Keys)?;
+                let v = b.alloc_kv(16, 16, 16, KvType::F16, crate::KvRole::Values)?;
                 let span = SequenceSpan {
                     first_row: 0,
                     rows: 1,
@@ -462,8 +466,8 @@ impl Suite<'_> {
                 b.attention(&attention, &mut b.alloc(24)?)
             }),
             ("kv_write", "block table shorter than the positions", &|b| {
-                let mut k = b.alloc_kv(16, 8, KvType::F16)?;
-                let mut v = b.alloc_kv(16, 8, KvType::F16)?;
+                let mut k = b.alloc_kv(16, 8, 8, KvType::F16, crate::KvRole::Keys)?;
+                let mut v = b.alloc_kv(16, 8, 8, KvType::F16, crate::KvRole::Values)?;
                 let span = SequenceSpan {
                     first_row: 0,
                     rows: 6,

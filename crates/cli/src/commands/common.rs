@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use runit_backend::{Backend, KvType};
+use runit_backend::{Backend, KvType, KvTypes};
 use runit_engine::EngineConfig;
 use runit_gguf::GgufFile;
 use runit_model::{LoadStep, Model, WeightPlacement};
@@ -68,9 +68,19 @@ pub struct ModelArgs {
     /// Most prompt tokens evaluated in one forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = EngineConfig::DEFAULT.batch_size)]
     pub batch_size: usize,
-    /// KV cache element type.
-    #[arg(long = "kv-type", value_enum, default_value_t = EngineConfig::DEFAULT.kv_type.into())]
-    pub kv_type: KvTypeArg,
+    /// KV cache type of keys and values: f16, f32, q8_0, q4_0 (ggml's blocks, as
+    /// llama.cpp's `-ctk`/`-ctv`), tq4, tq3 (TurboQuant) [default: f16].
+    #[arg(long = "kv-type", value_name = "TYPE")]
+    pub kv_type: Option<KvType>,
+    /// KV cache type of the keys (overrides --kv-type for them; `-ctk` as in llama.cpp).
+    #[arg(long = "kv-type-k", alias = "cache-type-k", value_name = "TYPE")]
+    pub kv_type_k: Option<KvType>,
+    /// KV cache type of the values (overrides --kv-type for them; `-ctv` as in llama.cpp).
+    #[arg(long = "kv-type-v", alias = "cache-type-v", value_name = "TYPE")]
+    pub kv_type_v: Option<KvType>,
+    /// TurboQuant KV cache: keys tq4, values tq3 (`KvTypes::TURBO`).
+    #[arg(long, conflicts_with_all = ["kv_type", "kv_type_k", "kv_type_v"])]
+    pub tq: bool,
     /// On the CPU, compute from the file's memory map instead of a copy of the weights in
     /// huge pages (made when the system has transparent huge pages and the file takes at most
     /// half of the available memory). The copy is the default: it decodes faster (fewer TLB
@@ -87,31 +97,6 @@ pub struct ModelArgs {
     /// is always fused, so `on` and `auto` change nothing and `off` is refused.
     #[arg(long = "flash-attn", value_name = "on|off|auto", num_args = 0..=1, default_missing_value = "on")]
     pub flash_attn: Option<String>,
-}
-
-/// `--kv-type` values.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvTypeArg {
-    F16,
-    F32,
-}
-
-impl From<KvType> for KvTypeArg {
-    fn from(kv_type: KvType) -> KvTypeArg {
-        match kv_type {
-            KvType::F16 => KvTypeArg::F16,
-            KvType::F32 => KvTypeArg::F32,
-        }
-    }
-}
-
-impl From<KvTypeArg> for KvType {
-    fn from(kv_type: KvTypeArg) -> KvType {
-        match kv_type {
-            KvTypeArg::F16 => KvType::F16,
-            KvTypeArg::F32 => KvType::F32,
-        }
-    }
 }
 
 impl ModelArgs {
@@ -153,8 +138,20 @@ impl ModelArgs {
         EngineConfig {
             context_size: self.context_size(),
             batch_size: self.batch_size,
-            kv_type: self.kv_type.into(),
+            kv_types: self.kv_types(),
             ..EngineConfig::DEFAULT
+        }
+    }
+
+    /// The KV cache types the flags ask for.
+    pub fn kv_types(&self) -> KvTypes {
+        if self.tq {
+            return KvTypes::TURBO;
+        }
+        let both = self.kv_type.unwrap_or(EngineConfig::DEFAULT.kv_types.keys);
+        KvTypes {
+            keys: self.kv_type_k.unwrap_or(both),
+            values: self.kv_type_v.unwrap_or(both),
         }
     }
 

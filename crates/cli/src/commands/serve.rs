@@ -211,10 +211,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let scheduler = Scheduler::start(Arc::clone(&loaded.model), &config)?;
     let stats = scheduler.stats();
+    let kv_bytes = runit_model::KvState::token_bytes(&loaded.model, config.kv_types)?;
     eprintln!(
-        "KV pool: {} blocks of {} cells; prefix cache {}",
+        "KV pool: {} blocks of {} cells ({}, {kv_bytes} bytes per token, {:.1} MiB); prefix cache {}",
         stats.total_blocks,
         config.kv_block_size,
+        config.kv_types,
+        (stats.total_blocks * config.kv_block_size * kv_bytes) as f64 / (1u64 << 20) as f64,
         if config.prefix_cache { "on" } else { "off" }
     );
     let context_size = scheduler.context_size();

@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use half::f16;
 use runit_backend::SequenceSpan;
 
-use super::{CacheRow, Problem};
+use runit_backend::hadamard;
+use runit_quant::dequant::{dequantize_row_q4_0, dequantize_row_q8_0};
+use runit_quant::dot::{activation_row_bytes, quantize_activation, ActivationFormat};
+
+use super::{row_owners, CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
 
@@ -19,11 +23,14 @@ const PARALLEL_MIN_KEYS: usize = 512;
 /// Chunks per thread (uneven context lengths balance out over several).
 const CHUNKS_PER_THREAD: usize = 8;
 
-/// Per-worker buffers: Q rounded to f16 and the f16 V accumulator (one head), and the
-/// [`group`] kernel's buffers (a whole group of heads).
+/// Per-worker buffers: Q rounded to f16 or quantized to Q8_0, the f16 V accumulator and a
+/// dequantized value row (one head), and the [`group`] kernel's buffers (a whole group of
+/// heads).
 struct Scratch {
     query: Vec<f16>,
+    query_q8: Vec<u8>,
     accumulator: Vec<f16>,
+    value: Vec<f32>,
     group: group::Scratch,
 }
 
@@ -38,10 +45,7 @@ pub fn run(
     out: &mut [f32],
     row_done: Option<&RowDone>,
 ) -> usize {
-    let mut owner = vec![usize::MAX; end_row];
-    for (index, span) in spans.iter().enumerate() {
-        owner[span.first_row..span.first_row + span.rows].fill(index);
-    }
+    let owner = row_owners(spans, end_row);
     let heads = problem.heads;
     let head_dim = problem.head_dim;
     let out = &mut out[..end_row * heads * head_dim];
@@ -54,7 +58,9 @@ pub fn run(
     let units_per_row = heads / unit_heads;
     let new_scratch = || Scratch {
         query: vec![f16::ZERO; head_dim],
+        query_q8: Vec::new(),
         accumulator: vec![f16::ZERO; head_dim],
+        value: vec![0.0; head_dim],
         group: group::Scratch::default(),
     };
     let task = |scratch: &mut Scratch, index: usize, dst: &mut [f32]| {
@@ -154,12 +160,28 @@ fn one_head(
     if f16_keys {
         vector::to_f16(query, &mut scratch.query);
     }
+    if problem.key_dot.is_some() {
+        let mut query = query;
+        if let Some(n) = problem.key_rotation {
+            scratch.value.copy_from_slice(query);
+            hadamard::rotate_chunks(&mut scratch.value, n);
+            query = &scratch.value;
+        }
+        scratch
+            .query_q8
+            .resize(activation_row_bytes(ActivationFormat::Q8_0, query.len()), 0);
+        quantize_activation(ActivationFormat::Q8_0, query, &mut scratch.query_q8);
+    }
     let accumulator = &mut scratch.accumulator;
     if f16_values {
         accumulator.fill(f16::ZERO);
     } else {
         dst.fill(0.0);
     }
+    let key_dot = |key: &[u8]| {
+        let dot = problem.key_dot.expect("set for a Q8_0 or Q4_0 key cache");
+        dot(problem.head_dim, key, &scratch.query_q8)
+    };
     let mut max = f32::NEG_INFINITY;
     let mut sum = 0.0f32;
     for key_position in problem.first_visible(position)..=position {
@@ -167,6 +189,9 @@ fn one_head(
         let dot = match problem.key(cell, head) {
             CacheRow::F16(key) => vector::dot_f16(isa, &scratch.query, key),
             CacheRow::F32(key) => vector::dot_f32(isa, query, key),
+            CacheRow::Q8_0(key) => key_dot(bytemuck::cast_slice(key)),
+            CacheRow::Q4_0(key) => key_dot(bytemuck::cast_slice(key)),
+            CacheRow::Turbo(_) => unreachable!("TurboQuant caches take their own path"),
         };
         let score = dot * problem.scale;
         // `rescale` shrinks what was accumulated when the maximum grows; `weight` is
@@ -187,6 +212,16 @@ fn one_head(
         match problem.value(cell, head) {
             CacheRow::F16(value) => vector::mad_f16(isa, accumulator, value, weight),
             CacheRow::F32(value) => vector::mad_f32(isa, dst, value, weight),
+            // ggml's `v_to_float` (the reference dequantization), then an f32 `mad`.
+            CacheRow::Q8_0(value) => {
+                dequantize_row_q8_0(value, &mut scratch.value);
+                vector::mad_f32(isa, dst, &scratch.value, weight)
+            }
+            CacheRow::Q4_0(value) => {
+                dequantize_row_q4_0(value, &mut scratch.value);
+                vector::mad_f32(isa, dst, &scratch.value, weight)
+            }
+            CacheRow::Turbo(_) => unreachable!("TurboQuant caches take their own path"),
         }
         // ggml's `S = S*ms + vs`, which gcc compiles to a fused multiply-add.
         sum = sum.mul_add(rescale, weight);
@@ -196,4 +231,7 @@ fn one_head(
     }
     let inverse = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     vector::scale_f32(dst, inverse);
+    if let Some(n) = problem.value_rotation {
+        hadamard::rotate_chunks(dst, n);
+    }
 }

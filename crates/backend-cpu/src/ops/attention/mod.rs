@@ -7,6 +7,11 @@
 //!   step for an f16 cache);
 //! - a larger span takes ggml's tiled path ([`tiled`]): everything in f32, keys in tiles of 64.
 //!
+//! A Q8_0 or Q4_0 cache always takes the one-chunk path (ggml tiles only f16 and f32
+//! caches of one type): Q is quantized to Q8_0 (the K type's `vec_dot_type`) and dotted
+//! with each key's blocks; each value row is dequantized to f32 and accumulated in f32.
+//! TurboQuant caches take their own path (`crate::turbo::attention`).
+//!
 //! ggml picks the path from the query rows of the whole batch; llama.cpp's batch is one
 //! sequence's span, so choosing per span gives each sequence of a multi-sequence batch the
 //! numbers it gets alone.
@@ -19,6 +24,11 @@ mod tiled;
 
 use half::f16;
 use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSpan};
+
+use runit_backend::{hadamard, turbo, KvRole};
+use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
+use runit_quant::dot::{dot_fn, DotFn};
+use runit_quant::GgmlType;
 
 use crate::ops::kv_write::check_cells;
 use crate::storage::{at_least, data, data_mut, kv, product, CpuKv};
@@ -38,6 +48,11 @@ const TILED_HEAD_DIM_MULTIPLE: usize = 16;
 pub enum CacheRow<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
+    /// `head_dim / 32` blocks.
+    Q8_0(&'a [BlockQ8_0]),
+    Q4_0(&'a [BlockQ4_0]),
+    /// `head_dim / turbo::BLOCK` TurboQuant blocks.
+    Turbo(&'a [u8]),
 }
 
 /// Everything a worker needs to compute one query head.
@@ -51,6 +66,13 @@ pub struct Problem<'a> {
     pub head_dim: usize,
     pub scale: f32,
     pub window: Option<usize>,
+    /// The dot product of a quantized key with the query quantized to Q8_0 (ggml's
+    /// `vec_dot` of the K cache type), for a Q8_0 or Q4_0 key cache.
+    pub key_dot: Option<DotFn>,
+    /// llama.cpp's Hadamard rotation of the queries (as of the keys) and of the output
+    /// (as of the values): chunk lengths (`runit_backend::hadamard`).
+    pub key_rotation: Option<usize>,
+    pub value_rotation: Option<usize>,
 }
 
 impl Problem<'_> {
@@ -68,9 +90,17 @@ impl Problem<'_> {
 
     fn row<'c>(&self, cells: &'c CpuKv, cell: usize, head: usize) -> CacheRow<'c> {
         let at = cell * self.kv_width + head / self.group * self.head_dim;
+        let blocks = at / 32..(at + self.head_dim) / 32;
         match cells {
             CpuKv::F16(data) => CacheRow::F16(&data[at..at + self.head_dim]),
             CpuKv::F32(data) => CacheRow::F32(&data[at..at + self.head_dim]),
+            CpuKv::Q8_0(data) => CacheRow::Q8_0(&data[blocks]),
+            CpuKv::Q4_0(data) => CacheRow::Q4_0(&data[blocks]),
+            CpuKv::Turbo(data) => {
+                let bytes = data.layout.block_bytes();
+                let first = at / turbo::BLOCK * bytes;
+                CacheRow::Turbo(&data.bytes[first..first + self.head_dim / turbo::BLOCK * bytes])
+            }
         }
     }
 
@@ -86,6 +116,15 @@ impl Problem<'_> {
 }
 
 pub use chunk::RowDone;
+
+/// The index of the span owning each of the first `end_row` rows (`usize::MAX` for none).
+pub fn row_owners(spans: &[SequenceSpan], end_row: usize) -> Vec<usize> {
+    let mut owner = vec![usize::MAX; end_row];
+    for (index, span) in spans.iter().enumerate() {
+        owner[span.first_row..span.first_row + span.rows].fill(index);
+    }
+    owner
+}
 
 /// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
 pub fn attention(
@@ -182,12 +221,54 @@ pub fn attention_reporting(
         head_dim,
         scale,
         window: sliding_window,
+        key_dot: match keys {
+            CpuKv::Q8_0(_) => dot_fn(GgmlType::Q8_0, backend.simd),
+            CpuKv::Q4_0(_) => dot_fn(GgmlType::Q4_0, backend.simd),
+            _ => None,
+        },
+        key_rotation: hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim),
+        value_rotation: hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim),
     };
+    for (cache, role) in [(k_cache, "k cache"), (v_cache, "v cache")] {
+        if cache.head_dim != head_dim {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "cache head_dim",
+                expected: head_dim,
+                found: cache.head_dim,
+            });
+        }
+        if let Err(error) = cache.ty.check_head_dim(head_dim) {
+            return Err(BackendError::Device {
+                backend: "cpu".to_string(),
+                op: OP,
+                message: format!("{role}: {error}"),
+            });
+        }
+    }
+    let float_caches = |cells: &CpuKv| matches!(cells, CpuKv::F16(_) | CpuKv::F32(_));
+    if matches!(keys, CpuKv::Turbo(_)) != matches!(values, CpuKv::Turbo(_)) {
+        return Err(BackendError::Device {
+            backend: "cpu".to_string(),
+            op: OP,
+            message: format!(
+                "TurboQuant keys and values go together (keys {}, values {})",
+                k_cache.ty, v_cache.ty
+            ),
+        });
+    }
+    if matches!(keys, CpuKv::Turbo(_)) {
+        crate::turbo::attention::run(backend, &problem, spans, end_row, out);
+        return Ok(0);
+    }
     // Each span takes the path it would take alone (ggml decides per graph, and a lone
     // sequence's graph is its span), so a span's numbers do not depend on the others; a
     // pass whose rows must be computed as if alone takes the one-chunk path, a lone row's.
+    // ggml tiles only f16/f32 caches of one type.
+    let tiles_caches = float_caches(keys) && k_cache.ty == v_cache.ty;
     let takes_tiled = |span: &SequenceSpan| {
-        span.rows >= TILED_MIN_ROWS
+        tiles_caches
+            && span.rows >= TILED_MIN_ROWS
             && head_dim.is_multiple_of(TILED_HEAD_DIM_MULTIPLE)
             && !backend.rows_alone()
     };

@@ -108,11 +108,13 @@ fn tile(isa: Isa, problem: &Problem<'_>, task: &Task<'_>) -> Vec<f32> {
                         keys[dk * KV_TILE + tk] = *k;
                     }
                 }
+                _ => unreachable!("the tiled path is taken by f16 and f32 caches only"),
             }
             let value = &mut values[tk * d..(tk + 1) * d];
             match problem.value(cell, task.head) {
                 CacheRow::F16(v) => vector::to_f32(v, value),
                 CacheRow::F32(v) => value.copy_from_slice(v),
+                _ => unreachable!("the tiled path is taken by f16 and f32 caches only"),
             }
         }
         scores.fill(0.0);

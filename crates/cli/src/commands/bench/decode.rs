@@ -38,7 +38,7 @@ impl<'m> DecodeBench<'m> {
     pub fn new(
         model: &'m Model,
         test: DecodeTest,
-        kv_type: runit_backend::KvType,
+        kv_types: runit_backend::KvTypes,
         token: impl Fn(usize) -> u32,
     ) -> anyhow::Result<DecodeBench<'m>> {
         let per_sequence = (test.depth + test.steps).div_ceil(test.block_size);
@@ -51,7 +51,7 @@ impl<'m> DecodeBench<'m> {
                 model.config.context_length
             );
         }
-        let kv = KvState::new(model, cells, kv_type)?;
+        let kv = KvState::new(model, cells, kv_types)?;
         let scratch = Scratch::new(model, test.batch.max(test.chunk.min(test.depth.max(1))))?;
         let tables = (0..test.batch)
             .map(|s| ((s * per_sequence) as u32..((s + 1) * per_sequence) as u32).collect())

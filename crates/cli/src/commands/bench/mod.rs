@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use runit_engine::Session;
+use runit_model::KvState;
 
 use decode::{DecodeBench, DecodeTest};
 use serde_json::json;
@@ -164,7 +165,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             chunk: args.model.batch_size,
             block_size: args.model.engine_config().kv_block_size,
         };
-        let mut decode = DecodeBench::new(&model, shape, args.model.kv_type.into(), token)?;
+        let mut decode = DecodeBench::new(&model, shape, args.model.kv_types(), token)?;
         for rep in 0..=args.repetitions {
             let rate = decode.run(token)?;
             if rep > 0 {
@@ -188,16 +189,20 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .sum::<u64>() as f64
         / 1e6;
     let threads = args.model.thread_count();
+    let kv_types = args.model.kv_types();
+    let kv_bytes = KvState::token_bytes(&model, kv_types)?;
     match args.output_format {
         Format::Md => {
-            println!("| model | size | params | backend | threads | test | t/s | weights GB/s |");
-            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |");
+            println!(
+                "| model | size | params | backend | threads | KV cache | KV B/token | test | t/s | weights GB/s |"
+            );
+            println!("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |");
             for r in &rows {
                 let gbps = r
                     .weight_gbps()
                     .map_or_else(String::new, |g| format!("{g:.1}"));
                 println!(
-                    "| {model_name} | {size_gib:.2} GiB | {params_m:.1} M | {} | {threads} | {} | {:.2} ± {:.2} | {gbps} |",
+                    "| {model_name} | {size_gib:.2} GiB | {params_m:.1} M | {} | {threads} | {kv_types} | {kv_bytes} | {} | {:.2} ± {:.2} | {gbps} |",
                     args.model.device, r.test, r.mean(), r.sd()
                 );
             }
@@ -211,7 +216,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             println!(
                 "{}",
                 json!({"model": model_name, "size_bytes": loaded.file.file_size(), "params_m": params_m,
-                       "backend": args.model.device, "threads": threads, "results": results})
+                       "backend": args.model.device, "threads": threads, "results": results,
+                       "kv_cache": {"keys": kv_types.keys.name(), "values": kv_types.values.name(),
+                                    "bytes_per_token": kv_bytes,
+                                    "bytes_per_token_per_layer": kv_bytes / model.config.block_count.max(1)}})
             );
         }
     }

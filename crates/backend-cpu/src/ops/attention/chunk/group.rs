@@ -637,6 +637,9 @@ mod tests {
                 head_dim: d,
                 scale: 1.0 / (d as f32).sqrt(),
                 window,
+                key_dot: None,
+                key_rotation: None,
+                value_rotation: None,
             };
             assert!(super::applies(isa, &problem));
             let span = SequenceSpan {
@@ -648,7 +651,9 @@ mod tests {
             };
             let mut scratch = super::super::Scratch {
                 query: vec![f16::ZERO; d],
+                query_q8: Vec::new(),
                 accumulator: vec![f16::ZERO; d],
+                value: vec![0.0; d],
                 group: super::Scratch::default(),
             };
             let group = problem.group;
