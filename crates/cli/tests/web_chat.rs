@@ -62,12 +62,23 @@ fn the_chat_page_streams_an_answer_in_a_browser() {
     let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-chat");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch folder");
-    let dom = browser(
-        &chromium,
-        &scratch.join("profile-dom"),
-        &["--dump-dom", &url],
-    );
-    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    // Headless Chromium's virtual time may end the page (and dump it) while the streamed
+    // answer is still arriving (the Send button still disabled): dump again, with a fresh
+    // profile, until the page has finished answering.
+    let mut attempt = 0;
+    let (dom, dom_text) = loop {
+        let dom = browser(
+            &chromium,
+            &scratch.join(format!("profile-dom-{attempt}")),
+            &["--dump-dom", &url],
+        );
+        let text = String::from_utf8_lossy(&dom.stdout).into_owned();
+        let answering = text.contains(r#"id="send" type="submit" disabled"#);
+        attempt += 1;
+        if !answering || attempt == 8 {
+            break (dom, text);
+        }
+    };
     assert!(
         dom.status.success(),
         "chromium: {}",

@@ -115,11 +115,16 @@ fn check(name: &str, sequences: usize) {
         if s == 0 {
             let stats = stats.expect("sequence 0 speculates");
             println!("{name} sequence 0: {stats:?}");
-            assert!(
-                stats.accepted >= TOKENS / 4,
-                "the prediction's drafts are kept"
-            );
+            // How often it drafts follows measured times (a loaded machine may find that
+            // drafting does not pay after a few steps); what it drafts follows the
+            // prediction, so all but the drafts past its one wrong token and past its end
+            // (a draft of at most 6 each) are kept.
+            assert!(stats.accepted >= 1, "the prediction's drafts are kept");
             assert!(stats.accepted <= stats.drafted);
+            assert!(
+                stats.drafted - stats.accepted <= 12,
+                "only drafts past the prediction's wrong token or its end are rejected: {stats:?}"
+            );
         }
     }
     let stats = (0..100)
