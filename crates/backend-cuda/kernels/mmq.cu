@@ -47,19 +47,7 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
-    // The block's weight bytes never come from an earlier kernel: ask for them in L2 while
-    // that kernel ends, before waiting for it (whole 128-byte lines of each row's range).
-    pdl_launch_dependents();
-    {
-        const u64 first = (u64)k_begin * row_bytes / n_in, last = ((u64)k_end * row_bytes + n_in - 1) / n_in;
-        const u64 lines = (last - (first & ~127ull) + 127) / 128;
-        const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
-        for (u64 i = threadIdx.x; i < MMQ_BLOCK_ROWS * lines; i += MMQ_THREADS) {
-            const u32 row = min(block_row0 + (u32)(i / lines), n_out - 1);
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + (first & ~127ull) + 128 * (i % lines)));
-        }
-    }
-    pdl_wait();
+    mmq_prefetch_then_wait(w, row_bytes, n_in, n_out, k_begin, k_end);
 
     for (u32 k0 = k_begin; k0 < k_end; k0 += MMQ_CHUNK) {
         const u32 chunk = min((u32)MMQ_CHUNK, k_end - k0);

@@ -9,6 +9,22 @@
 #define MMQ_WARP_ROWS 32
 #define MMQ_BLOCK_ROWS 128
 
+// The block's weight bytes never come from an earlier kernel: asks for them in L2 (whole
+// 128-byte lines of each of the block's rows over k_begin..k_end) while that kernel ends,
+// then waits for it. Every thread of the block calls it.
+__device__ __forceinline__ void mmq_prefetch_then_wait(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, u32 k_begin,
+                                                       u32 k_end) {
+    pdl_launch_dependents();
+    const u64 first = (u64)k_begin * row_bytes / n_in, last = ((u64)k_end * row_bytes + n_in - 1) / n_in;
+    const u64 lines = (last - (first & ~127ull) + 127) / 128;
+    const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
+    for (u64 i = threadIdx.x; i < MMQ_BLOCK_ROWS * lines; i += MMQ_THREADS) {
+        const u32 row = min(block_row0 + (u32)(i / lines), n_out - 1);
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + (first & ~127ull) + 128 * (i % lines)));
+    }
+    pdl_wait();
+}
+
 // Writes the accumulators (C fragments: rows g and g + 8 of each m16 tile, tokens 2t and
 // 2t + 1 of each 8-token tile) to target[token][row], plus bias[row] when given.
 template <int NT>

@@ -289,33 +289,17 @@ fn scan(format: ToolFormat, text: &str) -> Scan {
         },
         ToolFormat::Mistral => {
             r.skip_space();
-            if r.eat("[TOOL_CALLS]") && {
+            let opened = r.eat("[TOOL_CALLS]") && {
                 r.skip_space();
                 r.eat("[")
-            } {
-                loop {
-                    r.skip_space();
-                    let start = r.at;
-                    let Some(mut call) = object_call(&mut r) else {
-                        break;
-                    };
-                    call.start = if calls.is_empty() { 0 } else { start };
-                    let closed = call.closed;
-                    calls.push(call);
-                    if !closed {
-                        break;
-                    }
-                    r.skip_space();
-                    if r.eat(",") {
-                        continue;
-                    }
-                    if r.eat("]") {
-                        end = r.at;
-                    } else if let Some(last) = calls.last_mut() {
-                        // The array is not closed (yet): the call is not whole.
-                        last.closed = false;
-                    }
-                    break;
+            };
+            if opened && object_calls(&mut r, ",", &mut calls, None) {
+                r.skip_space();
+                if r.eat("]") {
+                    end = r.at;
+                } else if let Some(last) = calls.last_mut() {
+                    // The array is not closed (yet): the call is not whole.
+                    last.closed = false;
                 }
             }
         }
@@ -347,27 +331,43 @@ fn scan(format: ToolFormat, text: &str) -> Scan {
         ToolFormat::Llama3 => {
             r.skip_space();
             r.eat("<|python_tag|>");
-            loop {
-                r.skip_space();
-                let start = r.at;
-                let Some(mut call) = object_call(&mut r) else {
-                    break;
-                };
-                call.start = if calls.is_empty() { 0 } else { start };
-                let closed = call.closed;
-                calls.push(call);
-                if !closed {
-                    break;
-                }
-                end = r.at;
-                r.skip_space();
-                if !r.eat(";") {
-                    break;
-                }
-            }
+            object_calls(&mut r, ";", &mut calls, Some(&mut end));
         }
     }
     Scan { calls, end }
+}
+
+/// Calls written as objects separated by `separator`, pushed onto `calls` (a call's start is
+/// 0 for the first); `end`, when given, follows the end of each closed call. True when the
+/// last one read is closed and no separator follows (the reader is then just past it).
+fn object_calls(
+    r: &mut Reader<'_>,
+    separator: &str,
+    calls: &mut Vec<Scanned>,
+    mut end: Option<&mut usize>,
+) -> bool {
+    loop {
+        r.skip_space();
+        let start = r.at;
+        let Some(mut call) = object_call(r) else {
+            return false;
+        };
+        call.start = if calls.is_empty() { 0 } else { start };
+        let closed = call.closed;
+        calls.push(call);
+        if !closed {
+            return false;
+        }
+        let after = r.at;
+        if let Some(end) = end.as_deref_mut() {
+            *end = after;
+        }
+        r.skip_space();
+        if !r.eat(separator) {
+            r.at = after;
+            return true;
+        }
+    }
 }
 
 /// A call written as an object with `name` and `arguments` (or `parameters`); `None` when
