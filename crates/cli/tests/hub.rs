@@ -271,6 +271,23 @@ impl Runit {
         }
         command.output().expect("runit runs")
     }
+
+    /// Runs with a file-size limit of `blocks` × 512 bytes (RLIMIT_FSIZE through dash's
+    /// `ulimit -f`, SIGXFSZ ignored): writes past it fail as they do on a full disk.
+    fn run_on_a_small_disk(&self, args: &[&str], blocks: u64) -> Output {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+            ))
+            .arg(RUNIT)
+            .args(args)
+            .env("RUNIT_HOME", &self.home)
+            .env("HF_ENDPOINT", &self.endpoint)
+            .env_remove("HF_TOKEN")
+            .output()
+            .expect("runit runs")
+    }
 }
 
 fn text(output: &Output) -> String {
@@ -405,6 +422,59 @@ fn an_interrupted_pull_resumes_and_the_cache_serves_every_command() {
     assert!(text(&runit.run(&["list"], None)).contains("no cached models"));
     let missing = runit.run(&["rm", "test/tiny-GGUF:Q4_0"], None);
     assert_eq!(missing.status.code(), Some(1));
+}
+
+#[test]
+fn a_disk_that_fills_keeps_the_partial_file_and_installs_nothing() {
+    let Some(bytes) = model_bytes() else {
+        eprintln!("skipping: models/synth-qwen2-Q4_0.gguf is absent (scripts/make_requants.sh)");
+        return;
+    };
+    let hub = Arc::new(Mutex::new(Hub::default()));
+    hub.lock().expect("lock").repos.insert(
+        "test/full-GGUF".into(),
+        vec![("tiny-Q4_0.gguf".into(), bytes.clone(), sha256_hex(&bytes))],
+    );
+    let runit = Runit::new("full-disk", &start(Arc::clone(&hub)));
+    // 256 KiB fit, the file (about 1 MiB) does not.
+    let full = runit.run_on_a_small_disk(&["pull", "test/full-GGUF:Q4_0"], 512);
+    assert_eq!(full.status.code(), Some(1), "{}", text(&full));
+    assert!(
+        text(&full).contains("cannot write") && text(&full).contains("free space"),
+        "{}",
+        text(&full)
+    );
+    let folder = runit.home.join("models/test/full-GGUF/Q4_0");
+    let partial = folder.join("tiny-Q4_0.gguf.partial");
+    let kept = std::fs::metadata(&partial)
+        .map(|meta| meta.len())
+        .unwrap_or(0);
+    assert_eq!(kept, 256 * 1024, "the partial file holds what was written");
+    assert!(
+        !folder.join("tiny-Q4_0.gguf").exists(),
+        "a half file was installed"
+    );
+    let listed = runit.run(&["list"], None);
+    assert!(
+        text(&listed).contains("no cached models"),
+        "{}",
+        text(&listed)
+    );
+
+    // With space again the same command resumes from the kept bytes.
+    let resumed = runit.run(&["pull", "test/full-GGUF:Q4_0"], None);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let requests = hub.lock().expect("lock").requests.clone();
+    assert!(
+        requests
+            .iter()
+            .any(|request| request.ends_with(&format!("bytes={kept}-"))),
+        "no resumed Range request: {requests:?}"
+    );
+    assert_eq!(
+        std::fs::read(folder.join("tiny-Q4_0.gguf")).expect("pulled file"),
+        bytes
+    );
 }
 
 #[test]
