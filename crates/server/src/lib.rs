@@ -9,6 +9,24 @@
 //! idle, slow and stalled clients, a cap on open connections), bodies under a size limit,
 //! and chat templates off the async runtime under [`TemplateLimits`].
 //!
+//! Where each request field goes: `fields` lists every field of OpenAI's chat-completions
+//! and completions requests with what is done with it (read and checked where parsed,
+//! refused when it asks for what is not done: `store: true`, `best_of` other than `n`,
+//! `echo` with `logprobs`, ...; an unknown field is a 400 too); extras as llama.cpp's server
+//! and vLLM read them: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`, `grammar`,
+//! `chat_template_kwargs`. `infill` lays a `suffix` out with the model's FIM tokens.
+//! `structured` reads `logit_bias`, `response_format` and `grammar` and compiles the
+//! grammar before anything is submitted (a schema that does not compile is a 400). `tools`
+//! reads `tools`, `tool_choice` and `parallel_tool_calls`, passes the tools to the model's
+//! own template (a template that takes no tools is a 400), forces a call by grammar for
+//! `required` or a named function, and scans calls (Hermes/Qwen `<tool_call>`, Llama 3
+//! JSON, Mistral `[TOOL_CALLS]`) out of each choice's text as it grows: a call's name goes
+//! out once complete, then its arguments piece by piece. `reasoning` moves `<think>` blocks
+//! into `reasoning_content`; `prediction` seeds the scheduler's prompt lookup. `embeddings`
+//! serves `/v1/embeddings` from a session of its own (made at the first request, one
+//! request at a time, at most 8192 tokens). `/v1/models` lists every `--alias` and the
+//! file's name; each is accepted in requests.
+//!
 //! ```no_run
 //! # async fn demo(state: std::sync::Arc<runit_server::AppState>) -> Result<(), runit_server::ServerError> {
 //! let listener = runit_server::bind("127.0.0.1", 8080).await?;
