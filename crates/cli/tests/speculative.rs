@@ -1,15 +1,19 @@
 //! The speculation flags of `runit generate` and `runit bench`: prompt lookup and a draft
 //! model give the greedy tokens of plain decoding and report their drafts; bad settings
 //! (`--draft-max 0`, draft flags without a drafter, a draft model of another vocabulary)
-//! are clean errors; `bench` with a drafter prints the acceptance and the speed-up.
+//! are clean errors; `bench` with a drafter prints the acceptance and the speed-up;
+//! `serve -md` drafts each sequence with the draft model and answers as without it.
+
+mod serve_harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use serve_harness::Server;
+
+/// A synthetic model made by scripts/make_requants.sh.
 fn golden_model(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/models")
-        .join(name)
+    serve_harness::workspace().join("models").join(name)
 }
 
 fn runit(args: &[&str]) -> Output {
@@ -107,4 +111,57 @@ fn bench_prints_acceptance_and_speed_up_side_by_side() {
     );
     assert!(stdout.contains("| all | ngram 2 |"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_drafts_with_a_draft_model_and_answers_as_without_it() {
+    let target = golden_model("synth-qwen2-Q8_0.gguf");
+    let draft = golden_model("synth-qwen2-Q4_0.gguf");
+    if !target.exists() || !draft.exists() {
+        eprintln!("skipping: the synthetic models are absent (scripts/make_requants.sh)");
+        return;
+    }
+    let draft = draft.to_str().expect("utf-8 path");
+    let plain = Server::start(&target, &["--ctx-size", "512", "--parallel", "2"]);
+    let drafting = Server::start(
+        &target,
+        &[
+            "--ctx-size",
+            "512",
+            "--parallel",
+            "2",
+            "-md",
+            draft,
+            "--draft-p-min",
+            "0",
+        ],
+    );
+    let body =
+        r#"{"prompt": "one two three one two three one two", "max_tokens": 24, "temperature": 0}"#;
+    let answer = |server: &Server| {
+        let (status, reply) = server
+            .request("POST", "/v1/completions", body)
+            .expect("completion");
+        let reply: serde_json::Value = serde_json::from_slice(&reply).expect("JSON");
+        assert_eq!(status, 200, "{reply}");
+        reply
+    };
+    let (expected, drafted) = (answer(&plain), answer(&drafting));
+    assert_eq!(
+        drafted["choices"][0]["text"],
+        expected["choices"][0]["text"]
+    );
+    let details = &drafted["usage"]["completion_tokens_details"];
+    let counted = details["accepted_prediction_tokens"].as_u64().unwrap_or(0)
+        + details["rejected_prediction_tokens"].as_u64().unwrap_or(0);
+    assert!(counted > 0, "no drafts were verified: {drafted}");
+    // Two requests at once: each sequence drafts in its own draft session.
+    let both = std::thread::scope(|scope| {
+        let first = scope.spawn(|| answer(&drafting));
+        let second = answer(&drafting);
+        (first.join().expect("first request"), second)
+    });
+    for reply in [both.0, both.1] {
+        assert_eq!(reply["choices"][0]["text"], expected["choices"][0]["text"]);
+    }
 }

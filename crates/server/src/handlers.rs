@@ -444,8 +444,9 @@ async fn run(
     })
 }
 
-/// The speculation of a request's sequences: the server's prompt lookup, seeded with the
-/// request's `prediction` when it gives one; a prediction alone speculates too.
+/// The speculation of a request's sequences: the server's draft model or prompt lookup,
+/// a request's `prediction` drafted from by prompt lookup when it gives one; a
+/// prediction alone speculates too.
 fn draft_request(state: &AppState, prediction: Option<&str>) -> Option<DraftRequest> {
     let prediction = prediction.map(|text| state.tokenizer.encode(text, false, false));
     let (ngram, params) = match (state.config.speculation, &prediction) {
@@ -457,6 +458,7 @@ fn draft_request(state: &AppState, prediction: Option<&str>) -> Option<DraftRequ
         ngram,
         params,
         prediction: prediction.unwrap_or_default(),
+        model: state.config.draft_model.clone(),
     })
 }
 

@@ -65,7 +65,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use runit_engine::constraint::{ConstraintError, GrammarCompiler};
 use runit_engine::scheduler::Scheduler;
-use runit_engine::speculative::DraftParams;
+use runit_engine::speculative::{DraftModelPool, DraftParams};
 use runit_model::Model;
 use runit_tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::Semaphore;
@@ -103,6 +103,9 @@ pub struct ServerConfig {
     /// draft settings); `None`: a sequence speculates only when its request gives a
     /// `prediction`, then with [`PREDICTION_NGRAM`] and the default settings.
     pub speculation: Option<(usize, DraftParams)>,
+    /// Drafts by this draft model (`-md FILE`) for every sequence whose request gives no
+    /// `prediction` (with `speculation`'s settings, which must then be set).
+    pub draft_model: Option<DraftModelPool>,
 }
 
 /// Tokens prompt lookup matches for a request's `prediction` when the server was started
@@ -120,6 +123,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::DEFAULT,
             template: TemplateLimits::DEFAULT,
             speculation: None,
+            draft_model: None,
         }
     }
 }

@@ -189,7 +189,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     let api_key = api_key(&args)?;
     let loaded = load(&args.model)?;
-    let speculation = args.speculative.serve_settings()?;
+    // A draft model is loaded now (its vocabulary checked), its sessions made once the
+    // context is known; prompt lookup needs only its settings.
+    let draft_source = match &args.speculative.model_draft {
+        Some(_) => args.speculative.load(&args.model, &loaded)?,
+        None => None,
+    };
+    let speculation = match &draft_source {
+        Some(source) => Some((runit_server::PREDICTION_NGRAM, source.params())),
+        None => args.speculative.serve_settings()?,
+    };
     let choice = args
         .chat_template_file
         .as_ref()
@@ -221,6 +230,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if config.prefix_cache { "on" } else { "off" }
     );
     let context_size = scheduler.context_size();
+    let draft_model = match &draft_source {
+        Some(source) => source.pool(context_size)?,
+        None => None,
+    };
+    if let (Some(source), Some(_)) = (&draft_source, &draft_model) {
+        eprintln!(
+            "speculative decoding: {} (a draft session of {context_size} cells for each sequence that drafts)",
+            source.describe()
+        );
+    }
     let file_name = loaded
         .path
         .file_name()
@@ -238,6 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         connections: args.limits.connections(),
         template: args.limits.template(),
         speculation,
+        draft_model,
         ..ServerConfig::default()
     };
     let state = Arc::new(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runit_engine::speculative::{
-    check_vocabularies, DraftModel, DraftParams, Drafter, PromptLookup, Speculation,
+    check_vocabularies, DraftModel, DraftModelPool, DraftParams, Drafter, PromptLookup, Speculation,
 };
 use runit_engine::EngineConfig;
 
@@ -131,15 +131,10 @@ impl SpeculativeArgs {
 }
 
 impl SpeculativeArgs {
-    /// `serve`'s speculation: prompt lookup for every sequence (`--draft-ngram`), or
-    /// none. A draft model is refused: the scheduler batches prompt lookup's drafts with
-    /// the other sequences' rows, and has no batched draft-model pass yet.
+    /// `serve`'s prompt-lookup settings without a draft model: `--draft-ngram N` for
+    /// every sequence, or none (then only requests' `prediction` fields speculate). With
+    /// `-md` use [`SpeculativeArgs::load`] and [`DraftSource::pool`].
     pub fn serve_settings(&self) -> anyhow::Result<Option<(usize, DraftParams)>> {
-        if self.model_draft.is_some() {
-            anyhow::bail!(
-                "serve does not run a draft model (-md) yet; use --draft-ngram N (requests' `prediction` fields seed it)"
-            );
-        }
         let params = DraftParams {
             max: self.draft_max,
             min: self.draft_min,
@@ -152,7 +147,7 @@ impl SpeculativeArgs {
                 Ok(Some((ngram, params)))
             }
             None if params != DraftParams::DEFAULT || self.device_draft.is_some() => {
-                anyhow::bail!("--draft-max, --draft-min, --draft-p-min and --device-draft need --draft-ngram N")
+                anyhow::bail!("--draft-max, --draft-min, --draft-p-min and --device-draft need --draft-ngram N or -md FILE")
             }
             None => Ok(None),
         }
@@ -177,6 +172,37 @@ impl DraftSource {
             )?),
         };
         Ok(Speculation::new(drafter, self.params)?)
+    }
+
+    /// The draft settings.
+    pub fn params(&self) -> DraftParams {
+        self.params
+    }
+
+    /// A pool of draft-model sessions of `context_size` cells each, one for each sequence
+    /// the server decodes with it at once; `None` for prompt lookup.
+    pub fn pool(&self, context_size: usize) -> anyhow::Result<Option<DraftModelPool>> {
+        let DraftKind::Model {
+            loaded,
+            config,
+            target_vocab,
+            ..
+        } = &self.kind
+        else {
+            return Ok(None);
+        };
+        let config = EngineConfig {
+            context_size,
+            ..config.clone()
+        };
+        let pool = DraftModelPool::new(
+            Arc::clone(&loaded.model),
+            config,
+            self.params.p_min,
+            *target_vocab,
+        )
+        .context("making the draft model's session")?;
+        Ok(Some(pool))
     }
 
     /// A short name for reports: `ngram N` or the draft model's file name.

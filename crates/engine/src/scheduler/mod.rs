@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 use runit_model::{Model, Scratch};
 
 use crate::request::{check_request, RequestError};
-use crate::speculative::{DraftParams, PromptLookup, Speculation, SpeculationStats};
+use crate::speculative::{
+    DraftModelPool, DraftParams, PromptLookup, Speculation, SpeculationStats,
+};
 use crate::stop::StopCondition;
 use crate::{EngineConfig, EngineError, GeneratedToken, Sampler, SamplerParams, StopReason};
 
@@ -76,10 +78,11 @@ pub struct Request {
     pub draft: Option<DraftRequest>,
 }
 
-/// A sequence's speculation: prompt lookup over its prompt and output, and over the
-/// caller's predicted output (OpenAI's `prediction`), which the output is expected to
-/// follow from its start. Each step's drafts are verified in the decode pass with the
-/// other sequences' rows.
+/// A sequence's speculation: a draft model's session of its own (taken from `model`'s
+/// pool), or prompt lookup over its prompt and output and over the caller's predicted
+/// output (OpenAI's `prediction`), which the output is expected to follow from its start.
+/// A prediction is drafted from by prompt lookup even when a draft model is given. Each
+/// step's drafts are verified in the decode pass with the other sequences' rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DraftRequest {
     /// Tokens matched by prompt lookup.
@@ -87,14 +90,20 @@ pub struct DraftRequest {
     pub params: DraftParams,
     /// The predicted output's tokens (may be empty).
     pub prediction: Vec<u32>,
+    /// Drafts from a draft model instead of prompt lookup, when there is no prediction.
+    pub model: Option<DraftModelPool>,
 }
 
 impl DraftRequest {
     /// The speculation of a sequence whose prompt has `prompt_len` tokens.
     fn speculation(&self, prompt_len: usize) -> Result<Speculation, EngineError> {
-        let lookup =
-            PromptLookup::new(self.ngram)?.with_reference(self.prediction.clone(), prompt_len);
-        Speculation::new(Box::new(lookup), self.params)
+        let drafter = match &self.model {
+            Some(pool) if self.prediction.is_empty() => pool.take()?,
+            _ => Box::new(
+                PromptLookup::new(self.ngram)?.with_reference(self.prediction.clone(), prompt_len),
+            ),
+        };
+        Speculation::new(drafter, self.params)
     }
 }
 

@@ -182,6 +182,7 @@ impl Worker {
     /// active sequences may still take; returns how many.
     fn admit(&mut self) -> usize {
         let mut admitted = 0;
+        let mut failed = Vec::new();
         while self.active.len() < self.max_sequences {
             let Some(pending) = self.waiting.front() else {
                 break;
@@ -198,10 +199,21 @@ impl Worker {
             let Pending {
                 request,
                 mut sampler,
-                speculation,
+                mut speculation,
                 sink,
                 submitted,
             } = self.waiting.pop_front().expect("front exists");
+            // A draft model reads the prompt now (prompt lookup needs nothing).
+            let prepared = match &mut speculation {
+                Some(speculation) => speculation.drafter.prepare(&request.prompt),
+                None => Ok(()),
+            };
+            if let Err(error) = prepared {
+                failed.push((
+                    self.active.len(),
+                    SequenceEvent::Failed(format!("drafting failed: {error}")),
+                ));
+            }
             for &token in &request.prompt {
                 sampler.accept(token);
             }
@@ -240,6 +252,7 @@ impl Worker {
             });
             admitted += 1;
         }
+        self.end_all(failed);
         admitted
     }
 

@@ -3,12 +3,15 @@
 //! back what the target rejected and evaluates what was accepted since. The prompt is
 //! evaluated by `prepare`, in the prompt's time; when the drafter has fallen further
 //! behind than [`CATCH_UP_LIMIT`] tokens (many plain steps, when drafting did not pay), it
-//! starts afresh from the last that many, so that a probe costs little.
+//! starts afresh from the last that many, so that a probe costs little. A sequence longer
+//! than the draft session's context is drafted from its most recent tokens only.
+//!
+//! [`DraftModelPool`] gives the scheduler's sequences their own draft sessions.
 
 /// Most tokens a drafting call evaluates to catch up with the sequence.
 pub const CATCH_UP_LIMIT: usize = 16;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use runit_model::Model;
 use runit_tokenizer::Tokenizer;
@@ -101,12 +104,16 @@ impl Drafter for DraftModel {
     fn prepare(&mut self, history: &[u32]) -> Result<(), EngineError> {
         self.session.reset();
         self.cached.clear();
-        self.offset = 0;
         if let Some((_, head)) = history.split_last() {
+            // At most half the draft context, so that drafting has room to continue.
+            self.offset = head.len().saturating_sub(self.session.context_size() / 2);
+            let head = &head[self.offset..];
             if !head.is_empty() {
                 self.session.eval(head, false, None)?;
                 self.cached.extend_from_slice(head);
             }
+        } else {
+            self.offset = 0;
         }
         Ok(())
     }
@@ -124,14 +131,15 @@ impl Drafter for DraftModel {
             .count()
             // The last history token is evaluated again to get the logits after it.
             .min(seen.len().saturating_sub(1));
-        if seen.is_empty() || seen.len() - common > CATCH_UP_LIMIT {
+        let context = self.session.context_size();
+        if seen.is_empty() || seen.len() - common > CATCH_UP_LIMIT || seen.len() + max >= context {
             self.offset = history.len().saturating_sub(CATCH_UP_LIMIT);
             common = 0;
         }
         let seen = &history[self.offset..];
         self.session.truncate(common)?;
         self.cached.truncate(common);
-        let room = self.session.context_size().saturating_sub(seen.len());
+        let room = context.saturating_sub(seen.len());
         let mut pick = self.session.eval_greedy(&seen[common..])?;
         self.cached.extend_from_slice(&seen[common..]);
         let length = max.min(room);
@@ -145,5 +153,130 @@ impl Drafter for DraftModel {
             }
         }
         Ok(draft)
+    }
+}
+
+/// Draft-model drafters for the scheduler's sequences: each sequence that speculates takes
+/// one (a draft session of its own, its cache following that sequence), which returns to the
+/// pool when the sequence ends. Sessions are made when first needed, so the pool holds at
+/// most as many as sequences ever speculated at once.
+#[derive(Clone)]
+pub struct DraftModelPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    model: Arc<Model>,
+    config: EngineConfig,
+    p_min: f32,
+    target_vocab: usize,
+    idle: Mutex<Vec<DraftModel>>,
+}
+
+impl DraftModelPool {
+    /// A pool of drafters running `model` in sessions of `config` (see [`DraftModel::new`]);
+    /// makes the first session now, so that a model or cache that does not fit is an error
+    /// at start.
+    pub fn new(
+        model: Arc<Model>,
+        config: EngineConfig,
+        p_min: f32,
+        target_vocab: usize,
+    ) -> Result<DraftModelPool, EngineError> {
+        let first = DraftModel::new(Arc::clone(&model), &config, p_min, target_vocab)?;
+        Ok(DraftModelPool {
+            inner: Arc::new(PoolInner {
+                model,
+                config,
+                p_min,
+                target_vocab,
+                idle: Mutex::new(vec![first]),
+            }),
+        })
+    }
+
+    /// An idle drafter, or a new one; it returns to the pool when dropped.
+    pub fn take(&self) -> Result<Box<dyn Drafter>, EngineError> {
+        let idle = self
+            .inner
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        let drafter = match idle {
+            Some(drafter) => drafter,
+            None => {
+                let inner = &self.inner;
+                DraftModel::new(
+                    Arc::clone(&inner.model),
+                    &inner.config,
+                    inner.p_min,
+                    inner.target_vocab,
+                )?
+            }
+        };
+        Ok(Box::new(PooledDraftModel {
+            drafter: Some(drafter),
+            pool: Arc::clone(&self.inner),
+        }))
+    }
+
+    /// The draft sessions idle in the pool now.
+    pub fn idle(&self) -> usize {
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+}
+
+impl std::fmt::Debug for DraftModelPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraftModelPool")
+            .field("p_min", &self.inner.p_min)
+            .field("idle", &self.idle())
+            .finish()
+    }
+}
+
+/// Pools are equal when they are the same pool.
+impl PartialEq for DraftModelPool {
+    fn eq(&self, other: &DraftModelPool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// A pool's drafter, lent to one sequence.
+struct PooledDraftModel {
+    drafter: Option<DraftModel>,
+    pool: Arc<PoolInner>,
+}
+
+impl PooledDraftModel {
+    fn drafter(&mut self) -> &mut DraftModel {
+        self.drafter.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drafter for PooledDraftModel {
+    fn prepare(&mut self, history: &[u32]) -> Result<(), EngineError> {
+        self.drafter().prepare(history)
+    }
+
+    fn draft(&mut self, history: &[u32], max: usize) -> Result<Vec<u32>, EngineError> {
+        self.drafter().draft(history, max)
+    }
+}
+
+impl Drop for PooledDraftModel {
+    fn drop(&mut self) {
+        if let Some(drafter) = self.drafter.take() {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(drafter);
+        }
     }
 }

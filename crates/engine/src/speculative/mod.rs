@@ -11,7 +11,7 @@ mod draft_model;
 mod ngram;
 
 pub use adapt::DraftLength;
-pub use draft_model::{check_vocabularies, DraftModel, VocabularyMismatch};
+pub use draft_model::{check_vocabularies, DraftModel, DraftModelPool, VocabularyMismatch};
 pub use ngram::PromptLookup;
 
 use crate::EngineError;
