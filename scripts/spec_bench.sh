@@ -12,7 +12,7 @@ chat=$(mktemp -d)
 trap 'rm -rf "$chat"' EXIT
 python3 - "$chat" <<'PY'
 import json, sys
-golden = json.load(open("../shared/golden/generation/SmolLM2-135M-Instruct.Q4_1.model-template.json"))
+golden = json.load(open("tests/golden/generation/SmolLM2-135M-Instruct.Q4_1.model-template.json"))
 for i, result in enumerate(golden["results"]):
     open(f"{sys.argv[1]}/chat{i}.txt", "w").write(result["prompt_text"])
 PY
