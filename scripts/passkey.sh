@@ -2,12 +2,12 @@
 # Pass-key retrieval with each KV cache type: a key hidden a third of the way into filler
 # of about 1,500, 3,700 and 7,000 tokens, asked for at the end (greedy, SmolLM2 by default).
 # Prints one line per length and type: the answer and whether it holds the key.
-# Usage: scripts/passkey.sh [MODEL] [threads]   (run cargo build --release -p runit-cli first)
+# Usage: scripts/passkey.sh [MODEL] [threads]   (RUNIT=binary, default target/release/runit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 threads=${2:-2}
-runit=./target/release/runit
+runit=${RUNIT:-./target/release/runit}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
