@@ -9,6 +9,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
+use runit_backend::{KvType, KvTypes};
 use runit_engine::scheduler::{Request, Scheduler, SequenceEvent};
 use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, Session};
 use runit_model::Model;
@@ -37,10 +38,11 @@ fn tokens(vocab: usize, seed: usize, len: usize) -> Vec<u32> {
 
 /// Greedy (token, log-probability) pairs of `prompt` evaluated alone (`generate` reports
 /// f32 log-probabilities, the scheduler exact ones: compare the tokens).
-fn alone(model: &Arc<Model>, prompt: &[u32]) -> Vec<(u32, f64)> {
+fn alone(model: &Arc<Model>, prompt: &[u32], kv_types: KvTypes) -> Vec<(u32, f64)> {
     let config = EngineConfig {
         context_size: 1024,
         batch_size: CHUNK,
+        kv_types,
         ..Default::default()
     };
     let mut session = Session::new(Arc::clone(model), &config).expect("session");
@@ -84,7 +86,12 @@ fn collect(receiver: &Receiver<SequenceEvent>) -> Vec<(u32, f64)> {
     }
 }
 
-fn scheduler(model: &Arc<Model>, context_size: usize, prefix_cache: bool) -> Scheduler {
+fn scheduler(
+    model: &Arc<Model>,
+    context_size: usize,
+    prefix_cache: bool,
+    kv_types: KvTypes,
+) -> Scheduler {
     Scheduler::start(
         Arc::clone(model),
         &EngineConfig {
@@ -92,6 +99,7 @@ fn scheduler(model: &Arc<Model>, context_size: usize, prefix_cache: bool) -> Sch
             batch_size: CHUNK,
             max_sequences: 4,
             prefix_cache,
+            kv_types,
             ..Default::default()
         },
     )
@@ -123,13 +131,21 @@ fn shared_prefix_prompts(vocab: usize) -> Vec<Vec<u32>> {
 /// each against its lone run (tokens) and a scheduler without the cache (tokens and
 /// log-probabilities, bit for bit); returns the prompt tokens the cache supplied and the
 /// blocks it evicted.
-fn check_sequential(name: &str, context_size: usize, prompts: &[Vec<u32>]) -> Option<(u64, u64)> {
+fn check_sequential(
+    name: &str,
+    context_size: usize,
+    prompts: &[Vec<u32>],
+    kv_types: KvTypes,
+) -> Option<(u64, u64)> {
     let model = model(name)?;
-    let scheduler = scheduler(&model, context_size, true);
-    let uncached = self::scheduler(&model, context_size, false);
+    let scheduler = scheduler(&model, context_size, true, kv_types);
+    let uncached = self::scheduler(&model, context_size, false, kv_types);
     let total = scheduler.stats().total_blocks;
     for (i, prompt) in prompts.iter().enumerate() {
-        let lone: Vec<u32> = alone(&model, prompt).iter().map(|&(id, _)| id).collect();
+        let lone: Vec<u32> = alone(&model, prompt, kv_types)
+            .iter()
+            .map(|&(id, _)| id)
+            .collect();
         let expected = collect(&submit(&uncached, prompt));
         let got = collect(&submit(&scheduler, prompt));
         assert_eq!(got.len(), MAX_TOKENS);
@@ -169,7 +185,8 @@ fn reused_prefixes_give_the_lone_numbers_smollm2() {
         return;
     };
     let prompts = shared_prefix_prompts(vocab);
-    let (hits, evicted) = check_sequential(name, 1024, &prompts).expect("model found");
+    let (hits, evicted) =
+        check_sequential(name, 1024, &prompts, KvTypes::default()).expect("model found");
     assert_eq!(evicted, 0);
     // A: none. B: 12 blocks match, 10 kept (a 77-row span of its 109-row last chunk). C: 8
     // (its block of 128..144 is one-chunk, A's tiled). A again: 13 match, 9 kept (a 76-row
@@ -198,7 +215,30 @@ fn reused_prefixes_give_the_lone_numbers_synthetic() {
             continue;
         };
         let prompts = shared_prefix_prompts(vocab);
-        check_sequential(name, 1024, &prompts);
+        check_sequential(name, 1024, &prompts, KvTypes::default());
+    }
+}
+
+/// Every compressed KV cache type (q8_0, q4_0, TurboQuant's `--tq` pair) under the prefix
+/// cache: reused quantized blocks give the numbers of the same prompts without the cache.
+#[test]
+fn reused_prefixes_give_the_lone_numbers_with_compressed_caches() {
+    let name = "synth-qwen3-Q8_0.gguf";
+    let Some(vocab) = model(name).map(|m| m.config.vocab_size) else {
+        return;
+    };
+    let prompts = shared_prefix_prompts(vocab);
+    let both = |t: KvType| KvTypes { keys: t, values: t };
+    for kv_types in [
+        both(KvType::Q8_0),
+        both(KvType::Q4_0),
+        KvTypes {
+            keys: KvType::Tq4,
+            values: KvType::Tq3,
+        },
+    ] {
+        let (hits, _) = check_sequential(name, 1024, &prompts, kv_types).expect("model found");
+        assert!(hits > 0, "{kv_types}: no prefix was reused");
     }
 }
 
@@ -221,7 +261,8 @@ fn eviction_keeps_outputs_exact() {
     }
     // Back to the first prefix, likely evicted by now.
     prompts.push(prompts[0].clone());
-    let (hits, evicted) = check_sequential(name, 640, &prompts).expect("model found");
+    let (hits, evicted) =
+        check_sequential(name, 640, &prompts, KvTypes::default()).expect("model found");
     assert!(hits > 0, "the second prompt of each pair reuses its prefix");
     assert!(evicted > 0, "the pool overflowed");
 }
@@ -234,7 +275,7 @@ fn concurrent_requests_equal_those_without_the_cache() {
     let Some(model) = model(name) else { return };
     let prompts = shared_prefix_prompts(model.config.vocab_size);
     let run = |prefix_cache: bool| {
-        let scheduler = scheduler(&model, 2048, prefix_cache);
+        let scheduler = scheduler(&model, 2048, prefix_cache, KvTypes::default());
         let total = scheduler.stats().total_blocks;
         // The first prompt alone fills the cache; the rest run together.
         let first = collect(&submit(&scheduler, &prompts[0]));
