@@ -1,6 +1,6 @@
 //! `runit generate --prompt-ids`: a token-id prompt is evaluated exactly as given (the same
 //! completion as the text that tokenizes to those ids), and an id outside the vocabulary is a
-//! clean error (exit code 1).
+//! clean error (exit code 1); `--ignore-eos` generates past the end-of-generation token.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,5 +54,42 @@ fn an_id_outside_the_vocabulary_is_a_clean_error() {
     assert!(
         stderr.contains("4000000") && stderr.contains("vocabulary"),
         "{stderr}"
+    );
+}
+
+/// `--ignore-eos` generates all `-n` tokens past the end-of-turn token that stops the plain
+/// run.
+#[test]
+fn ignore_eos_generates_every_requested_token() {
+    let smollm2 =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !smollm2.exists() {
+        eprintln!("skipping: {} is absent", smollm2.display());
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_runit"))
+            .args(["generate", "-m"])
+            .arg(&smollm2)
+            .args([
+                "--chat",
+                "-p",
+                "Reply with one word: yes or no. Is the sky blue?",
+            ])
+            .args(["-n", "24", "--temperature", "0", "--output-format", "json"])
+            .args(extra)
+            .output()
+            .expect("runit runs");
+        json(&out)
+    };
+    let plain = run(&[]);
+    assert_eq!(plain["stop"], "eos", "{plain}");
+    let ignoring = run(&["--ignore-eos"]);
+    assert_eq!(ignoring["stop"], "limit", "{ignoring}");
+    assert_eq!(ignoring["tokens"].as_array().map(Vec::len), Some(24));
+    let plain_tokens = plain["tokens"].as_array().expect("tokens");
+    assert_eq!(
+        &ignoring["tokens"].as_array().expect("tokens")[..plain_tokens.len()],
+        &plain_tokens[..]
     );
 }

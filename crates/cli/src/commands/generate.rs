@@ -33,6 +33,10 @@ pub struct Args {
     #[arg(short = 'n', long = "n-predict", default_value = "256", allow_hyphen_values = true,
           value_parser = parse_n_predict)]
     pub n_predict: usize,
+    /// Do not stop at end-of-generation tokens: generate all -n tokens (as a server
+    /// request's `ignore_eos`; for benchmarks and comparisons of fixed length).
+    #[arg(long)]
+    pub ignore_eos: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
@@ -132,7 +136,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut session = Session::new(loaded.model.clone(), &args.model.engine_config())?;
     let gen_params = GenerateParams {
         max_tokens: args.n_predict,
-        end_of_generation: tokenizer.eog_ids(),
+        end_of_generation: if args.ignore_eos {
+            Vec::new()
+        } else {
+            tokenizer.eog_ids()
+        },
         top_logprobs: args.dump_logits.unwrap_or(0),
     };
     // The engine's check of the prompt (empty, outside the vocabulary, too long) and of -n,
