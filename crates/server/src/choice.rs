@@ -3,6 +3,7 @@
 //! a [`Choice`] drops its event receiver, which cancels the sequence at the next step.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::stream::{BoxStream, StreamExt};
 use runit_engine::scheduler::{EventSink, SequenceEvent};
@@ -15,12 +16,14 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use crate::reasoning::ThinkFilter;
 use crate::tools::parse::{CallDelta, CallFilter};
 
-/// Delivers engine events into a tokio channel; closed when the [`Choice`] is dropped.
-pub struct ChannelSink(pub UnboundedSender<SequenceEvent>);
+/// Delivers engine events into a tokio channel, each with the moment the engine sent it
+/// (the request log times tokens by it, not by when the handler reads them); closed when
+/// the [`Choice`] is dropped.
+pub struct ChannelSink(pub UnboundedSender<(SequenceEvent, Instant)>);
 
 impl EventSink for ChannelSink {
     fn send(&mut self, event: SequenceEvent) -> bool {
-        self.0.send(event).is_ok()
+        self.0.send((event, Instant::now())).is_ok()
     }
 
     fn is_closed(&self) -> bool {
@@ -55,12 +58,14 @@ pub struct Delta {
     pub speculation: Option<SpeculationStats>,
     /// Set when the engine failed this sequence.
     pub error: Option<String>,
+    /// When the engine sent the event this delta comes from.
+    pub sent: Option<Instant>,
 }
 
 /// The receiving end of one sequence.
 pub struct Choice {
     index: usize,
-    receiver: Option<UnboundedReceiver<SequenceEvent>>,
+    receiver: Option<UnboundedReceiver<(SequenceEvent, Instant)>>,
     tokenizer: Arc<Tokenizer>,
     pending: Vec<u8>,
     stop: StopMatcher,
@@ -128,9 +133,13 @@ impl Choice {
     /// Waits for the next engine event and turns it into a delta; `None` after the end.
     async fn next_delta(&mut self) -> Option<Delta> {
         let receiver = self.receiver.as_mut()?;
-        let event = receiver.recv().await;
+        let (event, sent) = match receiver.recv().await {
+            Some((event, sent)) => (Some(event), Some(sent)),
+            None => (None, None),
+        };
         let mut delta = Delta {
             index: self.index,
+            sent,
             ..Delta::default()
         };
         match event {

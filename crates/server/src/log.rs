@@ -65,7 +65,7 @@ impl RequestLog {
             return;
         };
         if delta.completion_tokens > *generated {
-            let now = Instant::now();
+            let now = delta.sent.unwrap_or_else(Instant::now);
             self.first_token.get_or_insert(now);
             self.last_token = Some(now);
             *generated = delta.completion_tokens;
