@@ -1,0 +1,121 @@
+//! The WGSL kernels: their sources (`shaders/*.wgsl`, composed per weight or cache type) and
+//! the compute pipelines made from them on first use.
+
+use runit_quant::GgmlType;
+
+/// Helpers every dequantizing kernel starts with (byte access to packed blocks).
+const BYTES: &str = include_str!("shaders/bytes.wgsl");
+/// `value_TYPE(base, i)` of every weight type.
+const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
+
+/// A kernel: its name (the pipeline cache's key) and its whole WGSL source.
+pub struct KernelSource {
+    pub name: String,
+    pub source: String,
+}
+
+/// The kernels that take no type.
+pub const PLAIN: [(&str, &str); 8] = [
+    ("add", include_str!("shaders/add.wgsl")),
+    ("scale", include_str!("shaders/scale.wgsl")),
+    ("add_bias", include_str!("shaders/add_bias.wgsl")),
+    ("gated", include_str!("shaders/gated.wgsl")),
+    ("gather_rows", include_str!("shaders/gather_rows.wgsl")),
+    (
+        "scatter_add_rows",
+        include_str!("shaders/scatter_add_rows.wgsl"),
+    ),
+    ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
+    ("rope", include_str!("shaders/rope.wgsl")),
+];
+
+/// The kernels that read packed weights, composed per type.
+pub const WEIGHT_KERNELS: [(&str, &str); 2] = [
+    ("matmul", include_str!("shaders/matmul.wgsl")),
+    ("embedding", include_str!("shaders/embedding.wgsl")),
+];
+
+/// The kernels that read or write a KV cache, composed per cache element type.
+pub const CACHE_KERNELS: [(&str, &str); 2] = [
+    ("kv_write", include_str!("shaders/kv_write.wgsl")),
+    ("attention", include_str!("shaders/attention.wgsl")),
+];
+
+/// The weight types the kernels dequantize, with the name of their `value_` function.
+pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = [
+    (GgmlType::F32, "f32"),
+    (GgmlType::F16, "f16"),
+    (GgmlType::BF16, "bf16"),
+    (GgmlType::Q4_0, "q4_0"),
+    (GgmlType::Q4_1, "q4_1"),
+    (GgmlType::Q5_0, "q5_0"),
+    (GgmlType::Q5_1, "q5_1"),
+    (GgmlType::Q8_0, "q8_0"),
+    (GgmlType::Q4_K, "q4_k"),
+    (GgmlType::Q5_K, "q5_k"),
+    (GgmlType::Q6_K, "q6_k"),
+];
+
+/// The `value_` suffix of `ty`, or `None` when no kernel reads it.
+pub fn weight_suffix(ty: GgmlType) -> Option<&'static str> {
+    WEIGHT_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .map(|(_, name)| *name)
+}
+
+/// The kernel `name` (one of [`PLAIN`]).
+pub fn plain(name: &str) -> KernelSource {
+    let (_, body) = PLAIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("plain kernel names are the table's");
+    KernelSource {
+        name: name.to_string(),
+        source: body.to_string(),
+    }
+}
+
+/// The weight kernel `name` (one of [`WEIGHT_KERNELS`]) reading `ty` (one of
+/// [`WEIGHT_TYPES`]).
+pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
+    let suffix = weight_suffix(ty)?;
+    let (_, body) = WEIGHT_KERNELS.iter().find(|(n, _)| *n == name)?;
+    let source = format!(
+        "const BLOCK_VALUES: u32 = {}u;\nconst BLOCK_BYTES: u32 = {}u;\n{body}\n{BYTES}\n{DEQUANT}\n\
+         fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n",
+        ty.block_size(),
+        ty.type_size(),
+    );
+    Some(KernelSource {
+        name: format!("{name}_{suffix}"),
+        source,
+    })
+}
+
+/// The cache kernel `name` (one of [`CACHE_KERNELS`]) for f16 (`f16`) or f32 cells.
+pub fn for_cache(name: &str, f16: bool) -> KernelSource {
+    let (_, body) = CACHE_KERNELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("cache kernel names are the table's");
+    KernelSource {
+        name: format!("{name}_{}", if f16 { "f16" } else { "f32" }),
+        source: format!("const KV_F16: bool = {f16};\n{body}"),
+    }
+}
+
+/// Every kernel source, for the shader validation test.
+pub fn all() -> Vec<KernelSource> {
+    let mut all: Vec<KernelSource> = PLAIN.iter().map(|(name, _)| plain(name)).collect();
+    for (name, _) in WEIGHT_KERNELS {
+        for (ty, _) in WEIGHT_TYPES {
+            all.extend(for_weight(name, ty));
+        }
+    }
+    for (name, _) in CACHE_KERNELS {
+        all.push(for_cache(name, true));
+        all.push(for_cache(name, false));
+    }
+    all
+}
