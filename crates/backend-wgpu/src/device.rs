@@ -27,10 +27,9 @@ pub(crate) struct GpuWeight {
     pub host: Option<Vec<f32>>,
 }
 
-/// A KV cache: f16 cells (two a word) or f32 cells.
+/// A KV cache in the word layout of its type (`shaders/attention_cache.wgsl`).
 pub(crate) struct GpuKv {
     pub buffer: wgpu::Buffer,
-    pub f16: bool,
 }
 
 /// `found >= needed`, or a shape error.
@@ -237,17 +236,33 @@ impl Device for WgpuBackend {
             backend: self.name(),
             ty,
             what,
-            supported: "f16, f32",
+            supported: "f16, f32, q8_0, q4_0",
         };
-        let f16 = match ty {
-            KvType::F16 => true,
-            KvType::F32 => false,
-            _ => return Err(unsupported("this backend".to_string())),
+        // Bytes of `width` values.
+        let row_bytes = match ty {
+            KvType::F32 => Some(width * 4),
+            KvType::F16 if width.is_multiple_of(2) => Some(width * 2),
+            KvType::Q8_0 if width.is_multiple_of(32) => Some(width / 32 * 36),
+            KvType::Q4_0 if width.is_multiple_of(32) => Some(width / 32 * 20),
+            KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => None,
+            KvType::Tq4 | KvType::Tq3 => {
+                return Err(unsupported(
+                    "this backend (TurboQuant is CPU-only)".to_string(),
+                ))
+            }
         };
-        if f16 && !width.is_multiple_of(2) {
-            return Err(unsupported(format!("rows of {width} values (odd)")));
+        let row_bytes = row_bytes.ok_or_else(|| unsupported(format!("rows of {width} values")))?;
+        if let Err(error) = ty.check_head_dim(head_dim) {
+            return Err(unsupported(error.to_string()));
         }
-        if head_dim == 0 || !width.is_multiple_of(head_dim) {
+        if let Some(n) = runit_backend::hadamard::llama_rotation(ty, role, head_dim) {
+            if n > 256 {
+                return Err(unsupported(format!(
+                    "heads of {head_dim} (rotation chunks of {n}; at most 256)"
+                )));
+            }
+        }
+        if !width.is_multiple_of(head_dim) {
             return Err(BackendError::Shape {
                 op: "alloc_kv",
                 what: "width (a multiple of head_dim)",
@@ -255,10 +270,7 @@ impl Device for WgpuBackend {
                 found: width,
             });
         }
-        let element = if f16 { 2 } else { 4 };
-        let bytes = (n_cells as u64)
-            .saturating_mul(width as u64)
-            .saturating_mul(element);
+        let bytes = (n_cells as u64).saturating_mul(row_bytes as u64);
         let buffer = self.new_buffer("alloc_kv", bytes)?;
         Ok(KvCache::new(
             n_cells,
@@ -266,7 +278,7 @@ impl Device for WgpuBackend {
             head_dim,
             ty,
             role,
-            Box::new(GpuKv { buffer, f16 }),
+            Box::new(GpuKv { buffer }),
         ))
     }
 

@@ -1,6 +1,7 @@
 //! The WGSL kernels: their sources (`shaders/*.wgsl`, composed per weight or cache type) and
 //! the compute pipelines made from them on first use.
 
+use runit_backend::KvType;
 use runit_quant::GgmlType;
 
 /// Helpers every dequantizing kernel starts with (byte access to packed blocks).
@@ -15,7 +16,7 @@ pub struct KernelSource {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 8] = [
+pub const PLAIN: [(&str, &str); 9] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -27,6 +28,7 @@ pub const PLAIN: [(&str, &str); 8] = [
     ),
     ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
     ("rope", include_str!("shaders/rope.wgsl")),
+    ("hadamard", include_str!("shaders/hadamard.wgsl")),
 ];
 
 /// The kernels that read packed weights, composed per type.
@@ -35,14 +37,52 @@ pub const WEIGHT_KERNELS: [(&str, &str); 2] = [
     ("embedding", include_str!("shaders/embedding.wgsl")),
 ];
 
-/// The kernels that read or write a KV cache, composed per cache element type.
-pub const CACHE_KERNELS: [(&str, &str); 2] = [
-    ("kv_write", include_str!("shaders/kv_write.wgsl")),
-    ("attention", include_str!("shaders/attention.wgsl")),
+/// How attention reads a cache of each element type.
+const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
+/// The cache writer, for every element type.
+const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
+/// Attention, for every pair of key and value cache types.
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+
+/// The KV cache element types the kernels store: their code in the shaders and name.
+pub const CACHE_TYPES: [(KvType, u32, &str); 4] = [
+    (KvType::F32, 0, "f32"),
+    (KvType::F16, 1, "f16"),
+    (KvType::Q8_0, 2, "q8_0"),
+    (KvType::Q4_0, 3, "q4_0"),
 ];
 
+/// The shader code of cache type `ty`, or `None` when no kernel stores it.
+pub fn cache_code(ty: KvType) -> Option<(u32, &'static str)> {
+    CACHE_TYPES
+        .iter()
+        .find(|(t, _, _)| *t == ty)
+        .map(|(_, code, name)| (*code, *name))
+}
+
+/// The cache writer for `ty` (one of [`CACHE_TYPES`]).
+pub fn kv_write(ty: KvType) -> Option<KernelSource> {
+    let (code, name) = cache_code(ty)?;
+    Some(KernelSource {
+        name: format!("kv_write_{name}"),
+        source: format!("const KV_TYPE: u32 = {code}u;\n{KV_WRITE}"),
+    })
+}
+
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]).
+pub fn attention(keys: KvType, values: KvType) -> Option<KernelSource> {
+    let (k, k_name) = cache_code(keys)?;
+    let (v, v_name) = cache_code(values)?;
+    Some(KernelSource {
+        name: format!("attention_{k_name}_{v_name}"),
+        source: format!(
+            "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
+        ),
+    })
+}
+
 /// The weight types the kernels dequantize, with the name of their `value_` function.
-pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = [
+pub const WEIGHT_TYPES: [(GgmlType, &str); 15] = [
     (GgmlType::F32, "f32"),
     (GgmlType::F16, "f16"),
     (GgmlType::BF16, "bf16"),
@@ -54,6 +94,10 @@ pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = [
     (GgmlType::Q4_K, "q4_k"),
     (GgmlType::Q5_K, "q5_k"),
     (GgmlType::Q6_K, "q6_k"),
+    (GgmlType::Q2_K, "q2_k"),
+    (GgmlType::Q3_K, "q3_k"),
+    (GgmlType::IQ4_NL, "iq4_nl"),
+    (GgmlType::IQ4_XS, "iq4_xs"),
 ];
 
 /// The `value_` suffix of `ty`, or `None` when no kernel reads it.
@@ -93,18 +137,6 @@ pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
     })
 }
 
-/// The cache kernel `name` (one of [`CACHE_KERNELS`]) for f16 (`f16`) or f32 cells.
-pub fn for_cache(name: &str, f16: bool) -> KernelSource {
-    let (_, body) = CACHE_KERNELS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .expect("cache kernel names are the table's");
-    KernelSource {
-        name: format!("{name}_{}", if f16 { "f16" } else { "f32" }),
-        source: format!("const KV_F16: bool = {f16};\n{body}"),
-    }
-}
-
 /// Every kernel source, for the shader validation test.
 pub fn all() -> Vec<KernelSource> {
     let mut all: Vec<KernelSource> = PLAIN.iter().map(|(name, _)| plain(name)).collect();
@@ -113,9 +145,11 @@ pub fn all() -> Vec<KernelSource> {
             all.extend(for_weight(name, ty));
         }
     }
-    for (name, _) in CACHE_KERNELS {
-        all.push(for_cache(name, true));
-        all.push(for_cache(name, false));
+    for (keys, _, _) in CACHE_TYPES {
+        all.extend(kv_write(keys));
+        for (values, _, _) in CACHE_TYPES {
+            all.extend(attention(keys, values));
+        }
     }
     all
 }

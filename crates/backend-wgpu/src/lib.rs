@@ -10,7 +10,7 @@
 //! ```
 //!
 //! What runs here: embedding and matmul of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! Q4_K, Q5_K and Q6_K weights (one workgroup per output row and token, a shared-memory sum;
+//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights (one workgroup per output row and token, a shared-memory sum;
 //! a prompt's rows loop the matrix-vector kernel), RMS norm, RoPE (both pairings, the angles
 //! computed on the host as the CPU computes them), the element-wise ops, f16 and f32 KV
 //! caches with causal grouped-query paged attention, and the row ops. Fused ops run their

@@ -2,8 +2,9 @@
 //! cells), then one kernel dispatch each. Fused ops run their default bodies.
 
 use runit_backend::{
-    Activation, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps, KvCache, KvWrite,
-    OpResult, PrimitiveOps, RmsNorm, RopeParams, RopeStyle, ScatterAddRows, SequenceSpan, Weight,
+    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps, KvCache,
+    KvRole, KvType, KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, RopeStyle,
+    ScatterAddRows, SequenceSpan, Weight,
 };
 
 use crate::backend::{grid, rows_grid};
@@ -52,6 +53,46 @@ fn check_cells(
 }
 
 impl WgpuBackend {
+    fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
+        BackendError::UnsupportedKv {
+            backend: self.name(),
+            ty: cache.ty,
+            what: "this backend".to_string(),
+            supported: "f16, f32, q8_0, q4_0",
+        }
+    }
+
+    /// llama.cpp's Hadamard rotation (`runit_backend::hadamard`) of `count` chunks of `n`
+    /// values of `x` from chunk `first`, in place.
+    fn rotate(&self, x: &wgpu::Buffer, n: usize, first: usize, count: usize) -> OpResult {
+        if count == 0 {
+            return Ok(());
+        }
+        let [gx, gy, _] = rows_grid(count);
+        let scale = 1.0 / (n as f32).sqrt();
+        let params = [n as u32, first as u32, count as u32, f(scale), gx];
+        self.dispatch(
+            "hadamard",
+            Self::plain("hadamard"),
+            &params,
+            &[x],
+            [gx, gy, 1],
+        )
+    }
+
+    /// A copy of the first `len` values of `x` in a new buffer.
+    fn scratch_copy(
+        &self,
+        x: &Buffer,
+        len: usize,
+        op: &'static str,
+    ) -> Result<Buffer, BackendError> {
+        let copy = self.alloc(len)?;
+        let (source, target) = (buffer(x, op, "x")?, buffer(&copy, op, "copy")?);
+        self.copy_bytes(source, 0, target, 0, len as u64 * 4);
+        Ok(copy)
+    }
+
     fn write_cache(
         &self,
         src: &Buffer,
@@ -61,9 +102,9 @@ impl WgpuBackend {
     ) -> OpResult {
         const OP: &str = "kv_write";
         let width = cache.width;
-        let source = buffer(src, OP, what)?;
-        let gpu = kv(cache, OP, what)?;
+        let kernel = kernels::kv_write(cache.ty).ok_or_else(|| self.unsupported_kv(cache))?;
         let mut pairs = Vec::new();
+        let mut end_rows = 0;
         for span in spans {
             let end_row = span.first_row.saturating_add(span.rows);
             at_least(
@@ -72,6 +113,7 @@ impl WgpuBackend {
                 end_row.saturating_mul(width),
                 src.len(),
             )?;
+            end_rows = end_rows.max(end_row);
             let end = span.start_position.saturating_add(span.rows);
             check_cells(OP, span, span.start_position..end, cache.n_cells)?;
             for r in 0..span.rows {
@@ -83,15 +125,30 @@ impl WgpuBackend {
         if entries == 0 {
             return Ok(());
         }
-        let words = if gpu.f16 { width / 2 } else { width };
+        let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
+        let rotated = match rotation {
+            Some(n) => {
+                let copy = self.scratch_copy(src, end_rows * width, OP)?;
+                self.rotate(buffer(&copy, OP, what)?, n, 0, end_rows * width / n)?;
+                Some(copy)
+            }
+            None => None,
+        };
+        let source = buffer(rotated.as_ref().unwrap_or(src), OP, what)?;
+        let gpu = kv(cache, OP, what)?;
+        let per_row = match cache.ty {
+            KvType::F32 => width,
+            KvType::F16 => width / 2,
+            _ => width / 32,
+        };
         let table = self.storage("kv cells", &pairs);
-        let params = [(entries * words) as u32, width as u32];
+        let params = [(entries * per_row) as u32, width as u32];
         self.dispatch(
             OP,
-            kernels::for_cache("kv_write", gpu.f16),
+            kernel,
             &params,
             &[source, &table, &gpu.buffer],
-            grid(entries * words),
+            grid(entries * per_row),
         )
     }
 }
@@ -349,14 +406,15 @@ impl PrimitiveOps for WgpuBackend {
             ));
         }
         let (k, v) = (kv(k_cache, OP, "k_cache")?, kv(v_cache, OP, "v_cache")?);
-        if k.f16 != v.f16 {
-            return Err(BackendError::UnsupportedKv {
-                backend: self.name(),
-                ty: v_cache.ty,
-                what: format!("values beside {} keys", k_cache.ty),
-                supported: "f16 or f32 for both keys and values",
-            });
-        }
+        let kernel = || {
+            kernels::attention(k_cache.ty, v_cache.ty).ok_or_else(|| {
+                let unsupported = [k_cache, v_cache]
+                    .into_iter()
+                    .find(|c| kernels::cache_code(c.ty).is_none());
+                self.unsupported_kv(unsupported.unwrap_or(k_cache))
+            })
+        };
+        kernel()?;
         let q_width = heads * head_dim;
         let mut cells = Vec::new();
         let mut queries = Vec::new();
@@ -393,7 +451,19 @@ impl PrimitiveOps for WgpuBackend {
         if queries.is_empty() || heads == 0 {
             return Ok(());
         }
-        let q = buffer(attention.q, OP, "q")?;
+        // Queries are rotated as the keys were, the output back as the values were.
+        let key_rotation = hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim);
+        let value_rotation = hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim);
+        let rotated = match key_rotation {
+            Some(n) => {
+                let rows = attention.q.len() / q_width;
+                let copy = self.scratch_copy(attention.q, rows * q_width, OP)?;
+                self.rotate(buffer(&copy, OP, "q")?, n, 0, rows * q_width / n)?;
+                Some(copy)
+            }
+            None => None,
+        };
+        let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
         let out = buffer(out, OP, "out")?;
         let cells = self.storage("attention cells", &cells);
         let words = [
@@ -408,8 +478,13 @@ impl PrimitiveOps for WgpuBackend {
             let list = self.storage("attention queries", part);
             let buffers = [q, &k.buffer, &v.buffer, &cells, &list, out];
             let groups = [(part.len() / 4) as u32, heads as u32, 1];
-            let kernel = kernels::for_cache(OP, k.f16);
-            self.dispatch(OP, kernel, &words, &buffers, groups)?;
+            self.dispatch(OP, kernel()?, &words, &buffers, groups)?;
+        }
+        if let Some(n) = value_rotation {
+            for span in attention.spans {
+                let first = span.first_row * q_width / n;
+                self.rotate(out, n, first, span.rows * q_width / n)?;
+            }
         }
         Ok(())
     }

@@ -1,8 +1,9 @@
 // Causal grouped-query attention over a paged cache, one workgroup per (query row, head): keys
 // in tiles of 64 (one per thread), an online softmax in f32, each thread accumulating up to 4
 // of the head's output dims. The host gives each query row its visible positions `lo ..= pos`
-// and where its sequence's cells start in `cells` (position -> cache cell). KV_F16 chooses
-// f16 pairs packed in words or f32 cache cells.
+// and where its sequence's cells start in `cells` (position -> cache cell). The cells are read
+// by `cache_value` (attention_cache.wgsl) for the caches' types; queries of a quantized key
+// cache come rotated as its keys were (`runit_backend::hadamard`).
 
 struct Params {
     heads: u32,
@@ -38,22 +39,6 @@ var<workgroup> query: array<f32, MAX_HEAD_DIM>;
 var<workgroup> scores: array<f32, TILE>;
 var<workgroup> tile_cells: array<u32, TILE>;
 var<workgroup> bounds: vec2<u32>;
-
-fn cache_value(index: u32, is_key: bool) -> f32 {
-    if KV_F16 {
-        var word: u32;
-        if is_key {
-            word = k_cache[index >> 1u];
-        } else {
-            word = v_cache[index >> 1u];
-        }
-        return unpack2x16float(word)[index & 1u];
-    }
-    if is_key {
-        return bitcast<f32>(k_cache[index]);
-    }
-    return bitcast<f32>(v_cache[index]);
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -79,3 +79,60 @@ fn value_q6_k(base: u32, i: u32) -> f32 {
     let scale = i8_at(base + 192u + half * 8u + (l >> 4u) + quarter * 2u);
     return f16_at(base + 208u) * scale * q;
 }
+
+// Q2_K: 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit values, f16 d, f16 dmin; 256
+// values in 2 halves of 128, each 4 shifts over 32 bytes (16 values a scale).
+fn value_q2_k(base: u32, i: u32) -> f32 {
+    let half = i >> 7u;
+    let shift = (i >> 5u) & 3u;
+    let sixteen = (i >> 4u) & 1u;
+    let l = i & 15u;
+    let sc = byte_at(base + half * 8u + shift * 2u + sixteen);
+    let q = (byte_at(base + 16u + half * 32u + sixteen * 16u + l) >> (2u * shift)) & 3u;
+    let dl = f16_at(base + 80u) * f32(sc & 0xfu);
+    let ml = f16_at(base + 82u) * f32(sc >> 4u);
+    return dl * f32(q) - ml;
+}
+
+// Q3_K: 32 bytes of high bits (set: +0, clear: -4), 64 bytes of 2-bit values, 12 bytes of
+// 6-bit scales (low nibbles in bytes 0..8, high pairs in bytes 8..12), f16 d; laid out as Q2_K.
+fn value_q3_k(base: u32, i: u32) -> f32 {
+    let half = i >> 7u;
+    let shift = (i >> 5u) & 3u;
+    let sixteen = (i >> 4u) & 1u;
+    let l = i & 15u;
+    let s = half * 8u + shift * 2u + sixteen;
+    let low = (byte_at(base + 96u + (s & 7u)) >> (4u * (s >> 3u))) & 0xfu;
+    let high = (byte_at(base + 104u + (s & 3u)) >> (2u * (s >> 2u))) & 3u;
+    let scale = f32(i32(low | (high << 4u)) - 32);
+    let q = (byte_at(base + 32u + half * 32u + sixteen * 16u + l) >> (2u * shift)) & 3u;
+    let kept = (byte_at(base + sixteen * 16u + l) >> (half * 4u + shift)) & 1u;
+    return f16_at(base + 108u) * scale * f32(i32(q) - select(4, 0, kept == 1u));
+}
+
+// The non-linear grid of IQ4_NL and IQ4_XS (ggml's `kvalues_iq4nl`).
+fn iq4_grid(q: u32) -> f32 {
+    var grid = array<f32, 16>(
+        -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+        1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0,
+    );
+    return grid[q];
+}
+
+// IQ4_NL: f16 d, 16 bytes of grid indices (low nibbles first).
+fn value_iq4_nl(base: u32, i: u32) -> f32 {
+    let q = (byte_at(base + 2u + (i & 15u)) >> ((i >> 4u) * 4u)) & 0xfu;
+    return f16_at(base) * iq4_grid(q);
+}
+
+// IQ4_XS: f16 d, 16 bits of high scale pairs, 4 bytes of low scale nibbles, 128 bytes of
+// grid indices; 8 sub-blocks of 32 as IQ4_NL's, each with a 6-bit scale (minus 32).
+fn value_iq4_xs(base: u32, i: u32) -> f32 {
+    let sub = i >> 5u;
+    let low = (byte_at(base + 4u + (sub >> 1u)) >> (4u * (sub & 1u))) & 0xfu;
+    let high = (u16_at(base + 2u) >> (2u * sub)) & 3u;
+    let dl = f16_at(base) * f32(i32(low | (high << 4u)) - 32);
+    let j = i & 31u;
+    let q = (byte_at(base + 8u + sub * 16u + (j & 15u)) >> ((j >> 4u) * 4u)) & 0xfu;
+    return dl * iq4_grid(q);
+}
