@@ -159,6 +159,11 @@ impl WgpuBackend {
             let mut slot = sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             slot.get_or_insert_with(|| error.to_string());
         }));
+        let lost = Arc::clone(&errors);
+        device.set_device_lost_callback(move |reason, message| {
+            let mut slot = lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            slot.get_or_insert_with(|| format!("device lost ({reason:?}): {message}"));
+        });
         let table = runit_backend::gelu::table();
         let gelu_table = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("gelu table"),

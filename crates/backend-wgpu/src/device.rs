@@ -106,12 +106,15 @@ impl WgpuBackend {
 
     fn new_buffer(&self, op: &'static str, bytes: u64) -> Result<wgpu::Buffer, BackendError> {
         let bytes = bytes.next_multiple_of(4).max(4);
-        if bytes > self.max_buffer || bytes > self.max_binding {
-            return Err(BackendError::OutOfMemory {
-                backend: self.name(),
-                bytes: bytes as usize,
-                available: self.max_binding.min(self.max_buffer) as usize,
-            });
+        let limit = self.max_binding.min(self.max_buffer);
+        if bytes > limit {
+            return Err(self.device_error(
+                op,
+                format!(
+                    "a buffer of {bytes} bytes exceeds the adapter's storage binding limit of \
+                     {limit} bytes (weights are split by rows; activations and caches are not)"
+                ),
+            ));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
