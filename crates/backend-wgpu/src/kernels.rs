@@ -16,7 +16,7 @@ pub struct KernelSource {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 9] = [
+pub const PLAIN: [(&str, &str); 10] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -29,6 +29,7 @@ pub const PLAIN: [(&str, &str); 9] = [
     ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
     ("rope", include_str!("shaders/rope.wgsl")),
     ("hadamard", include_str!("shaders/hadamard.wgsl")),
+    ("quantize_x", include_str!("shaders/quantize_x.wgsl")),
 ];
 
 /// The kernels that read packed weights, composed per type.

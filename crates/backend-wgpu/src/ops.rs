@@ -7,6 +7,8 @@ use runit_backend::{
     ScatterAddRows, SequenceSpan, Weight,
 };
 
+use runit_quant::GgmlType;
+
 use crate::backend::{grid, rows_grid};
 use crate::device::{at_least, buffer, kv, weight};
 use crate::kernels;
@@ -91,6 +93,34 @@ impl WgpuBackend {
         let (source, target) = (buffer(x, op, "x")?, buffer(&copy, op, "copy")?);
         self.copy_bytes(source, 0, target, 0, len as u64 * 4);
         Ok(copy)
+    }
+
+    /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
+    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
+    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
+    /// way not repeated here: the K-quants' Q8_K blocks of 256).
+    fn activations_as_cpu(
+        &self,
+        ty: GgmlType,
+        x: &Buffer,
+        len: usize,
+    ) -> Result<Option<Buffer>, BackendError> {
+        use GgmlType::*;
+        let mode = match ty {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
+            F16 => 1,
+            _ => return Ok(None),
+        };
+        if !len.is_multiple_of(32) || len == 0 {
+            return Ok(None);
+        }
+        let rounded = self.alloc(len)?;
+        let blocks = len / 32;
+        let (source, target) = (buffer(x, "matmul", "x")?, buffer(&rounded, "matmul", "x")?);
+        let params = [blocks as u32, mode];
+        let kernel = Self::plain("quantize_x");
+        self.dispatch("matmul", kernel, &params, &[source, target], grid(blocks))?;
+        Ok(Some(rounded))
     }
 
     fn write_cache(
@@ -215,6 +245,8 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let gpu = weight(w, OP, "weight")?;
+        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
+        let x = rounded.as_ref().unwrap_or(x);
         let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
         let first = w.byte_offset / w.row_bytes();
         for chunk in &gpu.chunks {
