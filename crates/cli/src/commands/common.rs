@@ -50,7 +50,8 @@ pub struct ModelArgs {
     /// Use this tokenizer.json (Hugging Face format) instead of the GGUF's vocabulary.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Compute device: `cpu`, or `cuda` / `cuda:N` (GPU N; builds with the `cuda` feature).
+    /// Compute device: `cpu`, `cuda` / `cuda:N` (GPU N; builds with the `cuda` feature), or
+    /// `wgpu` / `wgpu:N` (adapter N through Vulkan, Metal or DX12; the `wgpu` feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// On a GPU, compute every op exactly as the CPU backend (and llama.cpp's CPU build)
@@ -243,20 +244,33 @@ pub fn load_on(args: &ModelArgs, backend: Option<Arc<dyn Backend>>) -> anyhow::R
     })
 }
 
-/// The backend named by `--device` (with `--exact` numerics on a GPU).
+/// The backend named by `--device` (with `--exact` numerics on a CUDA GPU).
 pub fn make_backend(device: &str, threads: usize, exact: bool) -> anyhow::Result<Arc<dyn Backend>> {
     if device == "cpu" {
         return Ok(Arc::new(runit_backend_cpu::CpuBackend::new(threads)?));
     }
-    let ordinal = match device.strip_prefix("cuda") {
-        Some("") => 0,
-        Some(rest) => rest
-            .strip_prefix(':')
-            .and_then(|n| n.parse::<usize>().ok())
-            .with_context(|| format!("bad device `{device}`; expected cuda or cuda:N"))?,
-        None => anyhow::bail!("unknown device `{device}`; available: cpu, cuda, cuda:N"),
+    let ordinal = |prefix: &str| -> anyhow::Result<Option<usize>> {
+        match device.strip_prefix(prefix) {
+            Some("") => Ok(Some(0)),
+            Some(rest) => rest
+                .strip_prefix(':')
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(Some)
+                .with_context(|| format!("bad device `{device}`; expected {prefix} or {prefix}:N")),
+            None => Ok(None),
+        }
     };
-    cuda_backend(ordinal, exact)
+    if let Some(ordinal) = ordinal("cuda")? {
+        return cuda_backend(ordinal, exact);
+    }
+    if let Some(ordinal) = ordinal("wgpu")? {
+        anyhow::ensure!(
+            !exact,
+            "--exact is a CUDA mode; the wgpu backend has no exact numerics"
+        );
+        return wgpu_backend(ordinal);
+    }
+    anyhow::bail!("unknown device `{device}`; available: cpu, cuda, cuda:N, wgpu, wgpu:N")
 }
 
 #[cfg(feature = "cuda")]
@@ -275,6 +289,18 @@ fn cuda_backend(ordinal: usize, exact: bool) -> anyhow::Result<Arc<dyn Backend>>
 fn cuda_backend(_ordinal: usize, _exact: bool) -> anyhow::Result<Arc<dyn Backend>> {
     anyhow::bail!(
         "this runit was built without CUDA support; rebuild with `cargo build --release --features cuda`"
+    )
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_backend(ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    Ok(Arc::new(runit_backend_wgpu::WgpuBackend::new(ordinal)?))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_backend(_ordinal: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    anyhow::bail!(
+        "this runit was built without the wgpu backend; rebuild with `cargo build --release --features wgpu`"
     )
 }
 

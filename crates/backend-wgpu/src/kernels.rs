@@ -1,0 +1,156 @@
+//! The WGSL kernels: their sources (`shaders/*.wgsl`, composed per weight or cache type) and
+//! the compute pipelines made from them on first use.
+
+use runit_backend::KvType;
+use runit_quant::GgmlType;
+
+/// Helpers every dequantizing kernel starts with (byte access to packed blocks).
+const BYTES: &str = include_str!("shaders/bytes.wgsl");
+/// `value_TYPE(base, i)` of every weight type.
+const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
+
+/// A kernel: its name (the pipeline cache's key) and its whole WGSL source.
+pub struct KernelSource {
+    pub name: String,
+    pub source: String,
+}
+
+/// The kernels that take no type.
+pub const PLAIN: [(&str, &str); 10] = [
+    ("add", include_str!("shaders/add.wgsl")),
+    ("scale", include_str!("shaders/scale.wgsl")),
+    ("add_bias", include_str!("shaders/add_bias.wgsl")),
+    ("gated", include_str!("shaders/gated.wgsl")),
+    ("gather_rows", include_str!("shaders/gather_rows.wgsl")),
+    (
+        "scatter_add_rows",
+        include_str!("shaders/scatter_add_rows.wgsl"),
+    ),
+    ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
+    ("rope", include_str!("shaders/rope.wgsl")),
+    ("hadamard", include_str!("shaders/hadamard.wgsl")),
+    ("quantize_x", include_str!("shaders/quantize_x.wgsl")),
+];
+
+/// The kernels that read packed weights, composed per type.
+pub const WEIGHT_KERNELS: [(&str, &str); 2] = [
+    ("matmul", include_str!("shaders/matmul.wgsl")),
+    ("embedding", include_str!("shaders/embedding.wgsl")),
+];
+
+/// How attention reads a cache of each element type.
+const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
+/// The cache writer, for every element type.
+const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
+/// Attention, for every pair of key and value cache types.
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+
+/// The KV cache element types the kernels store: their code in the shaders and name.
+pub const CACHE_TYPES: [(KvType, u32, &str); 4] = [
+    (KvType::F32, 0, "f32"),
+    (KvType::F16, 1, "f16"),
+    (KvType::Q8_0, 2, "q8_0"),
+    (KvType::Q4_0, 3, "q4_0"),
+];
+
+/// The shader code of cache type `ty`, or `None` when no kernel stores it.
+pub fn cache_code(ty: KvType) -> Option<(u32, &'static str)> {
+    CACHE_TYPES
+        .iter()
+        .find(|(t, _, _)| *t == ty)
+        .map(|(_, code, name)| (*code, *name))
+}
+
+/// The cache writer for `ty` (one of [`CACHE_TYPES`]).
+pub fn kv_write(ty: KvType) -> Option<KernelSource> {
+    let (code, name) = cache_code(ty)?;
+    Some(KernelSource {
+        name: format!("kv_write_{name}"),
+        source: format!("const KV_TYPE: u32 = {code}u;\n{KV_WRITE}"),
+    })
+}
+
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]).
+pub fn attention(keys: KvType, values: KvType) -> Option<KernelSource> {
+    let (k, k_name) = cache_code(keys)?;
+    let (v, v_name) = cache_code(values)?;
+    Some(KernelSource {
+        name: format!("attention_{k_name}_{v_name}"),
+        source: format!(
+            "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
+        ),
+    })
+}
+
+/// The weight types the kernels dequantize, with the name of their `value_` function.
+pub const WEIGHT_TYPES: [(GgmlType, &str); 15] = [
+    (GgmlType::F32, "f32"),
+    (GgmlType::F16, "f16"),
+    (GgmlType::BF16, "bf16"),
+    (GgmlType::Q4_0, "q4_0"),
+    (GgmlType::Q4_1, "q4_1"),
+    (GgmlType::Q5_0, "q5_0"),
+    (GgmlType::Q5_1, "q5_1"),
+    (GgmlType::Q8_0, "q8_0"),
+    (GgmlType::Q4_K, "q4_k"),
+    (GgmlType::Q5_K, "q5_k"),
+    (GgmlType::Q6_K, "q6_k"),
+    (GgmlType::Q2_K, "q2_k"),
+    (GgmlType::Q3_K, "q3_k"),
+    (GgmlType::IQ4_NL, "iq4_nl"),
+    (GgmlType::IQ4_XS, "iq4_xs"),
+];
+
+/// The `value_` suffix of `ty`, or `None` when no kernel reads it.
+pub fn weight_suffix(ty: GgmlType) -> Option<&'static str> {
+    WEIGHT_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .map(|(_, name)| *name)
+}
+
+/// The kernel `name` (one of [`PLAIN`]).
+pub fn plain(name: &str) -> KernelSource {
+    let (_, body) = PLAIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("plain kernel names are the table's");
+    KernelSource {
+        name: name.to_string(),
+        source: body.to_string(),
+    }
+}
+
+/// The weight kernel `name` (one of [`WEIGHT_KERNELS`]) reading `ty` (one of
+/// [`WEIGHT_TYPES`]).
+pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
+    let suffix = weight_suffix(ty)?;
+    let (_, body) = WEIGHT_KERNELS.iter().find(|(n, _)| *n == name)?;
+    let source = format!(
+        "const BLOCK_VALUES: u32 = {}u;\nconst BLOCK_BYTES: u32 = {}u;\n{body}\n{BYTES}\n{DEQUANT}\n\
+         fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n",
+        ty.block_size(),
+        ty.type_size(),
+    );
+    Some(KernelSource {
+        name: format!("{name}_{suffix}"),
+        source,
+    })
+}
+
+/// Every kernel source, for the shader validation test.
+pub fn all() -> Vec<KernelSource> {
+    let mut all: Vec<KernelSource> = PLAIN.iter().map(|(name, _)| plain(name)).collect();
+    for (name, _) in WEIGHT_KERNELS {
+        for (ty, _) in WEIGHT_TYPES {
+            all.extend(for_weight(name, ty));
+        }
+    }
+    for (keys, _, _) in CACHE_TYPES {
+        all.extend(kv_write(keys));
+        for (values, _, _) in CACHE_TYPES {
+            all.extend(attention(keys, values));
+        }
+    }
+    all
+}

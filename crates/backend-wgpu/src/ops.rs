@@ -1,0 +1,609 @@
+//! The primitive ops: host-side checks and the small host tables (ids, RoPE angles, cache
+//! cells), then one kernel dispatch each. Fused ops run their default bodies.
+
+use runit_backend::{
+    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps, KvCache,
+    KvRole, KvType, KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, RopeStyle,
+    ScatterAddRows, SequenceSpan, Weight,
+};
+
+use runit_quant::GgmlType;
+
+use crate::backend::{grid, rows_grid};
+use crate::device::{at_least, buffer, kv, weight};
+use crate::kernels;
+use crate::WgpuBackend;
+
+/// Most workgroups in one dimension of a dispatch.
+const MAX_GROUPS: usize = 65_535;
+
+fn f(value: f32) -> u32 {
+    value.to_bits()
+}
+
+/// Fails unless every position of `positions` maps through the span's block table to a
+/// cell below `n_cells` (the CPU's check, the same errors).
+fn check_cells(
+    op: &'static str,
+    span: &SequenceSpan,
+    positions: std::ops::Range<usize>,
+    n_cells: usize,
+) -> OpResult {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    if span.block_size == 0 {
+        return Err(BackendError::Shape {
+            op,
+            what: "block_size (non-zero)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    let last_block = (positions.end - 1) / span.block_size;
+    at_least(
+        op,
+        "block table entries",
+        last_block + 1,
+        span.block_table.len(),
+    )?;
+    for block in &span.block_table[positions.start / span.block_size..=last_block] {
+        let end = (*block as usize + 1).saturating_mul(span.block_size);
+        at_least(op, "cache cells (block end)", end, n_cells)?;
+    }
+    Ok(())
+}
+
+impl WgpuBackend {
+    fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
+        BackendError::UnsupportedKv {
+            backend: self.name(),
+            ty: cache.ty,
+            what: "this backend".to_string(),
+            supported: "f16, f32, q8_0, q4_0",
+        }
+    }
+
+    /// llama.cpp's Hadamard rotation (`runit_backend::hadamard`) of `count` chunks of `n`
+    /// values of `x` from chunk `first`, in place.
+    fn rotate(&self, x: &wgpu::Buffer, n: usize, first: usize, count: usize) -> OpResult {
+        if count == 0 {
+            return Ok(());
+        }
+        let [gx, gy, _] = rows_grid(count);
+        let scale = 1.0 / (n as f32).sqrt();
+        let params = [n as u32, first as u32, count as u32, f(scale), gx];
+        self.dispatch(
+            "hadamard",
+            Self::plain("hadamard"),
+            &params,
+            &[x],
+            [gx, gy, 1],
+        )
+    }
+
+    /// A copy of the first `len` values of `x` in a new buffer.
+    fn scratch_copy(
+        &self,
+        x: &Buffer,
+        len: usize,
+        op: &'static str,
+    ) -> Result<Buffer, BackendError> {
+        let copy = self.alloc(len)?;
+        let (source, target) = (buffer(x, op, "x")?, buffer(&copy, op, "copy")?);
+        self.copy_bytes(source, 0, target, 0, len as u64 * 4);
+        Ok(copy)
+    }
+
+    /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
+    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
+    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
+    /// way not repeated here: the K-quants' Q8_K blocks of 256).
+    fn activations_as_cpu(
+        &self,
+        ty: GgmlType,
+        x: &Buffer,
+        len: usize,
+    ) -> Result<Option<Buffer>, BackendError> {
+        use GgmlType::*;
+        let mode = match ty {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
+            F16 => 1,
+            _ => return Ok(None),
+        };
+        if !len.is_multiple_of(32) || len == 0 {
+            return Ok(None);
+        }
+        let rounded = self.alloc(len)?;
+        let blocks = len / 32;
+        let (source, target) = (buffer(x, "matmul", "x")?, buffer(&rounded, "matmul", "x")?);
+        let params = [blocks as u32, mode];
+        let kernel = Self::plain("quantize_x");
+        self.dispatch("matmul", kernel, &params, &[source, target], grid(blocks))?;
+        Ok(Some(rounded))
+    }
+
+    fn write_cache(
+        &self,
+        src: &Buffer,
+        cache: &mut KvCache,
+        spans: &[SequenceSpan],
+        what: &'static str,
+    ) -> OpResult {
+        const OP: &str = "kv_write";
+        let width = cache.width;
+        let kernel = kernels::kv_write(cache.ty).ok_or_else(|| self.unsupported_kv(cache))?;
+        let mut pairs = Vec::new();
+        let mut end_rows = 0;
+        for span in spans {
+            let end_row = span.first_row.saturating_add(span.rows);
+            at_least(
+                OP,
+                "k/v elements (rows × cache width)",
+                end_row.saturating_mul(width),
+                src.len(),
+            )?;
+            end_rows = end_rows.max(end_row);
+            let end = span.start_position.saturating_add(span.rows);
+            check_cells(OP, span, span.start_position..end, cache.n_cells)?;
+            for r in 0..span.rows {
+                pairs.push((span.first_row + r) as u32);
+                pairs.push(span.cell(span.start_position + r) as u32);
+            }
+        }
+        let entries = pairs.len() / 2;
+        if entries == 0 {
+            return Ok(());
+        }
+        let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
+        let rotated = match rotation {
+            Some(n) => {
+                let copy = self.scratch_copy(src, end_rows * width, OP)?;
+                self.rotate(buffer(&copy, OP, what)?, n, 0, end_rows * width / n)?;
+                Some(copy)
+            }
+            None => None,
+        };
+        let source = buffer(rotated.as_ref().unwrap_or(src), OP, what)?;
+        let gpu = kv(cache, OP, what)?;
+        let per_row = match cache.ty {
+            KvType::F32 => width,
+            KvType::F16 => width / 2,
+            _ => width / 32,
+        };
+        let table = self.storage("kv cells", &pairs);
+        let params = [(entries * per_row) as u32, width as u32];
+        self.dispatch(
+            OP,
+            kernel,
+            &params,
+            &[source, &table, &gpu.buffer],
+            grid(entries * per_row),
+        )
+    }
+}
+
+impl PrimitiveOps for WgpuBackend {
+    fn embedding(&self, table: &Weight, ids: &[u32], out: &mut Buffer) -> OpResult {
+        const OP: &str = "embedding";
+        let width = table.row_len();
+        let first = table.byte_offset / table.row_bytes().max(1);
+        let n_rows = table.rows();
+        if let Some(id) = ids.iter().find(|id| **id as usize >= n_rows) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "token id (exclusive bound: table rows)",
+                expected: n_rows,
+                found: *id as usize,
+            });
+        }
+        let kernel =
+            || kernels::for_weight(OP, table.ty).ok_or_else(|| self.unsupported(OP, table));
+        kernel()?;
+        at_least(OP, "out elements", ids.len() * width, out.len())?;
+        let gpu = weight(table, OP, "table")?;
+        let out = buffer(out, OP, "out")?;
+        for chunk in &gpu.chunks {
+            let lookups: Vec<u32> = ids
+                .iter()
+                .enumerate()
+                .filter_map(|(token, id)| {
+                    let row = first + *id as usize;
+                    (chunk.first_row..chunk.first_row + chunk.rows)
+                        .contains(&row)
+                        .then_some([token as u32, (row - chunk.first_row) as u32])
+                })
+                .flatten()
+                .collect();
+            for part in lookups.chunks(2 * MAX_GROUPS) {
+                let count = part.len() / 2;
+                let list = self.storage("lookups", part);
+                let params = [width as u32, table.row_bytes() as u32, count as u32];
+                let buffers = [&chunk.buffer, &list, out];
+                self.dispatch(OP, kernel()?, &params, &buffers, [count as u32, 1, 1])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&self, w: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult {
+        const OP: &str = "matmul";
+        let (n, rows) = (w.row_len(), w.rows());
+        at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
+        at_least(OP, "out elements (tokens × rows)", tokens * rows, out.len())?;
+        let kernel = || kernels::for_weight(OP, w.ty).ok_or_else(|| self.unsupported(OP, w));
+        kernel()?;
+        if tokens > MAX_GROUPS {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "tokens (at most one dispatch dimension)",
+                expected: MAX_GROUPS,
+                found: tokens,
+            });
+        }
+        if tokens == 0 {
+            return Ok(());
+        }
+        let gpu = weight(w, OP, "weight")?;
+        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
+        let x = rounded.as_ref().unwrap_or(x);
+        let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
+        let first = w.byte_offset / w.row_bytes();
+        for chunk in &gpu.chunks {
+            let start = first.max(chunk.first_row);
+            let end = (first + rows).min(chunk.first_row + chunk.rows);
+            if start >= end {
+                continue;
+            }
+            let count = end - start;
+            let [gx, gy, _] = rows_grid(count);
+            let params = [
+                n as u32,
+                count as u32,
+                w.row_bytes() as u32,
+                (start - chunk.first_row) as u32,
+                (start - first) as u32,
+                rows as u32,
+                gx,
+            ];
+            let buffers = [&chunk.buffer, x, out];
+            self.dispatch(OP, kernel()?, &params, &buffers, [gx, gy, tokens as u32])?;
+        }
+        Ok(())
+    }
+
+    fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult {
+        const OP: &str = "add_bias";
+        let width = bias.row_len();
+        at_least(OP, "x elements", tokens * width, x.len())?;
+        let b = self.f32_vector(bias, OP)?;
+        let x = buffer(x, OP, "x")?;
+        let len = tokens * width;
+        let params = [len as u32, width as u32];
+        self.dispatch(OP, Self::plain(OP), &params, &[b, x], grid(len))
+    }
+
+    fn rms_norm(&self, x: &Buffer, norm: RmsNorm<'_>, rows: usize, out: &mut Buffer) -> OpResult {
+        const OP: &str = "rms_norm";
+        let width = norm.weight.row_len();
+        at_least(OP, "x elements", rows * width, x.len())?;
+        at_least(OP, "out elements", rows * width, out.len())?;
+        let w = self.f32_vector(norm.weight, OP)?;
+        let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
+        if rows == 0 {
+            return Ok(());
+        }
+        let [gx, gy, _] = rows_grid(rows);
+        let params = [width as u32, rows as u32, f(norm.eps), gx];
+        self.dispatch(OP, Self::plain(OP), &params, &[x, w, out], [gx, gy, 1])
+    }
+
+    fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult {
+        const OP: &str = "rms_norm";
+        let len = rows * norm.weight.row_len();
+        at_least(OP, "x elements", len, x.len())?;
+        let copy = self.alloc(len)?;
+        let (source, target) = (buffer(x, OP, "x")?, buffer(&copy, OP, "copy")?);
+        self.copy_bytes(source, 0, target, 0, len as u64 * 4);
+        self.rms_norm(&copy, norm, rows, x)
+    }
+
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        positions: &[u32],
+        params: &RopeParams,
+        freq_factors: Option<&Weight>,
+    ) -> OpResult {
+        const OP: &str = "rope";
+        let (heads, head_dim, rotary) = (params.heads, params.head_dim, params.rotary_dim);
+        if rotary > head_dim || !rotary.is_multiple_of(2) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "rotary_dim (even, at most head_dim)",
+                expected: head_dim,
+                found: rotary,
+            });
+        }
+        let tokens = positions.len();
+        at_least(OP, "x elements", tokens * heads * head_dim, x.len())?;
+        let half = rotary / 2;
+        let factors = match freq_factors {
+            Some(w) => {
+                let host = weight(w, OP, "freq_factors")?.host.as_deref();
+                let host = host.ok_or_else(|| self.unsupported(OP, w))?;
+                at_least(OP, "frequency factors", half, host.len())?;
+                Some(host)
+            }
+            None => None,
+        };
+        if tokens == 0 || half == 0 || heads == 0 {
+            return Ok(());
+        }
+        let mut angles = vec![(0.0f32, 0.0f32); tokens * half];
+        for (position, row) in positions.iter().zip(angles.chunks_mut(half)) {
+            params.angles(*position, factors, row);
+        }
+        let flat: Vec<f32> = angles.iter().flat_map(|(c, s)| [*c, *s]).collect();
+        let table = self.storage("rope angles", &flat);
+        let pairs = tokens * heads * half;
+        let neox = u32::from(params.style == RopeStyle::Neox);
+        let words = [
+            pairs as u32,
+            heads as u32,
+            head_dim as u32,
+            half as u32,
+            neox,
+        ];
+        let x = buffer(x, OP, "x")?;
+        self.dispatch(OP, Self::plain(OP), &words, &[&table, x], grid(pairs))
+    }
+
+    fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
+        const OP: &str = "scale";
+        at_least(OP, "x elements", len, x.len())?;
+        let x = buffer(x, OP, "x")?;
+        let params = [len as u32, f(factor)];
+        self.dispatch(OP, Self::plain(OP), &params, &[x], grid(len))
+    }
+
+    fn add(&self, dst: &mut Buffer, src: &Buffer, len: usize) -> OpResult {
+        const OP: &str = "add";
+        at_least(OP, "src elements", len, src.len())?;
+        at_least(OP, "dst elements", len, dst.len())?;
+        let (src, dst) = (buffer(src, OP, "src")?, buffer(dst, OP, "dst")?);
+        self.dispatch(OP, Self::plain(OP), &[len as u32], &[src, dst], grid(len))
+    }
+
+    fn gated_activation(
+        &self,
+        activation: Activation,
+        gate: &mut Buffer,
+        up: &Buffer,
+        len: usize,
+    ) -> OpResult {
+        const OP: &str = "gated_activation";
+        at_least(OP, "up elements", len, up.len())?;
+        at_least(OP, "gate elements", len, gate.len())?;
+        let kind = match activation {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        };
+        let (up, gate) = (buffer(up, OP, "up")?, buffer(gate, OP, "gate")?);
+        let buffers = [up, &self.gelu_table, gate];
+        let params = [len as u32, kind];
+        self.dispatch(OP, Self::plain("gated"), &params, &buffers, grid(len))
+    }
+
+    fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
+        let KvWrite {
+            k,
+            v,
+            k_cache,
+            v_cache,
+            spans,
+        } = write;
+        self.write_cache(k, k_cache, spans, "k")?;
+        self.write_cache(v, v_cache, spans, "v")
+    }
+
+    fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
+        const OP: &str = "attention";
+        let params = attention.params;
+        let (heads, kv_heads, head_dim) = (params.heads, params.kv_heads, params.head_dim);
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "kv_heads (dividing heads)",
+                expected: heads,
+                found: kv_heads,
+            });
+        }
+        let (k_cache, v_cache) = (attention.k_cache, attention.v_cache);
+        let kv_width = kv_heads * head_dim;
+        for cache in [k_cache, v_cache] {
+            if cache.width != kv_width {
+                return Err(BackendError::Shape {
+                    op: OP,
+                    what: "cache width (kv_heads × head_dim)",
+                    expected: kv_width,
+                    found: cache.width,
+                });
+            }
+        }
+        if head_dim > 256 {
+            return Err(self.device_error(
+                OP,
+                format!("head_dim {head_dim} is not supported (at most 256)"),
+            ));
+        }
+        let (k, v) = (kv(k_cache, OP, "k_cache")?, kv(v_cache, OP, "v_cache")?);
+        let kernel = || {
+            kernels::attention(k_cache.ty, v_cache.ty).ok_or_else(|| {
+                let unsupported = [k_cache, v_cache]
+                    .into_iter()
+                    .find(|c| kernels::cache_code(c.ty).is_none());
+                self.unsupported_kv(unsupported.unwrap_or(k_cache))
+            })
+        };
+        kernel()?;
+        let q_width = heads * head_dim;
+        let mut cells = Vec::new();
+        let mut queries = Vec::new();
+        for span in attention.spans {
+            let end = span.start_position.saturating_add(span.rows);
+            check_cells(OP, span, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
+            at_least(
+                OP,
+                "q elements (rows × heads × head_dim)",
+                (span.first_row + span.rows) * q_width,
+                attention.q.len(),
+            )?;
+            at_least(
+                OP,
+                "out elements (rows × heads × head_dim)",
+                (span.first_row + span.rows) * q_width,
+                out.len(),
+            )?;
+            let offset = cells.len() as u32;
+            cells.extend((0..end).map(|position| span.cell(position) as u32));
+            for r in 0..span.rows {
+                let position = span.start_position + r;
+                let lo = params
+                    .sliding_window
+                    .map_or(0, |window| (position + 1).saturating_sub(window));
+                queries.extend([
+                    (span.first_row + r) as u32,
+                    offset,
+                    lo as u32,
+                    position as u32,
+                ]);
+            }
+        }
+        if queries.is_empty() || heads == 0 {
+            return Ok(());
+        }
+        // Queries are rotated as the keys were, the output back as the values were.
+        let key_rotation = hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim);
+        let value_rotation = hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim);
+        let rotated = match key_rotation {
+            Some(n) => {
+                let rows = attention.q.len() / q_width;
+                let copy = self.scratch_copy(attention.q, rows * q_width, OP)?;
+                self.rotate(buffer(&copy, OP, "q")?, n, 0, rows * q_width / n)?;
+                Some(copy)
+            }
+            None => None,
+        };
+        let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
+        let out = buffer(out, OP, "out")?;
+        let cells = self.storage("attention cells", &cells);
+        let words = [
+            heads as u32,
+            (heads / kv_heads) as u32,
+            head_dim as u32,
+            kv_width as u32,
+            q_width as u32,
+            f(params.scale),
+        ];
+        for part in queries.chunks(4 * MAX_GROUPS) {
+            let list = self.storage("attention queries", part);
+            let buffers = [q, &k.buffer, &v.buffer, &cells, &list, out];
+            let groups = [(part.len() / 4) as u32, heads as u32, 1];
+            self.dispatch(OP, kernel()?, &words, &buffers, groups)?;
+        }
+        if let Some(n) = value_rotation {
+            for span in attention.spans {
+                let first = span.first_row * q_width / n;
+                self.rotate(out, n, first, span.rows * q_width / n)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult {
+        const OP: &str = "gather_rows";
+        let available = src.len().checked_div(width).unwrap_or(0);
+        if let Some(row) = rows.iter().find(|row| **row as usize >= available) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "row index (exclusive bound)",
+                expected: available,
+                found: *row as usize,
+            });
+        }
+        let len = rows.len() * width;
+        at_least(OP, "out elements", len, out.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (src, out) = (buffer(src, OP, "src")?, buffer(out, OP, "out")?);
+        let list = self.storage("rows", rows);
+        let params = [len as u32, width as u32];
+        self.dispatch(OP, Self::plain(OP), &params, &[src, &list, out], grid(len))
+    }
+
+    fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult {
+        const OP: &str = "scatter_add_rows";
+        let ScatterAddRows {
+            src,
+            rows,
+            scales,
+            width,
+            dst,
+        } = scatter;
+        at_least(OP, "scales", rows.len(), scales.len())?;
+        at_least(OP, "src elements", rows.len() * width, src.len())?;
+        let available = dst.len().checked_div(width).unwrap_or(0);
+        if let Some(row) = rows.iter().find(|row| **row as usize >= available) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "row index (exclusive bound)",
+                expected: available,
+                found: *row as usize,
+            });
+        }
+        if rows.is_empty() || width == 0 {
+            return Ok(());
+        }
+        let (src, dst) = (buffer(src, OP, "src")?, buffer(dst, OP, "dst")?);
+        let (list, factors) = (self.storage("rows", rows), self.storage("scales", scales));
+        let params = [rows.len() as u32, width as u32];
+        let buffers = [src, &list, &factors, dst];
+        self.dispatch(OP, Self::plain(OP), &params, &buffers, grid(width))
+    }
+
+    fn copy(&self, copy: BufferCopy<'_>) -> OpResult {
+        const OP: &str = "copy";
+        let BufferCopy {
+            src,
+            src_offset,
+            dst,
+            dst_offset,
+            len,
+        } = copy;
+        at_least(
+            OP,
+            "src elements",
+            src_offset.saturating_add(len),
+            src.len(),
+        )?;
+        at_least(
+            OP,
+            "dst elements",
+            dst_offset.saturating_add(len),
+            dst.len(),
+        )?;
+        let (src, dst) = (buffer(src, OP, "src")?, buffer(dst, OP, "dst")?);
+        self.copy_bytes(
+            src,
+            src_offset as u64 * 4,
+            dst,
+            dst_offset as u64 * 4,
+            len as u64 * 4,
+        );
+        Ok(())
+    }
+}
+
+impl FusedOps for WgpuBackend {}

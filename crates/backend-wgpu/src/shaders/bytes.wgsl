@@ -1,0 +1,34 @@
+// Byte access to packed ggml blocks held in `w: array<u32>` (a weight chunk, little endian).
+// Blocks are not 4-byte aligned (Q4_0's are 18 bytes), so every field is read byte by byte.
+
+fn byte_at(offset: u32) -> u32 {
+    return (w[offset >> 2u] >> ((offset & 3u) * 8u)) & 0xffu;
+}
+
+fn u16_at(offset: u32) -> u32 {
+    return byte_at(offset) | (byte_at(offset + 1u) << 8u);
+}
+
+fn f16_at(offset: u32) -> f32 {
+    return unpack2x16float(u16_at(offset)).x;
+}
+
+fn u32_at(offset: u32) -> u32 {
+    return u16_at(offset) | (u16_at(offset + 2u) << 16u);
+}
+
+// A byte read as ggml's int8_t.
+fn i8_at(offset: u32) -> f32 {
+    return f32(bitcast<i32>(byte_at(offset) << 24u) >> 24u);
+}
+
+// K-quants' 6-bit scale and min of sub-block `j` (ggml's `get_scale_min_k4`), from the 12
+// bytes at `scales`.
+fn scale_min_k4(j: u32, scales: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32(byte_at(scales + j) & 63u), f32(byte_at(scales + j + 4u) & 63u));
+    }
+    let d = (byte_at(scales + j + 4u) & 0xfu) | ((byte_at(scales + j - 4u) >> 6u) << 4u);
+    let m = (byte_at(scales + j + 4u) >> 4u) | ((byte_at(scales + j) >> 6u) << 4u);
+    return vec2<f32>(f32(d), f32(m));
+}

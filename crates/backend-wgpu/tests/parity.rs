@@ -1,0 +1,37 @@
+//! The backend parity suite on a wgpu adapter (Mesa's lavapipe in CI), with the CPU scalar
+//! twin as the reference.
+//!
+//! Without an adapter the test prints a notice and passes, unless `RUNIT_REQUIRE_WGPU=1`,
+//! where that fails. Every case must run and pass: a weight type without a kernel would show
+//! as skipped and fail the test.
+
+use runit_backend::testing::{run_parity, ParityOutcome};
+use runit_backend_cpu::{CpuBackend, SimdLevel};
+use runit_backend_wgpu::WgpuBackend;
+
+fn require_wgpu() -> bool {
+    std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1")
+}
+
+#[test]
+fn wgpu_matches_the_cpu_reference() {
+    let backend = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter, parity not run: {error}");
+            return;
+        }
+    };
+    let reference = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let report = run_parity(&reference, &backend);
+    println!("adapter: {}", backend.adapter());
+    println!("{report}");
+    let skipped: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|case| matches!(case.outcome, ParityOutcome::Skipped(_)))
+        .collect();
+    assert!(report.all_passed(), "failures: {:#?}", report.failures());
+    assert!(skipped.is_empty(), "skipped: {skipped:#?}");
+}
