@@ -134,7 +134,9 @@ fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
     #[cfg(target_arch = "x86_64")]
     if simd && crate::dot::x86::has_avx512() {
         // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL; `fast()` F16C.
-        return unsafe { crate::dot::x86::half::dot_body_avx512(&x[..body], &y[..body]) };
+        let sum = unsafe { crate::dot::x86::half::dot_body_avx512(&x[..body], &y[..body]) };
+        // A NaN is the twin's (and the AVX2 path's final scalar additions') positive one.
+        return if sum.is_nan() { f16::NAN } else { sum };
     }
     // Lane `j * 32 + q` is lane `q` of register `j`.
     let mut acc = [f16::ZERO; HALF_STEP];
