@@ -5,7 +5,7 @@
 //! multiply-adds x 2 per second (FLOP/s, shown by criterion as elements per second).
 //!
 //! `cargo bench -p runit-backend-cpu --bench matmul` (set `RUNIT_BENCH_THREADS` to change
-//! the thread count).
+//! the thread count, `RUNIT_BENCH_TYPES=F16,Q4_0` to choose the weight types).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use runit_backend_cpu::matmul::{matmul, PackedWeight, Parallelism};
@@ -38,12 +38,19 @@ fn bench_matmul(c: &mut Criterion) {
         .sample_size(20)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    for ty in [
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-    ] {
+    let types: Vec<GgmlType> = match std::env::var("RUNIT_BENCH_TYPES") {
+        Ok(list) => list
+            .split(',')
+            .map(|name| GgmlType::from_name(name.trim()).expect("a GGML type name"))
+            .collect(),
+        Err(_) => vec![
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ],
+    };
+    for ty in types {
         for (n_in, n_out) in [(576, 1536), (1536, 576)] {
             if n_in % ty.block_size() != 0 {
                 continue;

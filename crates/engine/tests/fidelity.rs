@@ -155,7 +155,11 @@ fn run(select: impl Fn(&str, &str) -> bool) {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if !select(&model_file, &golden_name) {
+        // `RUNIT_FIDELITY_ONLY=requant-F16` checks only the golden files naming it.
+        let only = std::env::var("RUNIT_FIDELITY_ONLY").ok();
+        if !select(&model_file, &golden_name)
+            || only.is_some_and(|part| !golden_name.contains(&part))
+        {
             continue;
         }
         let Some(path) = common::find_model(&model_file) else {

@@ -131,31 +131,29 @@ fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
     if body == 0 {
         return f16::ZERO;
     }
+    #[cfg(target_arch = "x86_64")]
+    if simd && crate::dot::x86::has_avx512() {
+        // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL; `fast()` F16C.
+        let sum = unsafe { crate::dot::x86::half::dot_body_avx512(&x[..body], &y[..body]) };
+        // A NaN is the twin's (and the AVX2 path's final scalar additions') positive one.
+        return if sum.is_nan() { f16::NAN } else { sum };
+    }
     // Lane `j * 32 + q` is lane `q` of register `j`.
     let mut acc = [f16::ZERO; HALF_STEP];
     #[cfg(target_arch = "x86_64")]
     if simd {
-        if crate::dot::x86::has_avx512() {
-            // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL; `fast()` F16C.
-            unsafe { crate::dot::x86::half::dot_steps_avx512(&x[..body], &y[..body], &mut acc) };
-        } else {
-            // SAFETY: `fast()` confirmed AVX2, FMA and F16C.
-            unsafe { crate::dot::x86::half::dot_steps(&x[..body], &y[..body], &mut acc) };
-        }
-    }
-    if !simd {
-        for step in (0..body).step_by(HALF_STEP) {
-            let (xs, ys) = (&x[step..step + HALF_STEP], &y[step..step + HALF_STEP]);
-            for ((lane, &a), &b) in acc.iter_mut().zip(xs).zip(ys) {
-                *lane = fma(a, b, *lane);
-            }
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if simd {
         // SAFETY: `fast()` confirmed AVX2, FMA and F16C.
-        let four = unsafe { crate::dot::x86::half::reduce_to_four(&acc) };
+        let four = unsafe {
+            crate::dot::x86::half::dot_steps(&x[..body], &y[..body], &mut acc);
+            crate::dot::x86::half::reduce_to_four(&acc)
+        };
         return add(add(four[0], four[2]), add(four[1], four[3]));
+    }
+    for step in (0..body).step_by(HALF_STEP) {
+        let (xs, ys) = (&x[step..step + HALF_STEP], &y[step..step + HALF_STEP]);
+        for ((lane, &a), &b) in acc.iter_mut().zip(xs).zip(ys) {
+            *lane = fma(a, b, *lane);
+        }
     }
     let register =
         |j: usize| -> [f16; HALF_LANES] { std::array::from_fn(|q| acc[j * HALF_LANES + q]) };
@@ -333,17 +331,39 @@ mod tests {
             for seed in 0..20u32 {
                 let x = spread(n, seed);
                 let y = spread(n, seed.wrapping_mul(7919) + 1);
-                let start = spread(128, seed + 5);
-                let (mut narrow, mut wide) = ([f16::ZERO; 128], [f16::ZERO; 128]);
-                narrow.copy_from_slice(&start);
-                wide.copy_from_slice(&start);
-                // SAFETY: AVX2, FMA, F16C and AVX-512 F/BW/VL were confirmed above.
-                unsafe {
-                    half::dot_steps(&x, &y, &mut narrow);
-                    half::dot_steps_avx512(&x, &y, &mut wide);
-                }
                 let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&narrow), bits(&wide), "dot n {n} seed {seed}");
+                let narrow_body = |x: &[f16], y: &[f16]| {
+                    let mut acc = [f16::ZERO; 128];
+                    // SAFETY: AVX2, FMA and F16C were confirmed above.
+                    let four = unsafe {
+                        half::dot_steps(x, y, &mut acc);
+                        half::reduce_to_four(&acc)
+                    };
+                    add(add(four[0], four[2]), add(four[1], four[3]))
+                };
+                // Exact cancellations and signed zeros: the second step's products undo
+                // the first's, and `0 * -y` is `-0`.
+                let twice = |v: &[f16], sign: f16| -> Vec<f16> {
+                    v[..128]
+                        .iter()
+                        .chain(v[..128].iter())
+                        .enumerate()
+                        .map(|(i, &e)| if i < 128 { e } else { e * sign })
+                        .collect()
+                };
+                let zeros = vec![f16::ZERO; n];
+                let cases = [
+                    (x.clone(), y.clone()),
+                    (twice(&x, f16::ONE), twice(&y, -f16::ONE)),
+                    (zeros.clone(), y.iter().map(|v| -*v).collect()),
+                ];
+                for (a, b) in &cases {
+                    // SAFETY: AVX-512 F/BW/VL and F16C were confirmed above.
+                    let wide = unsafe { half::dot_body_avx512(a, b) };
+                    let narrow = narrow_body(a, b);
+                    assert_eq!(narrow.to_bits(), wide.to_bits(), "dot n {n} seed {seed}");
+                    assert_eq!(dot_body_scalar(a, b).to_bits(), wide.to_bits());
+                }
                 for v in [0.3f32, -1.7, 1e-3, 65000.0] {
                     let (mut a, mut b) = (y.clone(), y.clone());
                     // SAFETY: as above; `n` is a multiple of 16.

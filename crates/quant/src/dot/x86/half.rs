@@ -98,24 +98,24 @@ fn round_f16_x16(v: __m512) -> __m512 {
     _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
 }
 
-/// [`add_rounded`] on sixteen lanes: the inexact sums whose last bit is even step one unit
-/// towards the exact value (masked), then one rounding to f16.
+/// `a * b + c` (f32 lanes holding f16 values) correctly rounded to f16, sixteen lanes: the
+/// exact value rounded down and up by two fused multiply-adds with embedded rounding, the
+/// one of the two with an odd last bit kept (round to odd at 24 bits; both are equal when
+/// exact, and an exact zero keeps the upward one, `+0` as nearest-even gives it), then one
+/// rounding to f16. Round to odd at 24 bits followed by round to nearest at 11 or fewer
+/// gives the correctly rounded result, as in [`add_rounded`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+fn fma_rounded_x16(a: __m512, b: __m512, c: __m512) -> __m512 {
+    let down = _mm512_fmadd_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(a, b, c);
+    let up = _mm512_fmadd_round_ps::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(a, b, c);
+    let odd = _mm512_test_epi32_mask(_mm512_castps_si512(down), _mm512_set1_epi32(1));
+    round_f16_x16(_mm512_mask_blend_ps(odd, up, down))
+}
+
+/// `a + b` correctly rounded to f16, sixteen lanes ([`fma_rounded_x16`] with `b = 1`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 fn add_rounded_x16(a: __m512, b: __m512) -> __m512 {
-    let sum = _mm512_add_ps(a, b);
-    let b_part = _mm512_sub_ps(sum, a);
-    let error = _mm512_add_ps(
-        _mm512_sub_ps(a, _mm512_sub_ps(sum, b_part)),
-        _mm512_sub_ps(b, b_part),
-    );
-    let bits = _mm512_castps_si512(sum);
-    let one = _mm512_set1_epi32(1);
-    let inexact = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(error, _mm512_setzero_ps());
-    let odd = _mm512_test_epi32_mask(bits, one);
-    let opposite = _mm512_srai_epi32::<31>(_mm512_xor_si512(bits, _mm512_castps_si512(error)));
-    let step = _mm512_or_si512(opposite, one); // +1 or -1
-    let adjusted = _mm512_mask_add_epi32(bits, inexact & !odd, bits, step);
-    round_f16_x16(_mm512_castsi512_ps(adjusted))
+    fma_rounded_x16(a, _mm512_set1_ps(1.0), b)
 }
 
 /// Loads sixteen f16 values widened to f32.
@@ -139,31 +139,47 @@ unsafe fn store_x16(p: *mut f16, v: __m512) {
     unsafe { _mm256_storeu_si256(p.cast::<__m256i>(), packed) }
 }
 
-/// [`dot_steps`] sixteen lanes at a time.
+/// The native-f16 part of `ggml_vec_dot_f16` sixteen lanes at a time (`x.len() == y.len()`
+/// a multiple of 128; `half_arith::dot_body`): [`dot_steps`] into eight registers (register
+/// `j` of ggml's four 32-lane ones is `lanes[2 j]`, `lanes[2 j + 1]`), [`reduce_to_four`]
+/// and the final `(t0 + t2) + (t1 + t3)`, all without leaving the registers.
 ///
 /// # Safety
 /// Requires AVX-512 F/BW/VL and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-pub unsafe fn dot_steps_avx512(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
+pub unsafe fn dot_body_avx512(x: &[f16], y: &[f16]) -> f16 {
     const WIDE: usize = 16;
     let n = x.len().min(y.len()) / 128 * 128;
     let mut lanes = [_mm512_setzero_ps(); 128 / WIDE];
-    for (k, lane) in lanes.iter_mut().enumerate() {
-        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
-        *lane = unsafe { load_x16(acc.as_ptr().add(k * WIDE)) };
-    }
     for step in (0..n).step_by(128) {
         for (k, lane) in lanes.iter_mut().enumerate() {
             let at = step + k * WIDE;
             // SAFETY: `at + 16 <= step + 128 <= n`, and `n` is at most either slice's length.
             let (a, b) = unsafe { (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
-            *lane = add_rounded_x16(_mm512_mul_ps(a, b), *lane);
+            *lane = fma_rounded_x16(a, b, *lane);
         }
     }
-    for (k, lane) in lanes.iter().enumerate() {
-        // SAFETY: `k < 8`, so the sixteen values at `16 k` lie inside `acc`'s 128.
-        unsafe { store_x16(acc.as_mut_ptr().add(k * WIDE), *lane) };
-    }
+    // (r0 + r2) + (r1 + r3) per 16-lane half of the 32 lanes.
+    let half = |h: usize| {
+        add_rounded_x16(
+            add_rounded_x16(lanes[h], lanes[4 + h]),
+            add_rounded_x16(lanes[2 + h], lanes[6 + h]),
+        )
+    };
+    // 32 lanes: 16 + 16, then 8 + 8, then lanes `j` and `j + 4`.
+    let sixteen = add_rounded_x16(half(0), half(1));
+    let eight = add_rounded_x16(
+        sixteen,
+        _mm512_shuffle_f32x4::<0b00_00_11_10>(sixteen, sixteen),
+    );
+    let four = add_rounded_x16(eight, _mm512_shuffle_f32x4::<0b00_00_00_01>(eight, eight));
+    // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
+    let two = add_rounded_x16(four, _mm512_permute_ps::<0b01_00_11_10>(four));
+    let one = add_rounded_x16(two, _mm512_permute_ps::<0b10_11_00_01>(two));
+    let mut out = [f16::ZERO; WIDE];
+    // SAFETY: `out` holds sixteen writable values.
+    unsafe { store_x16(out.as_mut_ptr(), one) };
+    out[0]
 }
 
 /// [`mad`] sixteen lanes at a time (`y.len()` a multiple of 16).
@@ -179,10 +195,7 @@ pub unsafe fn mad_avx512(y: &mut [f16], x: &[f16], v: f16) {
         // SAFETY: `at + 16 <= n`, and `n` is at most either slice's length.
         unsafe {
             let (a, b) = (load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at)));
-            store_x16(
-                y.as_mut_ptr().add(at),
-                add_rounded_x16(_mm512_mul_ps(a, scale), b),
-            );
+            store_x16(y.as_mut_ptr().add(at), fma_rounded_x16(a, scale, b));
         }
     }
 }
