@@ -14,6 +14,13 @@ if rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
 else
   echo "note: aarch64 target unavailable; skipping the NEON build check"
 fi
+# Metal is checked by compiling the wgpu backend for Apple Silicon (its shaders are translated
+# to MSL by crates/backend-wgpu/tests/shaders.rs).
+if rustup target add aarch64-apple-darwin >/dev/null 2>&1; then
+  cargo check --quiet --target aarch64-apple-darwin -p runit-backend-wgpu
+else
+  echo "note: aarch64-apple-darwin target unavailable; skipping the Metal build check"
+fi
 cargo build --release -p runit-cli
 cargo check --quiet --release -p runit-cli --features cuda
 scripts/make_requants.sh target/release/runit
@@ -23,5 +30,13 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
     || echo "note: chromium could not be installed; the browser test will say so"
 fi
 if command -v chromium >/dev/null; then export RUNIT_REQUIRE_BROWSER=1; fi
+# The wgpu backend's parity suite runs on Mesa's lavapipe (a CPU Vulkan driver).
+if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq mesa-vulkan-drivers libvulkan1) >/dev/null 2>&1 \
+    || echo "note: lavapipe could not be installed; the wgpu tests will say so"
+fi
+if ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then export RUNIT_REQUIRE_WGPU=1; fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
+chmod 700 "$XDG_RUNTIME_DIR"
 cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
 python3 scripts/test_summary.py target/test-output.txt
