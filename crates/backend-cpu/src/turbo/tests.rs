@@ -77,6 +77,9 @@ fn code_domain_scores_equal_decoded_dot_products() {
                 got += turbo::sketch_factor() * residual * sign_dot(Isa::Scalar, &sketched, signs);
             }
             got *= half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+            for (index, value) in layout.outliers(&bytes) {
+                got += query[index] * value;
+            }
             assert!(
                 (got - want).abs() < 1e-4 * (1.0 + want.abs()),
                 "{got} vs {want}"
