@@ -99,6 +99,8 @@ fn one_head(
         turbo::sketch(s, first_block + b);
     }
     let mut accumulator = vec![[0.0f32; BLOCK]; blocks];
+    // The values' outliers, accumulated in the unrotated basis.
+    let mut outliers = vec![[0.0f32; BLOCK]; blocks];
     let mut codes = [0u8; BLOCK];
     let (keys, values) = (books.keys, books.values);
     let sketch_factor = turbo::sketch_factor();
@@ -113,20 +115,22 @@ fn one_head(
         };
         let mut dot = 0.0f32;
         for (b, bytes) in key.chunks_exact(keys.block_bytes()).enumerate() {
-            let header = keys.header_bytes();
             turbo::unpack_codes(
-                &bytes[header..header + keys.code_bytes()],
+                &bytes[keys.code_offset()..keys.sign_offset()],
                 keys.code_bits,
                 &mut codes,
             );
             let mut block_dot = code_dot(isa, &rotated[b], &codes, &books.key_table);
             if keys.sketch {
-                let at = header + keys.code_bytes();
+                let at = keys.sign_offset();
                 let signs = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
                 let residual = sketch_factor * f16_at(bytes, 2);
                 block_dot = residual.mul_add(sign_dot(isa, &sketched[b], signs), block_dot);
             }
             dot = f16_at(bytes, 0).mul_add(block_dot, dot);
+            for (index, value) in keys.outliers(bytes) {
+                dot = query[b * BLOCK + index].mul_add(value, dot);
+            }
         }
         let score = dot * problem.scale;
         let mut rescale = 1.0f32;
@@ -134,29 +138,32 @@ fn one_head(
         if score > max {
             rescale = (max - score).exp();
             max = score;
-            for block in &mut accumulator {
+            for block in accumulator.iter_mut().chain(outliers.iter_mut()) {
                 vector::scale_f32(block, rescale);
             }
         } else {
             weight = (score - max).exp();
         }
         for (b, bytes) in value.chunks_exact(values.block_bytes()).enumerate() {
-            let header = values.header_bytes();
             turbo::unpack_codes(
-                &bytes[header..header + values.code_bytes()],
+                &bytes[values.code_offset()..values.sign_offset()],
                 values.code_bits,
                 &mut codes,
             );
             let scaled = weight * f16_at(bytes, 0);
             code_mad(isa, &mut accumulator[b], &codes, &books.value_table, scaled);
+            for (index, value) in values.outliers(bytes) {
+                outliers[b][index] = value.mul_add(weight, outliers[b][index]);
+            }
         }
         sum = sum.mul_add(rescale, weight);
     }
     let inverse = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for (b, block) in accumulator.iter_mut().enumerate() {
         turbo::rotate_back(block, first_block + b);
-        for (d, v) in dst[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(block.iter()) {
-            *d = v * inverse;
+        let rows = block.iter().zip(&outliers[b]);
+        for (d, (v, o)) in dst[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(rows) {
+            *d = (v + o) * inverse;
         }
     }
 }

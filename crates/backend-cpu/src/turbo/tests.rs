@@ -61,9 +61,8 @@ fn code_domain_scores_equal_decoded_dot_products() {
             let mut rotated = query;
             turbo::rotate(&mut rotated, block);
             let mut codes = [0u8; BLOCK];
-            let header = layout.header_bytes();
             turbo::unpack_codes(
-                &bytes[header..header + layout.code_bytes()],
+                &bytes[layout.code_offset()..layout.sign_offset()],
                 layout.code_bits,
                 &mut codes,
             );
@@ -72,12 +71,15 @@ fn code_domain_scores_equal_decoded_dot_products() {
             if layout.sketch {
                 let mut sketched = rotated;
                 turbo::sketch(&mut sketched, block);
-                let at = header + layout.code_bytes();
+                let at = layout.sign_offset();
                 let signs = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
                 let residual = half::f16::from_le_bytes([bytes[2], bytes[3]]).to_f32();
                 got += turbo::sketch_factor() * residual * sign_dot(Isa::Scalar, &sketched, signs);
             }
             got *= half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+            for (index, value) in layout.outliers(&bytes) {
+                got += query[index] * value;
+            }
             assert!(
                 (got - want).abs() < 1e-4 * (1.0 + want.abs()),
                 "{got} vs {want}"
