@@ -196,24 +196,6 @@ pub fn weight_f32<'a>(
     Ok(Cow::Owned(values))
 }
 
-/// Fails with a shape error unless `found >= expected`.
-pub fn at_least(
-    op: &'static str,
-    what: &'static str,
-    expected: usize,
-    found: usize,
-) -> Result<(), BackendError> {
-    if found < expected {
-        return Err(BackendError::Shape {
-            op,
-            what,
-            expected,
-            found,
-        });
-    }
-    Ok(())
-}
-
 /// Fails with a shape error unless `found == expected`.
 pub fn exactly(
     op: &'static str,
@@ -246,3 +228,5 @@ pub fn product(
         found: a,
     })
 }
+
+pub use runit_backend::at_least;

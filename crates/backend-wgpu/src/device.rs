@@ -32,25 +32,6 @@ pub(crate) struct GpuKv {
     pub buffer: wgpu::Buffer,
 }
 
-/// `found >= needed`, or a shape error.
-pub(crate) fn at_least(
-    op: &'static str,
-    what: &'static str,
-    needed: usize,
-    found: usize,
-) -> OpResult {
-    if found >= needed {
-        Ok(())
-    } else {
-        Err(BackendError::Shape {
-            op,
-            what,
-            expected: needed,
-            found,
-        })
-    }
-}
-
 pub(crate) fn buffer<'a>(
     b: &'a Buffer,
     op: &'static str,
@@ -289,3 +270,5 @@ impl Device for WgpuBackend {
         self.wait("synchronize")
     }
 }
+
+pub(crate) use runit_backend::at_least;

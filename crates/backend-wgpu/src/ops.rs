@@ -21,39 +21,6 @@ fn f(value: f32) -> u32 {
     value.to_bits()
 }
 
-/// Fails unless every position of `positions` maps through the span's block table to a
-/// cell below `n_cells` (the CPU's check, the same errors).
-fn check_cells(
-    op: &'static str,
-    span: &SequenceSpan,
-    positions: std::ops::Range<usize>,
-    n_cells: usize,
-) -> OpResult {
-    if positions.is_empty() {
-        return Ok(());
-    }
-    if span.block_size == 0 {
-        return Err(BackendError::Shape {
-            op,
-            what: "block_size (non-zero)",
-            expected: 1,
-            found: 0,
-        });
-    }
-    let last_block = (positions.end - 1) / span.block_size;
-    at_least(
-        op,
-        "block table entries",
-        last_block + 1,
-        span.block_table.len(),
-    )?;
-    for block in &span.block_table[positions.start / span.block_size..=last_block] {
-        let end = (*block as usize + 1).saturating_mul(span.block_size);
-        at_least(op, "cache cells (block end)", end, n_cells)?;
-    }
-    Ok(())
-}
-
 impl WgpuBackend {
     fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
         BackendError::UnsupportedKv {
@@ -145,7 +112,7 @@ impl WgpuBackend {
             )?;
             end_rows = end_rows.max(end_row);
             let end = span.start_position.saturating_add(span.rows);
-            check_cells(OP, span, span.start_position..end, cache.n_cells)?;
+            span.check_cells(OP, span.start_position..end, cache.n_cells)?;
             for r in 0..span.rows {
                 pairs.push((span.first_row + r) as u32);
                 pairs.push(span.cell(span.start_position + r) as u32);
@@ -452,7 +419,7 @@ impl PrimitiveOps for WgpuBackend {
         let mut queries = Vec::new();
         for span in attention.spans {
             let end = span.start_position.saturating_add(span.rows);
-            check_cells(OP, span, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
+            span.check_cells(OP, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
             at_least(
                 OP,
                 "q elements (rows × heads × head_dim)",

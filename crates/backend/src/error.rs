@@ -54,3 +54,16 @@ pub enum BackendError {
         message: String,
     },
 }
+
+/// Fails with a shape error unless `found >= expected` (`what` names the operand).
+pub fn at_least(op: &'static str, what: &'static str, expected: usize, found: usize) -> OpResult {
+    if found < expected {
+        return Err(BackendError::Shape {
+            op,
+            what,
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}

@@ -39,7 +39,7 @@ pub use buffer::{
     WeightRole, WeightSource,
 };
 pub use device::Device;
-pub use error::{BackendError, OpResult};
+pub use error::{at_least, BackendError, OpResult};
 pub use fused::FusedOps;
 pub use ops::{
     Activation, AttentionParams, GatedFfn, MoeBuffers, MoeFfn, Projection, QkNorms, RmsNorm,

@@ -1,7 +1,7 @@
 //! Parameter types of the backend operations: what a norm, a projection, an FFN, RoPE and
 //! attention are, independent of the buffers an op works on (those are in `args`).
 
-use crate::{Buffer, Weight};
+use crate::{at_least, BackendError, Buffer, OpResult, Weight};
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +206,39 @@ impl SequenceSpan {
     pub fn cell(&self, position: usize) -> usize {
         self.block_table[position / self.block_size] as usize * self.block_size
             + position % self.block_size
+    }
+
+    /// Fails unless every position in `positions` maps through the block table to a cell
+    /// below `n_cells` (the check every backend's KV write and attention make first).
+    pub fn check_cells(
+        &self,
+        op: &'static str,
+        positions: std::ops::Range<usize>,
+        n_cells: usize,
+    ) -> OpResult {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        if self.block_size == 0 {
+            return Err(BackendError::Shape {
+                op,
+                what: "block_size (non-zero)",
+                expected: 1,
+                found: 0,
+            });
+        }
+        let last_block = (positions.end - 1) / self.block_size;
+        at_least(
+            op,
+            "block table entries",
+            last_block + 1,
+            self.block_table.len(),
+        )?;
+        for block in &self.block_table[positions.start / self.block_size..=last_block] {
+            let end = (*block as usize + 1).saturating_mul(self.block_size);
+            at_least(op, "cache cells (block end)", end, n_cells)?;
+        }
+        Ok(())
     }
 }
 

@@ -91,7 +91,7 @@ fn check(src: &[f32], cache: &KvCache, spans: &[SequenceSpan]) -> Result<(), Bac
         let needed = product(OP, "rows × cache width", end_row, cache.width)?;
         at_least(OP, "k/v elements (rows × cache width)", needed, src.len())?;
         let end = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, span.start_position..end, cache.n_cells)?;
+        span.check_cells(OP, span.start_position..end, cache.n_cells)?;
     }
     Ok(())
 }
@@ -134,39 +134,6 @@ fn write_one(
                 }
             }
         }
-    }
-    Ok(())
-}
-
-/// Fails unless every position in `positions` maps through the span's block table to a
-/// cell below `n_cells`.
-pub fn check_cells(
-    op: &'static str,
-    span: &SequenceSpan,
-    positions: std::ops::Range<usize>,
-    n_cells: usize,
-) -> Result<(), BackendError> {
-    if positions.is_empty() {
-        return Ok(());
-    }
-    if span.block_size == 0 {
-        return Err(BackendError::Shape {
-            op,
-            what: "block_size (non-zero)",
-            expected: 1,
-            found: 0,
-        });
-    }
-    let last_block = (positions.end - 1) / span.block_size;
-    at_least(
-        op,
-        "block table entries",
-        last_block + 1,
-        span.block_table.len(),
-    )?;
-    for block in &span.block_table[positions.start / span.block_size..=last_block] {
-        let end = (*block as usize + 1).saturating_mul(span.block_size);
-        at_least(op, "cache cells (block end)", end, n_cells)?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use cudarc::driver::LaunchConfig;
 use runit_backend::{hadamard, Attention, AttentionParams, BackendError, Buffer, Device, KvType};
 
 use super::elementwise::{product, to_u32};
-use super::kv::{check_block_sizes, check_cells, end_row};
+use super::kv::{check_block_sizes, end_row};
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend, StepView};
 use plan::{
@@ -87,7 +87,7 @@ pub fn attention(
     for span in spans {
         total_rows = total_rows.saturating_add(span.rows);
         let end_position = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, 0..end_position, n_cells)?;
+        span.check_cells(OP, 0..end_position, n_cells)?;
     }
     check_block_sizes(OP, spans)?;
     let end_row = end_row(spans);
@@ -205,7 +205,7 @@ fn attention_blocks(
     let n_cells = k_cache.n_cells.min(v_cache.n_cells);
     for span in spans {
         let end_position = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, 0..end_position, n_cells)?;
+        span.check_cells(OP, 0..end_position, n_cells)?;
     }
     check_block_sizes(OP, spans)?;
     let end_row = end_row(spans);

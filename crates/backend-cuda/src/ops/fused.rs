@@ -11,7 +11,7 @@ use runit_backend::{
 use runit_quant::GgmlType;
 
 use super::elementwise::{f32_weight, product, threads_for, to_u32};
-use super::kv::{check_block_sizes, check_cells, end_row};
+use super::kv::{check_block_sizes, end_row};
 use super::rope::freq_factors_address;
 use crate::memory::{buffer_ptr, check_len, kv_ptr, weight_ptr};
 use crate::{launch, CudaBackend};
@@ -136,8 +136,8 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         check_len(OP, "k/v elements (rows × cache width)", k, needed)?;
         check_len(OP, "k/v elements (rows × cache width)", v, needed)?;
         let end = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, span.start_position..end, k_cache.n_cells)?;
-        check_cells(OP, span, span.start_position..end, v_cache.n_cells)?;
+        span.check_cells(OP, span.start_position..end, k_cache.n_cells)?;
+        span.check_cells(OP, span.start_position..end, v_cache.n_cells)?;
     }
     let factors = freq_factors_address(backend, OP, freq_factors, rotary_dim)?;
     let kv_rows = end_row(spans);

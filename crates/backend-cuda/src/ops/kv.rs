@@ -115,59 +115,7 @@ fn check(src: &Buffer, cache: &KvCache, spans: &[SequenceSpan]) -> Result<(), Ba
         let needed = product(OP, "rows × cache width", end_row, cache.width)?;
         check_len(OP, "k/v elements (rows × cache width)", src, needed)?;
         let end = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, span.start_position..end, cache.n_cells)?;
-    }
-    Ok(())
-}
-
-/// Fails unless every position in `positions` maps through the span's block table to a
-/// cell below `n_cells`.
-pub(crate) fn check_cells(
-    op: &'static str,
-    span: &SequenceSpan,
-    positions: std::ops::Range<usize>,
-    n_cells: usize,
-) -> Result<(), BackendError> {
-    if positions.is_empty() {
-        return Ok(());
-    }
-    if span.block_size == 0 {
-        return Err(BackendError::Shape {
-            op,
-            what: "block_size (non-zero)",
-            expected: 1,
-            found: 0,
-        });
-    }
-    let last_block = (positions.end - 1) / span.block_size;
-    if span.block_table.len() <= last_block {
-        return Err(BackendError::Shape {
-            op,
-            what: "block table entries",
-            expected: last_block + 1,
-            found: span.block_table.len(),
-        });
-    }
-    for block in &span.block_table[positions.start / span.block_size..=last_block] {
-        let end = (*block as usize + 1).saturating_mul(span.block_size);
-        if end > n_cells {
-            return Err(BackendError::Shape {
-                op,
-                what: "cache cells (block end)",
-                expected: end,
-                found: n_cells,
-            });
-        }
-    }
-    // Kernels compute cells and positions in i32.
-    let limit = i32::MAX as usize;
-    if n_cells > limit || positions.end > limit {
-        return Err(BackendError::Shape {
-            op,
-            what: "cache cells and positions (below 2^31)",
-            expected: limit,
-            found: n_cells.max(positions.end),
-        });
+        span.check_cells(OP, span.start_position..end, cache.n_cells)?;
     }
     Ok(())
 }
@@ -210,7 +158,7 @@ mod tests {
         // Positions 0..6 need two blocks of 4.
         let short = span(0, 6, 0, vec![0]);
         assert!(matches!(
-            check_cells(OP, &short, 0..6, 16),
+            short.check_cells(OP, 0..6, 16),
             Err(BackendError::Shape {
                 expected: 2,
                 found: 1,
@@ -219,15 +167,15 @@ mod tests {
         ));
         let far = span(0, 6, 0, vec![0, 4]);
         assert!(matches!(
-            check_cells(OP, &far, 0..6, 16),
+            far.check_cells(OP, 0..6, 16),
             Err(BackendError::Shape {
                 expected: 20,
                 found: 16,
                 ..
             })
         ));
-        assert!(check_cells(OP, &span(0, 6, 0, vec![3, 1]), 0..6, 16).is_ok());
-        assert!(check_cells(OP, &short, 6..6, 16).is_ok());
+        assert!(span(0, 6, 0, vec![3, 1]).check_cells(OP, 0..6, 16).is_ok());
+        assert!(short.check_cells(OP, 6..6, 16).is_ok());
     }
 
     #[test]

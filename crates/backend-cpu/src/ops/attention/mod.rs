@@ -30,7 +30,6 @@ use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::dot::{dot_fn, DotFn};
 use runit_quant::GgmlType;
 
-use crate::ops::kv_write::check_cells;
 use crate::storage::{at_least, data, data_mut, kv, product, CpuKv};
 use crate::CpuBackend;
 
@@ -203,7 +202,7 @@ pub fn attention_reporting(
         let span_end = span.first_row.saturating_add(span.rows);
         end_row = end_row.max(span_end);
         let end_position = span.start_position.saturating_add(span.rows);
-        check_cells(OP, span, 0..end_position, n_cells)?;
+        span.check_cells(OP, 0..end_position, n_cells)?;
     }
     let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
     let q = data(q, OP, "q")?;
