@@ -3,7 +3,7 @@
 //! Without a CUDA driver or device the test prints a notice and passes, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
-use runit_backend::testing::{run_parity, ParityOutcome};
+use runit_backend::testing::run_parity;
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_backend_cuda::CudaBackend;
 
@@ -25,11 +25,7 @@ fn cuda_matches_the_cpu_reference() {
     let report = run_parity(&reference, &cuda);
     println!("device: {} ({})", cuda.device_name(), cuda.target().arch());
     println!("{report}");
-    let skipped: Vec<_> = report
-        .cases
-        .iter()
-        .filter(|case| matches!(case.outcome, ParityOutcome::Skipped(_)))
-        .collect();
     assert!(report.all_passed(), "failures: {:#?}", report.failures());
+    let skipped = report.skipped();
     assert!(skipped.is_empty(), "skipped: {skipped:#?}");
 }

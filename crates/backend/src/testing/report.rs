@@ -86,6 +86,14 @@ impl ParityReport {
         self.cases.iter().filter(|case| !case.ok()).collect()
     }
 
+    /// The cases the candidate did not run (an op or type it does not support).
+    pub fn skipped(&self) -> Vec<&ParityCase> {
+        self.cases
+            .iter()
+            .filter(|case| matches!(case.outcome, ParityOutcome::Skipped(_)))
+            .collect()
+    }
+
     /// Number of cases that ran and passed.
     pub fn passed(&self) -> usize {
         self.cases
