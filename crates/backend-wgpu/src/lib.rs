@@ -15,8 +15,17 @@
 //! computed on the host as the CPU computes them), the element-wise ops, f16 and f32 KV
 //! caches with causal grouped-query paged attention, and the row ops. Fused ops run their
 //! default (primitive) bodies. Other weight types answer `false` to
-//! [`runit_backend::Device::supports`] and their ops return `BackendError::Unsupported`;
-//! quantized KV caches are `BackendError::UnsupportedKv`.
+//! [`runit_backend::Device::supports`] and their ops return `BackendError::Unsupported`.
+//!
+//! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe); kernels
+//! read each value byte by byte (`value_TYPE` in `dequant.wgsl`); matmul sums in f32 with a
+//! fixed shared-memory tree (no subgroup operations yet). Its activations are first rounded
+//! as the CPU's dot products see them (`quantize_x.wgsl`: 8-bit blocks of 32 for the legacy
+//! types and IQ4_NL, f16 for F16; the K-quants' Q8_K rounding is not repeated). KV caches are
+//! f32, f16, and Q8_0/Q4_0 in a word layout of this backend's own, with llama.cpp's Hadamard
+//! rotation run on the device (TurboQuant caches are `BackendError::UnsupportedKv`);
+//! attention is one workgroup per (query row, head) with an online softmax over tiles of 64
+//! keys.
 
 mod backend;
 mod device;
