@@ -54,8 +54,12 @@ pub struct Delta {
     pub reasoning: String,
     /// Tokens generated so far.
     pub completion_tokens: usize,
+    /// Of those, the tokens generated inside a `<think>` block (its tags included).
+    pub reasoning_tokens: usize,
     /// Drafted tokens kept and rejected (on the last delta, when the sequence speculated).
     pub speculation: Option<SpeculationStats>,
+    /// Prompt tokens served by the prefix cache (on the last delta).
+    pub cached_tokens: Option<usize>,
     /// Set when the engine failed this sequence.
     pub error: Option<String>,
     /// When the engine sent the event this delta comes from.
@@ -71,6 +75,8 @@ pub struct Choice {
     stop: StopMatcher,
     logprobs: bool,
     generated: usize,
+    /// Tokens generated while the think filter was inside a `<think>` block.
+    reasoned: usize,
     /// Text that starts the first delta (the echoed prompt), not matched against stops.
     prefix: String,
     /// Separates tool calls from content, when tools are offered.
@@ -99,6 +105,7 @@ impl Choice {
             stop: StopMatcher::new(stops),
             logprobs,
             generated: 0,
+            reasoned: 0,
             prefix,
             calls: None,
             shown: Vec::new(),
@@ -142,6 +149,7 @@ impl Choice {
             sent,
             ..Delta::default()
         };
+        let is_token = matches!(event, Some(SequenceEvent::Token(_)));
         match event {
             Some(SequenceEvent::Token(token)) => {
                 self.generated += 1;
@@ -157,9 +165,13 @@ impl Choice {
                 }
             }
             Some(SequenceEvent::Finished {
-                stop, speculation, ..
+                stop,
+                speculation,
+                cached_tokens,
+                ..
             }) => {
                 delta.speculation = speculation;
+                delta.cached_tokens = Some(cached_tokens);
                 let rest = String::from_utf8_lossy(&self.pending).into_owned();
                 self.pending.clear();
                 let check = self.stop.push(&rest);
@@ -184,7 +196,12 @@ impl Choice {
         }
         delta.completion_tokens = self.generated;
         if let Some(filter) = &mut self.think {
+            let was_thinking = filter.is_thinking();
             let mut split = filter.push(&delta.text);
+            // A token that opens, continues or closes the block is a reasoning token.
+            if is_token && (was_thinking || filter.is_thinking()) {
+                self.reasoned += 1;
+            }
             if delta.finish_reason.is_some() {
                 let rest = filter.finish();
                 split.content.push_str(&rest.content);
@@ -193,6 +210,7 @@ impl Choice {
             delta.text = split.content;
             delta.reasoning = split.reasoning;
         }
+        delta.reasoning_tokens = self.reasoned;
         if let Some(filter) = &mut self.calls {
             delta.text = filter.push(&delta.text);
             delta.tool_calls = filter.deltas();

@@ -1,6 +1,6 @@
 //! The endpoints: `/health`, `/v1/models` (and `/v1/models/{id}`), `/v1/chat/completions`,
-//! `/v1/completions`, and
-//! the bearer-token check in front of the `/v1` routes (a constant-time comparison).
+//! `/v1/completions`, the chat path that `/v1/responses` shares ([`chat_request`]), and the
+//! bearer-token check in front of the `/v1` routes (a constant-time comparison).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,21 +11,18 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use runit_engine::request::{check_request, RequestError};
-use runit_engine::scheduler::{DraftRequest, EventSink, Request as EngineRequest};
-use runit_engine::speculative::DraftParams;
 use runit_tokenizer::TemplateInputs;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
-use crate::choice::Choice;
 use crate::error::ApiError;
-use crate::log::RequestLog;
+use crate::messages::Conversation;
 use crate::reasoning::{self, ThinkFilter};
-use crate::request::{self, Options, Prompt, TokenLimit, MAX_SEQUENCES};
-use crate::response::{self, Endpoint, Header};
+use crate::request::{self, Options, Prompt};
+use crate::response::{self, Endpoint};
+use crate::submit::{submit, Submitted};
 use crate::tools;
-use crate::{infill, messages, structured, template, AppState, PREDICTION_NGRAM};
+use crate::{infill, messages, structured, template, AppState};
 
 /// `GET /health`: the status, with the scheduler's counters for clients that may see them
 /// (everyone when no API key is set, else those that give it).
@@ -87,24 +84,8 @@ pub async fn chat(
     let id = state.next_request_id(Endpoint::Chat);
     respond(&id, "/v1/chat/completions", async {
         let body = read_body(&state, body)?;
-        let mut options = request::options(&body, Endpoint::Chat, state.tokenizer.n_vocab())?;
-        check_model(&state, &options)?;
-        let mut inputs = TemplateInputs {
-            tools: None,
-            variables: template::variables(&body)?,
-        };
-        if let Some(tool_request) = tools::read(&body)? {
-            tools::offer(&state, &tool_request, &mut options, &mut inputs)?;
-        }
-        constrain(&state, &mut options).await?;
-        let messages = messages::messages(&body)?;
-        let prompt = template::chat_prompt(&state, messages, inputs).await?;
-        if ThinkFilter::applies_to(state.template.source()) {
-            options.think = Some(ThinkFilter::new(reasoning::opens_thinking(
-                &state.tokenizer,
-                &prompt,
-            )));
-        }
+        let (options, prompt) =
+            chat_request(&state, &body, Endpoint::Chat, messages::messages).await?;
         run(
             &state,
             Endpoint::Chat,
@@ -116,6 +97,36 @@ pub async fn chat(
         .await
     })
     .await
+}
+
+/// The settings and prompt of a chat-shaped request to `endpoint` (chat completions,
+/// responses): its options read, its tools offered and its grammar compiled, then its
+/// `conversation` read and rendered through the template, and reasoning split off for a
+/// template that thinks.
+pub(crate) async fn chat_request(
+    state: &Arc<AppState>,
+    body: &Map<String, Value>,
+    endpoint: Endpoint,
+    conversation: impl FnOnce(&Map<String, Value>) -> Result<Conversation, ApiError>,
+) -> Result<(Options, Vec<u32>), ApiError> {
+    let mut options = request::options(body, endpoint, state.tokenizer.n_vocab())?;
+    check_model(state, &options)?;
+    let mut inputs = TemplateInputs {
+        tools: None,
+        variables: template::variables(body)?,
+    };
+    if let Some(tool_request) = tools::read(body, endpoint)? {
+        tools::offer(state, &tool_request, &mut options, &mut inputs)?;
+    }
+    constrain(state, &mut options).await?;
+    let prompt = template::chat_prompt(state, conversation(body)?, inputs).await?;
+    if ThinkFilter::applies_to(state.template.source()) {
+        options.think = Some(ThinkFilter::new(reasoning::opens_thinking(
+            &state.tokenizer,
+            &prompt,
+        )));
+    }
+    Ok((options, prompt))
 }
 
 /// `POST /v1/completions`.
@@ -188,7 +199,7 @@ async fn constrain(state: &Arc<AppState>, options: &mut Options) -> Result<(), A
 }
 
 /// Runs `handler` in the request's span, logging the error it answers with, if any.
-async fn respond(
+pub(crate) async fn respond(
     id: &str,
     endpoint: &'static str,
     handler: impl Future<Output = Result<Response, ApiError>>,
@@ -286,36 +297,8 @@ pub(crate) fn check_model_id(state: &AppState, name: &str) -> Result<(), ApiErro
     }
 }
 
-/// The answer to a request that the engine's check refuses: `which` prompt (`the prompt`,
-/// `prompt 1`), given in the field `prompt_param`.
-fn refusal(error: RequestError, which: &str, prompt_param: &str, options: &Options) -> ApiError {
-    match error {
-        RequestError::EmptyPrompt => {
-            ApiError::invalid(prompt_param, format!("{which} has no tokens"))
-        }
-        RequestError::NothingToGenerate => {
-            let param = options.max_tokens.map_or("max_tokens", |limit| limit.param);
-            TokenLimit::too_few(param, 0)
-        }
-        RequestError::OutsideVocabulary { id, vocab_size } => ApiError::invalid(
-            prompt_param,
-            format!("token id {id} is outside the vocabulary of {vocab_size}"),
-        ),
-        RequestError::PromptTooLong { tokens, context } => ApiError::invalid(
-            prompt_param,
-            format!(
-                "{which} has {tokens} tokens, but the context holds {context} (and one more is \
-                 needed to generate)"
-            ),
-        )
-        .with_code("context_length_exceeded"),
-        other => ApiError::invalid(other.parameter(), other.to_string()),
-    }
-}
-
-/// Checks the request (every prompt through the engine's [`check_request`], before anything
-/// is submitted), submits `n` sequences per prompt (choice `prompt_index * n + i`) and
-/// answers with their output.
+/// Submits the request's sequences ([`submit`]) and answers with their output, whole or
+/// streamed, as chat or text completions.
 async fn run(
     state: &Arc<AppState>,
     endpoint: Endpoint,
@@ -324,141 +307,15 @@ async fn run(
     prompt_param: &str,
     options: Options,
 ) -> Result<Response, ApiError> {
-    let context = state.scheduler.context_size();
-    let sequences = prompts.len() * options.n;
-    let parallel = state.scheduler.max_sequences();
-    if sequences > MAX_SEQUENCES.min(parallel) {
-        return Err(ApiError::invalid(
-            "n",
-            format!(
-                "{} prompts times n = {} asks for {sequences} sequences; at most {} are \
-                 allowed (the server runs {parallel} at once)",
-                prompts.len(),
-                options.n,
-                MAX_SEQUENCES.min(parallel)
-            ),
-        ));
-    }
-    let requested = options
-        .max_tokens
-        .map_or(state.config.default_max_tokens, |limit| limit.count);
-    for (index, prompt) in prompts.iter().enumerate() {
-        let which = if prompts.len() > 1 {
-            format!("prompt {index}")
-        } else {
-            "the prompt".into()
-        };
-        check_request(prompt, 0, requested, context, state.tokenizer.n_vocab())
-            .map_err(|error| refusal(error, &which, prompt_param, &options))?;
-    }
-    // The explicit limit must fit next to the longest prompt; the default is cut to fit.
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let room = context - longest;
-    let max_tokens = match options.max_tokens {
-        Some(limit) if limit.count > room => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                format!(
-                    "the prompt ({longest} tokens) plus max_tokens ({}) exceeds the context \
-                     of {context} tokens",
-                    limit.count
-                ),
-            )
-            .with_code("context_length_exceeded"))
-        }
-        Some(limit) => limit.count,
-        None => state.config.default_max_tokens.min(room),
-    };
-    if let Some(caller) = &options.caller {
-        tracing::info!(caller = %caller, "caller");
-    }
-    let prompt_tokens = prompts.iter().map(Vec::len).sum();
-    let draft = draft_request(state, options.prediction.as_deref());
-    let log = RequestLog::new(prompt_tokens, sequences);
-    let mut streams = Vec::with_capacity(sequences);
-    let mut submissions = Vec::with_capacity(sequences);
-    for (prompt_index, prompt) in prompts.iter().enumerate() {
-        for i in 0..options.n {
-            let (choice, sink) = Choice::new(
-                prompt_index * options.n + i,
-                Arc::clone(&state.tokenizer),
-                options.stop.clone(),
-                options.logprobs,
-                options
-                    .echo_texts
-                    .get(prompt_index)
-                    .cloned()
-                    .unwrap_or_default(),
-            );
-            let choice = match &options.think {
-                Some(filter) => choice.with_reasoning(filter.clone()),
-                None => choice,
-            };
-            let choice = match &options.calls {
-                Some(filter) => {
-                    choice.with_calls(filter.clone(), tools::call_markers(&state.tokenizer))
-                }
-                None => choice,
-            };
-            // The i-th choice of every prompt draws as the i-th choice of a lone request.
-            let mut sampling = options.sampling.clone();
-            sampling.seed = sampling.seed.wrapping_add(i as u64);
-            let engine_request = EngineRequest {
-                prompt: prompt.clone(),
-                sampling,
-                max_tokens,
-                end_of_generation: if options.ignore_eos {
-                    Vec::new()
-                } else {
-                    state.tokenizer.eog_ids()
-                },
-                top_logprobs: options.top_logprobs,
-                logprobs: options.logprobs,
-                draft: draft.clone(),
-            };
-            submissions.push((engine_request, Box::new(sink) as Box<dyn EventSink>));
-            streams.push(choice.into_stream());
-        }
-    }
-    // All the sequences are queued or none is.
-    state.scheduler.submit_all(submissions)?;
-    let header = Header {
-        id: id.to_string(),
-        created: crate::unix_time(),
-        model: state.config.model_name.clone(),
-        endpoint,
-        prompt_tokens,
-        logprobs: options.logprobs,
-    };
-    tracing::debug!(
-        prompt_tokens,
-        max_tokens,
-        prompts = prompts.len(),
-        n = options.n,
-        "submitted"
-    );
+    let Submitted {
+        header,
+        streams,
+        log,
+    } = submit(state, endpoint, id, &prompts, prompt_param, &options)?;
     Ok(if options.stream {
         response::stream(header, streams, options.include_usage, log)
     } else {
         response::complete(header, streams, log).await
-    })
-}
-
-/// The speculation of a request's sequences: the server's draft model or prompt lookup,
-/// a request's `prediction` drafted from by prompt lookup when it gives one; a
-/// prediction alone speculates too.
-fn draft_request(state: &AppState, prediction: Option<&str>) -> Option<DraftRequest> {
-    let prediction = prediction.map(|text| state.tokenizer.encode(text, false, false));
-    let (ngram, params) = match (state.config.speculation, &prediction) {
-        (Some(speculation), _) => speculation,
-        (None, Some(_)) => (PREDICTION_NGRAM, DraftParams::DEFAULT),
-        (None, None) => return None,
-    };
-    Some(DraftRequest {
-        ngram,
-        params,
-        prediction: prediction.unwrap_or_default(),
-        model: state.config.draft_model.clone(),
     })
 }
 

@@ -1,31 +1,63 @@
 //! An OpenAI-compatible HTTP server over the continuous-batching scheduler: `GET /health`,
 //! `GET /v1/models` (and `/v1/models/{id}`), `POST /v1/chat/completions`,
-//! `POST /v1/completions` and `POST /v1/embeddings`, answered as JSON or as server-sent
-//! events, and `GET /metrics` in the Prometheus text format. Every request field is honoured
-//! or refused by name (`fields`). The server translates requests into engine requests and streams
-//! tokens back over channels; it never touches tensors.
+//! `POST /v1/completions`, `POST /v1/responses` and `POST /v1/embeddings`, answered as JSON or
+//! as server-sent events, and `GET /metrics` in the Prometheus text format. Every request
+//! field is honoured or refused by name (`fields`). The server translates requests into
+//! engine requests and streams tokens back over channels; it never touches tensors.
 //!
 //! Clients are not trusted: connections are served under [`ConnectionLimits`] (timeouts for
 //! idle, slow and stalled clients, a cap on open connections), bodies under a size limit,
 //! and chat templates off the async runtime under [`TemplateLimits`].
 //!
-//! Where each request field goes: `fields` lists every field of OpenAI's chat-completions
-//! and completions requests with what is done with it (read and checked where parsed,
-//! refused when it asks for what is not done: `store: true`, `best_of` other than `n`,
-//! `echo` with `logprobs`, ...; an unknown field is a 400 too); extras as llama.cpp's server
-//! and vLLM read them: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`, `grammar`,
-//! `chat_template_kwargs`. `infill` lays a `suffix` out with the model's FIM tokens.
-//! `structured` reads `logit_bias`, `response_format` and `grammar` and compiles the
+//! Where each request field goes: `fields` lists every field of OpenAI's chat-completions,
+//! completions and Responses requests with what is done with it (read and checked where
+//! parsed, refused when it asks for what is not done: `store: true`, `best_of` other than
+//! `n`, `echo` with `logprobs`, ...; an unknown field is a 400 too); extras as llama.cpp's
+//! server and vLLM read them: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
+//! `grammar`, `chat_template_kwargs`. `infill` lays a `suffix` out with the model's FIM
+//! tokens. `structured` reads `logit_bias`, `response_format` and `grammar` and compiles the
 //! grammar before anything is submitted (a schema that does not compile is a 400). `tools`
 //! reads `tools`, `tool_choice` and `parallel_tool_calls`, passes the tools to the model's
 //! own template (a template that takes no tools is a 400), forces a call by grammar for
 //! `required` or a named function, and scans calls (Hermes/Qwen `<tool_call>`, Llama 3
 //! JSON, Mistral `[TOOL_CALLS]`) out of each choice's text as it grows: a call's name goes
 //! out once complete, then its arguments piece by piece. `reasoning` moves `<think>` blocks
-//! into `reasoning_content`; `prediction` seeds the scheduler's prompt lookup. `embeddings`
-//! serves `/v1/embeddings` from a session of its own (made at the first request, one
-//! request at a time, at most 8192 tokens). `/v1/models` lists every `--alias` and the
-//! file's name; each is accepted in requests.
+//! into `reasoning_content`; `prediction` seeds the scheduler's prompt lookup. Log
+//! probabilities (`logprobs`, `top_logprobs`) are those of the model's raw logits, before
+//! `logit_bias` and grammar masks are applied (vLLM's default), so a token a grammar forced
+//! may show a low log-probability. `embeddings` serves `/v1/embeddings` from a session of its
+//! own (made at the first request, one request at a time, at most 8192 tokens).
+//! `/v1/models` lists every `--alias` and the file's name; each is accepted in requests.
+//!
+//! `responses` serves `/v1/responses` through the chat path: `instructions` is a system
+//! message first; `input` is a string (a user message) or items: messages (roles user,
+//! system, developer, assistant; `input_text`/`output_text` parts; an image, file or audio
+//! part is a 400), `function_call` items (the assistant's `tool_calls`) and
+//! `function_call_output` items (`tool` messages); reasoning items and item references are
+//! 400s. `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` and `user` /
+//! `safety_identifier` are read as on chat; `tools` are flat functions (`{type: "function",
+//! name, description, parameters, strict}`; web search, file search, computer use and every
+//! other tool type are 400s by `tools[i].type`), `tool_choice` is none, auto, required or
+//! `{type: "function", name}`; `text.format` is chat's `response_format` (`text`,
+//! `json_object`, `json_schema` with its fields beside `type`; `text.verbosity` is a 400);
+//! `include` may ask only for `message.output_text.logprobs`, which `top_logprobs` above 0
+//! also turns on; `metadata` (16 string pairs) and `max_tool_calls` (it limits built-in
+//! tools, which are never offered) are echoed. Nothing is stored: `store: true`,
+//! `background: true`, `previous_response_id`, `conversation` and `prompt` are 400s, as are
+//! `reasoning` (effort and summaries cannot be honoured), `truncation: auto` (input is never
+//! cut), `stream_options.include_obfuscation: true`, and the cache, moderation, image and
+//! access-program options. The answer is a `response` object (`completed`, or `incomplete`
+//! with `incomplete_details.reason: max_output_tokens`) whose `output` holds a `reasoning`
+//! item for `<think>` text, a `message` item with one `output_text` part, and a
+//! `function_call` item per call; `usage` counts input, output and reasoning tokens
+//! (`input_tokens_details.cached_tokens`: the prompt tokens the prefix cache served; chat and
+//! completions report them as `usage.prompt_tokens_details.cached_tokens`).
+//! Streamed, the same response is built by OpenAI's events (`response.created`,
+//! `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta`, `response.reasoning_text.delta`,
+//! `response.function_call_arguments.delta`, their `.done` events,
+//! `response.output_item.done`, then `response.completed` or `response.incomplete`; an
+//! `error` event if the sequence fails), each numbered by `sequence_number`.
 //!
 //! ```no_run
 //! # async fn demo(state: std::sync::Arc<runit_server::AppState>) -> Result<(), runit_server::ServerError> {
@@ -51,7 +83,9 @@ mod prediction;
 mod reasoning;
 mod request;
 mod response;
+mod responses;
 mod structured;
+mod submit;
 mod template;
 mod timed;
 mod tools;
@@ -191,14 +225,15 @@ impl AppState {
         self
     }
 
-    /// A fresh response id (`chatcmpl-…`, `cmpl-…`), unique for this server.
+    /// A fresh response id (`chatcmpl-…`, `cmpl-…`, `resp_…`), unique for this server.
     fn next_request_id(&self, endpoint: response::Endpoint) -> String {
         let serial = self.next_id.fetch_add(1, Ordering::Relaxed);
         let prefix = match endpoint {
-            response::Endpoint::Chat => "chatcmpl",
-            response::Endpoint::Completion => "cmpl",
+            response::Endpoint::Chat => "chatcmpl-",
+            response::Endpoint::Completion => "cmpl-",
+            response::Endpoint::Responses => "resp_",
         };
-        format!("{prefix}-{:x}{serial:06x}", self.created)
+        format!("{prefix}{:x}{serial:06x}", self.created)
     }
 }
 
@@ -216,6 +251,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(handlers::model))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -19,8 +19,34 @@ const MESSAGE_KEYS: &[&str] = &[
     "refusal",
 ];
 
+/// A conversation for the chat template, with where each message came from in the request.
+#[derive(Debug, Clone, Default)]
+pub struct Conversation {
+    pub messages: Vec<ChatMessage>,
+    /// The field that holds the conversation (`messages`, `input`).
+    pub param: &'static str,
+    /// The field of each message's text (`messages[2].content`), for errors about it.
+    pub content_params: Vec<String>,
+}
+
+impl Conversation {
+    /// An empty conversation held in the field `param`.
+    pub fn new(param: &'static str) -> Conversation {
+        Conversation {
+            param,
+            ..Conversation::default()
+        }
+    }
+
+    /// Adds `message`, whose text is in the field `content_param`.
+    pub fn push(&mut self, message: ChatMessage, content_param: String) {
+        self.messages.push(message);
+        self.content_params.push(content_param);
+    }
+}
+
 /// The conversation of a chat request.
-pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
+pub fn messages(body: &Map<String, Value>) -> Result<Conversation, ApiError> {
     let items = match field(body, "messages") {
         None => return Err(ApiError::invalid("messages", "`messages` is required")),
         Some(Value::Array(items)) => items,
@@ -32,11 +58,11 @@ pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError>
             "`messages` must hold at least one message",
         ));
     }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| message(i, item))
-        .collect()
+    let mut conversation = Conversation::new("messages");
+    for (i, item) in items.iter().enumerate() {
+        conversation.push(message(i, item)?, format!("messages[{i}].content"));
+    }
+    Ok(conversation)
 }
 
 fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
@@ -108,7 +134,7 @@ fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
     }
 }
 
-fn optional_string(
+pub(crate) fn optional_string(
     param: &str,
     object: &Map<String, Value>,
     name: &str,
@@ -126,38 +152,67 @@ fn content(param: &str, object: &Map<String, Value>) -> Result<String, ApiError>
     match field(object, "content") {
         None => Ok(String::new()),
         Some(Value::String(text)) => Ok(text.clone()),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let part_param = format!("{content_param}[{j}]");
-                let kind = part.get("type").and_then(Value::as_str);
-                match (kind, part.get("text")) {
-                    (Some("text"), Some(Value::String(piece))) => text.push_str(piece),
-                    (Some("text"), _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            "a text part needs a string `text`",
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            part_param,
-                            format!(
-                                "content parts of type {} are not supported; only `text`",
-                                kind.unwrap_or("(none)")
-                            ),
-                        ))
-                    }
-                }
-            }
-            Ok(text)
-        }
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, part)| part_text(&format!("{content_param}[{j}]"), part, &["text"]))
+            .collect(),
         Some(other) => Err(wrong_type(
             &content_param,
             "a string or an array of parts",
             other,
         )),
     }
+}
+
+/// The text of one content part (the field `param`) whose `type` is one of `kinds`; a part
+/// of another type (an image, a file, audio) is refused.
+pub(crate) fn part_text<'a>(
+    param: &str,
+    part: &'a Value,
+    kinds: &[&str],
+) -> Result<&'a str, ApiError> {
+    let kind = part.get("type").and_then(Value::as_str);
+    match (kind, part.get("text")) {
+        (Some(kind), Some(Value::String(text))) if kinds.contains(&kind) => Ok(text),
+        (Some(kind), _) if kinds.contains(&kind) => Err(ApiError::invalid(
+            param,
+            format!("a `{kind}` part needs a string `text`"),
+        )),
+        (kind, _) => Err(ApiError::invalid(
+            param,
+            format!(
+                "content parts of type {} are not supported; only {}",
+                kind.unwrap_or("(none)"),
+                kinds.join(", ")
+            ),
+        )),
+    }
+}
+
+/// One call of an assistant message, as templates take it: its `arguments` (a JSON text,
+/// the field `arguments_param`; absent is `{}`) parsed into JSON; text that is not JSON is a
+/// 400.
+pub(crate) fn tool_call(
+    id: &str,
+    name: &str,
+    arguments: Option<&str>,
+    arguments_param: &str,
+) -> Result<Value, ApiError> {
+    let arguments = match arguments {
+        None => Value::Object(Map::new()),
+        Some(text) => serde_json::from_str(text).map_err(|error| {
+            ApiError::invalid(
+                arguments_param,
+                format!("`arguments` must be a JSON text: {error}"),
+            )
+        })?,
+    };
+    Ok(serde_json::json!({
+        "id": id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }))
 }
 
 /// The calls of an assistant message, with each `function.arguments` string parsed into
@@ -199,21 +254,13 @@ fn tool_calls(param: &str, calls: &[Value]) -> Result<Value, ApiError> {
                     "a tool call needs the function's `name`",
                 )
             })?;
-            let arguments_param = format!("{function_param}.arguments");
-            let arguments = match optional_string(&function_param, function, "arguments")? {
-                None => Value::Object(Map::new()),
-                Some(text) => serde_json::from_str(&text).map_err(|error| {
-                    ApiError::invalid(
-                        &arguments_param,
-                        format!("`arguments` must be a JSON text: {error}"),
-                    )
-                })?,
-            };
-            Ok(serde_json::json!({
-                "id": id,
-                "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            }))
+            let arguments = optional_string(&function_param, function, "arguments")?;
+            tool_call(
+                &id,
+                &name,
+                arguments.as_deref(),
+                &format!("{function_param}.arguments"),
+            )
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Value::Array)

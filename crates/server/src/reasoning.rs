@@ -52,6 +52,11 @@ impl ThinkFilter {
         template_source.contains(CLOSE)
     }
 
+    /// True inside a `<think>` block (after its opening tag, before its closing one).
+    pub fn is_thinking(&self) -> bool {
+        self.part == Part::Thinking
+    }
+
     /// Takes the next piece of text; returns what can go out now.
     pub fn push(&mut self, text: &str) -> Split {
         self.held.push_str(text);

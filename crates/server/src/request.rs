@@ -23,7 +23,7 @@ pub const MAX_STOPS: usize = 16;
 /// Most top log-probabilities per token (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
-/// The generation settings shared by chat and text completions.
+/// The generation settings shared by chat and text completions and responses.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub model: Option<String>,
@@ -56,8 +56,8 @@ pub struct Options {
     pub prediction: Option<String>,
 }
 
-/// The most tokens a request asks for, and the field it named them in (`max_tokens` or
-/// `max_completion_tokens`). The engine's request check refuses 0.
+/// The most tokens a request asks for, and the field it named them in (`max_tokens`,
+/// `max_completion_tokens` or `max_output_tokens`). The engine's request check refuses 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenLimit {
     /// The field that gave the count.
@@ -154,7 +154,8 @@ fn in_range(name: &str, value: f64, low: f64, high: f64) -> Result<f32, ApiError
 
 /// Reads the settings of a request to `endpoint` after refusing the fields it does not
 /// support ([`fields::check`]); `endpoint` also selects how `logprobs` is read (a boolean
-/// with `top_logprobs` for chat, an integer count for text completions). Token ids (in
+/// with `top_logprobs` for chat, an integer count for text completions, `include` or
+/// `top_logprobs` for responses). Token ids (in
 /// `logit_bias`) must be below `vocab_size`.
 pub fn options(
     body: &Map<String, Value>,
@@ -162,19 +163,20 @@ pub fn options(
     vocab_size: usize,
 ) -> Result<Options, ApiError> {
     fields::check(body, endpoint)?;
-    let chat = endpoint == Endpoint::Chat;
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => return Err(wrong_type("model", "a string", other)),
     };
     let max_tokens = match (
+        integer(body, "max_output_tokens")?,
         integer(body, "max_completion_tokens")?,
         integer(body, "max_tokens")?,
     ) {
-        (Some(n), _) => Some(("max_completion_tokens", n)),
-        (None, Some(n)) => Some(("max_tokens", n)),
-        (None, None) => None,
+        (Some(n), _, _) => Some(("max_output_tokens", n)),
+        (None, Some(n), _) => Some(("max_completion_tokens", n)),
+        (None, None, Some(n)) => Some(("max_tokens", n)),
+        (None, None, None) => None,
     };
     // A negative number is no count; 0 is a count that the engine's check refuses.
     let max_tokens = match max_tokens {
@@ -217,15 +219,26 @@ pub fn options(
     }
     sampling.logit_bias = structured::logit_bias(body, vocab_size)?;
     let stop = stop_strings(body)?;
-    let (logprobs, top_logprobs) = if chat {
-        let wanted = boolean(body, "logprobs")?.unwrap_or(false);
-        let top = integer(body, "top_logprobs")?.unwrap_or(0);
-        (wanted, top)
-    } else {
-        let top = integer(body, "logprobs")?;
-        (top.is_some(), top.unwrap_or(0))
+    let (logprobs, top_logprobs) = match endpoint {
+        Endpoint::Chat => {
+            let wanted = boolean(body, "logprobs")?.unwrap_or(false);
+            let top = integer(body, "top_logprobs")?.unwrap_or(0);
+            (wanted, top)
+        }
+        Endpoint::Completion => {
+            let top = integer(body, "logprobs")?;
+            (top.is_some(), top.unwrap_or(0))
+        }
+        // Asked for by `include`, or by a count of alternatives.
+        Endpoint::Responses => {
+            let top = integer(body, "top_logprobs")?.unwrap_or(0);
+            (accepted::includes_logprobs(body)? || top > 0, top)
+        }
     };
-    let top_param = if chat { "top_logprobs" } else { "logprobs" };
+    let top_param = match endpoint {
+        Endpoint::Completion => "logprobs",
+        Endpoint::Chat | Endpoint::Responses => "top_logprobs",
+    };
     if !(0..=MAX_TOP_LOGPROBS as i64).contains(&top_logprobs) {
         return Err(ApiError::invalid(
             top_param,
@@ -240,19 +253,9 @@ pub fn options(
         ));
     }
     let stream = boolean(body, "stream")?.unwrap_or(false);
-    let include_usage = match field(body, "stream_options") {
-        None => false,
-        Some(Value::Object(o)) => fields::check_keys("stream_options", o, &["include_usage"])
-            .and_then(|()| boolean(o, "include_usage"))
-            .map_err(|e| ApiError {
-                param: Some("stream_options.include_usage".into()),
-                ..e
-            })?
-            .unwrap_or(false),
-        Some(other) => return Err(wrong_type("stream_options", "an object", other)),
-    };
+    let include_usage = stream_options(body, endpoint)?;
     let ignore_eos = boolean(body, "ignore_eos")?.unwrap_or(false);
-    let grammar = structured::grammar(body)?;
+    let grammar = structured::grammar(body, endpoint)?;
     if let (Some(requested), true) = (&grammar, ignore_eos) {
         return Err(ApiError::invalid(
             requested.param,
@@ -260,12 +263,19 @@ pub fn options(
              `ignore_eos`",
         ));
     }
-    let echo = if chat {
-        accepted::chat_fields(body)?;
-        false
-    } else {
-        accepted::completion_fields(body, n as usize)?;
-        boolean(body, "echo")?.unwrap_or(false)
+    let echo = match endpoint {
+        Endpoint::Chat => {
+            accepted::chat_fields(body)?;
+            false
+        }
+        Endpoint::Completion => {
+            accepted::completion_fields(body, n as usize)?;
+            boolean(body, "echo")?.unwrap_or(false)
+        }
+        Endpoint::Responses => {
+            accepted::responses_fields(body)?;
+            false
+        }
     };
     if echo && logprobs {
         return Err(ApiError::invalid(
@@ -293,6 +303,36 @@ pub fn options(
         think: None,
         prediction: crate::prediction::prediction(body)?,
     })
+}
+
+/// Reads `stream_options`: `include_usage` (chat and completions: whether a usage chunk
+/// ends the stream), or `include_obfuscation` (responses: no padding is added, so `true`
+/// is refused).
+fn stream_options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<bool, ApiError> {
+    let options = match field(body, "stream_options") {
+        None => return Ok(false),
+        Some(Value::Object(options)) => options,
+        Some(other) => return Err(wrong_type("stream_options", "an object", other)),
+    };
+    let key = match endpoint {
+        Endpoint::Chat | Endpoint::Completion => "include_usage",
+        Endpoint::Responses => "include_obfuscation",
+    };
+    let param = format!("stream_options.{key}");
+    let value = fields::check_keys("stream_options", options, &[key])
+        .and_then(|()| boolean(options, key))
+        .map_err(|e| ApiError {
+            param: Some(param.clone()),
+            ..e
+        })?
+        .unwrap_or(false);
+    if endpoint == Endpoint::Responses && value {
+        return Err(ApiError::invalid(
+            param,
+            "`include_obfuscation: true`: this server does not pad stream events",
+        ));
+    }
+    Ok(endpoint != Endpoint::Responses && value)
 }
 
 fn stop_strings(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {

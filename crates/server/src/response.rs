@@ -17,11 +17,13 @@ use crate::error::ApiError;
 use crate::log::RequestLog;
 use crate::tools::parse::{join, CallDelta, ToolCall};
 
-/// Which API a response belongs to.
+/// Which API a response belongs to. The bodies and events of `Responses` are
+/// `responses::output`'s; [`complete`] and [`stream`] answer the other two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Chat,
     Completion,
+    Responses,
 }
 
 /// What every response object repeats.
@@ -41,18 +43,28 @@ impl Header {
             (Endpoint::Chat, false) => "chat.completion",
             (Endpoint::Chat, true) => "chat.completion.chunk",
             (Endpoint::Completion, _) => "text_completion",
+            (Endpoint::Responses, _) => "response",
         }
     }
 
     /// The usage object; `speculation`, the choices' drafted tokens together when any
     /// speculated, adds OpenAI's `completion_tokens_details` counts of kept and rejected
-    /// predicted tokens.
-    fn usage(&self, completion_tokens: usize, speculation: Option<SpeculationStats>) -> Value {
+    /// predicted tokens; `cached`, the prompt tokens the prefix cache served, its
+    /// `prompt_tokens_details.cached_tokens`.
+    fn usage(
+        &self,
+        completion_tokens: usize,
+        speculation: Option<SpeculationStats>,
+        cached: Option<usize>,
+    ) -> Value {
         let mut usage = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
         });
+        if let Some(cached) = cached {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+        }
         if let Some(stats) = speculation {
             usage["completion_tokens_details"] = json!({
                 "accepted_prediction_tokens": stats.accepted,
@@ -117,22 +129,30 @@ impl Header {
     }
 
     /// The `logprobs` member of a choice for these tokens (`text_start`: byte offset of
-    /// the first token in the completion, for the legacy format's `text_offset`).
-    fn logprobs(&self, tokens: &[TokenLogprob], text_start: usize) -> Value {
+    /// the first token in the completion, for the legacy format's `text_offset`); for
+    /// responses, the `logprobs` array of an output text.
+    pub fn logprobs(&self, tokens: &[TokenLogprob], text_start: usize) -> Value {
         if !self.logprobs {
             return Value::Null;
         }
+        let entries = || {
+            tokens
+                .iter()
+                .map(|t| {
+                    json!({
+                        "token": t.token,
+                        "logprob": t.logprob,
+                        "bytes": t.bytes,
+                        "top_logprobs": t.top.iter().map(|(token, bytes, logprob)| json!({
+                            "token": token, "logprob": logprob, "bytes": bytes,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
         match self.endpoint {
-            Endpoint::Chat => json!({
-                "content": tokens.iter().map(|t| json!({
-                    "token": t.token,
-                    "logprob": t.logprob,
-                    "bytes": t.bytes,
-                    "top_logprobs": t.top.iter().map(|(token, bytes, logprob)| json!({
-                        "token": token, "logprob": logprob, "bytes": bytes,
-                    })).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-            }),
+            Endpoint::Chat => json!({"content": entries()}),
+            Endpoint::Responses => Value::Array(entries()),
             Endpoint::Completion => {
                 let mut offset = text_start;
                 let mut offsets = Vec::with_capacity(tokens.len());
@@ -164,6 +184,7 @@ struct Finished {
     finish_reason: Option<&'static str>,
     completion_tokens: usize,
     speculation: Option<SpeculationStats>,
+    cached_tokens: Option<usize>,
 }
 
 /// Waits for every choice and answers one JSON body (choice `i` is `choices[i]`).
@@ -187,6 +208,7 @@ pub async fn complete(
         result.logprobs.extend(delta.logprobs);
         result.completion_tokens = delta.completion_tokens;
         result.speculation = result.speculation.or(delta.speculation);
+        result.cached_tokens = result.cached_tokens.or(delta.cached_tokens);
         result.tool_calls.extend(delta.tool_calls);
         result.reasoning.push_str(&delta.reasoning);
         if delta.finish_reason.is_some() {
@@ -201,7 +223,7 @@ pub async fn complete(
         .map(|(index, r)| {
             let logprobs = header.logprobs(&r.logprobs, 0);
             match header.endpoint {
-                Endpoint::Chat => {
+                Endpoint::Chat | Endpoint::Responses => {
                     let mut message = json!({"role": "assistant", "content": r.text});
                     if !r.reasoning.is_empty() {
                         message["reasoning_content"] = json!(r.reasoning);
@@ -232,37 +254,34 @@ pub async fn complete(
     body["usage"] = header.usage(
         completion_tokens,
         total_speculation(results.iter().map(|r| r.speculation)),
+        cached_of_every_choice(results.iter().map(|r| r.cached_tokens)),
     );
     axum::Json(body).into_response()
 }
 
-/// Streams every choice's deltas as server-sent events. The stream ends when the client
-/// goes away, which drops the choices and so cancels their sequences.
-pub fn stream(
-    header: Header,
+/// What a stream of server-sent events says: its first events, the events of each delta,
+/// and its last ones.
+pub trait EventSource: Send + 'static {
+    fn start(&mut self) -> Vec<Event>;
+    /// The events of `delta` (an error delta's too: the stream goes on with the other
+    /// choices).
+    fn delta(&mut self, delta: Delta) -> Vec<Event>;
+    /// The events after the last delta; `failed` when some choice failed.
+    fn end(&mut self, failed: bool) -> Vec<Event>;
+}
+
+/// Streams the events `source` makes of the choices' deltas, logging the request when it
+/// ends. The stream ends when the client goes away, which drops the choices and so cancels
+/// their sequences.
+pub fn serve_events(
     choices: Vec<BoxStream<'static, Delta>>,
-    include_usage: bool,
     mut log: RequestLog,
+    mut source: impl EventSource,
 ) -> Response {
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
-    let count = choices.len();
     let task = async move {
         let mut merged = select_all(choices);
-        let mut events = Vec::new();
-        if header.endpoint == Endpoint::Chat {
-            for index in 0..count {
-                events.push(chunk(
-                    &header,
-                    index,
-                    json!({"role": "assistant", "content": ""}),
-                    Value::Null,
-                    None,
-                ));
-            }
-        }
-        let mut text_lengths = vec![0usize; count];
-        let mut completion_tokens = vec![0usize; count];
-        let mut speculation = vec![None; count];
+        let mut events = source.start();
         let mut failed = false;
         loop {
             for event in events.drain(..) {
@@ -281,62 +300,12 @@ pub fn stream(
             let Some(delta) = delta else { break };
             log.record(&delta);
             if let Some(message) = &delta.error {
-                let error = ApiError::sequence_failed(message.clone());
-                error.log();
-                events.push(data(&error.body()));
+                ApiError::sequence_failed(message.clone()).log();
                 failed = true;
-                continue;
             }
-            completion_tokens[delta.index] = delta.completion_tokens;
-            if delta.speculation.is_some() {
-                speculation[delta.index] = delta.speculation;
-            }
-            if !delta.text.is_empty() || !delta.logprobs.is_empty() {
-                let logprobs = header.logprobs(&delta.logprobs, text_lengths[delta.index]);
-                text_lengths[delta.index] += delta.text.len();
-                let content = match header.endpoint {
-                    Endpoint::Chat => json!({"content": delta.text}),
-                    Endpoint::Completion => json!(delta.text),
-                };
-                events.push(chunk(&header, delta.index, content, logprobs, None));
-            }
-            if !delta.reasoning.is_empty() {
-                let reasoning = json!({"reasoning_content": delta.reasoning});
-                events.push(chunk(&header, delta.index, reasoning, Value::Null, None));
-            }
-            if !delta.tool_calls.is_empty() {
-                let calls = header.call_deltas(delta.index, &delta.tool_calls);
-                events.push(chunk(
-                    &header,
-                    delta.index,
-                    json!({"tool_calls": calls}),
-                    Value::Null,
-                    None,
-                ));
-            }
-            if let Some(reason) = delta.finish_reason {
-                let empty = match header.endpoint {
-                    Endpoint::Chat => json!({}),
-                    Endpoint::Completion => json!(""),
-                };
-                events.push(chunk(
-                    &header,
-                    delta.index,
-                    empty,
-                    Value::Null,
-                    Some(reason),
-                ));
-            }
+            events = source.delta(delta);
         }
-        if include_usage {
-            let mut body = header.envelope(true, Vec::new());
-            body["usage"] = header.usage(
-                completion_tokens.iter().sum(),
-                total_speculation(speculation.iter().copied()),
-            );
-            events.push(data(&body));
-        }
-        events.push(Event::default().data("[DONE]"));
+        let events = source.end(failed);
         log.finish(failed.then_some("error"));
         for event in events {
             if sender.send(event).await.is_err() {
@@ -346,6 +315,104 @@ pub fn stream(
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
     Sse::new(ReceiverStream::new(receiver).map(Ok::<Event, Infallible>)).into_response()
+}
+
+/// Streams every choice's deltas as chat or completion chunks, ending in `data: [DONE]`.
+pub fn stream(
+    header: Header,
+    choices: Vec<BoxStream<'static, Delta>>,
+    include_usage: bool,
+    log: RequestLog,
+) -> Response {
+    let count = choices.len();
+    let chunks = Chunks {
+        header,
+        include_usage,
+        text_lengths: vec![0; count],
+        completion_tokens: vec![0; count],
+        speculation: vec![None; count],
+        cached_tokens: vec![None; count],
+    };
+    serve_events(choices, log, chunks)
+}
+
+/// The chunks of a chat or completion stream, and what each choice has produced so far.
+struct Chunks {
+    header: Header,
+    include_usage: bool,
+    text_lengths: Vec<usize>,
+    completion_tokens: Vec<usize>,
+    speculation: Vec<Option<SpeculationStats>>,
+    cached_tokens: Vec<Option<usize>>,
+}
+
+impl EventSource for Chunks {
+    fn start(&mut self) -> Vec<Event> {
+        if self.header.endpoint == Endpoint::Completion {
+            return Vec::new();
+        }
+        let first = json!({"role": "assistant", "content": ""});
+        (0..self.text_lengths.len())
+            .map(|index| chunk(&self.header, index, first.clone(), Value::Null, None))
+            .collect()
+    }
+
+    fn delta(&mut self, delta: Delta) -> Vec<Event> {
+        let header = &self.header;
+        let mut events = Vec::new();
+        if let Some(message) = &delta.error {
+            events.push(data(&ApiError::sequence_failed(message.clone()).body()));
+            return events;
+        }
+        self.completion_tokens[delta.index] = delta.completion_tokens;
+        if delta.speculation.is_some() {
+            self.speculation[delta.index] = delta.speculation;
+        }
+        if delta.cached_tokens.is_some() {
+            self.cached_tokens[delta.index] = delta.cached_tokens;
+        }
+        if !delta.text.is_empty() || !delta.logprobs.is_empty() {
+            let logprobs = header.logprobs(&delta.logprobs, self.text_lengths[delta.index]);
+            self.text_lengths[delta.index] += delta.text.len();
+            let content = match header.endpoint {
+                Endpoint::Chat | Endpoint::Responses => json!({"content": delta.text}),
+                Endpoint::Completion => json!(delta.text),
+            };
+            events.push(chunk(header, delta.index, content, logprobs, None));
+        }
+        if !delta.reasoning.is_empty() {
+            let reasoning = json!({"reasoning_content": delta.reasoning});
+            events.push(chunk(header, delta.index, reasoning, Value::Null, None));
+        }
+        if !delta.tool_calls.is_empty() {
+            let calls = header.call_deltas(delta.index, &delta.tool_calls);
+            let calls = json!({"tool_calls": calls});
+            events.push(chunk(header, delta.index, calls, Value::Null, None));
+        }
+        if let Some(reason) = delta.finish_reason {
+            let empty = match header.endpoint {
+                Endpoint::Chat | Endpoint::Responses => json!({}),
+                Endpoint::Completion => json!(""),
+            };
+            events.push(chunk(header, delta.index, empty, Value::Null, Some(reason)));
+        }
+        events
+    }
+
+    fn end(&mut self, _failed: bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        if self.include_usage {
+            let mut body = self.header.envelope(true, Vec::new());
+            body["usage"] = self.header.usage(
+                self.completion_tokens.iter().sum(),
+                total_speculation(self.speculation.iter().copied()),
+                cached_of_every_choice(self.cached_tokens.iter().copied()),
+            );
+            events.push(data(&body));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
 }
 
 fn data(value: &Value) -> Event {
@@ -362,7 +429,7 @@ fn chunk(
     finish_reason: Option<&'static str>,
 ) -> Event {
     let choice = match header.endpoint {
-        Endpoint::Chat => json!({
+        Endpoint::Chat | Endpoint::Responses => json!({
             "index": index, "delta": content, "logprobs": logprobs, "finish_reason": finish_reason,
         }),
         Endpoint::Completion => json!({
@@ -370,6 +437,14 @@ fn chunk(
         }),
     };
     data(&header.envelope(true, vec![choice]))
+}
+
+/// The prompt tokens the prefix cache served every choice (each choice is a sequence of
+/// its own over the one prompt: the least of theirs), once every choice has reported.
+pub(crate) fn cached_of_every_choice(
+    choices: impl Iterator<Item = Option<usize>>,
+) -> Option<usize> {
+    choices.reduce(|a, b| Some(a?.min(b?))).flatten()
 }
 
 /// The choices' drafted tokens together, when any choice speculated.

@@ -1,5 +1,5 @@
 //! The fields that shape which tokens may be sampled: `logit_bias`, `response_format`
-//! (`text`, `json_object`, `json_schema`) and `grammar` (GBNF, as llama.cpp's server takes
+//! (`text`, `json_object`, `json_schema`; `text.format` of responses) and `grammar` (GBNF, as llama.cpp's server takes
 //! it); a grammar is compiled against the vocabulary before anything is submitted, so a
 //! schema that does not compile is a 400 naming the field.
 
@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::fields::check_keys;
 use crate::request::{field, wrong_type};
+use crate::response::Endpoint;
 use crate::AppState;
 
 /// A grammar a request asks for, and the field that asked.
@@ -66,12 +67,22 @@ pub fn logit_bias(
         .collect()
 }
 
-/// Reads `response_format` and `grammar`; at most one of them may ask for a grammar.
-pub fn grammar(body: &Map<String, Value>) -> Result<Option<RequestedGrammar>, ApiError> {
-    let from_format = match field(body, "response_format") {
-        None => None,
-        Some(Value::Object(format)) => response_format(format)?,
-        Some(other) => return Err(wrong_type("response_format", "an object", other)),
+/// Reads the output format (`response_format` of chat and completions, `text.format` of
+/// responses) and `grammar`; at most one of them may ask for a grammar.
+pub fn grammar(
+    body: &Map<String, Value>,
+    endpoint: Endpoint,
+) -> Result<Option<RequestedGrammar>, ApiError> {
+    let (format_param, from_format) = match endpoint {
+        Endpoint::Responses => ("text.format", text_format(body)?),
+        Endpoint::Chat | Endpoint::Completion => match field(body, "response_format") {
+            None => ("response_format", None),
+            Some(Value::Object(format)) => (
+                "response_format",
+                response_format(format, "response_format", true)?,
+            ),
+            Some(other) => return Err(wrong_type("response_format", "an object", other)),
+        },
     };
     let from_grammar = match field(body, "grammar") {
         None => None,
@@ -84,21 +95,49 @@ pub fn grammar(body: &Map<String, Value>) -> Result<Option<RequestedGrammar>, Ap
     match (from_format, from_grammar) {
         (Some(_), Some(_)) => Err(ApiError::invalid(
             "grammar",
-            "give either `grammar` or a JSON `response_format`, not both",
+            format!("give either `grammar` or a JSON `{format_param}`, not both"),
         )),
         (format, grammar) => Ok(format.or(grammar)),
     }
 }
 
-fn response_format(format: &Map<String, Value>) -> Result<Option<RequestedGrammar>, ApiError> {
-    let param = "response_format";
+/// Reads the Responses API's `text`: its `format` (the fields of a `json_schema` format
+/// beside its `type`); `verbosity` is refused, as on chat.
+fn text_format(body: &Map<String, Value>) -> Result<Option<RequestedGrammar>, ApiError> {
+    let text = match field(body, "text") {
+        None => return Ok(None),
+        Some(Value::Object(text)) => text,
+        Some(other) => return Err(wrong_type("text", "an object", other)),
+    };
+    check_keys("text", text, &["format", "verbosity"])?;
+    if field(text, "verbosity").is_some() {
+        return Err(ApiError::invalid(
+            "text.verbosity",
+            "`text.verbosity`: verbosity is not supported",
+        ));
+    }
+    match field(text, "format") {
+        None => Ok(None),
+        Some(Value::Object(format)) => response_format(format, "text.format", false),
+        Some(other) => Err(wrong_type("text.format", "an object", other)),
+    }
+}
+
+/// Reads an output format given in the field `param`; `nested`: the fields of a
+/// `json_schema` format sit in its `json_schema` object (chat), else beside `type`.
+fn response_format(
+    format: &Map<String, Value>,
+    param: &'static str,
+    nested: bool,
+) -> Result<Option<RequestedGrammar>, ApiError> {
+    let type_param = format!("{param}.type");
     let kind = match format.get("type") {
         Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => return Err(wrong_type("response_format.type", "a string", other)),
+        Some(other) => return Err(wrong_type(&type_param, "a string", other)),
         None => {
             return Err(ApiError::invalid(
-                "response_format.type",
-                "`response_format` needs a `type`: text, json_object or json_schema",
+                type_param,
+                format!("`{param}` needs a `type`: text, json_object or json_schema"),
             ))
         }
     };
@@ -115,28 +154,29 @@ fn response_format(format: &Map<String, Value>) -> Result<Option<RequestedGramma
             }))
         }
         "json_schema" => {
-            check_keys(param, format, &["type", "json_schema"])?;
-            let param_schema = "response_format.json_schema";
-            let wrapper = match format.get("json_schema") {
-                Some(Value::Object(wrapper)) => wrapper,
-                Some(other) => return Err(wrong_type(param_schema, "an object", other)),
-                None => {
-                    return Err(ApiError::invalid(
-                        param_schema,
-                        "a `json_schema` response format needs `json_schema`",
-                    ))
+            const SCHEMA_KEYS: [&str; 5] = ["type", "name", "description", "schema", "strict"];
+            let (wrapper, wrapper_param, known) = if nested {
+                check_keys(param, format, &["type", "json_schema"])?;
+                let wrapper_param = format!("{param}.json_schema");
+                match format.get("json_schema") {
+                    Some(Value::Object(wrapper)) => (wrapper, wrapper_param, &SCHEMA_KEYS[1..]),
+                    Some(other) => return Err(wrong_type(&wrapper_param, "an object", other)),
+                    None => {
+                        return Err(ApiError::invalid(
+                            wrapper_param,
+                            "a `json_schema` response format needs `json_schema`",
+                        ))
+                    }
                 }
+            } else {
+                (format, param.to_string(), &SCHEMA_KEYS[..])
             };
-            check_keys(
-                param_schema,
-                wrapper,
-                &["name", "description", "schema", "strict"],
-            )?;
+            check_keys(&wrapper_param, wrapper, known)?;
             if let Some(strict) = wrapper.get("strict").filter(|value| !value.is_null()) {
                 // The schema is enforced as written whether or not `strict` is set.
                 if !strict.is_boolean() {
                     return Err(wrong_type(
-                        "response_format.json_schema.strict",
+                        &format!("{wrapper_param}.strict"),
                         "a boolean",
                         strict,
                     ));
@@ -146,7 +186,7 @@ fn response_format(format: &Map<String, Value>) -> Result<Option<RequestedGramma
                 Some(schema @ Value::Object(_)) => schema.clone(),
                 Some(other) => {
                     return Err(wrong_type(
-                        "response_format.json_schema.schema",
+                        &format!("{wrapper_param}.schema"),
                         "an object",
                         other,
                     ))
@@ -160,7 +200,7 @@ fn response_format(format: &Map<String, Value>) -> Result<Option<RequestedGramma
             }))
         }
         other => Err(ApiError::invalid(
-            "response_format.type",
+            type_param,
             format!("unknown response format `{other}`; expected text, json_object or json_schema"),
         )),
     }

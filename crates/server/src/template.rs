@@ -7,20 +7,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use runit_tokenizer::{ChatMessage, TemplateInputs, TokenizerError};
+use runit_tokenizer::{TemplateInputs, TokenizerError};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::messages::Conversation;
 use crate::request::{field, wrong_type};
 use crate::AppState;
 
 /// The prompt token ids of a chat request: the template rendered, then tokenized with the
-/// special-token text of message contents as plain text.
+/// special-token text of message contents as plain text. Errors name the conversation's
+/// fields.
 pub(crate) async fn chat_prompt(
     state: &Arc<AppState>,
-    messages: Vec<ChatMessage>,
+    conversation: Conversation,
     inputs: TemplateInputs,
 ) -> Result<Vec<u32>, ApiError> {
+    let Conversation {
+        messages,
+        param,
+        content_params,
+    } = conversation;
     let limits = state.config.template;
     let start = Instant::now();
     let permit = tokio::time::timeout(limits.timeout, Arc::clone(&state.renders).acquire_owned())
@@ -42,7 +49,7 @@ pub(crate) async fn chat_prompt(
     let remaining = limits.timeout.saturating_sub(start.elapsed());
     match tokio::time::timeout(remaining, rendering).await {
         Err(_) => Err(ApiError::invalid(
-            "messages",
+            param,
             format!(
                 "the chat template ran past its time limit of {} s",
                 limits.timeout.as_secs_f64()
@@ -52,7 +59,7 @@ pub(crate) async fn chat_prompt(
         Ok(Err(join_error)) => Err(ApiError::internal(format!(
             "rendering the chat template failed: {join_error}"
         ))),
-        Ok(Ok(result)) => result.map_err(template_error),
+        Ok(Ok(result)) => result.map_err(|error| template_error(error, param, &content_params)),
     }
 }
 
@@ -96,15 +103,17 @@ fn busy(seconds: f64) -> ApiError {
     }
 }
 
-/// The 400 for a template that failed on this conversation.
-fn template_error(error: TokenizerError) -> ApiError {
+/// The 400 for a template that failed on the conversation in the field `param`, whose
+/// messages' texts are in `content_params`.
+fn template_error(error: TokenizerError, param: &str, content_params: &[String]) -> ApiError {
     match error {
         TokenizerError::TemplateLimit(limit) => {
-            ApiError::invalid("messages", limit.to_string()).with_code("template_limit_exceeded")
+            ApiError::invalid(param, limit.to_string()).with_code("template_limit_exceeded")
         }
-        TokenizerError::SpecialTextInContent { message, .. } => {
-            ApiError::invalid(format!("messages[{message}].content"), error.to_string())
-        }
-        other => ApiError::invalid("messages", other.to_string()),
+        TokenizerError::SpecialTextInContent { message, .. } => ApiError::invalid(
+            content_params.get(message).map_or(param, String::as_str),
+            error.to_string(),
+        ),
+        other => ApiError::invalid(param, other.to_string()),
     }
 }

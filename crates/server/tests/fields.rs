@@ -35,7 +35,7 @@ fn chat_fields() -> Vec<(&'static str, Value, bool)> {
             true,
         ),
         ("presence_penalty", json!(0.5), true),
-        ("prompt_cache_key", json!("key"), false),
+        ("prompt_cache_key", json!("key"), true),
         ("reasoning_effort", json!("low"), false),
         ("response_format", json!({"type": "text"}), true),
         ("safety_identifier", json!("someone"), true),
@@ -147,6 +147,7 @@ async fn values_that_ask_for_what_is_not_done_are_refused() {
         ("grammar", json!("root ::= missing")),
         ("top_logprobs", json!(21)),
         ("stream_options", json!({"include_obfuscation": true})),
+        ("prompt_cache_key", json!(7)),
     ] {
         let mut body = chat.clone();
         body[name] = value.clone();

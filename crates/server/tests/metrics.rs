@@ -214,8 +214,8 @@ async fn a_burst_of_256_is_answered_or_refused() {
 }
 
 /// Chats that share a long system prompt: the later ones are served from the prefix cache
-/// (hits counted on `/metrics`) with the answers and log-probabilities of a server without
-/// the cache.
+/// (hits counted on `/metrics` and in each answer's `usage.prompt_tokens_details`) with the
+/// answers and log-probabilities of a server without the cache.
 #[tokio::test]
 async fn a_shared_system_prompt_is_served_from_the_cache_unchanged() {
     let engine = |prefix_cache: bool| EngineConfig {
@@ -235,6 +235,7 @@ async fn a_shared_system_prompt_is_served_from_the_cache_unchanged() {
         "How heavy may a box be?",
         "Where is my parcel?",
     ];
+    let mut cached_tokens = Vec::new();
     for question in questions {
         let body = format!(
             r#"{{"messages": [{{"role": "system", "content": {system:?}}},
@@ -249,6 +250,13 @@ async fn a_shared_system_prompt_is_served_from_the_cache_unchanged() {
             with_cache["choices"][0]["message"],
             without["choices"][0]["message"]
         );
+        let cached_of = |answer: &Value| {
+            answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("cached_tokens in {answer}"))
+        };
+        assert_eq!(cached_of(&without), 0);
+        cached_tokens.push(cached_of(&with_cache));
         let logprobs = &with_cache["choices"][0]["logprobs"]["content"];
         assert_eq!(logprobs.as_array().map(Vec::len), Some(8), "{with_cache}");
         assert_eq!(
@@ -257,10 +265,21 @@ async fn a_shared_system_prompt_is_served_from_the_cache_unchanged() {
         );
     }
     let metrics = scrape(&cached).await;
-    // The system prompt is over a hundred tokens: the second and third chats reuse blocks.
+    // The system prompt is over a hundred tokens: the second and third chats reuse blocks,
+    // and the answers say how many of their prompt tokens came from the cache.
     assert!(
         metrics["runit_prefix_cache_hit_tokens_total"] >= 2.0 * 64.0,
         "{metrics:?}"
+    );
+    assert_eq!(cached_tokens[0], 0, "{cached_tokens:?}");
+    assert!(
+        cached_tokens[1] >= 64 && cached_tokens[2] >= cached_tokens[1],
+        "{cached_tokens:?}"
+    );
+    assert_eq!(
+        cached_tokens.iter().sum::<u64>() as f64,
+        metrics["runit_prefix_cache_hit_tokens_total"],
+        "{cached_tokens:?}"
     );
     assert_eq!(
         scrape(&uncached).await["runit_prefix_cache_hit_tokens_total"],

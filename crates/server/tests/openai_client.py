@@ -7,11 +7,13 @@ Run by crates/cli/tests/openai_client.rs, which starts the server and a venv wit
     python openai_client.py --base-url http://127.0.0.1:PORT/v1 --suite tools
 
 `full` checks the API surface on a small (synthetic) model: chat and completions, plain and
-streamed, stop sequences, max_tokens, seeds, log-probabilities, n=2, include_usage, and 16
-concurrent streaming clients whose greedy outputs equal the same requests run alone. `smoke`
+streamed, stop sequences, max_tokens, seeds, log-probabilities, n=2, include_usage, 16
+concurrent streaming clients whose greedy outputs equal the same requests run alone, and
+`responses.create` (whole, streamed, through the stream helper, and its refusals). `smoke`
 asks a real instruction model a question. `tools` runs a tool-calling loop (a forced call,
 the tool's result, the final answer; and the call streamed) on a model served with a template
-that takes tools. Exits non-zero on the first failed check.
+that takes tools, then the same loop through `responses.create` (a `function_call` item, its
+`function_call_output`, the answer). Exits non-zero on the first failed check.
 """
 
 import argparse
@@ -280,6 +282,74 @@ def errors_raise(client, model):
         raise AssertionError("an unknown model is refused")
 
 
+@check
+def responses_plain_and_streamed(client, model):
+    whole = client.responses.create(
+        model=model, input="Hello there", temperature=0, max_output_tokens=10,
+        metadata={"run": "check"},
+    )
+    assert whole.object == "response" and whole.id.startswith("resp_"), whole
+    assert whole.metadata == {"run": "check"}, whole.metadata
+    chat = greedy_chat(client, model, "Hello there", max_tokens=10)
+    choice = chat.choices[0]
+    assert whole.output_text == choice.message.content, (whole.output_text, choice.message.content)
+    expected = "incomplete" if choice.finish_reason == "length" else "completed"
+    assert whole.status == expected, (whole.status, choice.finish_reason)
+    if expected == "incomplete":
+        assert whole.incomplete_details.reason == "max_output_tokens", whole.incomplete_details
+    assert whole.usage.input_tokens == chat.usage.prompt_tokens, whole.usage
+    assert whole.usage.output_tokens == chat.usage.completion_tokens, whole.usage
+    assert whole.usage.total_tokens == whole.usage.input_tokens + whole.usage.output_tokens
+    (message,) = whole.output
+    assert message.type == "message" and message.role == "assistant", message
+
+    events = list(
+        client.responses.create(
+            model=model, input="Hello there", temperature=0, max_output_tokens=10, stream=True
+        )
+    )
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created", events[0]
+    assert events[-1].type == f"response.{expected}", events[-1]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == whole.output_text, (text, whole.output_text)
+    assert events[-1].response.output_text == whole.output_text
+    # The SDK's stream helper accepts the events in order and assembles the same text (its
+    # final response needs `response.completed`, which an incomplete response does not send).
+    with client.responses.stream(
+        model=model, input="Hello there", temperature=0, max_output_tokens=10
+    ) as stream:
+        helped = list(stream)
+        deltas = [e for e in helped if e.type == "response.output_text.delta"]
+        assert deltas[-1].snapshot == whole.output_text, (deltas[-1].snapshot, whole.output_text)
+        if expected == "completed":
+            assert stream.get_final_response().output_text == whole.output_text
+
+
+@check
+def responses_refusals(client, model):
+    for extra, param in (
+        ({"store": True}, "store"),
+        ({"previous_response_id": "resp_earlier"}, "previous_response_id"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ):
+        try:
+            client.responses.create(model=model, input="Hi", max_output_tokens=4, **extra)
+        except openai.BadRequestError as error:
+            assert error.body["param"] == param, error.body
+        else:
+            raise AssertionError(f"{extra} is refused")
+    image = {"type": "input_image", "image_url": "https://example.com/a.png"}
+    try:
+        client.responses.create(
+            model=model, input=[{"role": "user", "content": [image]}], max_output_tokens=4
+        )
+    except openai.BadRequestError as error:
+        assert error.body["param"] == "input[0].content[0]", error.body
+    else:
+        raise AssertionError("an input image is refused")
+
+
 def smoke(client, model):
     answer = greedy_chat(client, model, "What is the capital of France?", max_tokens=16)
     content = answer.choices[0].message.content
@@ -351,6 +421,46 @@ def tools(client, model):
     assert final.message.tool_calls is None, final
     assert final.message.content, final
     print(f"ok tools: {call.function.arguments} -> {final.message.content!r}")
+    responses_tools(client, model, arguments)
+
+
+def responses_tools(client, model, arguments):
+    """The same loop through the Responses API: the chat loop's `arguments` are expected."""
+    tool = {"type": "function", **WEATHER_TOOL["function"], "strict": True}
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.responses.create(
+        model=model, input=question, tools=[tool], tool_choice="required",
+        parallel_tool_calls=False, temperature=0, max_output_tokens=80,
+    )
+    assert first.status == "completed", first
+    (call,) = first.output
+    assert call.type == "function_call" and call.name == "get_weather", call
+    assert json.loads(call.arguments) == arguments, (call.arguments, arguments)
+
+    events = list(
+        client.responses.create(
+            model=model, input=question, tools=[tool], tool_choice="required",
+            parallel_tool_calls=False, temperature=0, max_output_tokens=80, stream=True,
+        )
+    )
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert "".join(pieces) == call.arguments, pieces
+    assert len(pieces) > 2, f"arguments streamed in pieces as they are generated: {pieces}"
+    (done,) = [e for e in events if e.type == "response.output_item.done"]
+    assert done.item.type == "function_call" and done.item.arguments == call.arguments, done
+    assert events[-1].type == "response.completed", events[-1]
+
+    answer = client.responses.create(
+        model=model,
+        input=question + first.output + [
+            {"type": "function_call_output", "call_id": call.call_id,
+             "output": json.dumps({"celsius": 18})},
+        ],
+        tools=[tool], tool_choice="none", temperature=0, max_output_tokens=30,
+    )
+    assert [item.type for item in answer.output] == ["message"], answer.output
+    assert answer.output_text, answer
+    print(f"ok responses tools: {call.arguments} -> {answer.output_text!r}")
 
 
 def main():

@@ -11,16 +11,11 @@ use runit_server::ServerConfig;
 use serde_json::{json, Value};
 
 fn server() -> Option<Fixture> {
-    let path = format!(
-        "{}/tests/data/templates/qwen3.jinja",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let template = std::fs::read_to_string(path).expect("fixture");
     fixture_with_template(
         SMOLLM2,
         scheduler_config(),
         ServerConfig::default(),
-        Some(&template),
+        Some(&template_fixture("qwen3")),
     )
 }
 

@@ -13,27 +13,8 @@ use serde_json::{json, Value};
 
 const FORMATS: [&str; 4] = ["hermes", "llama3", "mistral", "mistral_args"];
 
-fn template(format: &str) -> String {
-    let path = format!(
-        "{}/tests/data/templates/{format}.jinja",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
-}
-
 fn server(format: &str) -> Option<Fixture> {
-    let config = runit_engine::EngineConfig {
-        context_size: 1024,
-        batch_size: 256,
-        max_sequences: 2,
-        ..runit_engine::EngineConfig::default()
-    };
-    fixture_with_template(
-        SMOLLM2,
-        config,
-        ServerConfig::default(),
-        Some(&template(format)),
-    )
+    with_template_fixture(format)
 }
 
 fn tools() -> Value {
@@ -120,7 +101,8 @@ fn tools_and_tool_messages_reach_the_templates() {
         ..TemplateInputs::default()
     };
     for format in FORMATS {
-        let template = ChatTemplate::new(&template(format), "<s>", "</s>").expect("compiles");
+        let template =
+            ChatTemplate::new(&template_fixture(format), "<s>", "</s>").expect("compiles");
         let text = template
             .render_with(&messages[..1], true, &inputs)
             .expect("renders");

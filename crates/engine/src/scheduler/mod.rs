@@ -155,6 +155,8 @@ pub enum SequenceEvent {
     Finished {
         stop: StopReason,
         prompt_tokens: usize,
+        /// Of the prompt tokens, those whose KV cells came from the prefix cache.
+        cached_tokens: usize,
         generated_tokens: usize,
         /// Drafted tokens kept and verified, when the sequence speculated.
         speculation: Option<SpeculationStats>,

@@ -33,6 +33,8 @@ struct Sequence {
     sink: Box<dyn EventSink>,
     /// Prompt tokens already in the cache.
     prefilled: usize,
+    /// Prompt tokens whose cells the prefix cache gave at admission.
+    cached: usize,
     /// Positions in the cache.
     n_past: usize,
     /// The latest sampled token, not yet evaluated.
@@ -238,6 +240,7 @@ impl Worker {
                 speculation,
                 sink,
                 prefilled: reused,
+                cached: reused,
                 n_past: reused,
                 next: None,
                 generated: 0,
@@ -661,6 +664,7 @@ impl Worker {
                 Some(SequenceEvent::Finished {
                     stop,
                     prompt_tokens: sequence.request.prompt.len(),
+                    cached_tokens: sequence.cached,
                     generated_tokens: sequence.generated,
                     speculation: sequence
                         .speculation

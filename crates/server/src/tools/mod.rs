@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ApiError;
 use crate::fields::check_keys;
 use crate::request::{boolean, field, wrong_type, Options};
+use crate::response::Endpoint;
 use crate::structured::RequestedGrammar;
 use crate::AppState;
 use parse::CallFilter;
@@ -100,8 +101,14 @@ impl ToolRequest {
     }
 }
 
-/// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` without tools.
-pub fn read(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> {
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` without tools. A tool of
+/// the Responses API (`endpoint`) has its function's fields beside its `type`, and a named
+/// choice its `name`; the definitions for the template are in chat's shape either way.
+pub fn read(
+    body: &Map<String, Value>,
+    endpoint: Endpoint,
+) -> Result<Option<ToolRequest>, ApiError> {
+    let flat = endpoint == Endpoint::Responses;
     let parallel = boolean(body, "parallel_tool_calls")?.unwrap_or(true);
     let definitions = match field(body, "tools") {
         None => None,
@@ -118,7 +125,7 @@ pub fn read(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> 
         Some(items) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| tool(i, item))
+            .map(|(i, item)| tool(i, item, flat))
             .collect::<Result<Vec<_>, _>>()?,
         None => Vec::new(),
     };
@@ -138,7 +145,7 @@ pub fn read(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> 
                 ))
             }
         },
-        Some(Value::Object(choice)) => named_choice(choice)?,
+        Some(Value::Object(choice)) => named_choice(choice, flat)?,
         Some(other) => return Err(wrong_type("tool_choice", "a string or an object", other)),
     };
     let offered = |name: &str| tools.iter().any(|tool| tool.name == name);
@@ -153,56 +160,84 @@ pub fn read(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> 
         )),
         _ => Ok(definitions.map(|items| ToolRequest {
             tools,
-            definitions: Value::Array(items.clone()),
+            definitions: if flat {
+                Value::Array(items.iter().map(nested_definition).collect())
+            } else {
+                Value::Array(items.clone())
+            },
             choice,
             parallel,
         })),
     }
 }
 
-fn named_choice(choice: &Map<String, Value>) -> Result<ToolChoice, ApiError> {
-    check_keys("tool_choice", choice, &["type", "function"])?;
-    let name = choice
-        .get("function")
-        .and_then(|function| function.get("name"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "tool_choice.function.name",
-                "a named `tool_choice` needs `function.name`",
-            )
-        })?;
+/// A Responses API tool (`{type, name, parameters, ...}`, checked) in chat's shape
+/// (`{type, function: {name, parameters, ...}}`), as templates take it.
+fn nested_definition(item: &Value) -> Value {
+    let mut function = item.as_object().cloned().unwrap_or_default();
+    function.remove("type");
+    json!({"type": "function", "function": function})
+}
+
+/// Reads a named `tool_choice`: `{type: "function", function: {name}}`, or with `flat`
+/// (responses) `{type: "function", name}`; other types name tools that are never offered.
+fn named_choice(choice: &Map<String, Value>, flat: bool) -> Result<ToolChoice, ApiError> {
+    if let Some(kind) = field(choice, "type").filter(|kind| *kind != "function") {
+        return Err(ApiError::invalid(
+            "tool_choice.type",
+            format!("only a `function` can be chosen, found {kind}"),
+        ));
+    }
+    let (name, param) = if flat {
+        check_keys("tool_choice", choice, &["type", "name"])?;
+        (choice.get("name"), "tool_choice.name")
+    } else {
+        check_keys("tool_choice", choice, &["type", "function"])?;
+        let name = choice
+            .get("function")
+            .and_then(|function| function.get("name"));
+        (name, "tool_choice.function.name")
+    };
+    let name = name.and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid(param, format!("a named `tool_choice` needs `{param}`"))
+    })?;
     Ok(ToolChoice::Named(name.to_string()))
 }
 
-fn tool(i: usize, item: &Value) -> Result<Tool, ApiError> {
+/// The keys of a function definition.
+const FUNCTION_KEYS: [&str; 5] = ["type", "name", "description", "parameters", "strict"];
+
+fn tool(i: usize, item: &Value, flat: bool) -> Result<Tool, ApiError> {
     let param = format!("tools[{i}]");
     let Value::Object(item) = item else {
         return Err(wrong_type(&param, "an object", item));
     };
-    check_keys(&param, item, &["type", "function"])?;
     if let Some(kind) = field(item, "type").filter(|kind| *kind != "function") {
         return Err(ApiError::invalid(
             format!("{param}.type"),
             format!("only `function` tools are supported, found {kind}"),
         ));
     }
-    let function_param = format!("{param}.function");
-    let function = match field(item, "function") {
-        Some(Value::Object(function)) => function,
-        Some(other) => return Err(wrong_type(&function_param, "an object", other)),
-        None => {
-            return Err(ApiError::invalid(
-                function_param,
-                "a tool needs a `function`",
-            ))
+    let (function, function_param) = if flat {
+        check_keys(&param, item, &FUNCTION_KEYS)?;
+        (item, param)
+    } else {
+        check_keys(&param, item, &["type", "function"])?;
+        let function_param = format!("{param}.function");
+        match field(item, "function") {
+            Some(Value::Object(function)) => {
+                check_keys(&function_param, function, &FUNCTION_KEYS[1..])?;
+                (function, function_param)
+            }
+            Some(other) => return Err(wrong_type(&function_param, "an object", other)),
+            None => {
+                return Err(ApiError::invalid(
+                    function_param,
+                    "a tool needs a `function`",
+                ))
+            }
         }
     };
-    check_keys(
-        &function_param,
-        function,
-        &["name", "description", "parameters", "strict"],
-    )?;
     let name_param = format!("{function_param}.name");
     let name = match field(function, "name") {
         Some(Value::String(name)) => name.clone(),

@@ -43,6 +43,32 @@ pub fn fixture(name: &str, scheduler: EngineConfig, config: ServerConfig) -> Opt
     fixture_with_template(name, scheduler, config, None)
 }
 
+/// The text of the template fixture `tests/data/templates/{name}.jinja`.
+pub fn template_fixture(name: &str) -> String {
+    let path = format!(
+        "{}/tests/data/templates/{name}.jinja",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
+}
+
+/// SmolLM2 with the template fixture `name` and room for tool conversations (a context of
+/// 1,024, two sequences).
+pub fn with_template_fixture(name: &str) -> Option<Fixture> {
+    let config = runit_engine::EngineConfig {
+        context_size: 1024,
+        batch_size: 256,
+        max_sequences: 2,
+        ..runit_engine::EngineConfig::default()
+    };
+    fixture_with_template(
+        SMOLLM2,
+        config,
+        ServerConfig::default(),
+        Some(&template_fixture(name)),
+    )
+}
+
 /// Like [`fixture`], with the chat template `template` instead of the model's.
 pub fn fixture_with_template(
     name: &str,
@@ -174,4 +200,17 @@ pub fn sse_data(body: &[u8]) -> Vec<String> {
         .filter_map(|line| line.strip_prefix("data: ").or(line.strip_prefix("data:")))
         .map(str::to_string)
         .collect()
+}
+
+/// `value` without its `id`s and `call_id`s (which differ from one response to the next).
+pub fn without_ids(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(key, _)| *key != "id" && *key != "call_id")
+            .map(|(key, value)| (key.clone(), without_ids(value)))
+            .collect(),
+        Value::Array(items) => items.iter().map(without_ids).collect(),
+        other => other.clone(),
+    }
 }
