@@ -3,11 +3,13 @@
 //! layers do) times `TOKENS` activation rows, on 1 and on `THREADS` threads; prints ns per
 //! weight block, to set beside the kernel alone (`runit-quant`'s `tile_rows_time`).
 //!
-//! `cargo run --release -p runit-backend-cpu --example matmul_layers -- [TYPE] [N_IN] [N_OUT] [TOKENS] [LAYERS] [THREADS]`
+//! `cargo run --release -p runit-backend-cpu --example matmul_layers -- [TYPE] [N_IN] [N_OUT] [TOKENS] [LAYERS] [THREADS] [repacked]`
+//! (`repacked`: in the order of ggml's repacked weights, as a model's Q4_0, IQ4_NL, Q2_K and
+//! Q4_K matrices are).
 
 use std::time::Instant;
 
-use runit_backend_cpu::matmul::{matmul, PackedWeight, Parallelism};
+use runit_backend_cpu::matmul::{matmul, Layout, PackedWeight, Parallelism};
 use runit_quant::{quantize, GgmlType};
 
 /// Values in [-1, 1) from a generator fixed by `seed`.
@@ -24,6 +26,10 @@ fn main() {
     let tokens: usize = arg(3, "8").parse().expect("TOKENS");
     let layers: usize = arg(4, "30").parse().expect("LAYERS");
     let threads: usize = arg(5, "2").parse().expect("THREADS");
+    let layout = match arg(6, "plain").as_str() {
+        "repacked" => Layout::Repacked,
+        _ => Layout::Plain,
+    };
     let row_bytes = ty.row_bytes(n_in as u64).expect("whole blocks") as usize;
     let weights: Vec<Vec<u8>> = (0..layers)
         .map(|l| {
@@ -47,7 +53,7 @@ fn main() {
             let start = Instant::now();
             for _ in 0..10 {
                 for bytes in &weights {
-                    let weight = PackedWeight::new(ty, bytes, n_in, n_out);
+                    let weight = PackedWeight::new(ty, bytes, n_in, n_out).with_layout(layout);
                     matmul(&weight, &x, tokens, &mut y, &mut scratch, &parallelism);
                 }
             }

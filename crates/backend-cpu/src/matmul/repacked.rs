@@ -6,8 +6,8 @@
 //! them while they are in cache.
 
 use runit_quant::dot::{
-    activation_format, activation_row_bytes, quantize_activation, repack_dot_fn, repack_rows_fn,
-    DotFn,
+    activation_format, activation_row_bytes, quantize_activation, repack_dot_fn, repack_one_order,
+    repack_rows_fn, DotFn,
 };
 
 use super::{
@@ -15,10 +15,15 @@ use super::{
     PARALLEL_QUANTIZE_TOKENS,
 };
 
-/// Weight rows one kernel call takes (ggml's interleave).
-const ROWS_PER_GROUP: usize = 8;
+/// Weight rows of a task's unit (twice ggml's interleave: the AVX-512 Q4_0 / IQ4_NL
+/// kernels take sixteen rows per pass).
+const ROWS_PER_GROUP: usize = 16;
 /// Activation rows one gemm call takes (ggml's `block_q8_0x4` / `block_q8_Kx4`).
 const GEMM_ROWS: usize = 4;
+/// Weight rows and activation rows one call takes where gemv and gemm are one order: the
+/// weights (64 rows of 1,536 Q4_0 elements: 55 KB) stay in L2 for the token chunks.
+const ONE_ORDER_ROWS: usize = 64;
+const ONE_ORDER_TOKENS: usize = 8;
 
 /// The repack-order kernels `(gemv, gemm)` for `weight`, or `None` when it follows
 /// `vec_dot` order.
@@ -73,7 +78,7 @@ pub(super) fn matmul_repacked(
     }
     let activations = &*activations;
     let row_bytes = weight.row_bytes();
-    // Whole groups of eight rows per task (the last task may end on a partial group).
+    // Whole groups of sixteen rows per task (the last task may end on a partial group).
     let groups = weight.n_out.div_ceil(ROWS_PER_GROUP);
     let groups_per_task = (groups / (parallelism.threads() * 8))
         .max(MIN_ROWS_PER_TASK / ROWS_PER_GROUP)
@@ -81,23 +86,35 @@ pub(super) fn matmul_repacked(
     let rows_per_task = (groups_per_task * ROWS_PER_GROUP).min(weight.n_out);
     let chunks = weight.n_out.div_ceil(rows_per_task);
     let gemm_rows = gemm_rows(weight, tokens, parallelism);
+    // Where gemv and gemm are one order, a call takes several groups of rows and up to
+    // `ONE_ORDER_TOKENS` activation rows (the kernels decode each weight block once for
+    // them); otherwise one group and ggml's split into fours and single rows.
+    let one_order = repack_one_order(weight.ty);
+    let rows_per_call = if one_order {
+        ONE_ORDER_ROWS
+    } else {
+        ROWS_PER_GROUP
+    };
     let output = SharedOutput(y.as_mut_ptr());
     let task = |chunk: usize| {
         let first = chunk * rows_per_task;
         let end = (first + rows_per_task).min(weight.n_out);
-        for group in (first..end).step_by(ROWS_PER_GROUP) {
-            let count = ROWS_PER_GROUP.min(end - group);
+        let mut values = [0.0f32; ONE_ORDER_TOKENS * ONE_ORDER_ROWS];
+        for group in (first..end).step_by(rows_per_call) {
+            let count = rows_per_call.min(end - group);
             let rows = &weight.bytes[group * row_bytes..(group + count) * row_bytes];
             let mut t = 0;
             while t < tokens {
-                // Four activation rows per call (fewer at the end of the gemv rows).
-                let (kernel, step) = if t < gemm_rows {
+                // Up to eight activation rows per call where the orders are one; else
+                // fours through the gemm order and the rest through the gemv order.
+                let (kernel, step) = if one_order {
+                    (gemv, ONE_ORDER_TOKENS.min(tokens - t))
+                } else if t < gemm_rows {
                     (gemm, GEMM_ROWS)
                 } else {
                     (gemv, GEMM_ROWS.min(tokens - t))
                 };
                 let activation = &activations[t * activation_bytes..(t + step) * activation_bytes];
-                let mut values = [0.0f32; GEMM_ROWS * ROWS_PER_GROUP];
                 let values = &mut values[..step * count];
                 kernel(weight.n_in, rows, activation, values);
                 for (s, values) in values.chunks_exact(count).enumerate() {
@@ -127,7 +144,7 @@ mod tests {
 
     #[test]
     fn repacked_matmul_equals_its_scalar_twin_bit_for_bit() {
-        let (n_in, n_out) = (512, 40);
+        let (n_in, n_out) = (512, 168);
         let w: Vec<f32> = (0..n_in * n_out)
             .map(|i| (i as f32 * 0.013).sin() * (1.0 + (i % 5) as f32))
             .collect();
@@ -147,23 +164,30 @@ mod tests {
                 quantize(ty, row, out).expect("quantize");
             }
             for layout in [Layout::Repacked, Layout::RepackedExpert] {
-                let weight = PackedWeight::new(ty, &bytes, n_in, n_out).with_layout(layout);
-                for tokens in [1, 4, 7, 9] {
-                    let x: Vec<f32> = (0..n_in * tokens)
-                        .map(|i| (i as f32 * 0.07).cos())
-                        .collect();
-                    let mut want = vec![0.0; tokens * n_out];
-                    matmul_scalar(&weight, &x, tokens, &mut want);
-                    for level in [SimdLevel::Scalar, SimdLevel::detect()] {
-                        for pool in [None, Some(&pool)] {
-                            let mut y = vec![0.0; tokens * n_out];
-                            let parallelism = Parallelism {
-                                pool,
-                                level,
-                                rows_alone: false,
-                            };
-                            matmul(&weight, &x, tokens, &mut y, &mut Vec::new(), &parallelism);
-                            assert_eq!(y, want, "{ty} {layout:?} tokens {tokens} {level:?}");
+                // Row counts through the 16-row, 8-row and scalar tails of the kernels.
+                for rows in [1, 2, 7, 8, 33, 40, 168] {
+                    let bytes = &bytes[..rows * row_bytes];
+                    let weight = PackedWeight::new(ty, bytes, n_in, rows).with_layout(layout);
+                    for tokens in [1, 2, 4, 7, 8, 9, 19] {
+                        let x: Vec<f32> = (0..n_in * tokens)
+                            .map(|i| (i as f32 * 0.07).cos())
+                            .collect();
+                        let mut want = vec![0.0; tokens * rows];
+                        matmul_scalar(&weight, &x, tokens, &mut want);
+                        for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+                            for pool in [None, Some(&pool)] {
+                                let mut y = vec![0.0; tokens * rows];
+                                let parallelism = Parallelism {
+                                    pool,
+                                    level,
+                                    rows_alone: false,
+                                };
+                                matmul(&weight, &x, tokens, &mut y, &mut Vec::new(), &parallelism);
+                                assert_eq!(
+                                    y, want,
+                                    "{ty} {layout:?} {rows} rows, tokens {tokens} {level:?}"
+                                );
+                            }
                         }
                     }
                 }

@@ -197,6 +197,7 @@ pub(crate) const PAIR_SLOTS: [usize; 8] = [0, 2, 1, 3, 4, 6, 5, 7];
 
 /// The group each 32-bit lane of a pair takes ([`PAIR_SLOTS`] doubled: lanes `2s` and
 /// `2s + 1` of slot `s`), as a permute index.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const PAIR_LANES: [i32; 16] = {
     let mut lanes = [0; 16];
     let mut lane = 0;
@@ -231,6 +232,7 @@ impl BlockScales<'_> {
 
     /// Panics unless the tables hold `blocks` blocks of `rows` rows (plus the padding that
     /// vector loads of the sums read).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn check(&self, blocks: usize, rows: usize, with_sums: bool) {
         if blocks == 0 || rows == 0 {
             return;

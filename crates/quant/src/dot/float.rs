@@ -157,10 +157,24 @@ pub(crate) fn dot_f16_with(
     let start = if native > 0 {
         let bytes = 2 * native;
         let (w_row, a_row) = (f16_row(&w[..bytes]), f16_row(&a[..bytes]));
-        f64::from(body(&w_row, &a_row))
+        body(&w_row, &a_row)
     } else {
-        0.0
+        f16::ZERO
     };
+    dot_f16_finish(n, w, a, start, tail)
+}
+
+/// The end of [`dot_f16_with`]: the leftover sum from `start`, the native part's result
+/// (`w` and `a` hold `n` elements, checked by the caller).
+pub(crate) fn dot_f16_finish(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    start: f16,
+    tail: Option<ExactTail>,
+) -> f32 {
+    let native = half_arith::body_len(n);
+    let start = f64::from(start);
     if let Some(tail) = tail.filter(|_| native < n) {
         let (w_rest, a_rest) = (
             f16_row(&w[2 * native..2 * n]),
@@ -180,7 +194,7 @@ pub(crate) fn dot_f16_with(
 }
 
 /// `bytes` as f16 values: borrowed when aligned, copied otherwise.
-fn f16_row(bytes: &[u8]) -> std::borrow::Cow<'_, [f16]> {
+pub(crate) fn f16_row(bytes: &[u8]) -> std::borrow::Cow<'_, [f16]> {
     match bytemuck::try_cast_slice::<u8, f16>(bytes) {
         Ok(values) => std::borrow::Cow::Borrowed(values),
         Err(_) => std::borrow::Cow::Owned(

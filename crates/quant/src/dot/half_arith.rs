@@ -126,6 +126,7 @@ pub fn dot_body_scalar(x: &[f16], y: &[f16]) -> f16 {
     dot_body_at(x, y, false)
 }
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
     let body = body_len(x.len().min(y.len()));
     if body == 0 {

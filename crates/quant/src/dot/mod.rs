@@ -50,7 +50,7 @@ pub use batched::{
     tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks, BlockScales, GemvFn,
     QuantLayout, TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
 };
-pub use ggml_repack::{is_repacked, repack_dot_fn, repack_rows_fn, RowsFn};
+pub use ggml_repack::{is_repacked, repack_dot_fn, repack_one_order, repack_rows_fn, RowsFn};
 
 use std::sync::OnceLock;
 

@@ -43,6 +43,12 @@ mod tests;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_b32;
+#[cfg(target_arch = "x86_64")]
+mod x86_b32_wide;
+#[cfg(target_arch = "x86_64")]
+mod x86_q4_k_wide;
+#[cfg(target_arch = "x86_64")]
+mod x86_wide;
 
 use super::{activation_format, activation_row_bytes, DotFn, SimdLevel};
 use crate::GgmlType;
@@ -66,6 +72,13 @@ pub fn repack_dot_fn(ty: GgmlType) -> Option<(DotFn, DotFn)> {
         GgmlType::Q4_K => Some((q4_k::dot_q4_k_gemv, q4_k::dot_q4_k_gemm)),
         _ => None,
     }
+}
+
+/// True when `ty`'s gemv and gemm orders of [`repack_dot_fn`] are one arithmetic (Q4_0
+/// and IQ4_NL: one FMA per 32-element block in both), so activation rows may be taken in
+/// any grouping.
+pub fn repack_one_order(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::IQ4_NL)
 }
 
 /// The many-rows kernels `(gemv, gemm)` of [`repack_dot_fn`] at `level` (or the best lower

@@ -125,3 +125,52 @@ fn rows_kernels_over_many_activation_rows_equal_the_scalar_twins() {
         }
     }
 }
+
+/// The rows kernels (sixteen-row AVX-512 passes, eight-row passes, scalar tail) over every
+/// mix of weight-row and activation-row counts, both orders, bit for bit against the twins.
+#[test]
+fn rows_kernels_over_row_and_token_counts_equal_the_scalar_twins() {
+    for ty in TYPES {
+        let n = if ty.block_size() == 256 { 512 } else { 320 };
+        let format = activation_format(ty).expect("format");
+        let activation_bytes = activation_row_bytes(format, n);
+        let (twin_gemv, twin_gemm) = repack_dot_fn(ty).expect("repacked type");
+        for rows in [1, 2, 7, 8, 15, 16, 17, 24, 33, 48, 64] {
+            let (_, packed, _, _) = fixture(ty, n, rows, rows as f32 * 0.3);
+            let row_bytes = packed.len() / rows;
+            for tokens in [1, 2, 3, 4, 5, 7, 8, 9, 13, 17] {
+                let mut activations = vec![0u8; tokens * activation_bytes];
+                for (t, out) in activations.chunks_mut(activation_bytes).enumerate() {
+                    // Large and small rows, so the activation scales differ widely.
+                    let x: Vec<f32> = (0..n)
+                        .map(|i| {
+                            ((i * (t + 2)) as f32 * 0.17 - t as f32).sin()
+                                * (0.01 + (t % 3) as f32 * 40.0)
+                        })
+                        .collect();
+                    quantize_activation(format, &x, out);
+                }
+                let want = |twin: DotFn| -> Vec<u32> {
+                    activations
+                        .chunks(activation_bytes)
+                        .flat_map(|a| {
+                            packed
+                                .chunks(row_bytes)
+                                .map(move |w| twin(n, w, a).to_bits())
+                        })
+                        .collect()
+                };
+                let (want_gemv, want_gemm) = (want(twin_gemv), want(twin_gemm));
+                for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+                    let (gemv, gemm) = repack_rows_fn(ty, level).expect("kernels");
+                    for (kernel, want) in [(gemv, &want_gemv), (gemm, &want_gemm)] {
+                        let mut out = vec![f32::NAN; rows * tokens];
+                        kernel(n, &packed, &activations, &mut out);
+                        let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(&got, want, "{ty} {rows} rows {tokens} tokens at {level:?}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::x86_b32::{self, Integer};
+use super::x86_wide::Wide;
 use super::{iq4_nl, q2_k, q4_0, q4_k, rows_by_dot, RowsFn};
 use crate::dequant::scale_min_k4;
 use crate::dot::{activation_format, activation_row_bytes, DotFn, SimdLevel};
@@ -36,10 +37,15 @@ pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
                 } else {
                     GgmlType::Q4_0
                 };
+                let wide = ($integer == Integer::Avx512Vnni).then_some(if $iq4_nl {
+                    Wide::Iq4Nl
+                } else {
+                    Wide::Q4_0
+                });
                 drive(
                     ty,
                     (n, weight_rows, activations, out),
-                    (one, Some(four)),
+                    (one, Some(four), wide),
                     $twin,
                 );
             }
@@ -65,6 +71,9 @@ pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
             (kernel, kernel)
         }
         GgmlType::Q2_K => (rows_q2_k_gemv, rows_q2_k_gemm),
+        GgmlType::Q4_K if integer == Integer::Avx512Vnni => {
+            (rows_q4_k_gemv_wide, rows_q4_k_gemm_wide)
+        }
         GgmlType::Q4_K => (rows_q4_k_gemv, rows_q4_k_gemm),
         _ => return None,
     })
@@ -75,13 +84,14 @@ pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
 /// out_stride)`, writing `out[t * out_stride + r]`.
 pub(super) type GroupFn = unsafe fn(usize, *const u8, usize, *const u8, usize, *mut f32, usize);
 
-/// Checks the shapes (see [`RowsFn`]), runs `four` on every group of eight weight rows
-/// and four activation rows, `one` on every group of eight weight rows and a remaining
-/// activation row, and the scalar `twin` on the weight rows left over.
+/// Checks the shapes (see [`RowsFn`]); with `wide` (on AVX-512 VNNI) runs its
+/// sixteen-row kernels on every whole group of sixteen weight rows; then `four` on every group of eight weight rows and four
+/// activation rows, `one` on every group of eight weight rows and a remaining activation
+/// row, and the scalar `twin` on the weight rows left over.
 fn drive(
     ty: GgmlType,
     (n, weight_rows, activations, out): (usize, &[u8], &[u8], &mut [f32]),
-    (one, four): (GroupFn, Option<GroupFn>),
+    (one, four, wide): (GroupFn, Option<GroupFn>, Option<Wide>),
     twin: DotFn,
 ) {
     let row_bytes = ty
@@ -107,7 +117,24 @@ fn drive(
         "{count} {ty} rows x {tokens} activation rows"
     );
     let groups = count / 8;
-    for g in 0..groups {
+    let mut first_group = 0;
+    if let Some(wide) = wide {
+        if count >= 16 && wide.fits(n, row_bytes, tokens) {
+            // SAFETY: `wide` is only set for kernels handed out where AVX-512 VNNI (with
+            // F, BW, VL, AVX2 and F16C) was available; the shapes were checked above,
+            // `fits` checked the kernels' limits and `out` holds `tokens * count` floats.
+            unsafe {
+                wide.run(
+                    n,
+                    (weight_rows.as_ptr(), row_bytes, count),
+                    (activations.as_ptr(), activation_bytes, tokens),
+                    out.as_mut_ptr(),
+                )
+            };
+            first_group = count / 16 * 2;
+        }
+    }
+    for g in first_group..groups {
         let mut t = 0;
         while t < tokens {
             let (kernel, step) = match four {
@@ -149,7 +176,7 @@ macro_rules! k_rows {
     ($name:ident, $ty:expr, $group:ident, $twin:path) => {
         fn $name(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
             let args = (n, weight_rows, activations, out);
-            drive($ty, args, ($group as GroupFn, None), $twin);
+            drive($ty, args, ($group as GroupFn, None, None), $twin);
         }
     };
 }
@@ -161,12 +188,31 @@ k_rows!(
     q4_k::dot_q4_k_gemv
 );
 fn rows_q4_k_gemm(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+    rows_q4_k_gemm_with(n, weight_rows, activations, out, None);
+}
+fn rows_q4_k_gemm_with(
+    n: usize,
+    weight_rows: &[u8],
+    activations: &[u8],
+    out: &mut [f32],
+    wide: Option<Wide>,
+) {
     let args = (n, weight_rows, activations, out);
     let kernels = (
         group_q4_k_gemm as GroupFn,
         Some(group_q4_k_gemm4 as GroupFn),
+        wide,
     );
     drive(GgmlType::Q4_K, args, kernels, q4_k::dot_q4_k_gemm);
+}
+/// Q4_K with the sixteen-row kernels first (only handed out where AVX-512 VNNI is).
+fn rows_q4_k_gemv_wide(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+    let args = (n, weight_rows, activations, out);
+    let kernels = (group_q4_k_gemv as GroupFn, None, Some(Wide::Q4KGemv));
+    drive(GgmlType::Q4_K, args, kernels, q4_k::dot_q4_k_gemv);
+}
+fn rows_q4_k_gemm_wide(n: usize, weight_rows: &[u8], activations: &[u8], out: &mut [f32]) {
+    rows_q4_k_gemm_with(n, weight_rows, activations, out, Some(Wide::Q4KGemm));
 }
 k_rows!(
     rows_q2_k_gemv,

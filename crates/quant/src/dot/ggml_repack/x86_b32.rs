@@ -32,7 +32,7 @@ enum Values {
 }
 
 /// `KVALUES_IQ4NL + 128`, as unsigned bytes.
-const IQ4NL_UNSIGNED: [u8; 16] = {
+pub(super) const IQ4NL_UNSIGNED: [u8; 16] = {
     let mut table = [0u8; 16];
     let mut i = 0;
     while i < 16 {

@@ -446,6 +446,9 @@ macro_rules! table {
 
 /// The gemv kernel of `weight` written for exactly `level`, if there is one.
 pub(super) fn gemv(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
+    if weight == GgmlType::F16 && matches!(level, SimdLevel::Avx512 | SimdLevel::Avx512Vnni) {
+        return Some(super::float::gemv_f16_avx512);
+    }
     match level {
         SimdLevel::Avx2 => table!(weight, avx2, gemv, GemvFn),
         SimdLevel::AvxVnni => table!(weight, avx_vnni, gemv, GemvFn),

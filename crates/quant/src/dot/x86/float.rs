@@ -5,8 +5,11 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use half::f16;
+
 use crate::dot::float::{
-    bf16_element, dot_f16_with, f32_tail, f64_tail, reduce16, reduce_four, FLOAT_STEP,
+    bf16_element, dot_f16_finish, dot_f16_with, f16_row, f32_tail, f64_tail, reduce16, reduce_four,
+    ExactTail, FLOAT_STEP,
 };
 use crate::dot::half_arith;
 
@@ -226,7 +229,12 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// F16 (both levels): the native-f16 part through the AVX2 + F16C kernels of
 /// `half_arith`, the leftovers as the twin.
 pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let tail: Option<crate::dot::float::ExactTail> = if super::has_avx512_dq() {
+    dot_f16_with(n, w, a, half_arith::dot_body, exact_tail())
+}
+
+/// The exact leftover sum where AVX-512 DQ has it.
+fn exact_tail() -> Option<ExactTail> {
+    if super::has_avx512_dq() {
         Some(|x, y, start| {
             // SAFETY: `has_avx512_dq` confirmed AVX-512 F/BW/VL/DQ; the F16 kernels are
             // handed out only where F16C is.
@@ -234,8 +242,59 @@ pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         })
     } else {
         None
-    };
-    dot_f16_with(n, w, a, half_arith::dot_body, tail)
+    }
+}
+
+/// F16 gemv at the AVX-512 levels: [`dot_f16_avx2`] per row, the native parts of two rows
+/// at a time (`half::dot_body_avx512_x2`) so that their reductions overlap.
+pub(super) fn gemv_f16_avx512(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
+    let row_bytes = 2 * n;
+    assert_eq!(
+        weight_rows.len(),
+        row_bytes * out.len(),
+        "{} F16 rows of {n} elements",
+        out.len()
+    );
+    check(
+        n,
+        2,
+        &weight_rows[..row_bytes.min(weight_rows.len())],
+        activation,
+    );
+    let native = half_arith::body_len(n);
+    let tail = exact_tail();
+    let y = f16_row(&activation[..2 * native]);
+    let pairs = weight_rows.chunks_exact(2 * row_bytes);
+    let last = pairs.remainder();
+    let mut outs = out.chunks_exact_mut(2);
+    for (pair, out) in pairs.zip(outs.by_ref()) {
+        let (w0, w1) = pair.split_at(row_bytes);
+        let starts = if native > 0 {
+            let (x0, x1) = (f16_row(&w0[..2 * native]), f16_row(&w1[..2 * native]));
+            // SAFETY: `gemv_fn` hands this kernel out only at the AVX-512 levels, which
+            // `SimdLevel::is_available` confirmed (AVX-512 F/BW/VL, F16C).
+            unsafe { super::half::dot_body_avx512_x2(&x0, &x1, &y, 2 * n) }
+        } else {
+            [f16::ZERO; 2]
+        };
+        // The leftovers of the next two rows (the body prefetched their native parts).
+        for line in (2 * native..row_bytes).step_by(64) {
+            let next = pair.as_ptr().wrapping_add(2 * row_bytes + line);
+            // SAFETY: a prefetch does not fault, past the end of the rows included.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.cast()) };
+            let next = next.wrapping_add(row_bytes);
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.cast()) };
+        }
+        for ((value, row), start) in out.iter_mut().zip([w0, w1]).zip(starts) {
+            // A NaN is the twin's positive one (as `half_arith::dot_body`).
+            let start = if start.is_nan() { f16::NAN } else { start };
+            *value = dot_f16_finish(n, row, activation, start, tail);
+        }
+    }
+    if let [value] = outs.into_remainder() {
+        *value = dot_f16_avx2(n, last, activation);
+    }
 }
 
 pub(super) fn dot_bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -259,5 +318,56 @@ pub(super) fn dot_bf16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         // level, which `SimdLevel::is_available` confirmed (AVX2, FMA, AVX-512 F/BW/VL);
         // `check` confirmed both rows hold `n` elements.
         unsafe { bf16_avx512_emulated(n, w, a) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+
+    use crate::dot::{dot_fn, gemv_fn, SimdLevel};
+    use crate::GgmlType;
+
+    /// The two-row F16 gemv against the scalar twin on rows with overflowing sums,
+    /// infinities, NaNs and subnormals, odd row counts and rows with and without leftovers.
+    #[test]
+    fn f16_gemv_equals_the_scalar_twin_on_extreme_rows() {
+        let Some(gemv) = gemv_fn(GgmlType::F16, SimdLevel::detect()) else {
+            return;
+        };
+        let twin = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+        for n in [128, 200, 576] {
+            let special = [
+                f16::INFINITY,
+                f16::NEG_INFINITY,
+                f16::NAN,
+                f16::from_f32(6e-8),
+            ];
+            let value = |r: usize, i: usize| -> f16 {
+                match (r + i) % 97 {
+                    0 if r % 3 == 1 => special[(r / 3) % 4],
+                    _ => f16::from_f32(((r * 31 + i * 7) as f32 * 0.37).sin() * 300.0),
+                }
+            };
+            let rows = 9;
+            let bytes =
+                |v: Vec<f16>| -> Vec<u8> { v.iter().flat_map(|h| h.to_le_bytes()).collect() };
+            let w = bytes((0..rows * n).map(|k| value(k / n, k % n)).collect());
+            let a = bytes(
+                (0..n)
+                    .map(|i| f16::from_f32((i as f32 * 0.11).cos() * 200.0))
+                    .collect(),
+            );
+            let mut out = vec![0.0f32; rows];
+            gemv(n, &w, &a, &mut out);
+            for (r, value) in out.iter().enumerate() {
+                let want = twin(n, &w[r * 2 * n..(r + 1) * 2 * n], &a);
+                assert_eq!(
+                    value.to_bits(),
+                    want.to_bits(),
+                    "n {n} row {r}: {value} vs {want}"
+                );
+            }
+        }
     }
 }
