@@ -291,15 +291,30 @@ pub fn pack_codes(codes: &[u8; BLOCK], bits: usize, out: &mut [u8]) {
     }
 }
 
-/// Unpacks what [`pack_codes`] packed.
+/// Unpacks what [`pack_codes`] packed (the attention's inner loop: one call per key and
+/// value block, so each width gets its own straight-line body).
 pub fn unpack_codes(packed: &[u8], bits: usize, codes: &mut [u8; BLOCK]) {
-    let mask = (1u32 << bits) - 1;
-    for (group, bytes) in codes.chunks_exact_mut(8).zip(packed.chunks_exact(bits)) {
-        let mut word = [0u8; 4];
-        word[..bits].copy_from_slice(bytes);
-        let word = u32::from_le_bytes(word);
+    match bits {
+        1 => unpack_width::<1>(packed, codes),
+        2 => unpack_width::<2>(packed, codes),
+        3 => unpack_width::<3>(packed, codes),
+        4 => unpack_width::<4>(packed, codes),
+        _ => unreachable!("codebooks have 1 to 4 bits, so packed words hold at most 32"),
+    }
+}
+
+/// [`unpack_codes`] for `BITS`-bit codes: each group of 8 codes is one little-endian word
+/// of `BITS` bytes.
+#[inline(always)]
+fn unpack_width<const BITS: usize>(packed: &[u8], codes: &mut [u8; BLOCK]) {
+    let mask = (1u32 << BITS) - 1;
+    for (group, bytes) in codes.chunks_exact_mut(8).zip(packed.chunks_exact(BITS)) {
+        let mut word = 0u32;
+        for (i, &byte) in bytes.iter().enumerate() {
+            word |= u32::from(byte) << (8 * i);
+        }
         for (k, code) in group.iter_mut().enumerate() {
-            *code = (word >> (k * bits) & mask) as u8;
+            *code = (word >> (k * BITS) & mask) as u8;
         }
     }
 }

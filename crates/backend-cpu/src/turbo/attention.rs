@@ -54,16 +54,16 @@ pub fn run(
             let row = index / heads;
             if let Some(span) = spans.get(owner[row]) {
                 let position = span.start_position + (row - span.first_row);
-                one_head(
-                    isa,
-                    problem,
-                    &books,
-                    span,
-                    row,
-                    index % heads,
-                    position,
-                    dst,
-                );
+                let head = index % heads;
+                match isa {
+                    // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting
+                    // AVX2 and FMA.
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => unsafe {
+                        one_head_fma(isa, problem, &books, span, row, head, position, dst)
+                    },
+                    _ => one_head(isa, problem, &books, span, row, head, position, dst),
+                }
             }
         },
     );
@@ -74,8 +74,30 @@ fn f16_at(bytes: &[u8], at: usize) -> f32 {
     half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
 }
 
+/// [`one_head`] compiled for AVX2 and FMA: its scalar multiply-adds become instructions
+/// instead of calls to `fmaf` (the same correctly rounded results).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn one_head_fma(
+    isa: Isa,
+    problem: &Problem<'_>,
+    books: &Books,
+    span: &SequenceSpan,
+    row: usize,
+    head: usize,
+    position: usize,
+    dst: &mut [f32],
+) {
+    one_head(isa, problem, books, span, row, head, position, dst)
+}
+
 /// Attention of the query at (`row`, `head`) over positions `first_visible ..= position`.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn one_head(
     isa: Isa,
     problem: &Problem<'_>,

@@ -22,6 +22,7 @@ use crate::vector::Isa;
 const MAX_GROUP: usize = 16;
 
 /// Per-worker buffers.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Default)]
 pub(in crate::ops::attention) struct Scratch {
     /// The group's queries rounded to f16, widened to f64 (`[group, head_dim]`).
@@ -59,6 +60,7 @@ pub(in crate::ops::attention) fn applies(isa: Isa, problem: &Problem<'_>) -> boo
 /// Attention of the queries at `row`, heads `first_head .. first_head + group` (one KV
 /// head's), over positions `first_visible ..= position`, into `dst` (`[group, head_dim]`).
 /// Only called where [`applies`] holds.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(in crate::ops::attention) fn run(
     problem: &Problem<'_>,
     span: &SequenceSpan,
