@@ -25,6 +25,29 @@ __device__ __forceinline__ void mmq_prefetch_then_wait(const u8* w, u64 row_byte
     pdl_wait();
 }
 
+// Knob (RUNIT_CUDA_DEFINES): each warp asks L1 for its rows' bytes of the next chunk while
+// it works on this one, so the unpacking loads of the next chunk hit L1 instead of waiting
+// on L2. Measured on the H200 (docs/perf-cuda.md, session 26): +3% for the int8 kernels at
+// 64 rows, nothing for the f16 kernels at 16 rows (which do not call it).
+#ifndef MMQ_PREFETCH_L1
+#define MMQ_PREFETCH_L1 1
+#endif
+
+// The bytes of elements k0 .. k0 + len of the warp's MMQ_WARP_ROWS rows from row0, in
+// L1 (whole 128-byte lines). Every lane of the warp calls it.
+__device__ __forceinline__ void mmq_prefetch_rows_l1(const u8* w, u64 row_bytes, u32 n_in, u32 n_out, u32 row0,
+                                                     u32 k0, u32 len) {
+#if MMQ_PREFETCH_L1
+    const int lane = threadIdx.x & 31;
+    const u64 first = (u64)k0 * row_bytes / n_in, last = ((u64)(k0 + len) * row_bytes + n_in - 1) / n_in;
+    const u32 lines = (u32)((last - (first & ~127ull) + 127) / 128);
+    for (u32 i = lane; i < MMQ_WARP_ROWS * lines; i += 32) {
+        const u32 row = min(row0 + i / lines, n_out - 1);
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(w + row * row_bytes + (first & ~127ull) + 128 * (i % lines)));
+    }
+#endif
+}
+
 // Writes the accumulators (C fragments: rows g and g + 8 of each m16 tile, tokens 2t and
 // 2t + 1 of each 8-token tile) to target[token][row], plus bias[row] when given.
 template <int NT>

@@ -229,11 +229,14 @@ __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u3
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
     mmq_prefetch_then_wait(w, row_bytes, n_in, n_out, k_begin, k_end);
+    mmq_prefetch_rows_l1(w, row_bytes, n_in, n_out, row0, k_begin, min((u32)MMQ8_CHUNK, k_end - k_begin));
 
     constexpr int GROUPS = W::QK / 8;
     for (u32 k0 = k_begin; k0 < k_end; k0 += MMQ8_CHUNK) {
         // A multiple of MMQ8_SLAB (ranges and rows are multiples of 128).
         const u32 chunk = min((u32)MMQ8_CHUNK, k_end - k0);
+        if (k0 + chunk < k_end)
+            mmq_prefetch_rows_l1(w, row_bytes, n_in, n_out, row0, k0 + chunk, min((u32)MMQ8_CHUNK, k_end - k0 - chunk));
         const u32 parts = chunk / 16;
         __syncthreads();
         for (u32 p = threadIdx.x; p < TOKENS * parts; p += MMQ_THREADS) {
@@ -335,8 +338,14 @@ __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u3
     mmq_finish<NT>(acc, out, bias, partial, counters, row0, token0, tokens, n_out, g, t, &last_block);
 }
 
+// Knob (RUNIT_CUDA_DEFINES): the fewest blocks per multiprocessor the compiler must fit
+// (a register cap; 1 = the compiler's choice).
+#ifndef MMQ8_MIN_BLOCKS
+#define MMQ8_MIN_BLOCKS 1
+#endif
+
 #define MMQ8_KERNEL(W, name, NT)                                                                              \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmq8_##name##_n##NT(                          \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ8_MIN_BLOCKS) mmq8_##name##_n##NT(                          \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq, const float2* ads, u32 tokens,        \
         u32 split, float* out, const float* bias, float* partial, u32* counters) {                           \
         mmq8<W, NT>(w, row_bytes, n_in, n_out, aq, ads, tokens, split, out, bias, partial, counters);         \

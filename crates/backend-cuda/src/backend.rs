@@ -105,6 +105,9 @@ impl Device for CudaBackend {
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
+        if self.exact_numerics() && !matches!(ty, KvType::F32 | KvType::F16) {
+            return Err(crate::exact_kv_refused(ty));
+        }
         let len = n_cells * Self::kv_row_bytes(ty, width, role)?;
         let bytes = self
             .stream

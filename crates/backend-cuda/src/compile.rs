@@ -94,7 +94,19 @@ fn options(source: &KernelSource, target: &Target) -> Vec<String> {
         .map(|o| o.to_string())
         .collect();
     options.push(format!("--gpu-architecture={}", target.arch()));
+    options.extend(experiment_defines());
     options
+}
+
+/// `RUNIT_CUDA_DEFINES="NAME=VALUE ..."`: preprocessor definitions added to every kernel's
+/// compilation, for timing kernel variants (the knobs the `.cu` files declare with `#ifndef`)
+/// in one run without rebuilding; part of the cache key like every option.
+fn experiment_defines() -> Vec<String> {
+    std::env::var("RUNIT_CUDA_DEFINES")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|define| format!("-D{define}"))
+        .collect()
 }
 
 fn cache_key(source: &KernelSource, options: &[String], version: (i32, i32)) -> String {

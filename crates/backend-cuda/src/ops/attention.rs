@@ -168,7 +168,7 @@ pub fn attention(
 
 /// Attention over Q8_0 / Q4_0 caches (kernels/attention.cu's `attention_blocks_*`): one
 /// warp per (row, head) reading the blocks, queries and output rotated as the caches' rows
-/// were (`runit_backend::hadamard`). Not in `--exact` numerics (refused).
+/// were (`runit_backend::hadamard`). Not in `--exact` numerics (refused as an unsupported cache type).
 fn attention_blocks(
     backend: &CudaBackend,
     attention: &Attention<'_>,
@@ -182,14 +182,8 @@ fn attention_blocks(
         params,
     } = attention;
     if backend.exact_numerics() {
-        return Err(BackendError::Device {
-            backend: backend.name(),
-            op: OP,
-            message: format!(
-                "--exact numerics are not implemented for {} / {} KV caches",
-                k_cache.ty, v_cache.ty
-            ),
-        });
+        // alloc_kv refuses these caches under --exact; a cache made before the switch is too.
+        return Err(crate::exact_kv_refused(k_cache.ty));
     }
     let head_dim = params.head_dim;
     for cache in [k_cache, v_cache] {

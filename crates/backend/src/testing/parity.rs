@@ -147,6 +147,12 @@ impl Suite<'_> {
                 };
                 record(error, outcome);
             }
+            // A cache type the candidate refuses by type is a gap it declares, as a weight
+            // type it does not support is (listed by `ParityReport::skipped`).
+            Err(error @ BackendError::UnsupportedKv { .. }) => record(
+                f64::NAN,
+                ParityOutcome::Skipped(format!("candidate refuses: {error}")),
+            ),
             Err(error) => record(
                 f64::NAN,
                 ParityOutcome::Error(format!("candidate: {error}")),
