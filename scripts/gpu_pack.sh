@@ -9,21 +9,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-tests}
 rm -rf device && mkdir -p device/bin
-cargo build --release -p runit-cli --features cuda
+# Both GPU backends in one binary: the wgpu backend runs on the H200 through NVIDIA's Vulkan
+# driver beside CUDA (issue 30 compares them in one call).
+cargo build --release -p runit-cli --features cuda,wgpu
 cp "${CARGO_TARGET_DIR:-target}/release/runit" device/bin/runit
-pick_tests() {
+pick_tests() {  # [prefix]: the wgpu crate's tests share names with the CUDA crate's
   python3 -c '
 import json, sys, shutil
+prefix = sys.argv[1] if len(sys.argv) > 1 else ""
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         name = m["target"]["name"]
-        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "exact_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault", "window", "speculative"):
-            shutil.copy(m["executable"], "device/bin/" + name)
-'
+        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "exact_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault", "window", "speculative", "errors"):
+            shutil.copy(m["executable"], "device/bin/" + prefix + name)
+' "$@"
 }
 if [ "$mode" = tests ]; then
   cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null | pick_tests
+  cargo test --release -p runit-backend-wgpu --no-run --message-format=json 2>/dev/null | pick_tests wgpu_
   cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null | pick_tests
   golden=tests/golden
   mkdir -p device/golden/generation device/golden/perplexity device/golden/models

@@ -2,12 +2,14 @@
 //! first use, and the dispatch of one kernel.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
-use crate::kernels::{self, KernelSource};
+use crate::batch::Pending;
+use crate::kernels::{self, KernelSource, Reduction};
 
 /// Why a backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +112,43 @@ pub struct WgpuBackend {
     errors: Arc<Mutex<Option<String>>>,
     /// ggml's GELU table (`runit_backend::gelu`), two f16 entries a word.
     pub(crate) gelu_table: wgpu::Buffer,
+    /// How the matrix-vector kernels sum a row.
+    pub(crate) reduction: Reduction,
+    /// Whether matmul runs the generic value-by-value kernel for every type.
+    pub(crate) generic_matmul: bool,
+    /// Commands recorded since the last submit (batch.rs).
+    pub(crate) pending: Mutex<Pending>,
+    /// Every dispatch's parameters, a slot each, written once per batch (batch.rs).
+    pub(crate) params_ring: wgpu::Buffer,
+    /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
+    pub(crate) params_slot: u64,
+    /// Read-only tables by content (`storage`).
+    tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
+    /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
+    pub(crate) rounded_x: Mutex<crate::matmul::RoundedX>,
+    /// Counts recorded commands and uploads: data may have changed when it moves.
+    pub(crate) epoch: AtomicU64,
+    /// Dispatches recorded and submits made since the backend opened.
+    pub(crate) counts: Counts,
+}
+
+/// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
+const TABLES_KEPT: usize = 64;
+const TABLE_BYTES_KEPT: usize = 4 << 20;
+
+/// How much work the backend has handed the device.
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub dispatches: AtomicU64,
+    pub submits: AtomicU64,
+}
+
+/// Kernel dispatches recorded and command submits made by one backend, for measuring host
+/// overhead (`RUNIT_WGPU_COUNTS=1` prints them when the backend is dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DispatchCounts {
+    pub dispatches: u64,
+    pub submits: u64,
 }
 
 /// Workgroups of a one-dimensional kernel of `threads` invocations in groups of 64, folded
@@ -138,6 +177,13 @@ impl WgpuBackend {
         }
         let adapter = all.swap_remove(ordinal);
         let summary = summary(ordinal, &adapter);
+        let info = adapter.get_info();
+        // Subgroup sums need subgroups no larger than a row's 32 lanes (matvec.wgsl).
+        let reduction = if summary.subgroups && (1..=32).contains(&info.subgroup_max_size) {
+            Reduction::Subgroup
+        } else {
+            Reduction::Shared
+        };
         let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
         let limits = adapter.limits();
         let descriptor = wgpu::DeviceDescriptor {
@@ -164,6 +210,13 @@ impl WgpuBackend {
             let mut slot = lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             slot.get_or_insert_with(|| format!("device lost ({reason:?}): {message}"));
         });
+        let params_slot = u64::from(limits.min_uniform_buffer_offset_alignment).max(256);
+        let params_ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params ring"),
+            size: params_slot * crate::batch::MAX_BATCH as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let table = runit_backend::gelu::table();
         let gelu_table = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("gelu table"),
@@ -180,7 +233,44 @@ impl WgpuBackend {
             pipelines: Mutex::default(),
             errors,
             gelu_table,
+            reduction,
+            generic_matmul: false,
+            pending: Mutex::default(),
+            params_ring,
+            params_slot,
+            rounded_x: Mutex::default(),
+            epoch: AtomicU64::new(0),
+            tables: Mutex::default(),
+            counts: Counts::default(),
         })
+    }
+
+    /// This backend with its matrix-vector kernels summing in shared memory even where the
+    /// adapter has subgroups (the portable variant, which tests compare with the other).
+    pub fn without_subgroups(mut self) -> WgpuBackend {
+        self.reduction = Reduction::Shared;
+        self
+    }
+
+    /// This backend with matmul on the generic kernel for every type (`matmul.wgsl`, one
+    /// workgroup per output row and token, values read one by one): the slow twin the
+    /// per-type kernels are timed against.
+    pub fn with_generic_matmul(mut self) -> WgpuBackend {
+        self.generic_matmul = true;
+        self
+    }
+
+    /// Whether the matrix-vector kernels sum rows with subgroup operations.
+    pub fn uses_subgroups(&self) -> bool {
+        self.reduction == Reduction::Subgroup
+    }
+
+    /// Kernel dispatches recorded and command submits made since the backend opened.
+    pub fn counts(&self) -> DispatchCounts {
+        DispatchCounts {
+            dispatches: self.counts.dispatches.load(Ordering::Relaxed),
+            submits: self.counts.submits.load(Ordering::Relaxed),
+        }
     }
 
     /// The adapter this backend runs on.
@@ -211,7 +301,7 @@ impl WgpuBackend {
 
     /// The pipeline of `kernel`, compiled on first use; a shader the device rejects is an
     /// error naming the kernel.
-    fn pipeline(
+    pub(crate) fn pipeline(
         &self,
         op: &'static str,
         kernel: KernelSource,
@@ -225,7 +315,7 @@ impl WgpuBackend {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&kernel.name),
-                source: wgpu::ShaderSource::Wgsl(kernel.source.as_str().into()),
+                source: wgpu::ShaderSource::Wgsl((kernel.source)().into()),
             });
         let pipeline = self
             .device
@@ -245,93 +335,38 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
-    /// A storage buffer holding `data` (at least one word, so that it can be bound).
+    /// A read-only storage buffer holding `data` (at least one word, so that it can be
+    /// bound). The small tables ops upload (cache cells, RoPE angles, row lists) repeat in
+    /// every layer of a forward pass, so buffers are kept by content and shared: no kernel
+    /// writes them.
     pub(crate) fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().next_multiple_of(4).max(4), 0);
-        self.device
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(buffer) = tables.get(&padded) {
+            return buffer.clone();
+        }
+        let buffer = self
+            .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
                 contents: &padded,
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            })
-    }
-
-    /// Runs `kernel` over `groups` workgroups with `params` (words, f32 bit-cast) at binding
-    /// 0 and `buffers` at bindings 1, 2, ...
-    pub(crate) fn dispatch(
-        &self,
-        op: &'static str,
-        kernel: KernelSource,
-        params: &[u32],
-        buffers: &[&wgpu::Buffer],
-        groups: [u32; 3],
-    ) -> OpResult {
-        let pipeline = self.pipeline(op, kernel)?;
-        let mut words = params.to_vec();
-        words.resize(params.len().next_multiple_of(4).max(4), 0);
-        let uniform = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: bytemuck::cast_slice(&words),
-                usage: wgpu::BufferUsages::UNIFORM,
             });
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: uniform.as_entire_binding(),
-        }];
-        for (index, buffer) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: index as u32 + 1,
-                resource: buffer.as_entire_binding(),
-            });
+        let held: usize = tables.keys().map(Vec::len).sum();
+        if tables.len() >= TABLES_KEPT || held + padded.len() > TABLE_BYTES_KEPT {
+            tables.clear();
         }
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(op),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(op),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        if padded.len() <= TABLE_BYTES_KEPT {
+            tables.insert(padded, buffer.clone());
         }
-        self.queue.submit([encoder.finish()]);
-        Ok(())
-    }
-
-    /// Copies `bytes` bytes between buffers (offsets and length multiples of 4).
-    pub(crate) fn copy_bytes(
-        &self,
-        src: &wgpu::Buffer,
-        src_offset: u64,
-        dst: &wgpu::Buffer,
-        dst_offset: u64,
-        bytes: u64,
-    ) {
-        if bytes == 0 {
-            return;
-        }
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("copy"),
-            });
-        encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
-        self.queue.submit([encoder.finish()]);
+        buffer
     }
 
     /// Waits for the queue; a device error reported meanwhile is returned.
     pub(crate) fn wait(&self, op: &'static str) -> OpResult {
+        self.flush();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|error| self.device_error(op, error.to_string()))?;
@@ -355,6 +390,8 @@ impl WgpuBackend {
             mapped_at_creation: false,
         });
         self.copy_bytes(buffer, 0, &staging, 0, bytes);
+        // A buffer may not be mapped while an unsubmitted command uses it.
+        self.flush();
         let (sender, receiver) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |result| {
             // The receiver waits below; a send can fail only if it is gone.
@@ -377,5 +414,17 @@ impl WgpuBackend {
     /// The compiled-on-demand kernel sources, for the pipeline cache.
     pub(crate) fn plain(name: &str) -> KernelSource {
         kernels::plain(name)
+    }
+}
+
+impl Drop for WgpuBackend {
+    fn drop(&mut self) {
+        if std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1") {
+            let counts = self.counts();
+            eprintln!(
+                "wgpu:{}: {} dispatches, {} submits",
+                self.ordinal, counts.dispatches, counts.submits
+            );
+        }
     }
 }

@@ -85,7 +85,11 @@ impl WgpuBackend {
         Ok(&gpu.chunks[0].buffer)
     }
 
-    fn new_buffer(&self, op: &'static str, bytes: u64) -> Result<wgpu::Buffer, BackendError> {
+    pub(crate) fn new_buffer(
+        &self,
+        op: &'static str,
+        bytes: u64,
+    ) -> Result<wgpu::Buffer, BackendError> {
         let bytes = bytes.next_multiple_of(4).max(4);
         let limit = self.max_binding.min(self.max_buffer);
         if bytes > limit {
@@ -134,6 +138,10 @@ impl Device for WgpuBackend {
         at_least("upload", "buffer elements", data.len(), target.len())?;
         if !data.is_empty() {
             let target = buffer(target, "upload", "buffer")?;
+            // Queue writes land before the next submit: earlier recorded commands go first.
+            self.flush();
+            self.epoch
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.queue
                 .write_buffer(target, 0, bytemuck::cast_slice(data));
         }
@@ -174,8 +182,10 @@ impl Device for WgpuBackend {
         let memory = source.memory.bytes();
         at_least(OP, "host memory bytes (range end)", range.end, memory.len())?;
         let bytes = &memory[range];
-        let rows_per_chunk = (self.max_binding as usize / row_bytes).max(1);
-        if row_bytes as u64 > self.max_binding {
+        // Each chunk ends with a spare word (below).
+        let room = self.max_binding.saturating_sub(8) as usize;
+        let rows_per_chunk = (room / row_bytes).max(1);
+        if row_bytes > room {
             return Err(self.device_error(
                 OP,
                 format!(
@@ -189,9 +199,12 @@ impl Device for WgpuBackend {
         while first_row < rows {
             let count = rows_per_chunk.min(rows - first_row);
             let data = &bytes[first_row * row_bytes..(first_row + count) * row_bytes];
-            let buffer = self.new_buffer(OP, data.len() as u64)?;
+            // A spare word past the data: `word_at` (shaders/bytes.wgsl) reads the word after
+            // the one it needs.
+            let padded_len = data.len().next_multiple_of(4) + 4;
+            let buffer = self.new_buffer(OP, padded_len as u64)?;
             let mut padded = data.to_vec();
-            padded.resize(data.len().next_multiple_of(4).max(4), 0);
+            padded.resize(padded_len, 0);
             self.queue.write_buffer(&buffer, 0, &padded);
             chunks.push(Chunk {
                 buffer,

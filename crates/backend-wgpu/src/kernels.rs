@@ -12,7 +12,9 @@ const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 /// A kernel: its name (the pipeline cache's key) and its whole WGSL source.
 pub struct KernelSource {
     pub name: String,
-    pub source: String,
+    /// Builds the source (done only when the pipeline cache misses: a dispatch needs only
+    /// the name).
+    pub source: Box<dyn FnOnce() -> String>,
 }
 
 /// The kernels that take no type.
@@ -32,9 +34,65 @@ pub const PLAIN: [(&str, &str); 10] = [
     ("quantize_x", include_str!("shaders/quantize_x.wgsl")),
 ];
 
+/// The matrix-vector kernel's body (`unit_dot` and the entry point come per type and variant).
+const MATVEC: &str = include_str!("shaders/matvec.wgsl");
+/// `dot_TYPE(row, unit, xi)` of every type in [`MATVEC_TYPES`].
+const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
+/// The matrix-vector entry points: a shared-memory reduction, or subgroup sums.
+const REDUCE_SHARED: &str = include_str!("shaders/reduce_shared.wgsl");
+const REDUCE_SUBGROUP: &str = include_str!("shaders/reduce_subgroup.wgsl");
+
+/// The weight types with a word-reading matrix-vector kernel (`dot_TYPE` in
+/// `matvec_dot.wgsl`); rows of other types use the generic `matmul` kernel.
+pub const MATVEC_TYPES: [GgmlType; 10] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// How the matrix-vector kernel sums a row's lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    /// A shared-memory tree (every adapter).
+    Shared,
+    /// `subgroupAdd`, then shared memory across a row's subgroups (adapters with subgroups
+    /// of at most 32 invocations).
+    Subgroup,
+}
+
+/// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction`.
+pub fn matvec(ty: GgmlType, reduction: Reduction) -> Option<KernelSource> {
+    if !MATVEC_TYPES.contains(&ty) {
+        return None;
+    }
+    let suffix = weight_suffix(ty)?;
+    let (entry, variant) = match reduction {
+        Reduction::Shared => (REDUCE_SHARED, ""),
+        Reduction::Subgroup => (REDUCE_SUBGROUP, "_subgroup"),
+    };
+    let source = move || {
+        format!(
+            "{MATVEC}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
+             fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matvec_{suffix}{variant}"),
+        source: Box::new(source),
+    })
+}
+
 /// The kernels that read packed weights, composed per type.
-pub const WEIGHT_KERNELS: [(&str, &str); 2] = [
+pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
     ("matmul", include_str!("shaders/matmul.wgsl")),
+    ("matmat", include_str!("shaders/matmat.wgsl")),
     ("embedding", include_str!("shaders/embedding.wgsl")),
 ];
 
@@ -66,7 +124,7 @@ pub fn kv_write(ty: KvType) -> Option<KernelSource> {
     let (code, name) = cache_code(ty)?;
     Some(KernelSource {
         name: format!("kv_write_{name}"),
-        source: format!("const KV_TYPE: u32 = {code}u;\n{KV_WRITE}"),
+        source: Box::new(move || format!("const KV_TYPE: u32 = {code}u;\n{KV_WRITE}")),
     })
 }
 
@@ -76,9 +134,11 @@ pub fn attention(keys: KvType, values: KvType) -> Option<KernelSource> {
     let (v, v_name) = cache_code(values)?;
     Some(KernelSource {
         name: format!("attention_{k_name}_{v_name}"),
-        source: format!(
-            "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
-        ),
+        source: Box::new(move || {
+            format!(
+                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
+            )
+        }),
     })
 }
 
@@ -117,7 +177,7 @@ pub fn plain(name: &str) -> KernelSource {
         .expect("plain kernel names are the table's");
     KernelSource {
         name: name.to_string(),
-        source: body.to_string(),
+        source: Box::new(move || body.to_string()),
     }
 }
 
@@ -126,15 +186,17 @@ pub fn plain(name: &str) -> KernelSource {
 pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
     let suffix = weight_suffix(ty)?;
     let (_, body) = WEIGHT_KERNELS.iter().find(|(n, _)| *n == name)?;
-    let source = format!(
-        "const BLOCK_VALUES: u32 = {}u;\nconst BLOCK_BYTES: u32 = {}u;\n{body}\n{BYTES}\n{DEQUANT}\n\
-         fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n",
-        ty.block_size(),
-        ty.type_size(),
-    );
+    let (values, bytes) = (ty.block_size(), ty.type_size());
+    let source = move || {
+        format!(
+            "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{body}\n\
+             {BYTES}\n{DEQUANT}\n\
+             fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n"
+        )
+    };
     Some(KernelSource {
         name: format!("{name}_{suffix}"),
-        source,
+        source: Box::new(source),
     })
 }
 
@@ -144,6 +206,11 @@ pub fn all() -> Vec<KernelSource> {
     for (name, _) in WEIGHT_KERNELS {
         for (ty, _) in WEIGHT_TYPES {
             all.extend(for_weight(name, ty));
+        }
+    }
+    for ty in MATVEC_TYPES {
+        for reduction in [Reduction::Shared, Reduction::Subgroup] {
+            all.extend(matvec(ty, reduction));
         }
     }
     for (keys, _, _) in CACHE_TYPES {

@@ -10,35 +10,63 @@
 //! ```
 //!
 //! What runs here: embedding and matmul of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights (one workgroup per output row and token, a shared-memory sum;
-//! a prompt's rows loop the matrix-vector kernel), RMS norm, RoPE (both pairings, the angles
-//! computed on the host as the CPU computes them), the element-wise ops, f16 and f32 KV
-//! caches with causal grouped-query paged attention, and the row ops. Fused ops run their
-//! default (primitive) bodies. Other weight types answer `false` to
+//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights, RMS norm, RoPE (both pairings,
+//! the angles computed on the host as the CPU computes them), the element-wise ops, f16 and
+//! f32 KV caches with causal grouped-query paged attention, and the row ops. Fused ops run
+//! their default (primitive) bodies. Other weight types answer `false` to
 //! [`runit_backend::Device::supports`] and their ops return `BackendError::Unsupported`.
 //!
-//! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe); kernels
-//! read each value byte by byte (`value_TYPE` in `dequant.wgsl`); matmul sums in f32 with a
-//! fixed shared-memory tree (no subgroup operations yet). Its activations are first rounded
-//! as the CPU's dot products see them (`quantize_x.wgsl`: 8-bit blocks of 32 for the legacy
-//! types and IQ4_NL, f16 for F16; the K-quants' Q8_K rounding is not repeated). KV caches are
-//! f32, f16, and Q8_0/Q4_0 in a word layout of this backend's own, with llama.cpp's Hadamard
-//! rotation run on the device (TurboQuant caches are `BackendError::UnsupportedKv`);
-//! attention is one workgroup per (query row, head) with an online softmax over tiles of 64
-//! keys.
+//! Matmul has three kernels (`src/matmul.rs` picks one per call):
+//! - `matvec.wgsl` for fewer than 4 tokens (decode) on F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
+//!   Q4_K, Q5_K and Q6_K rows of a multiple of 32 values: 4 output rows a workgroup, 32 lanes
+//!   a row, each lane taking whole units of 32 values (a legacy block, an eighth of a K-quant
+//!   block) read as 32-bit words (`dot_TYPE` in `matvec_dot.wgsl`), its block scales factored
+//!   out of the sums. A row's lanes are summed with `subgroupAdd` where the adapter grants
+//!   subgroups of at most 32 invocations (`reduce_subgroup.wgsl`), else by a shared-memory
+//!   tree (`reduce_shared.wgsl`); the choice is made when the backend opens
+//!   ([`WgpuBackend::without_subgroups`] forces the second, and the parity tests run both).
+//! - `matmat.wgsl` for 4 tokens or more (prompts), every type: tiles of 64 rows x 32 tokens,
+//!   the weight tile dequantized once into shared memory per step of 32 values (by
+//!   `value_TYPE` in `dequant.wgsl`, byte by byte) and used by all the tile's tokens.
+//! - `matmul.wgsl`, the generic twin: one workgroup per output row and token, values read one
+//!   by one through `value_TYPE`, a shared-memory sum; it runs for the other types at decode
+//!   and for rows not a multiple of 32, and for every case under
+//!   [`WgpuBackend::with_generic_matmul`] (`examples/matmul_speed.rs` times the kernels
+//!   against it).
+//!
+//! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
+//! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16; the K-quants' Q8_K
+//! rounding is not repeated); sums are f32 in each kernel's own order, within the parity
+//! suite's NMSE bounds.
+//!
+//! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
+//! pass go into one command encoder and one open compute pass, each taking its parameters
+//! from a slot of one uniform ring buffer written once per submit; the batch is submitted at
+//! a read-back, a wait, an upload, or every 512 commands. `RUNIT_WGPU_COUNTS=1` prints the
+//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]).
+//!
+//! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe), each chunk
+//! with a spare word at its end (`word_at` in `bytes.wgsl` reads the word after the one it
+//! needs). KV caches are f32, f16, and Q8_0/Q4_0 in a word layout of this backend's own,
+//! with llama.cpp's Hadamard rotation run on the device (TurboQuant caches are
+//! `BackendError::UnsupportedKv`); attention is one workgroup per (query row, head) with an
+//! online softmax over tiles of 64 keys.
 
 mod backend;
+mod batch;
 mod device;
 mod kernels;
+mod matmul;
 mod ops;
 
-pub use backend::{adapters, AdapterSummary, WgpuBackend, WgpuError};
+pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
+pub use kernels::MATVEC_TYPES;
 
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and
 /// translation tests.
 pub fn kernel_sources() -> Vec<(String, String)> {
     kernels::all()
         .into_iter()
-        .map(|kernel| (kernel.name, kernel.source))
+        .map(|kernel| (kernel.name, (kernel.source)()))
         .collect()
 }

@@ -7,15 +7,13 @@ use runit_backend::{
     ScatterAddRows, SequenceSpan, Weight,
 };
 
-use runit_quant::GgmlType;
-
 use crate::backend::{grid, rows_grid};
 use crate::device::{at_least, buffer, kv, weight};
 use crate::kernels;
 use crate::WgpuBackend;
 
 /// Most workgroups in one dimension of a dispatch.
-const MAX_GROUPS: usize = 65_535;
+pub(crate) const MAX_GROUPS: usize = 65_535;
 
 fn f(value: f32) -> u32 {
     value.to_bits()
@@ -60,34 +58,6 @@ impl WgpuBackend {
         let (source, target) = (buffer(x, op, "x")?, buffer(&copy, op, "copy")?);
         self.copy_bytes(source, 0, target, 0, len as u64 * 4);
         Ok(copy)
-    }
-
-    /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
-    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
-    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
-    /// way not repeated here: the K-quants' Q8_K blocks of 256).
-    fn activations_as_cpu(
-        &self,
-        ty: GgmlType,
-        x: &Buffer,
-        len: usize,
-    ) -> Result<Option<Buffer>, BackendError> {
-        use GgmlType::*;
-        let mode = match ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
-            F16 => 1,
-            _ => return Ok(None),
-        };
-        if !len.is_multiple_of(32) || len == 0 {
-            return Ok(None);
-        }
-        let rounded = self.alloc(len)?;
-        let blocks = len / 32;
-        let (source, target) = (buffer(x, "matmul", "x")?, buffer(&rounded, "matmul", "x")?);
-        let params = [blocks as u32, mode];
-        let kernel = Self::plain("quantize_x");
-        self.dispatch("matmul", kernel, &params, &[source, target], grid(blocks))?;
-        Ok(Some(rounded))
     }
 
     fn write_cache(
@@ -194,49 +164,7 @@ impl PrimitiveOps for WgpuBackend {
     }
 
     fn matmul(&self, w: &Weight, x: &Buffer, tokens: usize, out: &mut Buffer) -> OpResult {
-        const OP: &str = "matmul";
-        let (n, rows) = (w.row_len(), w.rows());
-        at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
-        at_least(OP, "out elements (tokens × rows)", tokens * rows, out.len())?;
-        let kernel = || kernels::for_weight(OP, w.ty).ok_or_else(|| self.unsupported(OP, w));
-        kernel()?;
-        if tokens > MAX_GROUPS {
-            return Err(BackendError::Shape {
-                op: OP,
-                what: "tokens (at most one dispatch dimension)",
-                expected: MAX_GROUPS,
-                found: tokens,
-            });
-        }
-        if tokens == 0 {
-            return Ok(());
-        }
-        let gpu = weight(w, OP, "weight")?;
-        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
-        let x = rounded.as_ref().unwrap_or(x);
-        let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
-        let first = w.byte_offset / w.row_bytes();
-        for chunk in &gpu.chunks {
-            let start = first.max(chunk.first_row);
-            let end = (first + rows).min(chunk.first_row + chunk.rows);
-            if start >= end {
-                continue;
-            }
-            let count = end - start;
-            let [gx, gy, _] = rows_grid(count);
-            let params = [
-                n as u32,
-                count as u32,
-                w.row_bytes() as u32,
-                (start - chunk.first_row) as u32,
-                (start - first) as u32,
-                rows as u32,
-                gx,
-            ];
-            let buffers = [&chunk.buffer, x, out];
-            self.dispatch(OP, kernel()?, &params, &buffers, [gx, gy, tokens as u32])?;
-        }
-        Ok(())
+        self.matmul_rows(w, x, tokens, out)
     }
 
     fn add_bias(&self, x: &mut Buffer, bias: &Weight, tokens: usize) -> OpResult {

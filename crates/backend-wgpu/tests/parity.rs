@@ -13,8 +13,8 @@ fn require_wgpu() -> bool {
     std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1")
 }
 
-#[test]
-fn wgpu_matches_the_cpu_reference() {
+/// The suite on adapter 0, with subgroup sums where the adapter grants them or not.
+fn parity(subgroups: bool) {
     let backend = match WgpuBackend::new(0) {
         Ok(backend) => backend,
         Err(error) => {
@@ -23,11 +23,30 @@ fn wgpu_matches_the_cpu_reference() {
             return;
         }
     };
+    let backend = if subgroups {
+        backend
+    } else {
+        backend.without_subgroups()
+    };
     let reference = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let report = run_parity(&reference, &backend);
-    println!("adapter: {}", backend.adapter());
+    println!(
+        "adapter: {}, matvec subgroup sums: {}",
+        backend.adapter(),
+        backend.uses_subgroups()
+    );
     println!("{report}");
     assert!(report.all_passed(), "failures: {:#?}", report.failures());
     let skipped = report.skipped();
     assert!(skipped.is_empty(), "skipped: {skipped:#?}");
+}
+
+#[test]
+fn wgpu_matches_the_cpu_reference() {
+    parity(true);
+}
+
+#[test]
+fn wgpu_without_subgroups_matches_the_cpu_reference() {
+    parity(false);
 }

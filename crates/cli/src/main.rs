@@ -27,11 +27,14 @@ enum Command {
     Perplexity(commands::perplexity::Args),
     /// Complete a prompt with a model, streaming the text.
     Generate(commands::generate::Args),
+    /// List the devices this build can run on (CPU, CUDA, wgpu) with their `--device` names.
+    Devices(commands::devices::Args),
     /// Describe a GGUF file: architecture, hyperparameters, tokenizer, metadata, tensors.
     Inspect(commands::inspect::Args),
     /// Write a copy of a GGUF model with its weights in another type (like llama-quantize).
     Quantize(commands::quantize::Args),
-    /// Serve an OpenAI-compatible HTTP API with continuous batching.
+    /// Serve an OpenAI-compatible HTTP API (chat, completions, responses, embeddings) with
+    /// continuous batching.
     Serve(commands::serve::Args),
     /// Write a random-weight GGUF with the exact shapes and types of a public model.
     Synth(commands::synth::Args),
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Perplexity(args) => commands::perplexity::run(args),
         Command::Generate(args) => commands::generate::run(args),
+        Command::Devices(args) => commands::devices::run(args),
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Serve(args) => commands::serve::run(args),

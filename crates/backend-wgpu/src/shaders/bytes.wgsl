@@ -32,3 +32,19 @@ fn scale_min_k4(j: u32, scales: u32) -> vec2<f32> {
     let m = (byte_at(scales + j + 4u) >> 4u) | ((byte_at(scales + j) >> 6u) << 4u);
     return vec2<f32>(f32(d), f32(m));
 }
+
+// The 4 bytes at an even `offset` as one word (blocks of 18, 22, 34 or 210 bytes start on
+// 2-byte boundaries). Both words are read and one result selected, so that lanes on blocks
+// of either alignment take the same path; weight buffers carry a spare word at their end
+// for the second read of a last aligned word (device.rs).
+fn word_at(offset: u32) -> u32 {
+    let i = offset >> 2u;
+    let lo = w[i];
+    let hi = w[i + 1u];
+    return select(lo, (lo >> 16u) | (hi << 16u), (offset & 2u) != 0u);
+}
+
+// The f16 at an even `offset`.
+fn half_at(offset: u32) -> f32 {
+    return unpack2x16float(w[offset >> 2u] >> ((offset & 2u) * 8u)).x;
+}

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod devices;
 pub mod dump;
 pub mod embed;
 pub mod generate;

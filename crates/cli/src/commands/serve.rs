@@ -1,6 +1,6 @@
-//! `runit serve`: an OpenAI-compatible HTTP server (chat and text completions, streaming)
-//! with continuous batching over one shared, paged KV cache, under limits on connections
-//! and on chat-template rendering.
+//! `runit serve`: an OpenAI-compatible HTTP server (chat and text completions, responses,
+//! embeddings, streaming) with continuous batching over one shared, paged KV cache, under
+//! limits on connections and on chat-template rendering.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -36,13 +36,17 @@ pub fn find_model(name: &str) -> Option<PathBuf> {
 }
 
 /// Loads `path` on a CPU backend with `threads` threads, or on GPU 0 when
-/// `RUNIT_TEST_DEVICE=cuda` (the golden tests then check the CUDA backend).
+/// `RUNIT_TEST_DEVICE=cuda` or `wgpu` (the golden tests then check that backend).
 pub fn load(path: &Path, threads: usize) -> Arc<Model> {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("golden model opens"));
-    let backend: Arc<dyn runit_backend::Backend> = if test_device() == "cuda" {
-        Arc::new(runit_backend_cuda::CudaBackend::new(0).expect("RUNIT_TEST_DEVICE=cuda: a GPU"))
-    } else {
-        Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend"))
+    let backend: Arc<dyn runit_backend::Backend> = match test_device().as_str() {
+        "cuda" => Arc::new(
+            runit_backend_cuda::CudaBackend::new(0).expect("RUNIT_TEST_DEVICE=cuda: a GPU"),
+        ),
+        "wgpu" => Arc::new(
+            runit_backend_wgpu::WgpuBackend::new(0).expect("RUNIT_TEST_DEVICE=wgpu: an adapter"),
+        ),
+        _ => Arc::new(runit_backend_cpu::CpuBackend::new(threads).expect("cpu backend")),
     };
     Arc::new(Model::load(file, backend).expect("golden model loads"))
 }

@@ -1,0 +1,102 @@
+//! Times matmul per weight type on adapter 0: the per-type kernels against the generic
+//! (value-by-value) kernel, alternated, at one token (decode) and at a prompt's tokens; and
+//! first the host's cost of recording one small dispatch (a `scale` of 64 values).
+//!
+//! `cargo run --release -p runit-backend-wgpu --example matmul_speed -- [ROWS COLS [TOKENS]]`
+
+use std::time::Instant;
+
+use runit_backend::testing::make_weight;
+use runit_backend::{Backend, BackendError, Device, PrimitiveOps};
+use runit_backend_wgpu::WgpuBackend;
+use runit_quant::GgmlType;
+
+/// Seconds per matmul of `tokens` rows, the best of a few batches after a warm-up.
+fn time(
+    backend: &WgpuBackend,
+    ty: GgmlType,
+    shape: [usize; 2],
+    tokens: usize,
+) -> Result<f64, BackendError> {
+    let [n_in, n_out] = shape;
+    let values: Vec<f32> = (0..n_in * n_out)
+        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
+        .collect();
+    let weight = make_weight(backend as &dyn Backend, "speed", ty, &shape, &values)?;
+    let mut x = backend.alloc(tokens * n_in)?;
+    let input: Vec<f32> = (0..tokens * n_in)
+        .map(|i| ((i * 31 % 97) as f32 / 48.0) - 1.0)
+        .collect();
+    backend.upload(&mut x, &input)?;
+    let mut out = backend.alloc(tokens * n_out)?;
+    backend.matmul(&weight, &x, tokens, &mut out)?;
+    backend.synchronize()?;
+    let repeats = 8;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..repeats {
+            backend.matmul(&weight, &x, tokens, &mut out)?;
+        }
+        backend.synchronize()?;
+        best = best.min(start.elapsed().as_secs_f64() / repeats as f64);
+    }
+    Ok(best)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let shape = [
+        args.first().copied().unwrap_or(2048),
+        args.get(1).copied().unwrap_or(2048),
+    ];
+    let prompt = args.get(2).copied().unwrap_or(32);
+    let fast = WgpuBackend::new(0)?;
+    let generic = WgpuBackend::new(0)?.with_generic_matmul();
+    println!(
+        "adapter: {}, subgroup sums: {}",
+        fast.adapter(),
+        fast.uses_subgroups()
+    );
+    let mut small = fast.alloc(64)?;
+    fast.upload(&mut small, &[1.0; 64])?;
+    fast.synchronize()?;
+    let dispatches = 20_000;
+    let start = Instant::now();
+    for _ in 0..dispatches {
+        fast.scale(&mut small, 1.0, 64)?;
+    }
+    let recorded = start.elapsed().as_secs_f64();
+    fast.synchronize()?;
+    let total = start.elapsed().as_secs_f64();
+    println!(
+        "host: {:.2} us to record a dispatch; {:.2} us each with the device's work ({dispatches} in a row)",
+        recorded / dispatches as f64 * 1e6,
+        total / dispatches as f64 * 1e6
+    );
+    println!(
+        "[{}x{}] weights; ms per matmul (weight GB/s)",
+        shape[1], shape[0]
+    );
+    println!("type    tokens  generic          per-type         speed-up");
+    for ty in runit_backend_wgpu::MATVEC_TYPES {
+        let bytes = ty.row_bytes(shape[0] as u64).unwrap_or(0) as f64 * shape[1] as f64;
+        for tokens in [1, prompt] {
+            let old = time(&generic, ty, shape, tokens)?;
+            let new = time(&fast, ty, shape, tokens)?;
+            println!(
+                "{:<7} {tokens:>6}  {:>7.3} ({:>5.2})  {:>7.3} ({:>5.2})  {:>5.2}x",
+                format!("{ty:?}"),
+                old * 1e3,
+                bytes / old / 1e9,
+                new * 1e3,
+                bytes / new / 1e9,
+                old / new
+            );
+        }
+    }
+    Ok(())
+}

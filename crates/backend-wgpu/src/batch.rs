@@ -1,0 +1,150 @@
+//! Recording work for the device in batches: every dispatch and copy goes into one pending
+//! command encoder, dispatches into one open compute pass (wgpu places the barriers between
+//! them), and each dispatch's parameters into a slot of one uniform ring buffer, written
+//! with a single queue write when the batch is submitted. A batch is submitted when the host
+//! needs its results (a read-back, a wait, an upload that must land after it) or when it
+//! holds [`MAX_BATCH`] dispatches or copies.
+
+use std::sync::atomic::Ordering;
+
+use runit_backend::OpResult;
+
+use crate::kernels::KernelSource;
+use crate::WgpuBackend;
+
+/// Most commands (and parameter slots) in one batch: bounds the memory a long prompt's
+/// temporary buffers hold and lets the device start early.
+pub(crate) const MAX_BATCH: usize = 512;
+
+/// The commands recorded since the last submit.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// The open compute pass (ended before a copy and before the encoder finishes).
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The batch's parameter slots, as the ring buffer will hold them.
+    params: Vec<u8>,
+    commands: usize,
+}
+
+impl WgpuBackend {
+    fn encoder<'a>(&self, pending: &'a mut Pending) -> &'a mut wgpu::CommandEncoder {
+        pending.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("runit batch"),
+                })
+        })
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn submit_pending(&self, pending: &mut Pending) {
+        pending.pass = None;
+        pending.commands = 0;
+        if !pending.params.is_empty() {
+            self.queue
+                .write_buffer(&self.params_ring, 0, &pending.params);
+            pending.params.clear();
+        }
+        if let Some(encoder) = pending.encoder.take() {
+            self.queue.submit([encoder.finish()]);
+            self.counts.submits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn count_command(&self, pending: &mut Pending) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        pending.commands += 1;
+        if pending.commands >= MAX_BATCH {
+            self.submit_pending(pending);
+        }
+    }
+
+    /// Submits the commands recorded so far (before a queue write or a wait must see them).
+    pub(crate) fn flush(&self) {
+        self.submit_pending(&mut self.lock_pending());
+    }
+
+    /// Records `kernel` over `groups` workgroups with `params` (words, f32 bit-cast) at
+    /// binding 0 and `buffers` at bindings 1, 2, ...
+    pub(crate) fn dispatch(
+        &self,
+        op: &'static str,
+        kernel: KernelSource,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> OpResult {
+        let pipeline = self.pipeline(op, kernel)?;
+        let bytes = (params.len().next_multiple_of(4).max(4) * 4) as u64;
+        if bytes > self.params_slot {
+            return Err(self.device_error(op, format!("{bytes} bytes of parameters")));
+        }
+        let mut pending = self.lock_pending();
+        let offset = pending.params.len() as u64;
+        pending
+            .params
+            .extend_from_slice(bytemuck::cast_slice(params));
+        let slot_end = (offset + self.params_slot) as usize;
+        pending.params.resize(slot_end, 0);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.params_ring,
+                offset,
+                size: wgpu::BufferSize::new(bytes),
+            }),
+        }];
+        for (index, buffer) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: index as u32 + 1,
+                resource: buffer.as_entire_binding(),
+            });
+        }
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(op),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        if pending.pass.is_none() {
+            let pass = self
+                .encoder(&mut pending)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("runit batch"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            pending.pass = Some(pass);
+        }
+        if let Some(pass) = pending.pass.as_mut() {
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        self.counts.dispatches.fetch_add(1, Ordering::Relaxed);
+        self.count_command(&mut pending);
+        Ok(())
+    }
+
+    /// Records a copy of `bytes` bytes between buffers (offsets and length multiples of 4).
+    pub(crate) fn copy_bytes(
+        &self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) {
+        if bytes == 0 {
+            return;
+        }
+        let mut pending = self.lock_pending();
+        pending.pass = None;
+        self.encoder(&mut pending)
+            .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
+        self.count_command(&mut pending);
+    }
+}

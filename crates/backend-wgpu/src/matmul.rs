@@ -1,0 +1,204 @@
+//! Matmul: the activations rounded as the CPU's dot products see them, then per chunk of
+//! weight rows: for a prompt (4 tokens or more) the tiled kernel (`matmat.wgsl`, every
+//! type), for fewer tokens the word-reading matrix-vector kernel of the type (`matvec.wgsl`,
+//! one token per z) or, for the other types, the generic kernel reading values one by one
+//! (`matmul.wgsl`), which `with_generic_matmul` also picks for every case.
+
+use std::sync::atomic::Ordering;
+
+use runit_backend::{BackendError, Buffer, OpResult, Weight};
+use runit_quant::GgmlType;
+
+use crate::backend::{grid, rows_grid};
+use crate::device::{at_least, buffer, weight};
+use crate::kernels::{self, KernelSource};
+use crate::ops::MAX_GROUPS;
+use crate::WgpuBackend;
+
+/// Output rows one workgroup of the matrix-vector kernel computes (`ROWS` in matvec.wgsl).
+const MATVEC_ROWS: usize = 4;
+/// The tiled kernel's tile (`TILE_ROWS`, `TILE_TOKENS` in matmat.wgsl).
+const TILE_ROWS: usize = 64;
+const TILE_TOKENS: usize = 32;
+/// Fewest tokens the tiled kernel runs for; fewer take the matrix-vector kernel per token.
+const TILE_MIN_TOKENS: usize = 4;
+
+/// The scratch buffer of rounded activations and what it holds.
+#[derive(Default)]
+pub(crate) struct RoundedX {
+    buffer: Option<wgpu::Buffer>,
+    of: Option<Rounded>,
+}
+
+/// The rounding a [`RoundedX`] holds: of `len` values of `source` in `mode`, current while
+/// the backend's epoch is `epoch`.
+struct Rounded {
+    source: wgpu::Buffer,
+    len: usize,
+    mode: u32,
+    epoch: u64,
+}
+
+/// Which matmul kernel runs.
+enum Kernel {
+    /// `matvec.wgsl` of the type: one token per z, MATVEC_ROWS rows a workgroup.
+    MatVec(KernelSource),
+    /// `matmat.wgsl`: tiles of TILE_ROWS rows x TILE_TOKENS tokens.
+    Tiled(KernelSource),
+    /// `matmul.wgsl`: one workgroup per row and token, values read one by one.
+    Generic(KernelSource),
+}
+
+impl WgpuBackend {
+    /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
+    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
+    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
+    /// way not repeated here: the K-quants' Q8_K blocks of 256).
+    ///
+    /// Consecutive matmuls of one activation buffer (the Q, K and V projections; gate and
+    /// up) round it once: the rounding is reused while nothing has been recorded or uploaded
+    /// since the matmul that made it (`WgpuBackend::epoch`).
+    fn activations_as_cpu(
+        &self,
+        ty: GgmlType,
+        x: &Buffer,
+        len: usize,
+    ) -> Result<Option<wgpu::Buffer>, BackendError> {
+        use GgmlType::*;
+        let mode = match ty {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
+            F16 => 1,
+            _ => return Ok(None),
+        };
+        if !len.is_multiple_of(32) || len == 0 {
+            return Ok(None);
+        }
+        let source = buffer(x, "matmul", "x")?;
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        if let (Some(rounded), Some(of)) = (&scratch.buffer, &scratch.of) {
+            if of.source == *source && of.len == len && of.mode == mode && of.epoch == epoch {
+                return Ok(Some(rounded.clone()));
+            }
+        }
+        let bytes = len as u64 * 4;
+        let rounded = match &scratch.buffer {
+            Some(buffer) if buffer.size() >= bytes => buffer.clone(),
+            _ => {
+                // Earlier recorded dispatches keep the smaller buffer alive.
+                let buffer = self.new_buffer("matmul", bytes)?;
+                scratch.buffer = Some(buffer.clone());
+                buffer
+            }
+        };
+        let blocks = len / 32;
+        let params = [blocks as u32, mode];
+        let kernel = Self::plain("quantize_x");
+        self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
+        // Marked as current once the matmul's own dispatches are recorded (`matmul_rows`).
+        scratch.of = Some(Rounded {
+            source: source.clone(),
+            len,
+            mode,
+            epoch: u64::MAX,
+        });
+        Ok(Some(rounded))
+    }
+
+    /// The kernel for `tokens` rows of activations times `w`.
+    fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
+        let unsupported = || self.unsupported("matmul", w);
+        if !w.row_len().is_multiple_of(32) || self.generic_matmul {
+            let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
+            return Ok(Kernel::Generic(kernel));
+        }
+        if tokens >= TILE_MIN_TOKENS {
+            let kernel = kernels::for_weight("matmat", w.ty).ok_or_else(unsupported)?;
+            return Ok(Kernel::Tiled(kernel));
+        }
+        match kernels::matvec(w.ty, self.reduction) {
+            Some(kernel) => Ok(Kernel::MatVec(kernel)),
+            None => {
+                let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
+                Ok(Kernel::Generic(kernel))
+            }
+        }
+    }
+
+    /// `out[t][r] = W[r] · x[t]` for `tokens` rows of `x` (PrimitiveOps::matmul).
+    pub(crate) fn matmul_rows(
+        &self,
+        w: &Weight,
+        x: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+    ) -> OpResult {
+        const OP: &str = "matmul";
+        let (n, rows) = (w.row_len(), w.rows());
+        at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
+        at_least(OP, "out elements (tokens × rows)", tokens * rows, out.len())?;
+        self.matmul_kernel(w, tokens)?;
+        if tokens > MAX_GROUPS {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "tokens (at most one dispatch dimension)",
+                expected: MAX_GROUPS,
+                found: tokens,
+            });
+        }
+        if tokens == 0 {
+            return Ok(());
+        }
+        let gpu = weight(w, OP, "weight")?;
+        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
+        let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
+        let x = rounded.as_ref().unwrap_or(x);
+        let marked = rounded.is_some();
+        let first = w.byte_offset / w.row_bytes();
+        for chunk in &gpu.chunks {
+            let start = first.max(chunk.first_row);
+            let end = (first + rows).min(chunk.first_row + chunk.rows);
+            if start >= end {
+                continue;
+            }
+            let count = end - start;
+            let (kernel, groups, last) = match self.matmul_kernel(w, tokens)? {
+                Kernel::MatVec(kernel) => {
+                    let [gx, gy, _] = rows_grid(count.div_ceil(MATVEC_ROWS));
+                    (kernel, [gx, gy, tokens as u32], gx)
+                }
+                Kernel::Generic(kernel) => {
+                    let [gx, gy, _] = rows_grid(count);
+                    (kernel, [gx, gy, tokens as u32], gx)
+                }
+                Kernel::Tiled(kernel) => {
+                    let groups = [
+                        count.div_ceil(TILE_ROWS) as u32,
+                        tokens.div_ceil(TILE_TOKENS) as u32,
+                        1,
+                    ];
+                    (kernel, groups, tokens as u32)
+                }
+            };
+            // The last word is the grid's row width, or the tiled kernel's token count.
+            let params = [
+                n as u32,
+                count as u32,
+                w.row_bytes() as u32,
+                (start - chunk.first_row) as u32,
+                (start - first) as u32,
+                rows as u32,
+                last,
+            ];
+            let buffers = [&chunk.buffer, x, out];
+            self.dispatch(OP, kernel, &params, &buffers, groups)?;
+        }
+        if marked {
+            let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(of) = scratch.of.as_mut() {
+                of.epoch = self.epoch.load(Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
