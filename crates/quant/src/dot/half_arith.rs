@@ -133,6 +133,12 @@ fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
         return f16::ZERO;
     }
     #[cfg(target_arch = "x86_64")]
+    if simd && crate::dot::x86::half_native::has_avx512_fp16() {
+        // SAFETY: `has_avx512_fp16` confirmed AVX512-FP16 and AVX-512 F/BW/VL.
+        let sum = unsafe { crate::dot::x86::half_native::dot_body(&x[..body], &y[..body]) };
+        return if sum.is_nan() { f16::NAN } else { sum };
+    }
+    #[cfg(target_arch = "x86_64")]
     if simd && crate::dot::x86::has_avx512() {
         // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL; `fast()` F16C.
         let sum = unsafe { crate::dot::x86::half::dot_body_avx512(&x[..body], &y[..body]) };
@@ -186,7 +192,11 @@ fn mad_body_at(y: &mut [f16], x: &[f16], v: f32, simd: bool) {
     let v = f16::from_f32(v);
     #[cfg(target_arch = "x86_64")]
     if simd {
-        if crate::dot::x86::has_avx512() {
+        if crate::dot::x86::half_native::has_avx512_fp16() {
+            // SAFETY: `has_avx512_fp16` confirmed AVX512-FP16 and AVX-512 F/BW/VL; `body`
+            // is a multiple of 32.
+            unsafe { crate::dot::x86::half_native::mad(&mut y[..body], &x[..body], v) };
+        } else if crate::dot::x86::has_avx512() {
             // SAFETY: `has_avx512` confirmed AVX-512 F/BW/VL, `fast()` F16C; `body` is a
             // multiple of 16.
             unsafe { crate::dot::x86::half::mad_avx512(&mut y[..body], &x[..body], v) };
@@ -218,8 +228,14 @@ fn scale_body_at(y: &mut [f16], v: f32, simd: bool) {
     let v = f16::from_f32(v);
     #[cfg(target_arch = "x86_64")]
     if simd {
-        // SAFETY: `fast()` confirmed AVX2, FMA and F16C; `body` is a multiple of 8.
-        unsafe { crate::dot::x86::half::scale(&mut y[..body], v) };
+        if crate::dot::x86::half_native::has_avx512_fp16() {
+            // SAFETY: `has_avx512_fp16` confirmed AVX512-FP16 and AVX-512 F/BW/VL; `body`
+            // is a multiple of 32.
+            unsafe { crate::dot::x86::half_native::scale(&mut y[..body], v) };
+        } else {
+            // SAFETY: `fast()` confirmed AVX2, FMA and F16C; `body` is a multiple of 8.
+            unsafe { crate::dot::x86::half::scale(&mut y[..body], v) };
+        }
         return;
     }
     let _ = simd;
@@ -373,6 +389,60 @@ mod tests {
                         half::mad_avx512(&mut b, &x, f16::from_f32(v));
                     }
                     assert_eq!(bits(&a), bits(&b), "mad n {n} seed {seed} v {v}");
+                }
+            }
+        }
+    }
+
+    /// The AVX512-FP16 kernels (where this CPU has them) equal the scalar twins bit for bit,
+    /// on spread values, overflowing sums, subnormal products and exact cancellations.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn native_fp16_kernels_equal_the_scalar_twins() {
+        use crate::dot::x86::half_native;
+        if !half_native::has_avx512_fp16() {
+            eprintln!("skipping: no AVX512-FP16 here");
+            return;
+        }
+        let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+        for n in [128, 256, 1024, 1536] {
+            for seed in 0..20u32 {
+                let x = spread(n, seed);
+                let y = spread(n, seed.wrapping_mul(7919) + 1);
+                let big: Vec<f16> = x.iter().map(|v| *v * f16::from_f32(4096.0)).collect();
+                let tiny: Vec<f16> = y.iter().map(|v| *v * f16::from_f32(1.0 / 4096.0)).collect();
+                let negated: Vec<f16> = y.iter().map(|v| -*v).collect();
+                let cases = [
+                    (&x, &y),
+                    (&big, &y),
+                    (&x, &tiny),
+                    (&tiny, &tiny),
+                    (&y, &negated),
+                ];
+                for (a, b) in cases {
+                    // SAFETY: `has_avx512_fp16` confirmed AVX512-FP16 and AVX-512 F/BW/VL.
+                    let native = unsafe { half_native::dot_body(a, b) };
+                    let twin = dot_body_scalar(a, b);
+                    let native = if native.is_nan() { f16::NAN } else { native };
+                    assert_eq!(native.to_bits(), twin.to_bits(), "dot n {n} seed {seed}");
+                    let rows = [&a[..], &b[..], &x[..], &y[..]];
+                    // SAFETY: as above.
+                    let four = unsafe { half_native::dot_body_x4(rows, b, 0) };
+                    for (row, sum) in rows.iter().zip(four) {
+                        let sum = if sum.is_nan() { f16::NAN } else { sum };
+                        assert_eq!(sum.to_bits(), dot_body_scalar(row, b).to_bits());
+                    }
+                }
+                for v in [0.3f32, -1.7, 1e-3, 7.5, 65000.0] {
+                    let (mut native, mut twin) = (y.clone(), y.clone());
+                    // SAFETY: as above; `n` is a multiple of 32.
+                    unsafe { half_native::mad(&mut native, &x, f16::from_f32(v)) };
+                    mad_body_scalar(&mut twin, &x, v);
+                    assert_eq!(bits(&native), bits(&twin), "mad n {n} seed {seed} v {v}");
+                    // SAFETY: as above.
+                    unsafe { half_native::scale(&mut native, f16::from_f32(v)) };
+                    scale_body_scalar(&mut twin, v);
+                    assert_eq!(bits(&native), bits(&twin), "scale n {n} seed {seed} v {v}");
                 }
             }
         }

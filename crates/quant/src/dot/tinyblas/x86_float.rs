@@ -140,7 +140,10 @@ unsafe fn reduce16(v: __m512) -> f32 {
 }
 
 /// Every weight row (four at a time, then one at a time) against every token (six at a
-/// time, then the rest).
+/// time, then the rest), token blocks outermost: a block's activations (six rows of f32)
+/// stay in L1 while the weight rows, a quarter of their bytes per element, stream past
+/// them from L2 (rows outermost streamed every token's activations from L2 per four rows).
+/// Each output's arithmetic is the same in either order.
 #[inline(always)]
 unsafe fn run<S: Step>(n: usize, w: &[u8], prepared: &[u8], tokens: usize, out: &mut [f32]) {
     let rows = out.len() / tokens.max(1);
@@ -150,12 +153,12 @@ unsafe fn run<S: Step>(n: usize, w: &[u8], prepared: &[u8], tokens: usize, out: 
     let row_bytes = w.len() / rows;
     let unit_bytes = n * S::ACTIVATION_BYTES;
     let (w, x, o) = (w.as_ptr(), prepared.as_ptr(), out.as_mut_ptr());
-    let mut r = 0;
-    while r < rows {
-        let take = if rows - r >= ROWS { ROWS } else { 1 };
-        let mut t = 0;
-        while t < tokens {
-            let count = (tokens - t).min(TOKENS);
+    let mut t = 0;
+    while t < tokens {
+        let count = (tokens - t).min(TOKENS);
+        let mut r = 0;
+        while r < rows {
+            let take = if rows - r >= ROWS { ROWS } else { 1 };
             let (wr, xt, ot) = (
                 w.add(r * row_bytes),
                 x.add(t * unit_bytes),
@@ -178,9 +181,9 @@ unsafe fn run<S: Step>(n: usize, w: &[u8], prepared: &[u8], tokens: usize, out: 
             } else {
                 go!(1)
             }
-            t += count;
+            r += take;
         }
-        r += take;
+        t += count;
     }
 }
 

@@ -245,9 +245,35 @@ fn exact_tail() -> Option<ExactTail> {
     }
 }
 
-/// F16 gemv at the AVX-512 levels: [`dot_f16_avx2`] per row, the native parts of two rows
-/// at a time (`half::dot_body_avx512_x2`) so that their reductions overlap.
+/// F16 gemv at the AVX-512 levels: [`dot_f16_avx2`] per row, the native parts of several
+/// rows at a time so that their chains overlap: four rows through AVX512-FP16's own
+/// instructions where the CPU has them (`half_native::dot_body_x4`), else two through the
+/// emulation (`half::dot_body_avx512_x2`, whose reductions overlap).
 pub(super) fn gemv_f16_avx512(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
+    if super::half_native::has_avx512_fp16() {
+        gemv_f16_rows::<4>(n, weight_rows, activation, out, |xs, y, ahead| {
+            // SAFETY: `has_avx512_fp16` confirmed AVX512-FP16 and AVX-512 F/BW/VL.
+            unsafe { super::half_native::dot_body_x4(xs, y, ahead) }
+        });
+    } else {
+        gemv_f16_rows::<2>(n, weight_rows, activation, out, |[x0, x1], y, ahead| {
+            // SAFETY: `gemv_fn` hands this kernel out only at the AVX-512 levels, which
+            // `SimdLevel::is_available` confirmed (AVX-512 F/BW/VL, F16C).
+            unsafe { super::half::dot_body_avx512_x2(x0, x1, y, ahead) }
+        });
+    }
+}
+
+/// [`gemv_f16_avx512`] with `body` computing the native parts of `R` rows at once
+/// (prefetching `ahead` elements past each), the leftovers and a last group of fewer rows
+/// as [`dot_f16_avx2`].
+fn gemv_f16_rows<const R: usize>(
+    n: usize,
+    weight_rows: &[u8],
+    activation: &[u8],
+    out: &mut [f32],
+    body: impl Fn([&[f16]; R], &[f16], usize) -> [f16; R],
+) {
     let row_bytes = 2 * n;
     assert_eq!(
         weight_rows.len(),
@@ -264,36 +290,53 @@ pub(super) fn gemv_f16_avx512(n: usize, weight_rows: &[u8], activation: &[u8], o
     let native = half_arith::body_len(n);
     let tail = exact_tail();
     let y = f16_row(&activation[..2 * native]);
-    let pairs = weight_rows.chunks_exact(2 * row_bytes);
-    let last = pairs.remainder();
-    let mut outs = out.chunks_exact_mut(2);
-    for (pair, out) in pairs.zip(outs.by_ref()) {
-        let (w0, w1) = pair.split_at(row_bytes);
+    let groups = weight_rows.chunks_exact(R * row_bytes);
+    let last = groups.remainder();
+    let mut outs = out.chunks_exact_mut(R);
+    for (group, out) in groups.zip(outs.by_ref()) {
+        let rows: [&[u8]; R] = std::array::from_fn(|r| &group[r * row_bytes..(r + 1) * row_bytes]);
         let starts = if native > 0 {
-            let (x0, x1) = (f16_row(&w0[..2 * native]), f16_row(&w1[..2 * native]));
-            // SAFETY: `gemv_fn` hands this kernel out only at the AVX-512 levels, which
-            // `SimdLevel::is_available` confirmed (AVX-512 F/BW/VL, F16C).
-            unsafe { super::half::dot_body_avx512_x2(&x0, &x1, &y, 2 * n) }
+            let xs = rows.map(|row| f16_row(&row[..2 * native]));
+            body(std::array::from_fn(|r| &*xs[r]), &y, R * n)
         } else {
-            [f16::ZERO; 2]
+            [f16::ZERO; R]
         };
-        // The leftovers of the next two rows (the body prefetched their native parts).
+        // The leftovers of the next rows (the body prefetched their native parts).
         for line in (2 * native..row_bytes).step_by(64) {
-            let next = pair.as_ptr().wrapping_add(2 * row_bytes + line);
-            // SAFETY: a prefetch does not fault, past the end of the rows included.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.cast()) };
-            let next = next.wrapping_add(row_bytes);
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.cast()) };
+            for r in 0..R {
+                let next = group.as_ptr().wrapping_add((R + r) * row_bytes + line);
+                // SAFETY: a prefetch does not fault, past the end of the rows included.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(next.cast()) };
+            }
         }
-        for ((value, row), start) in out.iter_mut().zip([w0, w1]).zip(starts) {
-            // A NaN is the twin's positive one (as `half_arith::dot_body`).
-            let start = if start.is_nan() { f16::NAN } else { start };
-            *value = dot_f16_finish(n, row, activation, start, tail);
+        // A NaN is the twin's positive one (as `half_arith::dot_body`).
+        let starts = starts.map(|start| if start.is_nan() { f16::NAN } else { start });
+        let sums = if native == n {
+            starts.map(|start| Some(f64::from(start)))
+        } else if super::has_avx512_dq() {
+            let xs = rows.map(|row| row[2 * native..].as_ptr().cast::<f16>());
+            let y = activation[2 * native..].as_ptr().cast::<f16>();
+            // SAFETY: `has_avx512_dq` confirmed AVX-512 F/BW/VL/DQ, and the F16 kernels are
+            // handed out only where F16C is; every row and the activation hold `n` values
+            // (checked above), so `n - native` past `native`. Unaligned values are read
+            // with unaligned loads.
+            unsafe { super::half::tail_sums_exact(xs, y, n - native, starts.map(f64::from)) }
+        } else {
+            [None; R]
+        };
+        for (((value, row), start), sum) in out.iter_mut().zip(rows).zip(starts).zip(sums) {
+            *value = match sum {
+                Some(sum) => sum as f32,
+                None => dot_f16_finish(n, row, activation, start, tail),
+            };
         }
     }
-    if let [value] = outs.into_remainder() {
-        *value = dot_f16_avx2(n, last, activation);
+    for (value, row) in outs
+        .into_remainder()
+        .iter_mut()
+        .zip(last.chunks_exact(row_bytes))
+    {
+        *value = dot_f16_avx2(n, row, activation);
     }
 }
 

@@ -375,3 +375,91 @@ pub unsafe fn tail_sum_exact(x: &[f16], y: &[f16], start: f64) -> Option<f64> {
     let limit = f64::from_bits(((1023 + 52 + q) as u64) << 52);
     (bound.is_finite() && bound < limit).then_some(total)
 }
+
+/// [`tail_sum_exact`] of `R` weight rows against one activation row, sharing the
+/// activation's widening, the sum of the magnitudes bounded from above by f32 additions
+/// rounded upwards. `xs[r]` and `y` point at `len` values
+/// each; `None` for a row where the bound does not hold (the caller adds in order).
+///
+/// # Safety
+/// Requires AVX-512 F/BW/VL/DQ and F16C; every `xs[r]` and `y` point at `len` readable
+/// values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c")]
+pub unsafe fn tail_sums_exact<const R: usize>(
+    xs: [*const f16; R],
+    y: *const f16,
+    len: usize,
+    starts: [f64; R],
+) -> [Option<f64>; R] {
+    const WIDE: usize = 16;
+    let wide = len / WIDE * WIDE;
+    let mut sums = [_mm512_setzero_pd(); R];
+    // Upper bounds of the sums of |product| per lane, and the bits of the smallest nonzero
+    // |product| (all ones until one is seen).
+    let mut magnitudes = [_mm512_setzero_ps(); R];
+    let mut smallest = [_mm512_set1_epi32(-1); R];
+    let magnitude = _mm512_set1_epi32(0x7fff_ffff);
+    for at in (0..wide).step_by(WIDE) {
+        // SAFETY: `at + 16 <= wide <= len`, inside every row (the caller's promise).
+        let b = unsafe { load_x16(y.add(at)) };
+        for r in 0..R {
+            // SAFETY: as above.
+            let product = _mm512_mul_ps(unsafe { load_x16(xs[r].add(at)) }, b);
+            let bits = _mm512_and_si512(_mm512_castps_si512(product), magnitude);
+            magnitudes[r] = _mm512_add_round_ps::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(
+                magnitudes[r],
+                _mm512_castsi512_ps(bits),
+            );
+            let nonzero = _mm512_test_epi32_mask(bits, bits);
+            smallest[r] = _mm512_mask_min_epu32(smallest[r], nonzero, smallest[r], bits);
+            let low = _mm512_cvtps_pd(_mm512_castps512_ps256(product));
+            let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(product),
+            )));
+            sums[r] = _mm512_add_pd(sums[r], _mm512_add_pd(low, high));
+        }
+    }
+    let mut out = [None; R];
+    for r in 0..R {
+        let mut total = starts[r] + _mm512_reduce_add_pd(sums[r]);
+        // Four rounded-to-nearest f32 additions: within a relative 2^-21 of the lanes' sum,
+        // which the limit's halved headroom (2^52 rather than 2^53) covers.
+        let mut bound = f64::from(_mm512_reduce_add_ps(magnitudes[r]));
+        let mut low = _mm512_reduce_min_epu32(smallest[r]);
+        for i in wide..len {
+            // SAFETY: `i < len`, inside every row.
+            let product = unsafe {
+                xs[r].add(i).read_unaligned().to_f32() * y.add(i).read_unaligned().to_f32()
+            };
+            let bits = product.to_bits() & 0x7fff_ffff;
+            bound += f64::from(product).abs();
+            if bits != 0 {
+                low = low.min(bits);
+            }
+            total += f64::from(product);
+        }
+        // The last-bit exponent of an f32 product: its exponent less 23 (a nonzero product
+        // of two f16 values is normal); none when every product is zero.
+        let mut q = if low == u32::MAX {
+            i32::MAX
+        } else {
+            (low >> 23) as i32 - 127 - 23
+        };
+        let start = starts[r];
+        if start != 0.0 {
+            // An f16 value is a multiple of 2^(e - 10) (2^-24 for subnormals).
+            let e = ((start.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+            q = q.min(e.max(-14) - 10);
+        }
+        if q == i32::MAX {
+            // Every term is zero; from a `+0` start the in-order sum is `+0` too.
+            out[r] = (start.to_bits() == 0).then_some(total);
+            continue;
+        }
+        let bound = bound + start.abs();
+        // 2^(52 + q) from its bits: q lies in -71..=105, inside f64's normal exponents.
+        let limit = f64::from_bits(((1023 + 52 + q) as u64) << 52);
+        out[r] = (bound.is_finite() && bound < limit).then_some(total);
+    }
+    out
+}

@@ -8,6 +8,7 @@
 mod batched;
 pub(super) mod float;
 pub(crate) mod half;
+pub(crate) mod half_native;
 mod kquants;
 mod legacy;
 pub(super) mod pairs;
