@@ -99,6 +99,12 @@ impl DraftLength {
         0
     }
 
+    /// The running average of a target pass of `rows` rows, in seconds, when one was
+    /// measured.
+    pub fn pass_seconds(&self, rows: usize) -> Option<f64> {
+        self.pass_seconds.get(rows).copied().flatten()
+    }
+
     /// Records a target pass of `rows` rows that took `seconds`.
     pub fn record_pass(&mut self, rows: usize, seconds: f64) {
         if let Some(slot) = self.pass_seconds.get_mut(rows) {

@@ -1,12 +1,17 @@
 //! `runit bench --draft-ngram N` / `-md FILE`: greedy generation from real prompts, timed
 //! with speculation off and on in the same run (alternating, one repetition of each in
 //! turn, so both meet the same load), with the drafts' acceptance rate. Greedy output with
-//! speculation is the same tokens, so both sides generate the same text.
+//! speculation is the same tokens, so both sides generate the same text. The adaptive draft
+//! length (what it measured of the drafter and of the passes) carries from one generation
+//! to the next, as `runit chat` carries it from turn to turn; each generation's drafter
+//! starts afresh. The table ends with what a verification pass of each row count cost
+//! against a one-row step (the adaptive length's running averages).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use runit_engine::speculative::DraftLength;
 use runit_engine::{
     generate_with, GenerateParams, GenerationOutput, Sampler, SamplerParams, Session,
 };
@@ -46,6 +51,8 @@ pub fn run(
     };
     let mut session = Session::new(loaded.model.clone(), config)?;
     let mut rows = Vec::new();
+    // The adaptive length learned so far.
+    let mut learned: Option<DraftLength> = None;
     for path in prompt_files {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the prompt {}", path.display()))?;
@@ -68,14 +75,21 @@ pub fn run(
                 session.reset();
                 let mut sampler = Sampler::new(SamplerParams::greedy())?;
                 let mut speculation = speculate.then(|| drafts.speculation()).transpose()?;
-                Ok(generate_with(
+                if let (Some(speculation), Some(length)) = (&mut speculation, &learned) {
+                    speculation.length = length.clone();
+                }
+                let output = generate_with(
                     &mut session,
                     &mut sampler,
                     &prompt,
                     &params,
                     speculation.as_mut(),
                     |_| true,
-                )?)
+                )?;
+                if let Some(speculation) = speculation {
+                    learned = Some(speculation.length);
+                }
+                Ok(output)
             };
             let off = generate(false)?;
             let on = generate(true)?;
@@ -131,6 +145,10 @@ pub fn run(
                 rate(tokens, on) / rate(tokens, off),
                 100.0 * accepted as f64 / drafted.max(1) as f64
             );
+            if let Some(costs) = learned.as_ref().map(|length| pass_costs(length, drafts)) {
+                println!();
+                println!("verification pass cost against a 1-row step (running averages): {costs}");
+            }
         }
         Format::Json => {
             let results: Vec<_> = rows
@@ -142,11 +160,34 @@ pub fn run(
                            "acceptance": acceptance(row)})
                 })
                 .collect();
+            let pass_ms: serde_json::Map<String, serde_json::Value> = learned
+                .iter()
+                .flat_map(|length| {
+                    (1..=drafts.params().max + 1).filter_map(|rows| {
+                        let seconds = length.pass_seconds(rows)?;
+                        Some((rows.to_string(), json!(1e3 * seconds)))
+                    })
+                })
+                .collect();
             println!(
                 "{}",
-                json!({"drafter": drafts.describe(), "results": results})
+                json!({"drafter": drafts.describe(), "results": results, "pass_ms": pass_ms})
             );
         }
     }
     Ok(())
+}
+
+/// `rows: ratio` of every measured row count's pass time to a one-row step's.
+fn pass_costs(length: &DraftLength, drafts: &DraftSource) -> String {
+    let Some(one) = length.pass_seconds(1) else {
+        return "no one-row step measured".into();
+    };
+    (2..=drafts.params().max + 1)
+        .filter_map(|rows| {
+            let seconds = length.pass_seconds(rows)?;
+            Some(format!("{rows} rows {:.2}x", seconds / one))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
