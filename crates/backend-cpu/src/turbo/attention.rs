@@ -16,7 +16,7 @@ use runit_backend::turbo::BLOCK;
 use runit_backend::SequenceSpan;
 
 use super::chunk::{self, Queries, Side, MAX_HEADS};
-use super::{exp, Table};
+use super::exp;
 use crate::ops::attention::{row_owners, Problem};
 use crate::storage::{CpuKv, TurboCells};
 use crate::vector::Isa;
@@ -68,15 +68,13 @@ impl Context<'_> {
 
     fn side<'c>(&self, cells: &'c TurboCells, kv_head: usize) -> Side<'c> {
         let blocks = self.problem.head_dim / BLOCK;
-        let block_bytes = cells.layout.block_bytes();
-        Side {
-            bytes: &cells.bytes,
-            layout: cells.layout,
-            table: Table::new(cells.layout.code_bits),
-            row_bytes: self.problem.kv_width / BLOCK * block_bytes,
-            offset: kv_head * blocks * block_bytes,
-            len: blocks * block_bytes,
-        }
+        Side::new(
+            &cells.bytes,
+            cells.layout,
+            cells.blocks,
+            kv_head * blocks,
+            blocks,
+        )
     }
 
     /// The partial of chunk `chunk` of (`row`, `kv_head`) into `out` ([`partial_len`]).

@@ -76,19 +76,58 @@ pub struct Side<'a> {
     pub bytes: &'a [u8],
     pub layout: TurboLayout,
     pub table: Table,
-    /// Bytes of one cache row (all KV heads).
-    pub row_bytes: usize,
+    /// Row position of the KV head's first block.
+    pub first_block: usize,
+    /// Bytes of one cache row (all KV heads' blocks, then their outliers' indices).
+    row_bytes: usize,
     /// Offset of the KV head's first block in a row.
-    pub offset: usize,
+    offset: usize,
     /// Bytes of the KV head's blocks.
-    pub len: usize,
+    len: usize,
+    /// Offset of the outliers' indices in a row, and their bytes.
+    indices: (usize, usize),
 }
 
 impl Side<'_> {
+    /// The `blocks` blocks from row position `first_block` of a cache of `layout` whose
+    /// rows have `row_blocks` blocks.
+    pub fn new(
+        bytes: &[u8],
+        layout: TurboLayout,
+        row_blocks: usize,
+        first_block: usize,
+        blocks: usize,
+    ) -> Side<'_> {
+        let block_bytes = layout.block_bytes();
+        Side {
+            bytes,
+            layout,
+            table: Table::new(layout.code_bits),
+            first_block,
+            row_bytes: layout.row_bytes(row_blocks),
+            offset: first_block * block_bytes,
+            len: blocks * block_bytes,
+            indices: (row_blocks * block_bytes, layout.index_bytes(row_blocks)),
+        }
+    }
+
     /// The KV head's blocks in cache row `cell`.
     pub fn row(&self, cell: usize) -> &[u8] {
         let at = cell * self.row_bytes + self.offset;
         &self.bytes[at..at + self.len]
+    }
+
+    /// The outliers `(index, value)` of block `b` of the KV head in cache row `cell`, whose
+    /// bytes are `block`.
+    pub fn outliers<'b>(
+        &'b self,
+        cell: usize,
+        b: usize,
+        block: &'b [u8],
+    ) -> impl Iterator<Item = (usize, f32)> + 'b {
+        let at = cell * self.row_bytes + self.indices.0;
+        let indices = &self.bytes[at..at + self.indices.1];
+        self.layout.outliers(block, indices, self.first_block + b)
     }
 }
 
@@ -161,7 +200,7 @@ pub fn scores(
             let mut dot = reduce(&lanes);
             for (b, block) in row.chunks_exact(block_bytes).enumerate() {
                 let plain = &queries.plain[g * head_dim + b * BLOCK..];
-                for (index, value) in layout.outliers(block) {
+                for (index, value) in keys.outliers(cell, b, block) {
                     dot = plain[index].mul_add(value, dot);
                 }
             }
@@ -222,7 +261,7 @@ pub fn values(
                 for (a, &code) in accumulator[at..at + BLOCK].iter_mut().zip(&codes) {
                     *a = (values.table.0[usize::from(code)] * norm).mul_add(weight, *a);
                 }
-                for (index, value) in layout.outliers(block) {
+                for (index, value) in values.outliers(cell, b, block) {
                     let o = &mut outliers[at + index];
                     *o = value.mul_add(weight, *o);
                 }

@@ -1,5 +1,5 @@
 //! TurboQuant KV blocks on the CPU (`runit_backend::turbo` holds the layout, codebooks and
-//! rotations): writing rows, and the attention that runs on the codes (`attention` cuts the
+//! rotations, and writes the rows): the attention that runs on the codes (`attention` cuts the
 //! work, `chunk` holds the kernels of one chunk of keys).
 //!
 //! Each kernel has a portable twin (`chunk`'s scalar functions) doing the very same float
@@ -14,22 +14,10 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use runit_backend::turbo::{self, TurboLayout, BLOCK};
+use runit_backend::turbo;
 
 /// Lanes of the kernels' partial sums (one AVX-512 register of f32).
 const LANES: usize = 16;
-
-/// Encodes the row `row` (a whole number of blocks) into `dst` (`row.len() / BLOCK`
-/// blocks of `layout`), block `b` with the rotation of row position `b`.
-pub fn encode_row(layout: TurboLayout, row: &[f32], dst: &mut [u8]) {
-    for (block, (x, out)) in row
-        .chunks_exact(BLOCK)
-        .zip(dst.chunks_exact_mut(layout.block_bytes()))
-        .enumerate()
-    {
-        turbo::encode_block(layout, x, block, out);
-    }
-}
 
 /// A codebook's centroids repeated to fill 16 entries (entry `c` is centroid
 /// `c mod 2^bits`), so that a lookup may ignore every bit of an index above the code's:

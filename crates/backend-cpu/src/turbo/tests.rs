@@ -22,11 +22,8 @@ fn values(seed: u64) -> [f32; BLOCK] {
 /// `rows` cache rows of `blocks` blocks of `layout` encoded from random values (a few
 /// large channels among them, as LLM keys have).
 fn cache(layout: TurboLayout, rows: usize, blocks: usize, seed: u64) -> Vec<u8> {
-    let mut bytes = vec![0u8; rows * blocks * layout.block_bytes()];
-    for (r, row) in bytes
-        .chunks_exact_mut(blocks * layout.block_bytes())
-        .enumerate()
-    {
+    let mut bytes = vec![0u8; rows * layout.row_bytes(blocks)];
+    for (r, row) in bytes.chunks_exact_mut(layout.row_bytes(blocks)).enumerate() {
         let x: Vec<f32> = (0..blocks)
             .flat_map(|b| {
                 let mut v = values(seed * 10_000 + (r * blocks + b) as u64);
@@ -34,7 +31,7 @@ fn cache(layout: TurboLayout, rows: usize, blocks: usize, seed: u64) -> Vec<u8> 
                 v
             })
             .collect();
-        encode_row(layout, &x, row);
+        turbo::encode_row(layout, &x, row);
     }
     bytes
 }
@@ -59,14 +56,7 @@ fn avx512_kernels_equal_their_scalar_twins() {
             // Two KV heads a row; the kernels read the second.
             let key_bytes = cache(key_layout, rows, 2 * blocks, key_bits as u64);
             let value_bytes = cache(value_layout, rows, 2 * blocks, 7 + value_bits as u64);
-            let side = |bytes, layout: TurboLayout| Side {
-                bytes,
-                layout,
-                table: Table::new(layout.code_bits),
-                row_bytes: 2 * blocks * layout.block_bytes(),
-                offset: blocks * layout.block_bytes(),
-                len: blocks * layout.block_bytes(),
-            };
+            let side = |bytes, layout| Side::new(bytes, layout, 2 * blocks, blocks, blocks);
             let keys = side(&key_bytes, key_layout);
             let values_side = side(&value_bytes, value_layout);
             // Out of order, as a block table makes them.
@@ -152,18 +142,12 @@ fn code_domain_scores_equal_decoded_dot_products() {
             let block = seed as usize % 5;
             let bytes = cache(layout, 1, block + 1, seed);
             let encoded = &bytes[block * layout.block_bytes()..][..layout.block_bytes()];
+            let indices = &bytes[(block + 1) * layout.block_bytes()..];
             let mut decoded = [0.0f32; BLOCK];
-            turbo::decode_block(layout, encoded, block, &mut decoded);
+            turbo::decode_block(layout, encoded, indices, block, &mut decoded);
             let query = values(seed + 1000);
             let want: f32 = decoded.iter().zip(&query).map(|(a, b)| a * b).sum();
-            let side = Side {
-                bytes: &bytes,
-                layout,
-                table: Table::new(bits),
-                row_bytes: bytes.len(),
-                offset: block * layout.block_bytes(),
-                len: layout.block_bytes(),
-            };
+            let side = Side::new(&bytes, layout, block + 1, block, 1);
             let queries = Queries::new(1, BLOCK, block, |_| &query);
             let mut got = [0.0f32; LANES];
             chunk::scores(false, &queries, &side, &[0], 1.0, &mut got, LANES);
@@ -187,7 +171,7 @@ fn code_domain_scores_equal_decoded_dot_products() {
                 turbo::rotate_back(&mut y, block);
                 let norm = half::f16::from_le_bytes([encoded[0], encoded[1]]).to_f32();
                 let mut want: f32 = y.iter().zip(&query).map(|(a, b)| a * b * norm).sum();
-                for (index, value) in layout.outliers(encoded) {
+                for (index, value) in layout.outliers(encoded, indices, block) {
                     want += query[index] * value;
                 }
                 assert!((got[0] - want).abs() < 1e-4 * (1.0 + want.abs()));
@@ -343,15 +327,8 @@ fn check_attention(case: &Case) {
                 let CpuKv::Turbo(cells) = kv(cache, "test", "cache").expect("cpu cache") else {
                     panic!("a TurboQuant cache");
                 };
-                let bytes = cells.bytes_of_row(cell, kv_width);
                 let mut row = vec![0.0f32; kv_width];
-                for (block, (encoded, out)) in bytes
-                    .chunks_exact(cells.layout.block_bytes())
-                    .zip(row.chunks_exact_mut(BLOCK))
-                    .enumerate()
-                {
-                    turbo::decode_block(cells.layout, encoded, block, out);
-                }
+                turbo::decode_row(cells.layout, cells.bytes_of_row(cell), &mut row);
                 row
             };
             let cell = |p: usize| table[p / 16] as usize * 16 + p % 16;

@@ -202,7 +202,7 @@ fn scores_of<const N: usize>(
                 let row = keys.row(cell);
                 for (b, block) in row.chunks_exact(block_bytes).enumerate() {
                     let plain = &queries.plain[g * head_dim + b * BLOCK..];
-                    for (index, value) in layout.outliers(block) {
+                    for (index, value) in keys.outliers(cell, b, block) {
                         dot = plain[index].mul_add(value, dot);
                     }
                 }
@@ -322,7 +322,7 @@ fn values_of<const N: usize>(
                     }
                 }
             }
-            for (index, value) in layout.outliers(block) {
+            for (index, value) in values.outliers(cell, b, block) {
                 for g in 0..N {
                     let o = &mut outliers[g * head_dim + b * BLOCK + index];
                     *o = value.mul_add(weights[g * stride + k], *o);
