@@ -41,8 +41,9 @@ struct Context<'a> {
     wide: bool,
 }
 
-/// A (row, KV head) pair's partials: per chunk and query head of the group, the maximum,
-/// the weights' sum, the rotated accumulator and the outliers' (`[2 + 2 * head_dim]`).
+/// Values of one chunk's partial for a (row, KV head) pair: per query head of the group,
+/// the maximum, the weights' sum, the rotated accumulator and the outliers'
+/// (`[2 + 2 * head_dim]`).
 fn partial_len(problem: &Problem<'_>) -> usize {
     problem.group * (2 + 2 * problem.head_dim)
 }
