@@ -39,6 +39,8 @@ struct Context<'a> {
     kv_heads: usize,
     /// Whether the AVX-512 kernels run.
     wide: bool,
+    /// Whether the scalar twins may be compiled with AVX2 and FMA (`Isa::Avx2`).
+    fma: bool,
 }
 
 /// Values of one chunk's partial for a (row, KV head) pair: per query head of the group,
@@ -80,6 +82,28 @@ impl Context<'_> {
 
     /// The partial of chunk `chunk` of (`row`, `kv_head`) into `out` ([`partial_len`]).
     fn partial(&self, row: usize, kv_head: usize, chunk: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.fma {
+            // SAFETY: `fma` is set only for `Isa::Avx2`, which `Isa::detect` makes after
+            // detecting AVX2 and FMA.
+            return unsafe { self.partial_fma(row, kv_head, chunk, out) };
+        }
+        self.partial_body(row, kv_head, chunk, out)
+    }
+
+    /// [`Context::partial_body`] compiled for AVX2 and FMA: the scalar twins' multiply-adds
+    /// become instructions instead of calls to `fmaf` (the same correctly rounded results).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn partial_fma(&self, row: usize, kv_head: usize, chunk: usize, out: &mut [f32]) {
+        self.partial_body(row, kv_head, chunk, out)
+    }
+
+    #[inline(always)]
+    fn partial_body(&self, row: usize, kv_head: usize, chunk: usize, out: &mut [f32]) {
         let problem = self.problem;
         let (group, head_dim) = (problem.group, problem.head_dim);
         let (_, visible) = self.keys_of(row).expect("a chunk of an owned row");
@@ -203,6 +227,7 @@ pub fn run(
         values,
         kv_heads: problem.heads / problem.group,
         wide: wide(backend.isa),
+        fma: backend.isa != Isa::Scalar && !wide(backend.isa),
     };
     // One output row per (row, KV head): the group's heads are adjacent.
     let width = problem.group * problem.head_dim;

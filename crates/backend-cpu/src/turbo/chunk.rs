@@ -155,6 +155,7 @@ fn codes(layout: TurboLayout, block: &[u8]) -> [u8; BLOCK] {
 
 /// `scores[g * stride + k]`: the scaled score of the key in cache row `cells[k]` for head
 /// `g` of `queries`.
+#[inline(always)]
 pub fn scores(
     wide: bool,
     queries: &Queries,
@@ -211,6 +212,7 @@ pub fn scores(
 
 /// Turns one head's scores into softmax weights `exp(score - max)`, in place; returns
 /// the maximum and the weights' sum.
+#[inline(always)]
 pub fn softmax(wide: bool, scores: &mut [f32]) -> (f32, f32) {
     #[cfg(target_arch = "x86_64")]
     if wide {
@@ -231,6 +233,7 @@ pub fn softmax(wide: bool, scores: &mut [f32]) -> (f32, f32) {
 /// for head `g`, to `accumulator` (rotated basis) and their outliers to `outliers`
 /// (`[heads, head_dim]` each).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub fn values(
     wide: bool,
     values: &Side<'_>,
