@@ -51,77 +51,45 @@ fn fmadd(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
     acc
 }
 
-/// `a * b` per lane, rounded (`vmulph`).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn mul(a: __m512i, b: __m512i) -> __m512i {
-    let out;
-    // SAFETY: as in [`fmadd`].
-    unsafe {
-        asm!(
-            "vmulph {out}, {a}, {b}",
-            out = lateout(zmm_reg) out,
-            a = in(zmm_reg) a,
-            b = in(zmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        )
+/// A lane-wise f16 instruction `op out, a, b` on one register width, rounded once.
+macro_rules! binary {
+    ($(#[$doc:meta])* $name:ident, $op:literal, $reg:ident, $ty:ty) => {
+        $(#[$doc])*
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        fn $name(a: $ty, b: $ty) -> $ty {
+            let out;
+            // SAFETY: as in [`fmadd`].
+            unsafe {
+                asm!(
+                    concat!($op, " {out}, {a}, {b}"),
+                    out = lateout($reg) out,
+                    a = in($reg) a,
+                    b = in($reg) b,
+                    options(pure, nomem, nostack, preserves_flags)
+                )
+            };
+            out
+        }
     };
-    out
 }
 
-/// `a + b` per lane of 32, rounded (`vaddph`).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn add(a: __m512i, b: __m512i) -> __m512i {
-    let out;
-    // SAFETY: as in [`fmadd`].
-    unsafe {
-        asm!(
-            "vaddph {out}, {a}, {b}",
-            out = lateout(zmm_reg) out,
-            a = in(zmm_reg) a,
-            b = in(zmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        )
-    };
-    out
-}
-
-/// [`add`] on 16 lanes.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn add16(a: __m256i, b: __m256i) -> __m256i {
-    let out;
-    // SAFETY: as in [`fmadd`].
-    unsafe {
-        asm!(
-            "vaddph {out}, {a}, {b}",
-            out = lateout(ymm_reg) out,
-            a = in(ymm_reg) a,
-            b = in(ymm_reg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        )
-    };
-    out
-}
-
-/// [`add`] on 8 lanes.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn add8(a: __m128i, b: __m128i) -> __m128i {
-    let out;
-    // SAFETY: as in [`fmadd`].
-    unsafe {
-        asm!(
-            "vaddph {out}, {a}, {b}",
-            out = lateout(xmm_reg) out,
-            a = in(xmm_reg) a,
-            b = in(xmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        )
-    };
-    out
-}
+binary!(
+    /// `a * b` per lane, rounded (`vmulph`).
+    mul, "vmulph", zmm_reg, __m512i
+);
+binary!(
+    /// `a + b` per lane of 32, rounded (`vaddph`).
+    add, "vaddph", zmm_reg, __m512i
+);
+binary!(
+    /// [`add`] on 16 lanes.
+    add16, "vaddph", ymm_reg, __m256i
+);
+binary!(
+    /// [`add`] on 8 lanes.
+    add8, "vaddph", xmm_reg, __m128i
+);
 
 /// Thirty-two f16 values at `p` (any alignment).
 ///
