@@ -25,6 +25,9 @@ if [ "$mode" = tests ] || [ "$mode" = ops ]; then
   echo "=== matmul_gpu batched (the int8 kernels, RUNIT_CUDA_MMQ8=1)"
   RUNIT_CUDA_MMQ8=1 timeout 150 device/bin/matmul_gpu batched --nocapture --test-threads 1 >"$out/matmul_gpu-int8.log" 2>&1
   echo "rc=$?"; grep -E "test result|panicked|FAILED" "$out/matmul_gpu-int8.log" | head -5
+  echo "=== matmul_gpu batched (mmq.cu's f16 kernels for every type, RUNIT_CUDA_MMQP=0)"
+  RUNIT_CUDA_MMQP=0 timeout 150 device/bin/matmul_gpu batched --nocapture --test-threads 1 >"$out/matmul_gpu-mmq.log" 2>&1
+  echo "rc=$?"; grep -E "test result|panicked|FAILED" "$out/matmul_gpu-mmq.log" | head -5
   echo "=== cuda_fault"
   RUNIT_BIN=$PWD/device/bin/runit timeout 200 device/bin/cuda_fault --nocapture --test-threads 1 >"$out/cuda_fault.log" 2>&1
   echo "rc=$?"; grep -E "^test |test result|panicked|error:" "$out/cuda_fault.log" | head -20

@@ -9,8 +9,8 @@
 // every type) its rows MMQ_SLAB elements at a time into its own shared slab, eight
 // neighbouring lanes reading one row's bytes, and feeds the tensor cores from the slab and
 // the staged activations with ldmatrix. With one range the block writes `out` (plus `bias`);
-// with several it writes its partial sums and the last block of the tile to finish (arrival
-// counters, zero between calls) adds them in range order, so results do not depend on timing.
+// with several it writes its partial sums and mmq_merge (below, launched next) adds them in
+// range order, so results do not depend on timing.
 #include "mmq.cuh"
 
 #define MMQ_CHUNK 128
@@ -23,11 +23,9 @@
 template <class W, int NT>
 __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                     const u16* __restrict__ x, u32 tokens, u32 split, float* __restrict__ out,
-                                    const float* __restrict__ bias, float* __restrict__ partial,
-                                    u32* __restrict__ counters) {
+                                    const float* __restrict__ bias, float* __restrict__ partial) {
     __shared__ __align__(16) u16 staged[8 * NT][MMQ_X_STRIDE];
     __shared__ __align__(16) u16 slab[MMQ_THREADS / 32][MMQ_WARP_ROWS][MMQ_W_STRIDE];
-    __shared__ bool last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const u32 row0 = blockIdx.x * MMQ_BLOCK_ROWS + warp * MMQ_WARP_ROWS;
@@ -100,14 +98,26 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, u64 row_bytes, u32
         }
     }
 
-    mmq_finish<NT>(acc, out, bias, partial, counters, row0, token0, tokens, n_out, g, t, &last_block);
+    mmq_finish<NT>(acc, out, bias, partial, row0, token0, tokens, n_out, g, t);
+}
+
+// out[i] = sum over the `splits` ranges of partial[s][i] (in range order) + bias[i % n_out]
+// for i < values (= tokens × n_out): the merge of a batched kernel's ranges.
+extern "C" __global__ void mmq_merge(const float* __restrict__ partial, u64 values, u32 splits, u32 n_out,
+                                     const float* __restrict__ bias, float* __restrict__ out) {
+    pdl_start();
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (u32 s = 0; s < splits; s++) sum += __ldcg(partial + s * values + i);
+        out[i] = sum + (bias != nullptr ? bias[i % n_out] : 0.0f);
+    }
 }
 
 #define MMQ_KERNEL(W, name, NT)                                                                              \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmq_##name##_n##NT(                         \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 split, float* out,   \
-        const float* bias, float* partial, u32* counters) {                                                  \
-        mmq<W, NT>(w, row_bytes, n_in, n_out, x, tokens, split, out, bias, partial, counters);               \
+        const float* bias, float* partial) {                                                  \
+        mmq<W, NT>(w, row_bytes, n_in, n_out, x, tokens, split, out, bias, partial);               \
     }
 
 // Token tiles of 16 rows (NT = 2 tiles of 8): with more rows per tile the kernels ran slower

@@ -72,42 +72,17 @@ __device__ __forceinline__ void mmq_store(const float (&acc)[2][NT][4], float* t
     }
 }
 
-// The end of a batched kernel: with one range the block writes its sums (plus `bias`);
-// with several it publishes its partial sums and the last block of the tile to arrive adds
-// every range's sums in range order (arrival counters, zero between calls), so results do
-// not depend on timing. Every thread of the block calls it.
+// The end of a batched kernel: with one range the block writes its sums (plus `bias`); with
+// several it writes its range's partial sums, which `mmq_merge` (mmq.cu, launched next) adds
+// in range order over the whole device, so results do not depend on timing.
 template <int NT>
 __device__ __forceinline__ void mmq_finish(const float (&acc)[2][NT][4], float* __restrict__ out,
-                                           const float* __restrict__ bias, float* __restrict__ partial,
-                                           u32* __restrict__ counters, u32 row0, u32 token0, u32 tokens, u32 n_out,
-                                           int g, int t, bool* last_block_flag) {
-    bool& last_block = *last_block_flag;
-    // One range: the block's sums are the outputs.
+                                           const float* __restrict__ bias, float* __restrict__ partial, u32 row0,
+                                           u32 token0, u32 tokens, u32 n_out, int g, int t) {
     if (gridDim.z == 1) {
         mmq_store<NT>(acc, out, bias, row0, token0, tokens, n_out, g, t);
-        return;
-    }
-    // Several ranges: publish this range's sums and count the block; the last block of the
-    // tile to arrive adds every range's sums in range order.
-    const u64 values = (u64)tokens * n_out;
-    mmq_store<NT>(acc, partial + blockIdx.z * values, nullptr, row0, token0, tokens, n_out, g, t);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* counter = counters + (u64)blockIdx.y * gridDim.x + blockIdx.x;
-        last_block = atomicAdd(counter, 1u) == gridDim.z - 1;
-        if (last_block) *counter = 0u;  // every other block of the tile has counted
-    }
-    __syncthreads();
-    if (!last_block) return;
-    __threadfence();
-    const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
-    for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * 8 * NT; i += MMQ_THREADS) {
-        const u32 row = block_row0 + i % MMQ_BLOCK_ROWS, token = token0 + i / MMQ_BLOCK_ROWS;
-        if (row >= n_out || token >= tokens) continue;
-        const u64 index = (u64)token * n_out + row;
-        float sum = 0.0f;
-        for (u32 s = 0; s < gridDim.z; s++) sum += __ldcg(partial + s * values + index);
-        out[index] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    } else {
+        const u64 values = (u64)tokens * n_out;
+        mmq_store<NT>(acc, partial + blockIdx.z * values, nullptr, row0, token0, tokens, n_out, g, t);
     }
 }

@@ -196,7 +196,7 @@ template <class W, int NT>
 __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                      const i8* __restrict__ aq, const float2* __restrict__ ads, u32 tokens,
                                      u32 split, float* __restrict__ out, const float* __restrict__ bias,
-                                     float* __restrict__ partial, u32* __restrict__ counters) {
+                                     float* __restrict__ partial) {
     constexpr int SUB = I8<W>::SUB;
     constexpr bool MIN = I8<W>::MIN;
     constexpr int TOKENS = 8 * NT;
@@ -207,7 +207,6 @@ __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u3
     __shared__ __align__(16) i8 slab[MMQ_THREADS / 32][MMQ_WARP_ROWS][MMQ8_W_STRIDE];
     __shared__ float slab_d[MMQ_THREADS / 32][MMQ_WARP_ROWS][WSUBS];
     __shared__ float slab_m[MIN ? MMQ_THREADS / 32 : 1][MMQ_WARP_ROWS][WSUBS];
-    __shared__ bool last_block;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const u32 row0 = blockIdx.x * MMQ_BLOCK_ROWS + warp * MMQ_WARP_ROWS;
@@ -335,7 +334,7 @@ __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u3
             }
         }
     }
-    mmq_finish<NT>(acc, out, bias, partial, counters, row0, token0, tokens, n_out, g, t, &last_block);
+    mmq_finish<NT>(acc, out, bias, partial, row0, token0, tokens, n_out, g, t);
 }
 
 // Knob (RUNIT_CUDA_DEFINES): the fewest blocks per multiprocessor the compiler must fit
@@ -347,8 +346,8 @@ __device__ __forceinline__ void mmq8(const u8* __restrict__ w, u64 row_bytes, u3
 #define MMQ8_KERNEL(W, name, NT)                                                                              \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ8_MIN_BLOCKS) mmq8_##name##_n##NT(                          \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const i8* aq, const float2* ads, u32 tokens,        \
-        u32 split, float* out, const float* bias, float* partial, u32* counters) {                           \
-        mmq8<W, NT>(w, row_bytes, n_in, n_out, aq, ads, tokens, split, out, bias, partial, counters);         \
+        u32 split, float* out, const float* bias, float* partial) {                           \
+        mmq8<W, NT>(w, row_bytes, n_in, n_out, aq, ads, tokens, split, out, bias, partial);         \
     }
 
 // Token tiles of 16, 32 and 64 rows.

@@ -57,6 +57,7 @@ pub const SOURCES: &[KernelSource] = &[
     source!("matvec_kquants.cu"),
     source!("mmq.cu"),
     source!("mmq8.cu"),
+    source!("mmqp.cu"),
     source!("fused.cu"),
     source!("moe.cu"),
     source!("fault.cu"),

@@ -179,7 +179,7 @@ fn compare_shapes(
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
-/// The batched kernels (up to 16 rows) and the GEMM path just past them, rows that fill no
+/// The batched kernels (tiles of 16, 32 and 64 rows) and the GEMM path past them, rows that fill no
 /// whole block, rows of 896 (no whole K-quant super-block: ranges of whole 128-element
 /// chunks), long rows split into ranges (partial sums), with and without a bias.
 #[test]

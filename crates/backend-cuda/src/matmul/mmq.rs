@@ -2,22 +2,22 @@
 //! each packed weight block read once per tile of token rows; no weight is staged as a
 //! dequantized matrix.
 //!
-//! With `RUNIT_CUDA_MMQ8=1` (off by default: slower today, see `int8_enabled`) quantized
-//! weights take the int8 kernels (`mmq8_*` in kernels/mmq8.cu) for up to
-//! [`MMQ8_MAX_TOKENS`] rows: the activations are the matvecs' q8 quantization (quantized once
-//! per input and reused by the next matmul of the same input: Q, K and V; gate and up), the
-//! weights are unpacked per warp into int8 tiles with one float scale per sub-block, and
-//! the tensor cores multiply int8 by int8; tiles hold 16, 32 or 64 token rows, the smallest
-//! that holds the batch. Otherwise every weight type takes the f16 kernels (`mmq_*` in
-//! kernels/mmq.cu) for up to [`MMQ_MAX_TOKENS`] rows, each warp dequantizing its rows into
-//! shared memory, with the activations converted to f16 once per input as the CPU rounds them
-//! for the weight type. Larger batches take the GEMM path.
+//! Quantized weights take the pipelined kernels (`mmqp_*` in kernels/mmqp.cu) for up to
+//! [`PIPE_MAX_TOKENS`] rows: raw weight blocks and f16 activations copied into shared memory
+//! with cp.async, two stages in flight, each lane decoding its tensor-core fragments from the
+//! raw bytes (integer tricks and f16x2 arithmetic for Q4_K, Q6_K and Q8_0, dequant.cuh's float
+//! path for the other types), tiles of 16, 32 or 64 token rows, the smallest that holds the
+//! batch. Float weights take the f16 kernels (`mmq_*` in kernels/mmq.cu, each warp
+//! dequantizing its rows into shared memory) for up to [`MMQ_MAX_TOKENS`] rows. With
+//! `RUNIT_CUDA_MMQ8=1` quantized weights take the int8 kernels (`mmq8_*` in kernels/mmq8.cu,
+//! slower: see `int8_enabled`) instead. Larger batches take the GEMM path.
 //!
 //! Matrices with too few row blocks to fill the device split their rows' length into ranges;
-//! the last block of a tile to finish adds the ranges' partial sums in a fixed order.
+//! `mmq_merge` then adds the ranges' partial sums in a fixed order over the whole device.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
+use runit_quant::GgmlType;
 
 use super::names::TypeKernels;
 use super::{ensure, launch_kernel, Operands, Scratch, OP};
@@ -38,6 +38,9 @@ const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
 const THREADS: u32 = 128;
 /// Blocks per multiprocessor the split aims for, so that every multiprocessor streams weights.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 4;
+/// The same for the pipelined kernels (`RUNIT_CUDA_MMQP_BLOCKS`, default 2: two fit in a
+/// multiprocessor's shared memory).
+static PIPE_BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
 /// Elements of the activations staged at once (`MMQ_CHUNK` in mmq.cu): ranges of the row
 /// length and the rows themselves are whole multiples of it.
@@ -50,10 +53,45 @@ pub enum Path {
     Half(&'static str),
     /// The int8 kernel with tiles of `tile` token rows.
     Int8 { kernel: &'static str, tile: usize },
+    /// The pipelined f16 kernel with tiles of `tile` token rows and `shared` bytes of
+    /// dynamic shared memory.
+    Pipe {
+        kernel: &'static str,
+        tile: usize,
+        shared: u32,
+    },
 }
 
-/// The batched kernel that takes a matmul of `tokens` rows of `n_in` elements, if any.
-pub fn path(kernels: &TypeKernels, tokens: usize, n_in: usize) -> Option<Path> {
+/// Source of the pipelined kernels.
+const PIPE_FILE: &str = "mmqp.cu";
+/// Elements of one stage of the pipelined kernels (`MMQP_STAGE_K` in mmqp.cu).
+const PIPE_STAGE: usize = 256;
+/// Stages in flight (`MMQP_STAGES`: 2, or what `RUNIT_CUDA_DEFINES` sets it to for an
+/// experiment).
+fn pipe_stages() -> usize {
+    static STAGES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STAGES.get_or_init(|| {
+        std::env::var("RUNIT_CUDA_DEFINES")
+            .unwrap_or_default()
+            .split_whitespace()
+            .find_map(|define| define.strip_prefix("MMQP_STAGES=")?.parse().ok())
+            .unwrap_or(2)
+    })
+}
+
+/// Dynamic shared memory of a pipelined kernel for weights of `ty` and tiles of `tile`
+/// tokens: per stage, each of the block's rows' window (the stage's whole blocks plus up to
+/// 15 bytes of misalignment on each side, whole 16-byte chunks: `MmqpLayout` in mmqp.cu)
+/// and the tile's f16 activations.
+pub fn pipe_shared_bytes(ty: GgmlType, tile: usize) -> u32 {
+    let stage_bytes = PIPE_STAGE / ty.block_size() * ty.type_size();
+    let window = (stage_bytes + 30).next_multiple_of(16);
+    (pipe_stages() * (BLOCK_ROWS * window + tile * PIPE_STAGE * 2)) as u32
+}
+
+/// The batched kernel that takes a matmul of `tokens` rows of `n_in` elements of a `ty`
+/// weight, if any.
+pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> Option<Path> {
     if !n_in.is_multiple_of(CHUNK) {
         return None;
     }
@@ -70,10 +108,47 @@ pub fn path(kernels: &TypeKernels, tokens: usize, n_in: usize) -> Option<Path> {
             tile: TILE8_TOKENS[variant],
         });
     }
+    if let Some(names) = kernels
+        .mmqp
+        .filter(|_| pipe_enabled() && tokens <= pipe_max_tokens())
+    {
+        let variant = TILE8_TOKENS
+            .iter()
+            .position(|&tile| tokens <= tile)
+            .unwrap_or(TILE8_TOKENS.len() - 1);
+        let tile = TILE8_TOKENS[variant];
+        return Some(Path::Pipe {
+            kernel: names[variant],
+            tile,
+            shared: pipe_shared_bytes(ty, tile),
+        });
+    }
     kernels
         .mmq
         .filter(|_| tokens <= MMQ_MAX_TOKENS)
         .map(Path::Half)
+}
+
+/// Quantized weights take the pipelined kernels for up to [`PIPE_MAX_TOKENS`] rows (or
+/// `RUNIT_CUDA_MMQP_MAX`) unless `RUNIT_CUDA_MMQP=0`. On an H200 (qwen2.5-7b Q4_K_M,
+/// docs/perf-cuda.md, session 28) they decoded 64 rows 1.55x faster than the GEMM path and 16
+/// rows 1.6x faster than the f16 kernels of mmq.cu; at 128 rows the GEMM path was 4% faster.
+fn pipe_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQP").map_or(true, |v| v != "0"))
+}
+
+/// Most token rows the pipelined kernels take by default (one tile of 64).
+pub const PIPE_MAX_TOKENS: usize = 64;
+
+fn pipe_max_tokens() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("RUNIT_CUDA_MMQP_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(PIPE_MAX_TOKENS)
+    })
 }
 
 /// `RUNIT_CUDA_MMQ8=1`: quantized weights take the int8 kernels (up to
@@ -108,19 +183,14 @@ pub struct MmqPlan {
 
 impl MmqPlan {
     /// The plan for `tokens` × `n_in` activations in tiles of `tile` tokens and `n_out`
-    /// weight rows on a device of `multiprocessors`.
-    pub fn new(
-        tokens: usize,
-        tile: usize,
-        n_in: usize,
-        n_out: usize,
-        multiprocessors: usize,
-    ) -> MmqPlan {
+    /// weight rows, aiming for `blocks` blocks (when the rows give fewer, their length is
+    /// split into ranges).
+    pub fn new(tokens: usize, tile: usize, n_in: usize, n_out: usize, blocks: usize) -> MmqPlan {
         let row_blocks = n_out.div_ceil(BLOCK_ROWS);
         let token_tiles = tokens.div_ceil(tile).max(1);
         // Ranges are whole K-quant super-blocks when the row holds them, else whole chunks.
         let granularity = if n_in.is_multiple_of(256) { 256 } else { CHUNK };
-        let wanted = (BLOCKS_PER_MULTIPROCESSOR * multiprocessors)
+        let wanted = blocks
             .div_ceil(row_blocks * token_tiles)
             .clamp(1, (n_in / granularity).max(1));
         let split = n_in.div_ceil(wanted).next_multiple_of(granularity);
@@ -140,32 +210,69 @@ pub(super) fn run(
     op: &Operands,
     scratch: &mut Scratch,
 ) -> Result<(), BackendError> {
-    let (name, tile, x, scales) = match path {
-        Path::Half(name) => (name, TILE_TOKENS, half_input(backend, op, scratch)?, None),
+    let (name, tile, x, scales, shared) = match path {
+        Path::Half(name) => (
+            name,
+            TILE_TOKENS,
+            half_input(backend, op, scratch)?,
+            None,
+            0,
+        ),
         Path::Int8 { kernel, tile } => {
             let (aq, ads) = super::matvec::quantized_input(backend, op, scratch)?;
-            (kernel, tile, aq, Some(ads))
+            (kernel, tile, aq, Some(ads), 0)
         }
+        Path::Pipe {
+            kernel,
+            tile,
+            shared,
+        } => {
+            if scratch.shared_raised.insert(kernel) {
+                use cudarc::driver::sys::CUfunction_attribute_enum as Attribute;
+                backend
+                    .kernel(OP, PIPE_FILE, kernel)?
+                    .set_attribute(
+                        Attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        shared as i32,
+                    )
+                    .map_err(|e| backend.driver_error(OP, e))?;
+            }
+            (
+                kernel,
+                tile,
+                half_input(backend, op, scratch)?,
+                None,
+                shared,
+            )
+        }
+    };
+    // The pipelined kernels fit two blocks in a multiprocessor's shared memory.
+    let per_multiprocessor = match path {
+        Path::Pipe { .. } => *PIPE_BLOCKS.get_or_init(|| {
+            std::env::var("RUNIT_CUDA_MMQP_BLOCKS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2)
+        }),
+        _ => BLOCKS_PER_MULTIPROCESSOR,
     };
     let plan = MmqPlan::new(
         op.tokens,
         tile,
         op.n_in,
         op.n_out,
-        super::matvec::multiprocessors(backend)?,
+        per_multiprocessor * super::matvec::multiprocessors(backend)?,
     );
-    let (partial, counters) = if plan.splits > 1 {
+    let partial = if plan.splits > 1 {
         let values = op.tokens * op.n_out;
-        let partial = ensure(
+        ensure(
             backend,
             &mut scratch.partial,
             plan.splits * values,
             "split partial sums",
-        )?;
-        let tiles = plan.row_blocks * plan.token_tiles;
-        (partial, backend.arrival_counters(OP, tiles)?)
+        )?
     } else {
-        (0, 0)
+        0
     };
     let config = LaunchConfig {
         grid_dim: (
@@ -174,7 +281,7 @@ pub(super) fn run(
             plan.splits as u32,
         ),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: shared,
     };
     let (weight, row_bytes, n_in, n_out) = (
         op.weight,
@@ -183,16 +290,39 @@ pub(super) fn run(
         op.n_out as u32,
     );
     let (tokens, split) = (op.tokens as u32, plan.split as u32);
+    let file = if matches!(path, Path::Pipe { .. }) {
+        PIPE_FILE
+    } else {
+        "mmq.cu"
+    };
     match scales {
         None => launch_kernel!(
-            backend, OP, "mmq.cu", name, config, weight, row_bytes, n_in, n_out, x, tokens, split,
-            op.out, op.bias, partial, counters
-        ),
+            backend, OP, file, name, config, weight, row_bytes, n_in, n_out, x, tokens, split,
+            op.out, op.bias, partial
+        )?,
         Some(ads) => launch_kernel!(
             backend, OP, "mmq8.cu", name, config, weight, row_bytes, n_in, n_out, x, ads, tokens,
-            split, op.out, op.bias, partial, counters
-        ),
+            split, op.out, op.bias, partial
+        )?,
     }
+    if plan.splits == 1 {
+        return Ok(());
+    }
+    // The ranges' partial sums, added in range order.
+    let values = op.tokens * op.n_out;
+    launch_kernel!(
+        backend,
+        OP,
+        "mmq.cu",
+        "mmq_merge",
+        crate::grid_for(values),
+        partial,
+        values as u64,
+        plan.splits as u32,
+        n_out,
+        op.bias,
+        op.out
+    )
 }
 
 /// Converts the activations to f16 with the CPU's rounding for the weight type unless the
@@ -243,7 +373,7 @@ mod tests {
             (13, 4864, 896),
             (9, 128, 1),
         ] {
-            let plan = MmqPlan::new(tokens, TILE_TOKENS, n_in, n_out, 132);
+            let plan = MmqPlan::new(tokens, TILE_TOKENS, n_in, n_out, 4 * 132);
             assert!(plan.token_tiles * TILE_TOKENS >= tokens);
             assert!(plan.row_blocks * BLOCK_ROWS >= n_out);
             assert!(plan.splits * plan.split >= n_in);
@@ -254,9 +384,12 @@ mod tests {
             }
         }
         // A 3584-row matrix (28 row blocks) splits its length to fill 132 multiprocessors.
-        let plan = MmqPlan::new(16, TILE_TOKENS, 18944, 3584, 132);
+        let plan = MmqPlan::new(16, TILE_TOKENS, 18944, 3584, 4 * 132);
         assert!(plan.row_blocks * plan.splits >= BLOCKS_PER_MULTIPROCESSOR * 132);
         // Enough row blocks: one range.
-        assert_eq!(MmqPlan::new(16, TILE_TOKENS, 3584, 151_936, 132).splits, 1);
+        assert_eq!(
+            MmqPlan::new(16, TILE_TOKENS, 3584, 151_936, 4 * 132).splits,
+            1
+        );
     }
 }

@@ -74,6 +74,8 @@ struct Scratch {
     quantized: Option<Converted>,
     /// What `half_x` holds.
     halved: Option<Converted>,
+    /// Kernels whose dynamic shared memory limit has been raised (`mmq::run`).
+    shared_raised: std::collections::HashSet<&'static str>,
 }
 
 /// A conversion of a matmul input held in scratch memory.
@@ -198,8 +200,8 @@ pub fn matmul_bias(
     forget_overwritten(&mut scratch, &operands);
     if tokens <= MATVEC_MAX_TOKENS {
         matvec::run(backend, &kernels, &operands, &mut scratch)
-    } else if let Some(path) =
-        mmq::path(&kernels, tokens, operands.n_in).filter(|_| mmq_enabled() && !matvec_only())
+    } else if let Some(path) = mmq::path(weight.ty, &kernels, tokens, operands.n_in)
+        .filter(|_| mmq_enabled() && !matvec_only())
     {
         mmq::run(backend, path, &operands, &mut scratch)
     } else if matvec_only() {

@@ -57,6 +57,9 @@ pub struct TypeKernels {
     /// Quantized types: `mmq8.cu`'s int8 batched kernels (`mmq8_<type>_n<NT>`: tiles of 16, 32
     /// and 64 token rows).
     pub mmq8: Option<[&'static str; 3]>,
+    /// Quantized types: `mmqp.cu`'s pipelined f16 tensor-core kernels (`mmqp_<type>_n<NT>`:
+    /// tiles of 16, 32 and 64 token rows).
+    pub mmqp: Option<[&'static str; 3]>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
     /// `embedding.cu` kernel.
@@ -75,6 +78,16 @@ macro_rules! by_tile8 {
             concat!("mmq8_", $name, "_n2"),
             concat!("mmq8_", $name, "_n4"),
             concat!("mmq8_", $name, "_n8"),
+        ])
+    };
+}
+
+macro_rules! by_tile_pipe {
+    ($name:literal) => {
+        Some([
+            concat!("mmqp_", $name, "_n2"),
+            concat!("mmqp_", $name, "_n4"),
+            concat!("mmqp_", $name, "_n8"),
         ])
     };
 }
@@ -113,6 +126,7 @@ macro_rules! quantized {
             matvec_vector: None,
             mmq: by_tile!($name),
             mmq8: by_tile8!($name),
+            mmqp: by_tile_pipe!($name),
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
         }
@@ -142,6 +156,7 @@ macro_rules! float {
             }),
             mmq: by_tile!($name),
             mmq8: None,
+            mmqp: None,
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
         }
@@ -300,6 +315,12 @@ mod tests {
                 entry("mmq8.cu", "MMQ8_ENTRIES(");
                 for (nt, name) in [2, 4, 8].iter().zip(names) {
                     assert_eq!(name, format!("mmq8_{stem}_n{nt}"));
+                }
+            }
+            if let Some(names) = k.mmqp {
+                entry("mmqp.cu", "MMQP_ENTRIES(");
+                for (nt, name) in [2, 4, 8].iter().zip(names) {
+                    assert_eq!(name, format!("mmqp_{stem}_n{nt}"));
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! The generation test of `runit bench`: `batch` sequences, each first filled to `depth`
 //! positions, decoded together one token per sequence per step, as llama-bench's `tg` with
 //! `-d` (one sequence) and llama-batched-bench's S_TG (many) measure it. Each step computes
-//! every sequence's logits and copies them to the host, as both tools do.
+//! every sequence's logits and copies them to the host, as both tools do, or with
+//! `--pick-on-device` picks the greedy tokens where the logits are and copies only those.
 
 use std::time::Instant;
 
@@ -20,6 +21,9 @@ pub struct DecodeTest {
     pub chunk: usize,
     /// Cells per KV block.
     pub block_size: usize,
+    /// Each step picks the greedy tokens on the device and copies only them (instead of
+    /// every sequence's logits).
+    pub pick_on_device: bool,
 }
 
 /// The KV cache and buffers of a [`DecodeTest`], with each sequence's depth filled.
@@ -127,13 +131,18 @@ impl<'m> DecodeBench<'m> {
                 window_spans: None,
                 rows_alone: false,
             };
-            self.model.forward(
-                &pass,
-                &mut self.kv,
-                &mut self.scratch,
-                &mut self.logits,
-                None,
-            )?;
+            if self.test.pick_on_device {
+                self.model
+                    .forward_greedy(&pass, &mut self.kv, &mut self.scratch, false)?;
+            } else {
+                self.model.forward(
+                    &pass,
+                    &mut self.kv,
+                    &mut self.scratch,
+                    &mut self.logits,
+                    None,
+                )?;
+            }
         }
         let seconds = start.elapsed().as_secs_f64();
         Ok((batch * self.test.steps) as f64 / seconds)

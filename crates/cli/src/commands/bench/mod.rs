@@ -39,6 +39,12 @@ pub struct Args {
     /// llama-batched-bench's S_TG.
     #[arg(long = "batch", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub batch: u64,
+    /// In the generation test, pick each sequence's next token (greedy) where the logits
+    /// are and copy only the token ids to the host, as `runit serve` does for greedy
+    /// requests, instead of copying every sequence's logits (what llama-bench and
+    /// llama-batched-bench do, and the default). The test's name gets ` ids`.
+    #[arg(long = "pick-on-device")]
+    pub pick_on_device: bool,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -153,6 +159,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         if batch > 1 {
             test += &format!(" x{batch}");
         }
+        if args.pick_on_device {
+            test += " ids";
+        }
         let mut row = Row {
             test,
             samples: Vec::new(),
@@ -164,6 +173,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             steps: args.n_gen,
             chunk: args.model.batch_size,
             block_size: args.model.engine_config().kv_block_size,
+            pick_on_device: args.pick_on_device,
         };
         let mut decode = DecodeBench::new(&model, shape, args.model.kv_types(), token)?;
         for rep in 0..=args.repetitions {

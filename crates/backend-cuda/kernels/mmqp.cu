@@ -1,0 +1,358 @@
+// Pipelined batched matmul for decode batches of quantized weights:
+// out[t][r] = sum_k W[r][k] * x[t][k] on the tensor cores (mma.sync m16n8k16, f16 inputs,
+// f32 accumulators), every packed weight byte read from memory once per tile of 8 NT tokens.
+//
+// A block of 4 warps owns MMQ_BLOCK_ROWS weight rows (32 per warp: two m16 tiles), 8 NT
+// tokens and one range of k (gridDim.z ranges of `split` elements, as mmq.cu). The range is
+// walked in stages of MMQP_STAGE_K elements: the rows' raw bytes of a stage (whole blocks;
+// each row's 16-byte-aligned window) and the stage's f16 activations are copied into shared
+// memory with cp.async, MMQP_STAGES stages in flight, so that the loads of the next stages
+// overlap the work on this one.
+//
+// The tensor cores take k in a permuted order (the same for weights and activations, so the
+// sums are the same products): within each span of 128 elements, lane 4 g + t owns the 32
+// elements 32 t .. 32 t + 31 (one scale sub-block of every K-quant and legacy type) of rows g
+// and g + 8 and of token g, and its elements 8 j .. 8 j + 7 fill the fragment slots of k 2t,
+// 2t+1, 2t+8, 2t+9 of the two m16n8k16 steps of the span's j-th 32 elements. So each lane
+// decodes a sub-block's scales once per row and span, and turns its eight values into f16 with
+// integer tricks (1024 + q is the f16 whose mantissa is q) and f16x2 arithmetic for Q4_K,
+// Q6_K and Q8_0 (`Frag<W>`); the other types go through dequant.cuh's float path.
+// Activations are f16 as convert.cu's activation_f16_cpu rounds them, once per input.
+#include "mmq.cuh"
+
+#define MMQP_STAGE_K 256
+#ifndef MMQP_STAGES
+#define MMQP_STAGES 2
+#endif
+// Activation rows of one stage: 256 f16 = 512 bytes in 16-byte chunks, placed by
+// mmqp_chunk_at so that the 8 lanes of a load phase (tokens g and g + 1, lanes t 0..3, which
+// read chunks 16 s + 4 t + j) hit 32 distinct banks.
+#define MMQP_X_ROW_BYTES (MMQP_STAGE_K * 2)
+__device__ __forceinline__ u32 mmqp_chunk_at(u32 chunk, u32 token) {
+    return chunk ^ (((chunk >> 3) & 1) << 1) ^ (token & 1);
+}
+
+// f16x2 arithmetic (no cuda_fp16.h under NVRTC here).
+__device__ __forceinline__ u32 h2_sub(u32 a, u32 b) {
+    u32 r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 h2_mul(u32 a, u32 b) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 h2_fma(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// A float as the f16 pair (x, x).
+__device__ __forceinline__ u32 h2_splat(float x) { return pack_half2(x, x); }
+// Bytes 0 and 1 of `word` (q values below 1024) as the f16 pair (1024 + q0, 1024 + q1), then
+// minus `bias` (an f16 pair): exact small integers.
+__device__ __forceinline__ u32 h2_bytes01(u32 word, u32 mask, u32 bias) {
+    return h2_sub((__byte_perm(word, 0u, 0x4140) & mask) | 0x64006400u, bias);
+}
+__device__ __forceinline__ u32 h2_bytes23(u32 word, u32 mask, u32 bias) {
+    return h2_sub((__byte_perm(word, 0u, 0x4342) & mask) | 0x64006400u, bias);
+}
+
+// The fast fragment decoders: `scales(block, offset)` once per row and lane sub-block (the
+// 32 elements from `offset` in the block), then `values(block, offset, j, scales, out)`: the
+// sub-block's elements 8 j .. 8 j + 7 as four f16 pairs.
+struct FragScales {
+    u32 a, b;
+};
+template <class W>
+struct Frag {
+    static constexpr bool FAST = false;
+};
+
+// Q4_K: element 64 p + 32 s + l is nibble s of qs[32 p + l]; x = d sc q - dmin m.
+template <>
+struct Frag<Q4_K> {
+    static constexpr bool FAST = true;
+    static __device__ __forceinline__ FragScales scales(const u8* b, u32 offset) {
+        int scale, min;
+        scale_min_k4((int)(offset / 32), b + 4, &scale, &min);
+        return {h2_splat(load_half(b) * (float)scale), h2_splat(-(load_half(b + 2) * (float)min))};
+    }
+    static __device__ __forceinline__ void values(const u8* b, u32 offset, int j, FragScales s, u32 (&out)[4]) {
+        const u8* qs = b + 16 + 32 * (offset / 64) + 8 * j;
+        const u32 shift = 4 * ((offset / 32) & 1);
+        const u32 w0 = load_u32_a4(qs) >> shift, w1 = load_u32_a4(qs + 4) >> shift;
+        const u32 bias = 0x64006400u;  // 1024
+        out[0] = h2_fma(h2_bytes01(w0, 0x000F000Fu, bias), s.a, s.b);
+        out[1] = h2_fma(h2_bytes23(w0, 0x000F000Fu, bias), s.a, s.b);
+        out[2] = h2_fma(h2_bytes01(w1, 0x000F000Fu, bias), s.a, s.b);
+        out[3] = h2_fma(h2_bytes23(w1, 0x000F000Fu, bias), s.a, s.b);
+    }
+};
+
+// Q6_K: element 128 h + 32 g + l: low nibble (g < 2) or high nibble of ql[64 h + 32 (g & 1)
+// + l], top two bits at bits 2g of qh[32 h + l]; x = d sc (q - 32), sc per 16 elements.
+template <>
+struct Frag<Q6_K> {
+    static constexpr bool FAST = true;
+    static __device__ __forceinline__ FragScales scales(const u8* b, u32 offset) {
+        const float d = load_half(b + 208);
+        const u32 h = offset / 128, g = (offset / 32) & 3;
+        const i8* sc = (const i8*)(b + 192 + 8 * h + 2 * g);
+        return {h2_splat(d * (float)sc[0]), h2_splat(d * (float)sc[1])};
+    }
+    static __device__ __forceinline__ void values(const u8* b, u32 offset, int j, FragScales s, u32 (&out)[4]) {
+        const u32 h = offset / 128, g = (offset / 32) & 3;
+        const u8* ql = b + 64 * h + 32 * (g & 1) + 8 * j;
+        const u8* qh = b + 128 + 32 * h + 8 * j;
+        const u32 low_shift = 4 * (g >> 1), high_shift = 2 * g;
+        const u32 scale = j < 2 ? s.a : s.b;
+        const u32 bias = 0x64206420u;  // 1056 = 1024 + 32
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const u32 q = ((load_u32_a2(ql + 4 * k) >> low_shift) & 0x0F0F0F0Fu) |
+                          (((load_u32_a2(qh + 4 * k) >> high_shift) & 0x03030303u) << 4);
+            out[2 * k] = h2_mul(h2_bytes01(q, 0xFFFFFFFFu, bias), scale);
+            out[2 * k + 1] = h2_mul(h2_bytes23(q, 0xFFFFFFFFu, bias), scale);
+        }
+    }
+};
+
+// Q8_0: x = d q, q signed bytes (q + 128 is what 1024 + (q ^ 0x80) - 1152 undoes).
+template <>
+struct Frag<Q8_0> {
+    static constexpr bool FAST = true;
+    static __device__ __forceinline__ FragScales scales(const u8* b, u32) { return {h2_splat(load_half(b)), 0u}; }
+    static __device__ __forceinline__ void values(const u8* b, u32, int j, FragScales s, u32 (&out)[4]) {
+        const u8* qs = b + 2 + 8 * j;
+        const u32 bias = 0x64806480u;  // 1152 = 1024 + 128
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const u32 q = load_u32_a2(qs + 4 * k) ^ 0x80808080u;
+            out[2 * k] = h2_mul(h2_bytes01(q, 0xFFFFFFFFu, bias), s.a);
+            out[2 * k + 1] = h2_mul(h2_bytes23(q, 0xFFFFFFFFu, bias), s.a);
+        }
+    }
+};
+
+__device__ __forceinline__ void cp_async16(u32 shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared), "l"(global));
+}
+// Zero-fills the 16 shared bytes (no global read).
+__device__ __forceinline__ void cp_async16_zero(u32 shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;" ::"r"(shared), "l"(global));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Bytes of one row's window in shared memory: a stage's whole blocks plus up to 15 bytes of
+// misalignment before and after.
+template <class W>
+struct MmqpLayout {
+    static constexpr int STAGE_BYTES = MMQP_STAGE_K / W::QK * W::BYTES;
+    static constexpr int W_STRIDE = (STAGE_BYTES + 30 + 15) / 16 * 16;
+    static constexpr int W_CHUNKS = W_STRIDE / 16;
+};
+
+// Shared bytes of one stage for tiles of 8 NT tokens (the host computes the same:
+// matmul/mmq.rs `pipe_shared_bytes`).
+template <class W, int NT>
+__device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
+    return MMQ_BLOCK_ROWS * MmqpLayout<W>::W_STRIDE + 8 * NT * MMQP_X_ROW_BYTES;
+}
+
+// Issues the copies of the weight windows of stage elements k0 .. k0 + len into `wsm`.
+template <class W>
+__device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
+                                                  u32 block_row0, u32 k0, u32 len) {
+    using L = MmqpLayout<W>;
+    const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
+    const u32 bytes = len / W::QK * W::BYTES;
+    for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += MMQ_THREADS) {
+        const u32 row = i / L::W_CHUNKS, chunk = i % L::W_CHUNKS;
+        const u64 start = (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0;
+        const u64 first = start & ~15ull, end = (start + bytes + 15) & ~15ull;
+        if (first + 16 * chunk < end) cp_async16(wsm + row * L::W_STRIDE + 16 * chunk, w + first + 16 * chunk);
+    }
+}
+
+// Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`).
+template <int NT>
+__device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
+                                                      u32 token0, u32 k0, u32 len) {
+    const u32 chunks = len / 8;
+    for (u32 i = threadIdx.x; i < 8 * NT * chunks; i += MMQ_THREADS) {
+        const u32 r = i / chunks, j = i % chunks;
+        const u32 at = xsm + r * MMQP_X_ROW_BYTES + 16 * mmqp_chunk_at(j, r);
+        const u32 token = token0 + r;
+        if (token < tokens)
+            cp_async16(at, x + (u64)token * n_in + k0 + 8 * j);
+        else
+            cp_async16_zero(at, x);
+    }
+}
+
+template <class W, int NT>
+__device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                     const u16* __restrict__ x, u32 tokens, u32 split, float* __restrict__ out,
+                                     const float* __restrict__ bias, float* __restrict__ partial) {
+    using L = MmqpLayout<W>;
+    extern __shared__ __align__(16) u8 smem[];
+    constexpr u32 STAGE = mmqp_stage_bytes<W, NT>();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
+    const u32 row0 = block_row0 + warp * MMQ_WARP_ROWS;
+    const u32 token0 = blockIdx.y * 8 * NT;
+    const u32 k_begin = blockIdx.z * split;
+    const u32 k_end = min(n_in, k_begin + split);
+    const u32 base = shared_address(smem);
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
+
+    // The weights never come from an earlier kernel: the first stages' copies start before
+    // the dependency wait, the activations' after it.
+    pdl_launch_dependents();
+    const u32 stages = (k_end - k_begin + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
+#pragma unroll
+    for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
+        const u32 k0 = k_begin + s * MMQP_STAGE_K;
+        if (s < stages) mmqp_load_weights<W>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
+                                             min((u32)MMQP_STAGE_K, k_end - k0));
+    }
+    pdl_wait();
+#pragma unroll
+    for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
+        const u32 k0 = k_begin + s * MMQP_STAGE_K;
+        if (s < stages)
+            mmqp_load_activations<NT>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0,
+                                      min((u32)MMQP_STAGE_K, k_end - k0));
+        cp_async_commit();
+    }
+
+    // The shared offsets of this lane's four rows (rows g and g + 8 of each m16 tile).
+    u32 row_at[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) row_at[m][h] = (warp * MMQ_WARP_ROWS + 16 * m + 8 * h + g) * L::W_STRIDE;
+
+    for (u32 s = 0; s < stages; s++) {
+        // Start the copies of stage s + STAGES - 1 (an empty group past the end).
+        const u32 ahead = s + MMQP_STAGES - 1;
+        if (ahead < stages) {
+            const u32 slot = base + (ahead % MMQP_STAGES) * STAGE, k0 = k_begin + ahead * MMQP_STAGE_K;
+            const u32 len = min((u32)MMQP_STAGE_K, k_end - k0);
+            mmqp_load_weights<W>(slot, w, row_bytes, n_out, block_row0, k0, len);
+            mmqp_load_activations<NT>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0, len);
+        }
+        cp_async_commit();
+        cp_async_wait<MMQP_STAGES - 1>();
+        __syncthreads();
+
+        const u32 k0 = k_begin + s * MMQP_STAGE_K;
+        const u32 len = min((u32)MMQP_STAGE_K, k_end - k0);
+        const u8* wsm = smem + (s % MMQP_STAGES) * STAGE;
+        const u8* xsm = wsm + MMQ_BLOCK_ROWS * L::W_STRIDE;
+        // Each row's window starts at its first block's address rounded down to 16 bytes.
+        const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
+        u32 misalign[2][2];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                misalign[m][h] =
+                    (u32)(((u64)min(row0 + 16 * m + 8 * h + g, n_out - 1) * row_bytes + byte0) & 15);
+
+        for (u32 span = 0; span < len / 128; span++) {
+            // This lane's 32 elements of the span: block e / QK from byte `at`, at `offset` in it.
+            const u32 e = 128 * span + 32 * t;
+            const u32 at = e / W::QK * W::BYTES, offset = e % W::QK;
+            const u8* rows[2][2];
+            FragScales scales[2][2];
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    rows[m][h] = wsm + row_at[m][h] + misalign[m][h] + at;
+                    if constexpr (Frag<W>::FAST) scales[m][h] = Frag<W>::scales(rows[m][h], offset);
+                }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                u32 a[2][2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    u32 p[2][4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if constexpr (Frag<W>::FAST) {
+                            Frag<W>::values(rows[m][h], offset, j, scales[m][h], p[h]);
+                        } else {
+                            // Elements offset + 8 j .. of the row's block (a block of 32 when
+                            // QK is 32: offset is 0 there).
+                            float v[8];
+                            W::dequant8(rows[m][h], (int)((offset + 8 * j) / 8), v);
+#pragma unroll
+                            for (int i = 0; i < 4; i++) p[h][i] = pack_half2(v[2 * i], v[2 * i + 1]);
+                        }
+                    }
+                    a[m][0][0] = p[0][0];
+                    a[m][0][1] = p[1][0];
+                    a[m][0][2] = p[0][1];
+                    a[m][0][3] = p[1][1];
+                    a[m][1][0] = p[0][2];
+                    a[m][1][1] = p[1][2];
+                    a[m][1][2] = p[0][3];
+                    a[m][1][3] = p[1][3];
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const u32 r = 8 * n + g;
+                    const uint4 b =
+                        *(const uint4*)(xsm + r * MMQP_X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_16816(acc[m][n], a[m][0], b.x, b.y);
+                        mma_16816(acc[m][n], a[m][1], b.z, b.w);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+
+    mmq_finish<NT>(acc, out, bias, partial, row0, token0, tokens, n_out, g, t);
+}
+
+#define MMQP_KERNEL(W, name, NT)                                                                             \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmqp_##name##_n##NT(                        \
+        const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 split, float* out,   \
+        const float* bias, float* partial) {                                                  \
+        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, split, out, bias, partial);              \
+    }
+
+// Tiles of 16, 32 and 64 token rows.
+#define MMQP_ENTRIES(W, name) MMQP_KERNEL(W, name, 2) MMQP_KERNEL(W, name, 4) MMQP_KERNEL(W, name, 8)
+
+MMQP_ENTRIES(Q4_0, q4_0)
+MMQP_ENTRIES(Q4_1, q4_1)
+MMQP_ENTRIES(Q5_0, q5_0)
+MMQP_ENTRIES(Q5_1, q5_1)
+MMQP_ENTRIES(Q8_0, q8_0)
+MMQP_ENTRIES(IQ4_NL, iq4_nl)
+MMQP_ENTRIES(Q2_K, q2_k)
+MMQP_ENTRIES(Q3_K, q3_k)
+MMQP_ENTRIES(Q4_K, q4_k)
+MMQP_ENTRIES(Q5_K, q5_k)
+MMQP_ENTRIES(Q6_K, q6_k)
+MMQP_ENTRIES(IQ4_XS, iq4_xs)
