@@ -198,7 +198,7 @@ pub fn matmul_bias(
     };
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &operands);
-    if tokens <= MATVEC_MAX_TOKENS {
+    if tokens <= matvec_rows() {
         matvec::run(backend, &kernels, &operands, &mut scratch)
     } else if let Some(path) = mmq::path(weight.ty, &kernels, tokens, operands.n_in)
         .filter(|_| mmq_enabled() && !matvec_only())
@@ -262,7 +262,7 @@ pub fn matmul_qkv(
         && fits(q, biases[0])
         && fits(k, biases[1])
         && fits(v, biases[2]);
-    if tokens <= MATVEC_MAX_TOKENS && same && !matvec_only() {
+    if tokens <= matvec_rows() && same && !matvec_only() {
         let bias = |b: Option<&Weight>, w: &Weight| match b {
             Some(b) => crate::ops::elementwise::f32_weight(backend, OP, "bias", b, w.rows()),
             None => Ok(0),
@@ -307,7 +307,7 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
         // The fused decode kernel computes SwiGLU only.
         Activation::GeluTanh => false,
     };
-    if tokens > MATVEC_MAX_TOKENS || !fits {
+    if tokens > matvec_rows() || !fits {
         matmul(backend, gate, x, tokens, hidden)?;
         matmul(backend, ffn.up, x, tokens, up)?;
         return backend.gated_activation(activation, hidden, up, tokens * gate.rows());
@@ -406,6 +406,20 @@ pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
         Some(ActivationFormat::BF16) => 4,
         _ => 5,
     }
+}
+
+/// Most token rows a matmul sends to the decode matvecs: [`MATVEC_MAX_TOKENS`], or fewer
+/// with `RUNIT_CUDA_MATVEC_MAX` (for measuring the batched kernels on 2-8 rows).
+fn matvec_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("RUNIT_CUDA_MATVEC_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(MATVEC_MAX_TOKENS, |rows: usize| {
+                rows.clamp(1, MATVEC_MAX_TOKENS)
+            })
+    })
 }
 
 /// `RUNIT_CUDA_MMQ=0`: decode batches beyond the matvecs take the GEMM path instead of the
