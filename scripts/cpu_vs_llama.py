@@ -14,7 +14,9 @@ threads more than RunIT's and inflate the ratios.
 
 llama-bench: the portable prebuilt (`llama-cpu-x86_64-*.tar.xz`) unpacked into
 ~/.cache/llama-cpu; without it, the source tarball is built there once (CMake and Ninja from
-pip). Missing requantizations are made with `runit quantize` from the SmolLM2 Q4_1 file.
+pip, `-DGGML_NATIVE=ON`). `--llama-bench PATH` takes another build instead (for example a
+`-march=native` one, which on CPUs with AMX or AVX512-FP16 uses code the prebuilt's
+variants lack). Missing requantizations are made with `runit quantize` from the SmolLM2 Q4_1 file.
 """
 
 import argparse
@@ -57,7 +59,8 @@ def llama_bench():
     subprocess.run(["cmake", "-S", build, "-B", os.path.join(build, "build"), "-G", "Ninja",
                     "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DLLAMA_CURL=OFF",
                     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-                    "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_BUILD_TYPE=Release"], check=True)
+                    "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
+                    "-DCMAKE_BUILD_TYPE=Release"], check=True)
     subprocess.run(["ninja", "-C", os.path.join(build, "build"), "llama-bench"], check=True)
     os.makedirs(CACHE, exist_ok=True)
     for path in glob.glob(os.path.join(build, "build", "bin", "*")):
@@ -129,8 +132,9 @@ def main():
     parser.add_argument("--runit", default=os.path.join(ROOT, "target", "release", "runit"))
     parser.add_argument("--models", nargs="+", help="model files to compare instead of --types")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--llama-bench", help="llama-bench binary to use instead of the anchors' build")
     args = parser.parse_args()
-    bench = llama_bench()
+    bench = args.llama_bench or llama_bench()
     model, flags = cpu_description()
     print(f"CPU: {model} ({os.cpu_count()} logical); flags: {flags}")
     print(f"threads {args.threads}, rounds {args.rounds} (alternated), medians; llama.cpp: {bench}")
