@@ -153,10 +153,13 @@ impl Device for CpuBackend {
             KvType::Tq4 | KvType::Tq3 => {
                 let bits = if ty == KvType::Tq4 { 4 } else { 3 };
                 let layout = TurboLayout::new(bits, role);
-                let bytes = blocks.checked_mul(layout.block_bytes());
                 CpuKv::Turbo(TurboCells {
-                    bytes: bytes.and_then(Cells::zeroed).ok_or_else(out_of_memory)?,
+                    bytes: n_cells
+                        .checked_mul(row_bytes)
+                        .and_then(Cells::zeroed)
+                        .ok_or_else(out_of_memory)?,
                     layout,
+                    blocks: width / ty.block_size(),
                 })
             }
         };

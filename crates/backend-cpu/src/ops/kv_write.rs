@@ -128,9 +128,9 @@ fn write_one(
                     quantize_row_q4_0(row, &mut cells[at / 32..(at + width) / 32])
                 }
                 CpuKv::Turbo(cells) => {
-                    let bytes = width / turbo::BLOCK * cells.layout.block_bytes();
+                    let bytes = cells.row_bytes();
                     let dst = &mut cells.bytes[cell * bytes..(cell + 1) * bytes];
-                    crate::turbo::encode_row(cells.layout, row, dst);
+                    turbo::encode_row(cells.layout, row, dst);
                 }
             }
         }
