@@ -160,6 +160,7 @@ impl Device for CpuBackend {
                         .ok_or_else(out_of_memory)?,
                     layout,
                     blocks: width / ty.block_size(),
+                    mean: None,
                 })
             }
         };
@@ -171,6 +172,28 @@ impl Device for CpuBackend {
             role,
             Box::new(cells),
         ))
+    }
+
+    fn center_keys(&self, cache: &mut KvCache, mean: &[f32]) -> OpResult {
+        const OP: &str = "center_keys";
+        exactly(OP, "mean (one value a channel)", cache.width, mean.len())?;
+        let (ty, role) = (cache.ty, cache.role);
+        match cache.payload_mut::<CpuKv>() {
+            Some(CpuKv::Turbo(cells)) if role == KvRole::Keys => {
+                cells.mean = Some(mean.to_vec());
+                Ok(())
+            }
+            Some(_) => Err(BackendError::UnsupportedKv {
+                backend: "cpu".to_string(),
+                ty,
+                what: format!("centered {role:?}"),
+                supported: "tq4, tq3 keys",
+            }),
+            None => Err(BackendError::ForeignBuffer {
+                op: OP,
+                what: "cache",
+            }),
+        }
     }
 
     fn synchronize(&self) -> OpResult {

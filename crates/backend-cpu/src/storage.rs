@@ -42,6 +42,10 @@ pub struct TurboCells {
     pub layout: TurboLayout,
     /// Blocks of a row (`width / turbo::BLOCK`).
     pub blocks: usize,
+    /// Keys only: the vector subtracted from every row before it is encoded (`[width]`,
+    /// `Device::center_keys`), which moves all the scores of a query by the same amount;
+    /// `None` stores the rows as they come.
+    pub mean: Option<Vec<f32>>,
 }
 
 impl TurboCells {

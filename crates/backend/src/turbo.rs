@@ -14,23 +14,27 @@
 //! proportional to `(1 - t^2)^((d - 3) / 2)`, close to N(0, 1/d)); each coordinate is
 //! quantized on its own with the Lloyd-Max codebook of that distribution ([`codebook`]).
 //!
-//! Values (`b` bits): `b`-bit codes. Keys (`b` bits): `b`-bit codes plus the paper's 1-bit
-//! quantized Johnson-Lindenstrauss sketch of the residual `r = y - c(codes)`: the signs of
-//! `S r` (`S = H D'`, a second seeded randomized Hadamard) and `|r|`, so that `<q, k>` is
-//! estimated without bias as `|x| (<R q, c> + sqrt(pi/2) / BLOCK |r| <S R q, signs>)`.
+//! Values (`b` bits): `b`-bit codes. Keys (`b` bits) spend `b + 1` bits a coordinate. tq4
+//! keys: 4-bit codes plus the paper's 1-bit quantized Johnson-Lindenstrauss sketch of the
+//! residual `r = y - c(codes)`: the signs of `S r` (`S = H D'`, a second seeded randomized
+//! Hadamard) and `|r|`, so that `<q, k>` is estimated without bias as
+//! `|x| (<R q, c> + sqrt(pi/2) / BLOCK |r| <S R q, signs>)`. tq3 keys: 4-bit codes and no
+//! sketch (two bytes a block fewer than 3-bit codes and the sketch, no residual norm).
 //!
 //! The paper's inner-product quantizer spends `b - 1` bits on the codes and one on the
 //! sketch; on SmolLM2 (`-c 128`) that cost +19% perplexity at 4 bits, against +5.8% for
 //! `b`-bit codes plus the sketch (and +9.9% for `b`-bit codes alone): the softmax magnifies
-//! the sketch's variance more than the codes' bias, so the keys keep all `b` bits of codes
-//! and carry the sketch on top (`docs/kv-cache.md`; figures before the outliers).
+//! the sketch's variance more than the codes' bias (figures before the outliers). With the
+//! outliers and the keys centered (the model's mean key subtracted, which moves all scores
+//! of a query together: `Device::center_keys`) the same holds one bit further: tq3 keys as
+//! 4-bit codes cost +1.4% where 3-bit codes and the sketch cost +7.7% (`docs/kv-cache.md`).
 //!
 //! A row of `n` blocks is the `n` blocks, then the outliers' indices of them all, 6 bits
 //! each (`(n * OUTLIERS * 6).div_ceil(8)` bytes, [`TurboLayout::row_bytes`]): two indices
 //! packed in 12 bits instead of two bytes save half a byte a block.
 //!
 //! Bytes per block of 64 (with its 1.5 bytes of indices): tq4 keys 49.5 (6.19 bits a value),
-//! tq3 keys 41.5 (5.19), tq4 values 39.5 (4.94), tq3 values 31.5 (3.94); the outliers are
+//! tq3 keys 39.5 (4.94), tq4 values 39.5 (4.94), tq3 values 31.5 (3.94); the outliers are
 //! 5.5 of them (0.69 bits a value).
 
 use crate::KvRole;
@@ -43,6 +47,9 @@ pub const BLOCK: usize = 64;
 /// rotation spreads over every coordinate (on SmolLM2 `-c 128` tq3/tq3 goes from +21% to
 /// +7.7% and tq4/tq4 from +5.8% to +4.1%, `docs/kv-cache.md`).
 pub const OUTLIERS: usize = 2;
+
+/// Bits of the widest codebook ([`codebook`]).
+pub const MAX_CODE_BITS: usize = 4;
 
 /// Bits of an outlier's index (a coordinate of the block).
 pub const INDEX_BITS: usize = BLOCK.trailing_zeros() as usize;
@@ -62,9 +69,16 @@ pub struct TurboLayout {
 impl TurboLayout {
     /// The layout of a `bits`-bit TurboQuant cache of `role`.
     pub const fn new(bits: usize, role: KvRole) -> TurboLayout {
+        // Keys spend `bits + 1` bits a coordinate: as `bits + 1`-bit codes where the
+        // codebooks reach (tq3), else `bits`-bit codes and the 1-bit sketch (tq4).
+        let (code_bits, sketch) = match role {
+            KvRole::Values => (bits, false),
+            KvRole::Keys if bits < MAX_CODE_BITS => (bits + 1, false),
+            KvRole::Keys => (bits, true),
+        };
         TurboLayout {
-            code_bits: bits,
-            sketch: matches!(role, KvRole::Keys),
+            code_bits,
+            sketch,
             outliers: OUTLIERS,
         }
     }
@@ -656,18 +670,27 @@ mod tests {
     }
 
     #[test]
-    fn rows_of_the_7b_shape_take_584_bytes_a_token_and_layer() {
-        // 4 KV heads of 128: rows of 8 blocks, keys and values tq3.
-        let keys = TurboLayout::new(3, KvRole::Keys).row_bytes(8);
+    fn rows_of_the_7b_shape_take_568_bytes_a_token_and_layer() {
+        // 4 KV heads of 128: rows of 8 blocks, keys and values tq3 (keys: 4-bit codes, no
+        // sketch).
+        let layout = TurboLayout::new(3, KvRole::Keys);
+        assert_eq!((layout.code_bits, layout.sketch), (4, false));
+        let keys = layout.row_bytes(8);
         let values = TurboLayout::new(3, KvRole::Values).row_bytes(8);
-        assert_eq!((keys, values), (8 * 40 + 12, 8 * 30 + 12));
-        // f16 takes 2 * 512 * 2 bytes: 3.507 times as much.
-        assert!(2048.0 / (keys + values) as f64 > 3.5);
+        assert_eq!((keys, values), (8 * 38 + 12, 8 * 30 + 12));
+        // f16 takes 2 * 512 * 2 bytes: 3.606 times as much.
+        assert!(2048.0 / (keys + values) as f64 > 3.6);
+        let tq4 = TurboLayout::new(4, KvRole::Keys);
+        assert_eq!(
+            (tq4.code_bits, tq4.sketch, tq4.row_bytes(8)),
+            (4, true, 8 * 48 + 12)
+        );
         let x: Vec<f32> = (0..8 * BLOCK)
             .map(|i| ((i * 7919 % 101) as f32 - 50.0) * if i % 61 == 0 { 9.0 } else { 0.1 })
             .collect();
         for layout in [
             TurboLayout::new(3, KvRole::Keys),
+            TurboLayout::new(4, KvRole::Keys),
             TurboLayout::new(4, KvRole::Values),
         ] {
             let mut row = vec![0u8; layout.row_bytes(8)];

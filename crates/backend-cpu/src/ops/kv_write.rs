@@ -130,7 +130,14 @@ fn write_one(
                 CpuKv::Turbo(cells) => {
                     let bytes = cells.row_bytes();
                     let dst = &mut cells.bytes[cell * bytes..(cell + 1) * bytes];
-                    turbo::encode_row(cells.layout, row, dst);
+                    match &cells.mean {
+                        Some(mean) => {
+                            let centered: Vec<f32> =
+                                row.iter().zip(mean).map(|(v, m)| v - m).collect();
+                            turbo::encode_row(cells.layout, &centered, dst);
+                        }
+                        None => turbo::encode_row(cells.layout, row, dst),
+                    }
                 }
             }
         }

@@ -158,12 +158,13 @@ fn code_domain_scores_equal_decoded_dot_products() {
                     got[0]
                 );
             } else {
-                // Values carry no sketch: their score is the codebook vector's.
-                let book = turbo::codebook(bits);
+                // Values and tq3 keys (4-bit codes) carry no sketch: their score is the
+                // codebook vector's.
+                let book = turbo::codebook(layout.code_bits);
                 let mut codes = [0u8; BLOCK];
                 turbo::unpack_codes(
                     &encoded[layout.code_offset()..layout.sign_offset()],
-                    bits,
+                    layout.code_bits,
                     &mut codes,
                 );
                 let mut y: [f32; BLOCK] =
@@ -181,7 +182,8 @@ fn code_domain_scores_equal_decoded_dot_products() {
 }
 
 /// One attention case: query heads, KV heads, head dimension, cached positions, query
-/// rows (the last positions), key and value types, threads.
+/// rows (the last positions), key and value types, threads, and whether the key cache
+/// subtracts a mean (`Device::center_keys`).
 struct Case {
     heads: usize,
     kv_heads: usize,
@@ -190,6 +192,7 @@ struct Case {
     rows: usize,
     types: (runit_backend::KvType, runit_backend::KvType),
     threads: usize,
+    centered: bool,
 }
 
 /// Attention over TurboQuant caches equals softmax attention (in f64) over the rows the
@@ -207,6 +210,7 @@ fn attention_in_the_rotated_basis_equals_attention_over_decoded_rows() {
             rows: 3,
             types: (Tq4, Tq3),
             threads: 1,
+            centered: false,
         },
         // Groups of 5 (kernel calls of 4 and 1 heads), two chunks of keys, split among
         // two threads.
@@ -218,6 +222,7 @@ fn attention_in_the_rotated_basis_equals_attention_over_decoded_rows() {
             rows: 2,
             types: (Tq3, Tq4),
             threads: 2,
+            centered: false,
         },
         // Many (row, KV head) pairs: the threads take whole pairs.
         Case {
@@ -228,6 +233,18 @@ fn attention_in_the_rotated_basis_equals_attention_over_decoded_rows() {
             rows: 12,
             types: (Tq4, Tq4),
             threads: 2,
+            centered: false,
+        },
+        // Keys stored minus a mean: the scores move together, the softmax does not.
+        Case {
+            heads: 6,
+            kv_heads: 2,
+            head_dim: 128,
+            positions: 70,
+            rows: 3,
+            types: (Tq3, Tq3),
+            threads: 2,
+            centered: true,
         },
     ];
     for case in &cases {
@@ -250,6 +267,7 @@ fn check_attention(case: &Case) {
         rows,
         types,
         threads,
+        centered,
     } = case;
     let kv_width = kv_heads * head_dim;
     let random = |n: usize, seed: u64| -> Vec<f32> {
@@ -261,6 +279,10 @@ fn check_attention(case: &Case) {
     let k_rows = random(positions * kv_width, 1);
     let v_rows = random(positions * kv_width, 2);
     let q_rows = random(rows * heads * head_dim, 3);
+    // Large in a few channels, as LLM keys' means are.
+    let mean: Vec<f32> = (0..kv_width)
+        .map(|c| if c % 13 == 5 { 8.0 } else { 0.25 } * if c % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
     // Blocks of 16 cells, visited out of order.
     let blocks = positions.div_ceil(16);
     let table: Vec<u32> = (0..blocks as u32).rev().collect();
@@ -289,6 +311,10 @@ fn check_attention(case: &Case) {
         let mut k_cache = b
             .alloc_kv(n_cells, kv_width, head_dim, types.0, KvRole::Keys)
             .expect("keys");
+        if centered {
+            b.center_keys(&mut k_cache, &mean)
+                .expect("TurboQuant keys take a mean");
+        }
         let mut v_cache = b
             .alloc_kv(n_cells, kv_width, head_dim, types.1, KvRole::Values)
             .expect("values");
@@ -332,7 +358,16 @@ fn check_attention(case: &Case) {
                 row
             };
             let cell = |p: usize| table[p / 16] as usize * 16 + p % 16;
-            let keys: Vec<Vec<f32>> = (0..positions).map(|p| decode(&k_cache, cell(p))).collect();
+            // The stored keys (the mean added back or not, the softmax is the same).
+            let keys: Vec<Vec<f32>> = (0..positions)
+                .map(|p| {
+                    let mut key = decode(&k_cache, cell(p));
+                    if centered {
+                        key.iter_mut().zip(&mean).for_each(|(k, m)| *k += m);
+                    }
+                    key
+                })
+                .collect();
             let values: Vec<Vec<f32>> = (0..positions).map(|p| decode(&v_cache, cell(p))).collect();
             for r in 0..rows {
                 let position = positions - rows + r;
