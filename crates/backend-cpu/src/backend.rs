@@ -153,10 +153,14 @@ impl Device for CpuBackend {
             KvType::Tq4 | KvType::Tq3 => {
                 let bits = if ty == KvType::Tq4 { 4 } else { 3 };
                 let layout = TurboLayout::new(bits, role);
-                let bytes = blocks.checked_mul(layout.block_bytes());
                 CpuKv::Turbo(TurboCells {
-                    bytes: bytes.and_then(Cells::zeroed).ok_or_else(out_of_memory)?,
+                    bytes: n_cells
+                        .checked_mul(row_bytes)
+                        .and_then(Cells::zeroed)
+                        .ok_or_else(out_of_memory)?,
                     layout,
+                    blocks: width / ty.block_size(),
+                    mean: None,
                 })
             }
         };
@@ -168,6 +172,28 @@ impl Device for CpuBackend {
             role,
             Box::new(cells),
         ))
+    }
+
+    fn center_keys(&self, cache: &mut KvCache, mean: &[f32]) -> OpResult {
+        const OP: &str = "center_keys";
+        exactly(OP, "mean (one value a channel)", cache.width, mean.len())?;
+        let (ty, role) = (cache.ty, cache.role);
+        match cache.payload_mut::<CpuKv>() {
+            Some(CpuKv::Turbo(cells)) if role == KvRole::Keys => {
+                cells.mean = Some(mean.to_vec());
+                Ok(())
+            }
+            Some(_) => Err(BackendError::UnsupportedKv {
+                backend: "cpu".to_string(),
+                ty,
+                what: format!("centered {role:?}"),
+                supported: "tq4, tq3 keys",
+            }),
+            None => Err(BackendError::ForeignBuffer {
+                op: OP,
+                what: "cache",
+            }),
+        }
     }
 
     fn synchronize(&self) -> OpResult {

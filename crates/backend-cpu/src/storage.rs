@@ -35,17 +35,31 @@ pub enum CpuKv {
     Turbo(TurboCells),
 }
 
-/// A TurboQuant cache: each row is `width / turbo::BLOCK` blocks of `layout`.
+/// A TurboQuant cache: each row is `blocks` blocks of `layout`, then their outliers'
+/// indices (`TurboLayout::row_bytes`).
 pub struct TurboCells {
     pub bytes: Cells<u8>,
     pub layout: TurboLayout,
+    /// Blocks of a row (`width / turbo::BLOCK`).
+    pub blocks: usize,
+    /// Keys only: the vector subtracted from every row before it is encoded (`[width]`,
+    /// `Device::center_keys`), which moves all the scores of a query by the same amount;
+    /// `None` stores the rows as they come.
+    pub mean: Option<Vec<f32>>,
+}
+
+impl TurboCells {
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.layout.row_bytes(self.blocks)
+    }
 }
 
 #[cfg(test)]
 impl TurboCells {
-    /// The blocks of cache row `cell` (of `width` values).
-    pub fn bytes_of_row(&self, cell: usize, width: usize) -> &[u8] {
-        let row = width / runit_backend::turbo::BLOCK * self.layout.block_bytes();
+    /// The bytes of cache row `cell`.
+    pub fn bytes_of_row(&self, cell: usize) -> &[u8] {
+        let row = self.row_bytes();
         &self.bytes[cell * row..(cell + 1) * row]
     }
 }
@@ -63,11 +77,7 @@ impl CpuKv {
             CpuKv::F32(cells) => row(cells, cell, width),
             CpuKv::Q8_0(cells) => row(cells, cell, width / 32),
             CpuKv::Q4_0(cells) => row(cells, cell, width / 32),
-            CpuKv::Turbo(cells) => row(
-                &cells.bytes,
-                cell,
-                width / runit_backend::turbo::BLOCK * cells.layout.block_bytes(),
-            ),
+            CpuKv::Turbo(cells) => row(&cells.bytes, cell, cells.row_bytes()),
         }
     }
 
@@ -79,7 +89,7 @@ impl CpuKv {
             CpuKv::Q8_0(cells) => cells.len() * 32,
             CpuKv::Q4_0(cells) => cells.len() * 32,
             CpuKv::Turbo(cells) => {
-                cells.bytes.len() / cells.layout.block_bytes() * runit_backend::turbo::BLOCK
+                cells.bytes.len() / cells.row_bytes() * cells.blocks * runit_backend::turbo::BLOCK
             }
         }
     }

@@ -245,7 +245,8 @@ impl KvType {
         }
     }
 
-    /// Bytes of one block of [`KvType::block_size`] values in a cache of `role`.
+    /// Bytes of one block of [`KvType::block_size`] values in a cache of `role` (for
+    /// TurboQuant without its outliers' indices, which the row keeps after its blocks).
     pub fn block_bytes(self, role: KvRole) -> usize {
         match self {
             KvType::F32 => 4,
@@ -260,9 +261,12 @@ impl KvType {
     /// Bytes of one cache row of `width` values in a cache of `role`, or `None` when the
     /// width is not a whole number of blocks.
     pub fn row_bytes(self, width: usize, role: KvRole) -> Option<usize> {
-        width
-            .is_multiple_of(self.block_size())
-            .then(|| width / self.block_size() * self.block_bytes(role))
+        let blocks = width / self.block_size();
+        width.is_multiple_of(self.block_size()).then(|| match self {
+            KvType::Tq4 => crate::turbo::TurboLayout::new(4, role).row_bytes(blocks),
+            KvType::Tq3 => crate::turbo::TurboLayout::new(3, role).row_bytes(blocks),
+            _ => blocks * self.block_bytes(role),
+        })
     }
 
     /// Whether this is a TurboQuant type.

@@ -41,6 +41,20 @@ pub trait Device {
         role: KvRole,
     ) -> Result<KvCache, BackendError>;
 
+    /// Makes a TurboQuant key cache store each row minus `mean` (`[width]`, the same for
+    /// every position): every score of a query moves by the same `q . mean`, which the
+    /// softmax ignores, while the codes see smaller vectors. A backend without TurboQuant
+    /// caches refuses it.
+    fn center_keys(&self, cache: &mut KvCache, mean: &[f32]) -> OpResult {
+        let _ = mean;
+        Err(BackendError::UnsupportedKv {
+            backend: self.name(),
+            ty: cache.ty,
+            what: "centered keys".to_string(),
+            supported: "TurboQuant key caches of a backend that stores them",
+        })
+    }
+
     /// Waits until all submitted work is done.
     fn synchronize(&self) -> OpResult;
 

@@ -4,7 +4,7 @@
 //!
 //! A cache row is cut into blocks of [`BLOCK`] values (a head of 64 is one block, of 128
 //! two). First the block's [`OUTLIERS`] coordinates of largest magnitude are kept apart
-//! (index and f16 value) and zeroed: LLM keys have a few channels far larger than the rest,
+//! (f16 value in the block, 6-bit index in the row's index bytes) and zeroed: LLM keys have a few channels far larger than the rest,
 //! and the rotation would spread their quantization error over every coordinate. The rest
 //! `x` is stored as its norm and the codes of the unit vector
 //! `y = R x / |x|`, where `R = H D / sqrt(BLOCK)` is a randomized Hadamard transform (`D` a
@@ -14,55 +14,89 @@
 //! proportional to `(1 - t^2)^((d - 3) / 2)`, close to N(0, 1/d)); each coordinate is
 //! quantized on its own with the Lloyd-Max codebook of that distribution ([`codebook`]).
 //!
-//! Values (`b` bits): `b`-bit codes. Keys (`b` bits): `b`-bit codes plus the paper's 1-bit
-//! quantized Johnson-Lindenstrauss sketch of the residual `r = y - c(codes)`: the signs of
-//! `S r` (`S = H D'`, a second seeded randomized Hadamard) and `|r|`, so that `<q, k>` is
-//! estimated without bias as `|x| (<R q, c> + sqrt(pi/2) / BLOCK |r| <S R q, signs>)`.
+//! Values (`b` bits): `b`-bit codes. Keys (`b` bits) spend `b + 1` bits a coordinate. tq4
+//! keys: 4-bit codes plus the paper's 1-bit quantized Johnson-Lindenstrauss sketch of the
+//! residual `r = y - c(codes)`: the signs of `S r` (`S = H D'`, a second seeded randomized
+//! Hadamard) and `|r|`, so that `<q, k>` is estimated without bias as
+//! `|x| (<R q, c> + sqrt(pi/2) / BLOCK |r| <S R q, signs>)`. tq3 keys: 4-bit codes and no
+//! sketch (two bytes a block fewer than 3-bit codes and the sketch, no residual norm).
 //!
 //! The paper's inner-product quantizer spends `b - 1` bits on the codes and one on the
 //! sketch; on SmolLM2 (`-c 128`) that cost +19% perplexity at 4 bits, against +5.8% for
 //! `b`-bit codes plus the sketch (and +9.9% for `b`-bit codes alone): the softmax magnifies
-//! the sketch's variance more than the codes' bias, so the keys keep all `b` bits of codes
-//! and carry the sketch on top (`docs/kv-cache.md`; figures before the outliers).
+//! the sketch's variance more than the codes' bias (figures before the outliers). With the
+//! outliers and the keys centered (the model's mean key subtracted, which moves all scores
+//! of a query together: `Device::center_keys`) the same holds one bit further: tq3 keys as
+//! 4-bit codes cost +1.4% where 3-bit codes and the sketch cost +7.7% (`docs/kv-cache.md`).
 //!
-//! Bytes per block of 64: tq4 keys 50 (6.25 bits a value), tq3 keys 42 (5.25), tq4 values
-//! 40 (5.0), tq3 values 32 (4.0); the outliers are 6 of them (0.75 bits a value).
+//! A row of `n` blocks is the `n` blocks, then the outliers' indices of them all, 6 bits
+//! each (`(n * OUTLIERS * 6).div_ceil(8)` bytes, [`TurboLayout::row_bytes`]): two indices
+//! packed in 12 bits instead of two bytes save half a byte a block.
+//!
+//! Bytes per block of 64 (with its 1.5 bytes of indices): tq4 keys 49.5 (6.19 bits a value),
+//! tq3 keys 39.5 (4.94), tq4 values 39.5 (4.94), tq3 values 31.5 (3.94); the outliers are
+//! 5.5 of them (0.69 bits a value).
 
 use crate::KvRole;
 
 /// Values per rotation block (a power of two; head dimensions must be multiples).
 pub const BLOCK: usize = 64;
 
-/// Coordinates of largest magnitude each block keeps apart, in f16 (keys and values): two
-/// of 64 cost 0.75 bits a value and remove the heads' outlier channels from what the
+/// Coordinates of largest magnitude each block keeps apart, in f16 with a 6-bit index
+/// (keys and values): two of 64 cost 0.69 bits a value and remove the heads' outlier channels from what the
 /// rotation spreads over every coordinate (on SmolLM2 `-c 128` tq3/tq3 goes from +21% to
 /// +7.7% and tq4/tq4 from +5.8% to +4.1%, `docs/kv-cache.md`).
 pub const OUTLIERS: usize = 2;
 
-/// The byte layout of one block.
+/// Bits of the widest codebook ([`codebook`]).
+pub const MAX_CODE_BITS: usize = 4;
+
+/// Bits of an outlier's index (a coordinate of the block).
+pub const INDEX_BITS: usize = BLOCK.trailing_zeros() as usize;
+
+/// The byte layout of one block, and of a row of blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TurboLayout {
     /// Bits of each coordinate's code.
     pub code_bits: usize,
     /// Whether the block carries the residual's sign sketch and norm (keys).
     pub sketch: bool,
-    /// Coordinates of largest magnitude kept apart, each as its index and f16 value.
+    /// Coordinates of largest magnitude kept apart, each as its f16 value (in the block)
+    /// and index (in the row's index bytes).
     pub outliers: usize,
 }
 
 impl TurboLayout {
     /// The layout of a `bits`-bit TurboQuant cache of `role`.
     pub const fn new(bits: usize, role: KvRole) -> TurboLayout {
+        // Keys spend `bits + 1` bits a coordinate: as `bits + 1`-bit codes where the
+        // codebooks reach (tq3), else `bits`-bit codes and the 1-bit sketch (tq4).
+        let (code_bits, sketch) = match role {
+            KvRole::Values => (bits, false),
+            KvRole::Keys if bits < MAX_CODE_BITS => (bits + 1, false),
+            KvRole::Keys => (bits, true),
+        };
         TurboLayout {
-            code_bits: bits,
-            sketch: matches!(role, KvRole::Keys),
+            code_bits,
+            sketch,
             outliers: OUTLIERS,
         }
     }
 
-    /// Bytes of the outliers: an index byte and an f16 value each.
+    /// Bytes of the outliers' values in a block: an f16 each.
     pub const fn outlier_bytes(self) -> usize {
-        3 * self.outliers
+        2 * self.outliers
+    }
+
+    /// Bytes of the outliers' indices of a row of `blocks` blocks ([`INDEX_BITS`] each, index
+    /// `k` of block `b` at bit `(b * outliers + k) * INDEX_BITS`, little-endian).
+    pub const fn index_bytes(self, blocks: usize) -> usize {
+        (blocks * self.outliers * INDEX_BITS).div_ceil(8)
+    }
+
+    /// Bytes of a row of `blocks` blocks: the blocks, then their outliers' indices.
+    pub const fn row_bytes(self, blocks: usize) -> usize {
+        blocks * self.block_bytes() + self.index_bytes(blocks)
     }
 
     /// Offset of the packed codes (after the header and the outliers).
@@ -75,13 +109,19 @@ impl TurboLayout {
         self.code_offset() + self.code_bytes()
     }
 
-    /// The outliers of a block: `(index, value)` pairs.
-    pub fn outliers(self, bytes: &[u8]) -> impl Iterator<Item = (usize, f32)> + '_ {
+    /// The outliers of the block at row position `block`: `(index, value)` pairs, from
+    /// the block's bytes and the row's index bytes.
+    pub fn outliers<'a>(
+        self,
+        bytes: &'a [u8],
+        indices: &'a [u8],
+        block: usize,
+    ) -> impl Iterator<Item = (usize, f32)> + 'a {
         let at = self.header_bytes();
         (0..self.outliers).map(move |k| {
-            let o = at + 3 * k;
-            let value = half::f16::from_le_bytes([bytes[o + 1], bytes[o + 2]]).to_f32();
-            (usize::from(bytes[o]), value)
+            let o = at + 2 * k;
+            let value = half::f16::from_le_bytes([bytes[o], bytes[o + 1]]).to_f32();
+            (read_index(indices, block * self.outliers + k), value)
         })
     }
 
@@ -108,7 +148,7 @@ impl TurboLayout {
         }
     }
 
-    /// Bytes of one block.
+    /// Bytes of one block (its outliers' indices are in the row's index bytes).
     pub const fn block_bytes(self) -> usize {
         self.header_bytes() + self.outlier_bytes() + self.code_bytes() + self.sign_bytes()
     }
@@ -319,11 +359,66 @@ fn unpack_width<const BITS: usize>(packed: &[u8], codes: &mut [u8; BLOCK]) {
     }
 }
 
-/// Encodes one block `x` at row position `block` into `out` (`layout.block_bytes()`).
-pub fn encode_block(layout: TurboLayout, x: &[f32], block: usize, out: &mut [u8]) {
+/// Index number `slot` of a row's index bytes.
+pub fn read_index(indices: &[u8], slot: usize) -> usize {
+    let bit = slot * INDEX_BITS;
+    let next = indices.get(bit / 8 + 1).copied().unwrap_or(0);
+    let word = u16::from_le_bytes([indices[bit / 8], next]);
+    usize::from(word >> (bit % 8)) & (BLOCK - 1)
+}
+
+/// Sets index number `slot` of a row's index bytes to `index` (below [`BLOCK`]).
+pub fn write_index(indices: &mut [u8], slot: usize, index: usize) {
+    let bit = slot * INDEX_BITS;
+    for i in 0..INDEX_BITS {
+        let (byte, shift) = ((bit + i) / 8, (bit + i) % 8);
+        indices[byte] = indices[byte] & !(1 << shift) | ((index >> i & 1) as u8) << shift;
+    }
+}
+
+/// Encodes the row `row` (a whole number of blocks) into `dst` (`layout.row_bytes(blocks)`),
+/// block `b` with the rotation of row position `b`.
+pub fn encode_row(layout: TurboLayout, row: &[f32], dst: &mut [u8]) {
+    let blocks = row.len() / BLOCK;
+    let (bodies, indices) = dst.split_at_mut(blocks * layout.block_bytes());
+    for (b, (x, out)) in row
+        .chunks_exact(BLOCK)
+        .zip(bodies.chunks_exact_mut(layout.block_bytes()))
+        .enumerate()
+    {
+        let kept = encode_block(layout, x, b, out);
+        for (k, &index) in kept.iter().take(layout.outliers).enumerate() {
+            write_index(indices, b * layout.outliers + k, index);
+        }
+    }
+}
+
+/// Decodes a row that [`encode_row`] wrote (`out.len() / BLOCK` blocks).
+pub fn decode_row(layout: TurboLayout, bytes: &[u8], out: &mut [f32]) {
+    let blocks = out.len() / BLOCK;
+    let (bodies, indices) = bytes.split_at(blocks * layout.block_bytes());
+    for (b, (encoded, out)) in bodies
+        .chunks_exact(layout.block_bytes())
+        .zip(out.chunks_exact_mut(BLOCK))
+        .enumerate()
+    {
+        decode_block(layout, encoded, indices, b, out);
+    }
+}
+
+/// Encodes one block `x` at row position `block` into `out` (`layout.block_bytes()`);
+/// returns the indices of its outliers (the first `layout.outliers` entries), which belong
+/// in the row's index bytes.
+pub fn encode_block(
+    layout: TurboLayout,
+    x: &[f32],
+    block: usize,
+    out: &mut [u8],
+) -> [usize; OUTLIERS] {
     let mut y: [f32; BLOCK] = x.try_into().expect("a block of BLOCK values");
     let header = layout.header_bytes();
-    for k in 0..layout.outliers {
+    let mut kept = [0; OUTLIERS];
+    for (k, kept) in kept.iter_mut().enumerate().take(layout.outliers) {
         // Largest magnitude left (the first on ties), kept as f16; its rounding error stays.
         let (index, _) = y.iter().enumerate().fold((0, -1.0f32), |best, (i, v)| {
             if v.abs() > best.1 {
@@ -334,9 +429,9 @@ pub fn encode_block(layout: TurboLayout, x: &[f32], block: usize, out: &mut [u8]
         });
         let value = half::f16::from_f32(y[index]);
         y[index] -= value.to_f32();
-        let o = header + 3 * k;
-        out[o] = index as u8;
-        out[o + 1..o + 3].copy_from_slice(&value.to_le_bytes());
+        let o = header + 2 * k;
+        out[o..o + 2].copy_from_slice(&value.to_le_bytes());
+        *kept = index;
     }
     let norm = y.iter().map(|v| v * v).sum::<f32>().sqrt();
     rotate(&mut y, block);
@@ -362,12 +457,20 @@ pub fn encode_block(layout: TurboLayout, x: &[f32], block: usize, out: &mut [u8]
             .fold(0u64, |bits, (i, &v)| bits | u64::from(v < 0.0) << i);
         out[layout.sign_offset()..].copy_from_slice(&bits.to_le_bytes());
     }
+    kept
 }
 
-/// Decodes one block (the reference the attention kernels are tested against): the
-/// codebook vector, plus for keys the sketch's estimate of the residual, rotated back and
-/// scaled by the norm.
-pub fn decode_block(layout: TurboLayout, bytes: &[u8], block: usize, out: &mut [f32]) {
+/// Decodes the block at row position `block` (the reference the attention kernels are
+/// tested against) from its bytes and the row's index bytes: the codebook vector, plus
+/// for keys the sketch's estimate of the residual, rotated back and scaled by the norm,
+/// plus the outliers.
+pub fn decode_block(
+    layout: TurboLayout,
+    bytes: &[u8],
+    indices: &[u8],
+    block: usize,
+    out: &mut [f32],
+) {
     let norm = half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
     let mut codes = [0u8; BLOCK];
     unpack_codes(
@@ -398,7 +501,7 @@ pub fn decode_block(layout: TurboLayout, bytes: &[u8], block: usize, out: &mut [
     for (o, v) in out.iter_mut().zip(&y) {
         *o = v * norm;
     }
-    for (index, value) in layout.outliers(bytes) {
+    for (index, value) in layout.outliers(bytes, indices, block) {
         out[index] += value;
     }
 }
@@ -485,7 +588,7 @@ mod tests {
                 let query = random_block(trial + 10_000);
                 encode_block(layout, &x, trial as usize % 7, &mut bytes);
                 let mut decoded = [0.0f32; BLOCK];
-                decode_block(layout, &bytes, trial as usize % 7, &mut decoded);
+                decode_block(layout, &bytes, &[], trial as usize % 7, &mut decoded);
                 let norm2: f32 = x.iter().map(|v| v * v).sum();
                 let e: f32 = x.iter().zip(&decoded).map(|(a, b)| (a - b) * (a - b)).sum();
                 error += f64::from(e / norm2);
@@ -522,11 +625,18 @@ mod tests {
             x[9] = 40.0;
             x[50] = -25.0;
             let mut bytes = vec![0u8; layout.block_bytes()];
-            encode_block(layout, &x, 1, &mut bytes);
-            let kept: Vec<(usize, f32)> = layout.outliers(&bytes).collect();
+            // The block at row position 1: its indices are slots 2 and 3 of the row's.
+            let mut indices = vec![0xa5u8; layout.index_bytes(2)];
+            for (k, index) in encode_block(layout, &x, 1, &mut bytes)
+                .into_iter()
+                .enumerate()
+            {
+                write_index(&mut indices, 2 + k, index);
+            }
+            let kept: Vec<(usize, f32)> = layout.outliers(&bytes, &indices, 1).collect();
             assert_eq!(kept, [(9, 40.0), (50, -25.0)]);
             let mut decoded = [0.0f32; BLOCK];
-            decode_block(layout, &bytes, 1, &mut decoded);
+            decode_block(layout, &bytes, &indices, 1, &mut decoded);
             with += x
                 .iter()
                 .zip(&decoded)
@@ -534,7 +644,7 @@ mod tests {
                 .sum::<f32>();
             let mut bytes = vec![0u8; plain.block_bytes()];
             encode_block(plain, &x, 1, &mut bytes);
-            decode_block(plain, &bytes, 1, &mut decoded);
+            decode_block(plain, &bytes, &[], 1, &mut decoded);
             without += x
                 .iter()
                 .zip(&decoded)
@@ -542,5 +652,73 @@ mod tests {
                 .sum::<f32>();
         }
         assert!(with < 0.2 * without, "{with} vs {without}");
+    }
+
+    #[test]
+    fn outlier_indices_pack_in_six_bits() {
+        let mut indices = vec![0u8; TurboLayout::new(3, KvRole::Keys).index_bytes(8)];
+        assert_eq!(indices.len(), 12);
+        let want: Vec<usize> = (0..16).map(|slot| (slot * 37 + 5) % BLOCK).collect();
+        for (slot, &index) in want.iter().enumerate() {
+            write_index(&mut indices, slot, index);
+        }
+        // Rewriting one slot leaves its neighbours alone.
+        write_index(&mut indices, 7, 63);
+        write_index(&mut indices, 7, want[7]);
+        let got: Vec<usize> = (0..16).map(|slot| read_index(&indices, slot)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn rows_of_the_7b_shape_take_568_bytes_a_token_and_layer() {
+        // 4 KV heads of 128: rows of 8 blocks, keys and values tq3 (keys: 4-bit codes, no
+        // sketch).
+        let layout = TurboLayout::new(3, KvRole::Keys);
+        assert_eq!((layout.code_bits, layout.sketch), (4, false));
+        let keys = layout.row_bytes(8);
+        let values = TurboLayout::new(3, KvRole::Values).row_bytes(8);
+        assert_eq!((keys, values), (8 * 38 + 12, 8 * 30 + 12));
+        // f16 takes 2 * 512 * 2 bytes: 3.606 times as much.
+        assert!(2048.0 / (keys + values) as f64 > 3.6);
+        let tq4 = TurboLayout::new(4, KvRole::Keys);
+        assert_eq!(
+            (tq4.code_bits, tq4.sketch, tq4.row_bytes(8)),
+            (4, true, 8 * 48 + 12)
+        );
+        let x: Vec<f32> = (0..8 * BLOCK)
+            .map(|i| ((i * 7919 % 101) as f32 - 50.0) * if i % 61 == 0 { 9.0 } else { 0.1 })
+            .collect();
+        for layout in [
+            TurboLayout::new(3, KvRole::Keys),
+            TurboLayout::new(4, KvRole::Keys),
+            TurboLayout::new(4, KvRole::Values),
+        ] {
+            let mut row = vec![0u8; layout.row_bytes(8)];
+            encode_row(layout, &x, &mut row);
+            let mut decoded = vec![0.0f32; x.len()];
+            decode_row(layout, &row, &mut decoded);
+            let mut one = vec![0.0f32; BLOCK];
+            for (b, (block, want)) in x
+                .chunks_exact(BLOCK)
+                .zip(decoded.chunks_exact(BLOCK))
+                .enumerate()
+            {
+                // Each block alone, its indices written where the row keeps them.
+                let mut bytes = vec![0u8; layout.block_bytes()];
+                let mut indices = vec![0u8; layout.index_bytes(8)];
+                for (k, index) in encode_block(layout, block, b, &mut bytes)
+                    .into_iter()
+                    .enumerate()
+                {
+                    write_index(&mut indices, b * layout.outliers + k, index);
+                }
+                assert_eq!(
+                    bytes,
+                    row[b * layout.block_bytes()..][..layout.block_bytes()]
+                );
+                decode_block(layout, &bytes, &indices, b, &mut one);
+                assert_eq!(one, want);
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ mod error;
 mod features;
 mod forward;
 mod hidden;
+mod key_means;
 mod keys;
 mod observer;
 pub mod resident;
@@ -47,6 +48,8 @@ pub struct Model {
     pub weights: ModelWeights,
     pub backend: Arc<dyn Backend>,
     pub file: Arc<GgufFile>,
+    /// Each layer's mean key ([`key_means`]), measured for the first TurboQuant cache.
+    key_means: std::sync::OnceLock<Vec<Vec<f32>>>,
 }
 
 impl Model {
@@ -97,6 +100,17 @@ impl Model {
             weights,
             backend,
             file,
+            key_means: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Each layer's mean key (`[kv_width]`), which TurboQuant key caches subtract
+    /// ([`key_means`]), measured on first use.
+    pub(crate) fn key_means(&self) -> Result<&[Vec<f32>], ModelError> {
+        if let Some(means) = self.key_means.get() {
+            return Ok(means);
+        }
+        let means = key_means::key_means(self)?;
+        Ok(self.key_means.get_or_init(|| means))
     }
 }

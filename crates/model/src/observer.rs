@@ -137,6 +137,10 @@ impl Device for Observed<'_> {
         self.inner.alloc_kv(n_cells, width, head_dim, ty, role)
     }
 
+    fn center_keys(&self, cache: &mut KvCache, mean: &[f32]) -> OpResult {
+        self.inner.center_keys(cache, mean)
+    }
+
     fn synchronize(&self) -> OpResult {
         self.inner.synchronize()
     }

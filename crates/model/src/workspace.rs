@@ -94,13 +94,17 @@ impl KvState {
         }
         let mut keys = Vec::with_capacity(model.config.block_count);
         let mut values = Vec::with_capacity(model.config.block_count);
-        for layer in model.config.layers() {
+        for (index, layer) in model.config.layers().iter().enumerate() {
             let cells = layer_cells(layer);
-            keys.push(
+            let mut layer_keys =
                 model
                     .backend
-                    .alloc_kv(cells, width, head_dim, types.keys, KvRole::Keys)?,
-            );
+                    .alloc_kv(cells, width, head_dim, types.keys, KvRole::Keys)?;
+            if types.keys.is_turbo() {
+                let mean = &model.key_means()?[index];
+                model.backend.center_keys(&mut layer_keys, mean)?;
+            }
+            keys.push(layer_keys);
             values.push(model.backend.alloc_kv(
                 cells,
                 width,

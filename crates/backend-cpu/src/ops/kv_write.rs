@@ -128,9 +128,16 @@ fn write_one(
                     quantize_row_q4_0(row, &mut cells[at / 32..(at + width) / 32])
                 }
                 CpuKv::Turbo(cells) => {
-                    let bytes = width / turbo::BLOCK * cells.layout.block_bytes();
+                    let bytes = cells.row_bytes();
                     let dst = &mut cells.bytes[cell * bytes..(cell + 1) * bytes];
-                    crate::turbo::encode_row(cells.layout, row, dst);
+                    match &cells.mean {
+                        Some(mean) => {
+                            let centered: Vec<f32> =
+                                row.iter().zip(mean).map(|(v, m)| v - m).collect();
+                            turbo::encode_row(cells.layout, &centered, dst);
+                        }
+                        None => turbo::encode_row(cells.layout, row, dst),
+                    }
                 }
             }
         }

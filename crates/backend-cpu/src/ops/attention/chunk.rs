@@ -191,7 +191,6 @@ fn one_head(
             CacheRow::F32(key) => vector::dot_f32(isa, query, key),
             CacheRow::Q8_0(key) => key_dot(bytemuck::cast_slice(key)),
             CacheRow::Q4_0(key) => key_dot(bytemuck::cast_slice(key)),
-            CacheRow::Turbo(_) => unreachable!("TurboQuant caches take their own path"),
         };
         let score = dot * problem.scale;
         // `rescale` shrinks what was accumulated when the maximum grows; `weight` is
@@ -221,7 +220,6 @@ fn one_head(
                 dequantize_row_q4_0(value, &mut scratch.value);
                 vector::mad_f32(isa, dst, &scratch.value, weight)
             }
-            CacheRow::Turbo(_) => unreachable!("TurboQuant caches take their own path"),
         }
         // ggml's `S = S*ms + vs`, which gcc compiles to a fused multiply-add.
         sum = sum.mul_add(rescale, weight);

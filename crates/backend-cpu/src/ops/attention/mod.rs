@@ -25,7 +25,7 @@ mod tiled;
 use half::f16;
 use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSpan};
 
-use runit_backend::{hadamard, turbo, KvRole};
+use runit_backend::{hadamard, KvRole};
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::dot::{dot_fn, DotFn};
 use runit_quant::GgmlType;
@@ -50,8 +50,6 @@ pub enum CacheRow<'a> {
     /// `head_dim / 32` blocks.
     Q8_0(&'a [BlockQ8_0]),
     Q4_0(&'a [BlockQ4_0]),
-    /// `head_dim / turbo::BLOCK` TurboQuant blocks.
-    Turbo(&'a [u8]),
 }
 
 /// Everything a worker needs to compute one query head.
@@ -95,11 +93,7 @@ impl Problem<'_> {
             CpuKv::F32(data) => CacheRow::F32(&data[at..at + self.head_dim]),
             CpuKv::Q8_0(data) => CacheRow::Q8_0(&data[blocks]),
             CpuKv::Q4_0(data) => CacheRow::Q4_0(&data[blocks]),
-            CpuKv::Turbo(data) => {
-                let bytes = data.layout.block_bytes();
-                let first = at / turbo::BLOCK * bytes;
-                CacheRow::Turbo(&data.bytes[first..first + self.head_dim / turbo::BLOCK * bytes])
-            }
+            CpuKv::Turbo(_) => unreachable!("TurboQuant caches take their own path"),
         }
     }
 
