@@ -2,7 +2,7 @@
 //! first use, and the dispatch of one kernel.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use runit_backend::{BackendError, OpResult};
@@ -128,6 +128,8 @@ pub struct WgpuBackend {
     pub(crate) rounded_x: Mutex<crate::matmul::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
+    /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).
+    pub(crate) rows_alone: AtomicBool,
     /// Dispatches recorded and submits made since the backend opened.
     pub(crate) counts: Counts,
 }
@@ -240,6 +242,7 @@ impl WgpuBackend {
             params_slot,
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
+            rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
             counts: Counts::default(),
         })

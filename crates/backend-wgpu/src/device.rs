@@ -2,8 +2,8 @@
 //! storage buffers, split by rows where a tensor is larger than one binding) and KV caches.
 
 use runit_backend::{
-    BackendError, Buffer, Device, KvCache, KvRole, KvType, Op, OpResult, Weight, WeightRole,
-    WeightSource,
+    BackendError, Buffer, Device, KvCache, KvRole, KvType, Op, OpResult, StepInputs, Weight,
+    WeightRole, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -281,6 +281,18 @@ impl Device for WgpuBackend {
 
     fn synchronize(&self) -> OpResult {
         self.wait("synchronize")
+    }
+
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
+        self.rows_alone
+            .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn end_step(&self) -> OpResult {
+        self.rows_alone
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

@@ -100,8 +100,12 @@ pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
 /// The cache writer, for every element type.
 const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
-/// Attention, for every pair of key and value cache types.
+/// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
+/// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
+/// `expf` near correctly rounded, as the CPU's libm computes it.
+const EXPF: &str = include_str!("shaders/expf.wgsl");
 
 /// The KV cache element types the kernels store: their code in the shaders and name.
 pub const CACHE_TYPES: [(KvType, u32, &str); 4] = [
@@ -128,15 +132,28 @@ pub fn kv_write(ty: KvType) -> Option<KernelSource> {
     })
 }
 
-/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]).
-pub fn attention(keys: KvType, values: KvType) -> Option<KernelSource> {
+/// Which attention kernel runs a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// `attention.wgsl`: keys in tiles of 64, an online softmax per tile.
+    Tiled,
+    /// `attention_chunk.wgsl`: ggml's one-chunk path, keys one by one.
+    OneChunk,
+}
+
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`.
+pub fn attention(keys: KvType, values: KvType, path: AttentionPath) -> Option<KernelSource> {
     let (k, k_name) = cache_code(keys)?;
     let (v, v_name) = cache_code(values)?;
+    let (body, extra, prefix) = match path {
+        AttentionPath::Tiled => (ATTENTION, "", "attention"),
+        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF, "attention_chunk"),
+    };
     Some(KernelSource {
-        name: format!("attention_{k_name}_{v_name}"),
+        name: format!("{prefix}_{k_name}_{v_name}"),
         source: Box::new(move || {
             format!(
-                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
+                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
             )
         }),
     })
@@ -216,7 +233,9 @@ pub fn all() -> Vec<KernelSource> {
     for (keys, _, _) in CACHE_TYPES {
         all.extend(kv_write(keys));
         for (values, _, _) in CACHE_TYPES {
-            all.extend(attention(keys, values));
+            for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
+                all.extend(attention(keys, values, path));
+            }
         }
     }
     all

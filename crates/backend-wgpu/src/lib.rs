@@ -35,9 +35,10 @@
 //!   against it).
 //!
 //! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
-//! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16; the K-quants' Q8_K
-//! rounding is not repeated); sums are f32 in each kernel's own order, within the parity
-//! suite's NMSE bounds.
+//! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K
+//! blocks of 256 for the K-quants and IQ4_XS); sums are f32 in each kernel's own order,
+//! within the parity suite's NMSE bounds (not the CPU's order: see docs/perf-wgpu.md on
+//! golden fidelity).
 //!
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters
@@ -50,7 +51,9 @@
 //! needs). KV caches are f32, f16, and Q8_0/Q4_0 in a word layout of this backend's own,
 //! with llama.cpp's Hadamard rotation run on the device (TurboQuant caches are
 //! `BackendError::UnsupportedKv`); attention is one workgroup per (query row, head) with an
-//! online softmax over tiles of 64 keys.
+//! online softmax over tiles of 64 keys for spans of 64 rows and more (ggml's tiled path),
+//! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
+//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
 
 mod backend;
 mod batch;

@@ -52,8 +52,8 @@ enum Kernel {
 impl WgpuBackend {
     /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
     /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
-    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
-    /// way not repeated here: the K-quants' Q8_K blocks of 256).
+    /// and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K blocks of 256 for the K-quants and
+    /// IQ4_XS), or `None` where the CPU keeps them (F32).
     ///
     /// Consecutive matmuls of one activation buffer (the Q, K and V projections; gate and
     /// up) round it once: the rounding is reused while nothing has been recorded or uploaded
@@ -65,12 +65,14 @@ impl WgpuBackend {
         len: usize,
     ) -> Result<Option<wgpu::Buffer>, BackendError> {
         use GgmlType::*;
-        let mode = match ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
-            F16 => 1,
+        let (mode, block) = match ty {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
+            F16 => (1, 32),
+            BF16 => (2, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => (3, 256),
             _ => return Ok(None),
         };
-        if !len.is_multiple_of(32) || len == 0 {
+        if !len.is_multiple_of(block) || len == 0 {
             return Ok(None);
         }
         let source = buffer(x, "matmul", "x")?;
@@ -91,7 +93,7 @@ impl WgpuBackend {
                 buffer
             }
         };
-        let blocks = len / 32;
+        let blocks = len / block;
         let params = [blocks as u32, mode];
         let kernel = Self::plain("quantize_x");
         self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;

@@ -1,6 +1,9 @@
 // The activations as the CPU's dot products see them (ggml's `vec_dot_type` of the weight):
 // mode 0 rounds each block of 32 to Q8_0/Q8_1 (x86 rounding: d = amax / 127, q = round(x · 127
-// / amax), value f16(d) · q), mode 1 rounds each value to f16. One invocation per block of 32.
+// / amax), value f16(d) · q), mode 1 rounds each value to f16, mode 2 to bf16 (ties to even),
+// mode 3 each block of 256 to Q8_K (max = the first value of largest magnitude, iscale =
+// -127 / max, q = min(127, round(x · iscale)), value q / iscale, the scale kept in f32). One
+// invocation per block (256 values in mode 3, 32 in the others).
 
 struct Params {
     blocks: u32,
@@ -19,7 +22,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if block >= p.blocks {
         return;
     }
+    if p.mode == 3u {
+        q8_k(block * 256u);
+        return;
+    }
     let base = block * 32u;
+    if p.mode == 2u {
+        for (var j = 0u; j < 32u; j++) {
+            let bits = bitcast<u32>(x[base + j]);
+            let rounded = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
+            out[base + j] = bitcast<f32>(rounded);
+        }
+        return;
+    }
     if p.mode == 1u {
         for (var j = 0u; j < 32u; j++) {
             out[base + j] = unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x;
@@ -34,5 +49,28 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let id = select(0.0, 127.0 / amax, amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
         out[base + j] = d * round(x[base + j] * id);
+    }
+}
+
+fn q8_k(base: u32) {
+    var max_value = 0.0;
+    var amax = 0.0;
+    for (var j = 0u; j < 256u; j++) {
+        let v = x[base + j];
+        if abs(v) > amax {
+            amax = abs(v);
+            max_value = v;
+        }
+    }
+    if amax == 0.0 {
+        for (var j = 0u; j < 256u; j++) {
+            out[base + j] = 0.0;
+        }
+        return;
+    }
+    let iscale = -127.0 / max_value;
+    let d = 1.0 / iscale;
+    for (var j = 0u; j < 256u; j++) {
+        out[base + j] = d * min(127.0, round(iscale * x[base + j]));
     }
 }
