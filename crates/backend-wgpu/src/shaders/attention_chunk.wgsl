@@ -22,7 +22,7 @@ struct Params {
     kv_width: u32,
     q_width: u32,
     scale: f32,
-    _pad0: u32,
+    zero: u32,      // always 0 (`opaque` in expf.wgsl)
     _pad1: u32,
 }
 

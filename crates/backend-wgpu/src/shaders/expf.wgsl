@@ -27,11 +27,18 @@ var<private> EXP_TABLE_LOW: array<u32, 32> = array<u32, 32>(
     0xb24116deu, 0xb348464au, 0x32292436u, 0xb2923758u,
 );
 
-/// `a + b` and its rounding error (Knuth's two-sum).
+/// Hides `v` from the shader compiler's algebra: an inexact `(a + b) - a` may be folded to
+/// `b`, which would erase the two-sums' errors. Needs `p.zero`, a parameter that is 0.
+fn opaque(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | p.zero);
+}
+
+/// `a + b` and its rounding error (Knuth's two-sum; its steps kept opaque).
 fn two_sum(a: f32, b: f32) -> vec2<f32> {
-    let s = a + b;
-    let bp = s - a;
-    return vec2<f32>(s, (a - (s - bp)) + (b - bp));
+    let s = opaque(a + b);
+    let bp = opaque(s - a);
+    let ap = opaque(s - bp);
+    return vec2<f32>(s, (a - ap) + (b - bp));
 }
 
 fn expf(x: f32) -> f32 {
@@ -47,9 +54,9 @@ fn expf(x: f32) -> f32 {
     let j = u32(ki & 31);
     let n = (ki - i32(j)) / 32;
     let r1 = fma(-k, ln2_high, y);
-    let p = k * ln2_low;
-    let pe = fma(k, ln2_low, -p);
-    let r = two_sum(r1, -p);
+    let product_low = opaque(k * ln2_low);
+    let pe = fma(k, ln2_low, -product_low);
+    let r = two_sum(r1, -product_low);
     let r_low = r.y - pe;
     let s = r.x;
     let q = s * s * fma(fma(s, 1.0 / 24.0, 1.0 / 6.0), s, 0.5);
@@ -57,7 +64,7 @@ fn expf(x: f32) -> f32 {
     let e_low = e.y + (r_low + q);
     let t_high = bitcast<f32>(EXP_TABLE_HIGH[j]);
     let t_low = bitcast<f32>(EXP_TABLE_LOW[j]);
-    let product = t_high * e.x;
+    let product = opaque(t_high * e.x);
     let product_error = fma(t_high, e.x, -product);
     let sum = product + (product_error + fma(t_high, e_low, t_low * e.x));
     return ldexp(sum, n);
