@@ -106,6 +106,8 @@ pub struct WgpuBackend {
     pub(crate) max_binding: u64,
     /// Largest buffer in bytes.
     pub(crate) max_buffer: u64,
+    /// The alignment of a storage binding's offset in bytes.
+    pub(crate) binding_alignment: u64,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// The first error the device reported outside an error scope (a lost device, a
     /// validation error in a submission), returned by the next transfer.
@@ -232,6 +234,7 @@ impl WgpuBackend {
             queue,
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
+            binding_alignment: u64::from(limits.min_storage_buffer_offset_alignment),
             pipelines: Mutex::default(),
             errors,
             gelu_table,

@@ -91,13 +91,15 @@ impl WgpuBackend {
         bytes: u64,
     ) -> Result<wgpu::Buffer, BackendError> {
         let bytes = bytes.next_multiple_of(4).max(4);
-        let limit = self.max_binding.min(self.max_buffer);
-        if bytes > limit {
+        // A buffer may outgrow one binding (the logits of a long batch over a large
+        // vocabulary): the ops that meet one bind ranges of it (`dispatch_ranges`).
+        if bytes > self.max_buffer {
             return Err(self.device_error(
                 op,
                 format!(
-                    "a buffer of {bytes} bytes exceeds the adapter's storage binding limit of \
-                     {limit} bytes (weights are split by rows; activations and caches are not)"
+                    "a buffer of {bytes} bytes exceeds the adapter's buffer size limit of {} \
+                     bytes",
+                    self.max_buffer
                 ),
             ));
         }
@@ -268,6 +270,18 @@ impl Device for WgpuBackend {
             });
         }
         let bytes = (n_cells as u64).saturating_mul(row_bytes as u64);
+        if bytes > self.max_binding {
+            // Attention binds a layer's cache whole.
+            return Err(self.device_error(
+                "alloc_kv",
+                format!(
+                    "a cache of {n_cells} cells × {row_bytes} bytes ({bytes} bytes) exceeds the \
+                     adapter's storage binding limit of {} bytes: use a smaller context or a \
+                     smaller cache type",
+                    self.max_binding
+                ),
+            ));
+        }
         let buffer = self.new_buffer("alloc_kv", bytes)?;
         Ok(KvCache::new(
             n_cells,

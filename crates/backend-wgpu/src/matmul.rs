@@ -10,6 +10,7 @@ use runit_backend::{BackendError, Buffer, OpResult, Weight};
 use runit_quant::GgmlType;
 
 use crate::backend::{grid, rows_grid};
+use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
 use crate::kernels::{self, KernelSource};
 use crate::ops::MAX_GROUPS;
@@ -127,6 +128,42 @@ impl WgpuBackend {
         }
     }
 
+    /// The groups of tokens (first, count) one matmul dispatch takes: all of them when `x`
+    /// and `out` bind whole, else as many as bind within the storage binding limit (rows
+    /// of `n` inputs and `rows` outputs a token), each group starting at an offset the
+    /// adapter can bind (the logits of a long batch over a 262,144-token vocabulary are
+    /// 1 MiB a token).
+    fn token_groups(
+        &self,
+        tokens: usize,
+        n: usize,
+        rows: usize,
+        [x, out]: [&wgpu::Buffer; 2],
+    ) -> Result<Vec<(usize, usize)>, BackendError> {
+        if x.size().max(out.size()) <= self.max_binding {
+            return Ok(vec![(0, tokens)]);
+        }
+        let align = self.binding_alignment as usize;
+        let step = |row_bytes: usize| align / gcd(row_bytes, align);
+        let (a, b) = (step(n * 4), step(rows * 4));
+        let unit = a / gcd(a, b) * b;
+        let per_group = (self.max_binding as usize / (n.max(rows) * 4)) / unit * unit;
+        if per_group == 0 {
+            return Err(self.device_error(
+                "matmul",
+                format!(
+                    "rows of {n} inputs and {rows} outputs do not bind within the adapter's \
+                     storage binding limit of {} bytes at its offset alignment of {align}",
+                    self.max_binding
+                ),
+            ));
+        }
+        Ok((0..tokens)
+            .step_by(per_group)
+            .map(|t0| (t0, per_group.min(tokens - t0)))
+            .collect())
+    }
+
     /// `out[t][r] = W[r] · x[t]` for `tokens` rows of `x` (PrimitiveOps::matmul).
     pub(crate) fn matmul_rows(
         &self,
@@ -157,43 +194,61 @@ impl WgpuBackend {
         let x = rounded.as_ref().unwrap_or(x);
         let marked = rounded.is_some();
         let first = w.byte_offset / w.row_bytes();
-        for chunk in &gpu.chunks {
-            let start = first.max(chunk.first_row);
-            let end = (first + rows).min(chunk.first_row + chunk.rows);
-            if start >= end {
-                continue;
-            }
-            let count = end - start;
-            let (kernel, groups, last) = match self.matmul_kernel(w, tokens)? {
-                Kernel::MatVec(kernel) => {
-                    let [gx, gy, _] = rows_grid(count.div_ceil(MATVEC_ROWS));
-                    (kernel, [gx, gy, tokens as u32], gx)
-                }
-                Kernel::Generic(kernel) => {
-                    let [gx, gy, _] = rows_grid(count);
-                    (kernel, [gx, gy, tokens as u32], gx)
-                }
-                Kernel::Tiled(kernel) => {
-                    let groups = [
-                        count.div_ceil(TILE_ROWS) as u32,
-                        tokens.div_ceil(TILE_TOKENS) as u32,
-                        1,
-                    ];
-                    (kernel, groups, tokens as u32)
-                }
+        for (t0, count) in self.token_groups(tokens, n, rows, [x, out])? {
+            // Whole buffers where they bind whole, else each group's rows of them.
+            let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
+                true => (Range::whole(x), Range::whole(out)),
+                false => (
+                    Range {
+                        buffer: x,
+                        offset: (t0 * n * 4) as u64,
+                        bytes: (count * n * 4) as u64,
+                    },
+                    Range {
+                        buffer: out,
+                        offset: (t0 * rows * 4) as u64,
+                        bytes: (count * rows * 4) as u64,
+                    },
+                ),
             };
-            // The last word is the grid's row width, or the tiled kernel's token count.
-            let params = [
-                n as u32,
-                count as u32,
-                w.row_bytes() as u32,
-                (start - chunk.first_row) as u32,
-                (start - first) as u32,
-                rows as u32,
-                last,
-            ];
-            let buffers = [&chunk.buffer, x, out];
-            self.dispatch(OP, kernel, &params, &buffers, groups)?;
+            for chunk in &gpu.chunks {
+                let start = first.max(chunk.first_row);
+                let end = (first + rows).min(chunk.first_row + chunk.rows);
+                if start >= end {
+                    continue;
+                }
+                let rows_here = end - start;
+                let (kernel, groups, last) = match self.matmul_kernel(w, count)? {
+                    Kernel::MatVec(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here.div_ceil(MATVEC_ROWS));
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Generic(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here);
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Tiled(kernel) => {
+                        let groups = [
+                            rows_here.div_ceil(TILE_ROWS) as u32,
+                            count.div_ceil(TILE_TOKENS) as u32,
+                            1,
+                        ];
+                        (kernel, groups, count as u32)
+                    }
+                };
+                // The last word is the grid's row width, or the tiled kernel's token count.
+                let params = [
+                    n as u32,
+                    rows_here as u32,
+                    w.row_bytes() as u32,
+                    (start - chunk.first_row) as u32,
+                    (start - first) as u32,
+                    rows as u32,
+                    last,
+                ];
+                let ranges = [Range::whole(&chunk.buffer), x, out];
+                self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
+            }
         }
         if marked {
             let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
@@ -202,5 +257,12 @@ impl WgpuBackend {
             }
         }
         Ok(())
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
     }
 }

@@ -192,7 +192,7 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let [gx, gy, _] = rows_grid(rows);
-        let params = [width as u32, rows as u32, f(norm.eps), gx];
+        let params = [width as u32, rows as u32, f(norm.eps), gx, 0];
         self.dispatch(OP, Self::plain(OP), &params, &[x, w, out], [gx, gy, 1])
     }
 
