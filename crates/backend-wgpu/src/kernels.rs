@@ -22,16 +22,35 @@ pub const PLAIN: [(&str, &str); 10] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
-    ("gated", include_str!("shaders/gated.wgsl")),
+    (
+        "gated",
+        concat!(
+            include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/precise.wgsl"),
+            include_str!("shaders/expf.wgsl")
+        ),
+    ),
     ("gather_rows", include_str!("shaders/gather_rows.wgsl")),
     (
         "scatter_add_rows",
         include_str!("shaders/scatter_add_rows.wgsl"),
     ),
-    ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
+    (
+        "rms_norm",
+        concat!(
+            include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
     ("rope", include_str!("shaders/rope.wgsl")),
     ("hadamard", include_str!("shaders/hadamard.wgsl")),
-    ("quantize_x", include_str!("shaders/quantize_x.wgsl")),
+    (
+        "quantize_x",
+        concat!(
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
 ];
 
 /// The matrix-vector kernel's body (`unit_dot` and the entry point come per type and variant).
@@ -104,8 +123,12 @@ const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
 /// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
-/// `expf` near correctly rounded, as the CPU's libm computes it.
-const EXPF: &str = include_str!("shaders/expf.wgsl");
+/// `expf` near correctly rounded, as the CPU's libm computes it, with the exact float
+/// helpers it needs.
+const EXPF: &str = concat!(
+    include_str!("shaders/precise.wgsl"),
+    include_str!("shaders/expf.wgsl")
+);
 
 /// The KV cache element types the kernels store: their code in the shaders and name.
 pub const CACHE_TYPES: [(KvType, u32, &str); 4] = [

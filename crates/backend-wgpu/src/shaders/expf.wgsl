@@ -1,4 +1,4 @@
-// `expf` to within a hair of correct rounding (libm's, which the CPU backend calls, is
+// `expf` (needs precise.wgsl) to within a hair of correct rounding (libm's, which the CPU backend calls, is
 // correctly rounded but for rare ties): x = (32 n + j) ln2 / 32 + r with |r| <= ln2 / 64, the
 // reduction and 1 + r + r²/2 + r³/6 + r⁴/24 carried in float-float (a value and its error),
 // times 2^(j / 32) from a float-float table, times 2^n. The builtin `exp` is allowed 3 ulp
@@ -26,20 +26,6 @@ var<private> EXP_TABLE_LOW: array<u32, 32> = array<u32, 32>(
     0xb2d4a58au, 0xb3504a1cu, 0xb21eab59u, 0xb2441be6u,
     0xb24116deu, 0xb348464au, 0x32292436u, 0xb2923758u,
 );
-
-/// Hides `v` from the shader compiler's algebra: an inexact `(a + b) - a` may be folded to
-/// `b`, which would erase the two-sums' errors. Needs `p.zero`, a parameter that is 0.
-fn opaque(v: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) | p.zero);
-}
-
-/// `a + b` and its rounding error (Knuth's two-sum; its steps kept opaque).
-fn two_sum(a: f32, b: f32) -> vec2<f32> {
-    let s = opaque(a + b);
-    let bp = opaque(s - a);
-    let ap = opaque(s - bp);
-    return vec2<f32>(s, (a - ap) + (b - bp));
-}
 
 fn expf(x: f32) -> f32 {
     if x < -87.33 {

@@ -8,7 +8,7 @@
 struct Params {
     blocks: u32,
     mode: u32,
-    _pad0: u32,
+    zero: u32, // always 0 (`opaque` in precise.wgsl)
     _pad1: u32,
 }
 

@@ -1,6 +1,7 @@
 // out[r] = x[r] * (1 / sqrt(mean(x[r]²) + eps)) * weight, one workgroup per row, with the
 // CPU's (ggml's) precision: each square rounded to f32, the squares summed as a float-float
-// (value and error, by two-sums) standing in for ggml's f64 sum, the mean rounded once to f32.
+// (value and error, by two-sums) standing in for ggml's f64 sum, the mean rounded once to f32
+// (`two_sum`: precise.wgsl).
 
 struct Params {
     width: u32,
@@ -22,18 +23,6 @@ struct Params {
 
 const THREADS: u32 = 64u;
 var<workgroup> partial: array<vec2<f32>, THREADS>;
-
-fn opaque(v: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) | p.zero);
-}
-
-/// `a + b` and its rounding error (Knuth's two-sum; its steps kept opaque).
-fn two_sum(a: f32, b: f32) -> vec2<f32> {
-    let s = opaque(a + b);
-    let bp = opaque(s - a);
-    let ap = opaque(s - bp);
-    return vec2<f32>(s, (a - ap) + (b - bp));
-}
 
 /// The float-float sum of `a` and `b`.
 fn add_ff(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
