@@ -175,15 +175,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if d < p.head_dim {
                     let v = cache_value(value + d, false);
                     if f16_values && d < v_body {
-                        acc[j] = f16_round(fma(v, f16_round(weight), acc[j]));
+                        acc[j] = f16_round(fma_exact(v, f16_round(weight), acc[j]));
                     } else if f16_values {
-                        acc[j] = f16_round(fma(v, weight, acc[j]));
+                        acc[j] = f16_round(fma_exact(v, weight, acc[j]));
                     } else {
-                        acc[j] = fma(v, weight, acc[j]);
+                        acc[j] = fma_exact(v, weight, acc[j]);
                     }
                 }
             }
-            l = fma(l, rescale, weight);
+            l = fma_exact(l, rescale, weight);
         }
         workgroupBarrier();
     }

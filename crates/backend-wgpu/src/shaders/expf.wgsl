@@ -40,18 +40,16 @@ fn expf(x: f32) -> f32 {
     let j = u32(ki & 31);
     let n = (ki - i32(j)) / 32;
     let r1 = fma(-k, ln2_high, y);
-    let product_low = opaque(k * ln2_low);
-    let pe = fma(k, ln2_low, -product_low);
-    let r = two_sum(r1, -product_low);
-    let r_low = r.y - pe;
+    let product_low = two_product(k, ln2_low);
+    let r = two_sum(r1, -product_low.x);
+    let r_low = r.y - product_low.y;
     let s = r.x;
     let q = s * s * fma(fma(s, 1.0 / 24.0, 1.0 / 6.0), s, 0.5);
     let e = two_sum(1.0, s);
     let e_low = e.y + (r_low + q);
     let t_high = bitcast<f32>(EXP_TABLE_HIGH[j]);
     let t_low = bitcast<f32>(EXP_TABLE_LOW[j]);
-    let product = opaque(t_high * e.x);
-    let product_error = fma(t_high, e.x, -product);
-    let sum = product + (product_error + fma(t_high, e_low, t_low * e.x));
+    let product = two_product(t_high, e.x);
+    let sum = product.x + (product.y + (t_high * e_low + t_low * e.x));
     return ldexp(sum, n);
 }

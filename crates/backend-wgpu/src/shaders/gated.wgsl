@@ -48,16 +48,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 /// One lane of ggml's AVX-512 `ggml_v_expf` (the CPU backend's `vector_exp`).
 fn vector_exp(x: f32) -> f32 {
     let shift = bitcast<f32>(0x4b400000u);
-    let z = opaque(fma(x, bitcast<f32>(0x3fb8aa3bu), shift));
+    let z = opaque(fma_exact(x, bitcast<f32>(0x3fb8aa3bu), shift));
     let n = z - shift;
-    let b = fma(-n, bitcast<f32>(0x35bfbe8eu), fma(-n, bitcast<f32>(0x3f317200u), x));
+    let b = fma_exact(-n, bitcast<f32>(0x35bfbe8eu), fma_exact(-n, bitcast<f32>(0x3f317200u), x));
     let u = b * b;
     let c5 = bitcast<f32>(0x3c072010u);
     let c4 = bitcast<f32>(0x3d2b9f17u);
     let c3 = bitcast<f32>(0x3e2aaf33u);
     let c2 = bitcast<f32>(0x3efffedbu);
     let c1 = bitcast<f32>(0x3f7ffff6u);
-    let j = fma(fma(fma(c5, b, c4), u, fma(c3, b, c2)), u, fma(c1, b, 1.0));
+    let j = fma_exact(fma_exact(fma_exact(c5, b, c4), u, fma_exact(c3, b, c2)), u, fma_exact(c1, b, 1.0));
     if abs(n) > 192.0 {
         // 0, or infinity (j is about 1).
         return select(ldexp(j, 200), 0.0, n <= 0.0);

@@ -14,3 +14,27 @@ fn two_sum(a: f32, b: f32) -> vec2<f32> {
     let ap = opaque(s - bp);
     return vec2<f32>(s, (a - ap) + (b - bp));
 }
+
+/// Veltkamp's split of `a` into two halves of 12 significant bits (their products exact).
+fn split(a: f32) -> vec2<f32> {
+    let c = opaque(4097.0 * a);
+    let high = opaque(c - opaque(c - a));
+    return vec2<f32>(high, a - high);
+}
+
+/// `a * b` and its rounding error (Dekker's two-product, no fused multiply-add needed).
+fn two_product(a: f32, b: f32) -> vec2<f32> {
+    let p = opaque(a * b);
+    let x = split(a);
+    let y = split(b);
+    let error = ((opaque(x.x * y.x - p) + x.x * y.y) + x.y * y.x) + x.y * y.y;
+    return vec2<f32>(p, error);
+}
+
+/// `a * b + c` rounded once (but in rare double-rounding cases), as the CPU's fused
+/// multiply-add: WGSL's `fma` may round the product first (lavapipe's does).
+fn fma_exact(a: f32, b: f32, c: f32) -> f32 {
+    let product = two_product(a, b);
+    let sum = two_sum(product.x, c);
+    return sum.x + (sum.y + product.y);
+}

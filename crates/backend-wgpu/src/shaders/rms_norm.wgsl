@@ -56,7 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let total = partial[0];
     let n = f32(p.width);
     let q = total.x / n;
-    let remainder = fma(-q, n, total.x) + total.y;
+    let remainder = fma_exact(-q, n, total.x) + total.y;
     let mean = q + remainder / n;
     let scale = 1.0 / sqrt(mean + p.eps);
     for (var i = lid; i < p.width; i += THREADS) {
