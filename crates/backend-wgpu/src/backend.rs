@@ -118,6 +118,9 @@ pub struct WgpuBackend {
     pub(crate) reduction: Reduction,
     /// Whether matmul runs the generic value-by-value kernel for every type.
     pub(crate) generic_matmul: bool,
+    /// Whether matmul of the types with an exact kernel (Q8_0, Q5_0) runs it: the CPU's
+    /// arithmetic, bit for bit (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]).
+    pub(crate) exact_matmul: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters, a slot each, written once per batch (batch.rs).
@@ -240,6 +243,7 @@ impl WgpuBackend {
             gelu_table,
             reduction,
             generic_matmul: false,
+            exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             pending: Mutex::default(),
             params_ring,
             params_slot,
@@ -255,6 +259,14 @@ impl WgpuBackend {
     /// adapter has subgroups (the portable variant, which tests compare with the other).
     pub fn without_subgroups(mut self) -> WgpuBackend {
         self.reduction = Reduction::Shared;
+        self
+    }
+
+    /// This backend with matmul of Q8_0 and Q5_0 weights on the exact kernel
+    /// (`matmul_q0.wgsl`, one invocation per output, the CPU's order of operations), as
+    /// `RUNIT_WGPU_EXACT=1` sets it when the backend opens.
+    pub fn with_exact_matmul(mut self) -> WgpuBackend {
+        self.exact_matmul = true;
         self
     }
 

@@ -42,7 +42,13 @@ pub const PLAIN: [(&str, &str); 10] = [
             include_str!("shaders/precise.wgsl")
         ),
     ),
-    ("rope", include_str!("shaders/rope.wgsl")),
+    (
+        "rope",
+        concat!(
+            include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
     ("hadamard", include_str!("shaders/hadamard.wgsl")),
     (
         "quantize_x",
@@ -114,6 +120,33 @@ pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
     ("matmat", include_str!("shaders/matmat.wgsl")),
     ("embedding", include_str!("shaders/embedding.wgsl")),
 ];
+
+/// The exact matmul of the weights paired with Q8_0 activations (`matmul_q0.wgsl`).
+const MATMUL_Q0: &str = include_str!("shaders/matmul_q0.wgsl");
+/// Float arithmetic kept from the shader compiler's algebra, an exact fused multiply-add.
+const PRECISE: &str = include_str!("shaders/precise.wgsl");
+
+/// The weight types [`matmul_q0`] takes.
+pub const MATMUL_Q0_TYPES: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q5_0];
+
+/// The exact matmul for `ty` (one of [`MATMUL_Q0_TYPES`]): the CPU's order of operations.
+pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
+    if !MATMUL_Q0_TYPES.contains(&ty) {
+        return None;
+    }
+    let suffix = weight_suffix(ty)?;
+    let bytes = ty.type_size();
+    let source = move || {
+        format!(
+            "const BLOCK_BYTES: u32 = {bytes}u;\n{MATMUL_Q0}\n{BYTES}\n{PRECISE}\n\
+             fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_q0_{suffix}"),
+        source: Box::new(source),
+    })
+}
 
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
@@ -248,6 +281,7 @@ pub fn all() -> Vec<KernelSource> {
             all.extend(for_weight(name, ty));
         }
     }
+    all.extend(MATMUL_Q0_TYPES.into_iter().filter_map(matmul_q0));
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));

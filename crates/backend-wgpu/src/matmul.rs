@@ -48,6 +48,16 @@ enum Kernel {
     Tiled(KernelSource),
     /// `matmul.wgsl`: one workgroup per row and token, values read one by one.
     Generic(KernelSource),
+    /// `matmul_q0.wgsl`: the CPU's arithmetic, one invocation per output.
+    Exact(KernelSource),
+}
+
+/// Rows one workgroup of the exact kernel computes.
+const EXACT_ROWS: usize = 64;
+
+/// Whether the exact kernel takes `w`.
+fn takes_exact(exact: bool, w: &Weight) -> bool {
+    exact && w.row_len().is_multiple_of(32) && kernels::MATMUL_Q0_TYPES.contains(&w.ty)
 }
 
 impl WgpuBackend {
@@ -67,6 +77,7 @@ impl WgpuBackend {
     ) -> Result<Option<wgpu::Buffer>, BackendError> {
         use GgmlType::*;
         let (mode, block) = match ty {
+            Q8_0 | Q5_0 if self.exact_matmul => (4, 32),
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
             F16 => (1, 32),
             BF16 => (2, 32),
@@ -111,6 +122,10 @@ impl WgpuBackend {
     /// The kernel for `tokens` rows of activations times `w`.
     fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
         let unsupported = || self.unsupported("matmul", w);
+        if takes_exact(self.exact_matmul, w) {
+            let kernel = kernels::matmul_q0(w.ty).ok_or_else(unsupported)?;
+            return Ok(Kernel::Exact(kernel));
+        }
         if !w.row_len().is_multiple_of(32) || self.generic_matmul {
             let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
             return Ok(Kernel::Generic(kernel));
@@ -129,15 +144,14 @@ impl WgpuBackend {
     }
 
     /// The groups of tokens (first, count) one matmul dispatch takes: all of them when `x`
-    /// and `out` bind whole, else as many as bind within the storage binding limit (rows
-    /// of `n` inputs and `rows` outputs a token), each group starting at an offset the
+    /// and `out` bind whole, else as many as bind within the storage binding limit
+    /// (`x_bytes` and `out_bytes` a token), each group starting at an offset the
     /// adapter can bind (the logits of a long batch over a 262,144-token vocabulary are
     /// 1 MiB a token).
     fn token_groups(
         &self,
         tokens: usize,
-        n: usize,
-        rows: usize,
+        [x_bytes, out_bytes]: [usize; 2],
         [x, out]: [&wgpu::Buffer; 2],
     ) -> Result<Vec<(usize, usize)>, BackendError> {
         if x.size().max(out.size()) <= self.max_binding {
@@ -145,15 +159,16 @@ impl WgpuBackend {
         }
         let align = self.binding_alignment as usize;
         let step = |row_bytes: usize| align / gcd(row_bytes, align);
-        let (a, b) = (step(n * 4), step(rows * 4));
+        let (a, b) = (step(x_bytes), step(out_bytes));
         let unit = a / gcd(a, b) * b;
-        let per_group = (self.max_binding as usize / (n.max(rows) * 4)) / unit * unit;
+        let per_group = (self.max_binding as usize / x_bytes.max(out_bytes)) / unit * unit;
         if per_group == 0 {
             return Err(self.device_error(
                 "matmul",
                 format!(
-                    "rows of {n} inputs and {rows} outputs do not bind within the adapter's \
-                     storage binding limit of {} bytes at its offset alignment of {align}",
+                    "a token's {x_bytes} bytes of inputs and {out_bytes} bytes of outputs do \
+                     not bind within the adapter's storage binding limit of {} bytes at its \
+                     offset alignment of {align}",
                     self.max_binding
                 ),
             ));
@@ -194,15 +209,20 @@ impl WgpuBackend {
         let x = rounded.as_ref().unwrap_or(x);
         let marked = rounded.is_some();
         let first = w.byte_offset / w.row_bytes();
-        for (t0, count) in self.token_groups(tokens, n, rows, [x, out])? {
+        // Bytes of one token's activations: packed Q8_0 blocks for the exact kernel.
+        let x_bytes = match takes_exact(self.exact_matmul, w) {
+            true => n / 32 * 36,
+            false => n * 4,
+        };
+        for (t0, count) in self.token_groups(tokens, [x_bytes, rows * 4], [x, out])? {
             // Whole buffers where they bind whole, else each group's rows of them.
             let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
                 true => (Range::whole(x), Range::whole(out)),
                 false => (
                     Range {
                         buffer: x,
-                        offset: (t0 * n * 4) as u64,
-                        bytes: (count * n * 4) as u64,
+                        offset: (t0 * x_bytes) as u64,
+                        bytes: (count * x_bytes) as u64,
                     },
                     Range {
                         buffer: out,
@@ -225,6 +245,10 @@ impl WgpuBackend {
                     }
                     Kernel::Generic(kernel) => {
                         let [gx, gy, _] = rows_grid(rows_here);
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Exact(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here.div_ceil(EXACT_ROWS));
                         (kernel, [gx, gy, count as u32], gx)
                     }
                     Kernel::Tiled(kernel) => {

@@ -3,7 +3,9 @@
 // / amax), value f16(d) · q), mode 1 rounds each value to f16, mode 2 to bf16 (ties to even),
 // mode 3 each block of 256 to Q8_K (max = the first value of largest magnitude, iscale =
 // -127 / max, q = min(127, round(x · iscale)), value q / iscale, the scale kept in f32). One
-// invocation per block (256 values in mode 3, 32 in the others).
+// invocation per block (256 values in mode 3, 32 in the others). Mode 4 is mode 0's rounding
+// kept as ggml's Q8_0 block for matmul_q0.wgsl: 9 words a block, the f16 scale as an f32,
+// then the 32 signed bytes.
 
 struct Params {
     blocks: u32,
@@ -14,7 +16,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
@@ -31,13 +33,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         for (var j = 0u; j < 32u; j++) {
             let bits = bitcast<u32>(x[base + j]);
             let rounded = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
-            out[base + j] = bitcast<f32>(rounded);
+            out[base + j] = rounded;
         }
         return;
     }
     if p.mode == 1u {
         for (var j = 0u; j < 32u; j++) {
-            out[base + j] = unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x;
+            out[base + j] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x);
         }
         return;
     }
@@ -45,10 +47,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = 0u; j < 32u; j++) {
         amax = max(amax, abs(x[base + j]));
     }
+    if p.mode == 4u {
+        q8_0_packed(base, block * 9u, amax);
+        return;
+    }
     let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
-        out[base + j] = d * round(x[base + j] * id);
+        out[base + j] = bitcast<u32>(d * round(x[base + j] * id));
     }
 }
 
@@ -64,13 +70,27 @@ fn q8_k(base: u32) {
     }
     if amax == 0.0 {
         for (var j = 0u; j < 256u; j++) {
-            out[base + j] = 0.0;
+            out[base + j] = 0u;
         }
         return;
     }
     let iscale = -127.0 / max_value;
     let d = 1.0 / iscale;
     for (var j = 0u; j < 256u; j++) {
-        out[base + j] = d * min(127.0, round(iscale * x[base + j]));
+        out[base + j] = bitcast<u32>(d * min(127.0, round(iscale * x[base + j])));
+    }
+}
+
+fn q8_0_packed(base: u32, at: u32, amax: f32) {
+    let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
+    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    out[at] = bitcast<u32>(d);
+    for (var word = 0u; word < 8u; word++) {
+        var packed = 0u;
+        for (var b = 0u; b < 4u; b++) {
+            let q = i32(round(x[base + word * 4u + b] * id));
+            packed |= (bitcast<u32>(q) & 0xffu) << (8u * b);
+        }
+        out[at + 1u + word] = packed;
     }
 }
