@@ -148,6 +148,40 @@ pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
     })
 }
 
+/// The exact matmul of the K-quants and IQ4_XS against Q8_K activations (`matmul_qk.wgsl`).
+const MATMUL_QK: &str = include_str!("shaders/matmul_qk.wgsl");
+
+/// The weight types [`matmul_qk`] takes, with the minimum accumulators of their dot
+/// (`MINIMUMS` in the shader: none, four lanes or one).
+pub const MATMUL_QK_TYPES: [(GgmlType, u32); 6] = [
+    (GgmlType::Q2_K, 0),
+    (GgmlType::Q3_K, 0),
+    (GgmlType::Q4_K, 4),
+    (GgmlType::Q5_K, 1),
+    (GgmlType::Q6_K, 0),
+    (GgmlType::IQ4_XS, 0),
+];
+
+/// The exact matmul for `ty` (one of [`MATMUL_QK_TYPES`]): the CPU's `vec_dot` order on a
+/// plain (not repacked) buffer.
+pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
+    let (_, minimums) = MATMUL_QK_TYPES.iter().find(|(t, _)| *t == ty)?;
+    let minimums = *minimums;
+    let suffix = weight_suffix(ty)?;
+    let bytes = ty.type_size();
+    let source = move || {
+        format!(
+            "const BLOCK_BYTES: u32 = {bytes}u;\nconst MINIMUMS: u32 = {minimums}u;\n{MATMUL_QK}\n\
+             {BYTES}\n{PRECISE}\n\
+             fn block_dot(block: u32, xb: u32, dy: f32) {{ block_dot_{suffix}(block, xb, dy); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_qk_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
 /// The cache writer, for every element type.
@@ -282,6 +316,7 @@ pub fn all() -> Vec<KernelSource> {
         }
     }
     all.extend(MATMUL_Q0_TYPES.into_iter().filter_map(matmul_q0));
+    all.extend(MATMUL_QK_TYPES.iter().filter_map(|(ty, _)| matmul_qk(*ty)));
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));

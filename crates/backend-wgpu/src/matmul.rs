@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use runit_backend::{BackendError, Buffer, OpResult, Weight};
+use runit_backend::{BackendError, Buffer, GgmlLayout, OpResult, Weight};
 use runit_quant::GgmlType;
 
 use crate::backend::{grid, rows_grid};
@@ -55,29 +55,44 @@ enum Kernel {
 /// Rows one workgroup of the exact kernel computes.
 const EXACT_ROWS: usize = 64;
 
-/// Whether the exact kernel takes `w`.
-fn takes_exact(exact: bool, w: &Weight) -> bool {
-    exact && w.row_len().is_multiple_of(32) && kernels::MATMUL_Q0_TYPES.contains(&w.ty)
+/// The exact kernel for `w`, if one takes it: the CPU's arithmetic, for the types paired
+/// with Q8_0 activations and for the K-quants in a plain buffer (a repacked one has ggml's
+/// repacked orders, not repeated here).
+fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
+    if !exact || !w.row_len().is_multiple_of(32) {
+        return None;
+    }
+    kernels::matmul_q0(w.ty).or_else(|| {
+        let plain = w.ggml_layout() == GgmlLayout::Plain;
+        plain
+            .then(|| kernels::matmul_qk(w.ty))
+            .flatten()
+            .filter(|_| w.row_len().is_multiple_of(256))
+    })
 }
 
 impl WgpuBackend {
     /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
-    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
+    /// weights `w` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
     /// and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K blocks of 256 for the K-quants and
-    /// IQ4_XS), or `None` where the CPU keeps them (F32).
+    /// IQ4_XS; kept as packed Q8_0 or Q8_K blocks for an exact kernel), or `None` where
+    /// the CPU keeps them (F32).
     ///
     /// Consecutive matmuls of one activation buffer (the Q, K and V projections; gate and
     /// up) round it once: the rounding is reused while nothing has been recorded or uploaded
     /// since the matmul that made it (`WgpuBackend::epoch`).
     fn activations_as_cpu(
         &self,
-        ty: GgmlType,
+        w: &Weight,
         x: &Buffer,
         len: usize,
     ) -> Result<Option<wgpu::Buffer>, BackendError> {
         use GgmlType::*;
+        let ty = w.ty;
+        let exact = exact_kernel(self.exact_matmul, w).is_some();
         let (mode, block) = match ty {
-            Q8_0 | Q5_0 if self.exact_matmul => (4, 32),
+            Q8_0 | Q5_0 if exact => (4, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
             F16 => (1, 32),
             BF16 => (2, 32),
@@ -122,8 +137,7 @@ impl WgpuBackend {
     /// The kernel for `tokens` rows of activations times `w`.
     fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
         let unsupported = || self.unsupported("matmul", w);
-        if takes_exact(self.exact_matmul, w) {
-            let kernel = kernels::matmul_q0(w.ty).ok_or_else(unsupported)?;
+        if let Some(kernel) = exact_kernel(self.exact_matmul, w) {
             return Ok(Kernel::Exact(kernel));
         }
         if !w.row_len().is_multiple_of(32) || self.generic_matmul {
@@ -204,15 +218,16 @@ impl WgpuBackend {
             return Ok(());
         }
         let gpu = weight(w, OP, "weight")?;
-        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
+        let rounded = self.activations_as_cpu(w, x, tokens * n)?;
         let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
         let x = rounded.as_ref().unwrap_or(x);
         let marked = rounded.is_some();
         let first = w.byte_offset / w.row_bytes();
-        // Bytes of one token's activations: packed Q8_0 blocks for the exact kernel.
-        let x_bytes = match takes_exact(self.exact_matmul, w) {
-            true => n / 32 * 36,
-            false => n * 4,
+        // Bytes of one token's activations: packed Q8_0 or Q8_K blocks for the exact kernels.
+        let x_bytes = match exact_kernel(self.exact_matmul, w) {
+            Some(_) if kernels::matmul_q0(w.ty).is_some() => n / 32 * 36,
+            Some(_) => n / 256 * 260,
+            None => n * 4,
         };
         for (t0, count) in self.token_groups(tokens, [x_bytes, rows * 4], [x, out])? {
             // Whole buffers where they bind whole, else each group's rows of them.

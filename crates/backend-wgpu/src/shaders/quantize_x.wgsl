@@ -5,7 +5,8 @@
 // -127 / max, q = min(127, round(x · iscale)), value q / iscale, the scale kept in f32). One
 // invocation per block (256 values in mode 3, 32 in the others). Mode 4 is mode 0's rounding
 // kept as ggml's Q8_0 block for matmul_q0.wgsl: 9 words a block, the f16 scale as an f32,
-// then the 32 signed bytes.
+// then the 32 signed bytes; mode 5 is mode 3's kept as ggml's Q8_K block for matmul_qk.wgsl:
+// 65 words a block, the f32 scale, then the 256 signed bytes.
 
 struct Params {
     blocks: u32,
@@ -24,8 +25,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if block >= p.blocks {
         return;
     }
-    if p.mode == 3u {
-        q8_k(block * 256u);
+    if p.mode == 3u || p.mode == 5u {
+        q8_k(block * 256u, block * 65u);
         return;
     }
     let base = block * 32u;
@@ -58,7 +59,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-fn q8_k(base: u32) {
+fn q8_k(base: u32, at: u32) {
     var max_value = 0.0;
     var amax = 0.0;
     for (var j = 0u; j < 256u; j++) {
@@ -68,7 +69,14 @@ fn q8_k(base: u32) {
             max_value = v;
         }
     }
+    let packed = p.mode == 5u;
     if amax == 0.0 {
+        if packed {
+            for (var j = 0u; j < 65u; j++) {
+                out[at + j] = 0u;
+            }
+            return;
+        }
         for (var j = 0u; j < 256u; j++) {
             out[base + j] = 0u;
         }
@@ -76,6 +84,18 @@ fn q8_k(base: u32) {
     }
     let iscale = -127.0 / max_value;
     let d = 1.0 / iscale;
+    if packed {
+        out[at] = bitcast<u32>(d);
+        for (var word = 0u; word < 64u; word++) {
+            var bytes = 0u;
+            for (var b = 0u; b < 4u; b++) {
+                let q = i32(min(127.0, round(iscale * x[base + word * 4u + b])));
+                bytes |= (bitcast<u32>(q) & 0xffu) << (8u * b);
+            }
+            out[at + 1u + word] = bytes;
+        }
+        return;
+    }
     for (var j = 0u; j < 256u; j++) {
         out[base + j] = bitcast<u32>(d * min(127.0, round(iscale * x[base + j])));
     }
