@@ -182,6 +182,24 @@ pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
     })
 }
 
+/// The exact matmul of F32 and F16 weights (`matmul_float.wgsl`).
+const MATMUL_FLOAT: &str = include_str!("shaders/matmul_float.wgsl");
+
+/// The exact matmul for F32 or F16 weights: the CPU's tinyBLAS or `vec_dot` order.
+pub fn matmul_float(ty: GgmlType) -> Option<KernelSource> {
+    let code = match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        _ => return None,
+    };
+    let suffix = weight_suffix(ty)?;
+    let source = move || format!("const FLOAT_TYPE: u32 = {code}u;\n{MATMUL_FLOAT}\n{PRECISE}\n");
+    Some(KernelSource {
+        name: format!("matmul_float_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
 /// The cache writer, for every element type.
@@ -317,6 +335,11 @@ pub fn all() -> Vec<KernelSource> {
     }
     all.extend(MATMUL_Q0_TYPES.into_iter().filter_map(matmul_q0));
     all.extend(MATMUL_QK_TYPES.iter().filter_map(|(ty, _)| matmul_qk(*ty)));
+    all.extend(
+        [GgmlType::F32, GgmlType::F16]
+            .into_iter()
+            .filter_map(matmul_float),
+    );
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));

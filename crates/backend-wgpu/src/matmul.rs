@@ -62,13 +62,15 @@ fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
     if !exact || !w.row_len().is_multiple_of(32) {
         return None;
     }
-    kernels::matmul_q0(w.ty).or_else(|| {
-        let plain = w.ggml_layout() == GgmlLayout::Plain;
-        plain
-            .then(|| kernels::matmul_qk(w.ty))
-            .flatten()
-            .filter(|_| w.row_len().is_multiple_of(256))
-    })
+    kernels::matmul_q0(w.ty)
+        .or_else(|| kernels::matmul_float(w.ty))
+        .or_else(|| {
+            let plain = w.ggml_layout() == GgmlLayout::Plain;
+            plain
+                .then(|| kernels::matmul_qk(w.ty))
+                .flatten()
+                .filter(|_| w.row_len().is_multiple_of(256))
+        })
 }
 
 impl WgpuBackend {
@@ -224,11 +226,21 @@ impl WgpuBackend {
         let marked = rounded.is_some();
         let first = w.byte_offset / w.row_bytes();
         // Bytes of one token's activations: packed Q8_0 or Q8_K blocks for the exact kernels.
-        let x_bytes = match exact_kernel(self.exact_matmul, w) {
-            Some(_) if kernels::matmul_q0(w.ty).is_some() => n / 32 * 36,
-            Some(_) => n / 256 * 260,
-            None => n * 4,
+        let exact = exact_kernel(self.exact_matmul, w).is_some();
+        let x_bytes = match w.ty {
+            _ if !exact => n * 4,
+            GgmlType::F32 | GgmlType::F16 => n * 4,
+            GgmlType::Q8_0 | GgmlType::Q5_0 => n / 32 * 36,
+            _ => n / 256 * 260,
         };
+        // The exact float kernel's order: tinyBLAS where ggml-cpu hands the matmul to it.
+        let rows_alone = self.rows_alone.load(Ordering::Relaxed);
+        let tiled = exact
+            && tokens >= 2
+            && n.is_multiple_of(16)
+            && rows.is_multiple_of(4)
+            && !rows_alone
+            && matches!(w.ty, GgmlType::F32 | GgmlType::F16);
         for (t0, count) in self.token_groups(tokens, [x_bytes, rows * 4], [x, out])? {
             // Whole buffers where they bind whole, else each group's rows of them.
             let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
@@ -284,6 +296,12 @@ impl WgpuBackend {
                     (start - first) as u32,
                     rows as u32,
                     last,
+                    u32::from(tiled),
+                    // matmul_float.wgsl's `zero` and padding.
+                    0,
+                    0,
+                    0,
+                    0,
                 ];
                 let ranges = [Range::whole(&chunk.buffer), x, out];
                 self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;

@@ -7,7 +7,8 @@
 // - Q·K: exact products (f16 × f16 fit f32) summed with their rounding errors (two-sum), so
 //   the score is the f32 rounding of the exact sum, as ggml's f64 (`ggml_float`) sum gives;
 //   with head_dim of 128 and more, f16 caches take ggml's AVX512-FP16 body instead
-//   (`runit_quant::dot::half_arith`: f16 fused multiply-adds into 128 lanes, summed in f16).
+//   (`runit_quant::dot::half_arith`: f16 fused multiply-adds into 128 lanes, summed in f16,
+//   each f16 result rounded once from the exact value through f32 rounded to odd).
 // - The softmax is online key by key (`S = S·ms + vs` fused); V is accumulated in the V
 //   cache's type: an f16 cache rounds the accumulator to f16 after every step (ggml's
 //   `ggml_vec_mad_f16` and `ggml_vec_scale_f16`), the others accumulate in f32.
@@ -68,18 +69,18 @@ fn half_dot_body(key: u32, body: u32) -> f32 {
             let lane = j + 32u * r;
             var a = 0.0;
             for (var i = lane; i < body; i += HALF_STEP) {
-                a = f16_round(fma(query[i], cache_value(key + i, true), a));
+                a = f16_round(fma_odd(query[i], cache_value(key + i, true), a));
             }
             acc[r] = a;
         }
-        lanes[j] = f16_round(f16_round(acc[0] + acc[2]) + f16_round(acc[1] + acc[3]));
+        lanes[j] = f16_round(add_odd(f16_round(add_odd(acc[0], acc[2])), f16_round(add_odd(acc[1], acc[3]))));
     }
     for (var width = 16u; width >= 4u; width >>= 1u) {
         for (var j = 0u; j < width; j++) {
-            lanes[j] = f16_round(lanes[j] + lanes[j + width]);
+            lanes[j] = f16_round(add_odd(lanes[j], lanes[j + width]));
         }
     }
-    return f16_round(f16_round(lanes[0] + lanes[2]) + f16_round(lanes[1] + lanes[3]));
+    return f16_round(add_odd(f16_round(add_odd(lanes[0], lanes[2])), f16_round(add_odd(lanes[1], lanes[3]))));
 }
 
 /// The score's dot product: the f32 rounding of the exact sum of the products, the body of
@@ -175,7 +176,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if d < p.head_dim {
                     let v = cache_value(value + d, false);
                     if f16_values && d < v_body {
-                        acc[j] = f16_round(fma_exact(v, f16_round(weight), acc[j]));
+                        acc[j] = f16_round(fma_odd(v, f16_round(weight), acc[j]));
                     } else if f16_values {
                         acc[j] = f16_round(fma_exact(v, weight, acc[j]));
                     } else {

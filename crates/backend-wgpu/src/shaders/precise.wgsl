@@ -38,3 +38,28 @@ fn fma_exact(a: f32, b: f32, c: f32) -> f32 {
     let sum = two_sum(product.x, c);
     return sum.x + (sum.y + product.y);
 }
+
+/// `hi + lo` (a float-float, |lo| below half an ulp of hi or so) rounded to odd at f32:
+/// rounding that to f16 gives the f16 nearest the exact value, with no double rounding.
+fn round_odd(hi: f32, lo: f32) -> f32 {
+    let bits = bitcast<u32>(hi);
+    if lo == 0.0 || (bits & 1u) == 1u {
+        return hi;
+    }
+    let away = (lo > 0.0) == (hi > 0.0);
+    return bitcast<f32>(select(bits - 1u, bits + 1u, away));
+}
+
+/// `a * b + c` rounded to odd at f32 (see [`round_odd`]).
+fn fma_odd(a: f32, b: f32, c: f32) -> f32 {
+    let product = two_product(a, b);
+    let sum = two_sum(product.x, c);
+    let total = two_sum(sum.x, sum.y + product.y);
+    return round_odd(total.x, total.y);
+}
+
+/// `a + b` rounded to odd at f32.
+fn add_odd(a: f32, b: f32) -> f32 {
+    let sum = two_sum(a, b);
+    return round_odd(sum.x, sum.y);
+}
