@@ -126,19 +126,27 @@ const MATMUL_Q0: &str = include_str!("shaders/matmul_q0.wgsl");
 /// Float arithmetic kept from the shader compiler's algebra, an exact fused multiply-add.
 const PRECISE: &str = include_str!("shaders/precise.wgsl");
 
-/// The weight types [`matmul_q0`] takes.
-pub const MATMUL_Q0_TYPES: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q5_0];
+/// The weight types [`matmul_q0`] takes, with their order (`ORDER` in the shader: lanes,
+/// IQ4_NL's pairs of blocks, lanes and minimums).
+pub const MATMUL_Q0_TYPES: [(GgmlType, u32); 6] = [
+    (GgmlType::Q8_0, 0),
+    (GgmlType::Q5_0, 0),
+    (GgmlType::Q4_0, 0),
+    (GgmlType::IQ4_NL, 1),
+    (GgmlType::Q4_1, 2),
+    (GgmlType::Q5_1, 2),
+];
 
 /// The exact matmul for `ty` (one of [`MATMUL_Q0_TYPES`]): the CPU's order of operations.
 pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
-    if !MATMUL_Q0_TYPES.contains(&ty) {
-        return None;
-    }
+    let (_, order) = MATMUL_Q0_TYPES.iter().find(|(t, _)| *t == ty)?;
+    let order = *order;
     let suffix = weight_suffix(ty)?;
     let bytes = ty.type_size();
     let source = move || {
         format!(
-            "const BLOCK_BYTES: u32 = {bytes}u;\n{MATMUL_Q0}\n{BYTES}\n{PRECISE}\n\
+            "const BLOCK_BYTES: u32 = {bytes}u;\nconst ORDER: u32 = {order}u;\n{MATMUL_Q0}\n\
+             {BYTES}\n{PRECISE}\n\
              fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
         )
     };
@@ -178,6 +186,38 @@ pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
     };
     Some(KernelSource {
         name: format!("matmul_qk_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
+/// The exact matmul of weights in ggml's REPACK buffer (`matmul_repack.wgsl`).
+const MATMUL_REPACK: &str = include_str!("shaders/matmul_repack.wgsl");
+
+/// The weight types [`matmul_repack`] takes (those ggml-cpu repacks).
+pub const MATMUL_REPACK_TYPES: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q4_K,
+];
+
+/// The exact matmul for `ty` (one of [`MATMUL_REPACK_TYPES`]) in ggml's repacked orders.
+pub fn matmul_repack(ty: GgmlType) -> Option<KernelSource> {
+    if !MATMUL_REPACK_TYPES.contains(&ty) {
+        return None;
+    }
+    let suffix = weight_suffix(ty)?;
+    let (values, bytes) = (ty.block_size(), ty.type_size());
+    let source = move || {
+        format!(
+            "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n\
+             {MATMUL_REPACK}\n{BYTES}\n{PRECISE}\n\
+             fn block_dot(block: u32, xb: u32, dx: f32, gemm: bool) {{ \
+             block_dot_{suffix}(block, xb, dx, gemm); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_repack_{suffix}"),
         source: Box::new(source),
     })
 }
@@ -333,7 +373,7 @@ pub fn all() -> Vec<KernelSource> {
             all.extend(for_weight(name, ty));
         }
     }
-    all.extend(MATMUL_Q0_TYPES.into_iter().filter_map(matmul_q0));
+    all.extend(MATMUL_Q0_TYPES.iter().filter_map(|(ty, _)| matmul_q0(*ty)));
     all.extend(MATMUL_QK_TYPES.iter().filter_map(|(ty, _)| matmul_qk(*ty)));
     all.extend(
         [GgmlType::F32, GgmlType::F16]

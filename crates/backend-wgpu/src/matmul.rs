@@ -55,22 +55,20 @@ enum Kernel {
 /// Rows one workgroup of the exact kernel computes.
 const EXACT_ROWS: usize = 64;
 
-/// The exact kernel for `w`, if one takes it: the CPU's arithmetic, for the types paired
-/// with Q8_0 activations and for the K-quants in a plain buffer (a repacked one has ggml's
-/// repacked orders, not repeated here).
+/// The exact kernel for `w`, if one takes it: the CPU's arithmetic for the weight's type
+/// and where ggml-cpu keeps it (a plain buffer: `vec_dot` and tinyBLAS orders; the REPACK
+/// buffer: ggml's repacked orders).
 fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
     if !exact || !w.row_len().is_multiple_of(32) {
         return None;
     }
+    if w.ggml_layout() != GgmlLayout::Plain {
+        return kernels::matmul_repack(w.ty)
+            .filter(|_| w.row_len().is_multiple_of(w.ty.block_size()));
+    }
     kernels::matmul_q0(w.ty)
         .or_else(|| kernels::matmul_float(w.ty))
-        .or_else(|| {
-            let plain = w.ggml_layout() == GgmlLayout::Plain;
-            plain
-                .then(|| kernels::matmul_qk(w.ty))
-                .flatten()
-                .filter(|_| w.row_len().is_multiple_of(256))
-        })
+        .or_else(|| kernels::matmul_qk(w.ty).filter(|_| w.row_len().is_multiple_of(256)))
 }
 
 impl WgpuBackend {
@@ -93,7 +91,8 @@ impl WgpuBackend {
         let ty = w.ty;
         let exact = exact_kernel(self.exact_matmul, w).is_some();
         let (mode, block) = match ty {
-            Q8_0 | Q5_0 if exact => (4, 32),
+            Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
+            Q4_1 | Q5_1 if exact => (6, 32),
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
             F16 => (1, 32),
@@ -230,17 +229,25 @@ impl WgpuBackend {
         let x_bytes = match w.ty {
             _ if !exact => n * 4,
             GgmlType::F32 | GgmlType::F16 => n * 4,
-            GgmlType::Q8_0 | GgmlType::Q5_0 => n / 32 * 36,
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => n / 32 * 36,
+            GgmlType::Q4_1 | GgmlType::Q5_1 => n / 32 * 40,
             _ => n / 256 * 260,
         };
         // The exact float kernel's order: tinyBLAS where ggml-cpu hands the matmul to it.
         let rows_alone = self.rows_alone.load(Ordering::Relaxed);
         let tiled = exact
             && tokens >= 2
-            && n.is_multiple_of(16)
-            && rows.is_multiple_of(4)
             && !rows_alone
-            && matches!(w.ty, GgmlType::F32 | GgmlType::F16);
+            && match w.ty {
+                GgmlType::F32 | GgmlType::F16 => n.is_multiple_of(16) && rows.is_multiple_of(4),
+                GgmlType::IQ4_NL => w.ggml_layout() == GgmlLayout::Plain,
+                _ => false,
+            };
+        // The repacked kernels' gemm order: ggml's groups of four activation rows.
+        let gemm_rows = match w.ggml_layout() {
+            GgmlLayout::Repacked if exact && !rows_alone => tokens - tokens % 4,
+            _ => 0,
+        };
         for (t0, count) in self.token_groups(tokens, [x_bytes, rows * 4], [x, out])? {
             // Whole buffers where they bind whole, else each group's rows of them.
             let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
@@ -296,8 +303,8 @@ impl WgpuBackend {
                     (start - first) as u32,
                     rows as u32,
                     last,
-                    u32::from(tiled),
-                    // matmul_float.wgsl's `zero` and padding.
+                    u32::from(tiled) + gemm_rows.saturating_sub(t0).min(count) as u32,
+                    // The exact kernels' `zero` and padding.
                     0,
                     0,
                     0,

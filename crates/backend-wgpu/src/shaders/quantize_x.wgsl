@@ -6,7 +6,8 @@
 // invocation per block (256 values in mode 3, 32 in the others). Mode 4 is mode 0's rounding
 // kept as ggml's Q8_0 block for matmul_q0.wgsl: 9 words a block, the f16 scale as an f32,
 // then the 32 signed bytes; mode 5 is mode 3's kept as ggml's Q8_K block for matmul_qk.wgsl:
-// 65 words a block, the f32 scale, then the 256 signed bytes.
+// 65 words a block, the f32 scale, then the 256 signed bytes; mode 6 is mode 0's kept as
+// ggml's Q8_1 block (10 words: the scale, the f16 sum s = f16(d · sum(q)), the bytes).
 
 struct Params {
     blocks: u32,
@@ -49,7 +50,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         amax = max(amax, abs(x[base + j]));
     }
     if p.mode == 4u {
-        q8_0_packed(base, block * 9u, amax);
+        q8_0_packed(base, block * 9u, amax, false);
+        return;
+    }
+    if p.mode == 6u {
+        q8_0_packed(base, block * 10u, amax, true);
         return;
     }
     let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
@@ -101,16 +106,25 @@ fn q8_k(base: u32, at: u32) {
     }
 }
 
-fn q8_0_packed(base: u32, at: u32, amax: f32) {
-    let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
+// A Q8_0 block (`with_sum`: Q8_1, its s = f16(d · sum(q)) with the unrounded d) at word `at`.
+fn q8_0_packed(base: u32, at: u32, amax: f32, with_sum: bool) {
+    let unrounded = amax / 127.0;
+    let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
     out[at] = bitcast<u32>(d);
+    let qs = at + select(1u, 2u, with_sum);
+    var sum = 0;
     for (var word = 0u; word < 8u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
             let q = i32(round(x[base + word * 4u + b] * id));
+            sum += q;
             packed |= (bitcast<u32>(q) & 0xffu) << (8u * b);
         }
-        out[at + 1u + word] = packed;
+        out[qs + word] = packed;
+    }
+    if with_sum {
+        let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(sum), 0.0))).x;
+        out[at + 1u] = bitcast<u32>(s);
     }
 }
