@@ -222,14 +222,15 @@ pub fn matmul_repack(ty: GgmlType) -> Option<KernelSource> {
     })
 }
 
-/// The exact matmul of F32 and F16 weights (`matmul_float.wgsl`).
+/// The exact matmul of F32, F16 and BF16 weights (`matmul_float.wgsl`).
 const MATMUL_FLOAT: &str = include_str!("shaders/matmul_float.wgsl");
 
-/// The exact matmul for F32 or F16 weights: the CPU's tinyBLAS or `vec_dot` order.
+/// The exact matmul for F32, F16 or BF16 weights: the CPU's tinyBLAS or `vec_dot` order.
 pub fn matmul_float(ty: GgmlType) -> Option<KernelSource> {
     let code = match ty {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
+        GgmlType::BF16 => 2,
         _ => return None,
     };
     let suffix = weight_suffix(ty)?;

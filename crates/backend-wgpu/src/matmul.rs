@@ -228,7 +228,7 @@ impl WgpuBackend {
         let exact = exact_kernel(self.exact_matmul, w).is_some();
         let x_bytes = match w.ty {
             _ if !exact => n * 4,
-            GgmlType::F32 | GgmlType::F16 => n * 4,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => n * 4,
             GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => n / 32 * 36,
             GgmlType::Q4_1 | GgmlType::Q5_1 => n / 32 * 40,
             _ => n / 256 * 260,
@@ -240,6 +240,7 @@ impl WgpuBackend {
             && !rows_alone
             && match w.ty {
                 GgmlType::F32 | GgmlType::F16 => n.is_multiple_of(16) && rows.is_multiple_of(4),
+                GgmlType::BF16 => n.is_multiple_of(32) && rows.is_multiple_of(4),
                 GgmlType::IQ4_NL => w.ggml_layout() == GgmlLayout::Plain,
                 _ => false,
             };
