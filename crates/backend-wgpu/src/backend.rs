@@ -137,7 +137,22 @@ pub struct WgpuBackend {
     pub(crate) rows_alone: AtomicBool,
     /// Dispatches recorded and submits made since the backend opened.
     pub(crate) counts: Counts,
+    /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
+    pub(crate) fused_fma: bool,
 }
+
+/// The kernel of [`WgpuBackend::fma_is_fused`].
+const FMA_PROBE: &str = "
+struct Params { unused: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inputs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    // `p` is bound by every dispatch; adding its zero keeps it in the layout.
+    out[0] = fma(inputs[0], inputs[1], inputs[2]) + f32(p.unused);
+}
+";
 
 /// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
 const TABLES_KEPT: usize = 64;
@@ -230,7 +245,7 @@ impl WgpuBackend {
             contents: bytemuck::cast_slice(table),
             usage: wgpu::BufferUsages::STORAGE,
         });
-        Ok(WgpuBackend {
+        let mut backend = WgpuBackend {
             ordinal,
             adapter: summary,
             device,
@@ -252,7 +267,28 @@ impl WgpuBackend {
             rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
             counts: Counts::default(),
-        })
+            fused_fma: false,
+        };
+        backend.fused_fma = backend.fma_is_fused()?;
+        Ok(backend)
+    }
+
+    /// Whether the adapter's WGSL `fma` rounds once: `fma(1 + 2^-12, 1 + 2^-12,
+    /// -(1 + 2^-11))` is 2^-24 fused and 0 when the product is rounded first (lavapipe).
+    /// Where it rounds once, `fma_exact` (precise.wgsl) is the builtin.
+    fn fma_is_fused(&self) -> Result<bool, BackendError> {
+        const OP: &str = "fma probe";
+        let a = 1.0f32 + 2f32.powi(-12);
+        let inputs = self.storage(OP, &[a, a, -(1.0 + 2f32.powi(-11))]);
+        let out = self.new_buffer(OP, 4)?;
+        let kernel = KernelSource {
+            name: "fma_probe".to_string(),
+            source: Box::new(|| FMA_PROBE.to_string()),
+        };
+        self.dispatch(OP, kernel, &[0], &[&inputs, &out], [1, 1, 1])?;
+        let bytes = self.read_bytes(OP, &out, 4)?;
+        let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        Ok(value == 2f32.powi(-24))
     }
 
     /// This backend with its matrix-vector kernels summing in shared memory even where the
@@ -262,9 +298,10 @@ impl WgpuBackend {
         self
     }
 
-    /// This backend with matmul of Q8_0 and Q5_0 weights on the exact kernel
-    /// (`matmul_q0.wgsl`, one invocation per output, the CPU's order of operations), as
-    /// `RUNIT_WGPU_EXACT=1` sets it when the backend opens.
+    /// This backend with matmul on the exact kernels (one invocation per output, the CPU's
+    /// order of operations for every type and layout: `matmul_q0.wgsl`, `matmul_qk.wgsl`,
+    /// `matmul_repack.wgsl`, `matmul_float.wgsl`), as `RUNIT_WGPU_EXACT=1` sets it when the
+    /// backend opens.
     pub fn with_exact_matmul(mut self) -> WgpuBackend {
         self.exact_matmul = true;
         self
@@ -329,11 +366,15 @@ impl WgpuBackend {
             return Ok(Arc::clone(pipeline));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut source = (kernel.source)();
+        if self.fused_fma {
+            source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
+        }
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&kernel.name),
-                source: wgpu::ShaderSource::Wgsl((kernel.source)().into()),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
             });
         let pipeline = self
             .device

@@ -125,6 +125,10 @@ pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
 const MATMUL_Q0: &str = include_str!("shaders/matmul_q0.wgsl");
 /// Float arithmetic kept from the shader compiler's algebra, an exact fused multiply-add.
 const PRECISE: &str = include_str!("shaders/precise.wgsl");
+/// precise.wgsl's switch, as written and as the backend sets it where the adapter's `fma`
+/// rounds once (`WgpuBackend::fma_is_fused`).
+pub const FMA_UNFUSED: &str = "const FMA_FUSED: bool = false;";
+pub const FMA_FUSED: &str = "const FMA_FUSED: bool = true;";
 
 /// The weight types [`matmul_q0`] takes, with their order (`ORDER` in the shader: lanes,
 /// IQ4_NL's pairs of blocks, lanes and minimums).

@@ -37,8 +37,19 @@
 //! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
 //! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K
 //! blocks of 256 for the K-quants and IQ4_XS); sums are f32 in each kernel's own order,
-//! within the parity suite's NMSE bounds (not the CPU's order: see docs/perf-wgpu.md on
-//! golden fidelity).
+//! within the parity suite's NMSE bounds.
+//!
+//! Exact matmul (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]; the counterpart
+//! of the CUDA backend's `RUNIT_CUDA_EXACT`): every type then runs a kernel that repeats the
+//! CPU's arithmetic bit for bit, one invocation per output, on activations kept as ggml's
+//! blocks (`matmul_q0.wgsl`: the 32-value types in a plain buffer, `vec_dot` and tinyBLAS
+//! orders; `matmul_qk.wgsl`: the K-quants and IQ4_XS; `matmul_repack.wgsl`: the types
+//! ggml-cpu repacks, in its gemv and gemm orders; `matmul_float.wgsl`: F32, F16, BF16), so
+//! that greedy ids and log-probabilities equal llama.cpp's goldens. The other kernels
+//! repeat the CPU's roundings always: RMSNorm's f64 sum (a float-float), SiLU's polynomial
+//! exp, RoPE's fused products, the one-chunk attention; `precise.wgsl` holds the exact
+//! fused multiply-add they need (WGSL's `fma` may round the product first, as lavapipe's
+//! does) and hides two-sums from the shader compiler's algebra.
 //!
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters

@@ -1,6 +1,10 @@
 // Float arithmetic the shader compiler must not simplify, for kernels that repeat the CPU's
 // roundings. Needs `p.zero`, a parameter that is always 0.
 
+// Whether the builtin `fma` rounds once; the backend sets it when it probes the adapter
+// (`WgpuBackend::fma_is_fused`; lavapipe's rounds the product first).
+const FMA_FUSED: bool = false;
+
 /// Hides `v` from the shader compiler's algebra: an inexact `(a + b) - a` may be folded to
 /// `b`, which would erase the two-sums' errors. Needs `p.zero`, a parameter that is 0.
 fn opaque(v: f32) -> f32 {
@@ -34,6 +38,9 @@ fn two_product(a: f32, b: f32) -> vec2<f32> {
 /// `a * b + c` rounded once (but in rare double-rounding cases), as the CPU's fused
 /// multiply-add: WGSL's `fma` may round the product first (lavapipe's does).
 fn fma_exact(a: f32, b: f32, c: f32) -> f32 {
+    if FMA_FUSED {
+        return fma(a, b, c);
+    }
     let product = two_product(a, b);
     let sum = two_sum(product.x, c);
     return sum.x + (sum.y + product.y);
