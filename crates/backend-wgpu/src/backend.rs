@@ -2,7 +2,7 @@
 //! first use, and the dispatch of one kernel.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use runit_backend::{BackendError, OpResult};
@@ -106,6 +106,8 @@ pub struct WgpuBackend {
     pub(crate) max_binding: u64,
     /// Largest buffer in bytes.
     pub(crate) max_buffer: u64,
+    /// The alignment of a storage binding's offset in bytes.
+    pub(crate) binding_alignment: u64,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// The first error the device reported outside an error scope (a lost device, a
     /// validation error in a submission), returned by the next transfer.
@@ -116,6 +118,9 @@ pub struct WgpuBackend {
     pub(crate) reduction: Reduction,
     /// Whether matmul runs the generic value-by-value kernel for every type.
     pub(crate) generic_matmul: bool,
+    /// Whether matmul of the types with an exact kernel (Q8_0, Q5_0) runs it: the CPU's
+    /// arithmetic, bit for bit (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]).
+    pub(crate) exact_matmul: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters, a slot each, written once per batch (batch.rs).
@@ -128,9 +133,26 @@ pub struct WgpuBackend {
     pub(crate) rounded_x: Mutex<crate::matmul::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
+    /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).
+    pub(crate) rows_alone: AtomicBool,
     /// Dispatches recorded and submits made since the backend opened.
     pub(crate) counts: Counts,
+    /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
+    pub(crate) fused_fma: bool,
 }
+
+/// The kernel of [`WgpuBackend::fma_is_fused`].
+const FMA_PROBE: &str = "
+struct Params { unused: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inputs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    // `p` is bound by every dispatch; adding its zero keeps it in the layout.
+    out[0] = fma(inputs[0], inputs[1], inputs[2]) + f32(p.unused);
+}
+";
 
 /// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
 const TABLES_KEPT: usize = 64;
@@ -223,32 +245,65 @@ impl WgpuBackend {
             contents: bytemuck::cast_slice(table),
             usage: wgpu::BufferUsages::STORAGE,
         });
-        Ok(WgpuBackend {
+        let mut backend = WgpuBackend {
             ordinal,
             adapter: summary,
             device,
             queue,
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
+            binding_alignment: u64::from(limits.min_storage_buffer_offset_alignment),
             pipelines: Mutex::default(),
             errors,
             gelu_table,
             reduction,
             generic_matmul: false,
+            exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             pending: Mutex::default(),
             params_ring,
             params_slot,
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
+            rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
             counts: Counts::default(),
-        })
+            fused_fma: false,
+        };
+        backend.fused_fma = backend.fma_is_fused()?;
+        Ok(backend)
+    }
+
+    /// Whether the adapter's WGSL `fma` rounds once: `fma(1 + 2^-12, 1 + 2^-12,
+    /// -(1 + 2^-11))` is 2^-24 fused and 0 when the product is rounded first (lavapipe).
+    /// Where it rounds once, `fma_exact` (precise.wgsl) is the builtin.
+    fn fma_is_fused(&self) -> Result<bool, BackendError> {
+        const OP: &str = "fma probe";
+        let a = 1.0f32 + 2f32.powi(-12);
+        let inputs = self.storage(OP, &[a, a, -(1.0 + 2f32.powi(-11))]);
+        let out = self.new_buffer(OP, 4)?;
+        let kernel = KernelSource {
+            name: "fma_probe".to_string(),
+            source: Box::new(|| FMA_PROBE.to_string()),
+        };
+        self.dispatch(OP, kernel, &[0], &[&inputs, &out], [1, 1, 1])?;
+        let bytes = self.read_bytes(OP, &out, 4)?;
+        let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        Ok(value == 2f32.powi(-24))
     }
 
     /// This backend with its matrix-vector kernels summing in shared memory even where the
     /// adapter has subgroups (the portable variant, which tests compare with the other).
     pub fn without_subgroups(mut self) -> WgpuBackend {
         self.reduction = Reduction::Shared;
+        self
+    }
+
+    /// This backend with matmul on the exact kernels (one invocation per output, the CPU's
+    /// order of operations for every type and layout: `matmul_q0.wgsl`, `matmul_qk.wgsl`,
+    /// `matmul_repack.wgsl`, `matmul_float.wgsl`), as `RUNIT_WGPU_EXACT=1` sets it when the
+    /// backend opens.
+    pub fn with_exact_matmul(mut self) -> WgpuBackend {
+        self.exact_matmul = true;
         self
     }
 
@@ -311,11 +366,15 @@ impl WgpuBackend {
             return Ok(Arc::clone(pipeline));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut source = (kernel.source)();
+        if self.fused_fma {
+            source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
+        }
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&kernel.name),
-                source: wgpu::ShaderSource::Wgsl((kernel.source)().into()),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
             });
         let pipeline = self
             .device

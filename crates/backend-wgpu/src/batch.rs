@@ -16,6 +16,25 @@ use crate::WgpuBackend;
 /// temporary buffers hold and lets the device start early.
 pub(crate) const MAX_BATCH: usize = 512;
 
+/// Bytes `offset .. offset + bytes` of a buffer, bound to one binding of a dispatch.
+#[derive(Clone, Copy)]
+pub(crate) struct Range<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+impl<'a> Range<'a> {
+    /// All of `buffer`.
+    pub fn whole(buffer: &'a wgpu::Buffer) -> Range<'a> {
+        Range {
+            buffer,
+            offset: 0,
+            bytes: buffer.size(),
+        }
+    }
+}
+
 /// The commands recorded since the last submit.
 #[derive(Default)]
 pub(crate) struct Pending {
@@ -69,7 +88,9 @@ impl WgpuBackend {
     }
 
     /// Records `kernel` over `groups` workgroups with `params` (words, f32 bit-cast) at
-    /// binding 0 and `buffers` at bindings 1, 2, ...
+    /// binding 0 and the whole of `buffers` at bindings 1, 2, ... A buffer larger than the
+    /// adapter's storage binding limit is refused: only ops that bind ranges
+    /// ([`WgpuBackend::dispatch_ranges`]) take those.
     pub(crate) fn dispatch(
         &self,
         op: &'static str,
@@ -78,6 +99,29 @@ impl WgpuBackend {
         buffers: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> OpResult {
+        let ranges: Vec<Range<'_>> = buffers.iter().map(|b| Range::whole(b)).collect();
+        self.dispatch_ranges(op, kernel, params, &ranges, groups)
+    }
+
+    /// [`WgpuBackend::dispatch`] with `ranges` of buffers at bindings 1, 2, ... (each at
+    /// most the storage binding limit, at an offset aligned as the adapter requires).
+    pub(crate) fn dispatch_ranges(
+        &self,
+        op: &'static str,
+        kernel: KernelSource,
+        params: &[u32],
+        ranges: &[Range<'_>],
+        groups: [u32; 3],
+    ) -> OpResult {
+        if let Some(range) = ranges.iter().find(|r| r.bytes > self.max_binding) {
+            return Err(self.device_error(
+                op,
+                format!(
+                    "a binding of {} bytes exceeds the adapter's storage binding limit of {}                      bytes (this op does not split its buffers; matmul splits its tokens,                      weights are split by rows)",
+                    range.bytes, self.max_binding
+                ),
+            ));
+        }
         let pipeline = self.pipeline(op, kernel)?;
         let bytes = (params.len().next_multiple_of(4).max(4) * 4) as u64;
         if bytes > self.params_slot {
@@ -98,10 +142,14 @@ impl WgpuBackend {
                 size: wgpu::BufferSize::new(bytes),
             }),
         }];
-        for (index, buffer) in buffers.iter().enumerate() {
+        for (index, range) in ranges.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
                 binding: index as u32 + 1,
-                resource: buffer.as_entire_binding(),
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: range.buffer,
+                    offset: range.offset,
+                    size: wgpu::BufferSize::new(range.bytes),
+                }),
             });
         }
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {

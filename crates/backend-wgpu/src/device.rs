@@ -2,8 +2,8 @@
 //! storage buffers, split by rows where a tensor is larger than one binding) and KV caches.
 
 use runit_backend::{
-    BackendError, Buffer, Device, KvCache, KvRole, KvType, Op, OpResult, Weight, WeightRole,
-    WeightSource,
+    BackendError, Buffer, Device, KvCache, KvRole, KvType, Op, OpResult, StepInputs, Weight,
+    WeightRole, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -91,13 +91,15 @@ impl WgpuBackend {
         bytes: u64,
     ) -> Result<wgpu::Buffer, BackendError> {
         let bytes = bytes.next_multiple_of(4).max(4);
-        let limit = self.max_binding.min(self.max_buffer);
-        if bytes > limit {
+        // A buffer may outgrow one binding (the logits of a long batch over a large
+        // vocabulary): the ops that meet one bind ranges of it (`dispatch_ranges`).
+        if bytes > self.max_buffer {
             return Err(self.device_error(
                 op,
                 format!(
-                    "a buffer of {bytes} bytes exceeds the adapter's storage binding limit of \
-                     {limit} bytes (weights are split by rows; activations and caches are not)"
+                    "a buffer of {bytes} bytes exceeds the adapter's buffer size limit of {} \
+                     bytes",
+                    self.max_buffer
                 ),
             ));
         }
@@ -268,6 +270,18 @@ impl Device for WgpuBackend {
             });
         }
         let bytes = (n_cells as u64).saturating_mul(row_bytes as u64);
+        if bytes > self.max_binding {
+            // Attention binds a layer's cache whole.
+            return Err(self.device_error(
+                "alloc_kv",
+                format!(
+                    "a cache of {n_cells} cells × {row_bytes} bytes ({bytes} bytes) exceeds the \
+                     adapter's storage binding limit of {} bytes: use a smaller context or a \
+                     smaller cache type",
+                    self.max_binding
+                ),
+            ));
+        }
         let buffer = self.new_buffer("alloc_kv", bytes)?;
         Ok(KvCache::new(
             n_cells,
@@ -281,6 +295,18 @@ impl Device for WgpuBackend {
 
     fn synchronize(&self) -> OpResult {
         self.wait("synchronize")
+    }
+
+    fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
+        self.rows_alone
+            .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn end_step(&self) -> OpResult {
+        self.rows_alone
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

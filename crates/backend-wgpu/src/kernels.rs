@@ -22,16 +22,41 @@ pub const PLAIN: [(&str, &str); 10] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
-    ("gated", include_str!("shaders/gated.wgsl")),
+    (
+        "gated",
+        concat!(
+            include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/precise.wgsl"),
+            include_str!("shaders/expf.wgsl")
+        ),
+    ),
     ("gather_rows", include_str!("shaders/gather_rows.wgsl")),
     (
         "scatter_add_rows",
         include_str!("shaders/scatter_add_rows.wgsl"),
     ),
-    ("rms_norm", include_str!("shaders/rms_norm.wgsl")),
-    ("rope", include_str!("shaders/rope.wgsl")),
+    (
+        "rms_norm",
+        concat!(
+            include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
+    (
+        "rope",
+        concat!(
+            include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
     ("hadamard", include_str!("shaders/hadamard.wgsl")),
-    ("quantize_x", include_str!("shaders/quantize_x.wgsl")),
+    (
+        "quantize_x",
+        concat!(
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
 ];
 
 /// The matrix-vector kernel's body (`unit_dot` and the entry point come per type and variant).
@@ -96,12 +121,144 @@ pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
     ("embedding", include_str!("shaders/embedding.wgsl")),
 ];
 
+/// The exact matmul of the weights paired with Q8_0 activations (`matmul_q0.wgsl`).
+const MATMUL_Q0: &str = include_str!("shaders/matmul_q0.wgsl");
+/// Float arithmetic kept from the shader compiler's algebra, an exact fused multiply-add.
+const PRECISE: &str = include_str!("shaders/precise.wgsl");
+/// precise.wgsl's switch, as written and as the backend sets it where the adapter's `fma`
+/// rounds once (`WgpuBackend::fma_is_fused`).
+pub const FMA_UNFUSED: &str = "const FMA_FUSED: bool = false;";
+pub const FMA_FUSED: &str = "const FMA_FUSED: bool = true;";
+
+/// The weight types [`matmul_q0`] takes, with their order (`ORDER` in the shader: lanes,
+/// IQ4_NL's pairs of blocks, lanes and minimums).
+pub const MATMUL_Q0_TYPES: [(GgmlType, u32); 6] = [
+    (GgmlType::Q8_0, 0),
+    (GgmlType::Q5_0, 0),
+    (GgmlType::Q4_0, 0),
+    (GgmlType::IQ4_NL, 1),
+    (GgmlType::Q4_1, 2),
+    (GgmlType::Q5_1, 2),
+];
+
+/// The exact matmul for `ty` (one of [`MATMUL_Q0_TYPES`]): the CPU's order of operations.
+pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
+    let (_, order) = MATMUL_Q0_TYPES.iter().find(|(t, _)| *t == ty)?;
+    let order = *order;
+    let suffix = weight_suffix(ty)?;
+    let bytes = ty.type_size();
+    let source = move || {
+        format!(
+            "const BLOCK_BYTES: u32 = {bytes}u;\nconst ORDER: u32 = {order}u;\n{MATMUL_Q0}\n\
+             {BYTES}\n{PRECISE}\n\
+             fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_q0_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
+/// The exact matmul of the K-quants and IQ4_XS against Q8_K activations (`matmul_qk.wgsl`).
+const MATMUL_QK: &str = include_str!("shaders/matmul_qk.wgsl");
+
+/// The weight types [`matmul_qk`] takes, with the minimum accumulators of their dot
+/// (`MINIMUMS` in the shader: none, four lanes or one).
+pub const MATMUL_QK_TYPES: [(GgmlType, u32); 6] = [
+    (GgmlType::Q2_K, 0),
+    (GgmlType::Q3_K, 0),
+    (GgmlType::Q4_K, 4),
+    (GgmlType::Q5_K, 1),
+    (GgmlType::Q6_K, 0),
+    (GgmlType::IQ4_XS, 0),
+];
+
+/// The exact matmul for `ty` (one of [`MATMUL_QK_TYPES`]): the CPU's `vec_dot` order on a
+/// plain (not repacked) buffer.
+pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
+    let (_, minimums) = MATMUL_QK_TYPES.iter().find(|(t, _)| *t == ty)?;
+    let minimums = *minimums;
+    let suffix = weight_suffix(ty)?;
+    let bytes = ty.type_size();
+    let source = move || {
+        format!(
+            "const BLOCK_BYTES: u32 = {bytes}u;\nconst MINIMUMS: u32 = {minimums}u;\n{MATMUL_QK}\n\
+             {BYTES}\n{PRECISE}\n\
+             fn block_dot(block: u32, xb: u32, dy: f32) {{ block_dot_{suffix}(block, xb, dy); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_qk_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
+/// The exact matmul of weights in ggml's REPACK buffer (`matmul_repack.wgsl`).
+const MATMUL_REPACK: &str = include_str!("shaders/matmul_repack.wgsl");
+
+/// The weight types [`matmul_repack`] takes (those ggml-cpu repacks).
+pub const MATMUL_REPACK_TYPES: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q4_K,
+];
+
+/// The exact matmul for `ty` (one of [`MATMUL_REPACK_TYPES`]) in ggml's repacked orders.
+pub fn matmul_repack(ty: GgmlType) -> Option<KernelSource> {
+    if !MATMUL_REPACK_TYPES.contains(&ty) {
+        return None;
+    }
+    let suffix = weight_suffix(ty)?;
+    let (values, bytes) = (ty.block_size(), ty.type_size());
+    let source = move || {
+        format!(
+            "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n\
+             {MATMUL_REPACK}\n{BYTES}\n{PRECISE}\n\
+             fn block_dot(block: u32, xb: u32, dx: f32, gemm: bool) {{ \
+             block_dot_{suffix}(block, xb, dx, gemm); }}\n"
+        )
+    };
+    Some(KernelSource {
+        name: format!("matmul_repack_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
+/// The exact matmul of F32, F16 and BF16 weights (`matmul_float.wgsl`).
+const MATMUL_FLOAT: &str = include_str!("shaders/matmul_float.wgsl");
+
+/// The exact matmul for F32, F16 or BF16 weights: the CPU's tinyBLAS or `vec_dot` order.
+pub fn matmul_float(ty: GgmlType) -> Option<KernelSource> {
+    let code = match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::BF16 => 2,
+        _ => return None,
+    };
+    let suffix = weight_suffix(ty)?;
+    let source = move || format!("const FLOAT_TYPE: u32 = {code}u;\n{MATMUL_FLOAT}\n{PRECISE}\n");
+    Some(KernelSource {
+        name: format!("matmul_float_{suffix}"),
+        source: Box::new(source),
+    })
+}
+
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
 /// The cache writer, for every element type.
 const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
-/// Attention, for every pair of key and value cache types.
+/// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
+/// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
+/// `expf` near correctly rounded, as the CPU's libm computes it, with the exact float
+/// helpers it needs.
+const EXPF: &str = concat!(
+    include_str!("shaders/precise.wgsl"),
+    include_str!("shaders/expf.wgsl")
+);
 
 /// The KV cache element types the kernels store: their code in the shaders and name.
 pub const CACHE_TYPES: [(KvType, u32, &str); 4] = [
@@ -128,15 +285,28 @@ pub fn kv_write(ty: KvType) -> Option<KernelSource> {
     })
 }
 
-/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]).
-pub fn attention(keys: KvType, values: KvType) -> Option<KernelSource> {
+/// Which attention kernel runs a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// `attention.wgsl`: keys in tiles of 64, an online softmax per tile.
+    Tiled,
+    /// `attention_chunk.wgsl`: ggml's one-chunk path, keys one by one.
+    OneChunk,
+}
+
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`.
+pub fn attention(keys: KvType, values: KvType, path: AttentionPath) -> Option<KernelSource> {
     let (k, k_name) = cache_code(keys)?;
     let (v, v_name) = cache_code(values)?;
+    let (body, extra, prefix) = match path {
+        AttentionPath::Tiled => (ATTENTION, "", "attention"),
+        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF, "attention_chunk"),
+    };
     Some(KernelSource {
-        name: format!("attention_{k_name}_{v_name}"),
+        name: format!("{prefix}_{k_name}_{v_name}"),
         source: Box::new(move || {
             format!(
-                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}"
+                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
             )
         }),
     })
@@ -208,6 +378,13 @@ pub fn all() -> Vec<KernelSource> {
             all.extend(for_weight(name, ty));
         }
     }
+    all.extend(MATMUL_Q0_TYPES.iter().filter_map(|(ty, _)| matmul_q0(*ty)));
+    all.extend(MATMUL_QK_TYPES.iter().filter_map(|(ty, _)| matmul_qk(*ty)));
+    all.extend(
+        [GgmlType::F32, GgmlType::F16]
+            .into_iter()
+            .filter_map(matmul_float),
+    );
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));
@@ -216,7 +393,9 @@ pub fn all() -> Vec<KernelSource> {
     for (keys, _, _) in CACHE_TYPES {
         all.extend(kv_write(keys));
         for (values, _, _) in CACHE_TYPES {
-            all.extend(attention(keys, values));
+            for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
+                all.extend(attention(keys, values, path));
+            }
         }
     }
     all

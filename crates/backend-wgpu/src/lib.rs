@@ -35,9 +35,21 @@
 //!   against it).
 //!
 //! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
-//! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16; the K-quants' Q8_K
-//! rounding is not repeated); sums are f32 in each kernel's own order, within the parity
-//! suite's NMSE bounds.
+//! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K
+//! blocks of 256 for the K-quants and IQ4_XS); sums are f32 in each kernel's own order,
+//! within the parity suite's NMSE bounds.
+//!
+//! Exact matmul (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]; the counterpart
+//! of the CUDA backend's `RUNIT_CUDA_EXACT`): every type then runs a kernel that repeats the
+//! CPU's arithmetic bit for bit, one invocation per output, on activations kept as ggml's
+//! blocks (`matmul_q0.wgsl`: the 32-value types in a plain buffer, `vec_dot` and tinyBLAS
+//! orders; `matmul_qk.wgsl`: the K-quants and IQ4_XS; `matmul_repack.wgsl`: the types
+//! ggml-cpu repacks, in its gemv and gemm orders; `matmul_float.wgsl`: F32, F16, BF16), so
+//! that greedy ids and log-probabilities equal llama.cpp's goldens. The other kernels
+//! repeat the CPU's roundings always: RMSNorm's f64 sum (a float-float), SiLU's polynomial
+//! exp, RoPE's fused products, the one-chunk attention; `precise.wgsl` holds the exact
+//! fused multiply-add they need (WGSL's `fma` may round the product first, as lavapipe's
+//! does) and hides two-sums from the shader compiler's algebra.
 //!
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters
@@ -50,7 +62,9 @@
 //! needs). KV caches are f32, f16, and Q8_0/Q4_0 in a word layout of this backend's own,
 //! with llama.cpp's Hadamard rotation run on the device (TurboQuant caches are
 //! `BackendError::UnsupportedKv`); attention is one workgroup per (query row, head) with an
-//! online softmax over tiles of 64 keys.
+//! online softmax over tiles of 64 keys for spans of 64 rows and more (ggml's tiled path),
+//! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
+//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
 
 mod backend;
 mod batch;

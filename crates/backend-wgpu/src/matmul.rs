@@ -6,10 +6,11 @@
 
 use std::sync::atomic::Ordering;
 
-use runit_backend::{BackendError, Buffer, OpResult, Weight};
+use runit_backend::{BackendError, Buffer, GgmlLayout, OpResult, Weight};
 use runit_quant::GgmlType;
 
 use crate::backend::{grid, rows_grid};
+use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
 use crate::kernels::{self, KernelSource};
 use crate::ops::MAX_GROUPS;
@@ -47,30 +48,59 @@ enum Kernel {
     Tiled(KernelSource),
     /// `matmul.wgsl`: one workgroup per row and token, values read one by one.
     Generic(KernelSource),
+    /// `matmul_q0.wgsl`: the CPU's arithmetic, one invocation per output.
+    Exact(KernelSource),
+}
+
+/// Rows one workgroup of the exact kernel computes.
+const EXACT_ROWS: usize = 64;
+
+/// The exact kernel for `w`, if one takes it: the CPU's arithmetic for the weight's type
+/// and where ggml-cpu keeps it (a plain buffer: `vec_dot` and tinyBLAS orders; the REPACK
+/// buffer: ggml's repacked orders).
+fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
+    if !exact || !w.row_len().is_multiple_of(32) {
+        return None;
+    }
+    if w.ggml_layout() != GgmlLayout::Plain {
+        return kernels::matmul_repack(w.ty)
+            .filter(|_| w.row_len().is_multiple_of(w.ty.block_size()));
+    }
+    kernels::matmul_q0(w.ty)
+        .or_else(|| kernels::matmul_float(w.ty))
+        .or_else(|| kernels::matmul_qk(w.ty).filter(|_| w.row_len().is_multiple_of(256)))
 }
 
 impl WgpuBackend {
     /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
-    /// weights of `ty` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
-    /// and IQ4_NL, f16 for F16), or `None` where the CPU keeps them (or rounds them in a
-    /// way not repeated here: the K-quants' Q8_K blocks of 256).
+    /// weights `w` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
+    /// and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K blocks of 256 for the K-quants and
+    /// IQ4_XS; kept as packed Q8_0 or Q8_K blocks for an exact kernel), or `None` where
+    /// the CPU keeps them (F32).
     ///
     /// Consecutive matmuls of one activation buffer (the Q, K and V projections; gate and
     /// up) round it once: the rounding is reused while nothing has been recorded or uploaded
     /// since the matmul that made it (`WgpuBackend::epoch`).
     fn activations_as_cpu(
         &self,
-        ty: GgmlType,
+        w: &Weight,
         x: &Buffer,
         len: usize,
     ) -> Result<Option<wgpu::Buffer>, BackendError> {
         use GgmlType::*;
-        let mode = match ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 0,
-            F16 => 1,
+        let ty = w.ty;
+        let exact = exact_kernel(self.exact_matmul, w).is_some();
+        let (mode, block) = match ty {
+            Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
+            Q4_1 | Q5_1 if exact => (6, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
+            F16 => (1, 32),
+            BF16 => (2, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => (3, 256),
             _ => return Ok(None),
         };
-        if !len.is_multiple_of(32) || len == 0 {
+        if !len.is_multiple_of(block) || len == 0 {
             return Ok(None);
         }
         let source = buffer(x, "matmul", "x")?;
@@ -91,7 +121,7 @@ impl WgpuBackend {
                 buffer
             }
         };
-        let blocks = len / 32;
+        let blocks = len / block;
         let params = [blocks as u32, mode];
         let kernel = Self::plain("quantize_x");
         self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
@@ -108,6 +138,9 @@ impl WgpuBackend {
     /// The kernel for `tokens` rows of activations times `w`.
     fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
         let unsupported = || self.unsupported("matmul", w);
+        if let Some(kernel) = exact_kernel(self.exact_matmul, w) {
+            return Ok(Kernel::Exact(kernel));
+        }
         if !w.row_len().is_multiple_of(32) || self.generic_matmul {
             let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
             return Ok(Kernel::Generic(kernel));
@@ -123,6 +156,42 @@ impl WgpuBackend {
                 Ok(Kernel::Generic(kernel))
             }
         }
+    }
+
+    /// The groups of tokens (first, count) one matmul dispatch takes: all of them when `x`
+    /// and `out` bind whole, else as many as bind within the storage binding limit
+    /// (`x_bytes` and `out_bytes` a token), each group starting at an offset the
+    /// adapter can bind (the logits of a long batch over a 262,144-token vocabulary are
+    /// 1 MiB a token).
+    fn token_groups(
+        &self,
+        tokens: usize,
+        [x_bytes, out_bytes]: [usize; 2],
+        [x, out]: [&wgpu::Buffer; 2],
+    ) -> Result<Vec<(usize, usize)>, BackendError> {
+        if x.size().max(out.size()) <= self.max_binding {
+            return Ok(vec![(0, tokens)]);
+        }
+        let align = self.binding_alignment as usize;
+        let step = |row_bytes: usize| align / gcd(row_bytes, align);
+        let (a, b) = (step(x_bytes), step(out_bytes));
+        let unit = a / gcd(a, b) * b;
+        let per_group = (self.max_binding as usize / x_bytes.max(out_bytes)) / unit * unit;
+        if per_group == 0 {
+            return Err(self.device_error(
+                "matmul",
+                format!(
+                    "a token's {x_bytes} bytes of inputs and {out_bytes} bytes of outputs do \
+                     not bind within the adapter's storage binding limit of {} bytes at its \
+                     offset alignment of {align}",
+                    self.max_binding
+                ),
+            ));
+        }
+        Ok((0..tokens)
+            .step_by(per_group)
+            .map(|t0| (t0, per_group.min(tokens - t0)))
+            .collect())
     }
 
     /// `out[t][r] = W[r] · x[t]` for `tokens` rows of `x` (PrimitiveOps::matmul).
@@ -150,48 +219,101 @@ impl WgpuBackend {
             return Ok(());
         }
         let gpu = weight(w, OP, "weight")?;
-        let rounded = self.activations_as_cpu(w.ty, x, tokens * n)?;
+        let rounded = self.activations_as_cpu(w, x, tokens * n)?;
         let (x, out) = (buffer(x, OP, "x")?, buffer(out, OP, "out")?);
         let x = rounded.as_ref().unwrap_or(x);
         let marked = rounded.is_some();
         let first = w.byte_offset / w.row_bytes();
-        for chunk in &gpu.chunks {
-            let start = first.max(chunk.first_row);
-            let end = (first + rows).min(chunk.first_row + chunk.rows);
-            if start >= end {
-                continue;
-            }
-            let count = end - start;
-            let (kernel, groups, last) = match self.matmul_kernel(w, tokens)? {
-                Kernel::MatVec(kernel) => {
-                    let [gx, gy, _] = rows_grid(count.div_ceil(MATVEC_ROWS));
-                    (kernel, [gx, gy, tokens as u32], gx)
-                }
-                Kernel::Generic(kernel) => {
-                    let [gx, gy, _] = rows_grid(count);
-                    (kernel, [gx, gy, tokens as u32], gx)
-                }
-                Kernel::Tiled(kernel) => {
-                    let groups = [
-                        count.div_ceil(TILE_ROWS) as u32,
-                        tokens.div_ceil(TILE_TOKENS) as u32,
-                        1,
-                    ];
-                    (kernel, groups, tokens as u32)
-                }
+        // Bytes of one token's activations: packed Q8_0 or Q8_K blocks for the exact kernels.
+        let exact = exact_kernel(self.exact_matmul, w).is_some();
+        let x_bytes = match w.ty {
+            _ if !exact => n * 4,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => n * 4,
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => n / 32 * 36,
+            GgmlType::Q4_1 | GgmlType::Q5_1 => n / 32 * 40,
+            _ => n / 256 * 260,
+        };
+        // The exact float kernel's order: tinyBLAS where ggml-cpu hands the matmul to it.
+        let rows_alone = self.rows_alone.load(Ordering::Relaxed);
+        let tiled = exact
+            && tokens >= 2
+            && !rows_alone
+            && match w.ty {
+                GgmlType::F32 | GgmlType::F16 => n.is_multiple_of(16) && rows.is_multiple_of(4),
+                GgmlType::BF16 => n.is_multiple_of(32) && rows.is_multiple_of(4),
+                GgmlType::IQ4_NL => w.ggml_layout() == GgmlLayout::Plain,
+                _ => false,
             };
-            // The last word is the grid's row width, or the tiled kernel's token count.
-            let params = [
-                n as u32,
-                count as u32,
-                w.row_bytes() as u32,
-                (start - chunk.first_row) as u32,
-                (start - first) as u32,
-                rows as u32,
-                last,
-            ];
-            let buffers = [&chunk.buffer, x, out];
-            self.dispatch(OP, kernel, &params, &buffers, groups)?;
+        // The repacked kernels' gemm order: ggml's groups of four activation rows.
+        let gemm_rows = match w.ggml_layout() {
+            GgmlLayout::Repacked if exact && !rows_alone => tokens - tokens % 4,
+            _ => 0,
+        };
+        for (t0, count) in self.token_groups(tokens, [x_bytes, rows * 4], [x, out])? {
+            // Whole buffers where they bind whole, else each group's rows of them.
+            let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
+                true => (Range::whole(x), Range::whole(out)),
+                false => (
+                    Range {
+                        buffer: x,
+                        offset: (t0 * x_bytes) as u64,
+                        bytes: (count * x_bytes) as u64,
+                    },
+                    Range {
+                        buffer: out,
+                        offset: (t0 * rows * 4) as u64,
+                        bytes: (count * rows * 4) as u64,
+                    },
+                ),
+            };
+            for chunk in &gpu.chunks {
+                let start = first.max(chunk.first_row);
+                let end = (first + rows).min(chunk.first_row + chunk.rows);
+                if start >= end {
+                    continue;
+                }
+                let rows_here = end - start;
+                let (kernel, groups, last) = match self.matmul_kernel(w, count)? {
+                    Kernel::MatVec(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here.div_ceil(MATVEC_ROWS));
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Generic(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here);
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Exact(kernel) => {
+                        let [gx, gy, _] = rows_grid(rows_here.div_ceil(EXACT_ROWS));
+                        (kernel, [gx, gy, count as u32], gx)
+                    }
+                    Kernel::Tiled(kernel) => {
+                        let groups = [
+                            rows_here.div_ceil(TILE_ROWS) as u32,
+                            count.div_ceil(TILE_TOKENS) as u32,
+                            1,
+                        ];
+                        (kernel, groups, count as u32)
+                    }
+                };
+                // The last word is the grid's row width, or the tiled kernel's token count.
+                let params = [
+                    n as u32,
+                    rows_here as u32,
+                    w.row_bytes() as u32,
+                    (start - chunk.first_row) as u32,
+                    (start - first) as u32,
+                    rows as u32,
+                    last,
+                    u32::from(tiled) + gemm_rows.saturating_sub(t0).min(count) as u32,
+                    // The exact kernels' `zero` and padding.
+                    0,
+                    0,
+                    0,
+                    0,
+                ];
+                let ranges = [Range::whole(&chunk.buffer), x, out];
+                self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
+            }
         }
         if marked {
             let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
@@ -200,5 +322,12 @@ impl WgpuBackend {
             }
         }
         Ok(())
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
     }
 }

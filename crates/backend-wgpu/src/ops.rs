@@ -9,8 +9,11 @@ use runit_backend::{
 
 use crate::backend::{grid, rows_grid};
 use crate::device::{at_least, buffer, kv, weight};
-use crate::kernels;
+use crate::kernels::{self, AttentionPath};
 use crate::WgpuBackend;
+
+/// Query rows of a span from which ggml switches to its tiled attention.
+const TILED_MIN_ROWS: usize = 64;
 
 /// Most workgroups in one dimension of a dispatch.
 pub(crate) const MAX_GROUPS: usize = 65_535;
@@ -189,7 +192,7 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let [gx, gy, _] = rows_grid(rows);
-        let params = [width as u32, rows as u32, f(norm.eps), gx];
+        let params = [width as u32, rows as u32, f(norm.eps), gx, 0];
         self.dispatch(OP, Self::plain(OP), &params, &[x, w, out], [gx, gy, 1])
     }
 
@@ -333,18 +336,33 @@ impl PrimitiveOps for WgpuBackend {
             ));
         }
         let (k, v) = (kv(k_cache, OP, "k_cache")?, kv(v_cache, OP, "v_cache")?);
-        let kernel = || {
-            kernels::attention(k_cache.ty, v_cache.ty).ok_or_else(|| {
+        let kernel = |path| {
+            kernels::attention(k_cache.ty, v_cache.ty, path).ok_or_else(|| {
                 let unsupported = [k_cache, v_cache]
                     .into_iter()
                     .find(|c| kernels::cache_code(c.ty).is_none());
                 self.unsupported_kv(unsupported.unwrap_or(k_cache))
             })
         };
-        kernel()?;
+        kernel(AttentionPath::OneChunk)?;
         let q_width = heads * head_dim;
+        // ggml tiles only f16/f32 caches of one type, spans of TILED_MIN_ROWS rows and more
+        // (the CPU backend's `ops/attention`); a pass whose rows must get their one-row
+        // numbers takes the one-chunk path throughout.
+        let tiles_caches =
+            k_cache.ty == v_cache.ty && matches!(k_cache.ty, KvType::F16 | KvType::F32);
+        let rows_alone = self.rows_alone.load(std::sync::atomic::Ordering::Relaxed);
+        let path = |span: &SequenceSpan| match tiles_caches
+            && span.rows >= TILED_MIN_ROWS
+            && head_dim.is_multiple_of(16)
+            && !rows_alone
+        {
+            true => AttentionPath::Tiled,
+            false => AttentionPath::OneChunk,
+        };
         let mut cells = Vec::new();
-        let mut queries = Vec::new();
+        // Query entries of each path.
+        let mut queries = [Vec::new(), Vec::new()];
         for span in attention.spans {
             let end = span.start_position.saturating_add(span.rows);
             span.check_cells(OP, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
@@ -362,6 +380,7 @@ impl PrimitiveOps for WgpuBackend {
             )?;
             let offset = cells.len() as u32;
             cells.extend((0..end).map(|position| span.cell(position) as u32));
+            let queries = &mut queries[usize::from(path(span) == AttentionPath::OneChunk)];
             for r in 0..span.rows {
                 let position = span.start_position + r;
                 let lo = params
@@ -375,7 +394,7 @@ impl PrimitiveOps for WgpuBackend {
                 ]);
             }
         }
-        if queries.is_empty() || heads == 0 {
+        if queries.iter().all(Vec::is_empty) || heads == 0 {
             return Ok(());
         }
         // Queries are rotated as the keys were, the output back as the values were.
@@ -401,11 +420,14 @@ impl PrimitiveOps for WgpuBackend {
             q_width as u32,
             f(params.scale),
         ];
-        for part in queries.chunks(4 * MAX_GROUPS) {
-            let list = self.storage("attention queries", part);
-            let buffers = [q, &k.buffer, &v.buffer, &cells, &list, out];
-            let groups = [(part.len() / 4) as u32, heads as u32, 1];
-            self.dispatch(OP, kernel()?, &words, &buffers, groups)?;
+        let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
+        for (path, queries) in paths.into_iter().zip(&queries) {
+            for part in queries.chunks(4 * MAX_GROUPS) {
+                let list = self.storage("attention queries", part);
+                let buffers = [q, &k.buffer, &v.buffer, &cells, &list, out];
+                let groups = [(part.len() / 4) as u32, heads as u32, 1];
+                self.dispatch(OP, kernel(path)?, &words, &buffers, groups)?;
+            }
         }
         if let Some(n) = value_rotation {
             for span in attention.spans {

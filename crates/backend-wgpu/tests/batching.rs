@@ -79,8 +79,8 @@ fn matmuls_recorded_together_match_each_alone() {
             together.push(host);
         }
         let after = gpu.counts();
-        // Q8_0 rounds the activations first (two dispatches a matmul); Q4_K does not.
-        let per_matmul = if ty == GgmlType::Q8_0 { 2 } else { 1 };
+        // Q8_0 and Q4_K round the activations first (to Q8_0, Q8_K): two dispatches a matmul.
+        let per_matmul = 2;
         let dispatches = after.dispatches - before.dispatches;
         assert_eq!(dispatches, per_matmul * xs.len() as u64, "{ty:?}");
         // The first download submits every matmul with its copy; the others, their copy.

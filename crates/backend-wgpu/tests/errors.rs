@@ -1,6 +1,6 @@
 //! Bad input on the wgpu backend comes back as errors naming what is missing, never a panic:
-//! a missing adapter, a weight type without a kernel, a KV type it does not store, a buffer
-//! past the adapter's limits. Runs only where an adapter exists (as `parity.rs`).
+//! a missing adapter, a weight type without a kernel, a KV type it does not store, a cache
+//! or a whole-bound buffer past the adapter's limits. Runs only where an adapter exists (as `parity.rs`).
 
 use std::sync::Arc;
 
@@ -71,11 +71,69 @@ fn turbo_caches_and_oversized_buffers_are_refused() {
         Ok(_) => panic!("accepted a TurboQuant cache"),
     }
     let limit = backend.adapter().max_binding as usize;
-    match backend.alloc(limit / 4 + 1) {
+    // A cache is bound whole by attention: one past the limit is refused when it is made.
+    match backend.alloc_kv(limit / 128 + 1, 64, 64, KvType::F16, KvRole::Keys) {
         Err(BackendError::Device { message, .. }) => {
             assert!(message.contains("binding limit"), "{message}")
         }
         Err(other) => panic!("expected a limit error, got {other}"),
-        Ok(_) => panic!("allocated past the binding limit"),
+        Ok(_) => panic!("allocated a cache past the binding limit"),
+    }
+    // A buffer may outgrow one binding, but an op that binds it whole says so.
+    let len = limit / 4 + 64;
+    let mut big = backend.alloc(len).expect("a buffer past one binding");
+    let small = backend.alloc(len).expect("another");
+    match backend.add(&mut big, &small, len) {
+        Err(BackendError::Device { message, .. }) => {
+            assert!(message.contains("binding limit"), "{message}")
+        }
+        other => panic!("expected a limit error, got {other:?}"),
+    }
+}
+
+/// Matmul outputs past one storage binding (the logits of a long batch over a large
+/// vocabulary): the tokens are split into groups that bind, and every group's values are
+/// right.
+#[test]
+fn matmul_outputs_past_one_binding_are_split_by_tokens() {
+    let Some(backend) = backend() else { return };
+    let (n, rows) = (32usize, 65_536usize);
+    let tokens = backend.adapter().max_binding as usize / (rows * 4) + 8;
+    let weights: Vec<f32> = (0..n * rows)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 256.0)
+        .collect();
+    let inputs: Vec<f32> = (0..tokens * n)
+        .map(|i| ((i * 104_729 % 997) as f32 - 498.0) / 128.0)
+        .collect();
+    let memory: Arc<dyn HostMemory> = Arc::new(bytemuck::cast_slice::<f32, u8>(&weights).to_vec());
+    let weight = backend
+        .load_weight(WeightSource {
+            name: "w.f32",
+            role: WeightRole::Matrix,
+            ty: GgmlType::F32,
+            shape: &[n, rows],
+            memory,
+            range: 0..n * rows * 4,
+        })
+        .expect("weight");
+    let mut x = backend.alloc(tokens * n).expect("x");
+    backend.upload(&mut x, &inputs).expect("upload");
+    let mut out = backend.alloc(tokens * rows).expect("out past one binding");
+    backend
+        .matmul(&weight, &x, tokens, &mut out)
+        .expect("matmul split by tokens");
+    let mut got = vec![0.0f32; tokens * rows];
+    backend.download(&out, &mut got).expect("download");
+    for t in [0, 1, tokens / 2, tokens - 9, tokens - 8, tokens - 1] {
+        for r in [0, 1, 4_097, rows - 1] {
+            let want: f64 = (0..n)
+                .map(|i| f64::from(weights[r * n + i]) * f64::from(inputs[t * n + i]))
+                .sum();
+            let value = f64::from(got[t * rows + r]);
+            assert!(
+                (value - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "token {t} row {r}: {value} vs {want}"
+            );
+        }
     }
 }

@@ -13,8 +13,9 @@ fn require_wgpu() -> bool {
     std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1")
 }
 
-/// The suite on adapter 0, with subgroup sums where the adapter grants them or not.
-fn parity(subgroups: bool) {
+/// The suite on adapter 0, with subgroup sums where the adapter grants them or not, and
+/// matmul on the exact kernels (the CPU's arithmetic) or the fast ones.
+fn parity(subgroups: bool, exact: bool) {
     let backend = match WgpuBackend::new(0) {
         Ok(backend) => backend,
         Err(error) => {
@@ -28,6 +29,11 @@ fn parity(subgroups: bool) {
     } else {
         backend.without_subgroups()
     };
+    let backend = if exact {
+        backend.with_exact_matmul()
+    } else {
+        backend
+    };
     let reference = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let report = run_parity(&reference, &backend);
     println!(
@@ -39,14 +45,30 @@ fn parity(subgroups: bool) {
     assert!(report.all_passed(), "failures: {:#?}", report.failures());
     let skipped = report.skipped();
     assert!(skipped.is_empty(), "skipped: {skipped:#?}");
+    if exact {
+        // Equal to the CPU bit for bit (the reference is its scalar twin).
+        let inexact: Vec<_> = report
+            .cases
+            .iter()
+            .filter(|case| case.op == "matmul" && case.nmse != 0.0)
+            .collect();
+        assert!(inexact.is_empty(), "not exact: {inexact:#?}");
+    }
 }
 
 #[test]
 fn wgpu_matches_the_cpu_reference() {
-    parity(true);
+    parity(true, false);
 }
 
 #[test]
 fn wgpu_without_subgroups_matches_the_cpu_reference() {
-    parity(false);
+    parity(false, false);
+}
+
+/// `RUNIT_WGPU_EXACT=1`'s kernels: every matmul case, and so every MoE case, in the CPU's
+/// arithmetic.
+#[test]
+fn wgpu_exact_matmul_matches_the_cpu_reference() {
+    parity(true, true);
 }

@@ -1,10 +1,13 @@
 // gate[i] = activation(gate[i]) * up[i] for i < len: SiLU (kind 0) or GELU-tanh (kind 1)
 // through ggml's table of f16 results (`runit_backend::gelu`, packed two entries a word).
+// SiLU is ggml's `ggml_vec_swiglu_f32` on the CPU's reference machine (the CPU backend's
+// `vector/silu.rs`): x / (1 + v_expf(0 - x)) with ggml's polynomial `ggml_v_expf` for whole
+// groups of 16 values, libm's `expf` (`expf.wgsl`) for the last len % 16.
 
 struct Params {
     len: u32,
     kind: u32,
-    _pad0: u32,
+    zero: u32, // always 0 (`opaque`)
     _pad1: u32,
 }
 
@@ -33,10 +36,35 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let x = gate[i];
     if p.kind == 0u {
-        gate[i] = x / (1.0 + exp(-x)) * up[i];
+        let e = select(expf(0.0 - x), vector_exp(0.0 - x), i < p.len - p.len % 16u);
+        gate[i] = x / (1.0 + e) * up[i];
     } else if x >= 10.0 {
         gate[i] = x * up[i];
     } else {
         gate[i] = gelu(x) * up[i];
     }
+}
+
+/// One lane of ggml's AVX-512 `ggml_v_expf` (the CPU backend's `vector_exp`).
+fn vector_exp(x: f32) -> f32 {
+    let shift = bitcast<f32>(0x4b400000u);
+    let z = opaque(fma_exact(x, bitcast<f32>(0x3fb8aa3bu), shift));
+    let n = z - shift;
+    let b = fma_exact(-n, bitcast<f32>(0x35bfbe8eu), fma_exact(-n, bitcast<f32>(0x3f317200u), x));
+    let u = b * b;
+    let c5 = bitcast<f32>(0x3c072010u);
+    let c4 = bitcast<f32>(0x3d2b9f17u);
+    let c3 = bitcast<f32>(0x3e2aaf33u);
+    let c2 = bitcast<f32>(0x3efffedbu);
+    let c1 = bitcast<f32>(0x3f7ffff6u);
+    let j = fma_exact(fma_exact(fma_exact(c5, b, c4), u, fma_exact(c3, b, c2)), u, fma_exact(c1, b, 1.0));
+    if abs(n) > 192.0 {
+        // 0, or infinity (j is about 1).
+        return select(ldexp(j, 200), 0.0, n <= 0.0);
+    }
+    if n >= -126.0 && n <= 127.0 {
+        // 2^n is a normal f32: one multiplication, one rounding.
+        return j * bitcast<f32>(u32(i32(n) + 127) << 23u);
+    }
+    return ldexp(j, i32(n));
 }

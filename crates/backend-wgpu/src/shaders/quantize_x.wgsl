@@ -1,17 +1,24 @@
 // The activations as the CPU's dot products see them (ggml's `vec_dot_type` of the weight):
 // mode 0 rounds each block of 32 to Q8_0/Q8_1 (x86 rounding: d = amax / 127, q = round(x · 127
-// / amax), value f16(d) · q), mode 1 rounds each value to f16. One invocation per block of 32.
+// / amax), value f16(d) · q), mode 1 rounds each value to f16, mode 2 to bf16 (ties to even),
+// mode 3 each block of 256 to Q8_K (max = the first value of largest magnitude, iscale =
+// -127 / max, q = min(127, round(x · iscale)), value q / iscale, the scale kept in f32). One
+// invocation per block (256 values in mode 3, 32 in the others). Mode 4 is mode 0's rounding
+// kept as ggml's Q8_0 block for matmul_q0.wgsl: 9 words a block, the f16 scale as an f32,
+// then the 32 signed bytes; mode 5 is mode 3's kept as ggml's Q8_K block for matmul_qk.wgsl:
+// 65 words a block, the f32 scale, then the 256 signed bytes; mode 6 is mode 0's kept as
+// ggml's Q8_1 block (10 words: the scale, the f16 sum s = f16(d · sum(q)), the bytes).
 
 struct Params {
     blocks: u32,
     mode: u32,
-    _pad0: u32,
+    zero: u32, // always 0 (`opaque` in precise.wgsl)
     _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
@@ -19,10 +26,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if block >= p.blocks {
         return;
     }
+    if p.mode == 3u || p.mode == 5u {
+        q8_k(block * 256u, block * 65u);
+        return;
+    }
     let base = block * 32u;
+    if p.mode == 2u {
+        for (var j = 0u; j < 32u; j++) {
+            let bits = bitcast<u32>(x[base + j]);
+            let rounded = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
+            out[base + j] = rounded;
+        }
+        return;
+    }
     if p.mode == 1u {
         for (var j = 0u; j < 32u; j++) {
-            out[base + j] = unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x;
+            out[base + j] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x);
         }
         return;
     }
@@ -30,9 +49,82 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = 0u; j < 32u; j++) {
         amax = max(amax, abs(x[base + j]));
     }
+    if p.mode == 4u {
+        q8_0_packed(base, block * 9u, amax, false);
+        return;
+    }
+    if p.mode == 6u {
+        q8_0_packed(base, block * 10u, amax, true);
+        return;
+    }
     let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
-        out[base + j] = d * round(x[base + j] * id);
+        out[base + j] = bitcast<u32>(d * round(x[base + j] * id));
+    }
+}
+
+fn q8_k(base: u32, at: u32) {
+    var max_value = 0.0;
+    var amax = 0.0;
+    for (var j = 0u; j < 256u; j++) {
+        let v = x[base + j];
+        if abs(v) > amax {
+            amax = abs(v);
+            max_value = v;
+        }
+    }
+    let packed = p.mode == 5u;
+    if amax == 0.0 {
+        if packed {
+            for (var j = 0u; j < 65u; j++) {
+                out[at + j] = 0u;
+            }
+            return;
+        }
+        for (var j = 0u; j < 256u; j++) {
+            out[base + j] = 0u;
+        }
+        return;
+    }
+    let iscale = -127.0 / max_value;
+    let d = 1.0 / iscale;
+    if packed {
+        out[at] = bitcast<u32>(d);
+        for (var word = 0u; word < 64u; word++) {
+            var bytes = 0u;
+            for (var b = 0u; b < 4u; b++) {
+                let q = i32(min(127.0, round(iscale * x[base + word * 4u + b])));
+                bytes |= (bitcast<u32>(q) & 0xffu) << (8u * b);
+            }
+            out[at + 1u + word] = bytes;
+        }
+        return;
+    }
+    for (var j = 0u; j < 256u; j++) {
+        out[base + j] = bitcast<u32>(d * min(127.0, round(iscale * x[base + j])));
+    }
+}
+
+// A Q8_0 block (`with_sum`: Q8_1, its s = f16(d · sum(q)) with the unrounded d) at word `at`.
+fn q8_0_packed(base: u32, at: u32, amax: f32, with_sum: bool) {
+    let unrounded = amax / 127.0;
+    let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
+    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    out[at] = bitcast<u32>(d);
+    let qs = at + select(1u, 2u, with_sum);
+    var sum = 0;
+    for (var word = 0u; word < 8u; word++) {
+        var packed = 0u;
+        for (var b = 0u; b < 4u; b++) {
+            let q = i32(round(x[base + word * 4u + b] * id));
+            sum += q;
+            packed |= (bitcast<u32>(q) & 0xffu) << (8u * b);
+        }
+        out[qs + word] = packed;
+    }
+    if with_sum {
+        let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(sum), 0.0))).x;
+        out[at + 1u] = bitcast<u32>(s);
     }
 }

@@ -8,7 +8,7 @@ struct Params {
     head_dim: u32,
     half_rotary: u32,
     neox: u32,
-    _pad0: u32,
+    zero: u32,      // always 0 (`opaque` in precise.wgsl)
     _pad1: u32,
     _pad2: u32,
 }
@@ -36,6 +36,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let cs = angles[token * p.half_rotary + k];
     let x0 = x[a];
     let x1 = x[b];
-    x[a] = x0 * cs.x - x1 * cs.y;
-    x[b] = x0 * cs.y + x1 * cs.x;
+    // ggml's rotation as gcc compiles it: the first product of each output fused.
+    x[a] = fma_exact(x0, cs.x, -opaque(x1 * cs.y));
+    x[b] = fma_exact(x0, cs.y, opaque(x1 * cs.x));
 }
