@@ -165,7 +165,9 @@ __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
     return MMQ_BLOCK_ROWS * MmqpLayout<W>::W_STRIDE + 8 * NT * MMQP_X_ROW_BYTES;
 }
 
-// Issues the copies of the weight windows of stage elements k0 .. k0 + len into `wsm`.
+// Issues the copies of the weight windows of stage elements k0 .. k0 + len into `wsm`. A window
+// ends at the 16-byte boundary after its last block: at most 15 bytes past the weight's end,
+// inside the same aligned 16 bytes (and so the same page) as its last byte.
 template <class W>
 __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
                                                   u32 block_row0, u32 k0, u32 len) {
