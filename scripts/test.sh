@@ -39,4 +39,10 @@ if ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then export RUNIT_R
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
 chmod 700 "$XDG_RUNTIME_DIR"
 cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test-output.txt
+# The synthetic golden fidelity tests on lavapipe too, with the wgpu matmuls in the CPU's
+# summation order (RUNIT_WGPU_EXACT=1; its fast kernels part from llama.cpp as CUDA's do).
+if [ "${RUNIT_REQUIRE_WGPU:-}" = 1 ]; then
+  RUNIT_TEST_DEVICE=wgpu RUNIT_WGPU_EXACT=1 cargo test --release -p runit-engine --test fidelity synthetic \
+    2>&1 | tee -a target/test-output.txt
+fi
 python3 scripts/test_summary.py target/test-output.txt
