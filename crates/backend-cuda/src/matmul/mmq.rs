@@ -18,6 +18,7 @@
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
 use runit_quant::GgmlType;
+use std::sync::OnceLock;
 
 use super::names::TypeKernels;
 use super::{ensure, launch_kernel, Operands, Scratch, OP};
@@ -38,9 +39,9 @@ const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
 const THREADS: u32 = 128;
 /// Blocks per multiprocessor the split aims for, so that every multiprocessor streams weights.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 4;
-/// The same for the pipelined kernels (`RUNIT_CUDA_MMQP_BLOCKS`, default 2: two fit in a
-/// multiprocessor's shared memory).
-static PIPE_BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// The same for the pipelined kernels (`RUNIT_CUDA_MMQP_BLOCKS` for experiments): two fit
+/// in a multiprocessor's shared memory.
+const PIPE_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
 
 /// Elements of the activations staged at once (`MMQ_CHUNK` in mmq.cu): ranges of the row
 /// length and the rows themselves are whole multiples of it.
@@ -99,10 +100,7 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
         if tokens > int8_max_tokens() {
             return None;
         }
-        let variant = TILE8_TOKENS
-            .iter()
-            .position(|&tile| tokens <= tile)
-            .unwrap_or(TILE8_TOKENS.len() - 1);
+        let variant = tile_variant(tokens);
         return Some(Path::Int8 {
             kernel: names[variant],
             tile: TILE8_TOKENS[variant],
@@ -112,10 +110,7 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
         .mmqp
         .filter(|_| pipe_enabled() && tokens <= pipe_max_tokens())
     {
-        let variant = TILE8_TOKENS
-            .iter()
-            .position(|&tile| tokens <= tile)
-            .unwrap_or(TILE8_TOKENS.len() - 1);
+        let variant = tile_variant(tokens);
         let tile = TILE8_TOKENS[variant];
         return Some(Path::Pipe {
             kernel: names[variant],
@@ -142,13 +137,8 @@ fn pipe_enabled() -> bool {
 pub const PIPE_MAX_TOKENS: usize = 64;
 
 fn pipe_max_tokens() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("RUNIT_CUDA_MMQP_MAX")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(PIPE_MAX_TOKENS)
-    })
+    static MAX: OnceLock<usize> = OnceLock::new();
+    env_count(&MAX, "RUNIT_CUDA_MMQP_MAX", PIPE_MAX_TOKENS)
 }
 
 /// `RUNIT_CUDA_MMQ8=1`: quantized weights take the int8 kernels (up to
@@ -162,13 +152,27 @@ fn int8_enabled() -> bool {
 
 /// [`MMQ8_MAX_TOKENS`], or `RUNIT_CUDA_MMQ8_MAX` (for measuring where the GEMM path wins).
 fn int8_max_tokens() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("RUNIT_CUDA_MMQ8_MAX")
+    static MAX: OnceLock<usize> = OnceLock::new();
+    env_count(&MAX, "RUNIT_CUDA_MMQ8_MAX", MMQ8_MAX_TOKENS)
+}
+
+/// The number in environment variable `name` (a measuring knob), else `default`; read once
+/// into `cell`.
+pub(super) fn env_count(cell: &'static OnceLock<usize>, name: &str, default: usize) -> usize {
+    *cell.get_or_init(|| {
+        std::env::var(name)
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(MMQ8_MAX_TOKENS)
+            .unwrap_or(default)
     })
+}
+
+/// Index into [`TILE8_TOKENS`] of the smallest tile that holds `tokens` (the largest beyond).
+fn tile_variant(tokens: usize) -> usize {
+    TILE8_TOKENS
+        .iter()
+        .position(|&tile| tokens <= tile)
+        .unwrap_or(TILE8_TOKENS.len() - 1)
 }
 
 /// The launch shape of one batched matmul.
@@ -248,12 +252,14 @@ pub(super) fn run(
     };
     // The pipelined kernels fit two blocks in a multiprocessor's shared memory.
     let per_multiprocessor = match path {
-        Path::Pipe { .. } => *PIPE_BLOCKS.get_or_init(|| {
-            std::env::var("RUNIT_CUDA_MMQP_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2)
-        }),
+        Path::Pipe { .. } => {
+            static BLOCKS: OnceLock<usize> = OnceLock::new();
+            env_count(
+                &BLOCKS,
+                "RUNIT_CUDA_MMQP_BLOCKS",
+                PIPE_BLOCKS_PER_MULTIPROCESSOR,
+            )
+        }
         _ => BLOCKS_PER_MULTIPROCESSOR,
     };
     let plan = MmqPlan::new(

@@ -412,14 +412,7 @@ pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
 /// with `RUNIT_CUDA_MATVEC_MAX` (for measuring the batched kernels on 2-8 rows).
 fn matvec_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| {
-        std::env::var("RUNIT_CUDA_MATVEC_MAX")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(MATVEC_MAX_TOKENS, |rows: usize| {
-                rows.clamp(1, MATVEC_MAX_TOKENS)
-            })
-    })
+    mmq::env_count(&ROWS, "RUNIT_CUDA_MATVEC_MAX", MATVEC_MAX_TOKENS).clamp(1, MATVEC_MAX_TOKENS)
 }
 
 /// `RUNIT_CUDA_MMQ=0`: decode batches beyond the matvecs take the GEMM path instead of the

@@ -72,22 +72,13 @@ macro_rules! by_tile {
     };
 }
 
-macro_rules! by_tile8 {
-    ($name:literal) => {
+/// The 16-, 32- and 64-token-tile kernels `<prefix><type>_n2`, `_n4`, `_n8`.
+macro_rules! by_tiles {
+    ($prefix:literal, $name:literal) => {
         Some([
-            concat!("mmq8_", $name, "_n2"),
-            concat!("mmq8_", $name, "_n4"),
-            concat!("mmq8_", $name, "_n8"),
-        ])
-    };
-}
-
-macro_rules! by_tile_pipe {
-    ($name:literal) => {
-        Some([
-            concat!("mmqp_", $name, "_n2"),
-            concat!("mmqp_", $name, "_n4"),
-            concat!("mmqp_", $name, "_n8"),
+            concat!($prefix, $name, "_n2"),
+            concat!($prefix, $name, "_n4"),
+            concat!($prefix, $name, "_n8"),
         ])
     };
 }
@@ -125,8 +116,8 @@ macro_rules! quantized {
             matvec_wide_id: None,
             matvec_vector: None,
             mmq: by_tile!($name),
-            mmq8: by_tile8!($name),
-            mmqp: by_tile_pipe!($name),
+            mmq8: by_tiles!("mmq8_", $name),
+            mmqp: by_tiles!("mmqp_", $name),
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
         }
@@ -311,16 +302,12 @@ mod tests {
                 entry("mmq.cu", "MMQ_ENTRIES(");
                 assert_eq!(name, format!("mmq_{stem}_n2"));
             }
-            if let Some(names) = k.mmq8 {
-                entry("mmq8.cu", "MMQ8_ENTRIES(");
+            for (names, file, prefix) in [(k.mmq8, "mmq8.cu", "mmq8"), (k.mmqp, "mmqp.cu", "mmqp")]
+            {
+                let Some(names) = names else { continue };
+                entry(file, &format!("{}_ENTRIES(", prefix.to_uppercase()));
                 for (nt, name) in [2, 4, 8].iter().zip(names) {
-                    assert_eq!(name, format!("mmq8_{stem}_n{nt}"));
-                }
-            }
-            if let Some(names) = k.mmqp {
-                entry("mmqp.cu", "MMQP_ENTRIES(");
-                for (nt, name) in [2, 4, 8].iter().zip(names) {
-                    assert_eq!(name, format!("mmqp_{stem}_n{nt}"));
+                    assert_eq!(name, format!("{prefix}_{stem}_n{nt}"));
                 }
             }
         }
