@@ -177,6 +177,35 @@ fn qwen2_5_q8_0_reads_back_loads_and_runs() {
     let path = out.0.to_str().expect("UTF-8 path");
     let bench = succeed(&["bench", "-m", path, "-p", "16", "-n", "8", "-t", "2"]);
     assert!(bench.contains("pp16") && bench.contains("tg8"), "{bench}");
+    // Greedy picks on the device (token ids copied), for two sequences decoded together.
+    let ids = succeed(&[
+        "bench",
+        "-m",
+        path,
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--batch",
+        "2",
+        "--pick-on-device",
+    ]);
+    assert!(ids.contains("tg4 x2 ids"), "{ids}");
+    // Nothing to apply it to: refused, not ignored.
+    let refused = runit(&[
+        "bench",
+        "-m",
+        path,
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "--pick-on-device",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--pick-on-device"));
     succeed(&["generate", "-m", path, "-p", "hello", "-n", "4", "-t", "2"]);
 }
 

@@ -109,6 +109,12 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "--prompt-file is for measuring speculation: give --draft-ngram N or -md FILE"
         );
     }
+    if args.pick_on_device && (args.n_gen == 0 || args.speculative.enabled()) {
+        anyhow::bail!(
+            "--pick-on-device applies to the generation test of plain decoding: give -n above 0 \
+             and no drafter"
+        );
+    }
     let loaded = load(&args.model)?;
     if let Some(drafts) = args.speculative.load(&args.model, &loaded)? {
         return speculative::run(
