@@ -2,12 +2,12 @@
 // out[t][r] = sum_k W[r][k] * x[t][k] on the tensor cores (mma.sync m16n8k16, f16 inputs,
 // f32 accumulators), every packed weight byte read from memory once per tile of 8 NT tokens.
 //
-// A block of 4 warps owns MMQ_BLOCK_ROWS weight rows (32 per warp: two m16 tiles), 8 NT
-// tokens and one range of k (gridDim.z ranges of `split` elements, as mmq.cu). The range is
-// walked in stages of MMQP_STAGE_K elements: the rows' raw bytes of a stage (whole blocks;
-// each row's 16-byte-aligned window) and the stage's f16 activations are copied into shared
-// memory with cp.async, MMQP_STAGES stages in flight, so that the loads of the next stages
-// overlap the work on this one.
+// A block of 4 warps works on MMQ_BLOCK_ROWS weight rows at a time (32 per warp: two m16
+// tiles) and 8 NT tokens; its share of the matrix is a run of stages that may start and end
+// inside a row block's length (`mmqp` below). A run is walked in stages of MMQP_STAGE_K
+// elements: the rows' raw bytes of a stage (whole blocks; each row's 16-byte-aligned window)
+// and the stage's f16 activations are copied into shared memory with cp.async, MMQP_STAGES
+// stages in flight, so that the loads of the next stages overlap the work on this one.
 //
 // The tensor cores take k in a permuted order (the same for weights and activations, so the
 // sums are the same products): within each span of 128 elements, lane 4 g + t owns the 32
@@ -198,20 +198,21 @@ __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __rest
     }
 }
 
+// One segment of a block's work: rows block_row0 .. + MMQ_BLOCK_ROWS, tokens token0 .. + 8 NT,
+// elements k_begin .. k_end of the rows, written to target[token][row] (plus `bias` when
+// given). The first segment of a block starts its weight copies before the programmatic-launch
+// wait (`wait` true), the others after.
 template <class W, int NT>
-__device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
-                                     const u16* __restrict__ x, u32 tokens, u32 split, float* __restrict__ out,
-                                     const float* __restrict__ bias, float* __restrict__ partial) {
+__device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                             const u16* __restrict__ x, u32 tokens, u32 block_row0, u32 token0,
+                                             u32 k_begin, u32 k_end, bool wait, float* target,
+                                             const float* __restrict__ bias) {
     using L = MmqpLayout<W>;
     extern __shared__ __align__(16) u8 smem[];
     constexpr u32 STAGE = mmqp_stage_bytes<W, NT>();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const u32 block_row0 = blockIdx.x * MMQ_BLOCK_ROWS;
     const u32 row0 = block_row0 + warp * MMQ_WARP_ROWS;
-    const u32 token0 = blockIdx.y * 8 * NT;
-    const u32 k_begin = blockIdx.z * split;
-    const u32 k_end = min(n_in, k_begin + split);
     const u32 base = shared_address(smem);
     float acc[2][NT][4];
 #pragma unroll
@@ -223,7 +224,6 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
 
     // The weights never come from an earlier kernel: the first stages' copies start before
     // the dependency wait, the activations' after it.
-    pdl_launch_dependents();
     const u32 stages = (k_end - k_begin + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
@@ -231,7 +231,7 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
         if (s < stages) mmqp_load_weights<W>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
                                              min((u32)MMQP_STAGE_K, k_end - k0));
     }
-    pdl_wait();
+    if (wait) pdl_wait();
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
         const u32 k0 = k_begin + s * MMQP_STAGE_K;
@@ -333,14 +333,75 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
     }
     cp_async_wait<0>();
 
-    mmq_finish<NT>(acc, out, bias, partial, row0, token0, tokens, n_out, g, t);
+    mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
+}
+
+// The row blocks' stages (MMQP_STAGE_K elements of the rows, the last one shorter when the
+// length is not a multiple) in order, row block by row block, as units of work: block b of
+// the grid (x) takes units b share .. (b + 1) share, so that every block of a grid sized to
+// what the device holds at once does the same work however many row blocks the matrix has
+// (stream-K). A row block whose stages one grid block takes whole is written to `out` (plus
+// `bias`) by that block; one shared by several grid blocks gets their partial sums, in slot
+// (grid block - the row block's first grid block) of `partial`, which `mmqp_merge` adds in
+// slot order (so results do not depend on timing).
+__device__ __forceinline__ u32 mmqp_first_block(u32 row_block, u32 n_stages, u32 share) {
+    return row_block * n_stages / share;
+}
+__device__ __forceinline__ u32 mmqp_last_block(u32 row_block, u32 n_stages, u32 share) {
+    return ((row_block + 1) * n_stages - 1) / share;
+}
+
+template <class W, int NT>
+__device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
+                                     const u16* __restrict__ x, u32 tokens, u32 share, float* __restrict__ out,
+                                     const float* __restrict__ bias, float* __restrict__ partial) {
+    pdl_launch_dependents();
+    const u32 n_stages = (n_in + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
+    const u32 row_blocks = (n_out + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
+    const u32 total = row_blocks * n_stages;
+    const u32 token0 = blockIdx.y * 8 * NT;
+    const u64 values = (u64)tokens * n_out;
+    u32 unit = blockIdx.x * share;
+    const u32 end = min(total, unit + share);
+    bool wait = true;
+    while (unit < end) {
+        const u32 row_block = unit / n_stages, first = unit % n_stages;
+        const u32 last = min(n_stages, first + (end - unit));
+        const u32 first_block = mmqp_first_block(row_block, n_stages, share);
+        const bool whole = first_block == mmqp_last_block(row_block, n_stages, share);
+        float* target = whole ? out : partial + (u64)(blockIdx.x - first_block) * values;
+        mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
+                            first * MMQP_STAGE_K, min(n_in, last * MMQP_STAGE_K), wait, target,
+                            whole ? bias : nullptr);
+        wait = false;
+        unit += last - first;
+    }
+    if (wait) pdl_wait();
+}
+
+// out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
+// bias[row]) for the row blocks several grid blocks share; the others are written already.
+extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_in, u32 share,
+                                      const float* __restrict__ bias, float* __restrict__ out) {
+    pdl_start();
+    const u32 n_stages = (n_in + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
+    const u64 values = (u64)tokens * n_out;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
+        const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
+        const u32 first = mmqp_first_block(row_block, n_stages, share);
+        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
+        if (slots == 1) continue;
+        float sum = 0.0f;
+        for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
+        out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    }
 }
 
 #define MMQP_KERNEL(W, name, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmqp_##name##_n##NT(                        \
-        const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 split, float* out,   \
+        const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 share, float* out,   \
         const float* bias, float* partial) {                                                  \
-        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, split, out, bias, partial);              \
+        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \
     }
 
 // Tiles of 16, 32 and 64 token rows.

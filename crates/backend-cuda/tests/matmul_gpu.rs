@@ -191,6 +191,19 @@ fn batched_matmul_matches_the_cpu_at_every_row_count() {
     );
 }
 
+/// 133 row blocks of 1024-element rows at 64 rows: with `RUNIT_CUDA_MMQP_BLOCKS=1` (one
+/// block per multiprocessor, 132 on an H200) the pipelined kernels' grid blocks each take
+/// whole row blocks and the start of the next (stream-K shares crossing row blocks, merged);
+/// with the defaults each grid block takes one whole row block.
+#[test]
+fn pipelined_shares_cross_row_blocks() {
+    compare_shapes(
+        &[(1024, 133 * 128, true)],
+        |ty, n_out| 0x5e9 + ty.id() as u64 * 11 + n_out as u64,
+        &[64],
+    );
+}
+
 /// 896 values: Q8_0 rows of 952 bytes (off 16-byte boundaries) and a row count that is no
 /// multiple of the rows per block. 9001 rows of 256: short float rows take the warp-per-row
 /// kernels, with more rows than a device holds warps (several per warp). 8200 rows of 1152:

@@ -13,7 +13,10 @@
 //! slower: see `int8_enabled`) instead. Larger batches take the GEMM path.
 //!
 //! Matrices with too few row blocks to fill the device split their rows' length into ranges;
-//! `mmq_merge` then adds the ranges' partial sums in a fixed order over the whole device.
+//! `mmq_merge` then adds the ranges' partial sums in a fixed order over the whole device. The
+//! pipelined kernels instead give each of as many blocks as the device holds at once an equal
+//! share of all the row blocks' stages (stream-K, [`PipePlan`]); `mmqp_merge` adds the partial
+//! sums of the row blocks cut between them.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
@@ -39,9 +42,6 @@ const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
 const THREADS: u32 = 128;
 /// Blocks per multiprocessor the split aims for, so that every multiprocessor streams weights.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 4;
-/// The same for the pipelined kernels (`RUNIT_CUDA_MMQP_BLOCKS` for experiments): two fit
-/// in a multiprocessor's shared memory.
-const PIPE_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
 
 /// Elements of the activations staged at once (`MMQ_CHUNK` in mmq.cu): ranges of the row
 /// length and the rows themselves are whole multiples of it.
@@ -214,17 +214,11 @@ pub(super) fn run(
     op: &Operands,
     scratch: &mut Scratch,
 ) -> Result<(), BackendError> {
-    let (name, tile, x, scales, shared) = match path {
-        Path::Half(name) => (
-            name,
-            TILE_TOKENS,
-            half_input(backend, op, scratch)?,
-            None,
-            0,
-        ),
+    let (name, tile, x, scales) = match path {
+        Path::Half(name) => (name, TILE_TOKENS, half_input(backend, op, scratch)?, None),
         Path::Int8 { kernel, tile } => {
             let (aq, ads) = super::matvec::quantized_input(backend, op, scratch)?;
-            (kernel, tile, aq, Some(ads), 0)
+            (kernel, tile, aq, Some(ads))
         }
         Path::Pipe {
             kernel,
@@ -241,33 +235,16 @@ pub(super) fn run(
                     )
                     .map_err(|e| backend.driver_error(OP, e))?;
             }
-            (
-                kernel,
-                tile,
-                half_input(backend, op, scratch)?,
-                None,
-                shared,
-            )
+            let x = half_input(backend, op, scratch)?;
+            return run_pipe(backend, kernel, tile, shared, x, op, scratch);
         }
-    };
-    // The pipelined kernels fit two blocks in a multiprocessor's shared memory.
-    let per_multiprocessor = match path {
-        Path::Pipe { .. } => {
-            static BLOCKS: OnceLock<usize> = OnceLock::new();
-            env_count(
-                &BLOCKS,
-                "RUNIT_CUDA_MMQP_BLOCKS",
-                PIPE_BLOCKS_PER_MULTIPROCESSOR,
-            )
-        }
-        _ => BLOCKS_PER_MULTIPROCESSOR,
     };
     let plan = MmqPlan::new(
         op.tokens,
         tile,
         op.n_in,
         op.n_out,
-        per_multiprocessor * super::matvec::multiprocessors(backend)?,
+        BLOCKS_PER_MULTIPROCESSOR * super::matvec::multiprocessors(backend)?,
     );
     let partial = if plan.splits > 1 {
         let values = op.tokens * op.n_out;
@@ -287,7 +264,7 @@ pub(super) fn run(
             plan.splits as u32,
         ),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: shared,
+        shared_mem_bytes: 0,
     };
     let (weight, row_bytes, n_in, n_out) = (
         op.weight,
@@ -296,14 +273,9 @@ pub(super) fn run(
         op.n_out as u32,
     );
     let (tokens, split) = (op.tokens as u32, plan.split as u32);
-    let file = if matches!(path, Path::Pipe { .. }) {
-        PIPE_FILE
-    } else {
-        "mmq.cu"
-    };
     match scales {
         None => launch_kernel!(
-            backend, OP, file, name, config, weight, row_bytes, n_in, n_out, x, tokens, split,
+            backend, OP, "mmq.cu", name, config, weight, row_bytes, n_in, n_out, x, tokens, split,
             op.out, op.bias, partial
         )?,
         Some(ads) => launch_kernel!(
@@ -326,6 +298,132 @@ pub(super) fn run(
         values as u64,
         plan.splits as u32,
         n_out,
+        op.bias,
+        op.out
+    )
+}
+
+/// The launch shape of a pipelined matmul: `blocks` × `token_tiles` blocks, each taking
+/// `share` consecutive stages of the row blocks' stages (mmqp.cu's `mmqp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipePlan {
+    pub blocks: usize,
+    pub token_tiles: usize,
+    pub share: usize,
+    /// Most grid blocks sharing one row block: the partial sums' slots (1: no merge).
+    pub slots: usize,
+}
+
+impl PipePlan {
+    /// The plan for `tokens` × `n_in` activations in tiles of `tile` tokens and `n_out`
+    /// weight rows on a device that holds `resident` blocks at once. Whole row blocks per
+    /// grid block when that leaves the device as busy (a matrix of many row blocks), else
+    /// equal shares of all the stages, one grid block per resident block (stream-K): each
+    /// multiprocessor then gets the same work whatever the matrix's shape, where whole row
+    /// blocks or ranges of equal splits leave a last wave that keeps a few multiprocessors
+    /// busy while the others idle. Its cost: the row blocks cut between grid blocks are
+    /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
+    /// stages below).
+    pub fn new(tokens: usize, tile: usize, n_in: usize, n_out: usize, resident: usize) -> PipePlan {
+        let row_blocks = n_out.div_ceil(BLOCK_ROWS);
+        let n_stages = n_in.div_ceil(PIPE_STAGE);
+        let token_tiles = tokens.div_ceil(tile).max(1);
+        let total = row_blocks * n_stages;
+        let per_tile = (resident / token_tiles).max(1);
+        // Stages of the busiest resident block, whole row blocks against equal shares.
+        let whole = row_blocks.div_ceil(per_tile) * n_stages;
+        let even = total.div_ceil(per_tile);
+        let share = if 10 * (even + 2) < 9 * whole {
+            even
+        } else {
+            n_stages
+        };
+        let first = |r: usize| r * n_stages / share;
+        let last = |r: usize| ((r + 1) * n_stages - 1) / share;
+        PipePlan {
+            blocks: total.div_ceil(share),
+            token_tiles,
+            share,
+            slots: (0..row_blocks)
+                .map(|r| last(r) - first(r) + 1)
+                .max()
+                .unwrap_or(1),
+        }
+    }
+}
+
+/// Runs pipelined kernel `kernel` (tiles of `tile` tokens, `shared` bytes of dynamic shared
+/// memory) on f16 activations at `x`.
+fn run_pipe(
+    backend: &CudaBackend,
+    kernel: &'static str,
+    tile: usize,
+    shared: u32,
+    x: u64,
+    op: &Operands,
+    scratch: &mut Scratch,
+) -> Result<(), BackendError> {
+    let resident = match scratch.resident.get(kernel) {
+        Some(&resident) => resident,
+        None => {
+            // `RUNIT_CUDA_MMQP_BLOCKS` (blocks per multiprocessor) overrides the driver's
+            // occupancy for experiments.
+            static BLOCKS: OnceLock<usize> = OnceLock::new();
+            let per_multiprocessor = match env_count(&BLOCKS, "RUNIT_CUDA_MMQP_BLOCKS", 0) {
+                0 => backend
+                    .kernel(OP, PIPE_FILE, kernel)?
+                    .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
+                    .map_err(|e| backend.driver_error(OP, e))?
+                    .max(1) as usize,
+                blocks => blocks,
+            };
+            let resident = per_multiprocessor * super::matvec::multiprocessors(backend)?;
+            scratch.resident.insert(kernel, resident);
+            resident
+        }
+    };
+    let plan = PipePlan::new(op.tokens, tile, op.n_in, op.n_out, resident);
+    let values = op.tokens * op.n_out;
+    let partial = if plan.slots > 1 {
+        ensure(
+            backend,
+            &mut scratch.partial,
+            plan.slots * values,
+            "split partial sums",
+        )?
+    } else {
+        0
+    };
+    let config = LaunchConfig {
+        grid_dim: (plan.blocks as u32, plan.token_tiles as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: shared,
+    };
+    let (weight, row_bytes, n_in, n_out) = (
+        op.weight,
+        op.row_bytes as u64,
+        op.n_in as u32,
+        op.n_out as u32,
+    );
+    let (tokens, share) = (op.tokens as u32, plan.share as u32);
+    launch_kernel!(
+        backend, OP, PIPE_FILE, kernel, config, weight, row_bytes, n_in, n_out, x, tokens, share,
+        op.out, op.bias, partial
+    )?;
+    if plan.slots == 1 {
+        return Ok(());
+    }
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge",
+        crate::grid_for(values),
+        partial,
+        tokens,
+        n_out,
+        n_in,
+        share,
         op.bias,
         op.out
     )
@@ -397,5 +495,64 @@ mod tests {
             MmqPlan::new(16, TILE_TOKENS, 3584, 151_936, 4 * 132).splits,
             1
         );
+    }
+
+    /// Walks a plan as mmqp.cu's `mmqp` and `mmqp_merge` do: every stage of every row block
+    /// is taken by exactly one grid block, whole row blocks are those one grid block takes
+    /// alone, and the slots of a cut row block are 0.. in the order of its stages.
+    #[test]
+    fn pipe_plans_take_every_stage_once() {
+        for (tokens, n_in, n_out, resident) in [
+            (64, 3584, 18944, 264),
+            (64, 18944, 3584, 264),
+            (64, 18944, 3584, 132),
+            (64, 3584, 4608, 264),
+            (64, 3584, 151_936, 264),
+            (9, 896, 4864, 528),
+            (33, 4864, 896, 264),
+            (128, 3584, 3584, 264),
+            (64, 384, 128, 264),
+            (16, 128, 1, 8),
+        ] {
+            let plan = PipePlan::new(
+                tokens,
+                64.min(tokens.next_power_of_two()),
+                n_in,
+                n_out,
+                resident,
+            );
+            let n_stages = n_in.div_ceil(PIPE_STAGE);
+            let row_blocks = n_out.div_ceil(BLOCK_ROWS);
+            let total = row_blocks * n_stages;
+            let mut taken = vec![Vec::new(); row_blocks];
+            for block in 0..plan.blocks {
+                let (mut unit, end) = (block * plan.share, total.min((block + 1) * plan.share));
+                assert!(unit < end, "no idle grid block");
+                while unit < end {
+                    let (row_block, first) = (unit / n_stages, unit % n_stages);
+                    let last = n_stages.min(first + end - unit);
+                    taken[row_block].push((block, first, last));
+                    unit += last - first;
+                }
+            }
+            for (r, segments) in taken.iter().enumerate() {
+                let mut next = 0;
+                for (slot, &(block, first, last)) in segments.iter().enumerate() {
+                    assert_eq!(first, next, "stages in order, none missing");
+                    assert_eq!(block - r * n_stages / plan.share, slot);
+                    next = last;
+                }
+                assert_eq!(next, n_stages);
+                let last_block = ((r + 1) * n_stages - 1) / plan.share;
+                assert_eq!(segments.len(), last_block - r * n_stages / plan.share + 1);
+                assert!(segments.len() <= plan.slots);
+            }
+            assert!(plan.blocks * plan.token_tiles <= resident.max(row_blocks * plan.token_tiles));
+        }
+        // qwen2.5-7b's gate at 64 rows, two blocks per multiprocessor: equal shares.
+        let plan = PipePlan::new(64, 64, 3584, 18944, 264);
+        assert_eq!((plan.blocks, plan.share), (259, 8));
+        // The output matrix's 1,187 row blocks fill the device whole.
+        assert_eq!(PipePlan::new(64, 64, 3584, 151_936, 264).slots, 1);
     }
 }

@@ -1,10 +1,12 @@
 //! Matrix multiplication `out[t] = W · x[t]` on weights kept in their packed GGUF formats.
 //!
-//! Two paths, chosen by the number of token rows:
-//! - decode (`tokens <= MATVEC_MAX_TOKENS`, see [`matvec`]): fused dequantize + dot kernels
-//!   that read each weight byte once for all rows; quantized weights are dotted with the
-//!   activations quantized to q8_1 by `dp4a` (llama.cpp's MMVQ scheme), float weights with f32
-//!   activations;
+//! Three paths, chosen by the number of token rows:
+//! - decode matvecs (one row of quantized weights, up to `MATVEC_MAX_TOKENS` of float
+//!   weights, see [`matvec`]): fused dequantize + dot kernels that read each weight byte once
+//!   for all rows; quantized weights are dotted with the activations quantized to q8_1 by
+//!   `dp4a` (llama.cpp's MMVQ scheme), float weights with f32 activations;
+//! - decode batches ([`mmq`]): tensor-core kernels reading each packed weight block once per
+//!   tile of token rows (quantized weights from 2 rows, float weights beyond the matvecs);
 //! - prompt processing ([`gemm`]): the weight dequantized to an f16 staging matrix (F16 used
 //!   as is, F32 as f32) and the activations converted to f16, multiplied by cuBLAS on the
 //!   tensor cores with f32 accumulation.
@@ -76,6 +78,8 @@ struct Scratch {
     halved: Option<Converted>,
     /// Kernels whose dynamic shared memory limit has been raised (`mmq::run`).
     shared_raised: std::collections::HashSet<&'static str>,
+    /// Blocks of each pipelined kernel the device holds at once (`mmq::run`).
+    resident: std::collections::HashMap<&'static str, usize>,
 }
 
 /// A conversion of a matmul input held in scratch memory.
@@ -198,11 +202,10 @@ pub fn matmul_bias(
     };
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &operands);
-    if tokens <= matvec_rows() {
+    let batched = batched_path(weight.ty, &kernels, tokens, operands.n_in);
+    if takes_matvec(tokens, batched) {
         matvec::run(backend, &kernels, &operands, &mut scratch)
-    } else if let Some(path) = mmq::path(weight.ty, &kernels, tokens, operands.n_in)
-        .filter(|_| mmq_enabled() && !matvec_only())
-    {
+    } else if let Some(path) = batched {
         mmq::run(backend, path, &operands, &mut scratch)
     } else if matvec_only() {
         // Diagnostics: every row through the decode kernels, 8 rows at a time.
@@ -262,7 +265,7 @@ pub fn matmul_qkv(
         && fits(q, biases[0])
         && fits(k, biases[1])
         && fits(v, biases[2]);
-    if tokens <= matvec_rows() && same && !matvec_only() {
+    if same && !matvec_only() && takes_matvec_rows(q, tokens) {
         let bias = |b: Option<&Weight>, w: &Weight| match b {
             Some(b) => crate::ops::elementwise::f32_weight(backend, OP, "bias", b, w.rows()),
             None => Ok(0),
@@ -307,7 +310,7 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
         // The fused decode kernel computes SwiGLU only.
         Activation::GeluTanh => false,
     };
-    if tokens > matvec_rows() || !fits {
+    if !fits || !takes_matvec_rows(gate, tokens) {
         matmul(backend, gate, x, tokens, hidden)?;
         matmul(backend, ffn.up, x, tokens, up)?;
         return backend.gated_activation(activation, hidden, up, tokens * gate.rows());
@@ -413,6 +416,40 @@ pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
 fn matvec_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     mmq::env_count(&ROWS, "RUNIT_CUDA_MATVEC_MAX", MATVEC_MAX_TOKENS).clamp(1, MATVEC_MAX_TOKENS)
+}
+
+/// Fewest token rows the pipelined batched kernels take from the matvecs (quantized
+/// weights), or `RUNIT_CUDA_MMQP_MIN` (up to 9: never before the matvecs' limit). On an H200
+/// (docs/perf-cuda.md, session 29) they decoded 4 and 8 rows of qwen2.5-7b Q4_K_M 1.37x and
+/// 2.24x faster than the matvecs (Q8_0: 8 rows 1.76x; qwen2.5-0.5b Q8_0 1.10x): the matvecs
+/// read each weight once per step too, but their dot products per row grow with the rows.
+fn pipe_min_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    mmq::env_count(&ROWS, "RUNIT_CUDA_MMQP_MIN", 2).clamp(2, MATVEC_MAX_TOKENS + 1)
+}
+
+/// The batched kernel a matmul of `tokens` rows of a `ty` weight would take, if any.
+fn batched_path(
+    ty: GgmlType,
+    kernels: &names::TypeKernels,
+    tokens: usize,
+    n_in: usize,
+) -> Option<mmq::Path> {
+    mmq::path(ty, kernels, tokens, n_in).filter(|_| mmq_enabled() && !matvec_only())
+}
+
+/// True when a matmul of `tokens` rows whose batched kernel is `batched` takes the decode
+/// matvecs: up to [`matvec_rows`] rows, unless the pipelined kernels take them.
+fn takes_matvec(tokens: usize, batched: Option<mmq::Path>) -> bool {
+    let pipe = matches!(batched, Some(mmq::Path::Pipe { .. })) && tokens >= pipe_min_rows();
+    tokens <= matvec_rows() && !pipe
+}
+
+/// [`takes_matvec`] for `weight` (the fused Q/K/V and gate/up decode kernels are matvecs).
+fn takes_matvec_rows(weight: &Weight, tokens: usize) -> bool {
+    let batched = names::kernels(weight.ty)
+        .and_then(|kernels| batched_path(weight.ty, &kernels, tokens, weight.row_len()));
+    takes_matvec(tokens, batched)
 }
 
 /// `RUNIT_CUDA_MMQ=0`: decode batches beyond the matvecs take the GEMM path instead of the
