@@ -177,6 +177,11 @@ fn qwen2_5_q8_0_reads_back_loads_and_runs() {
     let path = out.0.to_str().expect("UTF-8 path");
     let bench = succeed(&["bench", "-m", path, "-p", "16", "-n", "8", "-t", "2"]);
     assert!(bench.contains("pp16") && bench.contains("tg8"), "{bench}");
+    // Where a generation step's time goes (host time per step).
+    assert!(
+        bench.contains("tg8: a step takes") && bench.contains("on the host"),
+        "{bench}"
+    );
     // Greedy picks on the device (token ids copied), for two sequences decoded together.
     let ids = succeed(&[
         "bench",

@@ -101,8 +101,21 @@ impl Model {
     }
 
     /// The checks and ops of a pass, leaving the logits of `batch.logit_rows` in
-    /// `scratch.logits`.
+    /// `scratch.logits`; the host's time for them in `scratch.submit_seconds`.
     pub(crate) fn run_pass(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        scratch: &mut Scratch,
+        observer: Option<&mut (dyn LayerObserver + '_)>,
+    ) -> Result<(), ModelError> {
+        let started = std::time::Instant::now();
+        let submitted = self.submit_pass(batch, kv, scratch, observer);
+        scratch.submit_seconds = started.elapsed().as_secs_f64();
+        submitted
+    }
+
+    fn submit_pass(
         &self,
         batch: &Batch<'_>,
         kv: &mut KvState,

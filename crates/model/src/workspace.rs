@@ -140,6 +140,10 @@ pub struct Scratch {
     pub(crate) out_x: Buffer, // [logit rows, embd] the residual rows whose logits are wanted
     pub(crate) out_proj: Buffer, // [logit rows, embd] their blocks' outputs
     pub(crate) logits: Buffer, // [logit rows, vocab]
+    /// Seconds the latest pass took on the host to check, build and submit its work: on a
+    /// GPU the device goes on with it afterwards (reading results waits for it), on the CPU
+    /// it is the work itself.
+    pub submit_seconds: f64,
 }
 
 /// Buffers of the FFN inside a layer.
@@ -189,6 +193,7 @@ impl Scratch {
             out_x: b.alloc(t * c.embedding_length)?,
             out_proj: b.alloc(t * c.embedding_length)?,
             logits: b.alloc(t * c.vocab_size)?,
+            submit_seconds: 0.0,
         })
     }
 }

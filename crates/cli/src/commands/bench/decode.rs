@@ -112,10 +112,12 @@ impl<'m> DecodeBench<'m> {
     }
 
     /// Runs the timed steps (each sequence from its depth on) and returns the aggregate
-    /// tokens per second: `batch × steps` over the time of all steps.
-    pub fn run(&mut self, token: impl Fn(usize) -> u32) -> anyhow::Result<f64> {
+    /// tokens per second (`batch × steps` over the time of all steps) and the time of the
+    /// steps.
+    pub fn run(&mut self, token: impl Fn(usize) -> u32) -> anyhow::Result<StepTimes> {
         let (batch, depth) = (self.test.batch, self.test.depth);
         let rows: Vec<u32> = (0..batch as u32).collect();
+        let mut submit = 0.0;
         let start = Instant::now();
         for step in 0..self.test.steps {
             let position = depth + step;
@@ -143,8 +145,26 @@ impl<'m> DecodeBench<'m> {
                     None,
                 )?;
             }
+            submit += self.scratch.submit_seconds;
         }
         let seconds = start.elapsed().as_secs_f64();
-        Ok((batch * self.test.steps) as f64 / seconds)
+        let steps = self.test.steps.max(1) as f64;
+        Ok(StepTimes {
+            tokens_per_second: (batch * self.test.steps) as f64 / seconds,
+            step_seconds: seconds / steps,
+            submit_seconds: submit / steps,
+        })
     }
+}
+
+/// What the timed steps of one [`DecodeBench::run`] took.
+pub struct StepTimes {
+    /// Tokens of all sequences per second.
+    pub tokens_per_second: f64,
+    /// Mean seconds of one step.
+    pub step_seconds: f64,
+    /// Mean seconds of a step the host spent checking, building and submitting the pass
+    /// (`runit_model::Scratch::submit_seconds`): on a GPU the rest of the step the host
+    /// waits for the device (and picks or copies the results).
+    pub submit_seconds: f64,
 }

@@ -71,6 +71,9 @@ struct Row {
     /// Weight bytes read per generated token (a step's weight bytes over its sequences);
     /// `None` for prompt rows.
     weight_bytes_per_token: Option<f64>,
+    /// Generation rows: per sample, the mean seconds of a step and of its host part
+    /// (`decode::StepTimes`).
+    steps: Vec<(f64, f64)>,
 }
 
 impl Row {
@@ -82,6 +85,19 @@ impl Row {
     fn weight_gbps(&self) -> Option<f64> {
         self.weight_bytes_per_token
             .map(|bytes| bytes * self.mean() / 1e9)
+    }
+
+    /// Mean milliseconds of a step and of the host's part of it (generation rows).
+    fn step_ms(&self) -> Option<(f64, f64)> {
+        if self.steps.is_empty() {
+            return None;
+        }
+        let n = self.steps.len() as f64;
+        let (step, host) = self
+            .steps
+            .iter()
+            .fold((0.0, 0.0), |(a, b), &(s, h)| (a + s, b + h));
+        Some((1e3 * step / n, 1e3 * host / n))
     }
 
     fn sd(&self) -> f64 {
@@ -144,6 +160,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             test: format!("pp{}", args.n_prompt),
             samples: Vec::new(),
             weight_bytes_per_token: None,
+            steps: Vec::new(),
         };
         for rep in 0..=args.repetitions {
             session.reset();
@@ -172,6 +189,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             test,
             samples: Vec::new(),
             weight_bytes_per_token: Some(decode_weight_bytes(&loaded.file) as f64 / batch as f64),
+            steps: Vec::new(),
         };
         let shape = DecodeTest {
             batch,
@@ -183,9 +201,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         };
         let mut decode = DecodeBench::new(&model, shape, args.model.kv_types(), token)?;
         for rep in 0..=args.repetitions {
-            let rate = decode.run(token)?;
+            let times = decode.run(token)?;
             if rep > 0 {
-                row.samples.push(rate);
+                row.samples.push(times.tokens_per_second);
+                row.steps.push((times.step_seconds, times.submit_seconds));
             }
             bar.inc(1);
         }
@@ -222,12 +241,26 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
                     args.model.device, r.test, r.mean(), r.sd()
                 );
             }
+            // Where a generation step's time goes between the host and the device.
+            let on_cpu = model.backend.name().starts_with("cpu");
+            for r in &rows {
+                if let Some((step, host)) = r.step_ms() {
+                    println!(
+                        "\n{}: a step takes {step:.3} ms, {host:.3} ms of it ({:.1}%) on the host checking, building and submitting the pass{}",
+                        r.test,
+                        100.0 * host / step.max(f64::MIN_POSITIVE),
+                        if on_cpu { " (on the CPU: the work itself)" } else { "; the rest waiting for the device" }
+                    );
+                }
+            }
         }
         Format::Json => {
             let results: Vec<_> = rows
                 .iter()
                 .map(|r| json!({"test": r.test, "avg_ts": r.mean(), "stddev_ts": r.sd(), "samples_ts": r.samples,
-                                "weight_gbps": r.weight_gbps()}))
+                                "weight_gbps": r.weight_gbps(),
+                                "step_ms": r.step_ms().map(|(step, _)| step),
+                                "host_ms_per_step": r.step_ms().map(|(_, host)| host)}))
                 .collect();
             println!(
                 "{}",
