@@ -402,6 +402,30 @@ impl CudaBackend {
         device_address(&self.gelu_table, &self.stream)
     }
 
+    /// The bytes of a KV cache of this backend (`n_cells` rows of `KvType::row_bytes`), for
+    /// comparing what the kernels stored with the CPU's rows (waits for the stream).
+    pub fn kv_bytes(&self, cache: &runit_backend::KvCache) -> Result<Vec<u8>, BackendError> {
+        const OP: &str = "kv_bytes";
+        let device = cache
+            .payload::<memory::DeviceKv>()
+            .ok_or(BackendError::ForeignBuffer {
+                op: OP,
+                what: "cache",
+            })?;
+        let len = cache
+            .ty
+            .row_bytes(cache.width, cache.role)
+            .map_or(0, |row| row * cache.n_cells);
+        let mut bytes = vec![0u8; len];
+        self.stream
+            .memcpy_dtoh(&device.bytes.slice(..len), &mut bytes)
+            .map_err(|e| self.driver_error(OP, e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| self.driver_error(OP, e))?;
+        Ok(bytes)
+    }
+
     /// The address of TurboQuant's codebooks (`ops::turbo::tables`), uploaded on first use
     /// (by `alloc_kv`, outside any capture).
     pub(crate) fn turbo_tables(&self) -> Result<u64, BackendError> {
