@@ -21,7 +21,7 @@ use runit_backend::testing::{nmse, Rng};
 use runit_backend::turbo::{self, TurboLayout, BLOCK};
 use runit_backend::{
     Attention, AttentionParams, Backend, BackendError, Buffer, Device, KvCache, KvRole, KvType,
-    KvTypes, KvWrite, PrimitiveOps, SequenceSpan,
+    KvTypes, KvWrite, PrimitiveOps, SequenceSpan, StepInputs, StepKey,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_backend_cuda::CudaBackend;
@@ -74,12 +74,12 @@ fn key_like(rng: &mut Rng, rows: usize, width: usize) -> Vec<f32> {
     values
 }
 
-/// Spans of sequences `(cached prefix, new rows)` over shuffled blocks: the tables, and the
-/// number of cells they need.
-fn tables(rng: &mut Rng, sequences: &[(usize, usize)]) -> (Vec<Vec<u32>>, usize) {
+/// Spans of sequences `(cached prefix, new rows)` over shuffled blocks, `spare` blocks a
+/// table beyond them to grow into: the tables, and the number of cells they need.
+fn tables(rng: &mut Rng, sequences: &[(usize, usize)], spare: usize) -> (Vec<Vec<u32>>, usize) {
     let counts: Vec<usize> = sequences
         .iter()
-        .map(|(prefix, rows)| (prefix + rows).div_ceil(BLOCK_SIZE))
+        .map(|(prefix, rows)| (prefix + rows).div_ceil(BLOCK_SIZE) + spare)
         .collect();
     let total = counts.iter().sum::<usize>() + 1;
     let mut order: Vec<u32> = (0..total as u32).collect();
@@ -185,7 +185,7 @@ fn compare_write(
     let mut rng = Rng::new(0x7a17 + head_dim as u64 + bits(ty) as u64);
     // A prefill of 300 rows, a decode row at position 16, a prefill of 17 rows.
     let sequences = [(0, 300), (16, 1), (0, 17)];
-    let (tables, n_cells) = tables(&mut rng, &sequences);
+    let (tables, n_cells) = tables(&mut rng, &sequences, 0);
     let mut first_row = 0;
     let spans: Vec<SequenceSpan> = sequences
         .iter()
@@ -333,7 +333,7 @@ impl Inputs {
         let (heads, kv_heads, head_dim) = case.shape;
         let width = kv_heads * head_dim;
         let mut rng = Rng::new(seed);
-        let (tables, n_cells) = tables(&mut rng, case.sequences);
+        let (tables, n_cells) = tables(&mut rng, case.sequences, 1);
         let (mut prefix_spans, mut spans) = (Vec::new(), Vec::new());
         let (mut prefix_rows, mut rows) = (0, 0);
         for (&(prefix, new), table) in case.sequences.iter().zip(tables) {
@@ -405,23 +405,37 @@ impl Inputs {
         Ok((k_cache, v_cache))
     }
 
-    /// Writes the new rows and attends (outside any step: inputs uploaded per op).
-    fn run(&self, b: &dyn Backend, types: KvTypes) -> Result<Vec<f32>, BackendError> {
-        let (mut k_cache, mut v_cache) = self.caches(b, types)?;
+    /// The next decode step: every sequence one position further, new rows.
+    fn advance(&mut self, rng: &mut Rng) {
+        for span in &mut self.spans {
+            span.start_position += span.rows;
+        }
+        self.q = rng.values(self.q.len(), -2.0, 2.0);
+        self.k = key_like(rng, self.k.len() / self.width, self.width);
+        self.v = rng.values(self.v.len(), -1.0, 1.0);
+    }
+
+    /// Writes the new rows into `caches` and attends.
+    fn step(
+        &self,
+        b: &dyn Backend,
+        caches: &mut (KvCache, KvCache),
+    ) -> Result<Vec<f32>, BackendError> {
+        let (k_cache, v_cache) = caches;
         let (k, v) = (buffer(b, &self.k)?, buffer(b, &self.v)?);
         b.kv_write(KvWrite {
             k: &k,
             v: &v,
-            k_cache: &mut k_cache,
-            v_cache: &mut v_cache,
+            k_cache,
+            v_cache,
             spans: &self.spans,
         })?;
         let mut out = b.alloc(self.q.len())?;
         b.attention(
             &Attention {
                 q: &buffer(b, &self.q)?,
-                k_cache: &k_cache,
-                v_cache: &v_cache,
+                k_cache,
+                v_cache,
                 spans: &self.spans,
                 params: &self.params,
             },
@@ -430,6 +444,72 @@ impl Inputs {
         let mut values = vec![0.0; self.q.len()];
         b.download(&out, &mut values)?;
         Ok(values)
+    }
+
+    /// [`Inputs::step`] on the GPU inside `begin_step` .. `end_step`, through `run_captured`
+    /// (a key's first pass runs op by op, its second is captured, later ones replay the
+    /// graph); `buffers` are q, k, v and out, at fixed addresses.
+    fn captured_step(
+        &self,
+        cuda: &CudaBackend,
+        caches: &mut (KvCache, KvCache),
+        buffers: &mut (Buffer, Buffer, Buffer, Buffer),
+    ) -> Result<Vec<f32>, BackendError> {
+        let (q, k, v, out) = buffers;
+        cuda.upload(q, &self.q)?;
+        cuda.upload(k, &self.k)?;
+        cuda.upload(v, &self.v)?;
+        let rows = self.spans.iter().map(|s| s.rows).sum::<usize>();
+        let tokens = vec![0u32; rows];
+        let positions: Vec<u32> = self
+            .spans
+            .iter()
+            .flat_map(|s| (s.start_position..s.start_position + s.rows).map(|p| p as u32))
+            .collect();
+        let logit_rows: Vec<u32> = (0..rows as u32).collect();
+        let inputs = StepInputs {
+            tokens: &tokens,
+            positions: &positions,
+            spans: &self.spans,
+            window_spans: None,
+            logit_rows: &logit_rows,
+            rows_alone: false,
+        };
+        let key = StepKey {
+            workspace: 11,
+            tokens: rows,
+            spans: self.spans.len(),
+            logit_rows: rows,
+        };
+        cuda.begin_step(&inputs)?;
+        let (k_cache, v_cache) = caches;
+        let result = cuda.run_captured(key, &mut || {
+            cuda.kv_write(KvWrite {
+                k,
+                v,
+                k_cache,
+                v_cache,
+                spans: inputs.spans,
+            })?;
+            let attention = Attention {
+                q,
+                k_cache,
+                v_cache,
+                spans: inputs.spans,
+                params: &self.params,
+            };
+            cuda.attention(&attention, out)
+        });
+        cuda.end_step()?;
+        result?;
+        let mut values = vec![0.0; self.q.len()];
+        cuda.download(out, &mut values)?;
+        Ok(values)
+    }
+
+    /// Writes the new rows and attends (outside any step: inputs uploaded per op).
+    fn run(&self, b: &dyn Backend, types: KvTypes) -> Result<Vec<f32>, BackendError> {
+        self.step(b, &mut self.caches(b, types)?)
     }
 }
 
@@ -446,6 +526,12 @@ fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
     let got = inputs
         .run(cuda, case.types)
         .unwrap_or_else(|e| panic!("{name}: cuda: {e}"));
+    check_close(&name, &expected, &got)
+}
+
+/// Fails unless `got` is within [`ATTENTION_RELATIVE_ERROR`] of `expected`'s scale; returns
+/// the relative error.
+fn check_close(name: &str, expected: &[f32], got: &[f32]) -> f32 {
     assert!(
         got.iter().all(|v| v.is_finite()),
         "{name}: non-finite output"
@@ -453,7 +539,7 @@ fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
     let scale = expected.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let (at, error) = expected
         .iter()
-        .zip(&got)
+        .zip(got)
         .map(|(a, b)| (a - b).abs())
         .enumerate()
         .fold(
@@ -463,7 +549,7 @@ fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
     let relative = error / scale;
     println!(
         "{name}: max |error| {error:e} at {at} (scale {scale:.4}, relative {relative:e}), nmse {:e}",
-        nmse(&expected, &got)
+        nmse(expected, got)
     );
     assert!(scale > 0.01, "{name}: outputs all near zero ({scale})");
     assert!(
@@ -629,4 +715,40 @@ fn mixes_the_kernels_cannot_do_are_refused() {
         exact.alloc_kv(64, 128, 64, KvType::Tq4, KvRole::Keys),
         "exact",
     );
+}
+
+#[test]
+fn a_captured_decode_step_stays_valid_as_sequences_grow() {
+    let Some(cuda) = cuda() else { return };
+    let cpu = reference();
+    let mut rng = Rng::new(0xca9e);
+    // Two sequences crossing a chunk boundary (position 512) and block boundaries while the
+    // step's graph replays: step 0 runs op by op, step 1 is captured, steps 2-6 replay it.
+    let case = Case {
+        shape: (8, 2, 128),
+        types: TQ,
+        window: None,
+        sequences: &[(509, 1), (1020, 1)],
+        centered: true,
+    };
+    let mut inputs = Inputs::new(0xca9f, &case);
+    let mut gpu_caches = inputs.caches(&cuda, case.types).expect("gpu caches");
+    let mut cpu_caches = inputs.caches(&cpu, case.types).expect("cpu caches");
+    let (q_len, kv_len) = (inputs.q.len(), inputs.k.len());
+    let mut buffers = (
+        cuda.alloc(q_len).expect("q"),
+        cuda.alloc(kv_len).expect("k"),
+        cuda.alloc(kv_len).expect("v"),
+        cuda.alloc(q_len).expect("out"),
+    );
+    for step in 0..7 {
+        if step > 0 {
+            inputs.advance(&mut rng);
+        }
+        let got = inputs
+            .captured_step(&cuda, &mut gpu_caches, &mut buffers)
+            .unwrap_or_else(|e| panic!("step {step}: cuda: {e}"));
+        let expected = inputs.step(&cpu, &mut cpu_caches).expect("cpu step");
+        check_close(&format!("captured step {step}"), &expected, &got);
+    }
 }
