@@ -3,7 +3,8 @@
 //! `kv_write` stores), and the attention on the codes against the CPU scalar twin (decode
 //! rows of sequences of 1 to 2,101 positions in one batch, prefill spans, GQA groups of 1
 //! to 6, head_dim 64 and 128, centered keys, a sliding window, prefills whose partials take
-//! several launches); mixes the CUDA backend cannot do are refused with an error.
+//! several launches, a captured decode step replayed as its sequences grow); mixes the CUDA
+//! backend cannot do are refused with an error.
 //!
 //! The kernels repeat the CPU scalar twins' float operations in their order, so the
 //! expected difference is none. The bounds leave room only for what a different rounding
