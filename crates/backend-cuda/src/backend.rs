@@ -108,6 +108,11 @@ impl Device for CudaBackend {
         if self.exact_numerics() && !matches!(ty, KvType::F32 | KvType::F16) {
             return Err(crate::exact_kv_refused(ty));
         }
+        if ty.is_turbo() {
+            ops::turbo::check_shape(ty, width, head_dim)?;
+            // The codebooks, uploaded before any pass so that a captured one can read them.
+            self.turbo_tables()?;
+        }
         let len = n_cells * Self::kv_row_bytes(ty, width, role)?;
         let bytes = self
             .stream
@@ -120,8 +125,16 @@ impl Device for CudaBackend {
             head_dim,
             ty,
             role,
-            Box::new(DeviceKv { bytes, ptr }),
+            Box::new(DeviceKv {
+                bytes,
+                ptr,
+                mean: None,
+            }),
         ))
+    }
+
+    fn center_keys(&self, cache: &mut KvCache, mean: &[f32]) -> OpResult {
+        ops::turbo::center_keys(self, cache, mean)
     }
 
     fn synchronize(&self) -> OpResult {

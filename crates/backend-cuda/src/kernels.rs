@@ -61,6 +61,8 @@ pub const SOURCES: &[KernelSource] = &[
     source!("fused.cu"),
     source!("moe.cu"),
     source!("fault.cu"),
+    // Written as the CPU's scalar twins: no multiply and add fused unless written as fmaf.
+    source!("turbo.cu", ["--fmad=false"]),
     // Exact numerics: no multiply and add fused unless the source writes an FMA.
     source!("exact_matmul.cu", ["--fmad=false"]),
     source!("exact_gemm.cu", ["--fmad=false"]),

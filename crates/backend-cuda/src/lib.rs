@@ -100,6 +100,9 @@ pub struct CudaBackend {
     /// ggml's f16 GELU table (`runit_backend::gelu::table`), uploaded when the backend opens
     /// so that a captured pass can read it.
     gelu_table: CudaSlice<u16>,
+    /// TurboQuant's codebooks (`ops::turbo::tables`), uploaded with the first TurboQuant
+    /// cache.
+    turbo_tables: Mutex<Option<CudaSlice<f32>>>,
 }
 
 impl CudaBackend {
@@ -172,6 +175,7 @@ impl CudaBackend {
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
             gelu_table,
+            turbo_tables: Mutex::new(None),
         })
     }
 
@@ -398,6 +402,49 @@ impl CudaBackend {
         device_address(&self.gelu_table, &self.stream)
     }
 
+    /// The bytes of a KV cache of this backend (`n_cells` rows of `KvType::row_bytes`), for
+    /// comparing what the kernels stored with the CPU's rows (waits for the stream).
+    pub fn kv_bytes(&self, cache: &runit_backend::KvCache) -> Result<Vec<u8>, BackendError> {
+        const OP: &str = "kv_bytes";
+        let device = cache
+            .payload::<memory::DeviceKv>()
+            .ok_or(BackendError::ForeignBuffer {
+                op: OP,
+                what: "cache",
+            })?;
+        let len = cache
+            .ty
+            .row_bytes(cache.width, cache.role)
+            .map_or(0, |row| row * cache.n_cells);
+        let mut bytes = vec![0u8; len];
+        self.stream
+            .memcpy_dtoh(&device.bytes.slice(..len), &mut bytes)
+            .map_err(|e| self.driver_error(OP, e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| self.driver_error(OP, e))?;
+        Ok(bytes)
+    }
+
+    /// The address of TurboQuant's codebooks (`ops::turbo::tables`), uploaded on first use
+    /// (by `alloc_kv`, outside any capture).
+    pub(crate) fn turbo_tables(&self) -> Result<u64, BackendError> {
+        let mut slot = self
+            .turbo_tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(tables) = slot.as_ref() {
+            return Ok(device_address(tables, &self.stream));
+        }
+        let tables = self
+            .stream
+            .clone_htod(&ops::turbo::tables())
+            .map_err(|e| self.driver_error("turbo tables", e))?;
+        let ptr = device_address(&tables, &self.stream);
+        *slot = Some(tables);
+        Ok(ptr)
+    }
+
     /// The address of the MoE routing table of at least `len` u32 values (ops/moe.rs).
     pub(crate) fn moe_routes(&self, op: &'static str, len: usize) -> Result<u64, BackendError> {
         self.persistent(&self.moe_routes, op, "MoE routing table", len)
@@ -605,15 +652,11 @@ impl CudaBackend {
     }
 
     /// The KV cache types this backend stores.
-    const KV_TYPES: &'static str = "f16, f32, q8_0, q4_0";
+    const KV_TYPES: &'static str = "f16, f32, q8_0, q4_0, tq4, tq3";
 
-    /// Bytes of one cache row of `width` values of `ty`; refuses a type this backend does
-    /// not store.
+    /// Bytes of one cache row of `width` values of `ty`; refuses a width that is not a whole
+    /// number of the type's blocks.
     fn kv_row_bytes(ty: KvType, width: usize, role: KvRole) -> Result<usize, BackendError> {
-        match ty {
-            KvType::F32 | KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => {}
-            _ => return Err(kv_type_refused(ty, &format!("{role:?}").to_lowercase())),
-        }
         ty.row_bytes(width, role)
             .ok_or_else(|| kv_type_refused(ty, &format!("rows of {width} values")))
     }

@@ -21,12 +21,16 @@ pub struct DeviceWeight {
     pub ptr: u64,
 }
 
-/// Payload of a [`KvCache`]: `n_cells × width` elements of f16 (as u16) or f32.
+/// Payload of a [`KvCache`]: `n_cells` rows of f16 (as u16) or f32 elements, ggml blocks or
+/// TurboQuant blocks (`KvType::row_bytes` each).
 pub struct DeviceKv {
     /// Owns the allocation (freed on drop); kernels use `ptr`.
     #[allow(dead_code)]
     pub bytes: CudaSlice<u8>,
     pub ptr: u64,
+    /// TurboQuant keys only: the vector subtracted from every row before it is encoded
+    /// (`[width]`, `Device::center_keys`) and its address; `None` stores rows as they come.
+    pub mean: Option<(CudaSlice<f32>, u64)>,
 }
 
 /// The device address of an activation buffer.
@@ -58,6 +62,18 @@ pub fn kv_ptr(op: &'static str, what: &'static str, cache: &KvCache) -> Result<u
     cache
         .payload::<DeviceKv>()
         .map(|c| c.ptr)
+        .ok_or(BackendError::ForeignBuffer { op, what })
+}
+
+/// The device address of a TurboQuant key cache's mean (`Device::center_keys`), 0 for none.
+pub fn kv_mean_ptr(
+    op: &'static str,
+    what: &'static str,
+    cache: &KvCache,
+) -> Result<u64, BackendError> {
+    cache
+        .payload::<DeviceKv>()
+        .map(|c| c.mean.as_ref().map_or(0, |(_, ptr)| *ptr))
         .ok_or(BackendError::ForeignBuffer { op, what })
 }
 

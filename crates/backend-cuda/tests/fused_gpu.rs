@@ -2,7 +2,7 @@
 //! `matmul_bias` (= matmul + add_bias), `matmul_qkv` (= three matmul_bias),
 //! `gated_ffn_hidden` (= two matmuls + the SiLU gated activation), `add_rms_norm` (= add +
 //! rms_norm) and `rope_kv_write` (= QK norms, two ropes + kv_write, the caches compared
-//! through attention over them), for every weight type and the shapes that pick each matvec
+//! through attention over them; f16, f32, tq4 and tq3 caches), for every weight type and the shapes that pick each matvec
 //! variant, decode and prompt row counts.
 //!
 //! Without a CUDA driver or device every test prints a notice and passes, unless
@@ -347,7 +347,8 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
         scale: 1.0 / (head_dim as f32).sqrt(),
         sliding_window: None,
     };
-    for kv_type in [KvType::F16, KvType::F32] {
+    // TurboQuant caches take the primitive path inside `rope_kv_write`: the same values.
+    for kv_type in [KvType::F16, KvType::F32, KvType::Tq4, KvType::Tq3] {
         for (style, rotary_dim, with_factors, with_norms, full_width) in [
             (RopeStyle::Neox, 64, false, false, false),
             (RopeStyle::Normal, 64, true, false, false),

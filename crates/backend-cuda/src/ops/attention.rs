@@ -1,7 +1,8 @@
 //! Causal grouped-query attention over the paged KV cache: a flash-decoding pair of kernels
 //! (chunk partials, then a combine) for batches of few rows per sequence, and a tiled
 //! flash-attention kernel for prefill. f16 caches with head_dim 64 or 128 take the
-//! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's. Positions,
+//! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's;
+//! TurboQuant caches [`super::turbo`]'s (kernels/turbo.cu). Positions,
 //! spans and block tables are read from the step buffer; see [`plan`] for the launch shapes.
 
 mod plan;
@@ -67,6 +68,10 @@ pub fn attention(
                 found: cache.width,
             });
         }
+    }
+    if k_cache.ty.is_turbo() || v_cache.ty.is_turbo() {
+        // Refuses TurboQuant for only one of keys and values.
+        return super::turbo::attention(backend, attention, out);
     }
     let blocks = |ty| matches!(ty, KvType::Q8_0 | KvType::Q4_0);
     if blocks(k_cache.ty) && blocks(v_cache.ty) {

@@ -83,8 +83,8 @@ fn same_rotation(q: &RopeParams, k: &RopeParams) -> bool {
 
 /// The QK norms, RoPE of `q` and `k`, then `k` and `v` into the caches, in one launch.
 /// Unusual arguments (different rotations of q and k, caches of other widths or types,
-/// quantized caches) take
-/// the primitive ops; QK norms other than per-head ones of f32 weights (full-width norms)
+/// ggml-quantized and TurboQuant caches: only f16 and f32 caches are written in the kernel)
+/// take the primitive ops (`rope`, then `kv_write`); QK norms other than per-head ones of f32 weights (full-width norms)
 /// run as the default runs them, before the launch.
 pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(), BackendError> {
     const OP: &str = "rope_kv_write";

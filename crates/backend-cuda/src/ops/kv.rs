@@ -1,6 +1,7 @@
 //! Writing a step's keys and values into the paged KV cache (kernels/kv.cu): row `t` of
 //! each span goes to the cell its position maps to through the span's block table, read
-//! from the step buffer, rounded to f16 (nearest even) for an f16 cache.
+//! from the step buffer, rounded to f16 (nearest even) for an f16 cache, quantized to ggml's
+//! blocks for q8_0/q4_0, encoded by [`super::turbo`] for TurboQuant.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::{hadamard, BackendError, Buffer, KvCache, KvType, KvWrite, SequenceSpan};
@@ -93,7 +94,9 @@ pub fn kv_write(backend: &CudaBackend, write: KvWrite<'_>) -> Result<(), Backend
                     rotation.unwrap_or(0) as u32
                 )?
             }
-            other => return Err(crate::kv_type_refused(other, OP)),
+            KvType::Tq4 | KvType::Tq3 => {
+                super::turbo::kv_write(backend, OP, src, cache, &step, rows as usize)?
+            }
         }
     }
     Ok(())
