@@ -211,6 +211,15 @@ fn qwen2_5_q8_0_reads_back_loads_and_runs() {
     ]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--pick-on-device"));
+    // Speculation is measured on one sequence: --batch and -d are refused, not ignored.
+    for shape in [["--batch", "2"], ["-d", "16"]] {
+        let mut argv = vec!["bench", "-m", path, "-n", "4", "--draft-ngram", "2"];
+        argv.extend(shape);
+        let refused = runit(&argv);
+        assert!(!refused.status.success(), "{shape:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("--batch and -d"), "{stderr}");
+    }
     succeed(&["generate", "-m", path, "-p", "hello", "-n", "4", "-t", "2"]);
 }
 

@@ -125,6 +125,12 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "--prompt-file is for measuring speculation: give --draft-ngram N or -md FILE"
         );
     }
+    if args.speculative.enabled() && (batch > 1 || args.n_depth > 0) {
+        anyhow::bail!(
+            "--batch and -d shape the plain generation test; speculation is measured on one \
+             sequence over the prompts (--prompt-file): leave them out with --draft-ngram or -md"
+        );
+    }
     if args.pick_on_device && (args.n_gen == 0 || args.speculative.enabled()) {
         anyhow::bail!(
             "--pick-on-device applies to the generation test of plain decoding: give -n above 0 \
