@@ -26,6 +26,7 @@ pub mod moe;
 mod ops;
 pub mod pick;
 mod primitives;
+pub mod sample;
 pub mod testing;
 pub mod turbo;
 pub mod unfused;
@@ -47,6 +48,7 @@ pub use ops::{
 };
 pub use pick::Pick;
 pub use primitives::PrimitiveOps;
+pub use sample::{RowSampling, Sampled};
 
 /// Operations whose support may depend on the weight type (see [`Device::supports`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,13 @@
 //! engine's sampler and the backends' host default run that one function now; this test
 //! says the move changed no draw.
 
+use std::collections::VecDeque;
+
+use runit_backend::sample::{penalty_counts, sample_row, RowSampling};
 use runit_backend::testing::Rng;
+use runit_backend::{Device, PrimitiveOps};
+use runit_backend_cpu::CpuBackend;
+use runit_engine::sampler::Rng as SamplerRng;
 use runit_engine::{Sampler, SamplerParams};
 
 /// The drawn tokens of [`cases`] under FNV-1a, as the sampler of commit 1509ada drew them.
@@ -53,9 +59,7 @@ pub fn logits(rng: &mut Rng, width: usize) -> Vec<f32> {
         row[at] = -0.0;
     }
     if style == 7 && width > 2 {
-        row.iter_mut()
-            .skip(1)
-            .for_each(|v| *v = f32::NEG_INFINITY);
+        row.iter_mut().skip(1).for_each(|v| *v = f32::NEG_INFINITY);
     }
     row
 }
@@ -145,4 +149,101 @@ fn the_sampler_draws_what_it_drew_before_the_move() {
     }
     assert_eq!(count, DRAWS, "fingerprint {hash:#018x}");
     assert_eq!(hash, FINGERPRINT, "fingerprint {hash:#018x}");
+}
+
+/// [`draws`] by `runit_backend::sample::sample_row` alone, with the window and the uniform
+/// draws kept here as the sampler keeps them.
+fn row_draws(case: &Case) -> Vec<u32> {
+    let p = &case.params;
+    let mut rng = SamplerRng::new(p.seed);
+    let mut window: VecDeque<u32> = VecDeque::new();
+    let accept = |window: &mut VecDeque<u32>, token: u32| {
+        if p.penalty_window > 0 {
+            if window.len() == p.penalty_window {
+                window.pop_front();
+            }
+            window.push_back(token);
+        }
+    };
+    for &token in &case.history {
+        accept(&mut window, token);
+    }
+    (0..3)
+        .map(|_| {
+            let uniform = if p.is_greedy() { 0.0 } else { rng.next_f64() };
+            let counts = penalty_counts(window.iter().copied());
+            let row = RowSampling {
+                filters: p.filters(),
+                penalties: p.penalties(),
+                penalized: &counts,
+                logit_bias: &p.logit_bias,
+                uniform,
+            };
+            let mut logits = case.logits.clone();
+            let sampled = sample_row(&mut logits, &row).expect("biases inside the row");
+            if sampled.logit == f32::NEG_INFINITY {
+                return u32::MAX;
+            }
+            accept(&mut window, sampled.id);
+            sampled.id
+        })
+        .collect()
+}
+
+#[test]
+fn the_shared_row_sampler_draws_what_the_sampler_draws() {
+    for (n, case) in cases(3000, 0x5a3e).iter().enumerate() {
+        assert_eq!(row_draws(case), draws(case), "case {n}: {:?}", case.params);
+    }
+}
+
+#[test]
+fn the_default_sample_pick_draws_the_sampler_s_first_tokens() {
+    // Rows of one width in one call, as the scheduler batches them.
+    let cpu = CpuBackend::new(1).expect("cpu backend");
+    let cases = cases(600, 0x77);
+    for width in [1usize, 2, 5, 17, 50, 333, 1000, 4000] {
+        let same: Vec<&Case> = cases.iter().filter(|c| c.logits.len() == width).collect();
+        let values: Vec<f32> = same.iter().flat_map(|c| c.logits.clone()).collect();
+        let mut logits = cpu.alloc(values.len()).expect("alloc");
+        cpu.upload(&mut logits, &values).expect("upload");
+        let counts: Vec<Vec<(u32, u32)>> = same
+            .iter()
+            .map(|c| {
+                penalty_counts(
+                    c.history
+                        .iter()
+                        .rev()
+                        .take(c.params.penalty_window)
+                        .copied(),
+                )
+            })
+            .collect();
+        let sampling: Vec<RowSampling<'_>> = same
+            .iter()
+            .zip(&counts)
+            .map(|(c, counts)| RowSampling {
+                filters: c.params.filters(),
+                penalties: c.params.penalties(),
+                penalized: counts,
+                logit_bias: &c.params.logit_bias,
+                uniform: if c.params.is_greedy() {
+                    0.0
+                } else {
+                    SamplerRng::new(c.params.seed).next_f64()
+                },
+            })
+            .collect();
+        let picked = cpu
+            .sample_pick(&mut logits, same.len(), width, &sampling)
+            .expect("sample_pick");
+        for (n, (c, sampled)) in same.iter().zip(picked).enumerate() {
+            let id = if sampled.logit == f32::NEG_INFINITY {
+                u32::MAX
+            } else {
+                sampled.id
+            };
+            assert_eq!(id, draws(c)[0], "width {width}, row {n}: {:?}", c.params);
+        }
+    }
 }
