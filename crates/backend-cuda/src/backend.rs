@@ -350,6 +350,18 @@ impl PrimitiveOps for CudaBackend {
         // row); only the eight bytes per row cross to the host either way.
         ops::pick::greedy_pick(self, logits, rows, width)
     }
+
+    /// Samples on the device (ops/sample.rs), handing the rows it does not sample to the
+    /// host's `sample_row`.
+    fn sample_pick(
+        &self,
+        logits: &mut Buffer,
+        rows: usize,
+        width: usize,
+        sampling: &[runit_backend::RowSampling<'_>],
+    ) -> Result<Vec<runit_backend::Sampled>, BackendError> {
+        ops::sample::sample_pick(self, logits, rows, width, sampling)
+    }
 }
 
 /// The fused kernels, each switched off (its default primitive sequence) by

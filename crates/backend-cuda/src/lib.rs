@@ -85,7 +85,7 @@ pub struct CudaBackend {
     /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
     /// the device instead of the driver staging a pageable copy; grown as needed.
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
-    /// The greedy picks' device output, kept between calls.
+    /// The greedy picks' and the device sampling's work and output, kept between calls.
     pick_scratch: Mutex<Option<CudaSlice<u32>>>,
     /// The MoE routing table (expert ids, then weights as f32 bits; ops/moe.rs).
     moe_routes: Mutex<Option<CudaSlice<u32>>>,
@@ -233,7 +233,7 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The greedy picks' device output (ops/pick.rs).
+    /// The greedy picks' and the device sampling's scratch (ops/pick.rs, ops/sample.rs).
     pub(crate) fn pick_scratch(&self) -> &Mutex<Option<CudaSlice<u32>>> {
         &self.pick_scratch
     }

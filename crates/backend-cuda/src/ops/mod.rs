@@ -1,6 +1,6 @@
 //! The non-matmul ops: embedding lookup, norms, RoPE, element-wise ops, the KV cache writes,
-//! attention, the mixture-of-experts FFN and its row gather/scatter, greedy picks from logits,
-//! and the fused ops that combine some of them.
+//! attention, the mixture-of-experts FFN and its row gather/scatter, greedy picks and sampling
+//! from logits, and the fused ops that combine some of them.
 
 pub mod attention;
 pub mod elementwise;
@@ -12,3 +12,4 @@ pub mod norm;
 pub mod pick;
 pub mod rope;
 pub mod rows;
+pub mod sample;
