@@ -200,15 +200,16 @@ extern "C" __global__ void sample_gather_f32(const float* __restrict__ logits, u
     }
 }
 
-// One block of SAMPLE_K_MAX threads per row. Greedy rows: the argmax from greedy_ids, or 0
+// One block of SAMPLE_K_MAX threads per row (launch bounds keep its registers within what
+// a block that size may have). Greedy rows: the argmax from greedy_ids, or 0
 // when the row's first logit is NaN (the host's argmax never moves past a leading NaN).
 // Other rows: the candidates sorted by descending key, then the host's draw, the sums in
 // order on one thread and the exponentials spread over the block. Writes the token and its
 // adjusted logit.
-extern "C" __global__ void sample_draw_f32(const float* __restrict__ logits, u32 width, u32 rows,
-                                           const u32* __restrict__ input, const u32* __restrict__ state,
-                                           const u64* __restrict__ candidates, const u32* __restrict__ greedy_ids,
-                                           u32* __restrict__ out_ids, float* __restrict__ out_logits) {
+extern "C" __global__ void __launch_bounds__(SAMPLE_K_MAX)
+    sample_draw_f32(const float* __restrict__ logits, u32 width, u32 rows, const u32* __restrict__ input,
+                    const u32* __restrict__ state, const u64* __restrict__ candidates,
+                    const u32* __restrict__ greedy_ids, u32* __restrict__ out_ids, float* __restrict__ out_logits) {
     pdl_start();
     __shared__ u64 keys[SAMPLE_K_MAX];
     __shared__ double terms[SAMPLE_K_MAX];
