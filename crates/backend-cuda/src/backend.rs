@@ -363,6 +363,21 @@ impl PrimitiveOps for CudaBackend {
         // row); only the eight bytes per row cross to the host either way.
         ops::pick::greedy_pick(self, logits, rows, width)
     }
+
+    /// Samples on the device (ops/sample.rs), handing the rows it does not sample to the
+    /// host's `sample_row`.
+    fn sample_pick(
+        &self,
+        logits: &mut Buffer,
+        rows: usize,
+        width: usize,
+        sampling: &[runit_backend::RowSampling<'_>],
+    ) -> Result<Vec<runit_backend::Sampled>, BackendError> {
+        if !ops::sample::enabled() {
+            return runit_backend::sample_pick_on_host(self, logits, rows, width, sampling);
+        }
+        ops::sample::sample_pick(self, logits, rows, width, sampling)
+    }
 }
 
 /// The fused kernels, each switched off (its default primitive sequence) by

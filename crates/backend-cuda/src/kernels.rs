@@ -50,6 +50,7 @@ pub const SOURCES: &[KernelSource] = &[
     source!("attention_mma.cu"),
     source!("rows.cu"),
     source!("pick.cu"),
+    source!("sample.cu"),
     source!("embedding.cu"),
     source!("convert.cu"),
     source!("matvec_float.cu"),

@@ -85,7 +85,7 @@ pub struct CudaBackend {
     /// Page-locked host memory that large downloads (logits) land in: a DMA straight from
     /// the device instead of the driver staging a pageable copy; grown as needed.
     download_staging: Mutex<Option<cudarc::driver::PinnedHostSlice<f32>>>,
-    /// The greedy picks' device output, kept between calls.
+    /// The greedy picks' and the device sampling's work and output, kept between calls.
     pick_scratch: Mutex<Option<CudaSlice<u32>>>,
     /// The MoE routing table (expert ids, then weights as f32 bits; ops/moe.rs).
     moe_routes: Mutex<Option<CudaSlice<u32>>>,
@@ -237,7 +237,7 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The greedy picks' device output (ops/pick.rs).
+    /// The greedy picks' and the device sampling's scratch (ops/pick.rs, ops/sample.rs).
     pub(crate) fn pick_scratch(&self) -> &Mutex<Option<CudaSlice<u32>>> {
         &self.pick_scratch
     }
@@ -400,6 +400,19 @@ impl CudaBackend {
     /// The device address of ggml's f16 GELU table (ops/elementwise.rs).
     pub(crate) fn gelu_table(&self) -> u64 {
         device_address(&self.gelu_table, &self.stream)
+    }
+
+    /// [`PrimitiveOps::sample_pick`](runit_backend::PrimitiveOps::sample_pick) through the
+    /// device kernels (kernels/sample.cu) whatever `RUNIT_CUDA_SAMPLE` says (the primitive
+    /// takes them only with `RUNIT_CUDA_SAMPLE=1`), for testing them against the host.
+    pub fn sample_pick_on_device(
+        &self,
+        logits: &mut runit_backend::Buffer,
+        rows: usize,
+        width: usize,
+        sampling: &[runit_backend::RowSampling<'_>],
+    ) -> Result<Vec<runit_backend::Sampled>, BackendError> {
+        ops::sample::sample_pick(self, logits, rows, width, sampling)
     }
 
     /// The bytes of a KV cache of this backend (`n_cells` rows of `KvType::row_bytes`), for

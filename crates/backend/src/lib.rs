@@ -26,6 +26,7 @@ pub mod moe;
 mod ops;
 pub mod pick;
 mod primitives;
+pub mod sample;
 pub mod testing;
 pub mod turbo;
 pub mod unfused;
@@ -46,7 +47,8 @@ pub use ops::{
     RopeCorrections, RopeParams, RopeStyle, SequenceSpan, StepInputs, StepKey, Yarn,
 };
 pub use pick::Pick;
-pub use primitives::PrimitiveOps;
+pub use primitives::{sample_pick_on_host, PrimitiveOps};
+pub use sample::{RowSampling, Sampled};
 
 /// Operations whose support may depend on the weight type (see [`Device::supports`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 //! arithmetic, into a preallocated buffer.
 
 use crate::args::{Attention, BufferCopy, KvWrite, ScatterAddRows};
+use crate::sample::{self, RowSampling, Sampled};
 use crate::OpResult;
 use crate::{pick, Activation, BackendError, Buffer, Device, Pick, RmsNorm, RopeParams, Weight};
 
@@ -85,4 +86,55 @@ pub trait PrimitiveOps: Device {
         let pick = |row: &[f32]| pick::pick_row(row, log_probabilities);
         Ok(host.chunks(width.max(1)).map(pick).collect())
     }
+
+    /// The token of each of the first `rows` rows of `width` logits in `logits`, sampled
+    /// under `sampling[row]` by [`sample::sample_row`] (waits for pending work), with its
+    /// logit after the biases and penalties. The rows may be left biased and penalized.
+    /// Fails when `sampling` does not hold `rows` entries or a bias names a token outside
+    /// the row. The default downloads the rows and samples on the host; a device backend
+    /// samples on the device and downloads only the tokens, drawing exactly the tokens the
+    /// default draws (see its implementation for the rows it hands to the host).
+    fn sample_pick(
+        &self,
+        logits: &mut Buffer,
+        rows: usize,
+        width: usize,
+        sampling: &[RowSampling<'_>],
+    ) -> Result<Vec<Sampled>, BackendError> {
+        sample_pick_on_host(self, logits, rows, width, sampling)
+    }
+}
+
+/// [`PrimitiveOps::sample_pick`] on the host: downloads the first `rows` rows of `width`
+/// logits and samples each by [`sample::sample_row`] (the default of the primitive, which a
+/// device backend may also fall back to).
+pub fn sample_pick_on_host<B: PrimitiveOps + ?Sized>(
+    backend: &B,
+    logits: &mut Buffer,
+    rows: usize,
+    width: usize,
+    sampling: &[RowSampling<'_>],
+) -> Result<Vec<Sampled>, BackendError> {
+    const OP: &str = "sample_pick";
+    if sampling.len() != rows {
+        return Err(BackendError::Shape {
+            op: OP,
+            what: "sampling settings (one per row)",
+            expected: rows,
+            found: sampling.len(),
+        });
+    }
+    let mut host = vec![0.0; rows * width];
+    backend.download(logits, &mut host)?;
+    host.chunks_mut(width.max(1))
+        .zip(sampling)
+        .map(|(row, settings)| {
+            sample::sample_row(row, settings).map_err(|id| BackendError::Shape {
+                op: OP,
+                what: "logit bias token (below the row width)",
+                expected: width,
+                found: id as usize,
+            })
+        })
+        .collect()
 }

@@ -1,8 +1,14 @@
 //! Token sampling: logit biases and the grammar's mask, penalties, then top-k, top-p, min-p,
 //! temperature and a seeded draw; greedy (argmax after penalties) when the temperature is
-//! zero. Each sequence has its own sampler, so its draws depend on its seed alone.
+//! zero. Each sequence has its own sampler, so its draws depend on its seed alone. The
+//! algorithm itself lives in [`runit_backend::sample`], which the backends' device sampling
+//! repeats; the sampler holds the state around it (the grammar, the penalty window, the
+//! random draws).
 
 use std::collections::VecDeque;
+
+use runit_backend::sample::{self as algorithm, Filters, Penalties, RowSampling, Sampled};
+pub use runit_backend::sample::{argmax, LOGIT_BIAS_LIMIT};
 
 use crate::constraint::Constraint;
 use crate::EngineError;
@@ -10,10 +16,6 @@ use crate::EngineError;
 /// How the scheduler's failure message for a sequence starts when its own sampling settings
 /// (a grammar, logit biases) left no token to pick: the request's fault, not the engine's.
 pub const SAMPLING_FAILED: &str = "sampling failed";
-
-/// A logit bias at this value or below bans its token; at this value or above it forces it
-/// (OpenAI's `logit_bias` range is -100 to 100).
-pub const LOGIT_BIAS_LIMIT: f32 = 100.0;
 
 /// Sampling settings; [`SamplerParams::DEFAULT`] holds the one set of defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +119,26 @@ impl SamplerParams {
 
     /// True when the draw is a plain argmax.
     pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0
+        self.filters().is_greedy()
+    }
+
+    /// The filters and temperature of a draw.
+    pub fn filters(&self) -> Filters {
+        Filters {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+        }
+    }
+
+    /// The penalties on the window's tokens.
+    pub fn penalties(&self) -> Penalties {
+        Penalties {
+            repeat: self.repeat_penalty,
+            frequency: self.frequency_penalty,
+            presence: self.presence_penalty,
+        }
     }
 }
 
@@ -232,7 +253,8 @@ impl Sampler {
         let id = if self.params.is_greedy() {
             argmax(logits)
         } else {
-            let probs = self.distribution(logits);
+            let probs =
+                algorithm::distribution(logits, self.params.filters(), &mut self.candidates);
             let candidates = &self.candidates;
             let kept = candidates.iter().position(|&(id, _)| id == draft);
             let p_draft = kept.map_or(0.0, |i| probs[i]);
@@ -244,7 +266,7 @@ impl Sampler {
                     .zip(candidates)
                     .filter(|&(_, &(id, _))| id != draft)
                     .map(|(&q, &(id, _))| (id, q));
-                pick_by_mass(rest, self.rng.next_f64() * (1.0 - p_draft))
+                algorithm::pick_by_mass(rest, self.rng.next_f64() * (1.0 - p_draft))
                     .or_else(|| candidates.iter().rev().map(|c| c.0).find(|&id| id != draft))
                     .unwrap_or(draft)
             }
@@ -265,7 +287,12 @@ impl Sampler {
 
     /// Checks the drawn `id` and advances the grammar past it.
     fn commit(&mut self, logits: &[f32], id: u32) -> Result<u32, EngineError> {
-        if logits[id as usize] == f32::NEG_INFINITY {
+        self.commit_logit(logits[id as usize], id)
+    }
+
+    /// [`Sampler::commit`] of `id` whose logit after biases, mask and penalties is `logit`.
+    fn commit_logit(&mut self, logit: f32, id: u32) -> Result<u32, EngineError> {
+        if logit == f32::NEG_INFINITY {
             return Err(EngineError::InvalidParameter {
                 name: "logit_bias",
                 message: "every token is banned".into(),
@@ -297,86 +324,78 @@ impl Sampler {
     }
 
     fn apply_logit_bias(&self, logits: &mut [f32]) -> Result<(), EngineError> {
-        let bias = &self.params.logit_bias;
-        if bias.is_empty() {
-            return Ok(());
-        }
-        if let Some(&(id, _)) = bias.iter().find(|&&(id, _)| id as usize >= logits.len()) {
-            return Err(EngineError::InvalidParameter {
+        algorithm::apply_logit_bias(logits, &self.params.logit_bias).map_err(|id| {
+            EngineError::InvalidParameter {
                 name: "logit_bias",
                 message: format!("token {id} is outside the vocabulary of {}", logits.len()),
-            });
-        }
-        let forced = bias.iter().any(|&(_, value)| value >= LOGIT_BIAS_LIMIT);
-        if forced {
-            let mut kept = vec![false; logits.len()];
-            for &(id, value) in bias {
-                kept[id as usize] |= value >= LOGIT_BIAS_LIMIT;
             }
-            for (logit, keep) in logits.iter_mut().zip(kept) {
-                if !keep {
-                    *logit = f32::NEG_INFINITY;
-                }
-            }
-        }
-        for &(id, value) in bias {
-            let logit = &mut logits[id as usize];
-            if value <= -LOGIT_BIAS_LIMIT {
-                *logit = f32::NEG_INFINITY;
-            } else if value < LOGIT_BIAS_LIMIT {
-                *logit += value;
-            }
-        }
-        Ok(())
+        })
     }
 
-    /// The draw from logits after biases, mask and penalties.
+    /// The draw from logits after biases, mask and penalties (a uniform is drawn only
+    /// when the draw is not greedy).
     fn draw(&mut self, logits: &[f32]) -> u32 {
-        if self.params.is_greedy() {
-            return argmax(logits);
-        }
-        let probs = self.distribution(logits);
-        let c = &self.candidates;
-        let mass = probs.iter().zip(c).map(|(&q, &(id, _))| (id, q));
-        pick_by_mass(mass, self.rng.next_f64()).unwrap_or(c[c.len() - 1].0)
+        let uniform = self.next_uniform();
+        algorithm::draw(logits, self.params.filters(), uniform, &mut self.candidates)
     }
 
-    /// The distribution a non-greedy draw takes from: leaves the kept candidates in
-    /// `self.candidates` (top-k, top-p, min-p, by descending logit) and returns their
-    /// probabilities at the temperature.
-    fn distribution(&mut self, logits: &[f32]) -> Vec<f64> {
+    /// The uniform a draw picks at: the next of the random sequence, or 0 without taking
+    /// one when the draw is greedy.
+    fn next_uniform(&mut self) -> f64 {
+        if self.params.is_greedy() {
+            0.0
+        } else {
+            self.rng.next_f64()
+        }
+    }
+
+    /// True when [`Sampler::sample`] can run where the logits are
+    /// ([`runit_backend::PrimitiveOps::sample_pick`]) for a row of `width` logits: no
+    /// grammar (its mask needs the host) and every bias inside the row (the host path
+    /// reports the one that is not). Forced tokens and top-k settings a device does not
+    /// keep are the backend's to hand to the host (see `sample_pick`).
+    pub fn samples_anywhere(&self, width: usize) -> bool {
         let p = &self.params;
-        let c = &mut self.candidates;
-        c.clear();
-        c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        // Descending logits, ties by id: a total order, so selecting the top k first and
-        // sorting only those gives the same candidates as sorting the whole vocabulary.
-        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if p.top_k > 0 && p.top_k < c.len() {
-            c.select_nth_unstable_by(p.top_k - 1, order);
-            c.truncate(p.top_k);
+        p.constraint.is_none() && p.logit_bias.iter().all(|&(id, _)| (id as usize) < width)
+    }
+
+    /// `(token, occurrences)` of the penalty window, empty when no penalty applies.
+    pub fn penalty_counts(&self) -> Vec<(u32, u32)> {
+        if self.params.penalties().is_off() {
+            return Vec::new();
         }
-        c.sort_unstable_by(order);
-        // Probabilities at temperature 1 for top-p and min-p, as llama.cpp orders them.
-        let probs = softmax_sorted(c, 1.0);
-        if p.top_p < 1.0 {
-            let mut cumulative = 0.0;
-            let mut keep = c.len();
-            for (i, q) in probs.iter().enumerate() {
-                cumulative += q;
-                if cumulative >= p.top_p as f64 {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            c.truncate(keep.max(1));
+        algorithm::penalty_counts(self.recent.iter().copied())
+    }
+
+    /// The uniform [`Sampler::sample`]'s next draw picks at, taken from the random sequence
+    /// (nothing is taken when the draw is greedy): for [`Sampler::row_sampling`], whose
+    /// draw must be finished by [`Sampler::commit_sampled`].
+    pub fn take_uniform(&mut self) -> f64 {
+        self.next_uniform()
+    }
+
+    /// The settings of [`Sampler::sample`]'s next draw, at `uniform` ([`Sampler::take_uniform`]),
+    /// for [`runit_backend::PrimitiveOps::sample_pick`]; `penalized` is
+    /// [`Sampler::penalty_counts`]. Only for a sampler that [`Sampler::samples_anywhere`].
+    pub fn row_sampling<'a>(
+        &'a self,
+        penalized: &'a [(u32, u32)],
+        uniform: f64,
+    ) -> RowSampling<'a> {
+        RowSampling {
+            filters: self.params.filters(),
+            penalties: self.params.penalties(),
+            penalized,
+            logit_bias: &self.params.logit_bias,
+            uniform,
         }
-        if p.min_p > 0.0 {
-            let threshold = c[0].1 + (p.min_p as f64).ln() as f32;
-            let keep = c.iter().take_while(|(_, l)| *l >= threshold).count();
-            c.truncate(keep.max(1));
-        }
-        softmax_sorted(c, p.temperature)
+    }
+
+    /// Finishes a draw that `sample_pick` made under [`Sampler::row_sampling`]'s settings as
+    /// [`Sampler::sample`] finishes its own: fails when the token is banned (every token
+    /// was), else advances the grammar (none: such samplers follow none) and returns it.
+    pub fn commit_sampled(&mut self, sampled: Sampled) -> Result<u32, EngineError> {
+        self.commit_logit(sampled.logit, sampled.id)
     }
 
     /// True when [`Sampler::sample`] is the plain argmax of the logits: greedy, with no
@@ -392,66 +411,11 @@ impl Sampler {
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {
-        let p = &self.params;
-        if self.recent.is_empty()
-            || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0)
-        {
+        if self.recent.is_empty() {
             return;
         }
-        let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-        for &t in &self.recent {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (&token, &count) in &counts {
-            let Some(l) = logits.get_mut(token as usize) else {
-                continue;
-            };
-            if *l > 0.0 {
-                *l /= p.repeat_penalty;
-            } else {
-                *l *= p.repeat_penalty;
-            }
-            *l -= count as f32 * p.frequency_penalty + p.presence_penalty;
-        }
+        algorithm::apply_penalties(logits, self.params.penalties(), &self.penalty_counts());
     }
-}
-
-/// Index of the largest value (the first one on ties).
-pub fn argmax(values: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// The token at cumulative mass `r` of `(token, probability)` pairs in order; `None` when
-/// `r` lies beyond their total (rounding).
-fn pick_by_mass(mass: impl Iterator<Item = (u32, f64)>, mut r: f64) -> Option<u32> {
-    for (id, q) in mass {
-        if r < q {
-            return Some(id);
-        }
-        r -= q;
-    }
-    None
-}
-
-/// Softmax (in f64) of candidates sorted by descending logit, at `temperature`.
-fn softmax_sorted(candidates: &[(u32, f32)], temperature: f32) -> Vec<f64> {
-    let max = candidates[0].1 as f64;
-    let t = temperature as f64;
-    let mut probs: Vec<f64> = candidates
-        .iter()
-        .map(|&(_, l)| ((l as f64 - max) / t).exp())
-        .collect();
-    let sum: f64 = probs.iter().sum();
-    for q in probs.iter_mut() {
-        *q /= sum;
-    }
-    probs
 }
 
 /// `ln(softmax(logits)[id])` for a generated token, in one vectorizable pass (see

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runit_engine::scheduler::{EventSink, Request, Scheduler, SequenceEvent, SubmitError};
-use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, Session, StopReason};
+use runit_engine::{
+    generate, EngineConfig, GenerateParams, Sampler, SamplerParams, Session, StopReason,
+};
 use runit_model::Model;
 
 const CONTEXT: usize = 512;
@@ -142,6 +144,117 @@ fn concurrent_greedy_equals_alone_synthetic() {
 #[test]
 fn concurrent_greedy_equals_alone_smollm2() {
     check_batch_invariance("SmolLM2-135M-Instruct.Q4_1.gguf", 12);
+}
+
+/// Sampled requests of every kind the device path takes (temperatures, top-k, top-p,
+/// min-p, penalties, biases that add and ban, seeds) beside a greedy one with penalties:
+/// decoded together, their steps draw through `Model::forward_sample` (the backend's
+/// `sample_pick`), and each sequence equals its lone run through `generate`, which draws
+/// with `Sampler::sample` from the downloaded logits. With a request asking for
+/// log-probabilities among them, the steps take the host path; the tokens are the same.
+#[test]
+fn concurrent_sampling_equals_alone_synthetic() {
+    let Some(model) = model("synth-qwen2-Q8_0.gguf") else {
+        return;
+    };
+    let vocab = model.config.vocab_size;
+    let sampled = |seed: u64, change: &dyn Fn(&mut SamplerParams)| {
+        let mut sampling = SamplerParams {
+            seed,
+            ..SamplerParams::DEFAULT
+        };
+        change(&mut sampling);
+        sampling
+    };
+    let settings = [
+        sampled(1, &|_| {}),
+        sampled(2, &|p| {
+            p.temperature = 1.5;
+            p.top_k = 0;
+            p.top_p = 0.9;
+            p.min_p = 0.0;
+        }),
+        sampled(3, &|p| {
+            p.repeat_penalty = 1.3;
+            p.frequency_penalty = 0.4;
+            p.presence_penalty = 0.2;
+            p.penalty_window = 16;
+        }),
+        sampled(4, &|p| {
+            p.temperature = 0.0;
+            p.repeat_penalty = 1.5;
+            p.logit_bias = vec![(5, -100.0), (7, 3.5)];
+        }),
+        sampled(5, &|p| {
+            p.top_k = 1024;
+            p.min_p = 0.2;
+            p.logit_bias = vec![(1, 2.0), (2, -100.0), (1, 0.5)];
+        }),
+        sampled(6, &|p| {
+            p.temperature = 0.3;
+            p.top_k = 3;
+            p.top_p = 1.0;
+        }),
+    ];
+    let lengths = [3, 11, 7, 5, 9, 4];
+    let requests: Vec<Request> = prompts(vocab, &lengths)
+        .into_iter()
+        .zip(settings)
+        .map(|(prompt, sampling)| Request {
+            sampling,
+            logprobs: false,
+            ..Request::greedy(prompt, 16)
+        })
+        .collect();
+    let expected: Vec<Vec<u32>> = requests.iter().map(|r| alone(&model, r, 16)).collect();
+    for with_logprobs in [false, true] {
+        let mut batch = requests.clone();
+        if with_logprobs {
+            batch[2].logprobs = true;
+        }
+        let scheduler = Scheduler::start(
+            Arc::clone(&model),
+            &EngineConfig {
+                context_size: CONTEXT,
+                batch_size: 16,
+                max_sequences: batch.len(),
+                ..Default::default()
+            },
+        )
+        .expect("scheduler");
+        let receivers: Vec<Receiver<SequenceEvent>> = batch
+            .iter()
+            .map(|request| {
+                let (sender, receiver) = channel();
+                scheduler
+                    .submit(request.clone(), Box::new(sender))
+                    .expect("submit");
+                receiver
+            })
+            .collect();
+        for (i, receiver) in receivers.iter().enumerate() {
+            let (tokens, _) = collect(receiver);
+            assert_eq!(
+                tokens, expected[i],
+                "sequence {i} (log-probabilities in the batch: {with_logprobs}) differs from its lone run"
+            );
+        }
+        assert!(scheduler.wait_idle(Duration::from_secs(10)));
+    }
+    // The sampled runs draw more than one token each (a test of sampling, not of argmax).
+    let distinct = |tokens: &[u32]| {
+        let mut sorted = tokens.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        sorted.len()
+    };
+    assert!(
+        expected
+            .iter()
+            .filter(|tokens| distinct(tokens) > 3)
+            .count()
+            >= 3
+    );
 }
 
 /// A prefill pass holding a span of 64 rows or more (the tiled attention path) beside short

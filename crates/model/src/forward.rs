@@ -12,7 +12,8 @@
 use runit_backend::{
     AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer,
     FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection, QkNorms,
-    RmsNorm, RopeKvWrite, RopeParams, SequenceSpan, StepInputs, StepKey, Weight,
+    RmsNorm, RopeKvWrite, RopeParams, RowSampling, Sampled, SequenceSpan, StepInputs, StepKey,
+    Weight,
 };
 
 use crate::observer::{LayerObserver, Observed, PassRows};
@@ -98,6 +99,24 @@ impl Model {
             self.config.vocab_size,
             log_probabilities,
         )?)
+    }
+
+    /// [`Model::forward`] for sampling where the logits are: the token of each of
+    /// `batch.logit_rows` drawn under its `sampling` entry
+    /// ([`runit_backend::PrimitiveOps::sample_pick`]), so a device backend downloads the
+    /// tokens instead of the vocabulary.
+    pub fn forward_sample(
+        &self,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        scratch: &mut Scratch,
+        sampling: &[RowSampling<'_>],
+    ) -> Result<Vec<Sampled>, ModelError> {
+        self.run_pass(batch, kv, scratch, None)?;
+        let rows = batch.logit_rows.len();
+        Ok(self
+            .backend
+            .sample_pick(&mut scratch.logits, rows, self.config.vocab_size, sampling)?)
     }
 
     /// The checks and ops of a pass, leaving the logits of `batch.logit_rows` in

@@ -13,8 +13,8 @@ use std::cell::RefCell;
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, Backend, BackendError, Buffer,
     BufferCopy, Device, FusedOps, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op,
-    OpResult, Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows,
-    StepInputs, Weight, WeightSource,
+    OpResult, Pick, PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, RowSampling,
+    Sampled, ScatterAddRows, StepInputs, Weight, WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -243,6 +243,16 @@ impl PrimitiveOps for Observed<'_> {
     ) -> Result<Vec<Pick>, BackendError> {
         self.inner
             .greedy_pick(logits, rows, width, log_probabilities)
+    }
+
+    fn sample_pick(
+        &self,
+        logits: &mut Buffer,
+        rows: usize,
+        width: usize,
+        sampling: &[RowSampling<'_>],
+    ) -> Result<Vec<Sampled>, BackendError> {
+        self.inner.sample_pick(logits, rows, width, sampling)
     }
 }
 

@@ -11,9 +11,9 @@ use crate::{device_address, launch, CudaBackend};
 const OP: &str = "greedy_pick";
 
 /// Logits per phase-1 block (256 threads, eight each).
-const SLICE: usize = 2048;
+pub(crate) const SLICE: usize = 2048;
 /// Most phase-1 blocks per row.
-const MAX_PARTS: usize = 256;
+pub(crate) const MAX_PARTS: usize = 256;
 
 /// The [`Pick`] of each of the first `rows` rows of `width` values of `logits`.
 pub fn greedy_pick(

@@ -72,7 +72,8 @@ pub struct Request {
     /// How many top log-probabilities to report per token (0 = none).
     pub top_logprobs: usize,
     /// Whether each token's log-probability is reported ([`GeneratedToken::logprob`];
-    /// without it that may be NaN, which spares greedy decoding a pass over every logit).
+    /// without it that may be NaN, which spares greedy decoding a pass over every logit and
+    /// lets a sampled step draw where the logits are, downloading only the tokens).
     pub logprobs: bool,
     /// Speculative decoding of the sequence by prompt lookup, when asked for.
     pub draft: Option<DraftRequest>,

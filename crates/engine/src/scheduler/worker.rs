@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use runit_backend::SequenceSpan;
+use runit_backend::{Pick, Sampled, SequenceSpan};
 use runit_model::{Batch, KvState, Model, Scratch};
 
 use super::metrics::SchedulerMetrics;
@@ -57,6 +57,16 @@ struct Sequence {
     submitted: Instant,
     /// When the sequence's latest token was reported.
     last_token: Option<Instant>,
+}
+
+/// What a decode pass gave each of its rows.
+enum Picked {
+    /// Greedy picks made where the logits are.
+    Greedy(Vec<Pick>),
+    /// Tokens sampled where the logits are.
+    Sampled(Vec<Sampled>),
+    /// The logits, in `Worker::logits`, for the host's sampler.
+    Logits,
 }
 
 /// Everything the scheduler thread owns.
@@ -344,18 +354,26 @@ impl Worker {
             rows_alone: tokens.len() > group.len(),
         };
         // Every row plain greedy: pick where the logits are (a GPU downloads two numbers
-        // per row instead of the vocabulary); the picks equal the host's argmax.
+        // per row instead of the vocabulary); the picks equal the host's argmax. Else, when
+        // every row can be, sample where the logits are (the tokens equal the host
+        // sampler's); else download the logits for the host's sampler.
         let greedy = group.iter().all(|(i, _)| self.takes_greedy_pick(*i));
+        let sampled = !greedy
+            && group
+                .iter()
+                .all(|(i, drafts)| self.takes_sample_pick(*i, drafts.len()));
         // The log-probabilities only where some request reports them.
         let log_probabilities = group.iter().any(|(i, _)| self.active[*i].request.logprobs);
         let started = Instant::now();
         let picks = if greedy {
             self.model
                 .forward_greedy(&batch, &mut self.kv, &mut self.scratch, log_probabilities)
-                .map(Some)
+                .map(Picked::Greedy)
+        } else if sampled {
+            self.forward_sample(&batch, group).map(Picked::Sampled)
         } else {
             let sampled: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
-            self.forward(&batch, &sampled).map(|()| None)
+            self.forward(&batch, &sampled).map(|()| Picked::Logits)
         };
         let seconds = started.elapsed().as_secs_f64();
         let picks = match picks {
@@ -380,7 +398,7 @@ impl Worker {
                 self.active[*i].n_past = start + 1 + j;
                 let draft = draft.copied();
                 let (event, is_draft) = match &picks {
-                    Some(picks) => {
+                    Picked::Greedy(picks) => {
                         let pick = picks[row + j];
                         let token = GeneratedToken {
                             id: pick.id,
@@ -389,7 +407,10 @@ impl Worker {
                         };
                         (self.report(*i, token), draft == Some(pick.id))
                     }
-                    None => self.emit(*i, &logits[(row + j) * vocab..(row + j + 1) * vocab], draft),
+                    Picked::Sampled(picks) => self.emit_sampled(*i, picks[row + j], draft),
+                    Picked::Logits => {
+                        self.emit(*i, &logits[(row + j) * vocab..(row + j + 1) * vocab], draft)
+                    }
                 };
                 kept += usize::from(is_draft);
                 if let Some(event) = event {
@@ -585,6 +606,60 @@ impl Worker {
         })
     }
 
+    /// Runs `batch` (the rows of `group`'s sequences) and samples each row's token where
+    /// the logits are ([`Model::forward_sample`]), under its sampler's settings: the
+    /// penalty window's counts and the biases go with each row, the uniform draws are taken
+    /// on the host (one per sampled sequence; greedy rows take none).
+    fn forward_sample(
+        &mut self,
+        batch: &Batch<'_>,
+        group: &[(usize, Vec<u32>)],
+    ) -> Result<Vec<Sampled>, runit_model::ModelError> {
+        let mut penalized = Vec::with_capacity(group.len());
+        let mut uniforms = Vec::with_capacity(group.len());
+        for (i, _) in group {
+            let sampler = &mut self.active[*i].sampler;
+            penalized.push(sampler.penalty_counts());
+            uniforms.push(sampler.take_uniform());
+        }
+        let mut sampling = Vec::with_capacity(batch.logit_rows.len());
+        for (((i, drafts), counts), &uniform) in group.iter().zip(&penalized).zip(&uniforms) {
+            let sampler = &self.active[*i].sampler;
+            // A sequence with drafts is greedy (`takes_sample_pick`): its rows draw nothing.
+            for _ in 0..1 + drafts.len() {
+                sampling.push(sampler.row_sampling(counts, uniform));
+            }
+        }
+        self.model
+            .forward_sample(batch, &mut self.kv, &mut self.scratch, &sampling)
+    }
+
+    /// Reports sequence `i`'s token `sampled` where the logits are (see
+    /// [`Worker::forward_sample`]), after the checks [`Sampler::sample`] makes; as
+    /// [`Worker::emit`] (no log-probability: none was asked for).
+    fn emit_sampled(
+        &mut self,
+        i: usize,
+        sampled: Sampled,
+        draft: Option<u32>,
+    ) -> (Option<SequenceEvent>, bool) {
+        let sequence = &mut self.active[i];
+        let id = match sequence.sampler.commit_sampled(sampled) {
+            Ok(id) => id,
+            Err(error) => {
+                sequence.next = None;
+                let failed = SequenceEvent::Failed(format!("{SAMPLING_FAILED}: {error}"));
+                return (Some(failed), false);
+            }
+        };
+        let token = GeneratedToken {
+            id,
+            logprob: f64::NAN,
+            top: Vec::new(),
+        };
+        (self.report(i, token), draft == Some(id))
+    }
+
     /// Samples sequence `i`'s next token from `logits` and reports it; the sequence's last
     /// event when it is over, as `generate` decides it (see [`Worker::report`]).
     fn emit(
@@ -631,6 +706,21 @@ impl Worker {
     fn takes_greedy_pick(&self, i: usize) -> bool {
         let sequence = &self.active[i];
         sequence.request.top_logprobs == 0 && sequence.sampler.is_plain_argmax()
+    }
+
+    /// True when sequence `i`'s next token (with `drafts` drafts to verify) can be drawn
+    /// where the logits are, equal to the host's draw (see [`Model::forward_sample`]): no
+    /// log-probabilities asked for, and plain greedy, or else no drafts (speculative
+    /// sampling needs the draft's probability; the penalty window of a draft's row holds
+    /// the drafts before it) and a sampler that [`Sampler::samples_anywhere`] (no grammar).
+    fn takes_sample_pick(&self, i: usize, drafts: usize) -> bool {
+        let sequence = &self.active[i];
+        let request = &sequence.request;
+        let sampler = &sequence.sampler;
+        !request.logprobs
+            && request.top_logprobs == 0
+            && (sampler.is_plain_argmax()
+                || (drafts == 0 && sampler.samples_anywhere(self.model.config.vocab_size)))
     }
 
     /// Reports sequence `i`'s next token `token`; when the sequence is over, by the
