@@ -117,6 +117,12 @@ impl Side<'_> {
         &self.bytes[at..at + self.len]
     }
 
+    /// The outliers' index bytes of cache row `cell` (every KV head's blocks).
+    pub fn index_bytes(&self, cell: usize) -> &[u8] {
+        let at = cell * self.row_bytes + self.indices.0;
+        &self.bytes[at..at + self.indices.1]
+    }
+
     /// The outliers `(index, value)` of block `b` of the KV head in cache row `cell`, whose
     /// bytes are `block`.
     pub fn outliers<'b>(

@@ -79,6 +79,36 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
+/// Calls `f(index, value)` for the outliers of block `b` of `side`'s KV head in cache row
+/// `cell` (whose bytes are `block`), in `Side::outliers`' order and with its values (the
+/// f16 widened by F16C, exactly as `half` widens it), without its iterator.
+#[inline(always)]
+fn each_outlier(
+    side: &Side<'_>,
+    cell: usize,
+    b: usize,
+    block: &[u8],
+    mut f: impl FnMut(usize, f32),
+) {
+    let layout = side.layout;
+    if layout.outliers == 0 {
+        return;
+    }
+    let indices = side.index_bytes(cell);
+    let header = layout.header_bytes();
+    assert!(block.len() >= header + 2 * layout.outliers);
+    for k in 0..layout.outliers {
+        // `turbo::read_index`: INDEX_BITS bits from bit `slot * INDEX_BITS`, little-endian.
+        let bit = ((side.first_block + b) * layout.outliers + k) * turbo::INDEX_BITS;
+        let next = indices.get(bit / 8 + 1).copied().unwrap_or(0);
+        let word = u16::from_le_bytes([indices[bit / 8], next]);
+        let index = usize::from(word >> (bit % 8)) & (BLOCK - 1);
+        // SAFETY: `header + 2 k + 2 <= block.len()` (asserted above).
+        let value = unsafe { f16_at(block.as_ptr().add(header + 2 * k)) };
+        f(index, value);
+    }
+}
+
 /// Sixteen vectors reduced at once: lane `k` of the result is `super::reduce` of
 /// `vectors[k]` (the same additions: halves of 256, 128, 64 and 32 bits in turn).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,f16c,fma")]
@@ -154,7 +184,21 @@ fn scores_of<const N: usize>(
     let table = unsafe { _mm512_loadu_ps(keys.table.0.as_ptr()) };
     let sketch_factor = turbo::sketch_factor();
     let mut lanes = [[[0.0f32; LANES]; LANES]; N];
+    // The outliers of a tile's keys, decoded once for the N heads: key k's block b's
+    // outlier j at `(k * blocks + b) * per_block + j`.
+    let (blocks, per_block) = (head_dim / BLOCK, layout.outliers);
+    let mut outliers = vec![(0usize, 0.0f32); LANES * blocks * per_block];
     for (t, tile) in cells.chunks(LANES).enumerate() {
+        for (k, &cell) in tile.iter().enumerate() {
+            let row = keys.row(cell);
+            for (b, block) in row.chunks_exact(block_bytes).enumerate() {
+                let mut j = (k * blocks + b) * per_block;
+                each_outlier(keys, cell, b, block, |index, value| {
+                    outliers[j] = (index, value);
+                    j += 1;
+                });
+            }
+        }
         for (k, &cell) in tile.iter().enumerate() {
             let row = keys.row(cell);
             let mut acc = [_mm512_setzero_ps(); N];
@@ -198,11 +242,11 @@ fn scores_of<const N: usize>(
             let mut dots = [0.0f32; LANES];
             // SAFETY: 16 f32 written unaligned.
             unsafe { _mm512_storeu_ps(dots.as_mut_ptr(), reduce_sixteen(lanes)) };
-            for (k, (&cell, mut dot)) in tile.iter().zip(dots).enumerate() {
-                let row = keys.row(cell);
-                for (b, block) in row.chunks_exact(block_bytes).enumerate() {
+            for (k, mut dot) in dots.into_iter().enumerate().take(tile.len()) {
+                for b in 0..blocks {
                     let plain = &queries.plain[g * head_dim + b * BLOCK..];
-                    for (index, value) in keys.outliers(cell, b, block) {
+                    let at = (k * blocks + b) * per_block;
+                    for &(index, value) in &outliers[at..at + per_block] {
                         dot = plain[index].mul_add(value, dot);
                     }
                 }
@@ -322,12 +366,12 @@ fn values_of<const N: usize>(
                     }
                 }
             }
-            for (index, value) in values.outliers(cell, b, block) {
+            each_outlier(values, cell, b, block, |index, value| {
                 for g in 0..N {
                     let o = &mut outliers[g * head_dim + b * BLOCK + index];
                     *o = value.mul_add(weights[g * stride + k], *o);
                 }
-            }
+            });
         }
         for (g, acc) in acc.iter().enumerate() {
             for (j, &acc) in acc.iter().enumerate() {
