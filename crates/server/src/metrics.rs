@@ -1,7 +1,8 @@
 //! `GET /metrics`: the scheduler's load and counters in the Prometheus text exposition format
 //! (version 0.0.4), written by the small encoder below: requests running and waiting, KV
-//! blocks, prefix-cache hits and misses, prompt and generated tokens, and the histograms of
-//! time to first token and inter-token latency.
+//! blocks, prefix-cache hits and misses, prompt and generated tokens, the scheduler steps'
+//! time (whole, in forward passes, on the host), and the histograms of time to first token
+//! and inter-token latency.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -81,6 +82,26 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         "Tokens generated.",
         counters.generated_tokens,
     );
+    text.counter(
+        "runit_steps_total",
+        "Scheduler steps that ran a forward pass.",
+        counters.steps,
+    );
+    text.counter_seconds(
+        "runit_step_seconds_total",
+        "Seconds of those steps, whole (admission, passes, sampling, reporting).",
+        counters.step_seconds,
+    );
+    text.counter_seconds(
+        "runit_step_pass_seconds_total",
+        "Seconds of the steps' forward passes, results included (on a GPU, the host waits for the device in them).",
+        counters.pass_seconds,
+    );
+    text.counter_seconds(
+        "runit_step_host_seconds_total",
+        "Seconds of the steps the host worked: outside the forward passes (a draft model's included), and inside them checking, building and submitting them.",
+        counters.step_seconds - counters.pass_seconds + counters.submit_seconds,
+    );
     text.histogram(
         "runit_time_to_first_token_seconds",
         "Seconds from a sequence's submission to its first token.",
@@ -112,6 +133,11 @@ impl Exposition {
     }
 
     fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.family(name, help, "counter");
+        let _ = writeln!(self.body, "{name} {value}");
+    }
+
+    fn counter_seconds(&mut self, name: &str, help: &str, value: f64) {
         self.family(name, help, "counter");
         let _ = writeln!(self.body, "{name} {value}");
     }

@@ -107,6 +107,16 @@ async fn counters_move_consistently_under_load() {
     let after = scrape(&f).await;
     assert_eq!(completion_tokens, (requests * max_tokens) as f64);
     assert_eq!(after["runit_generation_tokens_total"], completion_tokens);
+    // Step time: every step counted ran a pass, which took part of it; the host's part
+    // lies within the step's time.
+    assert!(after["runit_steps_total"] > 0.0);
+    let (step, pass, host) = (
+        after["runit_step_seconds_total"],
+        after["runit_step_pass_seconds_total"],
+        after["runit_step_host_seconds_total"],
+    );
+    assert!(0.0 < pass && pass <= step, "{pass} of {step}");
+    assert!(0.0 < host && host <= step, "{host} of {step}");
     assert_eq!(after["runit_prompt_tokens_total"], prompt_tokens);
     assert_eq!(after["runit_requests_admitted_total"], requests as f64);
     assert_eq!(

@@ -67,6 +67,17 @@ pub struct SchedulerMetrics {
     pub cached_blocks: usize,
     /// Cached blocks evicted to make room.
     pub evicted_blocks: u64,
+    /// Scheduler steps that ran at least one forward pass.
+    pub steps: u64,
+    /// Seconds of those steps, whole (admission, passes, sampling, reporting).
+    pub step_seconds: f64,
+    /// Seconds of their forward passes, results included (on a GPU: the device's time as
+    /// the host waits for it).
+    pub pass_seconds: f64,
+    /// Seconds of those passes the host spent checking, building and submitting them
+    /// (`runit_model::Scratch::submit_seconds`); `step_seconds - pass_seconds +
+    /// submit_seconds` is the steps' host time.
+    pub submit_seconds: f64,
     /// Seconds from submission to a sequence's first token.
     pub time_to_first_token: Histogram,
     /// Seconds between a sequence's consecutive tokens.
@@ -83,6 +94,10 @@ impl Default for SchedulerMetrics {
             generated_tokens: 0,
             cached_blocks: 0,
             evicted_blocks: 0,
+            steps: 0,
+            step_seconds: 0.0,
+            pass_seconds: 0.0,
+            submit_seconds: 0.0,
             time_to_first_token: Histogram::new(FIRST_TOKEN_BOUNDS),
             inter_token_latency: Histogram::new(INTER_TOKEN_BOUNDS),
         }
@@ -96,6 +111,18 @@ impl SchedulerMetrics {
         self.prompt_tokens += prompt_len as u64;
         self.prefix_hit_tokens += reused as u64;
         self.prefix_miss_tokens += (prompt_len - reused) as u64;
+    }
+
+    /// Counts a step of `seconds` whose passes took `pass` seconds, `submit` of them on
+    /// the host (nothing for a step without a pass).
+    pub(super) fn step(&mut self, seconds: f64, pass: f64, submit: f64) {
+        if pass == 0.0 {
+            return;
+        }
+        self.steps += 1;
+        self.step_seconds += seconds;
+        self.pass_seconds += pass;
+        self.submit_seconds += submit;
     }
 
     /// Counts a generated token that came `since` after the sequence's submission (its

@@ -87,6 +87,8 @@ pub(super) struct Worker {
     /// taken); never above the blocks that can be taken.
     promised: usize,
     metrics: SchedulerMetrics,
+    /// Seconds of the current step's forward passes, and of their host part.
+    pass_time: (f64, f64),
     logits: Vec<f32>,
     /// The queue and the figures shared with the [`Scheduler`](super::Scheduler) handle.
     shared: Arc<Shared>,
@@ -114,6 +116,7 @@ impl Worker {
             active: Vec::new(),
             promised: 0,
             metrics: SchedulerMetrics::default(),
+            pass_time: (0.0, 0.0),
             logits: Vec::new(),
             shared,
         }
@@ -167,8 +170,18 @@ impl Worker {
         self.shared.progress.notify_all();
     }
 
-    /// One step: drop cancelled sequences, admit, decode, evaluate one prefill pass.
+    /// One step: drop cancelled sequences, admit, decode, evaluate one prefill pass; its
+    /// time and its passes' time counted in the metrics.
     fn step(&mut self) {
+        let started = Instant::now();
+        self.pass_time = (0.0, 0.0);
+        self.run_step();
+        let (pass, submit) = self.pass_time;
+        self.metrics
+            .step(started.elapsed().as_secs_f64(), pass, submit);
+    }
+
+    fn run_step(&mut self) {
         let mut cancelled = Vec::new();
         for (i, sequence) in self.active.iter().enumerate() {
             if sequence.sink.is_closed() {
@@ -376,6 +389,8 @@ impl Worker {
             self.forward(&batch, &sampled).map(|()| Picked::Logits)
         };
         let seconds = started.elapsed().as_secs_f64();
+        self.pass_time.0 += seconds;
+        self.pass_time.1 += self.scratch.submit_seconds;
         let picks = match picks {
             Ok(picks) => picks,
             Err(error) => {
@@ -517,7 +532,11 @@ impl Worker {
             logit_rows: &logit_rows,
             rows_alone: false,
         };
-        if let Err(error) = self.forward(&batch, &ending) {
+        let started = Instant::now();
+        let evaluated = self.forward(&batch, &ending);
+        self.pass_time.0 += started.elapsed().as_secs_f64();
+        self.pass_time.1 += self.scratch.submit_seconds;
+        if let Err(error) = evaluated {
             let failed = chunks
                 .iter()
                 .map(|&(i, ..)| (i, SequenceEvent::Failed(format!("prompt failed: {error}"))))
