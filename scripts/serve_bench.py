@@ -117,6 +117,27 @@ def run_batch(host, port, prompts, max_tokens, model, ignore_eos):
     return tokens / (end - begin), [r[0] for r in results], tokens
 
 
+def scrape_steps(host, port):
+    """The scheduler's step counters from /metrics (steps, seconds whole, in passes, on the
+    host), or None where the server has none."""
+    names = ["runit_steps_total", "runit_step_seconds_total",
+             "runit_step_pass_seconds_total", "runit_step_host_seconds_total"]
+    try:
+        connection = http.client.HTTPConnection(host, port, timeout=10)
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        values = {}
+        for line in response.read().decode().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in names:
+                values[parts[0]] = float(parts[1])
+        return [values[name] for name in names] if len(values) == len(names) else None
+    except OSError:
+        return None
+
+
 def percentile(values, fraction):
     ordered = sorted(values)
     position = fraction * (len(ordered) - 1)
@@ -182,6 +203,7 @@ def main():
     try:
         # Warm up (page in the weights) before timing.
         stream_request(host, port, "Hello", 8, None)
+        steps_before = scrape_steps(host, port)
         # Each round measures one request alone, then the concurrent batch, so that the two
         # figures of a round come from the same few seconds of a shared machine (whose speed
         # drifts); the speed-up is the median of the rounds' ratios.
@@ -202,6 +224,7 @@ def main():
             batch_rates.append(rate)
             batch_ttft += ttft
             batch_tokens.append(tokens)
+        steps_after = scrape_steps(host, port)
     finally:
         if process:
             process.kill()
@@ -217,6 +240,14 @@ def main():
         "concurrent_ttft_p50_s": percentile(batch_ttft, 0.5),
         "concurrent_ttft_p95_s": percentile(batch_ttft, 0.95),
     }
+    if steps_before and steps_after:
+        steps, seconds, passes, host_seconds = (
+            after - before for before, after in zip(steps_before, steps_after))
+        if steps > 0:
+            report["steps"] = int(steps)
+            report["step_ms"] = 1000 * seconds / steps
+            report["step_pass_fraction"] = passes / seconds
+            report["step_host_fraction"] = host_seconds / seconds
     report["speedup"] = statistics.median(
         batch / single for batch, single in zip(batch_rates, single_rates)
     )
@@ -234,6 +265,10 @@ def main():
           f"p50 {report['concurrent_ttft_p50_s'] * 1000:.0f} ms, "
           f"p95 {report['concurrent_ttft_p95_s'] * 1000:.0f} ms "
           f"(tokens per round: {batch_tokens})")
+    if "steps" in report:
+        print(f"scheduler steps: {report['steps']}, {report['step_ms']:.2f} ms each, "
+              f"{100 * report['step_pass_fraction']:.1f}% in forward passes, "
+              f"{100 * report['step_host_fraction']:.1f}% on the host (/metrics)")
 
 
 if __name__ == "__main__":
