@@ -40,6 +40,7 @@ struct Context<'a> {
     /// Whether the AVX-512 kernels run.
     wide: bool,
     /// Whether the scalar twins may be compiled with AVX2 and FMA (`Isa::Avx2`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fma: bool,
 }
 

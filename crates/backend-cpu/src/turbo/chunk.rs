@@ -118,6 +118,7 @@ impl Side<'_> {
     }
 
     /// The outliers' index bytes of cache row `cell` (every KV head's blocks).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn index_bytes(&self, cell: usize) -> &[u8] {
         let at = cell * self.row_bytes + self.indices.0;
         &self.bytes[at..at + self.indices.1]
