@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release -p runit-backend-cpu --example matmul_layers -- [TYPE] [N_IN] [N_OUT] [TOKENS] [LAYERS] [THREADS] [repacked]`
 //! (`repacked`: in the order of ggml's repacked weights, as a model's Q4_0, IQ4_NL, Q2_K and
-//! Q4_K matrices are).
+//! Q4_K matrices are; `alone`: every token row in its one-row order, as speculative
+//! verification runs them).
 
 use std::time::Instant;
 
@@ -26,7 +27,8 @@ fn main() {
     let tokens: usize = arg(3, "8").parse().expect("TOKENS");
     let layers: usize = arg(4, "30").parse().expect("LAYERS");
     let threads: usize = arg(5, "2").parse().expect("THREADS");
-    let layout = match arg(6, "plain").as_str() {
+    let mode = arg(6, "plain");
+    let layout = match mode.as_str() {
         "repacked" => Layout::Repacked,
         _ => Layout::Plain,
     };
@@ -46,7 +48,10 @@ fn main() {
             .num_threads(threads)
             .build()
             .expect("pool");
-        let parallelism = Parallelism::pool(&pool);
+        let parallelism = Parallelism {
+            rows_alone: mode == "alone",
+            ..Parallelism::pool(&pool)
+        };
         let mut scratch = Vec::new();
         let mut best = f64::MAX;
         for _ in 0..9 {
