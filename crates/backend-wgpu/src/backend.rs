@@ -154,6 +154,21 @@ fn main() {
 }
 ";
 
+/// The kernel of [`WgpuBackend::expf_on_device`]: `expf.wgsl` on each input.
+const EXPF_PROBE: &str = "
+struct Params { count: u32, zero: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inputs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 64u;
+    if i < p.count {
+        out[i] = expf(inputs[i]);
+    }
+}
+";
+
 /// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
 const TABLES_KEPT: usize = 64;
 const TABLE_BYTES_KEPT: usize = 4 << 20;
@@ -289,6 +304,26 @@ impl WgpuBackend {
         let bytes = self.read_bytes(OP, &out, 4)?;
         let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         Ok(value == 2f32.powi(-24))
+    }
+
+    /// `expf.wgsl` (the exponential of attention's softmax and of SiLU's last values, which
+    /// repeats glibc's `expf`) on each of `inputs`, for tests that compare it with libm's.
+    #[doc(hidden)]
+    pub fn expf_on_device(&self, inputs: &[f32]) -> Result<Vec<f32>, BackendError> {
+        const OP: &str = "expf probe";
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let buffer = self.storage(OP, inputs);
+        let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
+        let kernel = KernelSource {
+            name: "expf_probe".to_string(),
+            source: Box::new(|| format!("{EXPF_PROBE}\n{}", kernels::EXPF)),
+        };
+        let params = [inputs.len() as u32, 0];
+        self.dispatch(OP, kernel, &params, &[&buffer, &out], grid(inputs.len()))?;
+        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
     }
 
     /// This backend with its matrix-vector kernels summing in shared memory even where the
