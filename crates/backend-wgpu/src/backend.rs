@@ -127,6 +127,10 @@ pub struct WgpuBackend {
     pub(crate) params_ring: wgpu::Buffer,
     /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
     pub(crate) params_slot: u64,
+    /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
+    pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
+    pub(crate) reuse_bind_groups: bool,
     /// Read-only tables by content (`storage`).
     tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
@@ -277,6 +281,8 @@ impl WgpuBackend {
             pending: Mutex::default(),
             params_ring,
             params_slot,
+            bind_groups: Mutex::default(),
+            reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
@@ -324,6 +330,14 @@ impl WgpuBackend {
         self.dispatch(OP, kernel, &params, &[&buffer, &out], grid(inputs.len()))?;
         let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
         Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// This backend making a bind group for every dispatch instead of reusing those of
+    /// earlier batches that bound the same (the old way, which `examples/matmul_speed.rs`
+    /// times against the new; `RUNIT_WGPU_BIND_REUSE=0` sets it when the backend opens).
+    pub fn without_bind_group_reuse(mut self) -> WgpuBackend {
+        self.reuse_bind_groups = false;
+        self
     }
 
     /// This backend with its matrix-vector kernels summing in shared memory even where the
