@@ -80,6 +80,11 @@ fn wgpu_exact_matmul_matches_the_cpu_reference() {
 /// Every 997th f32 of [-87.33, -0.5], then every 8191st of [-0.5, 0].
 #[test]
 fn wgpu_expf_matches_libm() {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        // The device repeats glibc's `expf`; other libms round otherwise now and then.
+        println!("NOTICE: libm is not glibc's, expf not compared");
+        return;
+    }
     let backend = match WgpuBackend::new(0) {
         Ok(backend) => backend,
         Err(error) => {
