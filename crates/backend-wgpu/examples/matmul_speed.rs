@@ -44,6 +44,39 @@ fn time(
     Ok(best)
 }
 
+/// Dispatches [`record_small`] records.
+const SMALL_DISPATCHES: usize = 20_000;
+
+/// Nanoseconds this thread has run on a CPU (Linux's `/proc/thread-self/schedstat`), which
+/// leaves out the device's work where the device is the CPU (lavapipe runs it on threads of
+/// its own, which compete with the recording thread for the cores).
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
+}
+
+/// Microseconds per dispatch of [`SMALL_DISPATCHES`] small `scale`s (64 values): wall time
+/// to record them, the recording thread's CPU time (where the system tells it), and wall
+/// time to record and run them.
+fn record_small(backend: &WgpuBackend) -> Result<[Option<f64>; 3], BackendError> {
+    let mut small = backend.alloc(64)?;
+    backend.upload(&mut small, &[1.0; 64])?;
+    backend.synchronize()?;
+    let start = Instant::now();
+    let cpu_start = thread_cpu_ns();
+    for _ in 0..SMALL_DISPATCHES {
+        backend.scale(&mut small, 1.0, 64)?;
+    }
+    let recorded = start.elapsed().as_secs_f64();
+    let cpu = cpu_start
+        .zip(thread_cpu_ns())
+        .map(|(a, b)| (b - a) as f64 * 1e-9);
+    backend.synchronize()?;
+    let total = start.elapsed().as_secs_f64();
+    let per = |seconds: f64| seconds / SMALL_DISPATCHES as f64 * 1e6;
+    Ok([Some(per(recorded)), cpu.map(per), Some(per(total))])
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -61,22 +94,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fast.adapter(),
         fast.uses_subgroups()
     );
-    let mut small = fast.alloc(64)?;
-    fast.upload(&mut small, &[1.0; 64])?;
-    fast.synchronize()?;
-    let dispatches = 20_000;
-    let start = Instant::now();
-    for _ in 0..dispatches {
-        fast.scale(&mut small, 1.0, 64)?;
+    // Recording cost, bind groups reused across batches (new) or made per dispatch (old),
+    // alternated.
+    let old_way = WgpuBackend::new(0)?.without_bind_group_reuse();
+    for round in 0..3 {
+        for (name, backend) in [("old", &old_way), ("new", &fast)] {
+            let [recorded, cpu, total] = record_small(backend)?.map(|us| us.unwrap_or(f64::NAN));
+            println!(
+                "host ({name}, round {round}): {recorded:.2} us to record a dispatch \
+                 ({cpu:.2} us of the recording thread's CPU time); {total:.2} us each with the \
+                 device's work ({SMALL_DISPATCHES} in a row)"
+            );
+        }
     }
-    let recorded = start.elapsed().as_secs_f64();
-    fast.synchronize()?;
-    let total = start.elapsed().as_secs_f64();
-    println!(
-        "host: {:.2} us to record a dispatch; {:.2} us each with the device's work ({dispatches} in a row)",
-        recorded / dispatches as f64 * 1e6,
-        total / dispatches as f64 * 1e6
-    );
     println!(
         "[{}x{}] weights; ms per matmul (weight GB/s)",
         shape[1], shape[0]

@@ -127,6 +127,10 @@ pub struct WgpuBackend {
     pub(crate) params_ring: wgpu::Buffer,
     /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
     pub(crate) params_slot: u64,
+    /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
+    pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
+    pub(crate) reuse_bind_groups: bool,
     /// Read-only tables by content (`storage`).
     tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
@@ -151,6 +155,21 @@ struct Params { unused: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 fn main() {
     // `p` is bound by every dispatch; adding its zero keeps it in the layout.
     out[0] = fma(inputs[0], inputs[1], inputs[2]) + f32(p.unused);
+}
+";
+
+/// The kernel of [`WgpuBackend::expf_on_device`]: `expf.wgsl` on each input.
+const EXPF_PROBE: &str = "
+struct Params { count: u32, zero: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inputs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 64u;
+    if i < p.count {
+        out[i] = expf(inputs[i]);
+    }
 }
 ";
 
@@ -262,6 +281,8 @@ impl WgpuBackend {
             pending: Mutex::default(),
             params_ring,
             params_slot,
+            bind_groups: Mutex::default(),
+            reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
@@ -289,6 +310,34 @@ impl WgpuBackend {
         let bytes = self.read_bytes(OP, &out, 4)?;
         let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         Ok(value == 2f32.powi(-24))
+    }
+
+    /// `expf.wgsl` (the exponential of attention's softmax and of SiLU's last values, which
+    /// repeats glibc's `expf`) on each of `inputs`, for tests that compare it with libm's.
+    #[doc(hidden)]
+    pub fn expf_on_device(&self, inputs: &[f32]) -> Result<Vec<f32>, BackendError> {
+        const OP: &str = "expf probe";
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let buffer = self.storage(OP, inputs);
+        let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
+        let kernel = KernelSource {
+            name: "expf_probe".to_string(),
+            source: Box::new(|| format!("{EXPF_PROBE}\n{}", kernels::EXPF)),
+        };
+        let params = [inputs.len() as u32, 0];
+        self.dispatch(OP, kernel, &params, &[&buffer, &out], grid(inputs.len()))?;
+        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// This backend making a bind group for every dispatch instead of reusing those of
+    /// earlier batches that bound the same (the old way, which `examples/matmul_speed.rs`
+    /// times against the new; `RUNIT_WGPU_BIND_REUSE=0` sets it when the backend opens).
+    pub fn without_bind_group_reuse(mut self) -> WgpuBackend {
+        self.reuse_bind_groups = false;
+        self
     }
 
     /// This backend with its matrix-vector kernels summing in shared memory even where the

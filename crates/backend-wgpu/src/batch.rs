@@ -5,7 +5,9 @@
 //! needs its results (a read-back, a wait, an upload that must land after it) or when it
 //! holds [`MAX_BATCH`] dispatches or copies.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use runit_backend::OpResult;
 
@@ -32,6 +34,45 @@ impl<'a> Range<'a> {
             offset: 0,
             bytes: buffer.size(),
         }
+    }
+}
+
+/// Bind groups kept per generation: beyond it the older generation is dropped (a decode
+/// step records about 650 dispatches, so a step's bind groups stay while tokens repeat it).
+const BIND_GROUPS_KEPT: usize = 4096;
+
+/// What a dispatch binds: its pipeline (by address: pipelines are never dropped), its
+/// parameter slot in the ring (offset, bytes) and each buffer range (buffer, offset, bytes).
+#[derive(PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: usize,
+    params: (u64, u64),
+    ranges: Vec<(wgpu::Buffer, u64, u64)>,
+}
+
+/// Bind groups by what they bind, reused across batches: a decode step records the same
+/// dispatches, over the same buffers and the same parameter slots, token after token, so
+/// only the tables that change (cache cells, RoPE angles) need new ones. Two generations,
+/// the older dropped when the newer is full: a bind group keeps its buffers alive, so one
+/// not used for a generation goes.
+#[derive(Default)]
+pub(crate) struct BindGroups {
+    current: HashMap<BindKey, wgpu::BindGroup>,
+    previous: HashMap<BindKey, wgpu::BindGroup>,
+}
+
+impl BindGroups {
+    /// The bind group of `key`, made by `make` where none is kept.
+    fn get(&mut self, key: BindKey, make: impl FnOnce() -> wgpu::BindGroup) -> wgpu::BindGroup {
+        if let Some(group) = self.current.get(&key) {
+            return group.clone();
+        }
+        let group = self.previous.remove(&key).unwrap_or_else(make);
+        if self.current.len() >= BIND_GROUPS_KEPT {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(key, group.clone());
+        group
     }
 }
 
@@ -134,29 +175,46 @@ impl WgpuBackend {
             .extend_from_slice(bytemuck::cast_slice(params));
         let slot_end = (offset + self.params_slot) as usize;
         pending.params.resize(slot_end, 0);
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.params_ring,
-                offset,
-                size: wgpu::BufferSize::new(bytes),
-            }),
-        }];
-        for (index, range) in ranges.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: index as u32 + 1,
+        let make = || {
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: range.buffer,
-                    offset: range.offset,
-                    size: wgpu::BufferSize::new(range.bytes),
+                    buffer: &self.params_ring,
+                    offset,
+                    size: wgpu::BufferSize::new(bytes),
                 }),
-            });
-        }
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(op),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
+            }];
+            for (index, range) in ranges.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: index as u32 + 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: range.buffer,
+                        offset: range.offset,
+                        size: wgpu::BufferSize::new(range.bytes),
+                    }),
+                });
+            }
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(op),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            })
+        };
+        let bind_group = match self.reuse_bind_groups {
+            true => {
+                let key = BindKey {
+                    pipeline: Arc::as_ptr(&pipeline) as usize,
+                    params: (offset, bytes),
+                    ranges: ranges
+                        .iter()
+                        .map(|r| (r.buffer.clone(), r.offset, r.bytes))
+                        .collect(),
+                };
+                let mut groups = self.bind_groups.lock().unwrap_or_else(|p| p.into_inner());
+                groups.get(key, make)
+            }
+            false => make(),
+        };
         if pending.pass.is_none() {
             let pass = self
                 .encoder(&mut pending)

@@ -253,9 +253,9 @@ const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
 /// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
-/// `expf` near correctly rounded, as the CPU's libm computes it, with the exact float
+/// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.
-const EXPF: &str = concat!(
+pub(crate) const EXPF: &str = concat!(
     include_str!("shaders/precise.wgsl"),
     include_str!("shaders/expf.wgsl")
 );

@@ -54,7 +54,9 @@
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters
 //! from a slot of one uniform ring buffer written once per submit; the batch is submitted at
-//! a read-back, a wait, an upload, or every 512 commands. `RUNIT_WGPU_COUNTS=1` prints the
+//! a read-back, a wait, an upload, or every 512 commands. Bind groups are kept by what they
+//! bind (pipeline, parameter slot, buffer ranges) and reused by later batches: a decode step
+//! repeats the last one's dispatches, so only those over changed tables make new ones. `RUNIT_WGPU_COUNTS=1` prints the
 //! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]).
 //!
 //! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe), each chunk

@@ -72,3 +72,50 @@ fn wgpu_without_subgroups_matches_the_cpu_reference() {
 fn wgpu_exact_matmul_matches_the_cpu_reference() {
     parity(true, true);
 }
+
+/// The one-chunk attention's and SiLU's `expf` equals libm's (glibc's, which the CPU backend
+/// calls), including where glibc's is not the correctly rounded value: exp(-4.381999) rounds
+/// up (0.5007 ulp), which a correctly rounded exp on the device once moved an attention
+/// output of the SmolLM2 Q4_0 requantization by an ulp (and its log-probabilities by 0.05).
+/// Every 997th f32 of [-87.33, -0.5], then every 8191st of [-0.5, 0].
+#[test]
+fn wgpu_expf_matches_libm() {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        // The device repeats glibc's `expf`; other libms round otherwise now and then.
+        println!("NOTICE: libm is not glibc's, expf not compared");
+        return;
+    }
+    let backend = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter, expf not checked: {error}");
+            return;
+        }
+    };
+    let mut inputs: Vec<f32> = vec![f32::from_bits(0xc08c_3956), 0.0, -1.0];
+    inputs.extend(
+        (0.5f32.to_bits()..87.33f32.to_bits())
+            .step_by(997)
+            .map(|bits| -f32::from_bits(bits)),
+    );
+    inputs.extend(
+        (0..0.5f32.to_bits())
+            .step_by(8191)
+            .map(|bits| -f32::from_bits(bits)),
+    );
+    let device = backend.expf_on_device(&inputs).expect("expf on the device");
+    let differing: Vec<(f32, f32, f32)> = inputs
+        .iter()
+        .zip(&device)
+        .filter(|(x, got)| x.exp().to_bits() != got.to_bits())
+        .map(|(&x, &got)| (x, x.exp(), got))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "{} of {} differ (x, libm, device): {:?}",
+        differing.len(),
+        inputs.len(),
+        &differing[..differing.len().min(8)]
+    );
+}

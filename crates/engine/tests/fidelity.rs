@@ -155,10 +155,11 @@ fn run(select: impl Fn(&str, &str) -> bool) {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        // `RUNIT_FIDELITY_ONLY=requant-F16` checks only the golden files naming it.
+        // `RUNIT_FIDELITY_ONLY=requant-F16` checks only the golden files naming it;
+        // `RUNIT_FIDELITY_ONLY=requant-F16,requant-BF16` those naming either.
         let only = std::env::var("RUNIT_FIDELITY_ONLY").ok();
         if !select(&model_file, &golden_name)
-            || only.is_some_and(|part| !golden_name.contains(&part))
+            || only.is_some_and(|parts| !parts.split(',').any(|part| golden_name.contains(part)))
         {
             continue;
         }
