@@ -290,14 +290,19 @@ fn gemv_f16_rows<const R: usize>(
     let native = half_arith::body_len(n);
     let tail = exact_tail();
     let y = f16_row(&activation[..2 * native]);
+    // The weights as f16 values once for the call (borrowed: a model's rows are aligned),
+    // not a copy-or-borrow per row of every group, which cost ~6% of an F16 decode step.
+    let values = f16_row(&weight_rows[..weight_rows.len() / row_bytes / R * R * row_bytes]);
     let groups = weight_rows.chunks_exact(R * row_bytes);
     let last = groups.remainder();
     let mut outs = out.chunks_exact_mut(R);
-    for (group, out) in groups.zip(outs.by_ref()) {
+    for ((index, group), out) in groups.enumerate().zip(outs.by_ref()) {
         let rows: [&[u8]; R] = std::array::from_fn(|r| &group[r * row_bytes..(r + 1) * row_bytes]);
         let starts = if native > 0 {
-            let xs = rows.map(|row| f16_row(&row[..2 * native]));
-            body(std::array::from_fn(|r| &*xs[r]), &y, R * n)
+            let first = index * R * n;
+            let xs: [&[f16]; R] =
+                std::array::from_fn(|r| &values[first + r * n..first + r * n + native]);
+            body(xs, &y, R * n)
         } else {
             [f16::ZERO; R]
         };
