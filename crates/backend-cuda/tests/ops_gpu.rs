@@ -5,6 +5,8 @@
 //! Without a CUDA driver or device every test prints a notice and passes, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
+mod common;
+
 use runit_backend::testing::parity::ATTENTION_BOUND;
 use runit_backend::testing::{nmse, Rng};
 use runit_backend::{
@@ -22,15 +24,7 @@ type Shape = (usize, usize, usize);
 type Sequences = &'static [(usize, usize)];
 
 fn cuda() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
-        Ok(cuda) => Some(cuda),
-        Err(error) => {
-            let required = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
-            assert!(!required, "RUNIT_REQUIRE_GPU=1 but: {error}");
-            println!("NOTICE: no CUDA device, GPU op tests not run: {error}");
-            None
-        }
-    }
+    common::cuda_or_notice("GPU op tests")
 }
 
 fn reference() -> CpuBackend {

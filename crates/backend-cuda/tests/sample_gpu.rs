@@ -8,21 +8,15 @@
 //! Without a CUDA driver or device every test prints a notice and passes, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
+mod common;
+
 use runit_backend::sample::{sample_row, Filters, Penalties, RowSampling};
 use runit_backend::testing::Rng;
 use runit_backend::Device;
 use runit_backend_cuda::CudaBackend;
 
 fn cuda() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
-        Ok(cuda) => Some(cuda),
-        Err(error) => {
-            let required = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
-            assert!(!required, "RUNIT_REQUIRE_GPU=1 but: {error}");
-            println!("NOTICE: no CUDA device, GPU sampling tests not run: {error}");
-            None
-        }
-    }
+    common::cuda_or_notice("GPU sampling tests")
 }
 
 /// One row's settings, with the lists `RowSampling` borrows.

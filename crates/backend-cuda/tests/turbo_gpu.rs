@@ -18,6 +18,8 @@
 //! Without a CUDA driver or device every test prints a notice and passes, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
+mod common;
+
 use runit_backend::testing::{nmse, Rng};
 use runit_backend::turbo::{self, TurboLayout, BLOCK};
 use runit_backend::{
@@ -34,15 +36,7 @@ const CODE_FLIP_SHARE: f64 = 1e-4;
 const ATTENTION_RELATIVE_ERROR: f32 = 1e-3;
 
 fn cuda() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
-        Ok(cuda) => Some(cuda),
-        Err(error) => {
-            let required = std::env::var("RUNIT_REQUIRE_GPU").is_ok_and(|v| v == "1");
-            assert!(!required, "RUNIT_REQUIRE_GPU=1 but: {error}");
-            println!("NOTICE: no CUDA device, TurboQuant GPU tests not run: {error}");
-            None
-        }
-    }
+    common::cuda_or_notice("TurboQuant GPU tests")
 }
 
 fn reference() -> CpuBackend {
