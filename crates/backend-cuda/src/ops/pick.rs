@@ -49,18 +49,7 @@ pub fn greedy_pick(
     let chunk = width.div_ceil(parts);
     // [ids | log-probabilities as f32 bits | partials: rows × parts × (value, index, sum)]
     let needed = product(OP, "rows × parts", rows, 3 * parts)?.saturating_add(2 * rows);
-    if slot
-        .as_ref()
-        .is_none_or(|s: &CudaSlice<u32>| s.len() < needed)
-    {
-        *slot = None;
-        let slice = backend
-            .stream()
-            .alloc_zeros::<u32>(needed)
-            .map_err(|e| backend.driver_error(OP, e))?;
-        *slot = Some(slice);
-    }
-    let scratch = slot.as_ref().expect("allocated above");
+    let scratch = grown(backend, OP, &mut slot, needed)?;
     let ids = device_address(scratch, backend.stream());
     let logprobs = ids + 4 * rows as u64;
     let partials = ids + 8 * rows as u64;
@@ -115,4 +104,23 @@ pub fn greedy_pick(
             logprob: f32::from_bits(host[rows + r]),
         })
         .collect())
+}
+
+/// The pick scratch in `slot` (the backend's `pick_scratch`, locked by the caller), replaced
+/// by a larger one when it holds fewer than `needed` words.
+pub(crate) fn grown<'s>(
+    backend: &CudaBackend,
+    op: &'static str,
+    slot: &'s mut Option<CudaSlice<u32>>,
+    needed: usize,
+) -> Result<&'s CudaSlice<u32>, BackendError> {
+    if slot.as_ref().is_none_or(|s| s.len() < needed) {
+        *slot = None;
+        let slice = backend
+            .stream()
+            .alloc_zeros::<u32>(needed)
+            .map_err(|e| backend.driver_error(op, e))?;
+        *slot = Some(slice);
+    }
+    Ok(slot.as_ref().expect("allocated above"))
 }

@@ -11,7 +11,7 @@
 //! tokens (+100, which bans the rest of the vocabulary), and non-greedy rows that keep more
 //! than [`K_MAX`] candidates (top-k of 0 or above `K_MAX` on a wider row).
 
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use runit_backend::sample::{forces_tokens, min_p_log, sample_row, RowSampling, Sampled};
 use runit_backend::{BackendError, Buffer, Device};
 
@@ -208,18 +208,7 @@ fn sample_on_device(
         .pick_scratch()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if slot
-        .as_ref()
-        .is_none_or(|s: &CudaSlice<u32>| s.len() < needed)
-    {
-        *slot = None;
-        let slice = backend
-            .stream()
-            .alloc_zeros::<u32>(needed)
-            .map_err(|e| backend.driver_error(OP, e))?;
-        *slot = Some(slice);
-    }
-    let scratch = slot.as_ref().expect("allocated above");
+    let scratch = super::pick::grown(backend, OP, &mut slot, needed)?;
     let base = device_address(scratch, backend.stream());
     let at = |offset: usize| base + 4 * offset as u64;
     let (out_ids, out_logits) = (at(0), at(rows));
