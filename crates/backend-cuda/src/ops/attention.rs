@@ -11,7 +11,7 @@ use cudarc::driver::LaunchConfig;
 use runit_backend::{hadamard, Attention, AttentionParams, BackendError, Buffer, Device, KvType};
 
 use super::elementwise::{product, to_u32};
-use super::kv::{check_block_sizes, end_row};
+use super::kv::attended_end_row;
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend, StepView};
 use plan::{
@@ -87,15 +87,10 @@ pub fn attention(
             ),
         });
     }
-    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
-    let mut total_rows = 0usize;
-    for span in spans {
-        total_rows = total_rows.saturating_add(span.rows);
-        let end_position = span.start_position.saturating_add(span.rows);
-        span.check_cells(OP, 0..end_position, n_cells)?;
-    }
-    check_block_sizes(OP, spans)?;
-    let end_row = end_row(spans);
+    let end_row = attended_end_row(OP, spans, k_cache, v_cache)?;
+    let total_rows = spans
+        .iter()
+        .fold(0usize, |total, span| total.saturating_add(span.rows));
     let needed = product(OP, "rows × heads × head_dim", end_row, q_width)?;
     check_len(OP, "q", q, needed)?;
     check_len(OP, "out", out, needed)?;
@@ -201,13 +196,7 @@ fn attention_blocks(
             });
         }
     }
-    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
-    for span in spans {
-        let end_position = span.start_position.saturating_add(span.rows);
-        span.check_cells(OP, 0..end_position, n_cells)?;
-    }
-    check_block_sizes(OP, spans)?;
-    let end_row = end_row(spans);
+    let end_row = attended_end_row(OP, spans, k_cache, v_cache)?;
     if end_row == 0 {
         return Ok(());
     }

@@ -123,6 +123,23 @@ fn check(src: &Buffer, cache: &KvCache, spans: &[SequenceSpan]) -> Result<(), Ba
     Ok(())
 }
 
+/// Fails unless every span attends to cells the caches hold (positions up to its last row's)
+/// and every span has one block size; returns one past the last row any span owns.
+pub(crate) fn attended_end_row(
+    op: &'static str,
+    spans: &[SequenceSpan],
+    k_cache: &KvCache,
+    v_cache: &KvCache,
+) -> Result<usize, BackendError> {
+    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
+    for span in spans {
+        let end_position = span.start_position.saturating_add(span.rows);
+        span.check_cells(op, 0..end_position, n_cells)?;
+    }
+    check_block_sizes(op, spans)?;
+    Ok(end_row(spans))
+}
+
 /// The step buffer holds one block size (the first span's): every span must use it.
 pub(crate) fn check_block_sizes(
     op: &'static str,

@@ -20,7 +20,7 @@ use runit_backend::{
 };
 
 use super::elementwise::{product, to_u32};
-use super::kv::{check_block_sizes, end_row};
+use super::kv::attended_end_row;
 use crate::memory::{buffer_ptr, check_len, kv_mean_ptr, kv_ptr, DeviceKv};
 use crate::{launch, CudaBackend, StepView};
 
@@ -205,13 +205,7 @@ pub fn attention(
         }
         check_shape(cache.ty, cache.width, head_dim)?;
     }
-    let n_cells = k_cache.n_cells.min(v_cache.n_cells);
-    for span in spans {
-        let end_position = span.start_position.saturating_add(span.rows);
-        span.check_cells(OP, 0..end_position, n_cells)?;
-    }
-    check_block_sizes(OP, spans)?;
-    let end_row = end_row(spans);
+    let end_row = attended_end_row(OP, spans, k_cache, v_cache)?;
     if end_row == 0 {
         return Ok(());
     }
