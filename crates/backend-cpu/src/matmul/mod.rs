@@ -32,10 +32,10 @@ mod tinyblas;
 
 use runit_quant::dot::{
     activation_format, activation_row_bytes, block_offsets, block_quants, block_quants_len,
-    block_scales, block_scales_len, dot_fn, gemv_fn, multi_dot_fn, quantize_activation, tile_fn,
-    tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks, ActivationFormat,
-    BlockScales, DotFn, MultiDotFn, QuantLayout, SimdLevel, TablePointers, TileFn, TileOut,
-    TileRowsFn, BLOCK_SCALES_PADDING,
+    block_scales, block_scales_len, dot_fn, gemv_fn, multi_dot_fn, plain_tile_rows_fn,
+    quantize_activation, tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks,
+    ActivationFormat, BlockScales, DotFn, MultiDotFn, PlainTileRowsFn, QuantLayout, SimdLevel,
+    TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
 };
 use runit_quant::GgmlType;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -789,6 +789,7 @@ fn run_plain(
         ),
         None => TileKernel::Multi(
             multi_dot_fn(weight.ty, parallelism.level).expect("checked by check_shapes"),
+            plain_tile_rows_fn(weight.ty, parallelism.level),
         ),
     };
     let kernels = RowKernels {
@@ -912,8 +913,9 @@ enum TileKernel<'a> {
     /// A 32-element format, with the activations' f32 scale tables (and, where the CPU has
     /// it, the kernel that takes all of a task's weight rows in one call).
     Scaled(TileFn, Option<TileRowsFn>, BlockScales<'a>),
-    /// Any other type.
-    Multi(MultiDotFn),
+    /// Any other type (and, where the CPU has it, the kernel that takes all of a task's
+    /// weight rows in one call).
+    Multi(MultiDotFn, Option<PlainTileRowsFn>),
 }
 
 /// `y` shared between tasks that write disjoint parts of it.
@@ -971,22 +973,32 @@ unsafe fn tile_rows(
         let count = TOKENS_PER_TILE.min(tokens - first_token);
         let block =
             &activations[first_token * activation_bytes..(first_token + count) * activation_bytes];
+        let weights = || &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
+        // SAFETY: columns `rows` of tokens `first_token .. first_token + count` lie inside
+        // `y` (`[tokens, n_out]`) and belong to this task alone (the function's contract);
+        // `rows.len() <= n_out`.
+        let out = || unsafe {
+            TileOut::from_raw(
+                y.at(first_token * weight.n_out + rows.start),
+                count,
+                rows.len(),
+                weight.n_out,
+            )
+        };
+        if let TileKernel::Multi(_, Some(tile_rows)) = kernel {
+            // Every weight row of the task in one call, written in place.
+            tile_rows(weight.n_in, weights(), block, out());
+            continue;
+        }
         if let TileKernel::Scaled(_, Some(tile_rows), scales) = kernel {
             // Every weight row of the task in one call, written in place.
-            let weights = &weight.bytes[rows.start * row_bytes..rows.end * row_bytes];
-            let scales = scales.from_row(first_token);
-            // SAFETY: columns `rows` of tokens `first_token .. first_token + count` lie
-            // inside `y` (`[tokens, n_out]`) and belong to this task alone (the function's
-            // contract); `rows.len() <= n_out`.
-            let out = unsafe {
-                TileOut::from_raw(
-                    y.at(first_token * weight.n_out + rows.start),
-                    count,
-                    rows.len(),
-                    weight.n_out,
-                )
-            };
-            if tile_rows(weight.n_in, weights, block, scales, out) {
+            if tile_rows(
+                weight.n_in,
+                weights(),
+                block,
+                scales.from_row(first_token),
+                out(),
+            ) {
                 continue;
             }
         }
@@ -1000,7 +1012,7 @@ unsafe fn tile_rows(
                     scales.from_row(first_token),
                     &mut dots[..count],
                 ),
-                TileKernel::Multi(multi) => multi(weight.n_in, row, block, &mut dots[..count]),
+                TileKernel::Multi(multi, _) => multi(weight.n_in, row, block, &mut dots[..count]),
             }
             for (t, value) in dots[..count].iter().enumerate() {
                 // SAFETY: (first_token + t) < tokens and o < n_out, inside `y`; column `o`

@@ -36,6 +36,34 @@ pub type TileRowsFn = fn(
     out: TileOut<'_>,
 ) -> bool;
 
+/// `tile_rows(n, weight_rows, activations, out)`: [`TileRowsFn`] for the float formats,
+/// which have no block scale tables: every weight row of `weight_rows` (rows of `n`
+/// elements back to back) against every activation row of `activations`, row `r`'s result
+/// for token `c` to `out`'s `[c * stride + r]`, each equal to the single-row
+/// [`DotFn`](super::DotFn) bit for bit.
+pub type PlainTileRowsFn = fn(n: usize, weight_rows: &[u8], activations: &[u8], out: TileOut<'_>);
+
+/// The [`PlainTileRowsFn`] of `weight` at `level` (or a lower level of its fallback chain),
+/// where this CPU has one: F16 on CPUs with AVX512-FP16.
+pub fn plain_tile_rows_fn(weight: GgmlType, level: SimdLevel) -> Option<PlainTileRowsFn> {
+    if !level.is_available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        level
+            .fallback_chain()
+            .iter()
+            .filter(|candidate| candidate.is_available())
+            .find_map(|&candidate| x86::plain_tile_rows(weight, candidate))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = weight;
+        None
+    }
+}
+
 /// Where a [`TileRowsFn`] writes: `tokens` runs of `rows` results, `stride` values apart.
 /// Made from a slice, or from a pointer into a larger output that other threads fill in
 /// other columns at the same time (the matmul writes its tasks' results in place).

@@ -47,8 +47,9 @@ mod x86;
 
 pub use batched::{
     block_offsets, block_quants, block_quants_len, block_scales, block_scales_len, gemv_fn,
-    tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks, BlockScales, GemvFn,
-    QuantLayout, TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
+    plain_tile_rows_fn, tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks,
+    BlockScales, GemvFn, PlainTileRowsFn, QuantLayout, TablePointers, TileFn, TileOut, TileRowsFn,
+    BLOCK_SCALES_PADDING,
 };
 pub use ggml_repack::{is_repacked, repack_dot_fn, repack_one_order, repack_rows_fn, RowsFn};
 

@@ -840,3 +840,80 @@ fn f16_leftover_sums_equal_the_ordered_sum() {
         }
     }
 }
+
+/// The float formats' several-rows kernels ([`crate::dot::plain_tile_rows_fn`]: F16 on
+/// CPUs with AVX512-FP16) equal the scalar twin for every row and token: rows with and
+/// without leftovers and with no native part, row counts on both sides of a 32-dot group,
+/// and values whose leftover sums round in f64 (huge against tiny, subnormals), overflow,
+/// cancel to zero of either sign, or hold infinities and NaNs.
+#[test]
+fn plain_tile_rows_kernels_equal_the_scalar_twin() {
+    use crate::dot::{plain_tile_rows_fn, TileOut};
+    use half::f16;
+    let Some(tile_rows) = plain_tile_rows_fn(GgmlType::F16, SimdLevel::detect()) else {
+        eprintln!("no several-rows F16 kernel on this CPU; nothing to compare");
+        return;
+    };
+    let twin = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+    let mut random = Random(0xf16_7115);
+    let special = [
+        f16::INFINITY,
+        f16::NEG_INFINITY,
+        f16::NAN,
+        f16::from_bits(1),
+        f16::from_bits(0x8001),
+        f16::NEG_ZERO,
+        f16::MAX,
+        f16::from_f32(-60000.0),
+    ];
+    let bytes = |v: &[f16]| -> Vec<u8> { v.iter().flat_map(|h| h.to_le_bytes()).collect() };
+    for n in [64, 128, 200, 576, 1536] {
+        for (rows, tokens) in [(1, 1), (3, 2), (33, 5), (40, 8), (7, 13), (70, 3)] {
+            for kind in 0..4 {
+                let mut value = |seed: usize| -> f16 {
+                    let r = random.next();
+                    match kind {
+                        // Ordinary values.
+                        0 => f16::from_f32(random.value() * 0.1),
+                        // Sums that round: large and subnormal magnitudes mixed.
+                        1 => match r % 4 {
+                            0 => f16::from_f32(random.uniform() * 30000.0),
+                            1 => f16::from_bits((r >> 8) as u16 & 0x83ff),
+                            _ => f16::from_f32(random.uniform()),
+                        },
+                        // Cancellation: pairs of opposite products, zeros of both signs.
+                        2 => match (seed % 3, r % 3) {
+                            (0, _) => f16::from_f32(0.5),
+                            (1, _) => f16::from_f32(-0.5),
+                            (_, 0) => f16::NEG_ZERO,
+                            _ => f16::ZERO,
+                        },
+                        // A few specials among ordinary values.
+                        _ if r.is_multiple_of(23) => special[(r >> 8) as usize % special.len()],
+                        _ => f16::from_f32(random.value()),
+                    }
+                };
+                let weights: Vec<f16> = (0..rows * n).map(&mut value).collect();
+                let activations: Vec<f16> = (0..tokens * n).map(&mut value).collect();
+                let (weights, activations) = (bytes(&weights), bytes(&activations));
+                let mut out = vec![f32::NAN; rows * tokens];
+                tile_rows(n, &weights, &activations, TileOut::new(&mut out, rows));
+                for r in 0..rows {
+                    for t in 0..tokens {
+                        let want = twin(
+                            n,
+                            &weights[r * 2 * n..(r + 1) * 2 * n],
+                            &activations[t * 2 * n..(t + 1) * 2 * n],
+                        );
+                        let got = out[t * rows + r];
+                        assert!(
+                            got.to_bits() == want.to_bits(),
+                            "n {n} kind {kind} row {r} of {rows} token {t} of {tokens}: \
+                             {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

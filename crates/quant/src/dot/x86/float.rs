@@ -233,7 +233,7 @@ pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 /// The exact leftover sum where AVX-512 DQ has it.
-fn exact_tail() -> Option<ExactTail> {
+pub(super) fn exact_tail() -> Option<ExactTail> {
     if super::has_avx512_dq() {
         Some(|x, y, start| {
             // SAFETY: `has_avx512_dq` confirmed AVX-512 F/BW/VL/DQ; the F16 kernels are

@@ -197,6 +197,119 @@ pub unsafe fn dot_body_x4(xs: [&[f16]; 4], y: &[f16], ahead: usize) -> [f16; 4] 
     unsafe { body_rows(pointers, y.as_ptr(), n, ahead) }
 }
 
+/// The native parts of one weight row `w` against `T` activation rows `ys`, each left as the
+/// 32-lane sum that [`reduce`] starts from (`(acc0 + acc2) + (acc1 + acc3)`) for
+/// [`reduce_32`] to finish; `n` (a multiple of 128) elements of each. The product is ggml's
+/// `x * y + acc` with the operands in either order (a product rounds the same either way).
+/// `next` (the next weight row) is prefetched as `w` is read.
+///
+/// # Safety
+/// Requires AVX512-FP16 and AVX-512 F/BW/VL; `w` and every `ys[t]` point at `n` readable
+/// values.
+// The step loop indexes the accumulators and the element offsets by the same register `j`.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(super) unsafe fn body_tokens<const T: usize>(
+    w: *const f16,
+    ys: [*const f16; T],
+    n: usize,
+    next: *const f16,
+) -> [__m512i; T] {
+    let mut acc = [[_mm512_setzero_si512(); 4]; T];
+    for step in (0..n).step_by(STEP) {
+        for line in 0..4 {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(step + WIDE * line).cast());
+        }
+        for j in 0..4 {
+            let at = step + WIDE * j;
+            // SAFETY: `at + 32 <= n`, inside the weight row and every activation row (the
+            // caller's promise).
+            let a = unsafe { load(w.add(at)) };
+            for t in 0..T {
+                // SAFETY: as above.
+                let b = unsafe { load(ys[t].add(at)) };
+                acc[t][j] = fmadd(a, b, acc[t][j]);
+            }
+        }
+    }
+    // A plain loop: a closure (`map`) would not inherit the caller's target features, and
+    // the additions would become calls.
+    let mut sums = [_mm512_setzero_si512(); T];
+    for t in 0..T {
+        sums[t] = add(add(acc[t][0], acc[t][2]), add(acc[t][1], acc[t][3]));
+    }
+    sums
+}
+
+/// Where [`reduce_32`] wants dot `i`'s register so that lane `i` of its result is that dot's
+/// sum (the order its lane-pair shuffles leave the dots in, inverted).
+pub(super) const fn reduce_32_slot(i: usize) -> usize {
+    16 * (i % 2) + 4 * ((i / 2) % 4) + i / 8
+}
+
+/// The rest of [`reduce`] (from its first 32-lane sum) for 32 dot products at once: the
+/// same additions of the same lanes, two to thirty-two dots per instruction. Lane `i` of
+/// the result is the sum of the register at `sums[reduce_32_slot(i)]`.
+///
+/// # Safety
+/// Requires AVX512-FP16 and AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn reduce_32(sums: &[__m512i; 32]) -> __m512i {
+    // Plain loops: closures (`from_fn`) would not inherit this function's target features.
+    // Lanes j and j + 16 of registers p, q: [p's 16 | q's 16].
+    let mut sixteen = [_mm512_setzero_si512(); 16];
+    for k in 0..16 {
+        let (p, q) = (sums[2 * k], sums[2 * k + 1]);
+        sixteen[k] = add(
+            _mm512_shuffle_i64x2::<0b01_00_01_00>(p, q),
+            _mm512_shuffle_i64x2::<0b11_10_11_10>(p, q),
+        );
+    }
+    // Lanes j and j + 8 of each 16: four dots' 8 lanes, one per 128-bit quarter.
+    let mut eight = [_mm512_setzero_si512(); 8];
+    for k in 0..8 {
+        let (u, v) = (sixteen[2 * k], sixteen[2 * k + 1]);
+        eight[k] = add(
+            _mm512_shuffle_i64x2::<0b10_00_10_00>(u, v),
+            _mm512_shuffle_i64x2::<0b11_01_11_01>(u, v),
+        );
+    }
+    // Lanes j and j + 4 of each 8: two dots' 4 lanes per quarter.
+    let mut four = [_mm512_setzero_si512(); 4];
+    for k in 0..4 {
+        let (w, z) = (eight[2 * k], eight[2 * k + 1]);
+        four[k] = add(_mm512_unpacklo_epi64(w, z), _mm512_unpackhi_epi64(w, z));
+    }
+    // `[t0 + t2, t1 + t3]`: one dot per 32-bit lane.
+    let mut two = [_mm512_setzero_si512(); 2];
+    for k in 0..2 {
+        let (m, n) = (
+            _mm512_castsi512_ps(four[2 * k]),
+            _mm512_castsi512_ps(four[2 * k + 1]),
+        );
+        two[k] = add(
+            _mm512_castps_si512(_mm512_shuffle_ps::<0b10_00_10_00>(m, n)),
+            _mm512_castps_si512(_mm512_shuffle_ps::<0b11_01_11_01>(m, n)),
+        );
+    }
+    // The two halves of each 32-bit lane: the first register's dots in the even lanes, the
+    // second's in the odd ones.
+    let odd = 0xaaaa_aaaa;
+    let (g, h) = (two[0], two[1]);
+    add(
+        _mm512_mask_blend_epi16(odd, g, _mm512_slli_epi32::<16>(h)),
+        _mm512_mask_blend_epi16(odd, _mm512_srli_epi32::<16>(g), h),
+    )
+}
+
+/// The sum [`reduce`] makes of `sum` (`(acc0 + acc2) + (acc1 + acc3)`), for tests.
+#[cfg(test)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn reduce_one(sum: __m512i) -> f16 {
+    let zero = _mm512_setzero_si512();
+    reduce([sum, zero, zero, zero])
+}
+
 /// `y[i] = fma(x[i], v, y[i])` in f16 (`ggml_vec_mad_f16`'s native part) for
 /// `i < y.len()` rounded down to a multiple of 32 (`<= x.len()`).
 ///
@@ -229,6 +342,67 @@ pub unsafe fn scale(y: &mut [f16], v: f16) {
         unsafe {
             let product = mul(load(y.as_ptr().add(at)), factor);
             _mm512_storeu_si512(y.as_mut_ptr().add(at).cast(), product);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`reduce_32`] adds the lanes of 32 registers exactly as [`reduce`] adds each one's,
+    /// with the dots where [`reduce_32_slot`] says, on values whose sums round, overflow
+    /// and hit NaN.
+    #[test]
+    fn reduce_32_equals_reduce_per_dot() {
+        if !has_avx512_fp16() {
+            eprintln!("no AVX512-FP16 here; nothing to compare");
+            return;
+        }
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..200 {
+            let lanes: Vec<[u16; 32]> = (0..32)
+                .map(|dot| {
+                    std::array::from_fn(|_| {
+                        let r = next();
+                        let value = match (round + dot) % 7 {
+                            0 => (r % 60_000) as f32 - 30_000.0,
+                            1 if r % 5 == 0 => f32::INFINITY,
+                            2 if r % 61 == 0 => f32::NAN,
+                            _ => ((r % 2001) as f32 - 1000.0) / 97.0,
+                        };
+                        f16::from_f32(value).to_bits()
+                    })
+                })
+                .collect();
+            // SAFETY: AVX512-FP16 and AVX-512 F/BW/VL were confirmed above; every array
+            // holds 32 values.
+            unsafe {
+                let registers: Vec<__m512i> = lanes
+                    .iter()
+                    .map(|l| _mm512_loadu_si512(l.as_ptr().cast()))
+                    .collect();
+                let mut staged = [_mm512_setzero_si512(); 32];
+                for (dot, register) in registers.iter().enumerate() {
+                    staged[reduce_32_slot(dot)] = *register;
+                }
+                let mut out = [0u16; 32];
+                _mm512_storeu_si512(out.as_mut_ptr().cast(), reduce_32(&staged));
+                for (dot, register) in registers.iter().enumerate() {
+                    let want = reduce_one(*register);
+                    let got = f16::from_bits(out[dot]);
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "round {round} dot {dot}: {got} vs {want}"
+                    );
+                }
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ mod batched;
 pub(super) mod float;
 pub(crate) mod half;
 pub(crate) mod half_native;
+mod half_tile;
 mod kquants;
 mod legacy;
 pub(super) mod pairs;
@@ -17,7 +18,7 @@ pub(super) mod prepare;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{looped, DotFn, GemvFn, MultiDotFn, SimdLevel, TileFn, TileRowsFn};
+use super::{looped, DotFn, GemvFn, MultiDotFn, PlainTileRowsFn, SimdLevel, TileFn, TileRowsFn};
 use crate::GgmlType;
 
 pub(crate) fn has_avx2() -> bool {
@@ -214,4 +215,15 @@ pub(super) fn tile(weight: GgmlType, level: SimdLevel) -> Option<TileFn> {
 /// The several-weight-rows tile kernel of `weight` written for exactly `level`, if any.
 pub(super) fn tile_rows(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
     batched::tile_rows_kernel(weight, level)
+}
+
+/// The float formats' several-weight-rows kernel of `weight` at exactly `level`, if any:
+/// F16 at the AVX-512 level on CPUs with AVX512-FP16.
+pub(super) fn plain_tile_rows(weight: GgmlType, level: SimdLevel) -> Option<PlainTileRowsFn> {
+    match (level, weight) {
+        (SimdLevel::Avx512, GgmlType::F16) if half_tile::available() => {
+            Some(half_tile::tile_rows_f16)
+        }
+        _ => None,
+    }
 }
