@@ -31,18 +31,29 @@ pub const NO_FP16_VARIABLE: &str = "RUNIT_CPU_NO_AVX512FP16";
 /// An x86 extension some RunIT kernel is compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feature {
+    /// 256-bit integer vectors.
     Avx2,
+    /// Fused multiply-add.
     Fma,
+    /// f16 <-> f32 conversions (`vcvtph2ps`, `vcvtps2ph`).
     F16c,
     /// 256-bit VEX `vpdpbusd` (Alder Lake and later).
     AvxVnni,
+    /// AVX-512 Foundation.
     Avx512F,
+    /// AVX-512 byte and word instructions.
     Avx512Bw,
+    /// AVX-512 instructions on 128- and 256-bit registers.
     Avx512Vl,
+    /// AVX-512 doubleword and quadword instructions.
     Avx512Dq,
+    /// AVX-512 `vpdpbusd`.
     Avx512Vnni,
+    /// AVX-512 byte permutes and `vpmultishiftqb`.
     Avx512Vbmi,
+    /// AVX-512 BF16 (`vdpbf16ps`).
     Avx512Bf16,
+    /// AVX-512 f16 arithmetic (`vfmadd…ph`).
     Avx512Fp16,
 }
 
