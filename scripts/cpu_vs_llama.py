@@ -11,6 +11,14 @@ threads more than RunIT's and inflate the ratios.
 
     scripts/cpu_vs_llama.py [--types Q4_0 F16 ...] [--threads 2] [--rounds 2] [--json FILE]
     scripts/cpu_vs_llama.py --models models/gemma-3-270m-q4_k_m.gguf ...   # any files instead
+    scripts/cpu_vs_llama.py --isa avx2 ...   # both restricted to AVX2 (an AVX2-only CPU's proxy)
+
+`--isa avx2` runs RunIT with RUNIT_CPU_ISA=avx2 (AVX2, FMA and F16C kernels only) and llama.cpp
+with only its `haswell` CPU variant: ggml loads every libggml-cpu-*.so beside llama-bench (and in
+the working directory) and takes the best scoring one, so the script makes a sibling folder
+(~/.cache/llama-cpu-avx2) with a copy of llama-bench (ggml searches the directory of the real
+executable) and links to everything else except the other variants, and checks that ggml reports
+loading libggml-cpu-haswell.so. The default, `--isa native`, lets both use everything the CPU has.
 
 llama-bench: the portable prebuilt (`llama-cpu-x86_64-*.tar.xz`) unpacked into
 ~/.cache/llama-cpu; without it, the source tarball is built there once (CMake and Ninja from
@@ -24,6 +32,7 @@ import glob
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +41,9 @@ import tarfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHORS = os.path.join(ROOT, "..", "shared", "anchors")
 CACHE = os.path.expanduser("~/.cache/llama-cpu")
+# --isa: RunIT's RUNIT_CPU_ISA value (None: no cap) and the llama.cpp CPU variant it matches
+# (None: the best one ggml scores on this CPU).
+ISA_MODES = {"native": (None, None), "avx2": ("avx2", "haswell")}
 SOURCE_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
          "IQ4_NL", "IQ4_XS", "F16", "BF16"]
@@ -68,6 +80,42 @@ def llama_bench():
     return binary
 
 
+def restricted_bench(bench, variant, mode):
+    """llama-bench in a sibling folder (named after `mode`) whose only CPU variant is
+    libggml-cpu-`variant`.so."""
+    real = os.path.realpath(bench)
+    source, executable = os.path.dirname(real), os.path.basename(real)
+    wanted = f"libggml-cpu-{variant}.so"
+    if not os.path.exists(os.path.join(source, wanted)):
+        sys.exit(f"--isa needs {wanted} beside {bench} (the prebuilt's variants; a native build has none)")
+    folder = f"{source}-{mode}"
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(source):
+        target, path = os.path.join(source, name), os.path.join(folder, name)
+        if os.path.lexists(path):
+            os.remove(path)
+        if name.startswith("libggml-cpu-") and name != wanted:
+            continue
+        if name == executable:
+            shutil.copy2(target, path)  # a real file: ggml looks beside the executable's real path
+        else:
+            os.symlink(target, path)
+    return os.path.join(folder, executable)
+
+
+def llama_env(bench):
+    return dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(bench))
+
+
+def llama_cpu_variant(bench):
+    """The CPU backend library ggml loads for `bench`, as it reports it on stderr."""
+    out = subprocess.run([bench, "--list-devices"], capture_output=True, text=True,
+                         env=llama_env(bench), cwd=os.path.dirname(bench))
+    loaded = [line.rsplit(" from ", 1)[1].strip() for line in out.stderr.splitlines()
+              if "loaded CPU backend from" in line]
+    return os.path.basename(loaded[-1]) if loaded else "libggml-cpu.so (built in, or not reported)"
+
+
 def model_for(runit, ty):
     """The SmolLM2 file of weight type `ty`, made with `runit quantize` when missing."""
     if ty == "Q4_1":
@@ -80,29 +128,42 @@ def model_for(runit, ty):
     return path
 
 
-def run_json(command, env=None):
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+def run_json(command, env=None, cwd=None):
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, cwd=cwd).stdout
     start = out.index("[") if out.lstrip().startswith("[") else out.index("{")
     return json.loads(out[start:])
 
 
-def runit_rates(runit, model, threads, batch):
-    """(pp128, tg64, tg GB/s, aggregate tg64 of `batch` rows) of one `runit bench` call each."""
-    base = [runit, "bench", "-m", model, "-r", "3", "-t", str(threads), "-o", "json"]
-    single = run_json(base + ["-p", "128", "-n", "64"])["results"]
-    pp = next(r for r in single if r["test"] == "pp128")
-    tg = next(r for r in single if r["test"] == "tg64")
-    rows = run_json(base + ["-p", "0", "-n", "64", "--batch", str(batch)])["results"][0]
+def runit_env(cap):
+    """The environment of `runit`: RUNIT_CPU_ISA=`cap`, or none at all without a cap."""
+    env = {k: v for k, v in os.environ.items() if k != "RUNIT_CPU_ISA"}
+    if cap:
+        env["RUNIT_CPU_ISA"] = cap
+    return env
+
+
+def runit_rates(runit, model, args, cap):
+    """(pp, tg, tg GB/s, aggregate tg of `batch` rows) of one `runit bench` call each."""
+    base = [runit, "bench", "-m", model, "-r", str(args.repetitions), "-t", str(args.threads),
+            "-o", "json"]
+    env = runit_env(cap)
+    single = run_json(base + ["-p", str(args.prompt), "-n", str(args.gen)], env)
+    if single.get("cpu_isa_cap") != cap:
+        sys.exit(f"runit bench ran with cap {single.get('cpu_isa_cap')!r}, not {cap!r} (an older binary?)")
+    pp = next(r for r in single["results"] if r["test"] == f"pp{args.prompt}")
+    tg = next(r for r in single["results"] if r["test"] == f"tg{args.gen}")
+    rows = run_json(base + ["-p", "0", "-n", str(args.gen), "--batch", str(args.batch)], env)["results"][0]
     return pp["avg_ts"], tg["avg_ts"], tg.get("weight_gbps") or 0.0, rows["avg_ts"]
 
 
-def llama_rates(bench, model, threads):
-    """(pp128, tg64) of one llama-bench call."""
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(bench))
-    results = run_json([bench, "-m", model, "-p", "128", "-n", "64", "-r", "3", "-t",
-                        str(threads), "-o", "json"], env)
-    pp = next(r for r in results if r["n_prompt"] == 128 and r["n_gen"] == 0)
-    tg = next(r for r in results if r["n_gen"] == 64 and r["n_prompt"] == 0)
+def llama_rates(bench, model, args):
+    """(pp, tg) of one llama-bench call, run in its own folder (ggml also loads CPU variants
+    from the working directory)."""
+    results = run_json([bench, "-m", model, "-p", str(args.prompt), "-n", str(args.gen), "-r",
+                        str(args.repetitions), "-t", str(args.threads), "-o", "json"],
+                       llama_env(bench), os.path.dirname(bench))
+    pp = next(r for r in results if r["n_prompt"] == args.prompt and r["n_gen"] == 0)
+    tg = next(r for r in results if r["n_gen"] == args.gen and r["n_prompt"] == 0)
     return pp["avg_ts"], tg["avg_ts"]
 
 
@@ -133,23 +194,37 @@ def main():
     parser.add_argument("--models", nargs="+", help="model files to compare instead of --types")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--llama-bench", help="llama-bench binary to use instead of the anchors' build")
+    parser.add_argument("--isa", choices=sorted(ISA_MODES), default="native",
+                        help="avx2: RunIT with RUNIT_CPU_ISA=avx2, llama.cpp with its haswell variant only")
+    parser.add_argument("-p", "--prompt", type=int, default=128, help="prompt tokens (pp test)")
+    parser.add_argument("-n", "--gen", type=int, default=64, help="generated tokens (tg test)")
+    parser.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions per bench call")
     args = parser.parse_args()
+    cap, variant = ISA_MODES[args.isa]
     bench = args.llama_bench or llama_bench()
+    if variant:
+        bench = restricted_bench(bench, variant, args.isa)
+    loaded = llama_cpu_variant(bench)
+    if variant and loaded != f"libggml-cpu-{variant}.so":
+        sys.exit(f"llama-bench in {os.path.dirname(bench)} loaded {loaded}, not the {variant} variant")
     model, flags = cpu_description()
     print(f"CPU: {model} ({os.cpu_count()} logical); flags: {flags}")
+    print(f"ISA mode: {args.isa} (RunIT: " + (f"RUNIT_CPU_ISA={cap}" if cap else "no cap") +
+          f"; llama.cpp: {loaded})")
     print(f"threads {args.threads}, rounds {args.rounds} (alternated), medians; llama.cpp: {bench}")
-    print(f"| {'model' if args.models else 'type'} | pp128 RunIT | pp128 llama.cpp | ratio | tg64 RunIT | tg64 llama.cpp | ratio "
-          f"| RunIT tg GB/s | RunIT {args.batch} rows tg64 |")
+    pp, tg = f"pp{args.prompt}", f"tg{args.gen}"
+    print(f"| {'model' if args.models else 'type'} | {pp} RunIT | {pp} llama.cpp | ratio | {tg} RunIT | {tg} llama.cpp | ratio "
+          f"| RunIT tg GB/s | RunIT {args.batch} rows {tg} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     table = []
     rows = ([(os.path.basename(m), m) for m in args.models] if args.models
             else [(ty, None) for ty in args.types])
     for ty, path in rows:
-        path = path or model_for(args.runit, ty)
+        path = os.path.abspath(path or model_for(args.runit, ty))
         ours, theirs = [], []
         for _ in range(args.rounds):
-            ours.append(runit_rates(args.runit, path, args.threads, args.batch))
-            theirs.append(llama_rates(bench, path, args.threads))
+            ours.append(runit_rates(args.runit, path, args, cap))
+            theirs.append(llama_rates(bench, path, args))
         median = lambda values, i: statistics.median(v[i] for v in values)
         row = {"type": ty, "pp_runit": median(ours, 0), "pp_llama": median(theirs, 0),
                "tg_runit": median(ours, 1), "tg_llama": median(theirs, 1),
@@ -161,8 +236,9 @@ def main():
               f"{row['tg_gbps']:.1f} | {row['batch_tg']:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"cpu": model, "flags": flags, "threads": args.threads, "rows": table}, out,
-                      indent=1)
+            json.dump({"cpu": model, "flags": flags, "isa": args.isa, "runit_cpu_isa": cap,
+                       "llama_cpu_variant": loaded, "threads": args.threads, "prompt": args.prompt,
+                       "gen": args.gen, "rows": table}, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,10 @@ impl CpuBackend {
                 backend: "cpu".to_string(),
                 op: "new",
                 message: format!(
-                    "SIMD level {simd:?} is not available on this CPU (best: {:?})",
-                    SimdLevel::detect()
+                    "SIMD level {simd:?} is not available on this CPU (best: {:?}{})",
+                    SimdLevel::detect(),
+                    runit_quant::cpu::cap_setting()
+                        .map_or_else(String::new, |cap| format!(" under {cap}"))
                 ),
             });
         }

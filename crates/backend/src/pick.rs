@@ -15,8 +15,8 @@ pub struct Pick {
 /// [`Pick`] of `row` on the host; the log-probability only with `log_probability`.
 pub fn pick_row(row: &[f32], log_probability: bool) -> Pick {
     #[cfg(target_arch = "x86_64")]
-    let (id, best_value) = if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected just above.
+    let (id, best_value) = if runit_quant::cpu::may_use(runit_quant::cpu::Feature::Avx2) {
+        // SAFETY: `may_use` confirmed AVX2 just above.
         unsafe { x86::argmax(row) }
     } else {
         argmax_scalar(row)
@@ -39,8 +39,8 @@ pub fn pick_row(row: &[f32], log_probability: bool) -> Pick {
 /// `-inf` (they add nothing).
 pub fn log_probability(logits: &[f32], id: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected just above.
+    if runit_quant::cpu::may_use(runit_quant::cpu::Feature::Avx2) {
+        // SAFETY: `may_use` confirmed AVX2 just above.
         return unsafe { x86::log_probability(logits, id) };
     }
     log_probability_scalar(logits, id)
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn simd_argmax_equals_the_scalar_twin() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
+        if !runit_quant::cpu::may_use(runit_quant::cpu::Feature::Avx2) {
             return;
         }
         let mut rng = crate::testing::Rng::new(0xa59);

@@ -59,6 +59,11 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse_from(args);
+    // A mistyped `RUNIT_CPU_ISA` would otherwise stop the first kernel choice with a panic.
+    if let Err(error) = runit_quant::cpu::cap() {
+        eprintln!("error: {error}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Chat(args) => commands::chat::run(args),
         Command::Bench(args) => commands::bench::run(args),

@@ -10,6 +10,7 @@
 //! [`dequantize`] and [`quantize`] convert whole tensors (or rows) between f32 and any of
 //! F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
 //! IQ4_NL and IQ4_XS; the per-type row functions live in [`dequant`] and [`quantize`].
+//! [`cpu`] says which x86 extensions the SIMD kernels of this and every other crate may use.
 
 mod error;
 mod types;
@@ -18,6 +19,7 @@ pub use error::QuantError;
 pub use types::{GgmlType, ALL_TYPES, QK_K};
 
 pub mod blocks;
+pub mod cpu;
 pub mod dequant;
 pub mod dot;
 pub mod quantize;

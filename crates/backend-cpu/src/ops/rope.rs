@@ -215,9 +215,9 @@ fn rotate_pair(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
 /// Rotates the first `rotary_dim` elements of one head (`head.len() == rotary_dim`).
 fn rotate_head(style: RopeStyle, cache: &[(f32, f32)], head: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: `is_x86_feature_detected!("fma")` just above confirmed the one feature
-        // `rotate_head_fma` is compiled with.
+    if runit_quant::cpu::may_use(runit_quant::cpu::Feature::Fma) {
+        // SAFETY: `may_use` just above confirmed the one feature `rotate_head_fma` is
+        // compiled with.
         return unsafe { rotate_head_fma(style, cache, head) };
     }
     rotate_head_portable(style, cache, head);

@@ -13,23 +13,23 @@
 //! `wide` flag, which only [`available`] sets.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use runit_backend::turbo::{self, BLOCK};
 
 use super::chunk::{Queries, Side, MAX_HEADS};
 use super::{EXP_MIN, EXP_POLYNOMIAL, LANES, LN2_HIGH, LN2_LOW};
 
-/// Whether this CPU runs these kernels (AVX-512 F, BW and VBMI, F16C, FMA).
+/// Whether this CPU runs these kernels (AVX-512 F, BW and VBMI, F16C, FMA) and
+/// [`runit_quant::cpu`] allows them.
 pub fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vbmi")
-            && is_x86_feature_detected!("f16c")
-            && is_x86_feature_detected!("fma")
-    })
+    use runit_quant::cpu::{may_use_all, Feature};
+    may_use_all(&[
+        Feature::Avx512F,
+        Feature::Avx512Bw,
+        Feature::Avx512Vbmi,
+        Feature::F16c,
+        Feature::Fma,
+    ])
 }
 
 /// Byte offset, within a block's codes, of the 64-bit word holding codes `16 j ..` of

@@ -55,11 +55,7 @@ impl Isa {
     /// The best kernels this machine runs, no better than `allow_simd` permits.
     pub fn detect(allow_simd: bool) -> Isa {
         #[cfg(target_arch = "x86_64")]
-        if allow_simd
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
+        if allow_simd && runit_quant::cpu::may_use_all(&runit_quant::cpu::AVX2) {
             return Isa::Avx2;
         }
         let _ = allow_simd;

@@ -367,3 +367,18 @@ fn builtin_names() -> String {
         .collect::<Vec<_>>()
         .join("|")
 }
+
+/// A line naming the cap `RUNIT_CPU_ISA` puts on the CPU kernels, the SIMD level it leaves
+/// and the x86 extensions in use; `None` without a cap.
+pub fn cpu_isa_cap_note() -> Option<String> {
+    let cap = runit_quant::cpu::cap_setting()?;
+    let features: Vec<&str> = runit_quant::cpu::usable()
+        .into_iter()
+        .map(runit_quant::cpu::Feature::name)
+        .collect();
+    Some(format!(
+        "CPU kernels capped by {cap}: SIMD level {:?}, x86 extensions used: {}",
+        runit_quant::dot::SimdLevel::detect(),
+        features.join(" ")
+    ))
+}

@@ -15,6 +15,9 @@ pub fn run(_args: Args) -> anyhow::Result<()> {
         cpu_model(),
         SimdLevel::detect()
     );
+    if let Some(note) = super::common::cpu_isa_cap_note() {
+        println!("          {note}");
+    }
     cuda();
     wgpu();
     Ok(())

@@ -209,13 +209,14 @@ pub enum SimdLevel {
 }
 
 impl SimdLevel {
-    /// The best level this CPU supports, detected once.
+    /// The best level this CPU supports within `RUNIT_CPU_ISA`'s cap ([`crate::cpu`]),
+    /// detected once.
     pub fn detect() -> SimdLevel {
         static DETECTED: OnceLock<SimdLevel> = OnceLock::new();
         *DETECTED.get_or_init(detect_uncached)
     }
 
-    /// True when this CPU can run kernels of this level.
+    /// True when this CPU can run kernels of this level and [`crate::cpu`]'s cap allows them.
     pub fn is_available(self) -> bool {
         match self {
             SimdLevel::Scalar => true,

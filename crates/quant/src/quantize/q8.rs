@@ -86,9 +86,9 @@ fn round_ties_even(value: f32) -> f32 {
 /// half away from zero) in rare last-bit cases, and activations must match ggml-cpu.
 fn quantize_activation_block(x: &[f32], q: &mut [i8; 32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if crate::cpu::may_use(crate::cpu::Feature::Avx2) {
         let x: &[f32; 32] = x.try_into().expect("blocks of 32 values");
-        // SAFETY: AVX2 was detected just above.
+        // SAFETY: `may_use` confirmed AVX2 just above.
         return unsafe { x86::quantize_activation_block(x, q) };
     }
     quantize_activation_block_scalar(x, q)
@@ -167,10 +167,10 @@ pub fn quantize_row_q8_1_activation(x: &[f32], y: &mut [BlockQ8_1]) {
         "Q8_1 activation: 32 values per block"
     );
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+    if crate::cpu::may_use_all(&[crate::cpu::Feature::Avx2, crate::cpu::Feature::F16c]) {
         for (x, block) in x.chunks_exact(32).zip(y.iter_mut()) {
             let x: &[f32; 32] = x.try_into().expect("blocks of 32 values");
-            // SAFETY: AVX2 and F16C were detected just above.
+            // SAFETY: `may_use_all` confirmed AVX2 and F16C just above.
             unsafe { x86::quantize_block_q8_1(x, block) };
         }
         return;

@@ -17,7 +17,7 @@ use runit_model::KvState;
 use decode::{DecodeBench, DecodeTest};
 use serde_json::json;
 
-use super::common::{load, ModelArgs};
+use super::common::{cpu_isa_cap_note, load, ModelArgs};
 use super::speculative::SpeculativeArgs;
 
 #[derive(clap::Args)]
@@ -138,6 +138,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     let loaded = load(&args.model)?;
+    if let (Some(note), Format::Md) = (cpu_isa_cap_note(), args.output_format) {
+        println!("{note}\n");
+    }
     if let Some(drafts) = args.speculative.load(&args.model, &loaded)? {
         return speculative::run(
             &loaded,
@@ -272,6 +275,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
                 "{}",
                 json!({"model": model_name, "size_bytes": loaded.file.file_size(), "params_m": params_m,
                        "backend": args.model.device, "threads": threads, "results": results,
+                       "cpu_isa_cap": runit_quant::cpu::cap().ok().flatten().map(|cap| cap.name()),
+                       "cpu_isa_note": cpu_isa_cap_note(),
                        "kv_cache": {"keys": kv_types.keys.name(), "values": kv_types.values.name(),
                                     "bytes_per_token": kv_bytes,
                                     "bytes_per_token_per_layer": kv_bytes / model.config.block_count.max(1)}})

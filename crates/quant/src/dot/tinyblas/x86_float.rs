@@ -7,7 +7,6 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use super::{check, prepared_unit_bytes, KernelFn};
 use crate::GgmlType;
@@ -17,9 +16,9 @@ const ROWS: usize = 4;
 /// Most tokens per tile (4 x 6 accumulators + 10 operands fit the 32 registers).
 const TOKENS: usize = 6;
 
+/// AVX-512 BF16 (`vdpbf16ps`), as [`crate::cpu`] allows it.
 fn has_bf16() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
+    crate::cpu::may_use(crate::cpu::Feature::Avx512Bf16)
 }
 
 /// One accumulator step of a float type.

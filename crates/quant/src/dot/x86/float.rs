@@ -3,7 +3,6 @@
 //! here, the reductions and the leftovers in the twin's own code.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use half::f16;
 
@@ -34,9 +33,9 @@ impl Element for F32 {
     }
 }
 
+/// AVX-512 BF16 (`vdpbf16ps`), as [`crate::cpu`] allows it.
 fn has_bf16() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
+    crate::cpu::may_use(crate::cpu::Feature::Avx512Bf16)
 }
 
 fn check(n: usize, bytes: usize, w: &[u8], a: &[u8]) {

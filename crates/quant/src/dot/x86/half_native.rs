@@ -8,7 +8,6 @@
 
 use std::arch::asm;
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use half::f16;
 
@@ -17,16 +16,12 @@ const WIDE: usize = 32;
 /// Elements of one step (`GGML_F16_STEP`): four registers.
 const STEP: usize = 4 * WIDE;
 
-/// True when this CPU runs the kernels of this module (AVX512-FP16 with AVX-512 F/BW/VL),
-/// unless `RUNIT_CPU_NO_AVX512FP16` is set (a measuring knob: the emulated kernels, which
-/// CPUs without AVX512-FP16 run, on one that has it; the results are the same).
+/// True when this CPU runs the kernels of this module (AVX512-FP16 with AVX-512 F/BW/VL)
+/// and [`crate::cpu`] lets it: `RUNIT_CPU_ISA` below `avx512`, or `RUNIT_CPU_NO_AVX512FP16`
+/// set, keeps the emulated kernels (those of CPUs without AVX512-FP16) on one that has it,
+/// for measuring; the results are the same.
 pub(crate) fn has_avx512_fp16() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| {
-        super::has_avx512()
-            && is_x86_feature_detected!("avx512fp16")
-            && std::env::var_os("RUNIT_CPU_NO_AVX512FP16").is_none()
-    })
+    super::has_avx512() && crate::cpu::may_use(crate::cpu::Feature::Avx512Fp16)
 }
 
 // The AVX512-FP16 intrinsics are newer than this workspace's Rust (1.94 against 1.89), so

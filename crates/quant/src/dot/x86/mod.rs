@@ -16,43 +16,37 @@ pub(super) mod pairs;
 pub(super) mod prepare;
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use super::{looped, DotFn, GemvFn, MultiDotFn, PlainTileRowsFn, SimdLevel, TileFn, TileRowsFn};
+use crate::cpu::{self, Feature};
 use crate::GgmlType;
 
+// The feature checks of this module's kernels, each a question to [`crate::cpu`] (what this
+// CPU has, within `RUNIT_CPU_ISA`'s cap).
+
+/// AVX2, FMA and F16C.
 pub(crate) fn has_avx2() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
+    cpu::may_use_all(&cpu::AVX2)
 }
 
+/// AVX-VNNI (256-bit VEX `vpdpbusd`).
 pub(super) fn has_avx_vnni() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avxvnni"))
+    cpu::may_use(Feature::AvxVnni)
 }
 
+/// AVX-512 F/BW/VL.
 pub(crate) fn has_avx512() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-    })
+    cpu::may_use_all(&cpu::AVX512)
 }
 
 /// AVX-512 F/BW/VL and DQ.
 pub(crate) fn has_avx512_dq() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
+    has_avx512() && cpu::may_use(Feature::Avx512Dq)
 }
 
+/// AVX-512 VNNI.
 pub(super) fn has_avx512_vnni() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
+    cpu::may_use(Feature::Avx512Vnni)
 }
 
 /// The single-row kernel of `weight` written for exactly `level`, if there is one.

@@ -501,15 +501,14 @@ tile_group_for!(
     true
 );
 
-/// Whether this CPU has AVX-512 VBMI (`vpmultishiftqb`), unless a test turned it off
-/// (both paths give the same bits, so other tests running meanwhile are unaffected).
+/// Whether [`crate::cpu`] allows AVX-512 VBMI (`vpmultishiftqb`), unless a test turned it
+/// off (both paths give the same bits, so other tests running meanwhile are unaffected).
 fn has_vbmi() -> bool {
-    static FLAG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     #[cfg(test)]
     if WITHOUT_VBMI.load(std::sync::atomic::Ordering::Relaxed) {
         return false;
     }
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avx512vbmi"))
+    crate::cpu::may_use(crate::cpu::Feature::Avx512Vbmi)
 }
 
 /// Makes the pair kernels take the path of CPUs without VBMI (for the twin tests).
@@ -649,7 +648,7 @@ unsafe fn run_group<W: Legacy>(
     }
     // SAFETY: the caller promises what `tile_group` needs (see `# Safety`: AVX-512 VNNI,
     // checked tables, whole weight rows, writable output slots); the VBMI variant runs only
-    // where `has_vbmi` detected AVX-512 VBMI.
+    // where `has_vbmi` confirmed AVX-512 VBMI.
     unsafe {
         match count.div_ceil(2) {
             8 => group!(8),

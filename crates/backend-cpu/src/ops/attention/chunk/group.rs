@@ -176,6 +176,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use half::f16;
+    use runit_quant::cpu::{self, Feature};
 
     use super::MAX_GROUP;
 
@@ -417,14 +418,15 @@ mod x86 {
         sum
     }
 
-    /// True when this CPU has the AVX-512 kernels ([`scores_wide`], [`attend_wide`]) and
-    /// they take `group` heads of `d` dimensions: the accumulators of all the heads (`d / 16`
-    /// registers each) fit in sixteen registers.
+    /// True when this CPU runs the AVX-512 kernels ([`scores_wide`], [`attend_wide`]: AVX2,
+    /// FMA, F16C, AVX-512 F and VL, as [`cpu`] allows them) and they take `group` heads of
+    /// `d` dimensions: the accumulators of all the heads (`d / 16` registers each) fit in
+    /// sixteen registers.
     pub(super) fn wide(group: usize, d: usize) -> bool {
         matches!(d, 32 | 64)
             && group * d / 16 <= 16
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
+            && cpu::may_use_all(&cpu::AVX2)
+            && cpu::may_use_all(&[Feature::Avx512F, Feature::Avx512Vl])
     }
 
     /// [`scores_of`] with each head's eight f64 partial sums in one 512-bit register (lane
