@@ -9,6 +9,7 @@ use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
 use crate::batch::Pending;
+use crate::clock::{StepClock, StepCosts};
 use crate::kernels::{self, KernelSource, Reduction};
 
 /// Why a backend could not be opened.
@@ -141,6 +142,8 @@ pub struct WgpuBackend {
     pub(crate) rows_alone: AtomicBool,
     /// Dispatches recorded and submits made since the backend opened.
     pub(crate) counts: Counts,
+    /// The host's cost of the decode steps (clock.rs).
+    pub(crate) step_clock: Mutex<StepClock>,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
 }
@@ -288,6 +291,7 @@ impl WgpuBackend {
             rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
             counts: Counts::default(),
+            step_clock: Mutex::default(),
             fused_fma: false,
         };
         backend.fused_fma = backend.fma_is_fused()?;
@@ -375,6 +379,16 @@ impl WgpuBackend {
             dispatches: self.counts.dispatches.load(Ordering::Relaxed),
             submits: self.counts.submits.load(Ordering::Relaxed),
         }
+    }
+
+    /// The host's cost of the decode steps (passes of one row a sequence) since the backend
+    /// opened, each from `begin_step` to the submit of its read-back (`RUNIT_WGPU_COUNTS=1`
+    /// prints them when the backend is dropped).
+    pub fn step_costs(&self) -> StepCosts {
+        self.step_clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .totals
     }
 
     /// The adapter this backend runs on.
@@ -533,6 +547,10 @@ impl Drop for WgpuBackend {
                 "wgpu:{}: {} dispatches, {} submits",
                 self.ordinal, counts.dispatches, counts.submits
             );
+            let steps = self.step_costs();
+            if steps.steps > 0 {
+                eprintln!("wgpu:{}: {steps}", self.ordinal);
+            }
         }
     }
 }

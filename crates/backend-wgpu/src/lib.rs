@@ -57,7 +57,9 @@
 //! a read-back, a wait, an upload, or every 512 commands. Bind groups are kept by what they
 //! bind (pipeline, parameter slot, buffer ranges) and reused by later batches: a decode step
 //! repeats the last one's dispatches, so only those over changed tables make new ones. `RUNIT_WGPU_COUNTS=1` prints the
-//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]).
+//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]), and
+//! per decode step its dispatches, submits, wall time and the recording thread's CPU time
+//! ([`WgpuBackend::step_costs`]).
 //!
 //! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe), each chunk
 //! with a spare word at its end (`word_at` in `bytes.wgsl` reads the word after the one it
@@ -70,12 +72,14 @@
 
 mod backend;
 mod batch;
+mod clock;
 mod device;
 mod kernels;
 mod matmul;
 mod ops;
 
 pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
+pub use clock::{thread_cpu_ns, StepCosts};
 pub use kernels::MATVEC_TYPES;
 
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and
