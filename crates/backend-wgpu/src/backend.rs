@@ -130,6 +130,17 @@ pub struct WgpuBackend {
     pub(crate) params_slot: u64,
     /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
     pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    /// Whether the fused ops run their kernels (fused.rs) rather than the primitive sequences
+    /// ([`WgpuBackend::without_fused_ops`]).
+    pub(crate) fused_ops: bool,
+    /// Whether matrix-vector products of several weights of one input (Q, K and V; gate and
+    /// up) run as one dispatch (`kernels::matvec_parts`): by default on every adapter but a
+    /// CPU one. On lavapipe the kernel's choice of weight at every load costs more device time
+    /// than the dispatches save host time (tg16 of SmolLM2 Q8_0: 1.32 and 1.39 tok/s with it,
+    /// 1.60 and 1.74 without); on a GPU the choice is one uniform branch.
+    /// `RUNIT_WGPU_MATVEC_PARTS=1` or `0` overrides the default, as does
+    /// [`WgpuBackend::with_matvec_parts`].
+    pub(crate) matvec_parts: bool,
     /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
     pub(crate) reuse_bind_groups: bool,
     /// Read-only tables by content (`storage`).
@@ -285,6 +296,12 @@ impl WgpuBackend {
             params_ring,
             params_slot,
             bind_groups: Mutex::default(),
+            fused_ops: !std::env::var("RUNIT_WGPU_FUSED").is_ok_and(|v| v == "0"),
+            matvec_parts: match std::env::var("RUNIT_WGPU_MATVEC_PARTS").as_deref() {
+                Ok("1") => true,
+                Ok("0") => false,
+                _ => info.device_type != wgpu::DeviceType::Cpu,
+            },
             reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
@@ -341,6 +358,22 @@ impl WgpuBackend {
     /// times against the new; `RUNIT_WGPU_BIND_REUSE=0` sets it when the backend opens).
     pub fn without_bind_group_reuse(mut self) -> WgpuBackend {
         self.reuse_bind_groups = false;
+        self
+    }
+
+    /// This backend running each fused op as its sequence of primitive ops
+    /// (`runit_backend::unfused`) instead of its kernels (`RUNIT_WGPU_FUSED=0` sets it when
+    /// the backend opens); the results are the same bit for bit, with more dispatches.
+    pub fn without_fused_ops(mut self) -> WgpuBackend {
+        self.fused_ops = false;
+        self
+    }
+
+    /// This backend running the matrix-vector products of several weights of one input as
+    /// one dispatch where they apply, whatever the adapter (tests, and measuring the host's
+    /// cost on a CPU adapter, where it is off by default).
+    pub fn with_matvec_parts(mut self) -> WgpuBackend {
+        self.matvec_parts = true;
         self
     }
 

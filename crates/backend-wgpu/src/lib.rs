@@ -74,6 +74,7 @@ mod backend;
 mod batch;
 mod clock;
 mod device;
+mod fused;
 mod kernels;
 mod matmul;
 mod ops;

@@ -310,18 +310,133 @@ impl WgpuBackend {
                     0,
                     0,
                     0,
+                    // The matrix-vector kernel's parts past the first (none).
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
                 ];
                 let ranges = [Range::whole(&chunk.buffer), x, out];
                 self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
             }
         }
         if marked {
-            let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(of) = scratch.of.as_mut() {
-                of.epoch = self.epoch.load(Ordering::Relaxed);
-            }
+            self.mark_rounding_current();
         }
         Ok(())
+    }
+
+    /// Marks the rounding `activations_as_cpu` made last as current, once the matmul's own
+    /// dispatches are recorded.
+    fn mark_rounding_current(&self) {
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(of) = scratch.of.as_mut() {
+            of.epoch = self.epoch.load(Ordering::Relaxed);
+        }
+    }
+
+    /// `outs[k][t][r] = ws[k][r] · x[t]` for 2 ..= `MAX_PARTS` weights of one input in one
+    /// dispatch of the matrix-vector kernel (`kernels::matvec_parts`), each output equal bit
+    /// for bit to its `matmul_rows`. It applies to fewer than TILE_MIN_TOKENS tokens, weights
+    /// of one type with a matrix-vector kernel, one row length and each in one chunk, without
+    /// the exact or generic matmul, and to buffers that bind whole, on a backend that takes
+    /// several weights a dispatch (`WgpuBackend::matvec_parts`). Returns `false`, having
+    /// recorded nothing, where it does not apply: the caller then multiplies weight by weight.
+    pub(crate) fn matmul_parts(
+        &self,
+        ws: &[&Weight],
+        x: &Buffer,
+        tokens: usize,
+        outs: &mut [&mut Buffer],
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "matmul";
+        let Some(w0) = ws.first() else {
+            return Ok(false);
+        };
+        let (ty, n) = (w0.ty, w0.row_len());
+        let applies = self.matvec_parts
+            && ws.len() == outs.len()
+            && (1..TILE_MIN_TOKENS).contains(&tokens)
+            && !self.generic_matmul
+            && n.is_multiple_of(32)
+            && ws.iter().all(|w| {
+                w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
+            });
+        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len());
+        let (Some(kernel), true) = (kernel, applies) else {
+            return Ok(false);
+        };
+        // Each weight's chunk and its first row there.
+        let mut chunks = Vec::with_capacity(ws.len());
+        for (w, out) in ws.iter().zip(outs.iter()) {
+            at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
+            at_least(
+                OP,
+                "out elements (tokens × rows)",
+                tokens * w.rows(),
+                out.len(),
+            )?;
+            let first = w.byte_offset / w.row_bytes();
+            let gpu = weight(w, OP, "weight")?;
+            let chunk = gpu
+                .chunks
+                .iter()
+                .find(|c| c.first_row <= first && first + w.rows() <= c.first_row + c.rows);
+            match chunk {
+                Some(chunk) => chunks.push((&chunk.buffer, first - chunk.first_row)),
+                None => return Ok(false),
+            }
+        }
+        let out_buffers = outs
+            .iter()
+            .map(|out| buffer(out, OP, "out"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let x_buffer = buffer(x, OP, "x")?;
+        if std::iter::once(x_buffer)
+            .chain(out_buffers.iter().copied())
+            .any(|b| b.size() > self.max_binding)
+        {
+            return Ok(false);
+        }
+        let rounded = self.activations_as_cpu(w0, x, tokens * n)?;
+        let x_bound = rounded.as_ref().unwrap_or(x_buffer);
+        // Part 0 in the first words (as `matmul_rows` fills them), parts 1.. after the exact
+        // kernels' four: (rows, first row in the chunk, output row length, first workgroup).
+        let mut params = vec![0u32; 20];
+        let mut groups = 0;
+        for (k, (w, (_, row0))) in ws.iter().zip(&chunks).enumerate() {
+            let rows = w.rows() as u32;
+            match k {
+                0 => {
+                    let words = [n as u32, rows, w.row_bytes() as u32, *row0 as u32, 0, rows];
+                    params[..6].copy_from_slice(&words);
+                }
+                _ => {
+                    let at = 12 + 4 * (k - 1);
+                    params[at..at + 4].copy_from_slice(&[rows, *row0 as u32, rows, groups]);
+                }
+            }
+            groups += w.rows().div_ceil(MATVEC_ROWS) as u32;
+        }
+        let [gx, gy, _] = rows_grid(groups as usize);
+        params[6] = gx;
+        let mut ranges = vec![
+            Range::whole(chunks[0].0),
+            Range::whole(x_bound),
+            Range::whole(out_buffers[0]),
+        ];
+        for ((chunk, _), out) in chunks.iter().zip(&out_buffers).skip(1) {
+            ranges.extend([Range::whole(chunk), Range::whole(out)]);
+        }
+        self.dispatch_ranges(OP, kernel, &params, &ranges, [gx, gy, tokens as u32])?;
+        if rounded.is_some() {
+            self.mark_rounding_current();
+        }
+        Ok(true)
     }
 }
 
