@@ -143,6 +143,8 @@ pub struct WgpuBackend {
     pub(crate) matvec_parts: bool,
     /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
     pub(crate) reuse_bind_groups: bool,
+    /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
+    staging: Mutex<Option<wgpu::Buffer>>,
     /// Read-only tables by content (`storage`).
     tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
@@ -307,6 +309,7 @@ impl WgpuBackend {
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
+            staging: Mutex::default(),
             counts: Counts::default(),
             step_clock: Mutex::default(),
             fused_fma: false,
@@ -538,17 +541,24 @@ impl WgpuBackend {
         if bytes == 0 {
             return Ok(Vec::new());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("download"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // The last read-back's staging buffer where it is large enough: a decode step reads
+        // its logits back, and making a mappable buffer each time costs the host an
+        // allocation of device memory. A read that fails drops it (it may be left mapped).
+        let mut kept = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let staging = match kept.take() {
+            Some(staging) if staging.size() >= bytes => staging,
+            _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("download"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         self.copy_bytes(buffer, 0, &staging, 0, bytes);
         // A buffer may not be mapped while an unsubmitted command uses it.
         self.flush();
         let (sender, receiver) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |result| {
+        staging.map_async(wgpu::MapMode::Read, 0..bytes, move |result| {
             // The receiver waits below; a send can fail only if it is gone.
             let _ = sender.send(result);
         });
@@ -558,11 +568,12 @@ impl WgpuBackend {
             .map_err(|_| self.device_error(op, "the buffer map never completed"))?
             .map_err(|error| self.device_error(op, format!("mapping the buffer: {error}")))?;
         let view = staging
-            .get_mapped_range(..)
+            .get_mapped_range(0..bytes)
             .map_err(|error| self.device_error(op, format!("mapping the buffer: {error:?}")))?;
         let data = view.to_vec();
         drop(view);
         staging.unmap();
+        *kept = Some(staging);
         Ok(data)
     }
 
