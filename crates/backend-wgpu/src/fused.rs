@@ -83,31 +83,41 @@ impl FusedOps for WgpuBackend {
         unfused::matmul_qkv(self, projections, x, tokens, outs)
     }
 
-    fn gated_ffn_hidden(&self, run: GatedFfnRun<'_>) -> OpResult {
+    fn gated_ffn_hidden(&self, mut run: GatedFfnRun<'_>) -> OpResult {
         if !self.fused_ops {
             return unfused::gated_ffn_hidden(self, run);
         }
-        let GatedFfnRun {
-            ffn,
-            x,
-            tokens,
-            up,
-            hidden,
-        } = run;
-        let mut outs = [hidden, up];
-        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs)? {
-            let [hidden, up] = outs;
-            let len = tokens * ffn.gate.rows();
-            return self.gated_activation(ffn.activation, hidden, up, len);
+        self.gate_and_up(&mut run)?;
+        let len = run.tokens * run.ffn.gate.rows();
+        self.gated_activation(run.ffn.activation, run.hidden, run.up, len)
+    }
+
+    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> OpResult {
+        let (ffn, tokens) = (run.ffn, run.tokens);
+        if !self.fused_ops {
+            unfused::gated_ffn_hidden(self, run.reborrow())?;
+            return self.matmul(ffn.down, run.hidden, tokens, out);
         }
-        let [hidden, up] = outs;
-        let run = GatedFfnRun {
-            ffn,
-            x,
-            tokens,
-            up,
-            hidden,
-        };
-        unfused::gated_ffn_hidden(self, run)
+        self.gate_and_up(&mut run)?;
+        let len = tokens * ffn.gate.rows();
+        // The activation, with the rounding of its results for down where down takes one.
+        if !self.gated_activation_rounded(ffn.activation, run.hidden, run.up, len, ffn.down)? {
+            self.gated_activation(ffn.activation, run.hidden, run.up, len)?;
+        }
+        self.matmul(ffn.down, run.hidden, tokens, out)
+    }
+}
+
+impl WgpuBackend {
+    /// The gate and up products of `run` into its `hidden` and `up`: one dispatch where
+    /// `matmul_parts` applies, else a matmul each.
+    fn gate_and_up(&self, run: &mut GatedFfnRun<'_>) -> OpResult {
+        let (ffn, x, tokens) = (run.ffn, run.x, run.tokens);
+        let mut outs = [&mut *run.hidden, &mut *run.up];
+        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs)? {
+            return Ok(());
+        }
+        self.matmul(ffn.gate, x, tokens, run.hidden)?;
+        self.matmul(ffn.up, x, tokens, run.up)
     }
 }

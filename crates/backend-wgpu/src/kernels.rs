@@ -21,7 +21,7 @@ pub struct KernelSource {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 12] = [
+pub const PLAIN: [(&str, &str); 13] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -29,6 +29,17 @@ pub const PLAIN: [(&str, &str); 12] = [
         "gated",
         concat!(
             include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/gated_one.wgsl"),
+            include_str!("shaders/precise.wgsl"),
+            include_str!("shaders/expf.wgsl")
+        ),
+    ),
+    (
+        "gated_quantize",
+        concat!(
+            include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/gated_quantize.wgsl"),
             include_str!("shaders/precise.wgsl"),
             include_str!("shaders/expf.wgsl")
         ),
@@ -75,6 +86,7 @@ pub const PLAIN: [(&str, &str); 12] = [
         "quantize_x",
         concat!(
             include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/quantize_x_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),

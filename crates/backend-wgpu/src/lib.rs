@@ -12,9 +12,13 @@
 //! What runs here: embedding and matmul of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 //! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights, RMS norm, RoPE (both pairings,
 //! the angles computed on the host as the CPU computes them), the element-wise ops, f16 and
-//! f32 KV caches with causal grouped-query paged attention, and the row ops. Fused ops run
-//! their default (primitive) bodies. Other weight types answer `false` to
-//! [`runit_backend::Device::supports`] and their ops return `BackendError::Unsupported`.
+//! f32 KV caches with causal grouped-query paged attention, and the row ops. The fused ops
+//! that save dispatches have kernels (`src/fused.rs`: add + RMS norm, RoPE of queries and
+//! keys, and at decode the Q/K/V and gate/up products each in one dispatch of
+//! `kernels::matvec_parts`, off by default on CPU adapters), equal to their primitive
+//! sequences bit for bit; the others run their default bodies. Other weight types answer
+//! `false` to [`runit_backend::Device::supports`] and their ops return
+//! `BackendError::Unsupported`.
 //!
 //! Matmul has three kernels (`src/matmul.rs` picks one per call):
 //! - `matvec.wgsl` for fewer than 4 tokens (decode) on F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,

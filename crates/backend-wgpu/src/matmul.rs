@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use runit_backend::{BackendError, Buffer, GgmlLayout, OpResult, Weight};
+use runit_backend::{Activation, BackendError, Buffer, GgmlLayout, OpResult, Weight};
 use runit_quant::GgmlType;
 
 use crate::backend::{grid, rows_grid};
@@ -87,22 +87,9 @@ impl WgpuBackend {
         x: &Buffer,
         len: usize,
     ) -> Result<Option<wgpu::Buffer>, BackendError> {
-        use GgmlType::*;
-        let ty = w.ty;
-        let exact = exact_kernel(self.exact_matmul, w).is_some();
-        let (mode, block) = match ty {
-            Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
-            Q4_1 | Q5_1 if exact => (6, 32),
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
-            F16 => (1, 32),
-            BF16 => (2, 32),
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => (3, 256),
-            _ => return Ok(None),
-        };
-        if !len.is_multiple_of(block) || len == 0 {
+        let Some((mode, block)) = self.rounding(w, len) else {
             return Ok(None);
-        }
+        };
         let source = buffer(x, "matmul", "x")?;
         let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
         let epoch = self.epoch.load(Ordering::Relaxed);
@@ -111,16 +98,7 @@ impl WgpuBackend {
                 return Ok(Some(rounded.clone()));
             }
         }
-        let bytes = len as u64 * 4;
-        let rounded = match &scratch.buffer {
-            Some(buffer) if buffer.size() >= bytes => buffer.clone(),
-            _ => {
-                // Earlier recorded dispatches keep the smaller buffer alive.
-                let buffer = self.new_buffer("matmul", bytes)?;
-                scratch.buffer = Some(buffer.clone());
-                buffer
-            }
-        };
+        let rounded = self.rounded_buffer(&mut scratch, len)?;
         let blocks = len / block;
         let params = [blocks as u32, mode];
         let kernel = Self::plain("quantize_x");
@@ -133,6 +111,86 @@ impl WgpuBackend {
             epoch: u64::MAX,
         });
         Ok(Some(rounded))
+    }
+
+    /// How the CPU rounds `len` activations for its dot products with `w`: the mode of
+    /// `quantize_x.wgsl` and the values a block, or `None` where it keeps them (F32) or `len`
+    /// is not whole blocks.
+    fn rounding(&self, w: &Weight, len: usize) -> Option<(u32, usize)> {
+        use GgmlType::*;
+        let exact = exact_kernel(self.exact_matmul, w).is_some();
+        let (mode, block) = match w.ty {
+            Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
+            Q4_1 | Q5_1 if exact => (6, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
+            F16 => (1, 32),
+            BF16 => (2, 32),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => (3, 256),
+            _ => return None,
+        };
+        (len.is_multiple_of(block) && len > 0).then_some((mode, block))
+    }
+
+    /// The scratch buffer of rounded activations, large enough for `len` values.
+    fn rounded_buffer(
+        &self,
+        scratch: &mut RoundedX,
+        len: usize,
+    ) -> Result<wgpu::Buffer, BackendError> {
+        let bytes = len as u64 * 4;
+        match &scratch.buffer {
+            Some(buffer) if buffer.size() >= bytes => Ok(buffer.clone()),
+            _ => {
+                // Earlier recorded dispatches keep the smaller buffer alive.
+                let buffer = self.new_buffer("matmul", bytes)?;
+                scratch.buffer = Some(buffer.clone());
+                Ok(buffer)
+            }
+        }
+    }
+
+    /// The gated activation of `len` values (`gate` becomes the hidden layer) and the
+    /// rounding of its results for a matmul by `next` in one dispatch (`gated_quantize.wgsl`),
+    /// left for that matmul as `activations_as_cpu` leaves its own. Returns `false`, having
+    /// recorded nothing, where `next` takes no rounding of `len` values: the caller then runs
+    /// `gated_activation`.
+    pub(crate) fn gated_activation_rounded(
+        &self,
+        activation: Activation,
+        gate: &mut Buffer,
+        up: &Buffer,
+        len: usize,
+        next: &Weight,
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "gated_activation";
+        at_least(OP, "up elements", len, up.len())?;
+        at_least(OP, "gate elements", len, gate.len())?;
+        let Some((mode, block)) = self.rounding(next, len) else {
+            return Ok(false);
+        };
+        let (up, gate) = (buffer(up, OP, "up")?, buffer(gate, OP, "gate")?);
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        let rounded = self.rounded_buffer(&mut scratch, len)?;
+        let blocks = len / block;
+        let params = [
+            blocks as u32,
+            mode,
+            0,
+            len as u32,
+            crate::ops::activation_kind(activation),
+            block as u32,
+        ];
+        let buffers = [gate, &rounded, up, &self.gelu_table];
+        let kernel = Self::plain("gated_quantize");
+        self.dispatch(OP, kernel, &params, &buffers, grid(blocks))?;
+        scratch.of = Some(Rounded {
+            source: gate.clone(),
+            len,
+            mode,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        });
+        Ok(true)
     }
 
     /// The kernel for `tokens` rows of activations times `w`.

@@ -93,6 +93,14 @@ fn cache_row_invocations(cache: &KvCache) -> usize {
     }
 }
 
+/// The code of `activation` in `gated.wgsl` (`p.kind`).
+pub(crate) fn activation_kind(activation: Activation) -> u32 {
+    match activation {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+    }
+}
+
 /// Whether RoPE with `a` and with `b` turns each position's pairs by the same angles (they
 /// differ in their heads at most).
 pub(crate) fn same_angles(a: &RopeParams, b: &RopeParams) -> bool {
@@ -297,10 +305,7 @@ impl PrimitiveOps for WgpuBackend {
         const OP: &str = "gated_activation";
         at_least(OP, "up elements", len, up.len())?;
         at_least(OP, "gate elements", len, gate.len())?;
-        let kind = match activation {
-            Activation::Silu => 0,
-            Activation::GeluTanh => 1,
-        };
+        let kind = activation_kind(activation);
         let (up, gate) = (buffer(up, OP, "up")?, buffer(gate, OP, "gate")?);
         let buffers = [up, &self.gelu_table, gate];
         let params = [len as u32, kind];

@@ -347,3 +347,74 @@ fn gated_ffn_hidden_equals_its_primitives() {
         }
     }
 }
+
+/// The whole gated FFN by `gated_ffn` (the activation rounding its results for down in the
+/// same dispatch) and by its primitives, the output, hidden and up buffers compared; with the
+/// fast kernels and with the exact ones (whose roundings keep ggml's packed blocks).
+#[test]
+fn gated_ffn_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_matvec_parts()
+        .with_exact_matmul();
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ];
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        for ty in types {
+            let (n, ff) = (256, 512);
+            let ws = weights(gpu, ty, n, &[ff, ff], 17);
+            let down = weights(gpu, ty, ff, &[n], 19).remove(0);
+            for activation in [Activation::Silu, Activation::GeluTanh] {
+                for tokens in [1, 2, 5] {
+                    let x = upload(gpu, &Rng::new(23).values(tokens * n, -2.0, 2.0));
+                    let (mut results, mut used) = (Vec::new(), Vec::new());
+                    for fused in [false, true] {
+                        let mut up = gpu.alloc(tokens * ff).expect("alloc");
+                        let mut hidden = gpu.alloc(tokens * ff).expect("alloc");
+                        let mut out = gpu.alloc(tokens * n).expect("alloc");
+                        let ffn = GatedFfn {
+                            gate: &ws[0],
+                            up: &ws[1],
+                            down: &down,
+                            activation,
+                        };
+                        let mut run = GatedFfnRun {
+                            ffn,
+                            x: &x,
+                            tokens,
+                            up: &mut up,
+                            hidden: &mut hidden,
+                        };
+                        let before = gpu.counts().dispatches;
+                        match fused {
+                            true => gpu.gated_ffn(run, &mut out),
+                            false => unfused::gated_ffn_hidden(gpu, run.reborrow())
+                                .and_then(|()| gpu.matmul(&down, run.hidden, tokens, &mut out)),
+                        }
+                        .expect("gated_ffn");
+                        used.push(gpu.counts().dispatches - before);
+                        results.push([
+                            bits(&download(gpu, &out, tokens * n)),
+                            bits(&download(gpu, &hidden, tokens * ff)),
+                            bits(&download(gpu, &up, tokens * ff)),
+                        ]);
+                    }
+                    let detail = format!("{mode} {ty:?} {activation:?} x {tokens}");
+                    assert_eq!(results[0], results[1], "{detail}");
+                    // F32 activations are not rounded; the others' rounding joins the
+                    // activation.
+                    if ty != GgmlType::F32 {
+                        assert!(used[1] < used[0], "{detail}: dispatches {used:?}");
+                    }
+                }
+            }
+        }
+    }
+}
