@@ -1,8 +1,10 @@
 //! The fused ops that save dispatches: the residual add with the next norm; RoPE of the
 //! queries and keys in one dispatch (the cache write of keys and values is one dispatch as a
-//! primitive already); at decode, the Q, K and V projections in one matrix-vector dispatch,
-//! and gate and up in another (`WgpuBackend::matmul_parts`). Each result equals the primitive sequence's (`runit_backend::unfused`)
-//! bit for bit: the kernels share those ops' functions (tests/fused.rs compares them).
+//! primitive already); the gated activation with the rounding of its results for down
+//! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
+//! matrix-vector dispatch, and gate and up in another (`WgpuBackend::matmul_parts`). Each
+//! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
+//! kernels share those ops' functions (tests/fused.rs compares them).
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
 
 use runit_backend::{

@@ -14,9 +14,10 @@
 //! the angles computed on the host as the CPU computes them), the element-wise ops, f16 and
 //! f32 KV caches with causal grouped-query paged attention, and the row ops. The fused ops
 //! that save dispatches have kernels (`src/fused.rs`: add + RMS norm, RoPE of queries and
-//! keys, and at decode the Q/K/V and gate/up products each in one dispatch of
-//! `kernels::matvec_parts`, off by default on CPU adapters), equal to their primitive
-//! sequences bit for bit; the others run their default bodies. Other weight types answer
+//! keys, the gated activation with the rounding of down's activations, and at decode the
+//! Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, off by
+//! default on CPU adapters), equal to their primitive sequences bit for bit; the others run
+//! their default bodies. Other weight types answer
 //! `false` to [`runit_backend::Device::supports`] and their ops return
 //! `BackendError::Unsupported`.
 //!
