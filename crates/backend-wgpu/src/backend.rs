@@ -148,7 +148,7 @@ pub struct WgpuBackend {
     /// Read-only tables by content (`storage`).
     tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
-    pub(crate) rounded_x: Mutex<crate::matmul::RoundedX>,
+    pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
     /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).

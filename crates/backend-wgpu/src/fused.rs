@@ -14,7 +14,7 @@ use runit_backend::{
 
 use crate::backend::rows_grid;
 use crate::device::{at_least, buffer};
-use crate::ops::same_angles;
+use crate::rope::same_angles;
 use crate::WgpuBackend;
 
 impl FusedOps for WgpuBackend {

@@ -83,6 +83,8 @@ mod fused;
 mod kernels;
 mod matmul;
 mod ops;
+mod rope;
+mod rounding;
 
 pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
 pub use clock::{thread_cpu_ns, StepCosts};
