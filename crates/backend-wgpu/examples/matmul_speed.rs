@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use runit_backend::testing::make_weight;
 use runit_backend::{Backend, BackendError, Device, PrimitiveOps};
-use runit_backend_wgpu::WgpuBackend;
+use runit_backend_wgpu::{thread_cpu_ns, WgpuBackend};
 use runit_quant::GgmlType;
 
 /// Seconds per matmul of `tokens` rows, the best of a few batches after a warm-up.
@@ -46,14 +46,6 @@ fn time(
 
 /// Dispatches [`record_small`] records.
 const SMALL_DISPATCHES: usize = 20_000;
-
-/// Nanoseconds this thread has run on a CPU (Linux's `/proc/thread-self/schedstat`), which
-/// leaves out the device's work where the device is the CPU (lavapipe runs it on threads of
-/// its own, which compete with the recording thread for the cores).
-fn thread_cpu_ns() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    stat.split_whitespace().next()?.parse().ok()
-}
 
 /// Microseconds per dispatch of [`SMALL_DISPATCHES`] small `scale`s (64 values): wall time
 /// to record them, the recording thread's CPU time (where the system tells it), and wall

@@ -9,6 +9,7 @@ use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
 use crate::batch::Pending;
+use crate::clock::{StepClock, StepCosts};
 use crate::kernels::{self, KernelSource, Reduction};
 
 /// Why a backend could not be opened.
@@ -129,18 +130,33 @@ pub struct WgpuBackend {
     pub(crate) params_slot: u64,
     /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
     pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    /// Whether the fused ops run their kernels (fused.rs) rather than the primitive sequences
+    /// ([`WgpuBackend::without_fused_ops`]).
+    pub(crate) fused_ops: bool,
+    /// Whether matrix-vector products of several weights of one input (Q, K and V; gate and
+    /// up) run as one dispatch (`kernels::matvec_parts`): by default on every adapter but a
+    /// CPU one. On lavapipe the kernel's choice of weight at every load costs more device time
+    /// than the dispatches save host time (tg16 of SmolLM2 Q8_0: 1.32 and 1.39 tok/s with it,
+    /// 1.60 and 1.74 without); on a GPU the choice is one uniform branch.
+    /// `RUNIT_WGPU_MATVEC_PARTS=1` or `0` overrides the default, as does
+    /// [`WgpuBackend::with_matvec_parts`].
+    pub(crate) matvec_parts: bool,
     /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
     pub(crate) reuse_bind_groups: bool,
+    /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
+    staging: Mutex<Option<wgpu::Buffer>>,
     /// Read-only tables by content (`storage`).
     tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
-    pub(crate) rounded_x: Mutex<crate::matmul::RoundedX>,
+    pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
     /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).
     pub(crate) rows_alone: AtomicBool,
     /// Dispatches recorded and submits made since the backend opened.
     pub(crate) counts: Counts,
+    /// The host's cost of the decode steps (clock.rs).
+    pub(crate) step_clock: Mutex<StepClock>,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
 }
@@ -282,12 +298,20 @@ impl WgpuBackend {
             params_ring,
             params_slot,
             bind_groups: Mutex::default(),
+            fused_ops: !std::env::var("RUNIT_WGPU_FUSED").is_ok_and(|v| v == "0"),
+            matvec_parts: match std::env::var("RUNIT_WGPU_MATVEC_PARTS").as_deref() {
+                Ok("1") => true,
+                Ok("0") => false,
+                _ => info.device_type != wgpu::DeviceType::Cpu,
+            },
             reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
             tables: Mutex::default(),
+            staging: Mutex::default(),
             counts: Counts::default(),
+            step_clock: Mutex::default(),
             fused_fma: false,
         };
         backend.fused_fma = backend.fma_is_fused()?;
@@ -340,6 +364,22 @@ impl WgpuBackend {
         self
     }
 
+    /// This backend running each fused op as its sequence of primitive ops
+    /// (`runit_backend::unfused`) instead of its kernels (`RUNIT_WGPU_FUSED=0` sets it when
+    /// the backend opens); the results are the same bit for bit, with more dispatches.
+    pub fn without_fused_ops(mut self) -> WgpuBackend {
+        self.fused_ops = false;
+        self
+    }
+
+    /// This backend running the matrix-vector products of several weights of one input as
+    /// one dispatch where they apply, whatever the adapter (tests, and measuring the host's
+    /// cost on a CPU adapter, where it is off by default).
+    pub fn with_matvec_parts(mut self) -> WgpuBackend {
+        self.matvec_parts = true;
+        self
+    }
+
     /// This backend with its matrix-vector kernels summing in shared memory even where the
     /// adapter has subgroups (the portable variant, which tests compare with the other).
     pub fn without_subgroups(mut self) -> WgpuBackend {
@@ -375,6 +415,16 @@ impl WgpuBackend {
             dispatches: self.counts.dispatches.load(Ordering::Relaxed),
             submits: self.counts.submits.load(Ordering::Relaxed),
         }
+    }
+
+    /// The host's cost of the decode steps (passes of one row a sequence) since the backend
+    /// opened, each from `begin_step` to the submit of its read-back (`RUNIT_WGPU_COUNTS=1`
+    /// prints them when the backend is dropped).
+    pub fn step_costs(&self) -> StepCosts {
+        self.step_clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .totals
     }
 
     /// The adapter this backend runs on.
@@ -491,17 +541,24 @@ impl WgpuBackend {
         if bytes == 0 {
             return Ok(Vec::new());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("download"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // The last read-back's staging buffer where it is large enough: a decode step reads
+        // its logits back, and making a mappable buffer each time costs the host an
+        // allocation of device memory. A read that fails drops it (it may be left mapped).
+        let mut kept = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let staging = match kept.take() {
+            Some(staging) if staging.size() >= bytes => staging,
+            _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("download"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         self.copy_bytes(buffer, 0, &staging, 0, bytes);
         // A buffer may not be mapped while an unsubmitted command uses it.
         self.flush();
         let (sender, receiver) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |result| {
+        staging.map_async(wgpu::MapMode::Read, 0..bytes, move |result| {
             // The receiver waits below; a send can fail only if it is gone.
             let _ = sender.send(result);
         });
@@ -511,11 +568,12 @@ impl WgpuBackend {
             .map_err(|_| self.device_error(op, "the buffer map never completed"))?
             .map_err(|error| self.device_error(op, format!("mapping the buffer: {error}")))?;
         let view = staging
-            .get_mapped_range(..)
+            .get_mapped_range(0..bytes)
             .map_err(|error| self.device_error(op, format!("mapping the buffer: {error:?}")))?;
         let data = view.to_vec();
         drop(view);
         staging.unmap();
+        *kept = Some(staging);
         Ok(data)
     }
 
@@ -533,6 +591,10 @@ impl Drop for WgpuBackend {
                 "wgpu:{}: {} dispatches, {} submits",
                 self.ordinal, counts.dispatches, counts.submits
             );
+            let steps = self.step_costs();
+            if steps.steps > 0 {
+                eprintln!("wgpu:{}: {steps}", self.ordinal);
+            }
         }
     }
 }

@@ -113,6 +113,9 @@ impl WgpuBackend {
             self.queue.submit([encoder.finish()]);
             self.counts.submits.fetch_add(1, Ordering::Relaxed);
         }
+        let counts = self.counts();
+        let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
+        clock.submitted(counts.dispatches, counts.submits);
     }
 
     fn count_command(&self, pending: &mut Pending) {

@@ -300,12 +300,20 @@ impl Device for WgpuBackend {
     fn begin_step(&self, inputs: &StepInputs<'_>) -> OpResult {
         self.rows_alone
             .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
+        // A decode step: one row a sequence.
+        if !inputs.tokens.is_empty() && inputs.tokens.len() == inputs.spans.len() {
+            let counts = self.counts();
+            let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
+            clock.begin(counts.dispatches, counts.submits);
+        }
         Ok(())
     }
 
     fn end_step(&self) -> OpResult {
         self.rows_alone
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
+        clock.end();
         Ok(())
     }
 }

@@ -6,6 +6,9 @@ use runit_quant::GgmlType;
 
 /// Helpers every dequantizing kernel starts with (byte access to packed blocks).
 const BYTES: &str = include_str!("shaders/bytes.wgsl");
+/// `weight_word(i)` over a kernel's one weight binding, `w`: every kernel with `BYTES` but
+/// the matrix-vector kernel of several weights ([`matvec_parts`]).
+const ONE_WEIGHT: &str = include_str!("shaders/weight_one.wgsl");
 /// `value_TYPE(base, i)` of every weight type.
 const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 
@@ -18,7 +21,7 @@ pub struct KernelSource {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 10] = [
+pub const PLAIN: [(&str, &str); 13] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -26,6 +29,17 @@ pub const PLAIN: [(&str, &str); 10] = [
         "gated",
         concat!(
             include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/gated_one.wgsl"),
+            include_str!("shaders/precise.wgsl"),
+            include_str!("shaders/expf.wgsl")
+        ),
+    ),
+    (
+        "gated_quantize",
+        concat!(
+            include_str!("shaders/gated.wgsl"),
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/gated_quantize.wgsl"),
             include_str!("shaders/precise.wgsl"),
             include_str!("shaders/expf.wgsl")
         ),
@@ -39,6 +53,15 @@ pub const PLAIN: [(&str, &str); 10] = [
         "rms_norm",
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/rms_norm_one.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
+    (
+        "add_rms_norm",
+        concat!(
+            include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/add_rms_norm.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),
@@ -46,6 +69,15 @@ pub const PLAIN: [(&str, &str); 10] = [
         "rope",
         concat!(
             include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/rope_one.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
+    (
+        "rope_pair",
+        concat!(
+            include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/rope_pair.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),
@@ -54,6 +86,7 @@ pub const PLAIN: [(&str, &str); 10] = [
         "quantize_x",
         concat!(
             include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/quantize_x_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),
@@ -63,6 +96,8 @@ pub const PLAIN: [(&str, &str); 10] = [
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 /// `dot_TYPE(row, unit, xi)` of every type in [`MATVEC_TYPES`].
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
+/// The matrix-vector kernel's part selection and output for one weight.
+const MATVEC_ONE: &str = include_str!("shaders/matvec_one.wgsl");
 /// The matrix-vector entry points: a shared-memory reduction, or subgroup sums.
 const REDUCE_SHARED: &str = include_str!("shaders/reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("shaders/reduce_subgroup.wgsl");
@@ -104,12 +139,59 @@ pub fn matvec(ty: GgmlType, reduction: Reduction) -> Option<KernelSource> {
     };
     let source = move || {
         format!(
-            "{MATVEC}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
+            "{MATVEC}\n{MATVEC_ONE}\n{ONE_WEIGHT}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
              fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n"
         )
     };
     Some(KernelSource {
         name: format!("matvec_{suffix}{variant}"),
+        source: Box::new(source),
+    })
+}
+
+/// Most weights [`matvec_parts`] takes in one dispatch.
+pub const MAX_PARTS: usize = 3;
+
+/// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction` over `parts`
+/// weights of one input (2 ..= [`MAX_PARTS`]: gate and up, the Q, K and V projections):
+/// part k's weight and output at bindings 2k + 2 and 2k + 3 past part 0's (binding 1, and 3
+/// after x at 2). Each row is summed as [`matvec`] sums it.
+pub fn matvec_parts(ty: GgmlType, reduction: Reduction, parts: usize) -> Option<KernelSource> {
+    if !(2..=MAX_PARTS).contains(&parts) || !MATVEC_TYPES.contains(&ty) {
+        return None;
+    }
+    let suffix = weight_suffix(ty)?;
+    let (entry, variant) = match reduction {
+        Reduction::Shared => (REDUCE_SHARED, ""),
+        Reduction::Subgroup => (REDUCE_SUBGROUP, "_subgroup"),
+    };
+    let source = move || {
+        let mut bindings = String::new();
+        let (mut words, mut writes) = (String::new(), String::new());
+        for k in 1..parts {
+            bindings += &format!(
+                "@group(0) @binding({}) var<storage, read> w{k}: array<u32>;\n\
+                 @group(0) @binding({}) var<storage, read_write> out{k}: array<f32>;\n",
+                2 * k + 2,
+                2 * k + 3
+            );
+            words += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
+            writes += &format!("    if part == {k}u {{ out{k}[i] = value; return; }}\n");
+        }
+        format!(
+            "{MATVEC}\n{bindings}\n\
+             fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
+             \x20   for (var k = 0u; k < {last}u; k++) {{\n\
+             \x20       if group >= p.parts[k].w {{ found = k + 1u; }}\n    }}\n    return found;\n}}\n\
+             fn weight_word(i: u32) -> u32 {{\n{words}    return w[i];\n}}\n\
+             fn write_out(i: u32, value: f32) {{\n{writes}    out[i] = value;\n}}\n\
+             {entry}\n{BYTES}\n{MATVEC_DOT}\n\
+             fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n",
+            last = parts - 1
+        )
+    };
+    Some(KernelSource {
+        name: format!("matvec{parts}_{suffix}{variant}"),
         source: Box::new(source),
     })
 }
@@ -150,7 +232,7 @@ pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
     let source = move || {
         format!(
             "const BLOCK_BYTES: u32 = {bytes}u;\nconst ORDER: u32 = {order}u;\n{MATMUL_Q0}\n\
-             {BYTES}\n{PRECISE}\n\
+             {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
              fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
         )
     };
@@ -184,7 +266,7 @@ pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
     let source = move || {
         format!(
             "const BLOCK_BYTES: u32 = {bytes}u;\nconst MINIMUMS: u32 = {minimums}u;\n{MATMUL_QK}\n\
-             {BYTES}\n{PRECISE}\n\
+             {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
              fn block_dot(block: u32, xb: u32, dy: f32) {{ block_dot_{suffix}(block, xb, dy); }}\n"
         )
     };
@@ -215,7 +297,7 @@ pub fn matmul_repack(ty: GgmlType) -> Option<KernelSource> {
     let source = move || {
         format!(
             "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n\
-             {MATMUL_REPACK}\n{BYTES}\n{PRECISE}\n\
+             {MATMUL_REPACK}\n{BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
              fn block_dot(block: u32, xb: u32, dx: f32, gemm: bool) {{ \
              block_dot_{suffix}(block, xb, dx, gemm); }}\n"
         )
@@ -276,12 +358,16 @@ pub fn cache_code(ty: KvType) -> Option<(u32, &'static str)> {
         .map(|(_, code, name)| (*code, *name))
 }
 
-/// The cache writer for `ty` (one of [`CACHE_TYPES`]).
-pub fn kv_write(ty: KvType) -> Option<KernelSource> {
-    let (code, name) = cache_code(ty)?;
+/// The writer of keys into a `keys` cache and values into a `values` cache (each one of
+/// [`CACHE_TYPES`]).
+pub fn kv_write(keys: KvType, values: KvType) -> Option<KernelSource> {
+    let (k, k_name) = cache_code(keys)?;
+    let (v, v_name) = cache_code(values)?;
     Some(KernelSource {
-        name: format!("kv_write_{name}"),
-        source: Box::new(move || format!("const KV_TYPE: u32 = {code}u;\n{KV_WRITE}")),
+        name: format!("kv_write_{k_name}_{v_name}"),
+        source: Box::new(move || {
+            format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}")
+        }),
     })
 }
 
@@ -360,7 +446,7 @@ pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
     let source = move || {
         format!(
             "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{body}\n\
-             {BYTES}\n{DEQUANT}\n\
+             {BYTES}\n{ONE_WEIGHT}\n{DEQUANT}\n\
              fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n"
         )
     };
@@ -388,11 +474,14 @@ pub fn all() -> Vec<KernelSource> {
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));
+            for parts in 2..=MAX_PARTS {
+                all.extend(matvec_parts(ty, reduction, parts));
+            }
         }
     }
     for (keys, _, _) in CACHE_TYPES {
-        all.extend(kv_write(keys));
         for (values, _, _) in CACHE_TYPES {
+            all.extend(kv_write(keys, values));
             for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
                 all.extend(attention(keys, values, path));
             }

@@ -12,9 +12,14 @@
 //! What runs here: embedding and matmul of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 //! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights, RMS norm, RoPE (both pairings,
 //! the angles computed on the host as the CPU computes them), the element-wise ops, f16 and
-//! f32 KV caches with causal grouped-query paged attention, and the row ops. Fused ops run
-//! their default (primitive) bodies. Other weight types answer `false` to
-//! [`runit_backend::Device::supports`] and their ops return `BackendError::Unsupported`.
+//! f32 KV caches with causal grouped-query paged attention, and the row ops. The fused ops
+//! that save dispatches have kernels (`src/fused.rs`: add + RMS norm, RoPE of queries and
+//! keys, the gated activation with the rounding of down's activations, and at decode the
+//! Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, off by
+//! default on CPU adapters), equal to their primitive sequences bit for bit; the others run
+//! their default bodies. Other weight types answer
+//! `false` to [`runit_backend::Device::supports`] and their ops return
+//! `BackendError::Unsupported`.
 //!
 //! Matmul has three kernels (`src/matmul.rs` picks one per call):
 //! - `matvec.wgsl` for fewer than 4 tokens (decode) on F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
@@ -57,7 +62,9 @@
 //! a read-back, a wait, an upload, or every 512 commands. Bind groups are kept by what they
 //! bind (pipeline, parameter slot, buffer ranges) and reused by later batches: a decode step
 //! repeats the last one's dispatches, so only those over changed tables make new ones. `RUNIT_WGPU_COUNTS=1` prints the
-//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]).
+//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]), and
+//! per decode step its dispatches, submits, wall time and the recording thread's CPU time
+//! ([`WgpuBackend::step_costs`]).
 //!
 //! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe), each chunk
 //! with a spare word at its end (`word_at` in `bytes.wgsl` reads the word after the one it
@@ -70,12 +77,17 @@
 
 mod backend;
 mod batch;
+mod clock;
 mod device;
+mod fused;
 mod kernels;
 mod matmul;
 mod ops;
+mod rope;
+mod rounding;
 
 pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
+pub use clock::{thread_cpu_ns, StepCosts};
 pub use kernels::MATVEC_TYPES;
 
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and

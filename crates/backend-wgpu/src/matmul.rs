@@ -1,4 +1,5 @@
-//! Matmul: the activations rounded as the CPU's dot products see them, then per chunk of
+//! Matmul: the activations rounded as the CPU's dot products see them (rounding.rs), then per
+//! chunk of
 //! weight rows: for a prompt (4 tokens or more) the tiled kernel (`matmat.wgsl`, every
 //! type), for fewer tokens the word-reading matrix-vector kernel of the type (`matvec.wgsl`,
 //! one token per z) or, for the other types, the generic kernel reading values one by one
@@ -9,7 +10,7 @@ use std::sync::atomic::Ordering;
 use runit_backend::{BackendError, Buffer, GgmlLayout, OpResult, Weight};
 use runit_quant::GgmlType;
 
-use crate::backend::{grid, rows_grid};
+use crate::backend::rows_grid;
 use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
 use crate::kernels::{self, KernelSource};
@@ -23,22 +24,6 @@ const TILE_ROWS: usize = 64;
 const TILE_TOKENS: usize = 32;
 /// Fewest tokens the tiled kernel runs for; fewer take the matrix-vector kernel per token.
 const TILE_MIN_TOKENS: usize = 4;
-
-/// The scratch buffer of rounded activations and what it holds.
-#[derive(Default)]
-pub(crate) struct RoundedX {
-    buffer: Option<wgpu::Buffer>,
-    of: Option<Rounded>,
-}
-
-/// The rounding a [`RoundedX`] holds: of `len` values of `source` in `mode`, current while
-/// the backend's epoch is `epoch`.
-struct Rounded {
-    source: wgpu::Buffer,
-    len: usize,
-    mode: u32,
-    epoch: u64,
-}
 
 /// Which matmul kernel runs.
 enum Kernel {
@@ -58,7 +43,7 @@ const EXACT_ROWS: usize = 64;
 /// The exact kernel for `w`, if one takes it: the CPU's arithmetic for the weight's type
 /// and where ggml-cpu keeps it (a plain buffer: `vec_dot` and tinyBLAS orders; the REPACK
 /// buffer: ggml's repacked orders).
-fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
+pub(crate) fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
     if !exact || !w.row_len().is_multiple_of(32) {
         return None;
     }
@@ -72,69 +57,6 @@ fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
 }
 
 impl WgpuBackend {
-    /// The first `len` values of `x` rounded as the CPU rounds a matmul's activations for
-    /// weights `w` (`shaders/quantize_x.wgsl`: 8-bit blocks of 32 for the legacy types
-    /// and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K blocks of 256 for the K-quants and
-    /// IQ4_XS; kept as packed Q8_0 or Q8_K blocks for an exact kernel), or `None` where
-    /// the CPU keeps them (F32).
-    ///
-    /// Consecutive matmuls of one activation buffer (the Q, K and V projections; gate and
-    /// up) round it once: the rounding is reused while nothing has been recorded or uploaded
-    /// since the matmul that made it (`WgpuBackend::epoch`).
-    fn activations_as_cpu(
-        &self,
-        w: &Weight,
-        x: &Buffer,
-        len: usize,
-    ) -> Result<Option<wgpu::Buffer>, BackendError> {
-        use GgmlType::*;
-        let ty = w.ty;
-        let exact = exact_kernel(self.exact_matmul, w).is_some();
-        let (mode, block) = match ty {
-            Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
-            Q4_1 | Q5_1 if exact => (6, 32),
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => (0, 32),
-            F16 => (1, 32),
-            BF16 => (2, 32),
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => (3, 256),
-            _ => return Ok(None),
-        };
-        if !len.is_multiple_of(block) || len == 0 {
-            return Ok(None);
-        }
-        let source = buffer(x, "matmul", "x")?;
-        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
-        let epoch = self.epoch.load(Ordering::Relaxed);
-        if let (Some(rounded), Some(of)) = (&scratch.buffer, &scratch.of) {
-            if of.source == *source && of.len == len && of.mode == mode && of.epoch == epoch {
-                return Ok(Some(rounded.clone()));
-            }
-        }
-        let bytes = len as u64 * 4;
-        let rounded = match &scratch.buffer {
-            Some(buffer) if buffer.size() >= bytes => buffer.clone(),
-            _ => {
-                // Earlier recorded dispatches keep the smaller buffer alive.
-                let buffer = self.new_buffer("matmul", bytes)?;
-                scratch.buffer = Some(buffer.clone());
-                buffer
-            }
-        };
-        let blocks = len / block;
-        let params = [blocks as u32, mode];
-        let kernel = Self::plain("quantize_x");
-        self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
-        // Marked as current once the matmul's own dispatches are recorded (`matmul_rows`).
-        scratch.of = Some(Rounded {
-            source: source.clone(),
-            len,
-            mode,
-            epoch: u64::MAX,
-        });
-        Ok(Some(rounded))
-    }
-
     /// The kernel for `tokens` rows of activations times `w`.
     fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
         let unsupported = || self.unsupported("matmul", w);
@@ -310,18 +232,124 @@ impl WgpuBackend {
                     0,
                     0,
                     0,
+                    // The matrix-vector kernel's parts past the first (none).
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
                 ];
                 let ranges = [Range::whole(&chunk.buffer), x, out];
                 self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
             }
         }
         if marked {
-            let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(of) = scratch.of.as_mut() {
-                of.epoch = self.epoch.load(Ordering::Relaxed);
-            }
+            self.mark_rounding_current();
         }
         Ok(())
+    }
+
+    /// `outs[k][t][r] = ws[k][r] · x[t]` for 2 ..= `MAX_PARTS` weights of one input in one
+    /// dispatch of the matrix-vector kernel (`kernels::matvec_parts`), each output equal bit
+    /// for bit to its `matmul_rows`. It applies to fewer than TILE_MIN_TOKENS tokens, weights
+    /// of one type with a matrix-vector kernel, one row length and each in one chunk, without
+    /// the exact or generic matmul, and to buffers that bind whole, on a backend that takes
+    /// several weights a dispatch (`WgpuBackend::matvec_parts`). Returns `false`, having
+    /// recorded nothing, where it does not apply: the caller then multiplies weight by weight.
+    pub(crate) fn matmul_parts(
+        &self,
+        ws: &[&Weight],
+        x: &Buffer,
+        tokens: usize,
+        outs: &mut [&mut Buffer],
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "matmul";
+        let Some(w0) = ws.first() else {
+            return Ok(false);
+        };
+        let (ty, n) = (w0.ty, w0.row_len());
+        let applies = self.matvec_parts
+            && ws.len() == outs.len()
+            && (1..TILE_MIN_TOKENS).contains(&tokens)
+            && !self.generic_matmul
+            && n.is_multiple_of(32)
+            && ws.iter().all(|w| {
+                w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
+            });
+        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len());
+        let (Some(kernel), true) = (kernel, applies) else {
+            return Ok(false);
+        };
+        // Each weight's chunk and its first row there.
+        let mut chunks = Vec::with_capacity(ws.len());
+        for (w, out) in ws.iter().zip(outs.iter()) {
+            at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
+            at_least(
+                OP,
+                "out elements (tokens × rows)",
+                tokens * w.rows(),
+                out.len(),
+            )?;
+            let first = w.byte_offset / w.row_bytes();
+            let gpu = weight(w, OP, "weight")?;
+            let chunk = gpu
+                .chunks
+                .iter()
+                .find(|c| c.first_row <= first && first + w.rows() <= c.first_row + c.rows);
+            match chunk {
+                Some(chunk) => chunks.push((&chunk.buffer, first - chunk.first_row)),
+                None => return Ok(false),
+            }
+        }
+        let out_buffers = outs
+            .iter()
+            .map(|out| buffer(out, OP, "out"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let x_buffer = buffer(x, OP, "x")?;
+        if std::iter::once(x_buffer)
+            .chain(out_buffers.iter().copied())
+            .any(|b| b.size() > self.max_binding)
+        {
+            return Ok(false);
+        }
+        let rounded = self.activations_as_cpu(w0, x, tokens * n)?;
+        let x_bound = rounded.as_ref().unwrap_or(x_buffer);
+        // Part 0 in the first words (as `matmul_rows` fills them), parts 1.. after the exact
+        // kernels' four: (rows, first row in the chunk, output row length, first workgroup).
+        let mut params = vec![0u32; 20];
+        let mut groups = 0;
+        for (k, (w, (_, row0))) in ws.iter().zip(&chunks).enumerate() {
+            let rows = w.rows() as u32;
+            match k {
+                0 => {
+                    let words = [n as u32, rows, w.row_bytes() as u32, *row0 as u32, 0, rows];
+                    params[..6].copy_from_slice(&words);
+                }
+                _ => {
+                    let at = 12 + 4 * (k - 1);
+                    params[at..at + 4].copy_from_slice(&[rows, *row0 as u32, rows, groups]);
+                }
+            }
+            groups += w.rows().div_ceil(MATVEC_ROWS) as u32;
+        }
+        let [gx, gy, _] = rows_grid(groups as usize);
+        params[6] = gx;
+        let mut ranges = vec![
+            Range::whole(chunks[0].0),
+            Range::whole(x_bound),
+            Range::whole(out_buffers[0]),
+        ];
+        for ((chunk, _), out) in chunks.iter().zip(&out_buffers).skip(1) {
+            ranges.extend([Range::whole(chunk), Range::whole(out)]);
+        }
+        self.dispatch_ranges(OP, kernel, &params, &ranges, [gx, gy, tokens as u32])?;
+        if rounded.is_some() {
+            self.mark_rounding_current();
+        }
+        Ok(true)
     }
 }
 

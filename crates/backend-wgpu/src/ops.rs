@@ -2,9 +2,9 @@
 //! cells), then one kernel dispatch each. Fused ops run their default bodies.
 
 use runit_backend::{
-    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps, KvCache,
-    KvRole, KvType, KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, RopeStyle,
-    ScatterAddRows, SequenceSpan, Weight,
+    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, KvCache, KvRole,
+    KvType, KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, ScatterAddRows, SequenceSpan,
+    Weight,
 };
 
 use crate::backend::{grid, rows_grid};
@@ -63,63 +63,41 @@ impl WgpuBackend {
         Ok(copy)
     }
 
-    fn write_cache(
+    /// The source of one cache's write: `src` itself, or a copy of its first `end_rows` rows
+    /// rotated as llama.cpp rotates that cache's rows (quantized caches).
+    fn cache_source(
         &self,
         src: &Buffer,
-        cache: &mut KvCache,
-        spans: &[SequenceSpan],
+        cache: &KvCache,
+        end_rows: usize,
         what: &'static str,
-    ) -> OpResult {
+    ) -> Result<Option<Buffer>, BackendError> {
         const OP: &str = "kv_write";
+        let Some(n) = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim) else {
+            return Ok(None);
+        };
         let width = cache.width;
-        let kernel = kernels::kv_write(cache.ty).ok_or_else(|| self.unsupported_kv(cache))?;
-        let mut pairs = Vec::new();
-        let mut end_rows = 0;
-        for span in spans {
-            let end_row = span.first_row.saturating_add(span.rows);
-            at_least(
-                OP,
-                "k/v elements (rows × cache width)",
-                end_row.saturating_mul(width),
-                src.len(),
-            )?;
-            end_rows = end_rows.max(end_row);
-            let end = span.start_position.saturating_add(span.rows);
-            span.check_cells(OP, span.start_position..end, cache.n_cells)?;
-            for r in 0..span.rows {
-                pairs.push((span.first_row + r) as u32);
-                pairs.push(span.cell(span.start_position + r) as u32);
-            }
-        }
-        let entries = pairs.len() / 2;
-        if entries == 0 {
-            return Ok(());
-        }
-        let rotation = hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim);
-        let rotated = match rotation {
-            Some(n) => {
-                let copy = self.scratch_copy(src, end_rows * width, OP)?;
-                self.rotate(buffer(&copy, OP, what)?, n, 0, end_rows * width / n)?;
-                Some(copy)
-            }
-            None => None,
-        };
-        let source = buffer(rotated.as_ref().unwrap_or(src), OP, what)?;
-        let gpu = kv(cache, OP, what)?;
-        let per_row = match cache.ty {
-            KvType::F32 => width,
-            KvType::F16 => width / 2,
-            _ => width / 32,
-        };
-        let table = self.storage("kv cells", &pairs);
-        let params = [(entries * per_row) as u32, width as u32];
-        self.dispatch(
-            OP,
-            kernel,
-            &params,
-            &[source, &table, &gpu.buffer],
-            grid(entries * per_row),
-        )
+        let copy = self.scratch_copy(src, end_rows * width, OP)?;
+        self.rotate(buffer(&copy, OP, what)?, n, 0, end_rows * width / n)?;
+        Ok(Some(copy))
+    }
+}
+
+/// Invocations of `kv_write.wgsl` a row of `cache` takes: a word of f32 or of two f16, or a
+/// block of 32 values.
+fn cache_row_invocations(cache: &KvCache) -> usize {
+    match cache.ty {
+        KvType::F32 => cache.width,
+        KvType::F16 => cache.width / 2,
+        _ => cache.width / 32,
+    }
+}
+
+/// The code of `activation` in `gated.wgsl` (`p.kind`).
+pub(crate) fn activation_kind(activation: Activation) -> u32 {
+    match activation {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
     }
 }
 
@@ -213,48 +191,7 @@ impl PrimitiveOps for WgpuBackend {
         params: &RopeParams,
         freq_factors: Option<&Weight>,
     ) -> OpResult {
-        const OP: &str = "rope";
-        let (heads, head_dim, rotary) = (params.heads, params.head_dim, params.rotary_dim);
-        if rotary > head_dim || !rotary.is_multiple_of(2) {
-            return Err(BackendError::Shape {
-                op: OP,
-                what: "rotary_dim (even, at most head_dim)",
-                expected: head_dim,
-                found: rotary,
-            });
-        }
-        let tokens = positions.len();
-        at_least(OP, "x elements", tokens * heads * head_dim, x.len())?;
-        let half = rotary / 2;
-        let factors = match freq_factors {
-            Some(w) => {
-                let host = weight(w, OP, "freq_factors")?.host.as_deref();
-                let host = host.ok_or_else(|| self.unsupported(OP, w))?;
-                at_least(OP, "frequency factors", half, host.len())?;
-                Some(host)
-            }
-            None => None,
-        };
-        if tokens == 0 || half == 0 || heads == 0 {
-            return Ok(());
-        }
-        let mut angles = vec![(0.0f32, 0.0f32); tokens * half];
-        for (position, row) in positions.iter().zip(angles.chunks_mut(half)) {
-            params.angles(*position, factors, row);
-        }
-        let flat: Vec<f32> = angles.iter().flat_map(|(c, s)| [*c, *s]).collect();
-        let table = self.storage("rope angles", &flat);
-        let pairs = tokens * heads * half;
-        let neox = u32::from(params.style == RopeStyle::Neox);
-        let words = [
-            pairs as u32,
-            heads as u32,
-            head_dim as u32,
-            half as u32,
-            neox,
-        ];
-        let x = buffer(x, OP, "x")?;
-        self.dispatch(OP, Self::plain(OP), &words, &[&table, x], grid(pairs))
+        self.rope_buffers(&[(x, params)], positions, freq_factors)
     }
 
     fn scale(&self, x: &mut Buffer, factor: f32, len: usize) -> OpResult {
@@ -283,10 +220,7 @@ impl PrimitiveOps for WgpuBackend {
         const OP: &str = "gated_activation";
         at_least(OP, "up elements", len, up.len())?;
         at_least(OP, "gate elements", len, gate.len())?;
-        let kind = match activation {
-            Activation::Silu => 0,
-            Activation::GeluTanh => 1,
-        };
+        let kind = activation_kind(activation);
         let (up, gate) = (buffer(up, OP, "up")?, buffer(gate, OP, "gate")?);
         let buffers = [up, &self.gelu_table, gate];
         let params = [len as u32, kind];
@@ -294,6 +228,7 @@ impl PrimitiveOps for WgpuBackend {
     }
 
     fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
+        const OP: &str = "kv_write";
         let KvWrite {
             k,
             v,
@@ -301,8 +236,54 @@ impl PrimitiveOps for WgpuBackend {
             v_cache,
             spans,
         } = write;
-        self.write_cache(k, k_cache, spans, "k")?;
-        self.write_cache(v, v_cache, spans, "v")
+        let kernel = kernels::kv_write(k_cache.ty, v_cache.ty).ok_or_else(|| {
+            let unsupported = [&*k_cache, &*v_cache]
+                .into_iter()
+                .find(|c| kernels::cache_code(c.ty).is_none());
+            self.unsupported_kv(unsupported.unwrap_or(k_cache))
+        })?;
+        let mut pairs = Vec::new();
+        let mut end_rows = 0;
+        for span in spans {
+            let end_row = span.first_row.saturating_add(span.rows);
+            for (src, cache) in [(k, &*k_cache), (v, &*v_cache)] {
+                at_least(
+                    OP,
+                    "k/v elements (rows × cache width)",
+                    end_row.saturating_mul(cache.width),
+                    src.len(),
+                )?;
+                let end = span.start_position.saturating_add(span.rows);
+                span.check_cells(OP, span.start_position..end, cache.n_cells)?;
+            }
+            end_rows = end_rows.max(end_row);
+            for r in 0..span.rows {
+                pairs.push((span.first_row + r) as u32);
+                pairs.push(span.cell(span.start_position + r) as u32);
+            }
+        }
+        let entries = pairs.len() / 2;
+        if entries == 0 {
+            return Ok(());
+        }
+        let k_rotated = self.cache_source(k, k_cache, end_rows, "k")?;
+        let v_rotated = self.cache_source(v, v_cache, end_rows, "v")?;
+        let k_source = buffer(k_rotated.as_ref().unwrap_or(k), OP, "k")?;
+        let v_source = buffer(v_rotated.as_ref().unwrap_or(v), OP, "v")?;
+        let (k_gpu, v_gpu) = (kv(k_cache, OP, "k")?, kv(v_cache, OP, "v")?);
+        let table = self.storage("kv cells", &pairs);
+        let (len_k, len_v) = (
+            entries * cache_row_invocations(k_cache),
+            entries * cache_row_invocations(v_cache),
+        );
+        let params = [
+            len_k as u32,
+            len_v as u32,
+            k_cache.width as u32,
+            v_cache.width as u32,
+        ];
+        let buffers = [k_source, v_source, &table, &k_gpu.buffer, &v_gpu.buffer];
+        self.dispatch(OP, kernel, &params, &buffers, grid(len_k + len_v))
     }
 
     fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
@@ -522,5 +503,3 @@ impl PrimitiveOps for WgpuBackend {
         Ok(())
     }
 }
-
-impl FusedOps for WgpuBackend {}

@@ -1,8 +1,9 @@
-// Byte access to packed ggml blocks held in `w: array<u32>` (a weight chunk, little endian).
+// Byte access to packed ggml blocks held in a weight chunk (little endian), read a word at a
+// time by `weight_word` (weight_one.wgsl: the kernel's `w`; matvec_parts: the part's weight).
 // Blocks are not 4-byte aligned (Q4_0's are 18 bytes), so every field is read byte by byte.
 
 fn byte_at(offset: u32) -> u32 {
-    return (w[offset >> 2u] >> ((offset & 3u) * 8u)) & 0xffu;
+    return (weight_word(offset >> 2u) >> ((offset & 3u) * 8u)) & 0xffu;
 }
 
 fn u16_at(offset: u32) -> u32 {
@@ -39,12 +40,12 @@ fn scale_min_k4(j: u32, scales: u32) -> vec2<f32> {
 // for the second read of a last aligned word (device.rs).
 fn word_at(offset: u32) -> u32 {
     let i = offset >> 2u;
-    let lo = w[i];
-    let hi = w[i + 1u];
+    let lo = weight_word(i);
+    let hi = weight_word(i + 1u);
     return select(lo, (lo >> 16u) | (hi << 16u), (offset & 2u) != 0u);
 }
 
 // The f16 at an even `offset`.
 fn half_at(offset: u32) -> f32 {
-    return unpack2x16float(w[offset >> 2u] >> ((offset & 2u) * 8u)).x;
+    return unpack2x16float(weight_word(offset >> 2u) >> ((offset & 2u) * 8u)).x;
 }

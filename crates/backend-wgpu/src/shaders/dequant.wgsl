@@ -3,7 +3,7 @@
 // `BLOCK_BYTES` are prepended per type by the host (src/kernels.rs).
 
 fn value_f32(base: u32, i: u32) -> f32 {
-    return bitcast<f32>(w[base >> 2u]);
+    return bitcast<f32>(weight_word(base >> 2u));
 }
 
 fn value_f16(base: u32, i: u32) -> f32 {

@@ -3,18 +3,9 @@
 // SiLU is ggml's `ggml_vec_swiglu_f32` on the CPU's reference machine (the CPU backend's
 // `vector/silu.rs`): x / (1 + v_expf(0 - x)) with ggml's polynomial `ggml_v_expf` for whole
 // groups of 16 values, libm's `expf` (`expf.wgsl`) for the last len % 16.
-
-struct Params {
-    len: u32,
-    kind: u32,
-    zero: u32, // always 0 (`opaque`)
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> up: array<f32>;
-@group(0) @binding(2) var<storage, read> gelu_table: array<u32>;
-@group(0) @binding(3) var<storage, read_write> gate: array<f32>;
+// `activated` needs `p.len`, `p.kind` and the table `gelu_table`, which the entry points
+// declare (gated_one.wgsl; gated_quantize.wgsl, which then rounds the results for the next
+// matmul).
 
 fn gelu(x: f32) -> f32 {
     if x <= -10.0 {
@@ -28,21 +19,15 @@ fn gelu(x: f32) -> f32 {
     return unpack2x16float(word & 0xffffu).x;
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 64u;
-    if i >= p.len {
-        return;
-    }
-    let x = gate[i];
+// Value i of the result from its gate value `x` and up value `u`.
+fn activated(i: u32, x: f32, u: f32) -> f32 {
     if p.kind == 0u {
         let e = select(expf(0.0 - x), vector_exp(0.0 - x), i < p.len - p.len % 16u);
-        gate[i] = x / (1.0 + e) * up[i];
+        return x / (1.0 + e) * u;
     } else if x >= 10.0 {
-        gate[i] = x * up[i];
-    } else {
-        gate[i] = gelu(x) * up[i];
+        return x * u;
     }
+    return gelu(x) * u;
 }
 
 /// One lane of ggml's AVX-512 `ggml_v_expf` (the CPU backend's `vector_exp`).

@@ -1,37 +1,58 @@
-// Writes rows of `src` ([rows, width]) into cache cells: entry e of `pairs` is (source row,
-// cell), as the host read them from the spans' block tables. KV_TYPE: 0 f32 cells, 1 f16 pairs
-// packed in words (the width is even), 2 Q8_0 and 3 Q4_0 blocks in the words
-// attention_cache.wgsl reads (rows already rotated by the host's Hadamard pass): one
-// invocation per word (f32, f16) or per block (Q8_0, Q4_0).
+// Writes rows of the keys `k` and the values `v` ([rows, width] each) into the cells of their
+// caches, in one dispatch: entry e of `pairs` is (source row, cell), as the host read them
+// from the spans' block tables. K_TYPE and V_TYPE: 0 f32 cells, 1 f16 pairs packed in words
+// (the width is even), 2 Q8_0 and 3 Q4_0 blocks in the words attention_cache.wgsl reads (rows
+// already rotated by the host's Hadamard pass): one invocation per word (f32, f16) or per
+// block (Q8_0, Q4_0), the keys' first.
 
 struct Params {
-    len: u32,   // invocations: entries × (width, width / 2 or width / 32)
-    width: u32,
-    _pad0: u32,
-    _pad1: u32,
+    len_k: u32, // the keys' invocations: entries × (width, width / 2 or width / 32)
+    len_v: u32, // the values'
+    width_k: u32,
+    width_v: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read> pairs: array<u32>; // [entries, 2]
-@group(0) @binding(3) var<storage, read_write> cache: array<u32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> pairs: array<u32>; // [entries, 2]
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+
+// The source being written: the keys or the values.
+var<private> keys: bool;
+
+fn src(i: u32) -> f32 {
+    if keys {
+        return k[i];
+    }
+    return v[i];
+}
+
+fn store(i: u32, word: u32) {
+    if keys {
+        k_cache[i] = word;
+    } else {
+        v_cache[i] = word;
+    }
+}
 
 // ggml-cpu's x86 Q8_0 activation rounding: d = amax / 127, q = round(x * 127 / amax).
 fn write_q8_0(at: u32, dst: u32) {
     var amax = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        amax = max(amax, abs(src[at + j]));
+        amax = max(amax, abs(src(at + j)));
     }
     let d = amax / 127.0;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
-    cache[dst] = pack2x16float(vec2<f32>(d, 0.0));
+    store(dst, pack2x16float(vec2<f32>(d, 0.0)));
     for (var word = 0u; word < 8u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
-            let q = i32(round(src[at + word * 4u + b] * id));
+            let q = i32(round(src(at + word * 4u + b) * id));
             packed |= (bitcast<u32>(q) & 0xffu) << (8u * b);
         }
-        cache[dst + 1u + word] = packed;
+        store(dst + 1u + word, packed);
     }
 }
 
@@ -41,7 +62,7 @@ fn write_q4_0(at: u32, dst: u32) {
     var amax = 0.0;
     var max_value = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        let v = src[at + j];
+        let v = src(at + j);
         if amax < abs(v) {
             amax = abs(v);
             max_value = v;
@@ -49,43 +70,47 @@ fn write_q4_0(at: u32, dst: u32) {
     }
     let d = max_value / -8.0;
     let id = select(0.0, 1.0 / d, d != 0.0);
-    cache[dst] = pack2x16float(vec2<f32>(d, 0.0));
+    store(dst, pack2x16float(vec2<f32>(d, 0.0)));
     for (var word = 0u; word < 4u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
             let j = word * 4u + b;
-            let q0 = min(15u, u32(src[at + j] * id + 8.5));
-            let q1 = min(15u, u32(src[at + j + 16u] * id + 8.5));
+            let q0 = min(15u, u32(src(at + j) * id + 8.5));
+            let q1 = min(15u, u32(src(at + j + 16u) * id + 8.5));
             packed |= (q0 | (q1 << 4u)) << (8u * b);
         }
-        cache[dst + 1u + word] = packed;
+        store(dst + 1u + word, packed);
     }
 }
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 64u;
-    if i >= p.len {
+    let n = gid.x + gid.y * groups.x * 64u;
+    if n >= p.len_k + p.len_v {
         return;
     }
-    if KV_TYPE == 0u {
-        let entry = i / p.width;
-        let j = i % p.width;
-        cache[pairs[2u * entry + 1u] * p.width + j] = bitcast<u32>(src[pairs[2u * entry] * p.width + j]);
-    } else if KV_TYPE == 1u {
-        let row_words = p.width / 2u;
+    keys = n < p.len_k;
+    let i = select(n - p.len_k, n, keys);
+    let ty = select(V_TYPE, K_TYPE, keys);
+    let width = select(p.width_v, p.width_k, keys);
+    if ty == 0u {
+        let entry = i / width;
+        let j = i % width;
+        store(pairs[2u * entry + 1u] * width + j, bitcast<u32>(src(pairs[2u * entry] * width + j)));
+    } else if ty == 1u {
+        let row_words = width / 2u;
         let entry = i / row_words;
         let j = i % row_words;
-        let at = pairs[2u * entry] * p.width + 2u * j;
-        cache[pairs[2u * entry + 1u] * row_words + j] = pack2x16float(vec2<f32>(src[at], src[at + 1u]));
+        let at = pairs[2u * entry] * width + 2u * j;
+        store(pairs[2u * entry + 1u] * row_words + j, pack2x16float(vec2<f32>(src(at), src(at + 1u))));
     } else {
-        let blocks = p.width / 32u;
+        let blocks = width / 32u;
         let entry = i / blocks;
         let block = i % blocks;
-        let at = pairs[2u * entry] * p.width + block * 32u;
-        let words = select(5u, 9u, KV_TYPE == 2u);
+        let at = pairs[2u * entry] * width + block * 32u;
+        let words = select(5u, 9u, ty == 2u);
         let dst = (pairs[2u * entry + 1u] * blocks + block) * words;
-        if KV_TYPE == 2u {
+        if ty == 2u {
             write_q8_0(at, dst);
         } else {
             write_q4_0(at, dst);

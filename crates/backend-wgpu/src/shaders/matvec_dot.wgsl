@@ -28,7 +28,7 @@ fn dot_f32(row: u32, u: u32, xi: u32) -> f32 {
     let i = (row >> 2u) + u * 32u;
     var sum = 0.0;
     for (var k = 0u; k < 8u; k++) {
-        let v = vec4<u32>(w[i + 4u * k], w[i + 4u * k + 1u], w[i + 4u * k + 2u], w[i + 4u * k + 3u]);
+        let v = vec4<u32>(weight_word(i + 4u * k), weight_word(i + 4u * k + 1u), weight_word(i + 4u * k + 2u), weight_word(i + 4u * k + 3u));
         sum += dot(bitcast<vec4<f32>>(v), x4(xi + 4u * k));
     }
     return sum;
@@ -38,8 +38,8 @@ fn dot_f16(row: u32, u: u32, xi: u32) -> f32 {
     let i = (row >> 2u) + u * 16u;
     var sum = 0.0;
     for (var k = 0u; k < 8u; k++) {
-        let a = unpack2x16float(w[i + 2u * k]);
-        let b = unpack2x16float(w[i + 2u * k + 1u]);
+        let a = unpack2x16float(weight_word(i + 2u * k));
+        let b = unpack2x16float(weight_word(i + 2u * k + 1u));
         sum += dot(vec4<f32>(a, b), x4(xi + 4u * k));
     }
     return sum;
@@ -49,8 +49,8 @@ fn dot_bf16(row: u32, u: u32, xi: u32) -> f32 {
     let i = (row >> 2u) + u * 16u;
     var sum = 0.0;
     for (var k = 0u; k < 8u; k++) {
-        let a = w[i + 2u * k];
-        let b = w[i + 2u * k + 1u];
+        let a = weight_word(i + 2u * k);
+        let b = weight_word(i + 2u * k + 1u);
         let v = vec4<u32>(a << 16u, a & 0xffff0000u, b << 16u, b & 0xffff0000u);
         sum += dot(bitcast<vec4<f32>>(v), x4(xi + 4u * k));
     }
@@ -119,10 +119,10 @@ fn dot_q4_k(row: u32, u: u32, xi: u32) -> f32 {
     var xs = 0.0;
     for (var k = 0u; k < 8u; k++) {
         let v = x4(xi + 4u * k);
-        sum += dot(bytes4(w[q0 + k], shift, 15u), v);
+        sum += dot(bytes4(weight_word(q0 + k), shift, 15u), v);
         xs += dot(v, vec4<f32>(1.0));
     }
-    let dm = unpack2x16float(w[b >> 2u]);
+    let dm = unpack2x16float(weight_word(b >> 2u));
     let sm = scale_min_k4(j, b + 4u);
     return dm.x * sm.x * sum - dm.y * sm.y * xs;
 }
@@ -139,11 +139,11 @@ fn dot_q5_k(row: u32, u: u32, xi: u32) -> f32 {
     var xs = 0.0;
     for (var k = 0u; k < 8u; k++) {
         let v = x4(xi + 4u * k);
-        let q = bytes4(w[q0 + k], shift, 15u) + 16.0 * bytes4(w[h0 + k], j, 1u);
+        let q = bytes4(weight_word(q0 + k), shift, 15u) + 16.0 * bytes4(weight_word(h0 + k), j, 1u);
         sum += dot(q, v);
         xs += dot(v, vec4<f32>(1.0));
     }
-    let dm = unpack2x16float(w[b >> 2u]);
+    let dm = unpack2x16float(weight_word(b >> 2u));
     let sm = scale_min_k4(j, b + 4u);
     return dm.x * sm.x * sum - dm.y * sm.y * xs;
 }

@@ -8,24 +8,11 @@
 // then the 32 signed bytes; mode 5 is mode 3's kept as ggml's Q8_K block for matmul_qk.wgsl:
 // 65 words a block, the f32 scale, then the 256 signed bytes; mode 6 is mode 0's kept as
 // ggml's Q8_1 block (10 words: the scale, the f16 sum s = f16(d · sum(q)), the bytes).
+// `quantize_block` reads the values from `x` and writes `out`, which the entry points declare
+// (quantize_x_one.wgsl; gated_quantize.wgsl, which first makes the values).
 
-struct Params {
-    blocks: u32,
-    mode: u32,
-    zero: u32, // always 0 (`opaque` in precise.wgsl)
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<u32>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let block = gid.x + gid.y * groups.x * 64u;
-    if block >= p.blocks {
-        return;
-    }
+// Block `block` of x rounded into out in the mode `p.mode`.
+fn quantize_block(block: u32) {
     if p.mode == 3u || p.mode == 5u {
         q8_k(block * 256u, block * 65u);
         return;

@@ -1,7 +1,8 @@
 // out[r] = x[r] * (1 / sqrt(mean(x[r]²) + eps)) * weight, one workgroup per row, with the
 // CPU's (ggml's) precision: each square rounded to f32, the squares summed as a float-float
 // (value and error, by two-sums) standing in for ggml's f64 sum, the mean rounded once to f32
-// (`two_sum`: precise.wgsl).
+// (`two_sum`: precise.wgsl). The entry points (rms_norm_one.wgsl; add_rms_norm.wgsl, which
+// first adds the residual) declare x and call `normalize_row`.
 
 struct Params {
     width: u32,
@@ -17,7 +18,6 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
@@ -30,9 +30,9 @@ fn add_ff(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
     return two_sum(s.x, s.y + (a.y + b.y));
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * p.groups_x;
+// Row `row` of x normalized into out by the workgroup's invocation `lid` (every invocation
+// calls it: it holds barriers), which reads only the values i ≡ lid (mod THREADS) of the row.
+fn normalize_row(row: u32, lid: u32) {
     let base = row * p.width;
     var sum = vec2<f32>(0.0, 0.0);
     if row < p.rows {

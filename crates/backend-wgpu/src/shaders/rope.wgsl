@@ -1,42 +1,49 @@
 // RoPE of x ([tokens, heads, head_dim]) with the host's (cos, sin) of each token's pairs
 // (`RopeParams::angles`, so the angles are the CPU's): pair k of a head is (2k, 2k + 1) in the
 // normal style, (k, k + rotary_dim / 2) in the NEOX style; dims past rotary_dim are kept.
+// The entry points (rope_one.wgsl: one buffer; rope_pair.wgsl: queries and keys) rotate each
+// pair by `pair` and `rotate`.
 
 struct Params {
-    pairs: u32,     // tokens × heads × rotary_dim / 2
-    heads: u32,
+    pairs: u32,        // tokens × heads × rotary_dim / 2 (of the first buffer)
+    heads: u32,        // of the first buffer
     head_dim: u32,
     half_rotary: u32,
     neox: u32,
-    zero: u32,      // always 0 (`opaque` in precise.wgsl)
-    _pad1: u32,
-    _pad2: u32,
+    zero: u32,         // always 0 (`opaque` in precise.wgsl)
+    pairs_second: u32, // of the second buffer (rope_pair.wgsl)
+    heads_second: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> angles: array<vec2<f32>>; // [tokens, half_rotary]
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 64u;
-    if i >= p.pairs {
-        return;
-    }
+// Pair `i` of a buffer of `heads` heads: the indices of its two values and its (cos, sin).
+struct Pair {
+    a: u32,
+    b: u32,
+    cs: vec2<f32>,
+}
+
+fn pair(i: u32, heads: u32) -> Pair {
     let k = i % p.half_rotary;
-    let head = (i / p.half_rotary) % p.heads;
-    let token = i / (p.half_rotary * p.heads);
-    let base = (token * p.heads + head) * p.head_dim;
+    let head = (i / p.half_rotary) % heads;
+    let token = i / (p.half_rotary * heads);
+    let base = (token * heads + head) * p.head_dim;
     var a = base + 2u * k;
     var b = a + 1u;
     if p.neox != 0u {
         a = base + k;
         b = a + p.half_rotary;
     }
-    let cs = angles[token * p.half_rotary + k];
-    let x0 = x[a];
-    let x1 = x[b];
-    // ggml's rotation as gcc compiles it: the first product of each output fused.
-    x[a] = fma_exact(x0, cs.x, -opaque(x1 * cs.y));
-    x[b] = fma_exact(x0, cs.y, opaque(x1 * cs.x));
+    return Pair(a, b, angles[token * p.half_rotary + k]);
+}
+
+// (x0, x1) rotated by `cs`: ggml's rotation as gcc compiles it, the first product of each
+// output fused.
+fn rotate(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(
+        fma_exact(x0, cs.x, -opaque(x1 * cs.y)),
+        fma_exact(x0, cs.y, opaque(x1 * cs.x)),
+    );
 }

@@ -1,0 +1,125 @@
+//! The fused ops that save dispatches: the residual add with the next norm; RoPE of the
+//! queries and keys in one dispatch (the cache write of keys and values is one dispatch as a
+//! primitive already); the gated activation with the rounding of its results for down
+//! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
+//! matrix-vector dispatch, and gate and up in another (`WgpuBackend::matmul_parts`). Each
+//! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
+//! kernels share those ops' functions (tests/fused.rs compares them).
+//! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
+
+use runit_backend::{
+    unfused, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps, Projection,
+    RopeKvWrite,
+};
+
+use crate::backend::rows_grid;
+use crate::device::{at_least, buffer};
+use crate::rope::same_angles;
+use crate::WgpuBackend;
+
+impl FusedOps for WgpuBackend {
+    fn add_rms_norm(&self, op: AddRmsNorm<'_>) -> OpResult {
+        const OP: &str = "add_rms_norm";
+        if !self.fused_ops {
+            return unfused::add_rms_norm(self, op);
+        }
+        let AddRmsNorm {
+            x,
+            delta,
+            norm,
+            rows,
+            out,
+        } = op;
+        let width = norm.weight.row_len();
+        let len = rows * width;
+        at_least(OP, "delta elements", len, delta.len())?;
+        at_least(OP, "x elements", len, x.len())?;
+        at_least(OP, "out elements", len, out.len())?;
+        let w = self.f32_vector(norm.weight, OP)?;
+        let (x, delta, out) = (
+            buffer(x, OP, "x")?,
+            buffer(delta, OP, "delta")?,
+            buffer(out, OP, "out")?,
+        );
+        if rows == 0 {
+            return Ok(());
+        }
+        let [gx, gy, _] = rows_grid(rows);
+        let params = [width as u32, rows as u32, norm.eps.to_bits(), gx, 0];
+        let buffers = [x, w, out, delta];
+        self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])
+    }
+
+    fn rope_kv_write(&self, mut op: RopeKvWrite<'_>) -> OpResult {
+        if !self.fused_ops {
+            return unfused::rope_kv_write(self, op);
+        }
+        unfused::qk_norms_in_place(self, &mut op)?;
+        if same_angles(op.q_rope, op.k_rope) {
+            let xs = [(&*op.q, op.q_rope), (&*op.k, op.k_rope)];
+            self.rope_buffers(&xs, op.positions, op.freq_factors)?;
+        } else {
+            self.rope(op.q, op.positions, op.q_rope, op.freq_factors)?;
+            self.rope(op.k, op.positions, op.k_rope, op.freq_factors)?;
+        }
+        self.kv_write(op.kv_write())
+    }
+
+    fn matmul_qkv(
+        &self,
+        projections: [Projection<'_>; 3],
+        x: &Buffer,
+        tokens: usize,
+        outs: [&mut Buffer; 3],
+    ) -> OpResult {
+        let mut outs = outs;
+        let weights = projections.map(|projection| projection.weight);
+        if self.fused_ops && self.matmul_parts(&weights, x, tokens, &mut outs)? {
+            for (projection, out) in projections.iter().zip(outs) {
+                if let Some(bias) = projection.bias {
+                    self.add_bias(out, bias, tokens)?;
+                }
+            }
+            return Ok(());
+        }
+        unfused::matmul_qkv(self, projections, x, tokens, outs)
+    }
+
+    fn gated_ffn_hidden(&self, mut run: GatedFfnRun<'_>) -> OpResult {
+        if !self.fused_ops {
+            return unfused::gated_ffn_hidden(self, run);
+        }
+        self.gate_and_up(&mut run)?;
+        let len = run.tokens * run.ffn.gate.rows();
+        self.gated_activation(run.ffn.activation, run.hidden, run.up, len)
+    }
+
+    fn gated_ffn(&self, mut run: GatedFfnRun<'_>, out: &mut Buffer) -> OpResult {
+        let (ffn, tokens) = (run.ffn, run.tokens);
+        if !self.fused_ops {
+            unfused::gated_ffn_hidden(self, run.reborrow())?;
+            return self.matmul(ffn.down, run.hidden, tokens, out);
+        }
+        self.gate_and_up(&mut run)?;
+        let len = tokens * ffn.gate.rows();
+        // The activation, with the rounding of its results for down where down takes one.
+        if !self.gated_activation_rounded(ffn.activation, run.hidden, run.up, len, ffn.down)? {
+            self.gated_activation(ffn.activation, run.hidden, run.up, len)?;
+        }
+        self.matmul(ffn.down, run.hidden, tokens, out)
+    }
+}
+
+impl WgpuBackend {
+    /// The gate and up products of `run` into its `hidden` and `up`: one dispatch where
+    /// `matmul_parts` applies, else a matmul each.
+    fn gate_and_up(&self, run: &mut GatedFfnRun<'_>) -> OpResult {
+        let (ffn, x, tokens) = (run.ffn, run.x, run.tokens);
+        let mut outs = [&mut *run.hidden, &mut *run.up];
+        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs)? {
+            return Ok(());
+        }
+        self.matmul(ffn.gate, x, tokens, run.hidden)?;
+        self.matmul(ffn.up, x, tokens, run.up)
+    }
+}

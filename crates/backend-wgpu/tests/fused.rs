@@ -1,0 +1,420 @@
+//! The fused ops' kernels against their primitive sequences (`runit_backend::unfused`) on the
+//! same adapter: every output equal bit for bit, so fusing changes no result.
+
+use runit_backend::testing::{make_weight, Rng};
+use runit_backend::{
+    unfused, Activation, AddRmsNorm, Attention, AttentionParams, Buffer, Device, FusedOps,
+    GatedFfn, GatedFfnRun, KvRole, KvType, PrimitiveOps, Projection, RmsNorm, RopeKvWrite,
+    RopeParams, RopeStyle, SequenceSpan, Weight,
+};
+use runit_backend_wgpu::{WgpuBackend, MATVEC_TYPES};
+use runit_quant::GgmlType;
+
+/// Adapter 0 with every fusion on (several weights a matrix-vector dispatch too, which is
+/// off by default on a CPU adapter such as lavapipe).
+fn backend() -> Option<WgpuBackend> {
+    match WgpuBackend::new(0) {
+        Ok(backend) => Some(backend.with_matvec_parts()),
+        Err(error) => {
+            let required = std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+            assert!(!required, "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter: {error}");
+            None
+        }
+    }
+}
+
+fn upload(gpu: &WgpuBackend, values: &[f32]) -> Buffer {
+    let mut buffer = gpu.alloc(values.len()).expect("alloc");
+    gpu.upload(&mut buffer, values).expect("upload");
+    buffer
+}
+
+fn download(gpu: &WgpuBackend, buffer: &Buffer, len: usize) -> Vec<f32> {
+    let mut host = vec![0.0; len];
+    gpu.download(buffer, &mut host).expect("download");
+    host
+}
+
+/// Bit patterns, so that a NaN or a signed zero would count as a difference too.
+fn bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn add_rms_norm_equals_add_then_rms_norm() {
+    let Some(gpu) = backend() else { return };
+    let mut rng = Rng::new(31);
+    // Widths below, at and past the kernel's 64 invocations a row, and a non-multiple of it.
+    for (width, rows) in [(48, 3), (64, 1), (576, 2), (1000, 5)] {
+        let len = width * rows;
+        let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
+        let weight_values = rng.values(width, 0.5, 1.5);
+        let weight = make_weight(&gpu, "norm", GgmlType::F32, &[width], &weight_values)
+            .expect("norm weight");
+        let norm = RmsNorm {
+            weight: &weight,
+            eps: 1e-5,
+        };
+        let (mut results, mut used) = (Vec::new(), Vec::new());
+        for fused in [false, true] {
+            let (mut x_buffer, delta_buffer) = (upload(&gpu, &x), upload(&gpu, &delta));
+            let mut out = gpu.alloc(len).expect("alloc");
+            let op = AddRmsNorm {
+                x: &mut x_buffer,
+                delta: &delta_buffer,
+                norm,
+                rows,
+                out: &mut out,
+            };
+            let before = gpu.counts().dispatches;
+            match fused {
+                true => gpu.add_rms_norm(op),
+                false => unfused::add_rms_norm(&gpu, op),
+            }
+            .expect("add_rms_norm");
+            used.push(gpu.counts().dispatches - before);
+            let sum = download(&gpu, &x_buffer, len);
+            results.push((bits(&sum), bits(&download(&gpu, &out, len))));
+        }
+        assert_eq!(results[0].0, results[1].0, "x + delta, width {width}");
+        assert_eq!(results[0].1, results[1].1, "norm, width {width}");
+        assert_eq!(used, [2, 1], "dispatches, width {width}");
+    }
+}
+
+/// One decode-like step: `rows` new rows of one sequence after `prefix` cached positions.
+struct RopeCase {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    style: RopeStyle,
+    keys: KvType,
+    values: KvType,
+    prefix: usize,
+    rows: usize,
+}
+
+/// q, k (after RoPE) and attention over the caches written, by the fused op or its primitive
+/// sequence.
+fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u32>; 3] {
+    let mut rng = Rng::new(7);
+    let (q_width, kv_width) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
+    let block_size = 16;
+    let cells = (case.prefix + case.rows).div_ceil(block_size) * block_size;
+    let mut k_cache = gpu
+        .alloc_kv(cells, kv_width, case.head_dim, case.keys, KvRole::Keys)
+        .expect("k cache");
+    let mut v_cache = gpu
+        .alloc_kv(cells, kv_width, case.head_dim, case.values, KvRole::Values)
+        .expect("v cache");
+    let rope = |heads| RopeParams {
+        style: case.style,
+        heads,
+        head_dim: case.head_dim,
+        rotary_dim: case.head_dim,
+        theta: 10_000.0,
+        freq_scale: 1.0,
+        yarn: None,
+    };
+    let (q_rope, k_rope) = (rope(case.heads), rope(case.kv_heads));
+    // Blocks in reverse order, so that cells are not the positions.
+    let table: Vec<u32> = (0..(cells / block_size) as u32).rev().collect();
+    let mut q_all = None;
+    for (start, rows) in [(0, case.prefix), (case.prefix, case.rows)] {
+        if rows == 0 {
+            continue;
+        }
+        let mut q = upload(gpu, &rng.values(rows * q_width, -2.0, 2.0));
+        let mut k = upload(gpu, &rng.values(rows * kv_width, -1.0, 1.0));
+        let v = upload(gpu, &rng.values(rows * kv_width, -1.0, 1.0));
+        let positions: Vec<u32> = (start as u32..(start + rows) as u32).collect();
+        let spans = [SequenceSpan {
+            first_row: 0,
+            rows,
+            start_position: start,
+            block_table: table.clone(),
+            block_size,
+        }];
+        let op = RopeKvWrite {
+            q: &mut q,
+            k: &mut k,
+            v: &v,
+            positions: &positions,
+            q_rope: &q_rope,
+            k_rope: &k_rope,
+            freq_factors: None,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+            qk_norms: None,
+        };
+        match fused {
+            true => gpu.rope_kv_write(op),
+            false => unfused::rope_kv_write(gpu, op),
+        }
+        .expect("rope_kv_write");
+        q_all = Some((q, k, spans));
+    }
+    let (q, k, spans) = q_all.expect("a step with rows");
+    let params = AttentionParams {
+        heads: case.heads,
+        kv_heads: case.kv_heads,
+        head_dim: case.head_dim,
+        scale: 1.0 / (case.head_dim as f32).sqrt(),
+        sliding_window: None,
+    };
+    let attention = Attention {
+        q: &q,
+        k_cache: &k_cache,
+        v_cache: &v_cache,
+        spans: &spans,
+        params: &params,
+    };
+    let mut out = gpu.alloc(case.rows * q_width).expect("alloc");
+    gpu.attention(&attention, &mut out).expect("attention");
+    [
+        bits(&download(gpu, &q, case.rows * q_width)),
+        bits(&download(gpu, &k, case.rows * kv_width)),
+        bits(&download(gpu, &out, case.rows * q_width)),
+    ]
+}
+
+#[test]
+fn rope_kv_write_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    use KvType::{F16, F32, Q4_0, Q8_0};
+    let cases = [
+        (8, 2, 64, RopeStyle::Normal, F16, F16, 37, 1),
+        (4, 4, 32, RopeStyle::Neox, F32, F32, 3, 5),
+        (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1),
+        (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3),
+        (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1),
+    ];
+    for (heads, kv_heads, head_dim, style, keys, values, prefix, rows) in cases {
+        let case = RopeCase {
+            heads,
+            kv_heads,
+            head_dim,
+            style,
+            keys,
+            values,
+            prefix,
+            rows,
+        };
+        let unfused = rope_kv_write_run(&gpu, &case, false);
+        let fused = rope_kv_write_run(&gpu, &case, true);
+        for (what, (a, b)) in ["q", "k", "attention"]
+            .iter()
+            .zip(unfused.iter().zip(&fused))
+        {
+            assert_eq!(
+                a, b,
+                "{what}: h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}"
+            );
+        }
+    }
+}
+
+/// Weights of `rows` rows of `n` values of `ty`, with seeded values.
+fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64) -> Vec<Weight> {
+    let mut rng = Rng::new(seed);
+    rows.iter()
+        .map(|rows| {
+            let values = rng.values(n * rows, -1.0, 1.0);
+            make_weight(gpu, "w", ty, &[n, *rows], &values).expect("weight")
+        })
+        .collect()
+}
+
+/// The Q, K and V projections (the V rows not a multiple of the kernel's 4 rows a workgroup,
+/// with a bias on K) by `matmul_qkv` and by its primitives, for every type with a
+/// matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without.
+#[test]
+fn matmul_qkv_equals_three_matmuls() {
+    let Some(gpu) = backend() else { return };
+    let subgroups = gpu.uses_subgroups();
+    let n = 256;
+    let rows = [64, 32, 36];
+    let gpus = match subgroups {
+        true => vec![
+            gpu,
+            WgpuBackend::new(0)
+                .expect("adapter")
+                .without_subgroups()
+                .with_matvec_parts(),
+        ],
+        false => vec![gpu],
+    };
+    for gpu in &gpus {
+        for ty in MATVEC_TYPES {
+            let ws = weights(gpu, ty, n, &rows, 5);
+            let bias = make_weight(gpu, "bias", GgmlType::F32, &[32], &[0.25; 32]).expect("bias");
+            for tokens in 1..=3 {
+                let x = upload(gpu, &Rng::new(9).values(tokens * n, -2.0, 2.0));
+                let (mut results, mut used) = (Vec::new(), Vec::new());
+                for fused in [false, true] {
+                    let mut outs: Vec<Buffer> = rows
+                        .iter()
+                        .map(|r| gpu.alloc(tokens * r).expect("alloc"))
+                        .collect();
+                    let projections = [
+                        Projection {
+                            weight: &ws[0],
+                            bias: None,
+                        },
+                        Projection {
+                            weight: &ws[1],
+                            bias: Some(&bias),
+                        },
+                        Projection {
+                            weight: &ws[2],
+                            bias: None,
+                        },
+                    ];
+                    let [q, k, v] = &mut outs[..] else {
+                        unreachable!()
+                    };
+                    let before = gpu.counts().dispatches;
+                    match fused {
+                        true => gpu.matmul_qkv(projections, &x, tokens, [q, k, v]),
+                        false => unfused::matmul_qkv(gpu, projections, &x, tokens, [q, k, v]),
+                    }
+                    .expect("matmul_qkv");
+                    used.push(gpu.counts().dispatches - before);
+                    let hosts: Vec<Vec<u32>> = outs
+                        .iter()
+                        .zip(rows)
+                        .map(|(out, r)| bits(&download(gpu, out, tokens * r)))
+                        .collect();
+                    results.push(hosts);
+                }
+                let detail = format!("{ty:?} x {tokens}, subgroups {}", gpu.uses_subgroups());
+                assert_eq!(results[0], results[1], "{detail}");
+                // Three matrix-vector dispatches became one (and the bias between two
+                // matmuls no longer makes the last round its activations again).
+                assert!(used[1] + 2 <= used[0], "{detail}: dispatches {used:?}");
+            }
+        }
+    }
+}
+
+/// The gated FFN's hidden layer by `gated_ffn_hidden` (gate and up in one dispatch) and by
+/// its primitives, for both activations, the hidden and up buffers compared.
+#[test]
+fn gated_ffn_hidden_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    let (n, ff) = (128, 88);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        let n = if ty == GgmlType::Q4_K { 256 } else { n };
+        let ws = weights(&gpu, ty, n, &[ff, ff, n], 11);
+        for activation in [Activation::Silu, Activation::GeluTanh] {
+            for tokens in 1..=3 {
+                let x = upload(&gpu, &Rng::new(13).values(tokens * n, -2.0, 2.0));
+                let (mut results, mut used) = (Vec::new(), Vec::new());
+                for fused in [false, true] {
+                    let mut up = gpu.alloc(tokens * ff).expect("alloc");
+                    let mut hidden = gpu.alloc(tokens * ff).expect("alloc");
+                    let ffn = GatedFfn {
+                        gate: &ws[0],
+                        up: &ws[1],
+                        down: &ws[2],
+                        activation,
+                    };
+                    let run = GatedFfnRun {
+                        ffn,
+                        x: &x,
+                        tokens,
+                        up: &mut up,
+                        hidden: &mut hidden,
+                    };
+                    let before = gpu.counts().dispatches;
+                    match fused {
+                        true => gpu.gated_ffn_hidden(run),
+                        false => unfused::gated_ffn_hidden(&gpu, run),
+                    }
+                    .expect("gated_ffn_hidden");
+                    used.push(gpu.counts().dispatches - before);
+                    results.push([
+                        bits(&download(&gpu, &hidden, tokens * ff)),
+                        bits(&download(&gpu, &up, tokens * ff)),
+                    ]);
+                }
+                assert_eq!(results[0], results[1], "{ty:?} {activation:?} x {tokens}");
+                // Gate and up in one dispatch.
+                assert_eq!(used[0], used[1] + 1, "{ty:?} {activation:?} x {tokens}");
+            }
+        }
+    }
+}
+
+/// The whole gated FFN by `gated_ffn` (the activation rounding its results for down in the
+/// same dispatch) and by its primitives, the output, hidden and up buffers compared; with the
+/// fast kernels and with the exact ones (whose roundings keep ggml's packed blocks).
+#[test]
+fn gated_ffn_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_matvec_parts()
+        .with_exact_matmul();
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ];
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        for ty in types {
+            let (n, ff) = (256, 512);
+            let ws = weights(gpu, ty, n, &[ff, ff], 17);
+            let down = weights(gpu, ty, ff, &[n], 19).remove(0);
+            for activation in [Activation::Silu, Activation::GeluTanh] {
+                for tokens in [1, 2, 5] {
+                    let x = upload(gpu, &Rng::new(23).values(tokens * n, -2.0, 2.0));
+                    let (mut results, mut used) = (Vec::new(), Vec::new());
+                    for fused in [false, true] {
+                        let mut up = gpu.alloc(tokens * ff).expect("alloc");
+                        let mut hidden = gpu.alloc(tokens * ff).expect("alloc");
+                        let mut out = gpu.alloc(tokens * n).expect("alloc");
+                        let ffn = GatedFfn {
+                            gate: &ws[0],
+                            up: &ws[1],
+                            down: &down,
+                            activation,
+                        };
+                        let mut run = GatedFfnRun {
+                            ffn,
+                            x: &x,
+                            tokens,
+                            up: &mut up,
+                            hidden: &mut hidden,
+                        };
+                        let before = gpu.counts().dispatches;
+                        match fused {
+                            true => gpu.gated_ffn(run, &mut out),
+                            false => unfused::gated_ffn_hidden(gpu, run.reborrow())
+                                .and_then(|()| gpu.matmul(&down, run.hidden, tokens, &mut out)),
+                        }
+                        .expect("gated_ffn");
+                        used.push(gpu.counts().dispatches - before);
+                        results.push([
+                            bits(&download(gpu, &out, tokens * n)),
+                            bits(&download(gpu, &hidden, tokens * ff)),
+                            bits(&download(gpu, &up, tokens * ff)),
+                        ]);
+                    }
+                    let detail = format!("{mode} {ty:?} {activation:?} x {tokens}");
+                    assert_eq!(results[0], results[1], "{detail}");
+                    // F32 activations are not rounded; the others' rounding joins the
+                    // activation.
+                    if ty != GgmlType::F32 {
+                        assert!(used[1] < used[0], "{detail}: dispatches {used:?}");
+                    }
+                }
+            }
+        }
+    }
+}
