@@ -9,8 +9,14 @@
 //! included. When 0 wins, one token is drafted after [`PROBE_EVERY`] plain steps so that a
 //! drafter that gets better is noticed; a probe costs one drafting call and a pass of two
 //! rows. For a drafter whose calls cost something (a draft model catching up), the wait
-//! doubles after each probe that changes nothing (up to [`PROBE_EVERY_MOST`]), so probes
-//! take less and less of the steps' time.
+//! doubles after each probe whose draft is rejected (up to [`PROBE_EVERY_MOST`]), so probes
+//! take less and less of the steps' time; a kept probe draft brings the next probe back to
+//! [`PROBE_EVERY`] steps, so that a good drafter is not shut out for long by a run of
+//! rejections. A probe's drafting call is not timed: after plain
+//! steps a draft model first catches up with the tokens it missed (up to
+//! `draft_model::CATCH_UP_LIMIT` of them in one pass), which a drafting step does not pay,
+//! and counting it as the drafter's usual cost once kept an early run of rejections from
+//! ever being outgrown.
 
 /// Plain steps before the first probe while plain steps win.
 pub const PROBE_EVERY: usize = 32;
@@ -18,8 +24,15 @@ pub const PROBE_EVERY: usize = 32;
 pub const PROBE_EVERY_MOST: usize = 1024;
 /// Share of plain decoding's speed that drafting may give up for the chance to draft.
 const TIE: f64 = 0.01;
-/// Weight of the newest observation in the running averages.
+/// Weight of the newest observation in the running averages of times.
 const SMOOTHING: f64 = 0.2;
+/// Least weight of the newest verdict in the acceptance rate, which is the plain mean of the
+/// verdicts (and the prior, as one) until there are this many's inverse: one verdict is a
+/// coin flip, and a faster average dipped below the break-even on short runs of
+/// rejections, after which probes of one token took hundreds of steps to bring a drafter
+/// kept ~90% of the time back (SmolLM2 F16 drafted by Q4_1: 1.12x-1.15x in some runs
+/// against 1.44x in others).
+const ACCEPTANCE_SMOOTHING: f64 = 0.05;
 /// The acceptance rate assumed before any draft was verified: optimistic enough that
 /// speculation is tried.
 const PRIOR_ACCEPTANCE: f64 = 0.6;
@@ -33,6 +46,8 @@ pub struct DraftLength {
     min: usize,
     max: usize,
     acceptance: f64,
+    /// Verdicts counted into `acceptance`.
+    verdicts: usize,
     /// Running average of a pass's seconds, by rows (index 0 unused).
     pass_seconds: Vec<Option<f64>>,
     /// Running average of the drafter's seconds per evaluated token.
@@ -42,6 +57,8 @@ pub struct DraftLength {
     plain_steps: usize,
     /// Plain steps before the next probe.
     probe_after: usize,
+    /// The last length chosen was a probe (its drafting call is not timed).
+    probing: bool,
 }
 
 impl DraftLength {
@@ -51,11 +68,13 @@ impl DraftLength {
             min: min.max(1),
             max,
             acceptance: PRIOR_ACCEPTANCE,
+            verdicts: 0,
             pass_seconds: vec![None; max + 2],
             draft_seconds: None,
             hits: 1.0,
             plain_steps: 0,
             probe_after: PROBE_EVERY,
+            probing: false,
         }
     }
 
@@ -84,16 +103,19 @@ impl DraftLength {
         if best > 0 {
             self.plain_steps = 0;
             self.probe_after = PROBE_EVERY;
+            self.probing = false;
             return best;
         }
         self.plain_steps += 1;
         if self.plain_steps >= self.probe_after {
             self.plain_steps = 0;
-            // A call that costs more than 1% of a pass: wait longer next time.
+            // A call that costs more than 1% of a pass: wait longer next time (unless the
+            // probe's draft is kept, `record_verdict`).
             let call = 2.0 * self.draft_seconds.unwrap_or(0.0);
             if call > TIE * self.pass(1) {
                 self.probe_after = (self.probe_after * 2).min(PROBE_EVERY_MOST);
             }
+            self.probing = true;
             return self.min;
         }
         0
@@ -112,10 +134,13 @@ impl DraftLength {
         }
     }
 
-    /// Records a drafting call that returned `tokens` tokens (maybe none) in `seconds`.
+    /// Records a drafting call that returned `tokens` tokens (maybe none) in `seconds` (not
+    /// timed when the call was a probe's).
     pub fn record_draft(&mut self, tokens: usize, seconds: f64) {
-        let evaluated = (tokens + 1) as f64;
-        self.draft_seconds = Some(average(self.draft_seconds, seconds / evaluated));
+        if !self.probing || self.draft_seconds.is_none() {
+            let evaluated = (tokens + 1) as f64;
+            self.draft_seconds = Some(average(self.draft_seconds, seconds / evaluated));
+        }
         self.hits = average(Some(self.hits), f64::from(u8::from(tokens > 0)));
     }
 
@@ -124,7 +149,12 @@ impl DraftLength {
         // Positions judged: every kept draft and the first rejected one.
         let judged = accepted + usize::from(accepted < drafted);
         for kept in (0..judged).map(|i| i < accepted) {
-            self.acceptance = average(Some(self.acceptance), f64::from(u8::from(kept)));
+            self.verdicts += 1;
+            let weight = (1.0 / (self.verdicts + 1) as f64).max(ACCEPTANCE_SMOOTHING);
+            self.acceptance += weight * (f64::from(u8::from(kept)) - self.acceptance);
+        }
+        if self.probing && drafted > 0 && accepted == drafted {
+            self.probe_after = PROBE_EVERY;
         }
     }
 
@@ -188,7 +218,7 @@ mod tests {
             // Drafting calls that cost a fifth of a pass.
             length.record_draft(4, 0.010);
         }
-        assert!(length.acceptance() < 0.01);
+        assert!(length.acceptance() < 0.1);
         let chosen: Vec<usize> = (0..3 * PROBE_EVERY).map(|_| length.choose(100)).collect();
         let probes: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i] > 0).collect();
         assert_eq!(
@@ -234,6 +264,100 @@ mod tests {
             length.record_draft(0, 0.010);
         }
         assert_eq!(length.choose(100), 0);
+    }
+
+    /// A probe's call (slow: it catches up after plain steps) does not count as the
+    /// drafter's usual cost, so kept probes bring drafting back.
+    #[test]
+    fn probes_catching_up_do_not_make_the_drafter_look_slow() {
+        let mut length = DraftLength::new(1, 8);
+        for rows in 1..=9 {
+            length.record_pass(rows, 0.010 + 0.0005 * (rows - 1) as f64);
+        }
+        length.record_draft(4, 0.010);
+        for _ in 0..4 {
+            length.record_verdict(4, 0);
+        }
+        assert_eq!(length.choose(100), 0, "rejections: plain steps");
+        // Probes (one token each) whose drafts are kept, until drafting comes back.
+        let mut probes = 0;
+        loop {
+            match length.choose(100) {
+                0 => {}
+                1 => {
+                    probes += 1;
+                    assert!(probes <= 20, "twenty kept probes and still plain steps");
+                    // Each probe catches up 16 tokens: three passes' time.
+                    length.record_draft(1, 0.030);
+                    length.record_verdict(1, 1);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Probes whose drafts are kept come every [`PROBE_EVERY`] steps and bring drafting
+    /// back; rejected ones come ever more rarely.
+    #[test]
+    fn kept_probes_come_often_and_bring_drafting_back() {
+        let mut length = DraftLength::new(1, 8);
+        for rows in 1..=9 {
+            length.record_pass(rows, 0.010 + 0.0005 * (rows - 1) as f64);
+        }
+        // A drafter costing a third of a pass per token, whose first drafts are rejected.
+        length.record_draft(4, 0.015);
+        for _ in 0..10 {
+            length.record_verdict(4, 0);
+        }
+        let mut steps = 0;
+        let mut probes = Vec::new();
+        loop {
+            steps += 1;
+            assert!(
+                steps < 2000,
+                "drafting never came back: probes at {probes:?}"
+            );
+            match length.choose(100) {
+                0 => {}
+                1 => {
+                    probes.push(steps);
+                    length.record_draft(1, 0.006);
+                    // The first two probes' drafts are rejected, then kept.
+                    let kept = usize::from(probes.len() > 2);
+                    length.record_verdict(1, kept);
+                }
+                _ => break,
+            }
+        }
+        let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(
+            gaps[0],
+            2 * PROBE_EVERY,
+            "a rejected probe doubles the wait: {gaps:?}"
+        );
+        assert!(
+            gaps[2..].iter().all(|&gap| gap == PROBE_EVERY),
+            "kept probes come every {PROBE_EVERY} steps: {gaps:?}"
+        );
+    }
+
+    /// A drafter kept 90% of the time keeps drafting through a short run of rejections.
+    #[test]
+    fn a_run_of_rejections_does_not_stop_a_good_drafter() {
+        let mut length = DraftLength::new(1, 8);
+        for rows in 1..=9 {
+            length.record_pass(rows, 0.010 + 0.001 * (rows - 1) as f64);
+        }
+        // Drafted tokens costing a third of a pass each.
+        length.record_draft(8, 0.030);
+        for i in 0..60 {
+            length.record_verdict(8, if i % 3 == 2 { 7 } else { 8 });
+        }
+        assert!(length.choose(100) > 0);
+        for _ in 0..3 {
+            length.record_verdict(8, 0);
+        }
+        assert!(length.choose(100) > 0, "acceptance {}", length.acceptance());
     }
 
     #[test]
