@@ -11,27 +11,10 @@ use runit_backend_cpu::matmul::{matmul, PackedWeight, Parallelism};
 use runit_quant::dot::SimdLevel;
 use runit_quant::{quantize, GgmlType};
 
-#[repr(C)]
-struct Timespec {
-    seconds: i64,
-    nanoseconds: i64,
-}
-
-extern "C" {
-    fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
-}
-
-/// CPU time of the calling thread, in seconds (`CLOCK_THREAD_CPUTIME_ID`).
+/// CPU time of the calling thread, in seconds.
 fn thread_cpu_seconds() -> f64 {
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut time = Timespec {
-        seconds: 0,
-        nanoseconds: 0,
-    };
-    // SAFETY: `time` is a valid, writable timespec; the clock id is Linux's thread clock.
-    let status = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    assert_eq!(status, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    time.seconds as f64 + time.nanoseconds as f64 * 1e-9
+    let ns = runit_backend::clock::thread_cpu_ns().expect("the thread's CPU clock (Linux)");
+    ns as f64 * 1e-9
 }
 
 fn values(count: usize, seed: u64) -> Vec<f32> {

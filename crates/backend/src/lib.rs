@@ -17,6 +17,7 @@
 
 mod args;
 mod buffer;
+pub mod clock;
 mod device;
 mod error;
 mod fused;

@@ -46,22 +46,31 @@ pub type PlainTileRowsFn = fn(n: usize, weight_rows: &[u8], activations: &[u8], 
 /// The [`PlainTileRowsFn`] of `weight` at `level` (or a lower level of its fallback chain),
 /// where this CPU has one: F16 on CPUs with AVX512-FP16.
 pub fn plain_tile_rows_fn(weight: GgmlType, level: SimdLevel) -> Option<PlainTileRowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    return first_in_chain(weight, level, x86::plain_tile_rows);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (weight, level);
+        None
+    }
+}
+
+/// The kernel `kernel` gives for `weight` at `level` or the first lower level of its
+/// fallback chain that this CPU has and that has one; `None` when `level` is unavailable.
+#[cfg(target_arch = "x86_64")]
+fn first_in_chain<K>(
+    weight: GgmlType,
+    level: SimdLevel,
+    kernel: fn(GgmlType, SimdLevel) -> Option<K>,
+) -> Option<K> {
     if !level.is_available() {
         return None;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        level
-            .fallback_chain()
-            .iter()
-            .filter(|candidate| candidate.is_available())
-            .find_map(|&candidate| x86::plain_tile_rows(weight, candidate))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = weight;
-        None
-    }
+    level
+        .fallback_chain()
+        .iter()
+        .filter(|candidate| candidate.is_available())
+        .find_map(|&candidate| kernel(weight, candidate))
 }
 
 /// Where a [`TileRowsFn`] writes: `tokens` runs of `rows` results, `stride` values apart.
@@ -662,20 +671,11 @@ pub fn gemv_fn(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
 /// that has one: AVX-512 VNNI's pair kernel, the AVX-VNNI and AVX2 block-major kernels), when
 /// this CPU has it; `None` elsewhere (callers loop over [`tile_fn`]'s kernel).
 pub fn tile_rows_fn(weight: GgmlType, level: SimdLevel) -> Option<TileRowsFn> {
-    if !level.is_available() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
-    {
-        level
-            .fallback_chain()
-            .iter()
-            .filter(|candidate| candidate.is_available())
-            .find_map(|&candidate| x86::tile_rows(weight, candidate))
-    }
+    return first_in_chain(weight, level, x86::tile_rows);
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = weight;
+        let _ = (weight, level);
         None
     }
 }
