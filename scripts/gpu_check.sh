@@ -14,7 +14,7 @@ mode=${1:-tests}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_MODEL_DIR=$PWD/device/golden/models RUNIT_TEST_DEVICE=cuda
 if [ "$mode" = tests ] || [ "$mode" = ops ]; then
-  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu; do
+  for t in nvrtc parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu sample_gpu turbo_gpu; do
     [ -x device/bin/$t ] || continue
     echo "=== $t"
     # NVRTC compiles every kernel for two architectures (several minutes).
@@ -22,6 +22,9 @@ if [ "$mode" = tests ] || [ "$mode" = ops ]; then
     timeout "$limit" device/bin/$t --nocapture --test-threads 1 >"$out/$t.log" 2>&1
     echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures" "$out/$t.log" | head -20
   done
+  echo "=== moe_gpu with RUNIT_CUDA_MMQP_MIN=9 (the same kernels on both MoE paths at every row count)"
+  RUNIT_CUDA_MMQP_MIN=9 timeout 150 device/bin/moe_gpu --nocapture --test-threads 1 >"$out/moe_gpu-min9.log" 2>&1
+  echo "rc=$?"; grep -E "test result|panicked|FAILED" "$out/moe_gpu-min9.log" | head -5
   echo "=== matmul_gpu batched (the int8 kernels, RUNIT_CUDA_MMQ8=1)"
   RUNIT_CUDA_MMQ8=1 timeout 150 device/bin/matmul_gpu batched --nocapture --test-threads 1 >"$out/matmul_gpu-int8.log" 2>&1
   echo "rc=$?"; grep -E "test result|panicked|FAILED" "$out/matmul_gpu-int8.log" | head -5
@@ -44,6 +47,14 @@ if [ "$mode" = tests ] || [ "$mode" = golden ]; then
     RUNIT_CUDA_EXACT=$exact timeout 150 device/bin/perplexity synthetic --nocapture --test-threads 1 >"$out/perplexity-$numerics.log" 2>&1
     echo "rc=$?"; grep -Ei "diff|test result|panicked" "$out/perplexity-$numerics.log" | head -30
   done
+  # Speculative decoding is token for token with exact numerics (issue 28); TurboQuant caches
+  # generate the CPU's greedy tokens up to near ties (issue 27).
+  echo "=== speculative (CUDA, exact)"
+  RUNIT_CUDA_EXACT=1 timeout 200 device/bin/speculative --nocapture --test-threads 1 >"$out/speculative.log" 2>&1
+  echo "rc=$?"; grep -E "^test |test result|panicked" "$out/speculative.log" | head -10
+  echo "=== turbo_cuda"
+  timeout 200 device/bin/turbo_cuda --nocapture --test-threads 1 >"$out/turbo_cuda.log" 2>&1
+  echo "rc=$?"; grep -E "^test |test result|panicked|differ|near" "$out/turbo_cuda.log" | head -20
 fi
 if [ "$mode" = bench ]; then
   shift || true

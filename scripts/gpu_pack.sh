@@ -21,7 +21,7 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         name = m["target"]["name"]
-        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "exact_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault", "window", "speculative", "errors"):
+        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "exact_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault", "window", "speculative", "errors", "sample_gpu", "turbo_gpu", "turbo_cuda"):
             shutil.copy(m["executable"], "device/bin/" + prefix + name)
 ' "$@"
 }

@@ -18,9 +18,30 @@ use runit_quant::GgmlType;
 /// Row counts on both sides of the device path's bound (8).
 const TOKEN_COUNTS: [usize; 6] = [1, 2, 5, 8, 17, 40];
 
-/// NMSE bound against the host-routed path on the same GPU: the same kernels sum the same
-/// products, only the softmax's exponentials may differ in the last bit.
+/// NMSE bound against the host-routed path on the same GPU where both take the same matmul
+/// kernels: the same kernels sum the same products, only the softmax's exponentials may differ
+/// in the last bit.
 const SAME_DEVICE_BOUND: f64 = 1e-9;
+
+/// The bound against the host-routed path for `tokens` rows. Both paths run each expert's
+/// rows through the matvecs at one row and through the batched kernels above the matvecs'
+/// limit (8); between them the device path keeps the matvecs (its expert groups are
+/// gathered rows) while the host-routed path's per-expert matmuls of 2-8 rows take the
+/// pipelined tensor-core kernels (f16 activations, from `RUNIT_CUDA_MMQP_MIN`, default 2),
+/// so there the two differ as two correct kernels do, and the CPU's bound applies.
+/// `scripts/gpu_check.sh` runs this file again with `RUNIT_CUDA_MMQP_MIN=9`, where every
+/// row count takes the same kernels on both paths and the tight bound holds throughout.
+fn same_device_bound(tokens: usize) -> f64 {
+    let pipe_min = std::env::var("RUNIT_CUDA_MMQP_MIN")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2);
+    if tokens == 1 || tokens > 8 || tokens < pipe_min {
+        SAME_DEVICE_BOUND
+    } else {
+        MATMUL_BOUND
+    }
+}
 
 fn gpu() -> Option<CudaBackend> {
     match CudaBackend::new(0) {
@@ -98,7 +119,7 @@ fn compare(
             }
         };
         let same = nmse(&host_routed, &device);
-        if same > SAME_DEVICE_BOUND {
+        if same > same_device_bound(tokens) {
             failures.push(format!(
                 "{label}: nmse {same:e} against the host-routed path"
             ));
