@@ -803,7 +803,7 @@ fn f16_leftover_sums_equal_the_ordered_sum() {
             .collect()
     };
     for n in [128 + 64, 128 + 17, 256 + 127, 40] {
-        for case in 0..4 {
+        for case in 0..7 {
             let w: Vec<f32> = (0..n)
                 .map(|i| match case {
                     // Huge and tiny products side by side: sums that round.
@@ -823,6 +823,22 @@ fn f16_leftover_sums_equal_the_ordered_sum() {
                     }
                     // Ordinary values: the exact sum applies.
                     2 => ((i * 37 % 101) as f32 - 50.0) * 0.013,
+                    // Zeros of both signs (every product zero: the sign of the in-order sum).
+                    4 => {
+                        if i % 3 == 0 {
+                            0.0
+                        } else {
+                            -0.0
+                        }
+                    }
+                    // An infinity and a NaN among the leftovers (and maybe the native part).
+                    5 => match i % 29 {
+                        7 => f32::INFINITY,
+                        11 if n > 100 => f32::NAN,
+                        _ => 0.5,
+                    },
+                    // Subnormal products only.
+                    6 => 6.0e-8 * (1 + i % 5) as f32,
                     _ => {
                         if i == n - 1 {
                             65504.0

@@ -231,7 +231,8 @@ pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_f16_with(n, w, a, half_arith::dot_body, exact_tail())
 }
 
-/// The exact leftover sum where AVX-512 DQ has it.
+/// The exact leftover sum: sixteen lanes where AVX-512 DQ is, else eight (the F16 kernels
+/// are handed out only at levels with AVX2, FMA and F16C).
 pub(super) fn exact_tail() -> Option<ExactTail> {
     if super::has_avx512_dq() {
         Some(|x, y, start| {
@@ -240,7 +241,11 @@ pub(super) fn exact_tail() -> Option<ExactTail> {
             unsafe { super::half::tail_sum_exact(x, y, start) }
         })
     } else {
-        None
+        Some(|x, y, start| {
+            // SAFETY: the F16 kernels are handed out only at levels that
+            // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C).
+            unsafe { super::half::tail_sum_exact_avx2(x, y, start) }
+        })
     }
 }
 

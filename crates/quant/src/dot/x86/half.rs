@@ -323,57 +323,9 @@ pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
 /// Requires AVX-512 F/BW/VL/DQ and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c")]
 pub unsafe fn tail_sum_exact(x: &[f16], y: &[f16], start: f64) -> Option<f64> {
-    const WIDE: usize = 16;
     let n = x.len().min(y.len());
-    let wide = n / WIDE * WIDE;
-    let (mut sum, mut magnitude) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-    // Biased f32 exponents of the nonzero products (255 until one is seen).
-    let mut lowest = _mm512_set1_epi32(255);
-    let exponent_mask = _mm512_set1_epi32(0xff);
-    for at in (0..wide).step_by(WIDE) {
-        // SAFETY: `at + 16 <= wide <= n`, and `n` is at most either slice's length.
-        let product =
-            unsafe { _mm512_mul_ps(load_x16(x.as_ptr().add(at)), load_x16(y.as_ptr().add(at))) };
-        let exponent = _mm512_and_si512(
-            _mm512_srli_epi32::<23>(_mm512_castps_si512(product)),
-            exponent_mask,
-        );
-        let nonzero = _mm512_test_epi32_mask(exponent, exponent);
-        lowest = _mm512_mask_min_epi32(lowest, nonzero, lowest, exponent);
-        let low = _mm512_cvtps_pd(_mm512_castps512_ps256(product));
-        let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-            _mm512_castps_pd(product),
-        )));
-        sum = _mm512_add_pd(sum, _mm512_add_pd(low, high));
-        magnitude = _mm512_add_pd(
-            magnitude,
-            _mm512_add_pd(_mm512_abs_pd(low), _mm512_abs_pd(high)),
-        );
-    }
-    let mut total = start + _mm512_reduce_add_pd(sum);
-    let mut bound = start.abs() + _mm512_reduce_add_pd(magnitude);
-    // The last-bit exponent of an f32 product: its exponent less 23 (it is normal: two f16
-    // values multiply to at least 2^-48).
-    let mut q = _mm512_reduce_min_epi32(lowest) - 127 - 23;
-    for i in wide..n {
-        let product = x[i].to_f32() * y[i].to_f32();
-        if product != 0.0 {
-            let biased = ((product.to_bits() >> 23) & 0xff) as i32;
-            q = q.min(biased - 127 - 23);
-        }
-        total += f64::from(product);
-        bound += f64::from(product).abs();
-    }
-    if start != 0.0 {
-        // An f16 value is a multiple of 2^(e - 10) (2^-24 for subnormals).
-        let e = ((start.to_bits() >> 52) & 0x7ff) as i32 - 1023;
-        q = q.min(e.max(-14) - 10);
-    }
-    // 2^(52 + q) from its bits (`powi` is a libm call per row): q lies in -71..=105 (the
-    // products' exponents are at least -48, or 128 for an infinity; `start`'s at least
-    // -14), well inside f64's normal exponents.
-    let limit = f64::from_bits(((1023 + 52 + q) as u64) << 52);
-    (bound.is_finite() && bound < limit).then_some(total)
+    // SAFETY: the caller promises the features; both slices hold `n` values.
+    unsafe { tail_sums_exact([x.as_ptr()], y.as_ptr(), n, [start])[0] }
 }
 
 /// [`tail_sum_exact`] of `R` weight rows against one activation row, sharing the
@@ -419,33 +371,59 @@ pub unsafe fn tail_sums_exact<const R: usize>(
             sums[r] = _mm512_add_pd(sums[r], _mm512_add_pd(low, high));
         }
     }
-    let mut out = [None; R];
-    for r in 0..R {
-        let mut total = starts[r] + _mm512_reduce_add_pd(sums[r]);
+    std::array::from_fn(|r| {
         // Four rounded-to-nearest f32 additions: within a relative 2^-21 of the lanes' sum,
         // which the limit's halved headroom (2^52 rather than 2^53) covers.
-        let mut bound = f64::from(_mm512_reduce_add_ps(magnitudes[r]));
-        let mut low = _mm512_reduce_min_epu32(smallest[r]);
-        for i in wide..len {
-            // SAFETY: `i < len`, inside every row.
-            let product = unsafe {
-                xs[r].add(i).read_unaligned().to_f32() * y.add(i).read_unaligned().to_f32()
-            };
+        let lanes = Leftover {
+            total: starts[r] + _mm512_reduce_add_pd(sums[r]),
+            bound: f64::from(_mm512_reduce_add_ps(magnitudes[r])),
+            low: _mm512_reduce_min_epu32(smallest[r]),
+        };
+        // SAFETY: every row and `y` hold `len` values (the caller's promise).
+        unsafe { lanes.finish(xs[r], y, wide..len, starts[r]) }
+    })
+}
+
+/// The vector part of an exact leftover sum: `start` plus the products' sum, an upper
+/// bound of the sum of their magnitudes (within a relative 2^-21), and the bits of the
+/// smallest nonzero |product| (`u32::MAX` when none).
+struct Leftover {
+    total: f64,
+    bound: f64,
+    low: u32,
+}
+
+impl Leftover {
+    /// Adds the products of `range` one at a time and returns the sum where no addition in
+    /// any order can round (see [`tail_sum_exact`]), else `None`.
+    ///
+    /// # Safety
+    /// `x` and `y` must point at values readable over `range`.
+    unsafe fn finish(
+        mut self,
+        x: *const f16,
+        y: *const f16,
+        range: std::ops::Range<usize>,
+        start: f64,
+    ) -> Option<f64> {
+        for i in range {
+            // SAFETY: `i` lies in `range`, readable (the caller's promise).
+            let product =
+                unsafe { x.add(i).read_unaligned().to_f32() * y.add(i).read_unaligned().to_f32() };
             let bits = product.to_bits() & 0x7fff_ffff;
-            bound += f64::from(product).abs();
+            self.bound += f64::from(product).abs();
             if bits != 0 {
-                low = low.min(bits);
+                self.low = self.low.min(bits);
             }
-            total += f64::from(product);
+            self.total += f64::from(product);
         }
         // The last-bit exponent of an f32 product: its exponent less 23 (a nonzero product
         // of two f16 values is normal); none when every product is zero.
-        let mut q = if low == u32::MAX {
+        let mut q = if self.low == u32::MAX {
             i32::MAX
         } else {
-            (low >> 23) as i32 - 127 - 23
+            (self.low >> 23) as i32 - 127 - 23
         };
-        let start = starts[r];
         if start != 0.0 {
             // An f16 value is a multiple of 2^(e - 10) (2^-24 for subnormals).
             let e = ((start.to_bits() >> 52) & 0x7ff) as i32 - 1023;
@@ -453,13 +431,65 @@ pub unsafe fn tail_sums_exact<const R: usize>(
         }
         if q == i32::MAX {
             // Every term is zero; from a `+0` start the in-order sum is `+0` too.
-            out[r] = (start.to_bits() == 0).then_some(total);
-            continue;
+            return (start.to_bits() == 0).then_some(self.total);
         }
-        let bound = bound + start.abs();
+        let bound = self.bound + start.abs();
         // 2^(52 + q) from its bits: q lies in -71..=105, inside f64's normal exponents.
         let limit = f64::from_bits(((1023 + 52 + q) as u64) << 52);
-        out[r] = (bound.is_finite() && bound < limit).then_some(total);
+        (bound.is_finite() && bound < limit).then_some(self.total)
     }
-    out
+}
+
+/// [`tail_sum_exact`] on AVX2: eight products at a time, each lane's sum and magnitudes
+/// in f64 (exact while the bound holds, which is all the check needs).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tail_sum_exact_avx2(x: &[f16], y: &[f16], start: f64) -> Option<f64> {
+    let n = x.len().min(y.len());
+    let wide = n / LANES * LANES;
+    let mut sums = [_mm256_setzero_pd(); 2];
+    let mut magnitudes = [_mm256_setzero_pd(); 2];
+    let mut smallest = _mm256_set1_epi32(-1);
+    let magnitude = _mm256_set1_epi32(0x7fff_ffff);
+    let sign = _mm256_set1_pd(-0.0);
+    for at in (0..wide).step_by(LANES) {
+        // SAFETY: `at + 8 <= wide <= n`, and `n` is at most either slice's length.
+        let product = unsafe { _mm256_mul_ps(load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
+        let bits = _mm256_and_si256(_mm256_castps_si256(product), magnitude);
+        // Zero lanes become all ones, which the unsigned minimum never keeps.
+        let zero = _mm256_cmpeq_epi32(bits, _mm256_setzero_si256());
+        smallest = _mm256_min_epu32(smallest, _mm256_or_si256(bits, zero));
+        let halves = [
+            _mm256_cvtps_pd(_mm256_castps256_ps128(product)),
+            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(product)),
+        ];
+        for h in 0..2 {
+            sums[h] = _mm256_add_pd(sums[h], halves[h]);
+            magnitudes[h] = _mm256_add_pd(magnitudes[h], _mm256_andnot_pd(sign, halves[h]));
+        }
+    }
+    let mut lanes = [0.0f64; 8];
+    let mut bounds = [0.0f64; 8];
+    let mut lows = [0u32; 8];
+    // SAFETY: each array holds the eight values stored into it.
+    unsafe {
+        _mm256_storeu_pd(lanes.as_mut_ptr(), sums[0]);
+        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), sums[1]);
+        _mm256_storeu_pd(bounds.as_mut_ptr(), magnitudes[0]);
+        _mm256_storeu_pd(bounds.as_mut_ptr().add(4), magnitudes[1]);
+        _mm256_storeu_si256(lows.as_mut_ptr().cast(), smallest);
+    }
+    let mut total = start;
+    let mut bound = 0.0;
+    let mut low = u32::MAX;
+    for i in 0..8 {
+        total += lanes[i];
+        bound += bounds[i];
+        low = low.min(lows[i]);
+    }
+    let lanes = Leftover { total, bound, low };
+    // SAFETY: both slices hold `n` values.
+    unsafe { lanes.finish(x.as_ptr(), y.as_ptr(), wide..n, start) }
 }
