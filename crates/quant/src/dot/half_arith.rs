@@ -145,17 +145,13 @@ fn dot_body_at(x: &[f16], y: &[f16], simd: bool) -> f16 {
         // A NaN is the twin's (and the AVX2 path's final scalar additions') positive one.
         return if sum.is_nan() { f16::NAN } else { sum };
     }
-    // Lane `j * 32 + q` is lane `q` of register `j`.
-    let mut acc = [f16::ZERO; HALF_STEP];
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: `fast()` confirmed AVX2, FMA and F16C.
-        let four = unsafe {
-            crate::dot::x86::half::dot_steps(&x[..body], &y[..body], &mut acc);
-            crate::dot::x86::half::reduce_to_four(&acc)
-        };
-        return add(add(four[0], four[2]), add(four[1], four[3]));
+        return unsafe { crate::dot::x86::half::dot_body_avx2(&x[..body], &y[..body], 0) };
     }
+    // Lane `j * 32 + q` is lane `q` of register `j`.
+    let mut acc = [f16::ZERO; HALF_STEP];
     for step in (0..body).step_by(HALF_STEP) {
         let (xs, ys) = (&x[step..step + HALF_STEP], &y[step..step + HALF_STEP]);
         for ((lane, &a), &b) in acc.iter_mut().zip(xs).zip(ys) {
@@ -390,6 +386,85 @@ mod tests {
                     }
                     assert_eq!(bits(&a), bits(&b), "mad n {n} seed {seed} v {v}");
                 }
+            }
+        }
+    }
+
+    /// The AVX2 kernels' one-rounding fast path steps aside wherever the f32 result lands on
+    /// an f16 midpoint: sums built so that the f32 rounding makes a tie the exact value is
+    /// not on (normal and subnormal accumulators, both signs), equal to the scalar twin.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_kernels_round_once_where_f32_makes_a_tie() {
+        use crate::dot::x86::{half, has_avx2};
+        if !has_avx2() {
+            eprintln!("skipping: no AVX2 here");
+            return;
+        }
+        let h = |v: f64| {
+            let h = f16::from_f64(v);
+            assert_eq!(f64::from(h), v, "{v} is an f16 value");
+            h
+        };
+        // (first product, second step's factors): the accumulator after the first step is
+        // an f16 value with an odd last bit; the second product is just below half its last
+        // place, by less than f32 keeps, so the f32 sum is the midpoint above it.
+        let ulp10 = 2f64.powi(-10);
+        let cases = [
+            // 1 + 2^-10, then 2^-11 (1 - 2^-20): nearest even would give 1 + 2^-9.
+            (1.0 + ulp10, (1.0 + ulp10, 2f64.powi(-11) * (1.0 - ulp10))),
+            // The same, negated.
+            (
+                -(1.0 + ulp10),
+                (1.0 + ulp10, -(2f64.powi(-11) * (1.0 - ulp10))),
+            ),
+            // A subnormal accumulator: 513 * 2^-24, then 2^-25 (1 - 2^-20).
+            (
+                513.0 * 2f64.powi(-24),
+                (
+                    2f64.powi(-11) * (1.0 + ulp10),
+                    2f64.powi(-14) * (1.0 - ulp10),
+                ),
+            ),
+        ];
+        for (first, (a, b)) in cases {
+            for lanes in [1usize, 5, 128] {
+                let mut x = vec![f16::ZERO; 256];
+                let mut y = vec![f16::ZERO; 256];
+                for lane in 0..lanes {
+                    x[lane] = h(first);
+                    y[lane] = f16::ONE;
+                    x[128 + lane] = h(a);
+                    y[128 + lane] = h(b);
+                }
+                let mut acc = [f16::ZERO; 128];
+                // SAFETY: AVX2 was confirmed above (F16C and FMA come with it on x86-64
+                // CPUs that the dispatch hands these kernels to).
+                unsafe { half::dot_steps(&x, &y, &mut acc) };
+                for lane in 0..128 {
+                    let expected = fma(
+                        x[128 + lane],
+                        y[128 + lane],
+                        fma(x[lane], y[lane], f16::ZERO),
+                    );
+                    assert_eq!(
+                        acc[lane].to_bits(),
+                        expected.to_bits(),
+                        "first {first} lane {lane}"
+                    );
+                }
+                assert_eq!(acc[0], fma(h(a), h(b), h(first)));
+                assert_ne!(
+                    acc[0],
+                    f16::from_f32((h(a).to_f32() * h(b).to_f32()) + h(first).to_f32()),
+                    "the case rounds twice in f32"
+                );
+                let (mut mad_y, mut twin) = (x[..128].to_vec(), x[..128].to_vec());
+                let scaled: Vec<f16> = (0..128).map(|_| h(a)).collect();
+                // SAFETY: as above; 128 values.
+                unsafe { half::mad(&mut mad_y, &scaled, h(b)) };
+                mad_body_scalar(&mut twin, &scaled, b as f32);
+                assert_eq!(mad_y, twin, "mad first {first}");
             }
         }
     }

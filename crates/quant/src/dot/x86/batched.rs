@@ -449,6 +449,9 @@ pub(super) fn gemv(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
     if weight == GgmlType::F16 && matches!(level, SimdLevel::Avx512 | SimdLevel::Avx512Vnni) {
         return Some(super::float::gemv_f16_avx512);
     }
+    if weight == GgmlType::F16 && matches!(level, SimdLevel::Avx2 | SimdLevel::AvxVnni) {
+        return Some(super::float::gemv_f16_avx2);
+    }
     match level {
         SimdLevel::Avx2 => table!(weight, avx2, gemv, GemvFn),
         SimdLevel::AvxVnni => table!(weight, avx_vnni, gemv, GemvFn),

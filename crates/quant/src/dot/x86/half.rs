@@ -3,12 +3,14 @@
 //! multiply-add) sixteen lanes at a time with mask registers; all bit-identical to the
 //! scalar twins there.
 //!
-//! f16 values are held widened in f32 lanes. A product of two f16 values is exact in f32;
-//! a sum is computed in f32 together with its exact error (two-sum), the f32 result is
-//! turned into the round-to-odd value of the exact sum (adjusting its last bit when the sum
-//! was inexact), and that is rounded to f16 by `vcvtps2ph` (nearest even). Rounding to odd
-//! at 24 bits and then to nearest at 11 or fewer bits gives the correctly rounded result,
-//! which is what the scalar twins compute from f64.
+//! f16 values are held widened in f32 lanes. A product of two f16 values is exact in f32.
+//! On AVX2 a multiply-add is one f32 fused multiply-add rounded again to f16 by `vcvtps2ph`
+//! (nearest even), which is the correctly rounded result unless the f32 value is an f16
+//! midpoint; registers with such a lane (rare: `may_round_twice`) take the exact path: the
+//! sum computed in f32 together with its exact error (two-sum), turned into the
+//! round-to-odd value of the exact sum (adjusting its last bit when the sum was inexact),
+//! then rounded to f16. Rounding to odd at 24 bits and then to nearest at 11 or fewer bits
+//! gives the correctly rounded result, which is what the scalar twins compute from f64.
 
 use std::arch::x86_64::*;
 
@@ -23,9 +25,62 @@ fn round_f16(v: __m256) -> __m256 {
     _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
 }
 
-/// `a + b` (f32 lanes holding f16 values or exact products of two) correctly rounded to f16.
+/// Whether rounding the f32 lanes `s` (each the f32 rounding of an exact value v) to f16
+/// may differ from rounding v itself: f16's midpoints (and its overflow threshold) are f32
+/// values, and rounding is monotonic, so `s` and `v` lie on the same side of every midpoint
+/// unless `s` is one. A lane is flagged where it is an f16 midpoint: in f16's normal range
+/// (|s| >= 2^-14) its 13 bits below f16's last are 1000000000000; below 2^-14 (f16's
+/// subnormals, whose midpoints are the odd multiples of 2^-25) every nonzero lane is
+/// flagged (a zero sum is exact). Above f16's range a flag is harmless.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn may_round_twice(s: __m256) -> bool {
+    let bits = _mm256_castps_si256(s);
+    let tie = _mm256_cmpeq_epi32(
+        _mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
+        _mm256_set1_epi32(0x1000),
+    );
+    // |s| + 0x7fffffff wraps the nonzero magnitudes below 2^-14's bits (0x38800000) to
+    // 0x80000000..=0xb87ffffe, the only values (as signed) below 0xb87fffff; zero becomes
+    // 0x7fffffff.
+    let magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fff_ffff));
+    let tiny = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(0xb87f_ffff_u32 as i32),
+        _mm256_add_epi32(magnitude, _mm256_set1_epi32(0x7fff_ffff)),
+    );
+    let flagged = _mm256_or_si256(tie, tiny);
+    _mm256_testz_si256(flagged, flagged) == 0
+}
+
+/// `a * b + c` (f32 lanes holding f16 values: the product is exact in f32) correctly
+/// rounded to f16: one fused multiply-add rounds the exact value to f32, then to f16, which
+/// is the correctly rounded result unless a lane lands on an f16 midpoint
+/// ([`may_round_twice`]: rare), where the eight lanes take [`add_rounded_exact`].
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fma_rounded(a: __m256, b: __m256, c: __m256) -> __m256 {
+    let s = _mm256_fmadd_ps(a, b, c);
+    if may_round_twice(s) {
+        add_rounded_exact(_mm256_mul_ps(a, b), c)
+    } else {
+        round_f16(s)
+    }
+}
+
+/// `a + b` (f32 lanes holding f16 values) correctly rounded to f16, as [`fma_rounded`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn add_rounded(a: __m256, b: __m256) -> __m256 {
+    let s = _mm256_add_ps(a, b);
+    if may_round_twice(s) {
+        add_rounded_exact(a, b)
+    } else {
+        round_f16(s)
+    }
+}
+
+/// `a + b` (f32 lanes holding f16 values or exact products of two) correctly rounded to f16
+/// in every case: the f32 sum and its exact error (two-sum), turned into the sum rounded
+/// to odd at 24 bits, then rounded to f16.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn add_rounded_exact(a: __m256, b: __m256) -> __m256 {
     let sum = _mm256_add_ps(a, b);
     let b_part = _mm256_sub_ps(sum, a);
     let error = _mm256_add_ps(
@@ -66,29 +121,77 @@ unsafe fn store(p: *mut f16, v: __m256) {
 }
 
 /// `acc[q] = fma(x[step + q], y[step + q], acc[q])` for every 128-element step of the body
-/// (`x.len() == y.len()` is a multiple of 128, `acc` holds 128 lanes).
+/// (`x.len() == y.len()` is a multiple of 128, `acc` holds 128 lanes): the lanes of
+/// [`dot_body_avx2`] in memory, for the tests.
 ///
 /// # Safety
 /// Requires AVX2, FMA and F16C.
+#[cfg(test)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
-    let n = x.len().min(y.len()) / 128 * 128;
     let mut lanes = [_mm256_setzero_ps(); 128 / LANES];
     for (k, lane) in lanes.iter_mut().enumerate() {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         *lane = unsafe { load(acc.as_ptr().add(k * LANES)) };
     }
+    // SAFETY: the caller promises the features.
+    unsafe { steps(x, y, &mut lanes, 0) };
+    for (k, lane) in lanes.iter().enumerate() {
+        // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
+        unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
+    }
+}
+
+/// The native-f16 part of `ggml_vec_dot_f16` (`half_arith::dot_body`; `x.len() == y.len()`
+/// a multiple of 128) on AVX2: [`dot_steps`] and [`reduce_to_four`] in registers, then
+/// `(t0 + t2) + (t1 + t3)` there too, prefetching the `ahead`-th elements past `x`'s (the
+/// next weight row of a gemv; 0: none). A NaN is the twin's positive one.
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_body_avx2(x: &[f16], y: &[f16], ahead: usize) -> f16 {
+    let mut lanes = [_mm256_setzero_ps(); 128 / LANES];
+    // SAFETY: the caller promises the features.
+    let four = unsafe {
+        steps(x, y, &mut lanes, ahead);
+        reduce_registers(&lanes)
+    };
+    // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
+    let two = add_rounded(four, _mm256_permute_ps::<0b01_00_11_10>(four));
+    let one = add_rounded(two, _mm256_permute_ps::<0b10_11_00_01>(two));
+    let mut out = [f16::ZERO; LANES];
+    // SAFETY: `out` holds eight writable values.
+    unsafe { store(out.as_mut_ptr(), one) };
+    if out[0].is_nan() {
+        f16::NAN
+    } else {
+        out[0]
+    }
+}
+
+/// The steps of [`dot_steps`] on registers, prefetching as [`dot_body_avx2`] says.
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn steps(x: &[f16], y: &[f16], lanes: &mut [__m256; 128 / LANES], ahead: usize) {
+    let n = x.len().min(y.len()) / 128 * 128;
     for step in (0..n).step_by(128) {
+        if ahead > 0 {
+            for line in 0..4 {
+                let next = x.as_ptr().wrapping_add(ahead + step + 32 * line);
+                // A prefetch does not fault, past the end of the rows included.
+                _mm_prefetch::<_MM_HINT_T0>(next.cast());
+            }
+        }
         for (k, lane) in lanes.iter_mut().enumerate() {
             let at = step + k * LANES;
             // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most either slice's length.
             let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
-            *lane = add_rounded(_mm256_mul_ps(a, b), *lane);
+            *lane = fma_rounded(a, b, *lane);
         }
-    }
-    for (k, lane) in lanes.iter().enumerate() {
-        // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
-        unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
     }
 }
 
@@ -253,10 +356,7 @@ pub unsafe fn mad(y: &mut [f16], x: &[f16], v: f16) {
         // SAFETY: `at + 8 <= n`, and `n` is at most either slice's length.
         unsafe {
             let (a, b) = (load(x.as_ptr().add(at)), load(y.as_ptr().add(at)));
-            store(
-                y.as_mut_ptr().add(at),
-                add_rounded(_mm256_mul_ps(a, scale), b),
-            );
+            store(y.as_mut_ptr().add(at), fma_rounded(a, scale, b));
         }
     }
 }
@@ -286,17 +386,30 @@ pub unsafe fn scale(y: &mut [f16], v: f16) {
 ///
 /// # Safety
 /// Requires AVX2, FMA and F16C.
+#[cfg(test)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
-    let at = |k: usize| {
-        // SAFETY: `k < 16` at every call below, so the eight values at `8 k` lie inside
-        // `acc`'s 128.
-        unsafe { load(acc.as_ptr().add(k * LANES)) }
-    };
+    // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
+    let lanes: [__m256; 16] = std::array::from_fn(|k| unsafe { load(acc.as_ptr().add(k * LANES)) });
+    // SAFETY: the caller promises the features.
+    let four = unsafe { reduce_registers(&lanes) };
+    let mut out = [f16::ZERO; LANES];
+    // SAFETY: `out` holds eight writable values.
+    unsafe { store(out.as_mut_ptr(), four) };
+    [out[0], out[1], out[2], out[3]]
+}
+
+/// [`reduce_to_four`] on registers: `[t0, t1, t2, t3]` in the low four lanes.
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn reduce_registers(lanes: &[__m256; 128 / LANES]) -> __m256 {
     // Registers 0..4 are vectors 4j..4j + 4.
-    let mut first = [at(0), at(1), at(2), at(3)];
+    let mut first = [lanes[0], lanes[1], lanes[2], lanes[3]];
     for (k, lane) in first.iter_mut().enumerate() {
-        let (second, third, fourth) = (at(4 + k), at(8 + k), at(12 + k));
+        let (second, third, fourth) = (lanes[4 + k], lanes[8 + k], lanes[12 + k]);
         *lane = add_rounded(add_rounded(*lane, third), add_rounded(second, fourth));
     }
     // 32 lanes: 16 + 16, then 8 + 8.
@@ -305,11 +418,7 @@ pub unsafe fn reduce_to_four(acc: &[f16; 128]) -> [f16; 4] {
         add_rounded(first[1], first[3]),
     ];
     let eight = add_rounded(sixteen[0], sixteen[1]);
-    let four = add_rounded(eight, _mm256_permute2f128_ps::<1>(eight, eight));
-    let mut out = [f16::ZERO; LANES];
-    // SAFETY: `out` holds eight writable values.
-    unsafe { store(out.as_mut_ptr(), four) };
-    [out[0], out[1], out[2], out[3]]
+    add_rounded(eight, _mm256_permute2f128_ps::<1>(eight, eight))
 }
 
 /// The leftover sum of `ggml_vec_dot_f16` (`start + x[i] * y[i]` for every `i`, each exact
