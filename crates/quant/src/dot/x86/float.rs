@@ -272,10 +272,10 @@ pub(super) fn gemv_f16_avx512(n: usize, weight_rows: &[u8], activation: &[u8], o
 /// prefetching the next row's (`half::dot_body_avx2`): one row at a time, the weights' loads
 /// were most of an F16 decode step's samples under `RUNIT_CPU_ISA=avx2`.
 pub(super) fn gemv_f16_avx2(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
-    gemv_f16_rows::<1>(n, weight_rows, activation, out, |[x], y, ahead| {
+    gemv_f16_rows::<2>(n, weight_rows, activation, out, |xs, y, ahead| {
         // SAFETY: `gemv_fn` hands this kernel out only at the AVX2 levels, which
         // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C).
-        [unsafe { super::half::dot_body_avx2(x, y, ahead) }]
+        unsafe { super::half::dot_body_avx2_rows(xs, y, ahead) }
     });
 }
 

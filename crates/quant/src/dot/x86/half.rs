@@ -134,8 +134,15 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         *lane = unsafe { load(acc.as_ptr().add(k * LANES)) };
     }
-    // SAFETY: the caller promises the features.
-    unsafe { steps(x, y, &mut lanes, 0) };
+    let n = x.len().min(y.len()) / 128 * 128;
+    for step in (0..n).step_by(128) {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let at = step + k * LANES;
+            // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most either slice's length.
+            let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
+            *lane = fma_rounded(a, b, *lane);
+        }
+    }
     for (k, lane) in lanes.iter().enumerate() {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
@@ -151,48 +158,62 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
 /// Requires AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_body_avx2(x: &[f16], y: &[f16], ahead: usize) -> f16 {
-    let mut lanes = [_mm256_setzero_ps(); 128 / LANES];
     // SAFETY: the caller promises the features.
-    let four = unsafe {
-        steps(x, y, &mut lanes, ahead);
-        reduce_registers(&lanes)
-    };
-    // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
-    let two = add_rounded(four, _mm256_permute_ps::<0b01_00_11_10>(four));
-    let one = add_rounded(two, _mm256_permute_ps::<0b10_11_00_01>(two));
-    let mut out = [f16::ZERO; LANES];
-    // SAFETY: `out` holds eight writable values.
-    unsafe { store(out.as_mut_ptr(), one) };
-    if out[0].is_nan() {
-        f16::NAN
-    } else {
-        out[0]
-    }
+    unsafe { dot_body_avx2_rows([x], y, ahead)[0] }
 }
 
-/// The steps of [`dot_steps`] on registers, prefetching as [`dot_body_avx2`] says.
+/// [`dot_body_avx2`] of `R` weight rows against one activation row, side by side: the
+/// activation is widened once for all, and the rows' chains of dependent roundings (the
+/// reduction's above all) overlap. `ahead` as there, past each row.
 ///
 /// # Safety
 /// Requires AVX2, FMA and F16C.
-#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn steps(x: &[f16], y: &[f16], lanes: &mut [__m256; 128 / LANES], ahead: usize) {
-    let n = x.len().min(y.len()) / 128 * 128;
+pub unsafe fn dot_body_avx2_rows<const R: usize>(
+    xs: [&[f16]; R],
+    y: &[f16],
+    ahead: usize,
+) -> [f16; R] {
+    let n = xs.iter().fold(y.len(), |n, x| n.min(x.len())) / 128 * 128;
+    let mut lanes = [[_mm256_setzero_ps(); 128 / LANES]; R];
     for step in (0..n).step_by(128) {
         if ahead > 0 {
-            for line in 0..4 {
-                let next = x.as_ptr().wrapping_add(ahead + step + 32 * line);
-                // A prefetch does not fault, past the end of the rows included.
-                _mm_prefetch::<_MM_HINT_T0>(next.cast());
+            for x in xs {
+                for line in 0..4 {
+                    let next = x.as_ptr().wrapping_add(ahead + step + 32 * line);
+                    // A prefetch does not fault, past the end of the rows included.
+                    _mm_prefetch::<_MM_HINT_T0>(next.cast());
+                }
             }
         }
-        for (k, lane) in lanes.iter_mut().enumerate() {
+        for k in 0..128 / LANES {
             let at = step + k * LANES;
-            // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most either slice's length.
-            let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
-            *lane = fma_rounded(a, b, *lane);
+            // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most every slice's length.
+            let b = unsafe { load(y.as_ptr().add(at)) };
+            for r in 0..R {
+                // SAFETY: as above.
+                let a = unsafe { load(xs[r].as_ptr().add(at)) };
+                lanes[r][k] = fma_rounded(a, b, lanes[r][k]);
+            }
         }
     }
+    let mut fours = [_mm256_setzero_ps(); R];
+    for r in 0..R {
+        // SAFETY: the caller promises the features.
+        fours[r] = unsafe { reduce_registers(&lanes[r]) };
+    }
+    let mut out = [f16::ZERO; R];
+    for r in 0..R {
+        let four = fours[r];
+        // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
+        let two = add_rounded(four, _mm256_permute_ps::<0b01_00_11_10>(four));
+        let one = add_rounded(two, _mm256_permute_ps::<0b10_11_00_01>(two));
+        let mut sums = [f16::ZERO; LANES];
+        // SAFETY: `sums` holds eight writable values.
+        unsafe { store(sums.as_mut_ptr(), one) };
+        out[r] = if sums[0].is_nan() { f16::NAN } else { sums[0] };
+    }
+    out
 }
 
 /// Rounds sixteen f32 lanes to f16 and widens them back.
