@@ -190,10 +190,10 @@ pub unsafe fn dot_body_avx2_rows<const R: usize>(
             let at = step + k * LANES;
             // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most every slice's length.
             let b = unsafe { load(y.as_ptr().add(at)) };
-            for r in 0..R {
+            for (x, lanes) in xs.iter().zip(lanes.iter_mut()) {
                 // SAFETY: as above.
-                let a = unsafe { load(xs[r].as_ptr().add(at)) };
-                lanes[r][k] = fma_rounded(a, b, lanes[r][k]);
+                let a = unsafe { load(x.as_ptr().add(at)) };
+                lanes[k] = fma_rounded(a, b, lanes[k]);
             }
         }
     }
