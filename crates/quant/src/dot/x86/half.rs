@@ -134,16 +134,10 @@ pub unsafe fn dot_steps(x: &[f16], y: &[f16], acc: &mut [f16; 128]) {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         *lane = unsafe { load(acc.as_ptr().add(k * LANES)) };
     }
-    let n = x.len().min(y.len()) / 128 * 128;
-    for step in (0..n).step_by(128) {
-        for (k, lane) in lanes.iter_mut().enumerate() {
-            let at = step + k * LANES;
-            // SAFETY: `at + 8 <= step + 128 <= n`, and `n` is at most either slice's length.
-            let (a, b) = unsafe { (load(x.as_ptr().add(at)), load(y.as_ptr().add(at))) };
-            *lane = fma_rounded(a, b, *lane);
-        }
-    }
-    for (k, lane) in lanes.iter().enumerate() {
+    let mut rows = [lanes];
+    // SAFETY: the caller promises the features.
+    unsafe { steps([x], y, &mut rows, 0) };
+    for (k, lane) in rows[0].iter().enumerate() {
         // SAFETY: `k < 16`, so the eight values at `8 k` lie inside `acc`'s 128.
         unsafe { store(acc.as_mut_ptr().add(k * LANES), *lane) };
     }
@@ -174,8 +168,38 @@ pub unsafe fn dot_body_avx2_rows<const R: usize>(
     y: &[f16],
     ahead: usize,
 ) -> [f16; R] {
-    let n = xs.iter().fold(y.len(), |n, x| n.min(x.len())) / 128 * 128;
     let mut lanes = [[_mm256_setzero_ps(); 128 / LANES]; R];
+    // SAFETY: the caller promises the features.
+    unsafe { steps(xs, y, &mut lanes, ahead) };
+    let mut out = [f16::ZERO; R];
+    for (out, lanes) in out.iter_mut().zip(&lanes) {
+        // SAFETY: the caller promises the features.
+        let four = unsafe { reduce_registers(lanes) };
+        // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
+        let two = add_rounded(four, _mm256_permute_ps::<0b01_00_11_10>(four));
+        let one = add_rounded(two, _mm256_permute_ps::<0b10_11_00_01>(two));
+        let mut sums = [f16::ZERO; LANES];
+        // SAFETY: `sums` holds eight writable values.
+        unsafe { store(sums.as_mut_ptr(), one) };
+        *out = if sums[0].is_nan() { f16::NAN } else { sums[0] };
+    }
+    out
+}
+
+/// The 128-element steps of `R` rows' native parts into their lanes (`lanes[r][k]` is lanes
+/// `8 k..8 k + 8` of row `r`), prefetching the `ahead`-th elements past each row (0: none).
+///
+/// # Safety
+/// Requires AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn steps<const R: usize>(
+    xs: [&[f16]; R],
+    y: &[f16],
+    lanes: &mut [[__m256; 128 / LANES]; R],
+    ahead: usize,
+) {
+    let n = xs.iter().fold(y.len(), |n, x| n.min(x.len())) / 128 * 128;
     for step in (0..n).step_by(128) {
         if ahead > 0 {
             for x in xs {
@@ -197,23 +221,6 @@ pub unsafe fn dot_body_avx2_rows<const R: usize>(
             }
         }
     }
-    let mut fours = [_mm256_setzero_ps(); R];
-    for r in 0..R {
-        // SAFETY: the caller promises the features.
-        fours[r] = unsafe { reduce_registers(&lanes[r]) };
-    }
-    let mut out = [f16::ZERO; R];
-    for r in 0..R {
-        let four = fours[r];
-        // Lanes `[t0 + t2, t1 + t3]`, then their sum in lane 0.
-        let two = add_rounded(four, _mm256_permute_ps::<0b01_00_11_10>(four));
-        let one = add_rounded(two, _mm256_permute_ps::<0b10_11_00_01>(two));
-        let mut sums = [f16::ZERO; LANES];
-        // SAFETY: `sums` holds eight writable values.
-        unsafe { store(sums.as_mut_ptr(), one) };
-        out[r] = if sums[0].is_nan() { f16::NAN } else { sums[0] };
-    }
-    out
 }
 
 /// Rounds sixteen f32 lanes to f16 and widens them back.
