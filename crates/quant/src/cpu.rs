@@ -2,8 +2,8 @@
 //! measuring cap `RUNIT_CPU_ISA` allows. Every runtime feature check in the workspace asks
 //! [`may_use`] or [`may_use_all`] (the dot kernels, quantizers, the CPU backend's vector,
 //! attention, RoPE and TurboQuant kernels, the host's greedy pick), so one variable restricts
-//! every kernel choice. Results do not change with it: each fast kernel is bit-identical to
-//! the twin chosen in its place.
+//! every kernel choice. Results do not change with it (each fast kernel is bit-identical to
+//! the twin chosen in its place), except F16's one-row sums below AVX-512 (next paragraph).
 //!
 //! `RUNIT_CPU_ISA` takes one of [`IsaCap`]'s names:
 //! - `avx2`: AVX2, FMA and F16C only (a proxy for an AVX2-only CPU, where llama.cpp runs its
@@ -14,6 +14,10 @@
 //! Any other value is an error ([`cap`] returns it, [`may_use`] panics with it), never
 //! ignored. `RUNIT_CPU_NO_AVX512FP16` (the older knob, still read) withholds AVX512-FP16
 //! alone, whatever the cap.
+//!
+//! One choice of arithmetic is not a matter of extensions: on CPUs without AVX-512 the F16
+//! kernels sum one activation row as llama.cpp's AVX2 build does (f32 lanes), unless
+//! `RUNIT_CPU_F16_REFERENCE` is set ([`f16_reference`]; `dot::HalfSums` says more).
 //!
 //! ```
 //! use runit_quant::cpu::{may_use, may_use_all, Feature, AVX2};
@@ -127,6 +131,28 @@ impl Feature {
         1 << self as u32
     }
 }
+
+/// The environment variable that keeps the reference machine's F16 sums on CPUs without
+/// AVX-512 (set = kept; see [`f16_reference`]).
+pub const F16_REFERENCE_VARIABLE: &str = "RUNIT_CPU_F16_REFERENCE";
+
+/// True when `RUNIT_CPU_F16_REFERENCE` is set (to anything but the empty string): the F16
+/// kernels then sum as the machine that made the goldens (AVX512-FP16's f16 arithmetic,
+/// emulated exactly where the CPU lacks it) at every SIMD level, instead of in llama.cpp's
+/// AVX2 order at the AVX2 levels. Read once.
+pub fn f16_reference() -> bool {
+    *F16_REFERENCE
+        .get_or_init(|| std::env::var_os(F16_REFERENCE_VARIABLE).is_some_and(|v| !v.is_empty()))
+}
+
+/// Asks for the reference F16 sums in this process, as `RUNIT_CPU_F16_REFERENCE` does (for
+/// programs that compare with the goldens). Takes effect only before the first F16 kernel
+/// choice; returns whether the reference sums are in effect.
+pub fn keep_f16_reference() -> bool {
+    *F16_REFERENCE.get_or_init(|| true)
+}
+
+static F16_REFERENCE: OnceLock<bool> = OnceLock::new();
 
 /// A cap on the extensions RunIT uses (`RUNIT_CPU_ISA`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

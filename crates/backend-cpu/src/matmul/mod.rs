@@ -10,6 +10,7 @@
 //!
 //! ```
 //! use runit_backend_cpu::matmul::{matmul, matmul_scalar, PackedWeight, Parallelism};
+//! use runit_quant::dot::SimdLevel;
 //! use runit_quant::{quantize, GgmlType};
 //!
 //! let (n_in, n_out, tokens) = (64, 3, 2);
@@ -20,7 +21,7 @@
 //! let x: Vec<f32> = (0..n_in * tokens).map(|i| (i as f32 * 0.3).cos()).collect();
 //! let (mut y, mut twin) = (vec![0.0; tokens * n_out], vec![0.0; tokens * n_out]);
 //! matmul(&weight, &x, tokens, &mut y, &mut Vec::new(), &Parallelism::current_thread());
-//! matmul_scalar(&weight, &x, tokens, &mut twin);
+//! matmul_scalar(&weight, &x, tokens, &mut twin, SimdLevel::detect());
 //! assert_eq!(y, twin);
 //! ```
 
@@ -34,8 +35,8 @@ use runit_quant::dot::{
     activation_format, activation_row_bytes, block_offsets, block_quants, block_quants_len,
     block_scales, block_scales_len, dot_fn, gemv_fn, multi_dot_fn, plain_tile_rows_fn,
     quantize_activation, tile_fn, tile_rows_fn, tile_tables, tile_tables_begin, tile_tables_blocks,
-    ActivationFormat, BlockScales, DotFn, MultiDotFn, PlainTileRowsFn, QuantLayout, SimdLevel,
-    TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
+    twin_dot_fn, ActivationFormat, BlockScales, DotFn, MultiDotFn, PlainTileRowsFn, QuantLayout,
+    SimdLevel, TablePointers, TileFn, TileOut, TileRowsFn, BLOCK_SCALES_PADDING,
 };
 use runit_quant::GgmlType;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1023,12 +1024,19 @@ unsafe fn tile_rows(
     }
 }
 
-/// The scalar twin of [`matmul`]: one thread, scalar kernels, one dot product per output.
-/// Bit-identical to `matmul` at every SIMD level.
+/// The scalar twin of [`matmul`] at `level`: one thread, scalar kernels, one dot product per
+/// output. Bit-identical to `matmul` at that level (the levels differ only where their
+/// arithmetic does: F16's one-row sums, `runit_quant::dot::HalfSums`).
 ///
 /// # Panics
 /// As [`matmul`].
-pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f32]) {
+pub fn matmul_scalar(
+    weight: &PackedWeight,
+    x: &[f32],
+    tokens: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+) {
     check_shapes(weight, x, tokens, y);
     let serial = Parallelism {
         pool: None,
@@ -1042,7 +1050,7 @@ pub fn matmul_scalar(weight: &PackedWeight, x: &[f32], tokens: usize, y: &mut [f
     }
     let format = activation_format(weight.ty).expect("checked by check_shapes");
     let activation_bytes = activation_row_bytes(format, weight.n_in);
-    let vec_dot: DotFn = dot_fn(weight.ty, SimdLevel::Scalar).expect("checked by check_shapes");
+    let vec_dot: DotFn = twin_dot_fn(weight.ty, level).expect("checked by check_shapes");
     let repack = repacked::repack_kernel(weight);
     let row_bytes = weight.row_bytes();
     let mut activation = vec![0u8; activation_bytes];

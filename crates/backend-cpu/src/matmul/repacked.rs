@@ -172,9 +172,9 @@ mod tests {
                         let x: Vec<f32> = (0..n_in * tokens)
                             .map(|i| (i as f32 * 0.07).cos())
                             .collect();
-                        let mut want = vec![0.0; tokens * rows];
-                        matmul_scalar(&weight, &x, tokens, &mut want);
                         for level in [SimdLevel::Scalar, SimdLevel::detect()] {
+                            let mut want = vec![0.0; tokens * rows];
+                            matmul_scalar(&weight, &x, tokens, &mut want, level);
                             for pool in [None, Some(&pool)] {
                                 let mut y = vec![0.0; tokens * rows];
                                 let parallelism = Parallelism {

@@ -49,9 +49,9 @@ fn matmul_equals_its_scalar_twin_for_every_type_level_and_token_count() {
         let weight = PackedWeight::new(ty, &bytes, n_in, n_out);
         for tokens in [1, 7, 8, 64, 67] {
             let x = values(tokens * n_in, tokens as u64);
-            let mut expected = vec![0.0f32; tokens * n_out];
-            matmul_scalar(&weight, &x, tokens, &mut expected);
             for &level in &levels {
+                let mut expected = vec![0.0f32; tokens * n_out];
+                matmul_scalar(&weight, &x, tokens, &mut expected, level);
                 for pool in [None, Some(&pool)] {
                     let mut y = vec![f32::NAN; tokens * n_out];
                     matmul(
@@ -95,6 +95,7 @@ fn scalar_matmul_is_close_to_the_exact_product() {
             &x,
             tokens,
             &mut y,
+            SimdLevel::Scalar,
         );
         for t in 0..tokens {
             for o in 0..n_out {
@@ -156,9 +157,9 @@ fn concurrent_callers_share_the_team_and_stay_exact() {
                     let tokens = [1, 1, 9][(step % 3) as usize];
                     let x = values(tokens * n_in, caller * 1000 + step);
                     let mut expected = vec![0.0f32; tokens * n_out];
-                    matmul_scalar(weight, &x, tokens, &mut expected);
-                    let mut y = vec![f32::NAN; tokens * n_out];
                     let parallelism = Parallelism::pool(pool);
+                    matmul_scalar(weight, &x, tokens, &mut expected, parallelism.level);
+                    let mut y = vec![f32::NAN; tokens * n_out];
                     matmul(weight, &x, tokens, &mut y, &mut scratch, &parallelism);
                     assert!(
                         y.iter()
@@ -236,11 +237,11 @@ fn rows_alone_gives_each_row_its_lone_bits() {
             let weight = PackedWeight::new(ty, &bytes, n_in, n_out).with_layout(layout);
             for tokens in [2, 4, 9, 17] {
                 let x = values(tokens * n_in, 7 + tokens as u64);
-                let mut alone = vec![0.0f32; tokens * n_out];
-                for (row, out) in x.chunks(n_in).zip(alone.chunks_mut(n_out)) {
-                    matmul_scalar(&weight, row, 1, out);
-                }
                 for &level in &levels {
+                    let mut alone = vec![0.0f32; tokens * n_out];
+                    for (row, out) in x.chunks(n_in).zip(alone.chunks_mut(n_out)) {
+                        matmul_scalar(&weight, row, 1, out, level);
+                    }
                     for pool in [None, Some(&pool)] {
                         let mut y = vec![f32::NAN; tokens * n_out];
                         let parallelism = Parallelism {

@@ -38,6 +38,12 @@ pub fn find_model(name: &str) -> Option<PathBuf> {
 /// Loads `path` on a CPU backend with `threads` threads, or on GPU 0 when
 /// `RUNIT_TEST_DEVICE=cuda` or `wgpu` (the golden tests then check that backend).
 pub fn load(path: &Path, threads: usize) -> Arc<Model> {
+    // The goldens' arithmetic for F16 rows on every CPU (CPUs without AVX-512 would sum them
+    // as llama.cpp's AVX2 build does, not as the machine that made the goldens).
+    assert!(
+        runit_quant::cpu::keep_f16_reference(),
+        "the F16 kernels were chosen before the first model load"
+    );
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("golden model opens"));
     let backend: Arc<dyn runit_backend::Backend> = match test_device().as_str() {
         "cuda" => Arc::new(

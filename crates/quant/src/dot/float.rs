@@ -11,6 +11,11 @@
 //! `n - n % 128` products are summed in native f16 arithmetic ([`half_arith`]); the f16
 //! result starts an f64 sum of the remaining products, which is then rounded to f32.
 //!
+//! F16 at the AVX2 levels ([`super::HalfSums::Lanes8`], ggml-cpu's AVX2 build): element
+//! `i < n - n % 32` goes by FMA into accumulator `(i / 8) % 4`, lane `i % 8`; then
+//! `acc0 += acc2`, `acc1 += acc3`, `acc0 += acc1`, the upper four lanes onto the lower four and
+//! two `hadd`s ([`reduce_lanes8`]); that f32 starts the f64 sum of the leftover products.
+//!
 //! BF16 (AVX512_BF16): per 64 elements, `vdpbf16ps` of elements `[i, i + 32)` into `c1` and of
 //! `[i + 32, i + 64)` into `c2` (lane `q` takes the odd element `2q + 1` first, then `2q`);
 //! the sum is `f64(reduce(c1)) + f64(reduce(c2))` plus the leftover products in f64, rounded
@@ -136,6 +141,43 @@ pub(crate) fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// [`half_arith`]), the rest added in f64, rounded to f32.
 pub(crate) fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_f16_with(n, w, a, half_arith::dot_body_scalar, None)
+}
+
+/// Elements of one step of ggml-cpu's AVX2 F16 `vec_dot` (`GGML_F16_STEP`): four registers
+/// of eight f32 lanes.
+pub(crate) const LANES8_STEP: usize = 32;
+
+/// F16 x F16 in ggml-cpu's AVX2 order (scalar twin of the AVX2 levels' F16 kernels, see the
+/// module notes).
+pub(crate) fn dot_f16_lanes8(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    checked_len(n, 2, w, a);
+    let mut acc = [[0.0f32; 8]; 4];
+    for i in 0..n - n % LANES8_STEP {
+        let lane = &mut acc[(i / 8) % 4][i % 8];
+        *lane = f16_element(w, i).mul_add(f16_element(a, i), *lane);
+    }
+    dot_f16_lanes8_finish(n, w, a, reduce_lanes8(&acc))
+}
+
+/// `GGML_F32x8_REDUCE` on ggml-cpu's AVX build: `acc0 + acc2` and `acc1 + acc3` added, the
+/// upper four lanes onto the lower four, then `_mm_hadd_ps` twice.
+pub(crate) fn reduce_lanes8(acc: &[[f32; 8]; 4]) -> f32 {
+    let sum: [f32; 8] = std::array::from_fn(|q| (acc[0][q] + acc[2][q]) + (acc[1][q] + acc[3][q]));
+    let quad: [f32; 4] = std::array::from_fn(|q| sum[q] + sum[q + 4]);
+    (quad[0] + quad[1]) + (quad[2] + quad[3])
+}
+
+/// The end of [`dot_f16_lanes8`] from the reduced steps `start`: the leftover products in
+/// f64, rounded to f32 (a NaN `start` as the positive one: lane order makes its sign).
+pub(crate) fn dot_f16_lanes8_finish(n: usize, w: &[u8], a: &[u8], start: f32) -> f32 {
+    let start = if start.is_nan() { f32::NAN } else { start };
+    f64_tail(
+        f64::from(start),
+        n - n % LANES8_STEP,
+        n,
+        |i| f16_element(w, i),
+        |i| f16_element(a, i),
+    )
 }
 
 /// An exact leftover sum of F16 products from a start value, where one can be had (see

@@ -266,6 +266,46 @@ fn detect_uncached() -> SimdLevel {
         .unwrap_or(SimdLevel::Scalar)
 }
 
+/// How the F16 kernels of a level sum the products of one weight row and one activation
+/// row (`vec_dot`; prompt batches take llamafile's sgemm order, the same at every level).
+/// ggml-cpu's own order depends on the CPU it was built for, so RunIT picks one per level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HalfSums {
+    /// As ggml-cpu on the machine that made the goldens (AVX512-FP16): 128-element steps
+    /// in f16 arithmetic, emulated exactly where the CPU lacks it ([`half_arith`]). The
+    /// goldens' bits at every level.
+    Reference,
+    /// As ggml-cpu's AVX2 build (llama.cpp's `haswell` variant, what it runs on a CPU
+    /// without AVX-512): four 8-lane f32 accumulators over 32-element steps (`float`'s
+    /// `dot_f16_lanes8`). The sums of that llama.cpp's F16 dot product on the same CPU, and free of the
+    /// f16 emulation that made F16 decode there several times slower than llama.cpp.
+    Lanes8,
+}
+
+impl SimdLevel {
+    /// The F16 order of this level's kernels: [`HalfSums::Lanes8`] at the AVX2 levels (the
+    /// best a CPU without AVX-512 has), unless [`crate::cpu::f16_reference`] asks for the
+    /// reference order everywhere.
+    pub fn half_sums(self) -> HalfSums {
+        let avx2 = matches!(self, SimdLevel::Avx2 | SimdLevel::AvxVnni);
+        if avx2 && SimdLevel::Avx2.is_available() && !crate::cpu::f16_reference() {
+            HalfSums::Lanes8
+        } else {
+            HalfSums::Reference
+        }
+    }
+}
+
+/// The scalar twin of [`dot_fn`]`(weight, level)`'s kernel: the same operations in portable
+/// Rust, bit for bit. That is the scalar level's kernel except for F16 at a level whose
+/// [`HalfSums`] differ from the scalar level's.
+pub fn twin_dot_fn(weight: GgmlType, level: SimdLevel) -> Option<DotFn> {
+    if weight == GgmlType::F16 && level.half_sums() == HalfSums::Lanes8 {
+        return Some(float::dot_f16_lanes8);
+    }
+    dot_fn(weight, SimdLevel::Scalar)
+}
+
 /// `dot(n, weight_row, activation_row)`: the dot product of one packed weight row of `n`
 /// elements with one activation row in the paired [`ActivationFormat`].
 ///

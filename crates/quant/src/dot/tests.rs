@@ -116,14 +116,13 @@ fn every_simd_kernel_equals_its_scalar_twin_bit_for_bit() {
     let mut random = Random(0x9e37_79b9_7f4a_7c15);
     let mut compared = 0;
     for ty in DOT_TYPES {
-        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
         for n in lengths(ty) {
             for raw in [false, true] {
                 let w = weight_row(ty, n, raw, &mut random);
                 let x: Vec<f32> = (0..n).map(|_| random.value()).collect();
                 let a = activation_row(ty, &x);
-                let expected = scalar(n, &w, &a);
                 for level in levels() {
+                    let expected = twin_dot_fn(ty, level).expect("scalar twin")(n, &w, &a);
                     let kernel = dot_fn(ty, level).expect("a kernel at every level");
                     let got = kernel(n, &w, &a);
                     assert_eq!(
@@ -272,7 +271,6 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
         let Some(format) = activation_format(ty) else {
             continue;
         };
-        let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
         for n in lengths(ty) {
             let rows = 19;
             let (weights, activations) =
@@ -313,6 +311,7 @@ fn gemv_and_tile_kernels_equal_the_scalar_twin() {
             let mut levels = levels();
             levels.push(SimdLevel::Scalar);
             for level in levels {
+                let scalar = twin_dot_fn(ty, level).expect("scalar twin");
                 let layout = QuantLayout::for_level(level);
                 let table = |wanted: QuantLayout| {
                     let (layout, quants) = tables
@@ -620,7 +619,7 @@ fn tile_rows_equal_the_scalar_twin(
     let (Some(format), Some(tile_rows)) = (activation_format(ty), tile_rows_fn(ty, level)) else {
         return;
     };
-    let scalar = dot_fn(ty, SimdLevel::Scalar).expect("scalar twin");
+    let scalar = twin_dot_fn(ty, level).expect("scalar twin");
     let len = block_scales_len(n, tokens);
     let (mut d, mut s) = (vec![0.0; len], vec![0.0; len]);
     let layout = QuantLayout::for_level(level);
@@ -795,7 +794,6 @@ fn tile_tables_equal_the_separate_conversion_and_tables() {
 /// scalar twin bit for bit.
 #[test]
 fn f16_leftover_sums_equal_the_ordered_sum() {
-    let scalar = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
     let halves = |values: &[f32]| -> Vec<u8> {
         values
             .iter()
@@ -852,8 +850,8 @@ fn f16_leftover_sums_equal_the_ordered_sum() {
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021)
                 .collect();
             let (w, a) = (halves(&w), halves(&x));
-            let expected = scalar(n, &w, &a);
             for level in levels() {
+                let expected = twin_dot_fn(GgmlType::F16, level).expect("twin")(n, &w, &a);
                 let got = dot_fn(GgmlType::F16, level).expect("kernel")(n, &w, &a);
                 assert_eq!(
                     got.to_bits(),
@@ -878,7 +876,7 @@ fn plain_tile_rows_kernels_equal_the_scalar_twin() {
         eprintln!("no several-rows F16 kernel on this CPU; nothing to compare");
         return;
     };
-    let twin = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+    let twin = twin_dot_fn(GgmlType::F16, SimdLevel::detect()).expect("scalar twin");
     let mut random = Random(0xf16_7115);
     let special = [
         f16::INFINITY,

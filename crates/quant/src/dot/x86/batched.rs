@@ -20,7 +20,8 @@ use std::arch::x86_64::*;
 use super::legacy::{activation_quants, block_sums, Legacy};
 use super::{f16_splat, hsum8, Avx2, Avx512Vnni, AvxVnni, Isa};
 use crate::dot::{
-    checked_blocks, BlockScales, GemvFn, QuantLayout, SimdLevel, TileFn, TileOut, TileRowsFn,
+    checked_blocks, BlockScales, GemvFn, HalfSums, QuantLayout, SimdLevel, TileFn, TileOut,
+    TileRowsFn,
 };
 use crate::GgmlType;
 
@@ -450,7 +451,10 @@ pub(super) fn gemv(weight: GgmlType, level: SimdLevel) -> Option<GemvFn> {
         return Some(super::float::gemv_f16_avx512);
     }
     if weight == GgmlType::F16 && matches!(level, SimdLevel::Avx2 | SimdLevel::AvxVnni) {
-        return Some(super::float::gemv_f16_avx2);
+        return Some(match level.half_sums() {
+            HalfSums::Lanes8 => super::float::gemv_f16_lanes8_avx2,
+            HalfSums::Reference => super::float::gemv_f16_avx2,
+        });
     }
     match level {
         SimdLevel::Avx2 => table!(weight, avx2, gemv, GemvFn),

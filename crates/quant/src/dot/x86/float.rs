@@ -7,8 +7,8 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::dot::float::{
-    bf16_element, dot_f16_finish, dot_f16_with, f16_row, f32_tail, f64_tail, reduce16, reduce_four,
-    ExactTail, FLOAT_STEP,
+    bf16_element, dot_f16_finish, dot_f16_lanes8_finish, dot_f16_with, f16_row, f32_tail, f64_tail,
+    reduce16, reduce_four, ExactTail, FLOAT_STEP, LANES8_STEP,
 };
 use crate::dot::half_arith;
 
@@ -225,6 +225,106 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { row_avx512::<F32>(n, w, a) }
 }
 
+/// The reduced 32-element steps of `R` F16 weight rows against one F16 activation row in
+/// ggml-cpu's AVX2 order ([`crate::dot::HalfSums::Lanes8`]: four 8-lane f32 accumulators
+/// per row, `GGML_F32x8_REDUCE`), each row's next line fetched `ahead` bytes on.
+///
+/// # Safety
+/// AVX2, FMA and F16C are available; every row and `a` hold `64 * steps` readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes8_steps<const R: usize>(
+    steps: usize,
+    rows: [*const u8; R],
+    a: *const u8,
+    ahead: usize,
+) -> [f32; R] {
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    for step in 0..steps {
+        let offset = 64 * step;
+        let mut x = [_mm256_setzero_ps(); 4];
+        for (j, lanes) in x.iter_mut().enumerate() {
+            *lanes = _mm256_cvtph_ps(_mm_loadu_si128(a.add(offset + 16 * j).cast()));
+        }
+        for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+            let row = row.add(offset);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
+            for (j, lanes) in acc.iter_mut().enumerate() {
+                let w = _mm256_cvtph_ps(_mm_loadu_si128(row.add(16 * j).cast()));
+                *lanes = _mm256_fmadd_ps(w, x[j], *lanes);
+            }
+        }
+    }
+    let mut out = [0.0f32; R];
+    for (value, [a0, a1, a2, a3]) in out.iter_mut().zip(acc) {
+        let sum = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+        let quad = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
+        let pair = _mm_hadd_ps(quad, quad);
+        *value = _mm_cvtss_f32(_mm_hadd_ps(pair, pair));
+    }
+    out
+}
+
+/// F16 at the AVX2 levels in ggml-cpu's AVX2 order (twin: `dot::float::dot_f16_lanes8`).
+pub(super) fn dot_f16_lanes8_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check(n, 2, w, a);
+    // SAFETY: `dot_fn` and `multi_dot_fn` hand this out only at the AVX2 levels, which
+    // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C); `check` confirmed both rows
+    // hold `n` elements, so `64 * (n / 32)` bytes.
+    let [start] = unsafe { lanes8_steps::<1>(n / LANES8_STEP, [w.as_ptr()], a.as_ptr(), 0) };
+    dot_f16_lanes8_finish(n, w, a, start)
+}
+
+/// F16 gemv at the AVX2 levels in ggml-cpu's AVX2 order: [`dot_f16_lanes8_avx2`] per row,
+/// two rows at a time sharing the activation's conversions, each fetching the line of the
+/// next pair's row ahead.
+pub(super) fn gemv_f16_lanes8_avx2(
+    n: usize,
+    weight_rows: &[u8],
+    activation: &[u8],
+    out: &mut [f32],
+) {
+    const R: usize = 2;
+    let row_bytes = 2 * n;
+    assert_eq!(
+        weight_rows.len(),
+        row_bytes * out.len(),
+        "{} F16 rows of {n} elements",
+        out.len()
+    );
+    assert!(
+        activation.len() >= row_bytes,
+        "an F16 activation row of {} bytes is shorter than {n} elements",
+        activation.len()
+    );
+    let groups = weight_rows.chunks_exact(R * row_bytes);
+    let last = groups.remainder();
+    let mut outs = out.chunks_exact_mut(R);
+    for (group, out) in groups.zip(outs.by_ref()) {
+        let rows: [&[u8]; R] = std::array::from_fn(|r| &group[r * row_bytes..(r + 1) * row_bytes]);
+        // SAFETY: `gemv_fn` hands this kernel out only at the AVX2 levels, which
+        // `SimdLevel::is_available` confirmed (AVX2, FMA, F16C); each row and the
+        // activation hold `n` elements (checked above). A prefetch does not fault.
+        let starts = unsafe {
+            lanes8_steps::<R>(
+                n / LANES8_STEP,
+                rows.map(<[u8]>::as_ptr),
+                activation.as_ptr(),
+                R * row_bytes,
+            )
+        };
+        for ((value, row), start) in out.iter_mut().zip(rows).zip(starts) {
+            *value = dot_f16_lanes8_finish(n, row, activation, start);
+        }
+    }
+    for (value, row) in outs
+        .into_remainder()
+        .iter_mut()
+        .zip(last.chunks_exact(row_bytes))
+    {
+        *value = dot_f16_lanes8_avx2(n, row, activation);
+    }
+}
+
 /// F16 (both levels): the native-f16 part through the AVX2 + F16C kernels of
 /// `half_arith`, the leftovers as the twin.
 pub(super) fn dot_f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -268,9 +368,9 @@ pub(super) fn gemv_f16_avx512(n: usize, weight_rows: &[u8], activation: &[u8], o
     }
 }
 
-/// F16 gemv on AVX2 without AVX-512: [`dot_f16_avx2`] per row, each row's native part
-/// prefetching the next row's (`half::dot_body_avx2`): one row at a time, the weights' loads
-/// were most of an F16 decode step's samples under `RUNIT_CPU_ISA=avx2`.
+/// F16 gemv at the AVX2 levels in the reference order (`RUNIT_CPU_F16_REFERENCE`):
+/// [`dot_f16_avx2`] per row, each row's native part prefetching the next row's
+/// (`half::dot_body_avx2`).
 pub(super) fn gemv_f16_avx2(n: usize, weight_rows: &[u8], activation: &[u8], out: &mut [f32]) {
     gemv_f16_rows::<2>(n, weight_rows, activation, out, |xs, y, ahead| {
         // SAFETY: `gemv_fn` hands this kernel out only at the AVX2 levels, which
@@ -388,17 +488,28 @@ pub(super) fn dot_bf16_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 mod tests {
     use half::f16;
 
-    use crate::dot::{dot_fn, gemv_fn, SimdLevel};
+    use crate::dot::{dot_fn, gemv_fn, twin_dot_fn, SimdLevel};
     use crate::GgmlType;
 
-    /// The two-row F16 gemv against the scalar twin on rows with overflowing sums,
-    /// infinities, NaNs and subnormals, odd row counts and rows with and without leftovers.
+    /// The F16 gemv of every level this CPU has against its scalar twin on rows with
+    /// overflowing sums, infinities, NaNs and subnormals, odd row counts and rows with and
+    /// without leftovers.
     #[test]
     fn f16_gemv_equals_the_scalar_twin_on_extreme_rows() {
-        let Some(gemv) = gemv_fn(GgmlType::F16, SimdLevel::detect()) else {
-            return;
-        };
-        let twin = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+            if let Some(gemv) = gemv_fn(GgmlType::F16, level) {
+                let twin = twin_dot_fn(GgmlType::F16, level).expect("scalar twin");
+                extreme_rows(level, gemv, twin);
+            }
+        }
+        // The AVX2 levels' reference-order gemv (`RUNIT_CPU_F16_REFERENCE`).
+        if SimdLevel::Avx2.is_available() {
+            let twin = dot_fn(GgmlType::F16, SimdLevel::Scalar).expect("scalar twin");
+            extreme_rows(SimdLevel::Avx2, super::gemv_f16_avx2, twin);
+        }
+    }
+
+    fn extreme_rows(level: SimdLevel, gemv: crate::dot::GemvFn, twin: crate::dot::DotFn) {
         for n in [128, 200, 576] {
             let special = [
                 f16::INFINITY,
@@ -428,7 +539,7 @@ mod tests {
                 assert_eq!(
                     value.to_bits(),
                     want.to_bits(),
-                    "n {n} row {r}: {value} vs {want}"
+                    "{level:?} n {n} row {r}: {value} vs {want}"
                 );
             }
         }

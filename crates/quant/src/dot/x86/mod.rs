@@ -17,7 +17,9 @@ pub(super) mod prepare;
 
 use std::arch::x86_64::*;
 
-use super::{looped, DotFn, GemvFn, MultiDotFn, PlainTileRowsFn, SimdLevel, TileFn, TileRowsFn};
+use super::{
+    looped, DotFn, GemvFn, HalfSums, MultiDotFn, PlainTileRowsFn, SimdLevel, TileFn, TileRowsFn,
+};
 use crate::cpu::{self, Feature};
 use crate::GgmlType;
 
@@ -54,7 +56,10 @@ pub(super) fn dot(weight: GgmlType, level: SimdLevel) -> Option<DotFn> {
     use GgmlType::*;
     match (level, weight) {
         (SimdLevel::Avx2, F32) => Some(float::dot_f32_avx2),
-        (SimdLevel::Avx2, F16) => Some(float::dot_f16_avx2),
+        (SimdLevel::Avx2, F16) => Some(match level.half_sums() {
+            HalfSums::Lanes8 => float::dot_f16_lanes8_avx2,
+            HalfSums::Reference => float::dot_f16_avx2,
+        }),
         (SimdLevel::Avx2, BF16) => Some(float::dot_bf16_avx2),
         (SimdLevel::Avx512, F32) => Some(float::dot_f32_avx512),
         (SimdLevel::Avx512, F16) => Some(float::dot_f16_avx2),
@@ -71,7 +76,10 @@ pub(super) fn multi_dot(weight: GgmlType, level: SimdLevel) -> Option<MultiDotFn
     use GgmlType::*;
     match (level, weight) {
         (SimdLevel::Avx2, F32) => Some(looped!(float::dot_f32_avx2)),
-        (SimdLevel::Avx2, F16) => Some(looped!(float::dot_f16_avx2)),
+        (SimdLevel::Avx2, F16) => Some(match level.half_sums() {
+            HalfSums::Lanes8 => looped!(float::dot_f16_lanes8_avx2),
+            HalfSums::Reference => looped!(float::dot_f16_avx2),
+        }),
         (SimdLevel::Avx2, BF16) => Some(looped!(float::dot_bf16_avx2)),
         (SimdLevel::Avx512, F32) => Some(looped!(float::dot_f32_avx512)),
         (SimdLevel::Avx512, F16) => Some(looped!(float::dot_f16_avx2)),
