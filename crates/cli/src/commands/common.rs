@@ -376,9 +376,13 @@ pub fn cpu_isa_cap_note() -> Option<String> {
         .into_iter()
         .map(runit_quant::cpu::Feature::name)
         .collect();
+    let level = runit_quant::dot::SimdLevel::detect();
+    let f16 = match level.half_sums() {
+        runit_quant::dot::HalfSums::Lanes8 => "; F16 rows summed in llama.cpp's AVX2 order",
+        runit_quant::dot::HalfSums::Reference => "",
+    };
     Some(format!(
-        "CPU kernels capped by {cap}: SIMD level {:?}, x86 extensions used: {}",
-        runit_quant::dot::SimdLevel::detect(),
+        "CPU kernels capped by {cap}: SIMD level {level:?}, x86 extensions used: {}{f16}",
         features.join(" ")
     ))
 }
