@@ -44,6 +44,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_b32;
 #[cfg(target_arch = "x86_64")]
+mod x86_b32_eight;
+#[cfg(target_arch = "x86_64")]
 mod x86_b32_wide;
 #[cfg(target_arch = "x86_64")]
 mod x86_q4_k_wide;

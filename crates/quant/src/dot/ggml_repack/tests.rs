@@ -174,3 +174,70 @@ fn rows_kernels_over_row_and_token_counts_equal_the_scalar_twins() {
         }
     }
 }
+
+/// Q4_0 and IQ4_NL at the bounds of the lane-per-row kernels' integer sums (every nibble
+/// 15 or 0 against activation quants of -128 or 127: the AVX2 kernel's i16 pair sums
+/// reach -30720), over more activation rows than one block sums table holds (the kernels
+/// then take the rows in chunks), bit for bit against the twins at every level. IQ4_NL's
+/// lowest quant is -127: on plain AVX2 its kernel's sign trick (ggml's) wraps -128, which
+/// ggml's quantizers never make.
+#[test]
+fn rows_kernels_at_extreme_quants_and_over_table_chunks_equal_the_scalar_twins() {
+    let n = 2048; // 64 blocks: a table holds 64 activation rows
+    let (rows, tokens) = (17, 70);
+    let blocks = n / 32;
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        let row_bytes = ty.row_bytes(n as u64).expect("whole blocks") as usize;
+        let mut packed = vec![0u8; rows * row_bytes];
+        for (r, row) in packed.chunks_mut(row_bytes).enumerate() {
+            for (b, block) in row.chunks_mut(18).enumerate() {
+                let d = half::f16::from_f32(0.5 + (r * 7 + b) as f32 * 1e-3);
+                block[..2].copy_from_slice(&d.to_le_bytes());
+                let nibbles = match (r + b) % 3 {
+                    0 => 0xff,
+                    1 => 0x00,
+                    _ => ((r * 5 + b) % 256) as u8,
+                };
+                block[2..].fill(nibbles);
+            }
+        }
+        let activation_bytes = blocks * 34;
+        let mut activations = vec![0u8; tokens * activation_bytes];
+        for (t, row) in activations.chunks_mut(activation_bytes).enumerate() {
+            for (b, block) in row.chunks_mut(34).enumerate() {
+                let d = half::f16::from_f32(0.25 + (t + b) as f32 * 1e-3);
+                block[..2].copy_from_slice(&d.to_le_bytes());
+                let lowest = if ty == GgmlType::Q4_0 { -128 } else { -127 };
+                let quant: i8 = match (t + 2 * b) % 4 {
+                    0 => lowest,
+                    1 => 127,
+                    2 => -127,
+                    _ => (((t * 3 + b) % 255) as i16 - 127) as i8,
+                };
+                block[2..].fill(quant as u8);
+            }
+        }
+        let (twin_gemv, twin_gemm) = repack_dot_fn(ty).expect("repacked type");
+        let want = |twin: DotFn| -> Vec<u32> {
+            activations
+                .chunks(activation_bytes)
+                .flat_map(|a| {
+                    packed
+                        .chunks(row_bytes)
+                        .map(move |w| twin(n, w, a).to_bits())
+                })
+                .collect()
+        };
+        let (want_gemv, want_gemm) = (want(twin_gemv), want(twin_gemm));
+        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+            let (gemv, gemm) = repack_rows_fn(ty, level).expect("kernels");
+            for (kernel, want) in [(gemv, &want_gemv), (gemm, &want_gemm)] {
+                let mut out = vec![f32::NAN; rows * tokens];
+                kernel(n, &packed, &activations, &mut out);
+                let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                let first = got.iter().zip(want.iter()).position(|(a, b)| a != b);
+                assert_eq!(first, None, "{ty} at {level:?}: first difference");
+            }
+        }
+    }
+}

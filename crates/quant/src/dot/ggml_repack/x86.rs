@@ -37,11 +37,14 @@ pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
                 } else {
                     GgmlType::Q4_0
                 };
-                let wide = ($integer == Integer::Avx512Vnni).then_some(if $iq4_nl {
-                    Wide::Iq4Nl
-                } else {
-                    Wide::Q4_0
-                });
+                let wide = match ($integer, $iq4_nl) {
+                    (Integer::Avx512Vnni, false) => Some(Wide::Q4_0),
+                    (Integer::Avx512Vnni, true) => Some(Wide::Iq4Nl),
+                    (Integer::AvxVnni, false) => Some(Wide::Q4_0Eight { vnni: true }),
+                    (Integer::AvxVnni, true) => Some(Wide::Iq4NlEightVnni),
+                    (Integer::Avx2, false) => Some(Wide::Q4_0Eight { vnni: false }),
+                    (Integer::Avx2, true) => None,
+                };
                 drive(
                     ty,
                     (n, weight_rows, activations, out),
@@ -119,9 +122,10 @@ fn drive(
     let groups = count / 8;
     let mut first_group = 0;
     if let Some(wide) = wide {
-        if count >= 16 && wide.fits(n, row_bytes, tokens) {
-            // SAFETY: `wide` is only set for kernels handed out where AVX-512 VNNI (with
-            // F, BW, VL, AVX2 and F16C) was available; the shapes were checked above,
+        if count >= wide.rows() && wide.fits(n, row_bytes, tokens) {
+            // SAFETY: `wide` is only set for kernels handed out where their level (AVX-512
+            // VNNI with F, BW, VL; AVX-VNNI; AVX2, each with AVX2, FMA and F16C) was
+            // available; the shapes were checked above,
             // `fits` checked the kernels' limits and `out` holds `tokens * count` floats.
             unsafe {
                 wide.run(
@@ -131,7 +135,7 @@ fn drive(
                     out.as_mut_ptr(),
                 )
             };
-            first_group = count / 16 * 2;
+            first_group = count / wide.rows() * wide.rows() / 8;
         }
     }
     for g in first_group..groups {

@@ -17,6 +17,7 @@ use std::arch::x86_64::*;
 
 use super::x86::reduce8;
 use super::x86_b32::IQ4NL_UNSIGNED;
+use crate::dot::x86::{Avx512Vnni, Isa};
 
 /// Bytes of a Q4_0 / IQ4_NL block: an f16 scale, then 16 bytes of packed nibbles.
 const WEIGHT_BYTES: usize = 18;
@@ -136,15 +137,15 @@ unsafe fn group<const T: usize, const IQ4: bool>(
 
 /// `sums[t * blocks + b] = -offset * sum(a)` over Q8_0 block `b` of activation row `t`,
 /// and `scales[t * blocks + b]` its scale widened (exactly):
-/// each block's 32 quants summed in eight lanes by one `vpdpbusd` against ones, eight
-/// blocks' lanes then reduced together (`x86::reduce8`).
+/// each block's 32 quants summed in eight lanes against ones (`I::dot_u8_i8`), eight
+/// blocks' lanes then reduced together (`x86::reduce8`). Exact, so the same at every `I`.
 ///
 /// # Safety
-/// AVX-512 F/VL/VNNI and AVX2 are available; `activations` holds `tokens` rows of `blocks`
+/// AVX2 and what `I` uses are available; `activations` holds `tokens` rows of `blocks`
 /// Q8_0 blocks, `activation_bytes` apart, and `sums` and `scales` have room for
 /// `tokens * blocks` entries.
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-unsafe fn block_sums(
+#[inline(always)]
+pub(super) unsafe fn block_sums<I: Isa>(
     (blocks, tokens): (usize, usize),
     activations: *const u8,
     activation_bytes: usize,
@@ -163,7 +164,7 @@ unsafe fn block_sums(
                 let d = half::f16::from_bits(block.cast::<u16>().read_unaligned());
                 *scales.add(t * blocks + first + k) = d.to_f32();
                 let quants = _mm256_loadu_si256(row.add((first + k) * Q8_0_BYTES + 2).cast());
-                *lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, quants);
+                *lanes = I::dot_u8_i8(ones, quants);
             }
             let totals = _mm256_mullo_epi32(reduce8(&lanes), factor);
             let mut values = [0i32; 8];
@@ -171,6 +172,18 @@ unsafe fn block_sums(
             std::ptr::copy_nonoverlapping(values.as_ptr(), sums.add(t * blocks + first), count);
         }
     }
+}
+
+/// [`block_sums`] with `vpdpbusd`.
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+unsafe fn block_sums_vnni(
+    shape: (usize, usize),
+    activations: *const u8,
+    activation_bytes: usize,
+    offset: i32,
+    out: (*mut i32, *mut f32),
+) {
+    block_sums::<Avx512Vnni>(shape, activations, activation_bytes, offset, out);
 }
 
 /// A kernel over sixteen weight rows and `T` activation rows, with its sums table.
@@ -229,7 +242,7 @@ pub(super) unsafe fn run(
     let mut scales = std::mem::MaybeUninit::<[f32; SUMS_CAPACITY]>::uninit();
     let scales = scales.as_mut_ptr().cast::<f32>();
     let offset = if iq4_nl { 128 } else { 8 };
-    block_sums(
+    block_sums_vnni(
         (blocks, tokens),
         activations,
         activation_bytes,
