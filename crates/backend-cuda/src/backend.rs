@@ -165,11 +165,15 @@ impl Device for CudaBackend {
             .upload(&self.stream, &packed, window.as_ref())
             .map_err(|e| self.driver_error("begin_step", e))?;
         state.active = Some(HostIdentity::of(inputs));
+        self.rows_alone
+            .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     fn end_step(&self) -> OpResult {
         self.step.lock().expect("step lock").active = None;
+        self.rows_alone
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
