@@ -105,7 +105,9 @@ impl Device for CudaBackend {
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
-        if self.exact_numerics() && !matches!(ty, KvType::F32 | KvType::F16) {
+        // TurboQuant's kernels are twins of the CPU's scalar code in both modes; ggml's
+        // blocks have no exact kernels.
+        if self.exact_numerics() && !(matches!(ty, KvType::F32 | KvType::F16) || ty.is_turbo()) {
             return Err(crate::exact_kv_refused(ty));
         }
         if ty.is_turbo() {

@@ -720,10 +720,10 @@ fn parallel_copy(dst: &mut [f32], src: &[f32]) {
     });
 }
 
-/// The error for a quantized cache under `--exact` numerics, whose kernels follow the
-/// CPU's order for f16 and f32 caches only.
+/// The error for a cache of ggml's blocks under `--exact` numerics, whose kernels follow the
+/// CPU's order for f16, f32 and TurboQuant caches only.
 pub(crate) fn exact_kv_refused(ty: KvType) -> BackendError {
-    kv_type_refused(ty, "--exact numerics (f16 and f32 caches only)")
+    kv_type_refused(ty, "--exact numerics (f16, f32, tq4 and tq3 caches only)")
 }
 
 /// True for the errors of a kernel that faulted (the context's sticky errors).
