@@ -3,6 +3,8 @@
 #   scripts/gpu_check.sh tests   # ops, then golden (below)
 #   scripts/gpu_check.sh ops     # NVRTC build, parity suite, op tests, MoE tests, exact numerics, planted kernel fault
 #   scripts/gpu_check.sh golden  # golden fidelity + perplexity on CUDA (exact numerics, then the fast kernels)
+#   scripts/gpu_check.sh exact   # only the checks against the CPU's bits: sample_gpu, exact_gpu, turbo_gpu,
+#                                # turbo_cuda, speculative with exact numerics (a few minutes)
 #   scripts/gpu_check.sh bench [rows...]   # synthetic real-shape models + runit bench (issue 5's table)
 # Logs go to $OUT when set (the device tool brings them back).
 set -uo pipefail
@@ -11,6 +13,12 @@ out=${OUT:-/tmp/runit-out}
 mkdir -p "$out"
 export RUNIT_REQUIRE_GPU=1 RUNIT_REQUIRE_NVRTC=1 RUNIT_CACHE_DIR=/tmp/runit-cache
 mode=${1:-tests}
+# run_test NAME LIMIT [FILTER]: device/bin/NAME (environment from the caller) into $out/NAME.log.
+run_test() {
+  echo "=== $1 ${3:-}"
+  timeout "$2" device/bin/$1 ${3:-} --nocapture --test-threads 1 >"$out/$1.log" 2>&1
+  echo "rc=$?"; grep -E "^test |test result|panicked|FAILED|failures|differ|near|equal" "$out/$1.log" | head -30
+}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 export RUNIT_GOLDEN_DIR=$PWD/device/golden RUNIT_MODEL_DIR=$PWD/device/golden/models RUNIT_TEST_DEVICE=cuda
 if [ "$mode" = tests ] || [ "$mode" = ops ]; then
@@ -47,14 +55,22 @@ if [ "$mode" = tests ] || [ "$mode" = golden ]; then
     RUNIT_CUDA_EXACT=$exact timeout 150 device/bin/perplexity synthetic --nocapture --test-threads 1 >"$out/perplexity-$numerics.log" 2>&1
     echo "rc=$?"; grep -Ei "diff|test result|panicked" "$out/perplexity-$numerics.log" | head -30
   done
-  # Speculative decoding is token for token with exact numerics (issue 28); TurboQuant caches
-  # generate the CPU's greedy tokens up to near ties (issue 27).
-  echo "=== speculative (CUDA, exact)"
-  RUNIT_CUDA_EXACT=1 timeout 200 device/bin/speculative --nocapture --test-threads 1 >"$out/speculative.log" 2>&1
-  echo "rc=$?"; grep -E "^test |test result|panicked" "$out/speculative.log" | head -10
-  echo "=== turbo_cuda"
-  timeout 200 device/bin/turbo_cuda --nocapture --test-threads 1 >"$out/turbo_cuda.log" 2>&1
-  echo "rc=$?"; grep -E "^test |test result|panicked|differ|near" "$out/turbo_cuda.log" | head -20
+fi
+# Speculative decoding is token for token with exact numerics (issue 28; the synthetic files
+# are the golden models carried here); TurboQuant caches generate the CPU's greedy tokens up
+# to near ties (issue 27; the test runs CUDA with exact numerics itself).
+end_to_end() {
+  RUNIT_CUDA_EXACT=1 run_test speculative 200 synthetic
+  run_test turbo_cuda 150
+}
+if [ "$mode" = tests ] || [ "$mode" = golden ]; then
+  end_to_end
+fi
+if [ "$mode" = exact ]; then
+  run_test sample_gpu 100
+  end_to_end
+  run_test exact_gpu 100
+  run_test turbo_gpu 100
 fi
 if [ "$mode" = bench ]; then
   shift || true

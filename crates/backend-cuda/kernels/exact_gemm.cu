@@ -38,16 +38,18 @@
 //       ggml_repack/q4_0.rs dot_q4_0 (both its gemv and its gemm twin)
 //   exact_repack_iq4_nl  a: Q8_0 rows
 //       ggml_repack/iq4_nl.rs dot_iq4_nl (both orders)
-//   exact_repack_q4_k (..., u32 expert)  a: Q8_K rows (exact_quantize_q8_k; n / 256 * 292)
+//   exact_repack_q4_k (..., u32 gemv_only)  a: Q8_K rows (exact_quantize_q8_k; n / 256 * 292)
 //       ggml_repack/q4_k.rs dot_q4_k_gemm for rows t < gemm_rows, dot_q4_k_gemv for the rest
-//   exact_repack_q2_k (..., u32 expert)  a: Q8_K rows
+//   exact_repack_q2_k (..., u32 gemv_only)  a: Q8_K rows
 //       ggml_repack/q2_k.rs dot_q2_k_gemm for rows t < gemm_rows, dot_q2_k_gemv for the rest
 //   Which order a row gets is repacked.rs gemm_rows: for a 2-D weight (Layout::Repacked,
-//   MUL_MAT; expert = 0) gemm_rows = tokens - tokens % 4, so the whole groups of four rows
+//   MUL_MAT; gemv_only = 0) gemm_rows = tokens - tokens % 4, so the whole groups of four rows
 //   from the start take gemm and the last tokens % 4 rows gemv; for one expert of a 3-D weight
-//   (Layout::RepackedExpert, MUL_MAT_ID; expert != 0) gemm_rows = 0, every row gemv. `tokens`
-//   must be the whole batch of the CPU's matmul call, since it decides the split. For Q4_0 and
-//   IQ4_NL the two orders are the same arithmetic, so they take no rule.
+//   (Layout::RepackedExpert, MUL_MAT_ID) and for a pass whose rows must each get their lone
+//   bits (Parallelism::rows_alone: speculative verification) gemv_only != 0: gemm_rows = 0,
+//   every row gemv. `tokens` must be the whole batch of the CPU's matmul call, since it
+//   decides the split. For Q4_0 and IQ4_NL the two orders are the same arithmetic, so they
+//   take no rule.
 #include "exact_gemm.cuh"
 
 // out[t * n_out + o] = dot(t, o) for every t < tokens, o < n_out.
@@ -97,10 +99,11 @@ EXACT_TINYBLAS_Q0(iq4_nl, IQ4_NL::BYTES, exact::iq4_nl_values)
 
 #define EXACT_REPACK_K(type)                                                                                 \
     extern "C" __global__ void exact_repack_##type(const u8* w, const u8* a, float* out, u32 n, u32 n_out,   \
-                                                   u32 tokens, u64 w_row_bytes, u64 a_row_bytes, u32 expert) { \
+                                                   u32 tokens, u64 w_row_bytes, u64 a_row_bytes,             \
+                                                   u32 gemv_only) {                                          \
         pdl_launch_dependents();                                                                             \
         pdl_wait();                                                                                          \
-        const u32 gemm_rows = exact::repack::gemm_rows(tokens, expert != 0);                                 \
+        const u32 gemm_rows = exact::repack::gemm_rows(tokens, gemv_only != 0);                              \
         for_each_output(out, n_out, tokens, [&](u32 t, u32 o) {                                              \
             const u8* row = w + o * w_row_bytes;                                                             \
             const u8* activation = a + t * a_row_bytes;                                                      \

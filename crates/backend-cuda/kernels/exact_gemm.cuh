@@ -82,8 +82,9 @@ namespace repack {
 
 // repacked.rs gemm_rows: activation rows 0..gemm_rows(..) take the gemm order, the rest the
 // gemv order. A 2-D weight (MUL_MAT) takes whole groups of four rows as gemm; one expert of
-// a 3-D weight (MUL_MAT_ID) takes gemv for every row.
-__device__ __forceinline__ u32 gemm_rows(u32 tokens, bool expert) { return expert ? 0 : tokens - tokens % 4; }
+// a 3-D weight (MUL_MAT_ID), and any weight in a pass whose rows are computed as if alone,
+// takes gemv for every row (gemv_only).
+__device__ __forceinline__ u32 gemm_rows(u32 tokens, bool gemv_only) { return gemv_only ? 0 : tokens - tokens % 4; }
 
 // q4_0.rs dot_q4_0 and iq4_nl.rs dot_iq4_nl (Values: q4_0_values / iq4_nl_values) against a
 // Q8_0 row: one scalar accumulator, acc = fma(isum, d_w * d_a, acc) per block. Their gemv and

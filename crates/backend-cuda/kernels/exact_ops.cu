@@ -21,14 +21,17 @@
 //     angles: host table [table_positions][rotary_dim / 2][2] f32 of (cos, sin); tokens at
 //     positions >= table_positions are left alone (the host sizes the table to the context).
 //     One thread per (token, head, pair). ops/rope.rs::rope (rotate_head, rotate_pair).
-// exact_attention_f16(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window)
+// exact_attention_f16(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window,
+//                     rows_alone)
 // exact_attention_f32(same, f32 caches)
 //     Causal grouped-query attention of every row of the step's spans (q, out: [tokens,
 //     heads, head_dim]; caches [cells, kv_heads * head_dim]; window 0 = no sliding window).
 //     Spans, their first_row / rows / start_position, block tables and block_size come from
 //     the step buffer (common.cuh StepHeader). Each span takes the CPU's path for it: the tiled
-//     path when it has >= 64 rows and head_dim % 16 == 0, else the one-chunk path. Rows of no
-//     span are left alone. One warp per (row, head).
+//     path when it has >= 64 rows and head_dim % 16 == 0 and rows_alone is 0, else the
+//     one-chunk path (a lone row's: rows_alone != 0 in a pass whose rows must each get the
+//     numbers of a pass of their own, speculative verification). Rows of no span are left
+//     alone. One warp per (row, head).
 //     ops/attention/mod.rs::attention -> chunk.rs::one_head | tiled.rs::tile.
 // exact_moe_route(logits, ids, weights, tokens, experts, used, renormalise)
 //     The router softmax and top-k of each token (logits [tokens, experts]) into ids and
@@ -105,7 +108,7 @@ constexpr u32 TILED_HEAD_DIM_MULTIPLE = 16;
 
 template <typename K, typename V>
 __device__ void exact_attention(const float* q, const K* k_cache, const V* v_cache, const i32* step, float* out,
-                                u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window) {
+                                u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 rows_alone) {
     const StepHeader* h = (const StepHeader*)step;
     const u32 group = heads / kv_heads;
     const u64 kv_width = (u64)kv_heads * head_dim;
@@ -121,7 +124,7 @@ __device__ void exact_attention(const float* q, const K* k_cache, const V* v_cac
         const i32 first = window == 0 ? 0 : max(0, position + 1 - (i32)window);
         const u64 at = ((u64)row * heads + head) * head_dim;
         const u64 kv_head = (u64)(head / group) * head_dim;
-        if (info[1] >= TILED_MIN_ROWS && head_dim % TILED_HEAD_DIM_MULTIPLE == 0)
+        if (!rows_alone && info[1] >= TILED_MIN_ROWS && head_dim % TILED_HEAD_DIM_MULTIPLE == 0)
             exact_attention_tiled_row(q + at, k_cache + kv_head, v_cache + kv_head, step, h, span, kv_width, head_dim,
                                       scale, first, position, out + at);
         else
@@ -132,16 +135,16 @@ __device__ void exact_attention(const float* q, const K* k_cache, const V* v_cac
 
 extern "C" __global__ void exact_attention_f16(const float* q, const u16* k_cache, const u16* v_cache, const i32* step,
                                                float* out, u32 heads, u32 kv_heads, u32 head_dim, float scale,
-                                               u32 window) {
+                                               u32 window, u32 rows_alone) {
     pdl_start();
-    exact_attention(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window);
+    exact_attention(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, rows_alone);
 }
 
 extern "C" __global__ void exact_attention_f32(const float* q, const float* k_cache, const float* v_cache,
                                                const i32* step, float* out, u32 heads, u32 kv_heads, u32 head_dim,
-                                               float scale, u32 window) {
+                                               float scale, u32 window, u32 rows_alone) {
     pdl_start();
-    exact_attention(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window);
+    exact_attention(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, rows_alone);
 }
 
 extern "C" __global__ void exact_moe_route(const float* logits, u32* ids, float* weights, u32 tokens, u32 experts,

@@ -4,7 +4,8 @@
 // (token, count) of the penalty window and (token, bias) in the request's order.
 //
 //   sample_adjust     one warp per row: biases then penalties, in place, with the host's f32
-//                     roundings (no fused multiply-add); the row's selection state reset
+//                     roundings (no fused multiply-add) and NaNs (as_host); the row's
+//                     selection state reset
 //   sample_histogram  } up to eight rounds: the k-th largest candidate key found eight bits
 //   sample_select     } at a time (radix select), many blocks per row for the counts
 //   sample_gather     many blocks per row: the k candidates at or above it
@@ -38,6 +39,7 @@
 #define H_BIAS_LEN 12
 #define H_UNIFORM_LO 13  // f64 bits of u, low half
 #define H_UNIFORM_HI 14
+#define H_INVALID_NAN 15  // f32 bits of the host's NaN for an invalid operation (inf - inf)
 // u32 fields of a row's selection state.
 #define SAMPLE_STATE 8
 #define S_PREFIX_HI 0  // the key bits decided so far, right-aligned
@@ -63,10 +65,23 @@ __device__ __forceinline__ u64 candidate_key(float v, u32 id) {
     return ((u64)ordered_bits(v) << 32) | (u64)(~id);
 }
 
+// The host's result `r` of an f32 operation on `a` and `b`, NaNs included: a NaN operand
+// comes through quieted with its sign and payload (the first one when both are NaN, as x86's
+// SSE does), an invalid operation (inf - inf, 0 * inf) gives the host's own NaN `invalid`.
+// The GPU answers every NaN with its canonical 0x7fffffff instead, and the sign matters here:
+// candidates order by total order, where a positive NaN ranks above everything and a negative
+// one below (a penalized -NaN turned into +NaN became the top candidate).
+__device__ __forceinline__ float as_host(float a, float b, float r, u32 invalid) {
+    if (r == r) return r;
+    if (a != a) return __uint_as_float(__float_as_uint(a) | 0x00400000u);
+    if (b != b) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
+    return __uint_as_float(invalid);
+}
+
 // Biases in order (-100 bans, +100 never comes here: the host samples rows that force
 // tokens), then the penalties: l / repeat if l > 0 else l * repeat, then
-// l - (count * frequency + presence), each operation rounded as the host's f32 code rounds it.
-// Also resets the row's selection state and key histogram.
+// l - (count * frequency + presence), each operation rounded as the host's f32 code rounds it
+// and giving the host's NaN (as_host). Also resets the row's selection state and key histogram.
 extern "C" __global__ void sample_adjust_f32(float* __restrict__ logits, u32 width, u32 rows,
                                              const u32* __restrict__ input, u32* __restrict__ state,
                                              u32* __restrict__ histogram) { pdl_start();
@@ -81,13 +96,14 @@ extern "C" __global__ void sample_adjust_f32(float* __restrict__ logits, u32 wid
         return;
     }
     float* l = logits + (u64)row * width;
+    const u32 invalid = header[H_INVALID_NAN];
     const u32* bias = input + header[H_BIAS];
     for (u32 i = 0; i < header[H_BIAS_LEN]; i++) {
         const u32 id = bias[2 * i];
         const float value = __uint_as_float(bias[2 * i + 1]);
         if (id >= width) continue;  // the host refuses such rows before launching
         if (value <= -100.0f) l[id] = -__int_as_float(0x7f800000);
-        else if (value < 100.0f) l[id] = __fadd_rn(l[id], value);
+        else if (value < 100.0f) l[id] = as_host(l[id], value, __fadd_rn(l[id], value), invalid);
     }
     if (header[H_FLAGS] & SAMPLE_FLAG_PENALTIES) {
         const float repeat = __uint_as_float(header[H_REPEAT]);
@@ -97,10 +113,13 @@ extern "C" __global__ void sample_adjust_f32(float* __restrict__ logits, u32 wid
         for (u32 i = 0; i < header[H_PENALIZED_LEN]; i++) {
             const u32 id = penalized[2 * i];
             if (id >= width) continue;  // as the host skips tokens outside the row
-            float v = l[id];
-            v = v > 0.0f ? __fdiv_rn(v, repeat) : __fmul_rn(v, repeat);
+            const float logit = l[id];
+            const float v = logit > 0.0f ? as_host(logit, repeat, __fdiv_rn(logit, repeat), invalid)
+                                         : as_host(logit, repeat, __fmul_rn(logit, repeat), invalid);
             const float count = __uint2float_rn(penalized[2 * i + 1]);
-            l[id] = __fsub_rn(v, __fadd_rn(__fmul_rn(count, frequency), presence));
+            const float times = as_host(count, frequency, __fmul_rn(count, frequency), invalid);
+            const float total = as_host(times, presence, __fadd_rn(times, presence), invalid);
+            l[id] = as_host(v, total, __fsub_rn(v, total), invalid);
         }
     }
     const u32 k = header[H_K];

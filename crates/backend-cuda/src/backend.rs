@@ -105,7 +105,9 @@ impl Device for CudaBackend {
         ty: KvType,
         role: KvRole,
     ) -> Result<KvCache, BackendError> {
-        if self.exact_numerics() && !matches!(ty, KvType::F32 | KvType::F16) {
+        // TurboQuant's kernels are twins of the CPU's scalar code in both modes; ggml's
+        // blocks have no exact kernels.
+        if self.exact_numerics() && !(matches!(ty, KvType::F32 | KvType::F16) || ty.is_turbo()) {
             return Err(crate::exact_kv_refused(ty));
         }
         if ty.is_turbo() {
@@ -165,11 +167,15 @@ impl Device for CudaBackend {
             .upload(&self.stream, &packed, window.as_ref())
             .map_err(|e| self.driver_error("begin_step", e))?;
         state.active = Some(HostIdentity::of(inputs));
+        self.rows_alone
+            .store(inputs.rows_alone, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     fn end_step(&self) -> OpResult {
         self.step.lock().expect("step lock").active = None;
+        self.rows_alone
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

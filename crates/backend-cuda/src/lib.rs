@@ -97,6 +97,9 @@ pub struct CudaBackend {
     exact: bool,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
+    /// The pass under way computes every row as if alone (`StepInputs::rows_alone`, set
+    /// between `begin_step` and `end_step`): exact mode then takes a one-row call's order.
+    rows_alone: std::sync::atomic::AtomicBool,
     /// ggml's f16 GELU table (`runit_backend::gelu::table`), uploaded when the backend opens
     /// so that a captured pass can read it.
     gelu_table: CudaSlice<u16>,
@@ -174,6 +177,7 @@ impl CudaBackend {
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
+            rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
             turbo_tables: Mutex::new(None),
         })
@@ -197,6 +201,14 @@ impl CudaBackend {
 
     pub(crate) fn exact_angles(&self) -> &exact::ops::AngleTable {
         &self.exact_angles
+    }
+
+    /// True while a pass whose every row must get the numbers of a pass of its own is under
+    /// way (`StepInputs::rows_alone`: speculative verification). Exact mode then gives each
+    /// row the CPU's one-row order (the CPU does the same: no repacked gemm order, no
+    /// tinyBLAS, one-chunk attention); the fast kernels do not follow it.
+    pub(crate) fn rows_alone(&self) -> bool {
+        self.rows_alone.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Copies `view` into `out` through the page-locked staging buffer (one DMA, then a host
@@ -708,10 +720,10 @@ fn parallel_copy(dst: &mut [f32], src: &[f32]) {
     });
 }
 
-/// The error for a quantized cache under `--exact` numerics, whose kernels follow the
-/// CPU's order for f16 and f32 caches only.
+/// The error for a cache of ggml's blocks under `--exact` numerics, whose kernels follow the
+/// CPU's order for f16, f32 and TurboQuant caches only.
 pub(crate) fn exact_kv_refused(ty: KvType) -> BackendError {
-    kv_type_refused(ty, "--exact numerics (f16 and f32 caches only)")
+    kv_type_refused(ty, "--exact numerics (f16, f32, tq4 and tq3 caches only)")
 }
 
 /// True for the errors of a kernel that faulted (the context's sticky errors).

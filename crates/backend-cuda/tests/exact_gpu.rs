@@ -1,13 +1,14 @@
 //! The exact-numerics mode (`CudaBackend::with_exact_numerics`) against the CPU backend, bit
 //! for bit: every op the model runs, for every weight type and the paths the CPU takes
-//! (`vec_dot`, tinyBLAS, ggml's repack orders; one-chunk and tiled attention).
+//! (`vec_dot`, tinyBLAS, ggml's repack orders; one-chunk and tiled attention), and every row of
+//! a pass computed as if alone (speculative verification) equal to a one-row call's.
 //!
 //! Without a CUDA driver or device the tests print a notice and pass, unless
 //! `RUNIT_REQUIRE_GPU=1` (set on the GPU machine), where that fails.
 
 use runit_backend::testing::parity::WEIGHT_TYPES;
 use runit_backend::testing::{make_weight_as, Rng};
-use runit_backend::{Backend, BackendError, Weight, WeightRole};
+use runit_backend::{Backend, BackendError, StepInputs, Weight, WeightRole};
 use runit_backend_cpu::CpuBackend;
 use runit_backend_cuda::CudaBackend;
 
@@ -138,6 +139,92 @@ fn exact_matmul_equals_the_cpu_bit_for_bit() {
         "{compared} outputs compared, {} cases failed",
         failures.len()
     );
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+/// `body` inside a step whose rows must each get the numbers of a pass of their own
+/// (`StepInputs::rows_alone`, as speculative verification's pass).
+fn alone<T>(backend: &dyn Backend, rows: usize, body: impl FnOnce() -> T) -> T {
+    let tokens = vec![0u32; rows];
+    let positions: Vec<u32> = (0..rows as u32).collect();
+    let inputs = StepInputs {
+        tokens: &tokens,
+        positions: &positions,
+        spans: &[],
+        window_spans: None,
+        logit_rows: &[],
+        rows_alone: true,
+    };
+    backend.begin_step(&inputs).expect("begin_step");
+    let result = body();
+    backend.end_step().expect("end_step");
+    result
+}
+
+/// Speculative verification in exact mode: under `rows_alone` each row of an R-row matmul
+/// has the bits of a one-row call (R = 1 to 17, every weight type), where the CPU's batched
+/// orders (the repacked K-quants' gemm order for groups of four rows, tinyBLAS) would give
+/// other bits; the CPU under the same flag gives them too. Session 32 saw greedy speculation
+/// part from plain greedy on K-quant files on the H200 when the flag was ignored.
+#[test]
+fn rows_alone_matmul_rows_equal_one_row_calls() {
+    let Some(cuda) = gpu() else { return };
+    let reference = cpu();
+    // 40 weight rows: a multiple of 8 (ggml repacks the type's weights) and of 4 (tinyBLAS).
+    let (n_in, n_out, most) = (512usize, 40usize, 17usize);
+    let mut failures = Vec::new();
+    for ty in WEIGHT_TYPES {
+        if n_in % ty.block_size() != 0 {
+            continue;
+        }
+        let mut rng = Rng::new(0xa10e + ty.id() as u64);
+        let w = rng.normal(n_in * n_out, 0.05);
+        let x = rng.values(most * n_in, -1.0, 1.0);
+        let load = |backend: &dyn Backend| {
+            make_weight_as(
+                backend,
+                WeightRole::Matrix,
+                "blk.0.ffn_up.weight",
+                ty,
+                &[n_in, n_out],
+                &w,
+            )
+        };
+        let (weight, cpu_weight) = match (load(&cuda), load(&reference)) {
+            (Ok(weight), Ok(cpu_weight)) => (weight, cpu_weight),
+            (Err(error), _) | (_, Err(error)) => {
+                failures.push(format!("{ty}: {error}"));
+                continue;
+            }
+        };
+        let lone: Vec<f32> = (0..most)
+            .flat_map(|t| {
+                run_matmul(&cuda, &weight, &x[t * n_in..(t + 1) * n_in], 1).expect("one row")
+            })
+            .collect();
+        for rows in 1..=most {
+            let x = &x[..rows * n_in];
+            let lone = &lone[..rows * n_out];
+            let found = alone(&cuda, rows, || run_matmul(&cuda, &weight, x, rows));
+            match found {
+                Ok(found) => {
+                    if let Some(difference) = first_difference(lone, &found) {
+                        failures.push(format!("{ty} x {rows} rows alone: {difference}"));
+                    }
+                }
+                Err(error) => failures.push(format!("{ty} x {rows}: {error}")),
+            }
+            let cpu = alone(&reference, rows, || {
+                run_matmul(&reference, &cpu_weight, x, rows)
+            })
+            .expect("cpu matmul");
+            if let Some(difference) = first_difference(&cpu, lone) {
+                failures.push(format!(
+                    "{ty} x {rows}: one-row calls vs the CPU alone: {difference}"
+                ));
+            }
+        }
+    }
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 

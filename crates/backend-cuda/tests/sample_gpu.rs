@@ -215,6 +215,81 @@ fn every_setting_combination_samples_as_the_host() {
 }
 
 #[test]
+fn nans_from_biases_and_penalties_rank_as_the_hosts() {
+    // Top-1 rows where the adjusted logits hold NaNs: a NaN's sign decides whether it ranks
+    // first or last, so the device must produce the host's NaN, not its own positive one.
+    let Some(cuda) = cuda() else { return };
+    let width = 1000;
+    let mut rng = Rng::new(0x6e61);
+    let base = |rng: &mut Rng, first: f32, at_five: f32| {
+        let mut row = rng.values(width, -15.0, 15.0);
+        row[0] = first;
+        row[5] = at_five;
+        row
+    };
+    let penalties = |repeat: f32, presence: f32| Penalties {
+        repeat,
+        frequency: 0.0,
+        presence,
+    };
+    let off = penalties(1.0, 0.0);
+    // (logits, penalties, penalized, biases): a penalized -NaN (the failing case of session
+    // 32), a biased -NaN, -inf × 0 and inf - inf (the host's NaN of an invalid operation).
+    let cases = [
+        (
+            base(&mut rng, f32::NAN, -f32::NAN),
+            penalties(1.3, 0.0),
+            vec![(5, 2)],
+            vec![],
+        ),
+        (
+            base(&mut rng, f32::NAN, -f32::NAN),
+            off,
+            vec![],
+            vec![(5, 0.75)],
+        ),
+        (
+            base(&mut rng, 1.0, f32::NEG_INFINITY),
+            penalties(0.0, 0.0),
+            vec![(5, 1)],
+            vec![],
+        ),
+        (
+            base(&mut rng, 1.0, f32::INFINITY),
+            penalties(1.0, f32::INFINITY),
+            vec![(5, 1)],
+            vec![],
+        ),
+    ];
+    let settings: Vec<Settings> = cases
+        .iter()
+        .map(|(_, penalties, penalized, logit_bias)| Settings {
+            filters: Filters {
+                temperature: 0.7,
+                top_k: 1,
+                top_p: 1.0,
+                min_p: 0.5,
+            },
+            penalties: *penalties,
+            penalized: penalized.clone(),
+            logit_bias: logit_bias.clone(),
+            uniform: 0.25,
+        })
+        .collect();
+    let values: Vec<f32> = cases.iter().flat_map(|case| case.0.clone()).collect();
+    let mut buffer = cuda.alloc(values.len()).expect("alloc");
+    cuda.upload(&mut buffer, &values).expect("upload");
+    let rows: Vec<RowSampling<'_>> = settings.iter().map(Settings::row).collect();
+    let sampled = cuda
+        .sample_pick_on_device(&mut buffer, rows.len(), width, &rows)
+        .expect("sample_pick_on_device");
+    for (r, (got, row)) in sampled.iter().zip(&rows).enumerate() {
+        let expected = sample_row(&mut cases[r].0.clone(), row).expect("biases inside the row");
+        assert_eq!(got.id, expected.id, "case {r}: {:?}", settings[r]);
+    }
+}
+
+#[test]
 fn batches_of_one_to_sixty_four_rows_sample_as_the_host() {
     let Some(cuda) = cuda() else { return };
     let mut rng = Rng::new(0x77);

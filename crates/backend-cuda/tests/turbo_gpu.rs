@@ -702,14 +702,18 @@ fn mixes_the_kernels_cannot_do_are_refused() {
         cuda.center_keys(&mut values, &[0.0; 128]),
         Err(BackendError::UnsupportedKv { .. })
     ));
-    // Exact numerics runs twins of the CPU's f16/f32 code only.
+    // Exact numerics has twins of the CPU's f16/f32 and TurboQuant code, not of ggml's
+    // blocks.
     let exact = CudaBackend::new(0)
         .expect("the device opened above")
         .with_exact_numerics(true);
     refused(
-        exact.alloc_kv(64, 128, 64, KvType::Tq4, KvRole::Keys),
+        exact.alloc_kv(64, 128, 64, KvType::Q8_0, KvRole::Keys),
         "exact",
     );
+    exact
+        .alloc_kv(64, 128, 64, KvType::Tq4, KvRole::Keys)
+        .expect("exact numerics takes TurboQuant caches");
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! (`Weight::ggml_layout`; never the token embedding) and multiplies them in the
 //! repack gemm order four activation rows at a time and the gemv order for the rest (every
 //! row of one expert of a 3-D weight); takes llamafile's tinyBLAS for two or more rows of
-//! the types it accepts; and the type's `vec_dot` otherwise.
+//! the types it accepts; and the type's `vec_dot` otherwise. A pass whose rows must each get
+//! the numbers of a pass of their own (`CudaBackend::rows_alone`: speculative verification)
+//! takes neither batched order, as the CPU's `Parallelism::rows_alone` does: every row in the
+//! gemv or `vec_dot` order a one-row call takes, so verification equals one-token steps.
 
 use cudarc::driver::CudaSlice;
 use runit_backend::{BackendError, Buffer, Device, GgmlLayout, Weight};
@@ -47,21 +50,26 @@ const ORDERS: &str = "exact_gemm.cu";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Order {
     /// ggml's repack kernels: for a 2-D weight the leading whole groups of four activation
-    /// rows in the gemm order and the rest in the gemv order; for one expert of a 3-D weight
-    /// (MUL_MAT_ID) every row in the gemv order.
-    Repacked { expert: bool },
+    /// rows in the gemm order and the rest in the gemv order; with `gemv_only` (one expert
+    /// of a 3-D weight, MUL_MAT_ID, or rows computed as if alone) every row in the gemv order.
+    Repacked { gemv_only: bool },
     /// llamafile's sgemm.
     TinyBlas,
     /// The type's `vec_dot` on quantized (or converted) activations.
     VecDot,
 }
 
-fn order(weight: &Weight, tokens: usize) -> Order {
+/// The CPU's order for `tokens` activation rows; with `rows_alone`, the order of one row
+/// (backend-cpu `repacked::gemm_rows` and `tinyblas::kernel_for` under `rows_alone`).
+fn order(weight: &Weight, tokens: usize, rows_alone: bool) -> Order {
     match weight.ggml_layout() {
-        GgmlLayout::Repacked => Order::Repacked { expert: false },
-        GgmlLayout::RepackedExpert => Order::Repacked { expert: true },
+        GgmlLayout::Repacked => Order::Repacked {
+            gemv_only: rows_alone,
+        },
+        GgmlLayout::RepackedExpert => Order::Repacked { gemv_only: true },
         GgmlLayout::Plain
-            if tinyblas::accepts(weight.ty, weight.row_len(), weight.rows(), tokens) =>
+            if !rows_alone
+                && tinyblas::accepts(weight.ty, weight.row_len(), weight.rows(), tokens) =>
         {
             Order::TinyBlas
         }
@@ -87,13 +95,13 @@ pub(crate) fn matmul(
         ty,
         tensor: weight.name.clone(),
     };
-    match order(weight, tokens) {
+    match order(weight, tokens, backend.rows_alone()) {
         Order::VecDot => {
             let kernel = kernel!("exact_matmul_", ty).ok_or_else(unsupported)?;
             vec_dot(backend, ty, kernel, &operands)
         }
         Order::TinyBlas => tinyblas(backend, ty, &operands),
-        Order::Repacked { expert } => repacked(backend, ty, &operands, expert),
+        Order::Repacked { gemv_only } => repacked(backend, ty, &operands, gemv_only),
     }
 }
 
@@ -142,7 +150,7 @@ fn quantize(
 }
 
 /// Launches matmul kernel `kernel` of `file` on activation rows `a` (`a_row_bytes` apart; for
-/// tinyBLAS's two-row units, the bytes between units), with `expert` appended for the
+/// tinyBLAS's two-row units, the bytes between units), with `gemv_only` appended for the
 /// kernels that take it.
 fn launch_order(
     backend: &CudaBackend,
@@ -151,7 +159,7 @@ fn launch_order(
     operands: &Operands,
     a: u64,
     a_row_bytes: usize,
-    expert: Option<bool>,
+    gemv_only: Option<bool>,
 ) -> Result<(), BackendError> {
     let grid = grid_for(operands.tokens * operands.n_out);
     let (w, out) = (operands.weight, operands.out);
@@ -161,7 +169,7 @@ fn launch_order(
         operands.tokens as u32,
     );
     let (w_row_bytes, a_row_bytes) = (operands.row_bytes as u64, a_row_bytes as u64);
-    match expert {
+    match gemv_only {
         None => launch_kernel!(
             backend,
             OP,
@@ -177,7 +185,7 @@ fn launch_order(
             w_row_bytes,
             a_row_bytes
         ),
-        Some(expert) => launch_kernel!(
+        Some(gemv_only) => launch_kernel!(
             backend,
             OP,
             file,
@@ -191,7 +199,7 @@ fn launch_order(
             tokens,
             w_row_bytes,
             a_row_bytes,
-            u32::from(expert)
+            u32::from(gemv_only)
         ),
     }
 }
@@ -268,12 +276,12 @@ fn repacked(
     backend: &CudaBackend,
     ty: GgmlType,
     operands: &Operands,
-    expert: bool,
+    gemv_only: bool,
 ) -> Result<(), BackendError> {
     let kernel = kernel!("exact_repack_", ty).expect("repacked types have exact kernels");
     let (format, split) = match ty {
         // The kernel splits the rows between the gemm and gemv orders itself.
-        GgmlType::Q4_K | GgmlType::Q2_K => (ActivationFormat::Q8K, Some(expert)),
+        GgmlType::Q4_K | GgmlType::Q2_K => (ActivationFormat::Q8K, Some(gemv_only)),
         // Q4_0 and IQ4_NL: the two orders are the same arithmetic.
         _ => (ActivationFormat::Q8_0, None),
     };

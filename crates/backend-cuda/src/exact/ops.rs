@@ -198,7 +198,8 @@ fn download_f32(
     Ok(values)
 }
 
-/// Attention of every span's rows, each span by the CPU's path for it.
+/// Attention of every span's rows, each span by the CPU's path for it (the one-chunk path
+/// throughout in a pass whose rows are computed as if alone, as the CPU's).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     backend: &CudaBackend,
@@ -235,6 +236,7 @@ pub(crate) fn attention(
         kv_heads,
         head_dim,
         scale,
-        window
+        window,
+        u32::from(backend.rows_alone())
     )
 }

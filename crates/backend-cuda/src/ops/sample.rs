@@ -4,7 +4,9 @@
 //! sampled decode step downloads two numbers per row instead of the vocabulary. CUDA's f64
 //! `exp` may differ from the host's by an ulp, which moves a draw only when the uniform lies
 //! within that ulp of a boundary between two tokens' masses; everything else is the same
-//! arithmetic in the same order.
+//! arithmetic in the same order, down to the sign and payload of a NaN the biases or
+//! penalties produce (the GPU's own NaN is positive, which ranks first in the candidates'
+//! total order where the host's negative NaN ranks last).
 //!
 //! Rows the device does not sample go to the host, which samples them with `sample_row`
 //! from the downloaded logits (the same tokens, the old cost): rows whose biases force
@@ -48,6 +50,15 @@ pub fn samples_on_device(row: &RowSampling<'_>, width: usize) -> bool {
         && (row.filters.is_greedy() || kept_by_top_k(row, width) <= K_MAX)
 }
 
+/// The bits of the NaN this host's f32 arithmetic gives for an invalid operation (x86:
+/// 0xffc00000, a negative NaN; Arm: 0x7fc00000), which the kernels give where the host's
+/// penalties would (`as_host` in kernels/sample.cu): a NaN's sign decides its place among
+/// the candidates.
+fn invalid_nan() -> u32 {
+    let infinity = std::hint::black_box(f32::INFINITY);
+    (infinity - std::hint::black_box(f32::INFINITY)).to_bits()
+}
+
 /// The packed input of the kernels: a header per row, then the lists it points to.
 fn pack(sampling: &[RowSampling<'_>], width: usize) -> Result<Vec<u32>, BackendError> {
     let mut input = vec![0u32; sampling.len() * HEADER];
@@ -88,7 +99,7 @@ fn pack(sampling: &[RowSampling<'_>], width: usize) -> Result<Vec<u32>, BackendE
             to_u32(OP, "logit biases", row.logit_bias.len())?,
             uniform as u32,
             (uniform >> 32) as u32,
-            0,
+            invalid_nan(),
         ];
         input[r * HEADER..(r + 1) * HEADER].copy_from_slice(&header);
     }

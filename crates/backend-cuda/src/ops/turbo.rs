@@ -11,7 +11,8 @@
 //! attention kernels, as the CPU's numbers do not depend on the batch: per (row, slice of
 //! four query heads of a KV head, chunk of [`KEY_CHUNK`] visible keys) a partial, then
 //! per (row, head) the merge in chunk order (split-KV, so a long decode row spreads over
-//! many blocks). `--exact` numerics refuses TurboQuant caches, as it does ggml's blocks.
+//! many blocks). `--exact` numerics runs these same kernels (compiled with `--fmad=false`,
+//! like the exact modules): they are already the CPU's arithmetic.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::turbo::{self, TurboLayout};
@@ -183,10 +184,6 @@ pub fn attention(
                 k_cache.ty, v_cache.ty
             ),
         });
-    }
-    if backend.exact_numerics() {
-        // alloc_kv refuses these caches under --exact; a cache made before the switch is too.
-        return Err(crate::exact_kv_refused(k_cache.ty));
     }
     let &AttentionParams {
         heads,
