@@ -41,9 +41,9 @@ pub(super) fn rows(ty: GgmlType, level: SimdLevel) -> Option<(RowsFn, RowsFn)> {
                     (Integer::Avx512Vnni, false) => Some(Wide::Q4_0),
                     (Integer::Avx512Vnni, true) => Some(Wide::Iq4Nl),
                     (Integer::AvxVnni, false) => Some(Wide::Q4_0Eight { vnni: true }),
-                    (Integer::AvxVnni, true) => Some(Wide::Iq4NlEightVnni),
+                    (Integer::AvxVnni, true) => Some(Wide::Iq4NlEight { vnni: true }),
                     (Integer::Avx2, false) => Some(Wide::Q4_0Eight { vnni: false }),
-                    (Integer::Avx2, true) => None,
+                    (Integer::Avx2, true) => Some(Wide::Iq4NlEight { vnni: false }),
                 };
                 drive(
                     ty,
@@ -122,7 +122,7 @@ fn drive(
     let groups = count / 8;
     let mut first_group = 0;
     if let Some(wide) = wide {
-        if count >= wide.rows() && wide.fits(n, row_bytes, tokens) {
+        if count >= wide.rows() && wide.fits(n, row_bytes) {
             // SAFETY: `wide` is only set for kernels handed out where their level (AVX-512
             // VNNI with F, BW, VL; AVX-VNNI; AVX2, each with AVX2, FMA and F16C) was
             // available; the shapes were checked above,

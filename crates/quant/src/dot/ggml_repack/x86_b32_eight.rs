@@ -15,13 +15,15 @@
 //! `vpmaddubsw` (pair sums of at most 2 * 15 * 128 = 3840 in magnitude) and the eight
 //! registers' pair sums are added in i16 (at most 30720: exact) before one `vpmaddwd`
 //! against ones; IQ4_NL's unsigned values would saturate `vpmaddubsw`, so on plain AVX2 it
-//! keeps the `x86_b32` kernels.
+//! takes its signed values and ggml's sign trick (which, as there, wraps an activation
+//! quant of -128, one ggml's quantizers never make), one `vpmaddwd` per register.
 
 use std::arch::x86_64::*;
 
 use super::x86::f16x8;
 use super::x86_b32::IQ4NL_UNSIGNED;
 use super::x86_b32_wide::{block_sums, SUMS_CAPACITY};
+use crate::blocks::KVALUES_IQ4NL;
 use crate::dot::x86::Avx2;
 
 /// Bytes of a Q4_0 / IQ4_NL block: an f16 scale, then 16 bytes of packed nibbles.
@@ -61,8 +63,10 @@ unsafe fn transposed_nibbles(block: *const u8, row_bytes: usize) -> [__m256i; 4]
     ]
 }
 
-/// How a block's eight registers of unsigned weights meet the broadcast activation dwords.
+/// How a block's eight registers of weights meet the broadcast activation dwords.
 trait Products {
+    /// True when the weights enter signed (IQ4_NL's `kvalues`), else unsigned.
+    const SIGNED: bool = false;
     /// `start` plus, per lane, the sum over `g` of the four products of `w[g]`'s bytes with
     /// the activation dword `a[g]`.
     unsafe fn block(start: __m256i, w: &[__m256i; 8], a: &[__m256i; 8]) -> __m256i;
@@ -72,6 +76,24 @@ trait Products {
 struct PairSums;
 /// VEX `vpdpbusd`.
 struct AvxVnni;
+/// Signed weights: `vpmaddubsw` of their magnitudes against the activations given their
+/// signs (ggml's sign trick), one `vpmaddwd` per register (the pair sums reach 32258).
+struct SignedPairs;
+
+impl Products for SignedPairs {
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn block(start: __m256i, w: &[__m256i; 8], a: &[__m256i; 8]) -> __m256i {
+        let ones = _mm256_set1_epi16(1);
+        let mut sum = start;
+        for g in 0..8 {
+            let pairs =
+                _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(a[g], w[g]));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+        }
+        sum
+    }
+}
 
 impl Products for PairSums {
     #[inline(always)]
@@ -118,7 +140,12 @@ unsafe fn group<P: Products, const T: usize, const IQ4: bool>(
 ) {
     let blocks = n / 32;
     let m4 = _mm256_set1_epi8(0x0f);
-    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_UNSIGNED.as_ptr().cast()));
+    let values = if P::SIGNED {
+        KVALUES_IQ4NL.as_ptr().cast()
+    } else {
+        IQ4NL_UNSIGNED.as_ptr()
+    };
+    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(values.cast()));
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..blocks {
         let block = rows.add(b * WEIGHT_BYTES);
@@ -187,6 +214,8 @@ eight!(q4_0_vnni_1, AvxVnni, 1, false, "avx2,fma,f16c,avxvnni");
 eight!(q4_0_vnni_4, AvxVnni, 4, false, "avx2,fma,f16c,avxvnni");
 eight!(iq4_nl_vnni_1, AvxVnni, 1, true, "avx2,fma,f16c,avxvnni");
 eight!(iq4_nl_vnni_4, AvxVnni, 4, true, "avx2,fma,f16c,avxvnni");
+eight!(iq4_nl_avx2_1, SignedPairs, 1, true, "avx2,fma,f16c");
+eight!(iq4_nl_avx2_4, SignedPairs, 4, true, "avx2,fma,f16c");
 
 /// The table maker at the AVX2 level (the sums are exact, so every level makes the same).
 #[target_feature(enable = "avx2")]
@@ -202,7 +231,7 @@ unsafe fn tables(
 
 /// Runs the eight-row kernels over the first `count / 8 * 8` of `count` weight rows and
 /// every one of `tokens` activation rows, writing `out[t * count + r]`: Q4_0 (`iq4_nl`
-/// false) or IQ4_NL, with VNNI (`vnni`; IQ4_NL needs it). The caller (`x86::drive`)
+/// false) or IQ4_NL, with VNNI (`vnni`) or without. The caller (`x86::drive`)
 /// checked the shapes, the features and [`fits`].
 ///
 /// # Safety
@@ -224,9 +253,15 @@ pub(super) unsafe fn run(
     let kernels: [EightFn; 2] = match (iq4_nl, vnni) {
         (false, false) => [q4_0_avx2_1, q4_0_avx2_4],
         (false, true) => [q4_0_vnni_1, q4_0_vnni_4],
-        (true, _) => [iq4_nl_vnni_1, iq4_nl_vnni_4],
+        (true, false) => [iq4_nl_avx2_1, iq4_nl_avx2_4],
+        (true, true) => [iq4_nl_vnni_1, iq4_nl_vnni_4],
     };
-    let offset = if iq4_nl { 128 } else { 8 };
+    // The unsigned weights' offset (none for the signed IQ4_NL values of plain AVX2).
+    let offset = match (iq4_nl, vnni) {
+        (false, _) => 8,
+        (true, false) => 0,
+        (true, true) => 128,
+    };
     // Left unset (as in `x86_b32_wide::run`): `block_sums` writes the entries read.
     let mut sums = std::mem::MaybeUninit::<[i32; SUMS_CAPACITY]>::uninit();
     let sums = sums.as_mut_ptr().cast::<i32>();

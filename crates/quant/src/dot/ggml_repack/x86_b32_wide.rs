@@ -26,7 +26,8 @@ const Q8_0_BYTES: usize = 34;
 /// Weight rows per pass.
 pub(super) const ROWS: usize = 16;
 /// Entries of the per-call table of activation block sums (activation rows x blocks):
-/// 16 KiB of stack; calls with more go to the eight-row kernels.
+/// 16 KiB of stack; calls with more activation rows take them in chunks, rows longer
+/// than it go to the eight-row kernels.
 pub(super) const SUMS_CAPACITY: usize = 4096;
 
 /// Block `b`'s nibbles of sixteen rows, transposed: lane `r` of register `g` holds bytes
@@ -221,7 +222,7 @@ wide!(iq4_nl_8, 8, true);
 /// Runs the sixteen-row kernels over the first `groups * 16` of `count` weight rows and
 /// every one of `tokens` activation rows, writing `out[t * count + r]`; the caller
 /// (`x86::drive`) checked the shapes, that AVX-512 VNNI is available, that
-/// `tokens * n / 32 <= SUMS_CAPACITY` and that `15 * row_bytes` fits an `i32`.
+/// `n / 32 <= SUMS_CAPACITY` and that `15 * row_bytes` fits an `i32`.
 ///
 /// # Safety
 /// As stated: `weight_rows` holds `count` rows of `row_bytes`, `activations` `tokens`
@@ -235,45 +236,54 @@ pub(super) unsafe fn run(
     out: *mut f32,
 ) {
     let blocks = n / 32;
+    if blocks == 0 {
+        return;
+    }
     // Left unset (zeroing 16 KiB per call cost more than the tables): `block_sums` writes
-    // the `tokens * blocks` entries the kernels read.
+    // the entries the kernels read.
     let mut sums = std::mem::MaybeUninit::<[i32; SUMS_CAPACITY]>::uninit();
     let sums = sums.as_mut_ptr().cast::<i32>();
     let mut scales = std::mem::MaybeUninit::<[f32; SUMS_CAPACITY]>::uninit();
     let scales = scales.as_mut_ptr().cast::<f32>();
     let offset = if iq4_nl { 128 } else { 8 };
-    block_sums_vnni(
-        (blocks, tokens),
-        activations,
-        activation_bytes,
-        offset,
-        (sums, scales),
-    );
     let kernels: [WideFn; 4] = if iq4_nl {
         [iq4_nl_1, iq4_nl_2, iq4_nl_4, iq4_nl_8]
     } else {
         [q4_0_1, q4_0_2, q4_0_4, q4_0_8]
     };
-    for g in 0..count / ROWS {
-        let mut t = 0;
-        while t < tokens {
-            let (kernel, step) = match tokens - t {
-                8.. => (kernels[3], 8),
-                4..=7 => (kernels[2], 4),
-                2 | 3 => (kernels[1], 2),
-                _ => (kernels[0], 1),
-            };
-            kernel(
-                n,
-                weight_rows.add(ROWS * g * row_bytes),
-                row_bytes,
-                activations.add(t * activation_bytes),
-                activation_bytes,
-                (sums.add(t * blocks), scales.add(t * blocks)),
-                out.add(t * count + ROWS * g),
-                count,
-            );
-            t += step;
+    // Activation rows in chunks whose tables fit; the weights stream once per chunk.
+    let chunk = SUMS_CAPACITY / blocks;
+    for first in (0..tokens).step_by(chunk) {
+        let rows_here = chunk.min(tokens - first);
+        let activations = activations.add(first * activation_bytes);
+        block_sums_vnni(
+            (blocks, rows_here),
+            activations,
+            activation_bytes,
+            offset,
+            (sums, scales),
+        );
+        for g in 0..count / ROWS {
+            let mut t = 0;
+            while t < rows_here {
+                let (kernel, step) = match rows_here - t {
+                    8.. => (kernels[3], 8),
+                    4..=7 => (kernels[2], 4),
+                    2 | 3 => (kernels[1], 2),
+                    _ => (kernels[0], 1),
+                };
+                kernel(
+                    n,
+                    weight_rows.add(ROWS * g * row_bytes),
+                    row_bytes,
+                    activations.add(t * activation_bytes),
+                    activation_bytes,
+                    (sums.add(t * blocks), scales.add(t * blocks)),
+                    out.add((first + t) * count + ROWS * g),
+                    count,
+                );
+                t += step;
+            }
         }
     }
 }

@@ -15,26 +15,28 @@ pub(super) enum Wide {
     Q4_0Eight {
         vnni: bool,
     },
-    /// IQ4_NL, eight rows, AVX-VNNI.
-    Iq4NlEightVnni,
+    /// IQ4_NL, eight rows, AVX2 (`vnni` false) or AVX-VNNI.
+    Iq4NlEight {
+        vnni: bool,
+    },
 }
 
 impl Wide {
     /// Weight rows per pass.
     pub(super) fn rows(self) -> usize {
         match self {
-            Wide::Q4_0Eight { .. } | Wide::Iq4NlEightVnni => x86_b32_eight::ROWS,
+            Wide::Q4_0Eight { .. } | Wide::Iq4NlEight { .. } => x86_b32_eight::ROWS,
             _ => x86_b32_wide::ROWS,
         }
     }
 
-    /// True when the kernels take rows of `row_bytes` and `tokens` activation rows of `n`.
-    pub(super) fn fits(self, n: usize, row_bytes: usize, tokens: usize) -> bool {
+    /// True when the kernels take rows of `n` elements in `row_bytes`.
+    pub(super) fn fits(self, n: usize, row_bytes: usize) -> bool {
         let offsets = i32::try_from(15 * row_bytes + 16).is_ok();
         match self {
-            Wide::Q4_0 | Wide::Iq4Nl => offsets && tokens * (n / 32) <= x86_b32_wide::SUMS_CAPACITY,
+            Wide::Q4_0 | Wide::Iq4Nl => offsets && n / 32 <= x86_b32_wide::SUMS_CAPACITY,
             Wide::Q4KGemv | Wide::Q4KGemm => offsets,
-            Wide::Q4_0Eight { .. } | Wide::Iq4NlEightVnni => x86_b32_eight::fits(n),
+            Wide::Q4_0Eight { .. } | Wide::Iq4NlEight { .. } => x86_b32_eight::fits(n),
         }
     }
 
@@ -57,7 +59,9 @@ impl Wide {
             Wide::Q4_0Eight { vnni } => {
                 x86_b32_eight::run((false, vnni), n, weights, activations, out)
             }
-            Wide::Iq4NlEightVnni => x86_b32_eight::run((true, true), n, weights, activations, out),
+            Wide::Iq4NlEight { vnni } => {
+                x86_b32_eight::run((true, vnni), n, weights, activations, out)
+            }
         }
     }
 }
