@@ -25,6 +25,12 @@ fn gpu() -> Option<CudaBackend> {
 }
 
 fn cpu() -> CpuBackend {
+    // Exact numerics repeats the reference machine's arithmetic; a host CPU without AVX-512
+    // would otherwise sum F16 rows of one token in llama.cpp's AVX2 order.
+    assert!(
+        runit_quant::cpu::keep_f16_reference(),
+        "the F16 kernels were chosen before the CPU backend"
+    );
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
     CpuBackend::new(threads).expect("cpu backend")
 }
