@@ -157,6 +157,8 @@ pub struct WgpuBackend {
     pub(crate) counts: Counts,
     /// The host's cost of the decode steps (clock.rs).
     pub(crate) step_clock: Mutex<StepClock>,
+    /// Whether the CPU time of recording and submitting is measured (`RUNIT_WGPU_COUNTS=1`).
+    pub(crate) timed: bool,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
 }
@@ -193,19 +195,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 const TABLES_KEPT: usize = 64;
 const TABLE_BYTES_KEPT: usize = 4 << 20;
 
+/// Whether `RUNIT_WGPU_COUNTS=1` asks for the host's costs.
+fn counting() -> bool {
+    std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1")
+}
+
 /// How much work the backend has handed the device.
 #[derive(Default)]
 pub(crate) struct Counts {
     pub dispatches: AtomicU64,
     pub submits: AtomicU64,
+    pub bind_groups_made: AtomicU64,
+    pub pipelines_made: AtomicU64,
+    pub recording_ns: AtomicU64,
+    pub submitting_ns: AtomicU64,
 }
 
-/// Kernel dispatches recorded and command submits made by one backend, for measuring host
-/// overhead (`RUNIT_WGPU_COUNTS=1` prints them when the backend is dropped).
+/// Kernel dispatches recorded and command submits made by one backend, and the host's time
+/// in them, for measuring host overhead (`RUNIT_WGPU_COUNTS=1` prints them when the backend
+/// is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DispatchCounts {
     pub dispatches: u64,
     pub submits: u64,
+    /// Bind groups made; the other dispatches reused one.
+    pub bind_groups_made: u64,
+    /// Pipelines compiled.
+    pub pipelines_made: u64,
+    /// The recording thread's CPU time inside the recording of dispatches and copies, in
+    /// nanoseconds (measured only under `RUNIT_WGPU_COUNTS=1`).
+    pub recording_ns: u64,
+    /// The recording thread's CPU time inside submits, in nanoseconds (likewise).
+    pub submitting_ns: u64,
 }
 
 /// Workgroups of a one-dimensional kernel of `threads` invocations in groups of 64, folded
@@ -312,6 +333,7 @@ impl WgpuBackend {
             staging: Mutex::default(),
             counts: Counts::default(),
             step_clock: Mutex::default(),
+            timed: counting(),
             fused_fma: false,
         };
         backend.fused_fma = backend.fma_is_fused()?;
@@ -411,9 +433,14 @@ impl WgpuBackend {
 
     /// Kernel dispatches recorded and command submits made since the backend opened.
     pub fn counts(&self) -> DispatchCounts {
+        let counts = &self.counts;
         DispatchCounts {
-            dispatches: self.counts.dispatches.load(Ordering::Relaxed),
-            submits: self.counts.submits.load(Ordering::Relaxed),
+            dispatches: counts.dispatches.load(Ordering::Relaxed),
+            submits: counts.submits.load(Ordering::Relaxed),
+            bind_groups_made: counts.bind_groups_made.load(Ordering::Relaxed),
+            pipelines_made: counts.pipelines_made.load(Ordering::Relaxed),
+            recording_ns: counts.recording_ns.load(Ordering::Relaxed),
+            submitting_ns: counts.submitting_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -488,6 +515,7 @@ impl WgpuBackend {
         if let Some(error) = pollster::block_on(scope.pop()) {
             return Err(self.device_error(op, format!("kernel {}: {error}", kernel.name)));
         }
+        self.counts.pipelines_made.fetch_add(1, Ordering::Relaxed);
         let pipeline = Arc::new(pipeline);
         pipelines.insert(kernel.name, Arc::clone(&pipeline));
         Ok(pipeline)
@@ -585,7 +613,7 @@ impl WgpuBackend {
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
-        if std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1") {
+        if counting() {
             let counts = self.counts();
             eprintln!(
                 "wgpu:{}: {} dispatches, {} submits",

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use runit_backend::OpResult;
 
+use crate::clock::Timer;
 use crate::kernels::KernelSource;
 use crate::WgpuBackend;
 
@@ -102,20 +103,23 @@ impl WgpuBackend {
     }
 
     fn submit_pending(&self, pending: &mut Pending) {
-        pending.pass = None;
-        pending.commands = 0;
-        if !pending.params.is_empty() {
-            self.queue
-                .write_buffer(&self.params_ring, 0, &pending.params);
-            pending.params.clear();
-        }
-        if let Some(encoder) = pending.encoder.take() {
-            self.queue.submit([encoder.finish()]);
-            self.counts.submits.fetch_add(1, Ordering::Relaxed);
+        {
+            let _timer = Timer::start(&self.counts.submitting_ns, self.timed);
+            pending.pass = None;
+            pending.commands = 0;
+            if !pending.params.is_empty() {
+                self.queue
+                    .write_buffer(&self.params_ring, 0, &pending.params);
+                pending.params.clear();
+            }
+            if let Some(encoder) = pending.encoder.take() {
+                self.queue.submit([encoder.finish()]);
+                self.counts.submits.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let counts = self.counts();
         let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
-        clock.submitted(counts.dispatches, counts.submits);
+        clock.submitted(counts);
     }
 
     fn count_command(&self, pending: &mut Pending) {
@@ -157,6 +161,7 @@ impl WgpuBackend {
         ranges: &[Range<'_>],
         groups: [u32; 3],
     ) -> OpResult {
+        let timer = Timer::start(&self.counts.recording_ns, self.timed);
         if let Some(range) = ranges.iter().find(|r| r.bytes > self.max_binding) {
             return Err(self.device_error(
                 op,
@@ -179,6 +184,7 @@ impl WgpuBackend {
         let slot_end = (offset + self.params_slot) as usize;
         pending.params.resize(slot_end, 0);
         let make = || {
+            self.counts.bind_groups_made.fetch_add(1, Ordering::Relaxed);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -234,6 +240,8 @@ impl WgpuBackend {
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         }
         self.counts.dispatches.fetch_add(1, Ordering::Relaxed);
+        // A full batch submits: that time counts as submitting.
+        drop(timer);
         self.count_command(&mut pending);
         Ok(())
     }
@@ -250,10 +258,12 @@ impl WgpuBackend {
         if bytes == 0 {
             return;
         }
+        let timer = Timer::start(&self.counts.recording_ns, self.timed);
         let mut pending = self.lock_pending();
         pending.pass = None;
         self.encoder(&mut pending)
             .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
+        drop(timer);
         self.count_command(&mut pending);
     }
 }
