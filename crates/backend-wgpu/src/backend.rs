@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
-use crate::batch::Pending;
+use crate::batch::{self, Pending};
 use crate::clock::{StepClock, StepCosts};
 use crate::kernels::{self, KernelSource, Reduction};
 
@@ -128,8 +128,10 @@ pub struct WgpuBackend {
     pub(crate) params_ring: wgpu::Buffer,
     /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
     pub(crate) params_slot: u64,
+    /// The batch's tables (batch.rs).
+    pub(crate) table_ring: wgpu::Buffer,
     /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
-    pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    pub(crate) bind_groups: Mutex<crate::bind_groups::BindGroups>,
     /// Whether the fused ops run their kernels (fused.rs) rather than the primitive sequences
     /// ([`WgpuBackend::without_fused_ops`]).
     pub(crate) fused_ops: bool,
@@ -145,8 +147,6 @@ pub struct WgpuBackend {
     pub(crate) reuse_bind_groups: bool,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
-    /// Read-only tables by content (`storage`).
-    tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
     pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
@@ -190,10 +190,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 ";
-
-/// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
-const TABLES_KEPT: usize = 64;
-const TABLE_BYTES_KEPT: usize = 4 << 20;
 
 /// Whether `RUNIT_WGPU_COUNTS=1` asks for the host's costs.
 fn counting() -> bool {
@@ -295,6 +291,12 @@ impl WgpuBackend {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let table_ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("table ring"),
+            size: crate::batch::TABLE_RING_BYTES,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let table = runit_backend::gelu::table();
         let gelu_table = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("gelu table"),
@@ -318,6 +320,7 @@ impl WgpuBackend {
             pending: Mutex::default(),
             params_ring,
             params_slot,
+            table_ring,
             bind_groups: Mutex::default(),
             fused_ops: !std::env::var("RUNIT_WGPU_FUSED").is_ok_and(|v| v == "0"),
             matvec_parts: match std::env::var("RUNIT_WGPU_MATVEC_PARTS").as_deref() {
@@ -329,7 +332,6 @@ impl WgpuBackend {
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
-            tables: Mutex::default(),
             staging: Mutex::default(),
             counts: Counts::default(),
             step_clock: Mutex::default(),
@@ -346,13 +348,14 @@ impl WgpuBackend {
     fn fma_is_fused(&self) -> Result<bool, BackendError> {
         const OP: &str = "fma probe";
         let a = 1.0f32 + 2f32.powi(-12);
-        let inputs = self.storage(OP, &[a, a, -(1.0 + 2f32.powi(-11))]);
+        let inputs = [a, a, -(1.0 + 2f32.powi(-11))];
         let out = self.new_buffer(OP, 4)?;
         let kernel = KernelSource {
             name: "fma_probe".to_string(),
             source: Box::new(|| FMA_PROBE.to_string()),
         };
-        self.dispatch(OP, kernel, &[0], &[&inputs, &out], [1, 1, 1])?;
+        let bindings = [batch::table(&inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &[0], &bindings, [1, 1, 1])?;
         let bytes = self.read_bytes(OP, &out, 4)?;
         let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         Ok(value == 2f32.powi(-24))
@@ -366,14 +369,14 @@ impl WgpuBackend {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let buffer = self.storage(OP, inputs);
         let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
         let kernel = KernelSource {
             name: "expf_probe".to_string(),
             source: Box::new(|| format!("{EXPF_PROBE}\n{}", kernels::EXPF)),
         };
         let params = [inputs.len() as u32, 0];
-        self.dispatch(OP, kernel, &params, &[&buffer, &out], grid(inputs.len()))?;
+        let bindings = [batch::table(inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
         let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
         Ok(bytemuck::cast_slice(&bytes).to_vec())
     }
@@ -519,35 +522,6 @@ impl WgpuBackend {
         let pipeline = Arc::new(pipeline);
         pipelines.insert(kernel.name, Arc::clone(&pipeline));
         Ok(pipeline)
-    }
-
-    /// A read-only storage buffer holding `data` (at least one word, so that it can be
-    /// bound). The small tables ops upload (cache cells, RoPE angles, row lists) repeat in
-    /// every layer of a forward pass, so buffers are kept by content and shared: no kernel
-    /// writes them.
-    pub(crate) fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let mut padded = bytes.to_vec();
-        padded.resize(bytes.len().next_multiple_of(4).max(4), 0);
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(buffer) = tables.get(&padded) {
-            return buffer.clone();
-        }
-        let buffer = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: &padded,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            });
-        let held: usize = tables.keys().map(Vec::len).sum();
-        if tables.len() >= TABLES_KEPT || held + padded.len() > TABLE_BYTES_KEPT {
-            tables.clear();
-        }
-        if padded.len() <= TABLE_BYTES_KEPT {
-            tables.insert(padded, buffer.clone());
-        }
-        buffer
     }
 
     /// Waits for the queue; a device error reported meanwhile is returned.

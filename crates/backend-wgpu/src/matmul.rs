@@ -242,7 +242,7 @@ impl WgpuBackend {
                     0,
                     0,
                 ];
-                let ranges = [Range::whole(&chunk.buffer), x, out];
+                let ranges = [Range::whole(&chunk.buffer).into(), x.into(), out.into()];
                 self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
             }
         }
@@ -337,15 +337,11 @@ impl WgpuBackend {
         }
         let [gx, gy, _] = rows_grid(groups as usize);
         params[6] = gx;
-        let mut ranges = vec![
-            Range::whole(chunks[0].0),
-            Range::whole(x_bound),
-            Range::whole(out_buffers[0]),
-        ];
+        let mut buffers = vec![chunks[0].0, x_bound, out_buffers[0]];
         for ((chunk, _), out) in chunks.iter().zip(&out_buffers).skip(1) {
-            ranges.extend([Range::whole(chunk), Range::whole(out)]);
+            buffers.extend([*chunk, *out]);
         }
-        self.dispatch_ranges(OP, kernel, &params, &ranges, [gx, gy, tokens as u32])?;
+        self.dispatch(OP, kernel, &params, &buffers, [gx, gy, tokens as u32])?;
         if rounded.is_some() {
             self.mark_rounding_current();
         }
