@@ -9,6 +9,7 @@ use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
 use crate::batch::{self, Pending};
+use crate::bind_groups::FxBuild;
 use crate::clock::{StepClock, StepCosts};
 use crate::kernels::{self, KernelSource, Reduction};
 
@@ -109,7 +110,7 @@ pub struct WgpuBackend {
     pub(crate) max_buffer: u64,
     /// The alignment of a storage binding's offset in bytes.
     pub(crate) binding_alignment: u64,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<KernelSource, Arc<wgpu::ComputePipeline>, FxBuild>>,
     /// The first error the device reported outside an error scope (a lost device, a
     /// validation error in a submission), returned by the next transfer.
     errors: Arc<Mutex<Option<String>>>,
@@ -350,10 +351,7 @@ impl WgpuBackend {
         let a = 1.0f32 + 2f32.powi(-12);
         let inputs = [a, a, -(1.0 + 2f32.powi(-11))];
         let out = self.new_buffer(OP, 4)?;
-        let kernel = KernelSource {
-            name: "fma_probe".to_string(),
-            source: Box::new(|| FMA_PROBE.to_string()),
-        };
+        let kernel = KernelSource::Probe("fma_probe", &[FMA_PROBE]);
         let bindings = [batch::table(&inputs), (&out).into()];
         self.dispatch_ranges(OP, kernel, &[0], &bindings, [1, 1, 1])?;
         let bytes = self.read_bytes(OP, &out, 4)?;
@@ -370,10 +368,7 @@ impl WgpuBackend {
             return Ok(Vec::new());
         }
         let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
-        let kernel = KernelSource {
-            name: "expf_probe".to_string(),
-            source: Box::new(|| format!("{EXPF_PROBE}\n{}", kernels::EXPF)),
-        };
+        let kernel = KernelSource::Probe("expf_probe", &[EXPF_PROBE, kernels::EXPF]);
         let params = [inputs.len() as u32, 0];
         let bindings = [batch::table(inputs), (&out).into()];
         self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
@@ -491,24 +486,25 @@ impl WgpuBackend {
         kernel: KernelSource,
     ) -> Result<Arc<wgpu::ComputePipeline>, BackendError> {
         let mut pipelines = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pipeline) = pipelines.get(&kernel.name) {
+        if let Some(pipeline) = pipelines.get(&kernel) {
             return Ok(Arc::clone(pipeline));
         }
+        let name = kernel.name();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut source = (kernel.source)();
+        let mut source = kernel.source();
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
         }
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&kernel.name),
+                label: Some(&name),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
             });
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&kernel.name),
+                label: Some(&name),
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
@@ -516,11 +512,11 @@ impl WgpuBackend {
                 cache: None,
             });
         if let Some(error) = pollster::block_on(scope.pop()) {
-            return Err(self.device_error(op, format!("kernel {}: {error}", kernel.name)));
+            return Err(self.device_error(op, format!("kernel {name}: {error}")));
         }
         self.counts.pipelines_made.fetch_add(1, Ordering::Relaxed);
         let pipeline = Arc::new(pipeline);
-        pipelines.insert(kernel.name, Arc::clone(&pipeline));
+        pipelines.insert(kernel, Arc::clone(&pipeline));
         Ok(pipeline)
     }
 
@@ -580,7 +576,7 @@ impl WgpuBackend {
     }
 
     /// The compiled-on-demand kernel sources, for the pipeline cache.
-    pub(crate) fn plain(name: &str) -> KernelSource {
+    pub(crate) fn plain(name: &'static str) -> KernelSource {
         kernels::plain(name)
     }
 }

@@ -96,7 +96,10 @@ impl Kept {
     }
 }
 
-type Generation = HashMap<u64, Kept, BuildHasherDefault<FxHasher>>;
+/// Hash maps on [`FxHasher`].
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
+
+type Generation = HashMap<u64, Kept, FxBuild>;
 
 /// Bind groups by what they bind, in two generations, the older dropped when the newer is
 /// full: a bind group keeps its buffers alive, so one not used for a generation goes.

@@ -99,6 +99,6 @@ pub use kernels::MATVEC_TYPES;
 pub fn kernel_sources() -> Vec<(String, String)> {
     kernels::all()
         .into_iter()
-        .map(|kernel| (kernel.name, (kernel.source)()))
+        .map(|kernel| (kernel.name(), kernel.source()))
         .collect()
 }
