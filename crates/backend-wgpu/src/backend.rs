@@ -125,12 +125,11 @@ pub struct WgpuBackend {
     pub(crate) exact_matmul: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
-    /// Every dispatch's parameters, a slot each, written once per batch (batch.rs).
-    pub(crate) params_ring: wgpu::Buffer,
-    /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
+    /// Every dispatch's parameters (a slot each) and tables, written once per batch
+    /// (batch.rs).
+    pub(crate) ring: wgpu::Buffer,
+    /// Bytes of a parameter slot (at least the adapter's uniform offset alignment).
     pub(crate) params_slot: u64,
-    /// The batch's tables (batch.rs).
-    pub(crate) table_ring: wgpu::Buffer,
     /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
     pub(crate) bind_groups: Mutex<crate::bind_groups::BindGroups>,
     /// Whether the fused ops run their kernels (fused.rs) rather than the primitive sequences
@@ -286,16 +285,12 @@ impl WgpuBackend {
             slot.get_or_insert_with(|| format!("device lost ({reason:?}): {message}"));
         });
         let params_slot = u64::from(limits.min_uniform_buffer_offset_alignment).max(256);
-        let params_ring = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params ring"),
-            size: params_slot * crate::batch::MAX_BATCH as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let table_ring = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("table ring"),
-            size: crate::batch::TABLE_RING_BYTES,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("parameter and table ring"),
+            size: crate::batch::ring_bytes(params_slot),
+            usage: wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let table = runit_backend::gelu::table();
@@ -319,9 +314,8 @@ impl WgpuBackend {
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             pending: Mutex::default(),
-            params_ring,
+            ring,
             params_slot,
-            table_ring,
             bind_groups: Mutex::default(),
             fused_ops: !std::env::var("RUNIT_WGPU_FUSED").is_ok_and(|v| v == "0"),
             matvec_parts: match std::env::var("RUNIT_WGPU_MATVEC_PARTS").as_deref() {

@@ -1,10 +1,10 @@
 //! Recording work for the device in batches: every dispatch and copy goes into one pending
 //! command encoder, dispatches into one open compute pass (wgpu places the barriers between
-//! them), and each dispatch's parameters into a slot of one uniform ring buffer, written
-//! with a single queue write when the batch is submitted; the small tables the host makes
-//! for dispatches (token ids, cache cells, RoPE angles) go into a storage ring the same way. A batch is submitted when the host
-//! needs its results (a read-back, a wait, an upload that must land after it) or when it
-//! holds [`MAX_BATCH`] dispatches or copies.
+//! them), and each dispatch's parameters (a uniform slot) and the small tables the host makes
+//! for it (token ids, cache cells, RoPE angles: storage, past the slots) into one ring
+//! buffer, written with a single queue write when the batch is submitted. A batch is submitted when the host needs
+//! its results (a read-back, a wait, an upload that must land after it), when it holds
+//! [`MAX_BATCH`] dispatches or copies, or when its ring has no room for a dispatch's tables.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -70,19 +70,31 @@ pub(crate) fn table<T: bytemuck::Pod>(data: &[T]) -> Binding<'_> {
 /// weights binds seven).
 const MAX_BINDINGS: usize = 8;
 
-/// Bytes of the table ring. The tables of a dispatch that do not fit in an empty ring get
-/// buffers of their own.
-pub(crate) const TABLE_RING_BYTES: u64 = 1 << 20;
+/// Bytes of the ring for tables, past its parameter slots. The tables of a dispatch that
+/// outgrow it get buffers of their own.
+const TABLE_RING_BYTES: u64 = 1 << 20;
+
+/// Bytes of the ring's parameter slots, `params_slot` bytes each: a full batch's. Tables
+/// start past them, so a table's place does not depend on the slots before it (and the
+/// slots' on the tables).
+fn slots_bytes(params_slot: u64) -> u64 {
+    params_slot * MAX_BATCH as u64
+}
+
+/// Bytes of the ring: its parameter slots and [`TABLE_RING_BYTES`] of tables.
+pub(crate) fn ring_bytes(params_slot: u64) -> u64 {
+    slots_bytes(params_slot) + TABLE_RING_BYTES
+}
 
 /// Tables start at multiples of this many bytes (and of the adapter's offset alignment), and
 /// are bound to the next multiple: a table that grows by a few bytes a step (attention's
 /// cells) keeps its place and binding, and so its bind group, for many steps.
 const TABLE_ALIGN: u64 = 256;
 
-/// Where `data` is in the batch's table ring, placed there (`bound` bytes, room the caller
-/// made) unless an equal table is already.
-fn place_table(pending: &mut Pending, data: &[u8], bound: u64) -> u64 {
-    let tables = &pending.tables;
+/// Where `data` is in the batch's ring, placed there past the `slots` bytes of parameter
+/// slots (`bound` bytes, room the caller made) unless an equal table is already.
+fn place_table(pending: &mut Pending, data: &[u8], bound: u64, slots: u64) -> u64 {
+    let tables = &pending.ring;
     let found = pending
         .placed
         .iter()
@@ -90,9 +102,10 @@ fn place_table(pending: &mut Pending, data: &[u8], bound: u64) -> u64 {
     if let Some((at, _)) = found {
         return *at;
     }
-    let at = pending.tables.len();
-    pending.tables.extend_from_slice(data);
-    pending.tables.resize(at + bound as usize, 0);
+    let at = pending.ring.len().max(slots as usize);
+    pending.ring.resize(at, 0);
+    pending.ring.extend_from_slice(data);
+    pending.ring.resize(at + bound as usize, 0);
     pending.placed.push((at as u64, data.len()));
     at as u64
 }
@@ -103,11 +116,11 @@ pub(crate) struct Pending {
     /// The open compute pass (ended before a copy and before the encoder finishes).
     pass: Option<wgpu::ComputePass<'static>>,
     encoder: Option<wgpu::CommandEncoder>,
-    /// The batch's parameter slots, as the ring buffer will hold them.
-    params: Vec<u8>,
-    /// The batch's tables, as the table ring will hold them, and where each starts and its
-    /// length: a table repeated in a batch (every layer's RoPE angles) is placed once.
-    tables: Vec<u8>,
+    /// The batch's parameter slots and, past all the slots, its tables, as the ring buffer
+    /// will hold them; the end of the slots used; where each table starts and its length: a
+    /// table repeated in a batch (every layer's RoPE angles) is placed once.
+    ring: Vec<u8>,
+    slots_end: usize,
     placed: Vec<(u64, usize)>,
     commands: usize,
 }
@@ -131,15 +144,10 @@ impl WgpuBackend {
             let _timer = Timer::start(&self.counts.submitting_ns, self.timed);
             pending.pass = None;
             pending.commands = 0;
-            if !pending.params.is_empty() {
-                self.queue
-                    .write_buffer(&self.params_ring, 0, &pending.params);
-                pending.params.clear();
-            }
-            if !pending.tables.is_empty() {
-                self.queue
-                    .write_buffer(&self.table_ring, 0, &pending.tables);
-                pending.tables.clear();
+            if !pending.ring.is_empty() {
+                self.queue.write_buffer(&self.ring, 0, &pending.ring);
+                pending.ring.clear();
+                pending.slots_end = 0;
                 pending.placed.clear();
             }
             if let Some(encoder) = pending.encoder.take() {
@@ -232,7 +240,8 @@ impl WgpuBackend {
             })
             .sum();
         let in_ring = needed <= TABLE_RING_BYTES;
-        if in_ring && pending.tables.len() as u64 + needed > TABLE_RING_BYTES {
+        let slots = slots_bytes(self.params_slot);
+        if in_ring && pending.ring.len() as u64 + needed > ring_bytes(self.params_slot) {
             self.submit_pending(&mut pending);
         }
         let mut own: [Option<wgpu::Buffer>; MAX_BINDINGS] = Default::default();
@@ -241,34 +250,41 @@ impl WgpuBackend {
             if let Binding::Table(data) = binding {
                 match in_ring {
                     true => {
-                        places[index] = (place_table(&mut pending, data, bound(data)), bound(data))
+                        places[index] = (
+                            place_table(&mut pending, data, bound(data), slots),
+                            bound(data),
+                        )
                     }
                     false => own[index] = Some(self.own_table(op, data)),
                 }
             }
         }
         let mut ranges: [(&wgpu::Buffer, u64, u64); MAX_BINDINGS] =
-            [(&self.table_ring, 0, 0); MAX_BINDINGS];
+            [(&self.ring, 0, 0); MAX_BINDINGS];
         for (index, binding) in bindings.iter().enumerate() {
             ranges[index] = match (binding, &own[index]) {
                 (Binding::Range(r), _) => (r.buffer, r.offset, r.bytes),
                 (Binding::Table(_), Some(buffer)) => (buffer, 0, buffer.size()),
-                (Binding::Table(_), None) => (&self.table_ring, places[index].0, places[index].1),
+                (Binding::Table(_), None) => (&self.ring, places[index].0, places[index].1),
             };
         }
         let ranges = &ranges[..bindings.len()];
-        let offset = pending.params.len() as u64;
-        pending
-            .params
-            .extend_from_slice(bytemuck::cast_slice(params));
+        // A batch holds at most MAX_BATCH dispatches, so its slots fit.
+        let offset = pending.slots_end as u64;
         let slot_end = (offset + self.params_slot) as usize;
-        pending.params.resize(slot_end, 0);
+        if pending.ring.len() < slot_end {
+            pending.ring.resize(slot_end, 0);
+        }
+        let words: &[u8] = bytemuck::cast_slice(params);
+        pending.ring[offset as usize..offset as usize + words.len()].copy_from_slice(words);
+        pending.ring[offset as usize + words.len()..slot_end].fill(0);
+        pending.slots_end = slot_end;
         let make = || {
             self.counts.bind_groups_made.fetch_add(1, Ordering::Relaxed);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &self.params_ring,
+                    buffer: &self.ring,
                     offset,
                     size: wgpu::BufferSize::new(bytes),
                 }),

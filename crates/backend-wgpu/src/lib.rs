@@ -58,8 +58,8 @@
 //!
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters
-//! from a slot of one uniform ring buffer and its small host tables (token ids, cache cells,
-//! RoPE angles, query lists) from a storage ring, both written once per submit; the batch is
+//! (a uniform slot) and its small host tables (token ids, cache cells, RoPE angles, query
+//! lists) from one ring buffer written once per submit; the batch is
 //! submitted at a read-back, a wait, an upload, or every 512 commands. Bind groups are kept
 //! by what they bind (pipeline, parameter slot, buffer ranges; `src/bind_groups.rs`) and
 //! reused by later batches: a decode step repeats the last one's dispatches, parameter slots
