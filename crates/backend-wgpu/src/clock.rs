@@ -160,7 +160,11 @@ impl<'a> Timer<'a> {
 
 impl Drop for Timer<'_> {
     fn drop(&mut self) {
-        if let (Some(start), Some(end)) = (self.start, self.start.and(thread_cpu_ns())) {
+        // The clock is read again only where it was read at the start.
+        let Some(start) = self.start else {
+            return;
+        };
+        if let Some(end) = thread_cpu_ns() {
             self.total
                 .fetch_add(end.saturating_sub(start), Ordering::Relaxed);
         }
