@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use runit_backend::{BackendError, OpResult};
 use wgpu::util::DeviceExt;
 
-use crate::batch::Pending;
+use crate::batch::{self, Pending};
+use crate::bind_groups::FxBuild;
 use crate::clock::{StepClock, StepCosts};
 use crate::kernels::{self, KernelSource, Reduction};
 
@@ -109,7 +110,7 @@ pub struct WgpuBackend {
     pub(crate) max_buffer: u64,
     /// The alignment of a storage binding's offset in bytes.
     pub(crate) binding_alignment: u64,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<KernelSource, Arc<wgpu::ComputePipeline>, FxBuild>>,
     /// The first error the device reported outside an error scope (a lost device, a
     /// validation error in a submission), returned by the next transfer.
     errors: Arc<Mutex<Option<String>>>,
@@ -124,12 +125,13 @@ pub struct WgpuBackend {
     pub(crate) exact_matmul: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
-    /// Every dispatch's parameters, a slot each, written once per batch (batch.rs).
-    pub(crate) params_ring: wgpu::Buffer,
-    /// Bytes between parameter slots (at least the adapter's uniform offset alignment).
+    /// Every dispatch's parameters (a slot each) and tables, written once per batch
+    /// (batch.rs).
+    pub(crate) ring: wgpu::Buffer,
+    /// Bytes of a parameter slot (at least the adapter's uniform offset alignment).
     pub(crate) params_slot: u64,
     /// Bind groups kept for reuse (batch.rs), when `reuse_bind_groups`.
-    pub(crate) bind_groups: Mutex<crate::batch::BindGroups>,
+    pub(crate) bind_groups: Mutex<crate::bind_groups::BindGroups>,
     /// Whether the fused ops run their kernels (fused.rs) rather than the primitive sequences
     /// ([`WgpuBackend::without_fused_ops`]).
     pub(crate) fused_ops: bool,
@@ -145,8 +147,6 @@ pub struct WgpuBackend {
     pub(crate) reuse_bind_groups: bool,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
-    /// Read-only tables by content (`storage`).
-    tables: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
     pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
@@ -157,6 +157,8 @@ pub struct WgpuBackend {
     pub(crate) counts: Counts,
     /// The host's cost of the decode steps (clock.rs).
     pub(crate) step_clock: Mutex<StepClock>,
+    /// Whether the CPU time of recording and submitting is measured (`RUNIT_WGPU_COUNTS=1`).
+    pub(crate) timed: bool,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
 }
@@ -189,23 +191,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 ";
 
-/// Most tables `storage` keeps, and most bytes they hold (beyond either, it starts over).
-const TABLES_KEPT: usize = 64;
-const TABLE_BYTES_KEPT: usize = 4 << 20;
+/// Whether `RUNIT_WGPU_COUNTS=1` asks for the host's costs.
+fn counting() -> bool {
+    std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1")
+}
 
 /// How much work the backend has handed the device.
 #[derive(Default)]
 pub(crate) struct Counts {
     pub dispatches: AtomicU64,
     pub submits: AtomicU64,
+    pub bind_groups_made: AtomicU64,
+    pub pipelines_made: AtomicU64,
+    pub recording_ns: AtomicU64,
+    pub submitting_ns: AtomicU64,
 }
 
-/// Kernel dispatches recorded and command submits made by one backend, for measuring host
-/// overhead (`RUNIT_WGPU_COUNTS=1` prints them when the backend is dropped).
+/// Kernel dispatches recorded and command submits made by one backend, and the host's time
+/// in them, for measuring host overhead (`RUNIT_WGPU_COUNTS=1` prints them when the backend
+/// is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DispatchCounts {
     pub dispatches: u64,
     pub submits: u64,
+    /// Bind groups made; the other dispatches reused one.
+    pub bind_groups_made: u64,
+    /// Pipelines compiled.
+    pub pipelines_made: u64,
+    /// The recording thread's CPU time inside the recording of dispatches and copies, in
+    /// nanoseconds (measured only under `RUNIT_WGPU_COUNTS=1`).
+    pub recording_ns: u64,
+    /// The recording thread's CPU time inside submits, in nanoseconds (likewise).
+    pub submitting_ns: u64,
 }
 
 /// Workgroups of a one-dimensional kernel of `threads` invocations in groups of 64, folded
@@ -268,10 +285,12 @@ impl WgpuBackend {
             slot.get_or_insert_with(|| format!("device lost ({reason:?}): {message}"));
         });
         let params_slot = u64::from(limits.min_uniform_buffer_offset_alignment).max(256);
-        let params_ring = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params ring"),
-            size: params_slot * crate::batch::MAX_BATCH as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("parameter and table ring"),
+            size: crate::batch::ring_bytes(params_slot),
+            usage: wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let table = runit_backend::gelu::table();
@@ -295,7 +314,7 @@ impl WgpuBackend {
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             pending: Mutex::default(),
-            params_ring,
+            ring,
             params_slot,
             bind_groups: Mutex::default(),
             fused_ops: !std::env::var("RUNIT_WGPU_FUSED").is_ok_and(|v| v == "0"),
@@ -308,10 +327,10 @@ impl WgpuBackend {
             rounded_x: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
-            tables: Mutex::default(),
             staging: Mutex::default(),
             counts: Counts::default(),
             step_clock: Mutex::default(),
+            timed: counting(),
             fused_fma: false,
         };
         backend.fused_fma = backend.fma_is_fused()?;
@@ -324,13 +343,11 @@ impl WgpuBackend {
     fn fma_is_fused(&self) -> Result<bool, BackendError> {
         const OP: &str = "fma probe";
         let a = 1.0f32 + 2f32.powi(-12);
-        let inputs = self.storage(OP, &[a, a, -(1.0 + 2f32.powi(-11))]);
+        let inputs = [a, a, -(1.0 + 2f32.powi(-11))];
         let out = self.new_buffer(OP, 4)?;
-        let kernel = KernelSource {
-            name: "fma_probe".to_string(),
-            source: Box::new(|| FMA_PROBE.to_string()),
-        };
-        self.dispatch(OP, kernel, &[0], &[&inputs, &out], [1, 1, 1])?;
+        let kernel = KernelSource::Probe("fma_probe", &[FMA_PROBE]);
+        let bindings = [batch::table(&inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &[0], &bindings, [1, 1, 1])?;
         let bytes = self.read_bytes(OP, &out, 4)?;
         let value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         Ok(value == 2f32.powi(-24))
@@ -344,14 +361,11 @@ impl WgpuBackend {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let buffer = self.storage(OP, inputs);
         let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
-        let kernel = KernelSource {
-            name: "expf_probe".to_string(),
-            source: Box::new(|| format!("{EXPF_PROBE}\n{}", kernels::EXPF)),
-        };
+        let kernel = KernelSource::Probe("expf_probe", &[EXPF_PROBE, kernels::EXPF]);
         let params = [inputs.len() as u32, 0];
-        self.dispatch(OP, kernel, &params, &[&buffer, &out], grid(inputs.len()))?;
+        let bindings = [batch::table(inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
         let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
         Ok(bytemuck::cast_slice(&bytes).to_vec())
     }
@@ -411,9 +425,14 @@ impl WgpuBackend {
 
     /// Kernel dispatches recorded and command submits made since the backend opened.
     pub fn counts(&self) -> DispatchCounts {
+        let counts = &self.counts;
         DispatchCounts {
-            dispatches: self.counts.dispatches.load(Ordering::Relaxed),
-            submits: self.counts.submits.load(Ordering::Relaxed),
+            dispatches: counts.dispatches.load(Ordering::Relaxed),
+            submits: counts.submits.load(Ordering::Relaxed),
+            bind_groups_made: counts.bind_groups_made.load(Ordering::Relaxed),
+            pipelines_made: counts.pipelines_made.load(Ordering::Relaxed),
+            recording_ns: counts.recording_ns.load(Ordering::Relaxed),
+            submitting_ns: counts.submitting_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -461,24 +480,25 @@ impl WgpuBackend {
         kernel: KernelSource,
     ) -> Result<Arc<wgpu::ComputePipeline>, BackendError> {
         let mut pipelines = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pipeline) = pipelines.get(&kernel.name) {
+        if let Some(pipeline) = pipelines.get(&kernel) {
             return Ok(Arc::clone(pipeline));
         }
+        let name = kernel.name();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut source = (kernel.source)();
+        let mut source = kernel.source();
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
         }
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&kernel.name),
+                label: Some(&name),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
             });
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&kernel.name),
+                label: Some(&name),
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
@@ -486,40 +506,12 @@ impl WgpuBackend {
                 cache: None,
             });
         if let Some(error) = pollster::block_on(scope.pop()) {
-            return Err(self.device_error(op, format!("kernel {}: {error}", kernel.name)));
+            return Err(self.device_error(op, format!("kernel {name}: {error}")));
         }
+        self.counts.pipelines_made.fetch_add(1, Ordering::Relaxed);
         let pipeline = Arc::new(pipeline);
-        pipelines.insert(kernel.name, Arc::clone(&pipeline));
+        pipelines.insert(kernel, Arc::clone(&pipeline));
         Ok(pipeline)
-    }
-
-    /// A read-only storage buffer holding `data` (at least one word, so that it can be
-    /// bound). The small tables ops upload (cache cells, RoPE angles, row lists) repeat in
-    /// every layer of a forward pass, so buffers are kept by content and shared: no kernel
-    /// writes them.
-    pub(crate) fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let mut padded = bytes.to_vec();
-        padded.resize(bytes.len().next_multiple_of(4).max(4), 0);
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(buffer) = tables.get(&padded) {
-            return buffer.clone();
-        }
-        let buffer = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: &padded,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            });
-        let held: usize = tables.keys().map(Vec::len).sum();
-        if tables.len() >= TABLES_KEPT || held + padded.len() > TABLE_BYTES_KEPT {
-            tables.clear();
-        }
-        if padded.len() <= TABLE_BYTES_KEPT {
-            tables.insert(padded, buffer.clone());
-        }
-        buffer
     }
 
     /// Waits for the queue; a device error reported meanwhile is returned.
@@ -578,14 +570,14 @@ impl WgpuBackend {
     }
 
     /// The compiled-on-demand kernel sources, for the pipeline cache.
-    pub(crate) fn plain(name: &str) -> KernelSource {
+    pub(crate) fn plain(name: &'static str) -> KernelSource {
         kernels::plain(name)
     }
 }
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
-        if std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1") {
+        if counting() {
             let counts = self.counts();
             eprintln!(
                 "wgpu:{}: {} dispatches, {} submits",

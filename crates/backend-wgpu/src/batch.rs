@@ -1,16 +1,19 @@
 //! Recording work for the device in batches: every dispatch and copy goes into one pending
 //! command encoder, dispatches into one open compute pass (wgpu places the barriers between
-//! them), and each dispatch's parameters into a slot of one uniform ring buffer, written
-//! with a single queue write when the batch is submitted. A batch is submitted when the host
-//! needs its results (a read-back, a wait, an upload that must land after it) or when it
-//! holds [`MAX_BATCH`] dispatches or copies.
+//! them), and each dispatch's parameters (a uniform slot) and the small tables the host makes
+//! for it (token ids, cache cells, RoPE angles: storage, past the slots) into one ring
+//! buffer, written with a single queue write when the batch is submitted. A batch is submitted when the host needs
+//! its results (a read-back, a wait, an upload that must land after it), when it holds
+//! [`MAX_BATCH`] dispatches or copies, or when its ring has no room for a dispatch's tables.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use runit_backend::OpResult;
+use wgpu::util::DeviceExt;
 
+use crate::bind_groups::BindKey;
+use crate::clock::Timer;
 use crate::kernels::KernelSource;
 use crate::WgpuBackend;
 
@@ -37,43 +40,74 @@ impl<'a> Range<'a> {
     }
 }
 
-/// Bind groups kept per generation: beyond it the older generation is dropped (a decode
-/// step records about 650 dispatches, so a step's bind groups stay while tokens repeat it).
-const BIND_GROUPS_KEPT: usize = 4096;
-
-/// What a dispatch binds: its pipeline (by address: pipelines are never dropped), its
-/// parameter slot in the ring (offset, bytes) and each buffer range (buffer, offset, bytes).
-#[derive(PartialEq, Eq, Hash)]
-struct BindKey {
-    pipeline: usize,
-    params: (u64, u64),
-    ranges: Vec<(wgpu::Buffer, u64, u64)>,
+/// What a dispatch binds at one of bindings 1, 2, ...: a range of a buffer, or a small
+/// read-only table the host makes for it (token ids, cache cells, RoPE angles, query lists),
+/// which the dispatch places in the batch's table ring.
+#[derive(Clone, Copy)]
+pub(crate) enum Binding<'a> {
+    Range(Range<'a>),
+    Table(&'a [u8]),
 }
 
-/// Bind groups by what they bind, reused across batches: a decode step records the same
-/// dispatches, over the same buffers and the same parameter slots, token after token, so
-/// only the tables that change (cache cells, RoPE angles) need new ones. Two generations,
-/// the older dropped when the newer is full: a bind group keeps its buffers alive, so one
-/// not used for a generation goes.
-#[derive(Default)]
-pub(crate) struct BindGroups {
-    current: HashMap<BindKey, wgpu::BindGroup>,
-    previous: HashMap<BindKey, wgpu::BindGroup>,
-}
-
-impl BindGroups {
-    /// The bind group of `key`, made by `make` where none is kept.
-    fn get(&mut self, key: BindKey, make: impl FnOnce() -> wgpu::BindGroup) -> wgpu::BindGroup {
-        if let Some(group) = self.current.get(&key) {
-            return group.clone();
-        }
-        let group = self.previous.remove(&key).unwrap_or_else(make);
-        if self.current.len() >= BIND_GROUPS_KEPT {
-            self.previous = std::mem::take(&mut self.current);
-        }
-        self.current.insert(key, group.clone());
-        group
+impl<'a> From<&'a wgpu::Buffer> for Binding<'a> {
+    fn from(buffer: &'a wgpu::Buffer) -> Binding<'a> {
+        Binding::Range(Range::whole(buffer))
     }
+}
+
+impl<'a> From<Range<'a>> for Binding<'a> {
+    fn from(range: Range<'a>) -> Binding<'a> {
+        Binding::Range(range)
+    }
+}
+
+/// A table of `data` to bind (see [`Binding::Table`]).
+pub(crate) fn table<T: bytemuck::Pod>(data: &[T]) -> Binding<'_> {
+    Binding::Table(bytemuck::cast_slice(data))
+}
+
+/// Most bindings past the parameters one dispatch takes (the matrix-vector kernel of three
+/// weights binds seven).
+const MAX_BINDINGS: usize = 8;
+
+/// Bytes of the ring for tables, past its parameter slots. The tables of a dispatch that
+/// outgrow it get buffers of their own.
+const TABLE_RING_BYTES: u64 = 1 << 20;
+
+/// Bytes of the ring's parameter slots, `params_slot` bytes each: a full batch's. Tables
+/// start past them, so a table's place does not depend on the slots before it (and the
+/// slots' on the tables).
+fn slots_bytes(params_slot: u64) -> u64 {
+    params_slot * MAX_BATCH as u64
+}
+
+/// Bytes of the ring: its parameter slots and [`TABLE_RING_BYTES`] of tables.
+pub(crate) fn ring_bytes(params_slot: u64) -> u64 {
+    slots_bytes(params_slot) + TABLE_RING_BYTES
+}
+
+/// Tables start at multiples of this many bytes (and of the adapter's offset alignment), and
+/// are bound to the next multiple: a table that grows by a few bytes a step (attention's
+/// cells) keeps its place and binding, and so its bind group, for many steps.
+const TABLE_ALIGN: u64 = 256;
+
+/// Where `data` is in the batch's ring, placed there past the `slots` bytes of parameter
+/// slots (`bound` bytes, room the caller made) unless an equal table is already.
+fn place_table(pending: &mut Pending, data: &[u8], bound: u64, slots: u64) -> u64 {
+    let tables = &pending.ring;
+    let found = pending
+        .placed
+        .iter()
+        .find(|(at, len)| *len == data.len() && tables[*at as usize..*at as usize + len] == *data);
+    if let Some((at, _)) = found {
+        return *at;
+    }
+    let at = pending.ring.len().max(slots as usize);
+    pending.ring.resize(at, 0);
+    pending.ring.extend_from_slice(data);
+    pending.ring.resize(at + bound as usize, 0);
+    pending.placed.push((at as u64, data.len()));
+    at as u64
 }
 
 /// The commands recorded since the last submit.
@@ -82,8 +116,12 @@ pub(crate) struct Pending {
     /// The open compute pass (ended before a copy and before the encoder finishes).
     pass: Option<wgpu::ComputePass<'static>>,
     encoder: Option<wgpu::CommandEncoder>,
-    /// The batch's parameter slots, as the ring buffer will hold them.
-    params: Vec<u8>,
+    /// The batch's parameter slots and, past all the slots, its tables, as the ring buffer
+    /// will hold them; the end of the slots used; where each table starts and its length: a
+    /// table repeated in a batch (every layer's RoPE angles) is placed once.
+    ring: Vec<u8>,
+    slots_end: usize,
+    placed: Vec<(u64, usize)>,
     commands: usize,
 }
 
@@ -102,20 +140,24 @@ impl WgpuBackend {
     }
 
     fn submit_pending(&self, pending: &mut Pending) {
-        pending.pass = None;
-        pending.commands = 0;
-        if !pending.params.is_empty() {
-            self.queue
-                .write_buffer(&self.params_ring, 0, &pending.params);
-            pending.params.clear();
-        }
-        if let Some(encoder) = pending.encoder.take() {
-            self.queue.submit([encoder.finish()]);
-            self.counts.submits.fetch_add(1, Ordering::Relaxed);
+        {
+            let _timer = Timer::start(&self.counts.submitting_ns, self.timed);
+            pending.pass = None;
+            pending.commands = 0;
+            if !pending.ring.is_empty() {
+                self.queue.write_buffer(&self.ring, 0, &pending.ring);
+                pending.ring.clear();
+                pending.slots_end = 0;
+                pending.placed.clear();
+            }
+            if let Some(encoder) = pending.encoder.take() {
+                self.queue.submit([encoder.finish()]);
+                self.counts.submits.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let counts = self.counts();
         let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
-        clock.submitted(counts.dispatches, counts.submits);
+        clock.submitted(counts);
     }
 
     fn count_command(&self, pending: &mut Pending) {
@@ -143,26 +185,41 @@ impl WgpuBackend {
         buffers: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> OpResult {
-        let ranges: Vec<Range<'_>> = buffers.iter().map(|b| Range::whole(b)).collect();
-        self.dispatch_ranges(op, kernel, params, &ranges, groups)
+        let mut bindings = [Binding::Table(&[]); MAX_BINDINGS];
+        let count = buffers.len().min(MAX_BINDINGS);
+        for (binding, buffer) in bindings.iter_mut().zip(buffers) {
+            *binding = Binding::from(*buffer);
+        }
+        self.dispatch_ranges(op, kernel, params, &bindings[..count], groups)
     }
 
-    /// [`WgpuBackend::dispatch`] with `ranges` of buffers at bindings 1, 2, ... (each at
-    /// most the storage binding limit, at an offset aligned as the adapter requires).
+    /// [`WgpuBackend::dispatch`] with `bindings` at bindings 1, 2, ...: ranges of buffers
+    /// (each at most the storage binding limit, at an offset aligned as the adapter
+    /// requires) and tables.
     pub(crate) fn dispatch_ranges(
         &self,
         op: &'static str,
         kernel: KernelSource,
         params: &[u32],
-        ranges: &[Range<'_>],
+        bindings: &[Binding<'_>],
         groups: [u32; 3],
     ) -> OpResult {
-        if let Some(range) = ranges.iter().find(|r| r.bytes > self.max_binding) {
+        let timer = Timer::start(&self.counts.recording_ns, self.timed);
+        if bindings.len() > MAX_BINDINGS {
+            return Err(self.device_error(op, format!("{} bindings", bindings.len())));
+        }
+        let too_large = bindings.iter().find_map(|binding| match binding {
+            Binding::Range(range) if range.bytes > self.max_binding => Some(range.bytes),
+            _ => None,
+        });
+        if let Some(bytes) = too_large {
             return Err(self.device_error(
                 op,
                 format!(
-                    "a binding of {} bytes exceeds the adapter's storage binding limit of {}                      bytes (this op does not split its buffers; matmul splits its tokens,                      weights are split by rows)",
-                    range.bytes, self.max_binding
+                    "a binding of {bytes} bytes exceeds the adapter's storage binding limit of {} \
+                     bytes (this op does not split its buffers; matmul splits its tokens, \
+                     weights are split by rows)",
+                    self.max_binding
                 ),
             ));
         }
@@ -172,28 +229,73 @@ impl WgpuBackend {
             return Err(self.device_error(op, format!("{bytes} bytes of parameters")));
         }
         let mut pending = self.lock_pending();
-        let offset = pending.params.len() as u64;
-        pending
-            .params
-            .extend_from_slice(bytemuck::cast_slice(params));
+        // Tables first: where the ring has no room left for them, the batch is submitted.
+        let align = TABLE_ALIGN.max(self.binding_alignment);
+        let bound = |data: &[u8]| (data.len() as u64).max(4).next_multiple_of(align);
+        let needed: u64 = bindings
+            .iter()
+            .map(|binding| match binding {
+                Binding::Table(data) => bound(data),
+                Binding::Range(_) => 0,
+            })
+            .sum();
+        let in_ring = needed <= TABLE_RING_BYTES;
+        let slots = slots_bytes(self.params_slot);
+        if in_ring && pending.ring.len() as u64 + needed > ring_bytes(self.params_slot) {
+            self.submit_pending(&mut pending);
+        }
+        let mut own: [Option<wgpu::Buffer>; MAX_BINDINGS] = Default::default();
+        let mut places = [(0, 0); MAX_BINDINGS];
+        for (index, binding) in bindings.iter().enumerate() {
+            if let Binding::Table(data) = binding {
+                match in_ring {
+                    true => {
+                        places[index] = (
+                            place_table(&mut pending, data, bound(data), slots),
+                            bound(data),
+                        )
+                    }
+                    false => own[index] = Some(self.own_table(op, data)),
+                }
+            }
+        }
+        let mut ranges: [(&wgpu::Buffer, u64, u64); MAX_BINDINGS] =
+            [(&self.ring, 0, 0); MAX_BINDINGS];
+        for (index, binding) in bindings.iter().enumerate() {
+            ranges[index] = match (binding, &own[index]) {
+                (Binding::Range(r), _) => (r.buffer, r.offset, r.bytes),
+                (Binding::Table(_), Some(buffer)) => (buffer, 0, buffer.size()),
+                (Binding::Table(_), None) => (&self.ring, places[index].0, places[index].1),
+            };
+        }
+        let ranges = &ranges[..bindings.len()];
+        // A batch holds at most MAX_BATCH dispatches, so its slots fit.
+        let offset = pending.slots_end as u64;
         let slot_end = (offset + self.params_slot) as usize;
-        pending.params.resize(slot_end, 0);
+        if pending.ring.len() < slot_end {
+            pending.ring.resize(slot_end, 0);
+        }
+        let words: &[u8] = bytemuck::cast_slice(params);
+        pending.ring[offset as usize..offset as usize + words.len()].copy_from_slice(words);
+        pending.ring[offset as usize + words.len()..slot_end].fill(0);
+        pending.slots_end = slot_end;
         let make = || {
+            self.counts.bind_groups_made.fetch_add(1, Ordering::Relaxed);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &self.params_ring,
+                    buffer: &self.ring,
                     offset,
                     size: wgpu::BufferSize::new(bytes),
                 }),
             }];
-            for (index, range) in ranges.iter().enumerate() {
+            for (index, (buffer, offset, bytes)) in ranges.iter().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: index as u32 + 1,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: range.buffer,
-                        offset: range.offset,
-                        size: wgpu::BufferSize::new(range.bytes),
+                        buffer,
+                        offset: *offset,
+                        size: wgpu::BufferSize::new(*bytes),
                     }),
                 });
             }
@@ -208,13 +310,10 @@ impl WgpuBackend {
                 let key = BindKey {
                     pipeline: Arc::as_ptr(&pipeline) as usize,
                     params: (offset, bytes),
-                    ranges: ranges
-                        .iter()
-                        .map(|r| (r.buffer.clone(), r.offset, r.bytes))
-                        .collect(),
+                    ranges,
                 };
                 let mut groups = self.bind_groups.lock().unwrap_or_else(|p| p.into_inner());
-                groups.get(key, make)
+                groups.get(&key, make)
             }
             false => make(),
         };
@@ -234,8 +333,23 @@ impl WgpuBackend {
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         }
         self.counts.dispatches.fetch_add(1, Ordering::Relaxed);
+        // A full batch submits: that time counts as submitting.
+        drop(timer);
         self.count_command(&mut pending);
         Ok(())
+    }
+
+    /// A buffer of its own for a table larger than the ring (at least one word, so that it
+    /// can be bound).
+    fn own_table(&self, op: &'static str, data: &[u8]) -> wgpu::Buffer {
+        let mut padded = data.to_vec();
+        padded.resize(data.len().next_multiple_of(4).max(4), 0);
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(op),
+                contents: &padded,
+                usage: wgpu::BufferUsages::STORAGE,
+            })
     }
 
     /// Records a copy of `bytes` bytes between buffers (offsets and length multiples of 4).
@@ -250,10 +364,12 @@ impl WgpuBackend {
         if bytes == 0 {
             return;
         }
+        let timer = Timer::start(&self.counts.recording_ns, self.timed);
         let mut pending = self.lock_pending();
         pending.pass = None;
         self.encoder(&mut pending)
             .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes);
+        drop(timer);
         self.count_command(&mut pending);
     }
 }

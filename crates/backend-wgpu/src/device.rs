@@ -304,7 +304,7 @@ impl Device for WgpuBackend {
         if !inputs.tokens.is_empty() && inputs.tokens.len() == inputs.spans.len() {
             let counts = self.counts();
             let mut clock = self.step_clock.lock().unwrap_or_else(|p| p.into_inner());
-            clock.begin(counts.dispatches, counts.submits);
+            clock.begin(counts);
         }
         Ok(())
     }

@@ -12,12 +12,104 @@ const ONE_WEIGHT: &str = include_str!("shaders/weight_one.wgsl");
 /// `value_TYPE(base, i)` of every weight type.
 const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 
-/// A kernel: its name (the pipeline cache's key) and its whole WGSL source.
-pub struct KernelSource {
-    pub name: String,
-    /// Builds the source (done only when the pipeline cache misses: a dispatch needs only
-    /// the name).
-    pub source: Box<dyn FnOnce() -> String>,
+/// A kernel as the pipeline cache knows it: a few words that every dispatch makes without
+/// allocating. Its name and WGSL source ([`KernelSource::name`], [`KernelSource::source`])
+/// are made only when the cache misses. The constructors below check what a variant takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelSource {
+    /// One of [`PLAIN`], by name.
+    Plain(&'static str),
+    /// One of [`WEIGHT_KERNELS`], by name, reading a type of [`WEIGHT_TYPES`] ([`for_weight`]).
+    Weight(&'static str, GgmlType),
+    /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]).
+    MatVec {
+        ty: GgmlType,
+        reduction: Reduction,
+        parts: usize,
+    },
+    /// The exact matmuls ([`matmul_q0`], [`matmul_qk`], [`matmul_repack`], [`matmul_float`]).
+    MatmulQ0(GgmlType),
+    MatmulQk(GgmlType),
+    MatmulRepack(GgmlType),
+    MatmulFloat(GgmlType),
+    /// The cache writer ([`kv_write`]) and attention ([`attention`]) of a key and a value type.
+    KvWrite(KvType, KvType),
+    Attention(KvType, KvType, AttentionPath),
+    /// A one-off kernel (the backend's probes): its name and the parts of its source.
+    Probe(&'static str, &'static [&'static str]),
+}
+
+impl KernelSource {
+    /// The kernel's name (the pipeline's label).
+    pub fn name(&self) -> String {
+        match *self {
+            KernelSource::Plain(name) | KernelSource::Probe(name, _) => name.to_string(),
+            KernelSource::Weight(name, ty) => format!("{name}_{}", suffix(ty)),
+            KernelSource::MatVec {
+                ty,
+                reduction,
+                parts,
+            } => {
+                let variant = match reduction {
+                    Reduction::Shared => "",
+                    Reduction::Subgroup => "_subgroup",
+                };
+                let count = if parts == 1 {
+                    String::new()
+                } else {
+                    parts.to_string()
+                };
+                format!("matvec{count}_{}{variant}", suffix(ty))
+            }
+            KernelSource::MatmulQ0(ty) => format!("matmul_q0_{}", suffix(ty)),
+            KernelSource::MatmulQk(ty) => format!("matmul_qk_{}", suffix(ty)),
+            KernelSource::MatmulRepack(ty) => format!("matmul_repack_{}", suffix(ty)),
+            KernelSource::MatmulFloat(ty) => format!("matmul_float_{}", suffix(ty)),
+            KernelSource::KvWrite(k, v) => format!("kv_write_{}_{}", cache_name(k), cache_name(v)),
+            KernelSource::Attention(k, v, path) => {
+                let prefix = match path {
+                    AttentionPath::Tiled => "attention",
+                    AttentionPath::OneChunk => "attention_chunk",
+                };
+                format!("{prefix}_{}_{}", cache_name(k), cache_name(v))
+            }
+        }
+    }
+
+    /// The kernel's whole WGSL source.
+    pub fn source(&self) -> String {
+        match *self {
+            KernelSource::Plain(name) => plain_body(name).to_string(),
+            KernelSource::Probe(_, parts) => parts.join("\n"),
+            KernelSource::Weight(name, ty) => weight_source(name, ty),
+            KernelSource::MatVec {
+                ty,
+                reduction,
+                parts,
+            } => match parts {
+                1 => matvec_source(ty, reduction),
+                _ => matvec_parts_source(ty, reduction, parts),
+            },
+            KernelSource::MatmulQ0(ty) => matmul_q0_source(ty),
+            KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
+            KernelSource::MatmulRepack(ty) => matmul_repack_source(ty),
+            KernelSource::MatmulFloat(ty) => matmul_float_source(ty),
+            KernelSource::KvWrite(k, v) => kv_write_source(k, v),
+            KernelSource::Attention(k, v, path) => attention_source(k, v, path),
+        }
+    }
+}
+
+/// The `value_` suffix of a type the constructors accepted.
+fn suffix(ty: GgmlType) -> &'static str {
+    weight_suffix(ty).expect("kernels are made only for the types WEIGHT_TYPES names")
+}
+
+/// The name of a cache type the constructors accepted.
+fn cache_name(ty: KvType) -> &'static str {
+    cache_code(ty)
+        .expect("kernels are made only for the cache types CACHE_TYPES names")
+        .1
 }
 
 /// The kernels that take no type.
@@ -118,7 +210,7 @@ pub const MATVEC_TYPES: [GgmlType; 10] = [
 ];
 
 /// How the matrix-vector kernel sums a row's lanes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reduction {
     /// A shared-memory tree (every adapter).
     Shared,
@@ -129,24 +221,27 @@ pub enum Reduction {
 
 /// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction`.
 pub fn matvec(ty: GgmlType, reduction: Reduction) -> Option<KernelSource> {
-    if !MATVEC_TYPES.contains(&ty) {
-        return None;
-    }
-    let suffix = weight_suffix(ty)?;
-    let (entry, variant) = match reduction {
-        Reduction::Shared => (REDUCE_SHARED, ""),
-        Reduction::Subgroup => (REDUCE_SUBGROUP, "_subgroup"),
-    };
-    let source = move || {
-        format!(
-            "{MATVEC}\n{MATVEC_ONE}\n{ONE_WEIGHT}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
-             fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n"
-        )
-    };
-    Some(KernelSource {
-        name: format!("matvec_{suffix}{variant}"),
-        source: Box::new(source),
+    MATVEC_TYPES.contains(&ty).then_some(KernelSource::MatVec {
+        ty,
+        reduction,
+        parts: 1,
     })
+}
+
+/// The matrix-vector entry point of `reduction`.
+fn reduce_entry(reduction: Reduction) -> &'static str {
+    match reduction {
+        Reduction::Shared => REDUCE_SHARED,
+        Reduction::Subgroup => REDUCE_SUBGROUP,
+    }
+}
+
+fn matvec_source(ty: GgmlType, reduction: Reduction) -> String {
+    let (suffix, entry) = (suffix(ty), reduce_entry(reduction));
+    format!(
+        "{MATVEC}\n{MATVEC_ONE}\n{ONE_WEIGHT}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
+         fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n"
+    )
 }
 
 /// Most weights [`matvec_parts`] takes in one dispatch.
@@ -157,28 +252,29 @@ pub const MAX_PARTS: usize = 3;
 /// part k's weight and output at bindings 2k + 2 and 2k + 3 past part 0's (binding 1, and 3
 /// after x at 2). Each row is summed as [`matvec`] sums it.
 pub fn matvec_parts(ty: GgmlType, reduction: Reduction, parts: usize) -> Option<KernelSource> {
-    if !(2..=MAX_PARTS).contains(&parts) || !MATVEC_TYPES.contains(&ty) {
-        return None;
-    }
-    let suffix = weight_suffix(ty)?;
-    let (entry, variant) = match reduction {
-        Reduction::Shared => (REDUCE_SHARED, ""),
-        Reduction::Subgroup => (REDUCE_SUBGROUP, "_subgroup"),
-    };
-    let source = move || {
-        let mut bindings = String::new();
-        let (mut words, mut writes) = (String::new(), String::new());
-        for k in 1..parts {
-            bindings += &format!(
-                "@group(0) @binding({}) var<storage, read> w{k}: array<u32>;\n\
+    let applies = (2..=MAX_PARTS).contains(&parts) && MATVEC_TYPES.contains(&ty);
+    applies.then_some(KernelSource::MatVec {
+        ty,
+        reduction,
+        parts,
+    })
+}
+
+fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize) -> String {
+    let (suffix, entry) = (suffix(ty), reduce_entry(reduction));
+    let mut bindings = String::new();
+    let (mut words, mut writes) = (String::new(), String::new());
+    for k in 1..parts {
+        bindings += &format!(
+            "@group(0) @binding({}) var<storage, read> w{k}: array<u32>;\n\
                  @group(0) @binding({}) var<storage, read_write> out{k}: array<f32>;\n",
-                2 * k + 2,
-                2 * k + 3
-            );
-            words += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
-            writes += &format!("    if part == {k}u {{ out{k}[i] = value; return; }}\n");
-        }
-        format!(
+            2 * k + 2,
+            2 * k + 3
+        );
+        words += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
+        writes += &format!("    if part == {k}u {{ out{k}[i] = value; return; }}\n");
+    }
+    format!(
             "{MATVEC}\n{bindings}\n\
              fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
              \x20   for (var k = 0u; k < {last}u; k++) {{\n\
@@ -189,11 +285,6 @@ pub fn matvec_parts(ty: GgmlType, reduction: Reduction, parts: usize) -> Option<
              fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n",
             last = parts - 1
         )
-    };
-    Some(KernelSource {
-        name: format!("matvec{parts}_{suffix}{variant}"),
-        source: Box::new(source),
-    })
 }
 
 /// The kernels that read packed weights, composed per type.
@@ -225,21 +316,21 @@ pub const MATMUL_Q0_TYPES: [(GgmlType, u32); 6] = [
 
 /// The exact matmul for `ty` (one of [`MATMUL_Q0_TYPES`]): the CPU's order of operations.
 pub fn matmul_q0(ty: GgmlType) -> Option<KernelSource> {
-    let (_, order) = MATMUL_Q0_TYPES.iter().find(|(t, _)| *t == ty)?;
-    let order = *order;
-    let suffix = weight_suffix(ty)?;
-    let bytes = ty.type_size();
-    let source = move || {
-        format!(
-            "const BLOCK_BYTES: u32 = {bytes}u;\nconst ORDER: u32 = {order}u;\n{MATMUL_Q0}\n\
-             {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
-             fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
-        )
-    };
-    Some(KernelSource {
-        name: format!("matmul_q0_{suffix}"),
-        source: Box::new(source),
-    })
+    let known = MATMUL_Q0_TYPES.iter().any(|(t, _)| *t == ty);
+    known.then_some(KernelSource::MatmulQ0(ty))
+}
+
+fn matmul_q0_source(ty: GgmlType) -> String {
+    let (_, order) = MATMUL_Q0_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .expect("matmul_q0 checked the type");
+    let (suffix, bytes) = (suffix(ty), ty.type_size());
+    format!(
+        "const BLOCK_BYTES: u32 = {bytes}u;\nconst ORDER: u32 = {order}u;\n{MATMUL_Q0}\n\
+         {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
+         fn quant(block: u32, j: u32) -> i32 {{ return quant_{suffix}(block, j); }}\n"
+    )
 }
 
 /// The exact matmul of the K-quants and IQ4_XS against Q8_K activations (`matmul_qk.wgsl`).
@@ -259,21 +350,21 @@ pub const MATMUL_QK_TYPES: [(GgmlType, u32); 6] = [
 /// The exact matmul for `ty` (one of [`MATMUL_QK_TYPES`]): the CPU's `vec_dot` order on a
 /// plain (not repacked) buffer.
 pub fn matmul_qk(ty: GgmlType) -> Option<KernelSource> {
-    let (_, minimums) = MATMUL_QK_TYPES.iter().find(|(t, _)| *t == ty)?;
-    let minimums = *minimums;
-    let suffix = weight_suffix(ty)?;
-    let bytes = ty.type_size();
-    let source = move || {
-        format!(
-            "const BLOCK_BYTES: u32 = {bytes}u;\nconst MINIMUMS: u32 = {minimums}u;\n{MATMUL_QK}\n\
-             {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
-             fn block_dot(block: u32, xb: u32, dy: f32) {{ block_dot_{suffix}(block, xb, dy); }}\n"
-        )
-    };
-    Some(KernelSource {
-        name: format!("matmul_qk_{suffix}"),
-        source: Box::new(source),
-    })
+    let known = MATMUL_QK_TYPES.iter().any(|(t, _)| *t == ty);
+    known.then_some(KernelSource::MatmulQk(ty))
+}
+
+fn matmul_qk_source(ty: GgmlType) -> String {
+    let (_, minimums) = MATMUL_QK_TYPES
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .expect("matmul_qk checked the type");
+    let (suffix, bytes) = (suffix(ty), ty.type_size());
+    format!(
+        "const BLOCK_BYTES: u32 = {bytes}u;\nconst MINIMUMS: u32 = {minimums}u;\n{MATMUL_QK}\n\
+         {BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
+         fn block_dot(block: u32, xb: u32, dy: f32) {{ block_dot_{suffix}(block, xb, dy); }}\n"
+    )
 }
 
 /// The exact matmul of weights in ggml's REPACK buffer (`matmul_repack.wgsl`).
@@ -289,23 +380,20 @@ pub const MATMUL_REPACK_TYPES: [GgmlType; 4] = [
 
 /// The exact matmul for `ty` (one of [`MATMUL_REPACK_TYPES`]) in ggml's repacked orders.
 pub fn matmul_repack(ty: GgmlType) -> Option<KernelSource> {
-    if !MATMUL_REPACK_TYPES.contains(&ty) {
-        return None;
-    }
-    let suffix = weight_suffix(ty)?;
+    MATMUL_REPACK_TYPES
+        .contains(&ty)
+        .then_some(KernelSource::MatmulRepack(ty))
+}
+
+fn matmul_repack_source(ty: GgmlType) -> String {
+    let suffix = suffix(ty);
     let (values, bytes) = (ty.block_size(), ty.type_size());
-    let source = move || {
-        format!(
-            "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n\
-             {MATMUL_REPACK}\n{BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
-             fn block_dot(block: u32, xb: u32, dx: f32, gemm: bool) {{ \
-             block_dot_{suffix}(block, xb, dx, gemm); }}\n"
-        )
-    };
-    Some(KernelSource {
-        name: format!("matmul_repack_{suffix}"),
-        source: Box::new(source),
-    })
+    format!(
+        "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n\
+         {MATMUL_REPACK}\n{BYTES}\n{ONE_WEIGHT}\n{PRECISE}\n\
+         fn block_dot(block: u32, xb: u32, dx: f32, gemm: bool) {{ \
+         block_dot_{suffix}(block, xb, dx, gemm); }}\n"
+    )
 }
 
 /// The exact matmul of F32, F16 and BF16 weights (`matmul_float.wgsl`).
@@ -313,18 +401,22 @@ const MATMUL_FLOAT: &str = include_str!("shaders/matmul_float.wgsl");
 
 /// The exact matmul for F32, F16 or BF16 weights: the CPU's tinyBLAS or `vec_dot` order.
 pub fn matmul_float(ty: GgmlType) -> Option<KernelSource> {
-    let code = match ty {
-        GgmlType::F32 => 0,
-        GgmlType::F16 => 1,
-        GgmlType::BF16 => 2,
-        _ => return None,
-    };
-    let suffix = weight_suffix(ty)?;
-    let source = move || format!("const FLOAT_TYPE: u32 = {code}u;\n{MATMUL_FLOAT}\n{PRECISE}\n");
-    Some(KernelSource {
-        name: format!("matmul_float_{suffix}"),
-        source: Box::new(source),
-    })
+    float_code(ty).map(|_| KernelSource::MatmulFloat(ty))
+}
+
+/// `FLOAT_TYPE` of `matmul_float.wgsl`.
+fn float_code(ty: GgmlType) -> Option<u32> {
+    match ty {
+        GgmlType::F32 => Some(0),
+        GgmlType::F16 => Some(1),
+        GgmlType::BF16 => Some(2),
+        _ => None,
+    }
+}
+
+fn matmul_float_source(ty: GgmlType) -> String {
+    let code = float_code(ty).expect("matmul_float checked the type");
+    format!("const FLOAT_TYPE: u32 = {code}u;\n{MATMUL_FLOAT}\n{PRECISE}\n")
 }
 
 /// How attention reads a cache of each element type.
@@ -361,18 +453,28 @@ pub fn cache_code(ty: KvType) -> Option<(u32, &'static str)> {
 /// The writer of keys into a `keys` cache and values into a `values` cache (each one of
 /// [`CACHE_TYPES`]).
 pub fn kv_write(keys: KvType, values: KvType) -> Option<KernelSource> {
-    let (k, k_name) = cache_code(keys)?;
-    let (v, v_name) = cache_code(values)?;
-    Some(KernelSource {
-        name: format!("kv_write_{k_name}_{v_name}"),
-        source: Box::new(move || {
-            format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}")
-        }),
-    })
+    cache_code(keys)?;
+    cache_code(values)?;
+    Some(KernelSource::KvWrite(keys, values))
+}
+
+/// The shader codes of two cache types the constructors accepted.
+fn cache_codes(keys: KvType, values: KvType) -> (u32, u32) {
+    let code = |ty| {
+        cache_code(ty)
+            .expect("kernels are made only for CACHE_TYPES")
+            .0
+    };
+    (code(keys), code(values))
+}
+
+fn kv_write_source(keys: KvType, values: KvType) -> String {
+    let (k, v) = cache_codes(keys, values);
+    format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}")
 }
 
 /// Which attention kernel runs a span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttentionPath {
     /// `attention.wgsl`: keys in tiles of 64, an online softmax per tile.
     Tiled,
@@ -382,20 +484,20 @@ pub enum AttentionPath {
 
 /// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`.
 pub fn attention(keys: KvType, values: KvType, path: AttentionPath) -> Option<KernelSource> {
-    let (k, k_name) = cache_code(keys)?;
-    let (v, v_name) = cache_code(values)?;
-    let (body, extra, prefix) = match path {
-        AttentionPath::Tiled => (ATTENTION, "", "attention"),
-        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF, "attention_chunk"),
+    cache_code(keys)?;
+    cache_code(values)?;
+    Some(KernelSource::Attention(keys, values, path))
+}
+
+fn attention_source(keys: KvType, values: KvType, path: AttentionPath) -> String {
+    let (k, v) = cache_codes(keys, values);
+    let (body, extra) = match path {
+        AttentionPath::Tiled => (ATTENTION, ""),
+        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF),
     };
-    Some(KernelSource {
-        name: format!("{prefix}_{k_name}_{v_name}"),
-        source: Box::new(move || {
-            format!(
-                "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
-            )
-        }),
-    })
+    format!(
+        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
+    )
 }
 
 /// The weight types the kernels dequantize, with the name of their `value_` function.
@@ -426,34 +528,39 @@ pub fn weight_suffix(ty: GgmlType) -> Option<&'static str> {
 }
 
 /// The kernel `name` (one of [`PLAIN`]).
-pub fn plain(name: &str) -> KernelSource {
+pub fn plain(name: &'static str) -> KernelSource {
+    KernelSource::Plain(name)
+}
+
+/// The source of the plain kernel `name`.
+fn plain_body(name: &str) -> &'static str {
     let (_, body) = PLAIN
         .iter()
         .find(|(n, _)| *n == name)
         .expect("plain kernel names are the table's");
-    KernelSource {
-        name: name.to_string(),
-        source: Box::new(move || body.to_string()),
-    }
+    body
 }
 
 /// The weight kernel `name` (one of [`WEIGHT_KERNELS`]) reading `ty` (one of
 /// [`WEIGHT_TYPES`]).
 pub fn for_weight(name: &str, ty: GgmlType) -> Option<KernelSource> {
-    let suffix = weight_suffix(ty)?;
-    let (_, body) = WEIGHT_KERNELS.iter().find(|(n, _)| *n == name)?;
+    weight_suffix(ty)?;
+    let (name, _) = WEIGHT_KERNELS.iter().find(|(n, _)| *n == name)?;
+    Some(KernelSource::Weight(name, ty))
+}
+
+fn weight_source(name: &str, ty: GgmlType) -> String {
+    let (_, body) = WEIGHT_KERNELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("for_weight checked the name");
+    let suffix = suffix(ty);
     let (values, bytes) = (ty.block_size(), ty.type_size());
-    let source = move || {
-        format!(
-            "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{body}\n\
-             {BYTES}\n{ONE_WEIGHT}\n{DEQUANT}\n\
-             fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n"
-        )
-    };
-    Some(KernelSource {
-        name: format!("{name}_{suffix}"),
-        source: Box::new(source),
-    })
+    format!(
+        "const BLOCK_VALUES: u32 = {values}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{body}\n\
+         {BYTES}\n{ONE_WEIGHT}\n{DEQUANT}\n\
+         fn value(base: u32, i: u32) -> f32 {{ return value_{suffix}(base, i); }}\n"
+    )
 }
 
 /// Every kernel source, for the shader validation test.

@@ -58,13 +58,16 @@
 //!
 //! Work is recorded, not submitted, op by op (`src/batch.rs`): the dispatches of a forward
 //! pass go into one command encoder and one open compute pass, each taking its parameters
-//! from a slot of one uniform ring buffer written once per submit; the batch is submitted at
-//! a read-back, a wait, an upload, or every 512 commands. Bind groups are kept by what they
-//! bind (pipeline, parameter slot, buffer ranges) and reused by later batches: a decode step
-//! repeats the last one's dispatches, so only those over changed tables make new ones. `RUNIT_WGPU_COUNTS=1` prints the
-//! dispatches and submits a backend made when it is dropped ([`WgpuBackend::counts`]), and
-//! per decode step its dispatches, submits, wall time and the recording thread's CPU time
-//! ([`WgpuBackend::step_costs`]).
+//! (a uniform slot) and its small host tables (token ids, cache cells, RoPE angles, query
+//! lists) from one ring buffer written once per submit; the batch is
+//! submitted at a read-back, a wait, an upload, or every 512 commands. Bind groups are kept
+//! by what they bind (pipeline, parameter slot, buffer ranges; `src/bind_groups.rs`) and
+//! reused by later batches: a decode step repeats the last one's dispatches, parameter slots
+//! and table places, so its bind groups are looked up, not made. `RUNIT_WGPU_COUNTS=1`
+//! prints the dispatches and submits a backend made when it is dropped
+//! ([`WgpuBackend::counts`]), and per decode step its dispatches, submits, wall time, the
+//! recording thread's CPU time and of it the time inside dispatches and submits, and the
+//! bind groups made ([`WgpuBackend::step_costs`]).
 //!
 //! Weights are split by rows at the adapter's binding limit (128 MiB on lavapipe), each chunk
 //! with a spare word at its end (`word_at` in `bytes.wgsl` reads the word after the one it
@@ -77,6 +80,7 @@
 
 mod backend;
 mod batch;
+mod bind_groups;
 mod clock;
 mod device;
 mod fused;
@@ -95,6 +99,6 @@ pub use kernels::MATVEC_TYPES;
 pub fn kernel_sources() -> Vec<(String, String)> {
     kernels::all()
         .into_iter()
-        .map(|kernel| (kernel.name, (kernel.source)()))
+        .map(|kernel| (kernel.name(), kernel.source()))
         .collect()
 }

@@ -13,7 +13,7 @@ use runit_quant::GgmlType;
 use crate::backend::rows_grid;
 use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
-use crate::kernels::{self, KernelSource};
+use crate::kernels::{self, KernelSource, MAX_PARTS};
 use crate::ops::MAX_GROUPS;
 use crate::WgpuBackend;
 
@@ -242,7 +242,7 @@ impl WgpuBackend {
                     0,
                     0,
                 ];
-                let ranges = [Range::whole(&chunk.buffer), x, out];
+                let ranges = [Range::whole(&chunk.buffer).into(), x.into(), out.into()];
                 self.dispatch_ranges(OP, kernel, &params, &ranges, groups)?;
             }
         }
@@ -283,9 +283,13 @@ impl WgpuBackend {
         let (Some(kernel), true) = (kernel, applies) else {
             return Ok(false);
         };
-        // Each weight's chunk and its first row there.
-        let mut chunks = Vec::with_capacity(ws.len());
-        for (w, out) in ws.iter().zip(outs.iter()) {
+        // Each weight's chunk and its first row there, and its output (in arrays: a decode
+        // step makes two of these dispatches a layer), the input in the unused places.
+        let parts = ws.len();
+        let x_buffer = buffer(x, OP, "x")?;
+        let mut chunks = [(x_buffer, 0); MAX_PARTS];
+        let mut out_buffers = [x_buffer; MAX_PARTS];
+        for (k, (w, out)) in ws.iter().zip(outs.iter()).enumerate() {
             at_least(OP, "x elements (tokens × row length)", tokens * n, x.len())?;
             at_least(
                 OP,
@@ -300,17 +304,13 @@ impl WgpuBackend {
                 .iter()
                 .find(|c| c.first_row <= first && first + w.rows() <= c.first_row + c.rows);
             match chunk {
-                Some(chunk) => chunks.push((&chunk.buffer, first - chunk.first_row)),
+                Some(chunk) => chunks[k] = (&chunk.buffer, first - chunk.first_row),
                 None => return Ok(false),
             }
+            out_buffers[k] = buffer(out, OP, "out")?;
         }
-        let out_buffers = outs
-            .iter()
-            .map(|out| buffer(out, OP, "out"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let x_buffer = buffer(x, OP, "x")?;
         if std::iter::once(x_buffer)
-            .chain(out_buffers.iter().copied())
+            .chain(out_buffers[..parts].iter().copied())
             .any(|b| b.size() > self.max_binding)
         {
             return Ok(false);
@@ -319,7 +319,7 @@ impl WgpuBackend {
         let x_bound = rounded.as_ref().unwrap_or(x_buffer);
         // Part 0 in the first words (as `matmul_rows` fills them), parts 1.. after the exact
         // kernels' four: (rows, first row in the chunk, output row length, first workgroup).
-        let mut params = vec![0u32; 20];
+        let mut params = [0u32; 20];
         let mut groups = 0;
         for (k, (w, (_, row0))) in ws.iter().zip(&chunks).enumerate() {
             let rows = w.rows() as u32;
@@ -337,15 +337,16 @@ impl WgpuBackend {
         }
         let [gx, gy, _] = rows_grid(groups as usize);
         params[6] = gx;
-        let mut ranges = vec![
-            Range::whole(chunks[0].0),
-            Range::whole(x_bound),
-            Range::whole(out_buffers[0]),
-        ];
-        for ((chunk, _), out) in chunks.iter().zip(&out_buffers).skip(1) {
-            ranges.extend([Range::whole(chunk), Range::whole(out)]);
+        // Part 0's weight, x, part 0's output, then each later part's weight and output.
+        let mut buffers = [x_bound; 1 + 2 * MAX_PARTS];
+        buffers[0] = chunks[0].0;
+        buffers[2] = out_buffers[0];
+        for k in 1..parts {
+            buffers[1 + 2 * k] = chunks[k].0;
+            buffers[2 + 2 * k] = out_buffers[k];
         }
-        self.dispatch_ranges(OP, kernel, &params, &ranges, [gx, gy, tokens as u32])?;
+        let bound = &buffers[..1 + 2 * parts];
+        self.dispatch(OP, kernel, &params, bound, [gx, gy, tokens as u32])?;
         if rounded.is_some() {
             self.mark_rounding_current();
         }

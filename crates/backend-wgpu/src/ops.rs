@@ -8,6 +8,7 @@ use runit_backend::{
 };
 
 use crate::backend::{grid, rows_grid};
+use crate::batch;
 use crate::device::{at_least, buffer, kv, weight};
 use crate::kernels::{self, AttentionPath};
 use crate::WgpuBackend;
@@ -135,10 +136,9 @@ impl PrimitiveOps for WgpuBackend {
                 .collect();
             for part in lookups.chunks(2 * MAX_GROUPS) {
                 let count = part.len() / 2;
-                let list = self.storage("lookups", part);
                 let params = [width as u32, table.row_bytes() as u32, count as u32];
-                let buffers = [&chunk.buffer, &list, out];
-                self.dispatch(OP, kernel()?, &params, &buffers, [count as u32, 1, 1])?;
+                let bindings = [(&chunk.buffer).into(), batch::table(part), out.into()];
+                self.dispatch_ranges(OP, kernel()?, &params, &bindings, [count as u32, 1, 1])?;
             }
         }
         Ok(())
@@ -271,7 +271,6 @@ impl PrimitiveOps for WgpuBackend {
         let k_source = buffer(k_rotated.as_ref().unwrap_or(k), OP, "k")?;
         let v_source = buffer(v_rotated.as_ref().unwrap_or(v), OP, "v")?;
         let (k_gpu, v_gpu) = (kv(k_cache, OP, "k")?, kv(v_cache, OP, "v")?);
-        let table = self.storage("kv cells", &pairs);
         let (len_k, len_v) = (
             entries * cache_row_invocations(k_cache),
             entries * cache_row_invocations(v_cache),
@@ -282,8 +281,14 @@ impl PrimitiveOps for WgpuBackend {
             k_cache.width as u32,
             v_cache.width as u32,
         ];
-        let buffers = [k_source, v_source, &table, &k_gpu.buffer, &v_gpu.buffer];
-        self.dispatch(OP, kernel, &params, &buffers, grid(len_k + len_v))
+        let bindings = [
+            k_source.into(),
+            v_source.into(),
+            batch::table(&pairs),
+            (&k_gpu.buffer).into(),
+            (&v_gpu.buffer).into(),
+        ];
+        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(len_k + len_v))
     }
 
     fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
@@ -392,7 +397,6 @@ impl PrimitiveOps for WgpuBackend {
         };
         let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
         let out = buffer(out, OP, "out")?;
-        let cells = self.storage("attention cells", &cells);
         let words = [
             heads as u32,
             (heads / kv_heads) as u32,
@@ -404,10 +408,16 @@ impl PrimitiveOps for WgpuBackend {
         let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
         for (path, queries) in paths.into_iter().zip(&queries) {
             for part in queries.chunks(4 * MAX_GROUPS) {
-                let list = self.storage("attention queries", part);
-                let buffers = [q, &k.buffer, &v.buffer, &cells, &list, out];
+                let bindings = [
+                    q.into(),
+                    (&k.buffer).into(),
+                    (&v.buffer).into(),
+                    batch::table(&cells),
+                    batch::table(part),
+                    out.into(),
+                ];
                 let groups = [(part.len() / 4) as u32, heads as u32, 1];
-                self.dispatch(OP, kernel(path)?, &words, &buffers, groups)?;
+                self.dispatch_ranges(OP, kernel(path)?, &words, &bindings, groups)?;
             }
         }
         if let Some(n) = value_rotation {
@@ -436,9 +446,9 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let (src, out) = (buffer(src, OP, "src")?, buffer(out, OP, "out")?);
-        let list = self.storage("rows", rows);
         let params = [len as u32, width as u32];
-        self.dispatch(OP, Self::plain(OP), &params, &[src, &list, out], grid(len))
+        let bindings = [src.into(), batch::table(rows), out.into()];
+        self.dispatch_ranges(OP, Self::plain(OP), &params, &bindings, grid(len))
     }
 
     fn scatter_add_rows(&self, scatter: ScatterAddRows<'_>) -> OpResult {
@@ -465,10 +475,14 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let (src, dst) = (buffer(src, OP, "src")?, buffer(dst, OP, "dst")?);
-        let (list, factors) = (self.storage("rows", rows), self.storage("scales", scales));
         let params = [rows.len() as u32, width as u32];
-        let buffers = [src, &list, &factors, dst];
-        self.dispatch(OP, Self::plain(OP), &params, &buffers, grid(width))
+        let bindings = [
+            src.into(),
+            batch::table(rows),
+            batch::table(scales),
+            dst.into(),
+        ];
+        self.dispatch_ranges(OP, Self::plain(OP), &params, &bindings, grid(width))
     }
 
     fn copy(&self, copy: BufferCopy<'_>) -> OpResult {

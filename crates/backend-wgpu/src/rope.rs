@@ -4,6 +4,7 @@
 use runit_backend::{BackendError, Buffer, OpResult, RopeParams, RopeStyle, Weight};
 
 use crate::backend::grid;
+use crate::batch;
 use crate::device::{at_least, buffer, weight};
 use crate::WgpuBackend;
 
@@ -61,7 +62,6 @@ impl WgpuBackend {
             params.angles(*position, factors, row);
         }
         let flat: Vec<f32> = angles.iter().flat_map(|(c, s)| [*c, *s]).collect();
-        let table = self.storage("rope angles", &flat);
         let pairs = tokens * params.heads * half;
         let second_heads = second.map_or(0, |(_, other)| other.heads);
         let second_pairs = tokens * second_heads * half;
@@ -81,12 +81,15 @@ impl WgpuBackend {
         ];
         let threads = grid(pairs + second_pairs);
         let first = buffer(first, OP, "x")?;
+        let angles = batch::table(&flat);
         match second {
-            None => self.dispatch(OP, Self::plain("rope"), &words, &[&table, first], threads),
+            None => {
+                let bindings = [angles, first.into()];
+                self.dispatch_ranges(OP, Self::plain("rope"), &words, &bindings, threads)
+            }
             Some((second, _)) => {
-                let second = buffer(second, OP, "k")?;
-                let buffers = [&table, first, second];
-                self.dispatch(OP, Self::plain("rope_pair"), &words, &buffers, threads)
+                let bindings = [angles, first.into(), buffer(second, OP, "k")?.into()];
+                self.dispatch_ranges(OP, Self::plain("rope_pair"), &words, &bindings, threads)
             }
         }
     }
