@@ -118,7 +118,8 @@ impl Products for AvxVnni {
 }
 
 /// Eight weight rows (`row_bytes` apart) against `T` activation rows (`activation_bytes`
-/// apart) whose block sums times `-offset` are `sums[t * blocks + b]` and whose block
+/// apart) whose block sums times `-offset` are `sums[t * blocks + b]` (unread for signed
+/// values) and whose block
 /// scales, widened, are `scales[t * blocks + b]`; writes `out[t * out_stride + r]`. `IQ4`
 /// maps the nibbles through `kvalues + 128`.
 ///
@@ -175,7 +176,13 @@ unsafe fn group<P: Products, const T: usize, const IQ4: bool>(
             for g in 0..8 {
                 a[g] = _mm256_set1_epi32(quants.add(g).read_unaligned());
             }
-            let isum = P::block(_mm256_set1_epi32(*sums.add(t * blocks + b)), &w, &a);
+            // Signed values need no offset (their table holds no sums).
+            let start = if P::SIGNED {
+                _mm256_setzero_si256()
+            } else {
+                _mm256_set1_epi32(*sums.add(t * blocks + b))
+            };
+            let isum = P::block(start, &w, &a);
             let d_a = _mm256_set1_ps(*scales.add(t * blocks + b));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d_w, d_a), acc[t]);
         }
@@ -218,7 +225,7 @@ eight!(iq4_nl_avx2_1, SignedPairs, 1, true, "avx2,fma,f16c");
 eight!(iq4_nl_avx2_4, SignedPairs, 4, true, "avx2,fma,f16c");
 
 /// The table maker at the AVX2 level (the sums are exact, so every level makes the same).
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 unsafe fn tables(
     shape: (usize, usize),
     activations: *const u8,

@@ -136,13 +136,14 @@ unsafe fn group<const T: usize, const IQ4: bool>(
     }
 }
 
-/// `sums[t * blocks + b] = -offset * sum(a)` over Q8_0 block `b` of activation row `t`,
-/// and `scales[t * blocks + b]` its scale widened (exactly):
+/// `sums[t * blocks + b] = -offset * sum(a)` over Q8_0 block `b` of activation row `t`
+/// (not written when `offset` is 0), and `scales[t * blocks + b]` its scale widened
+/// (exactly):
 /// each block's 32 quants summed in eight lanes against ones (`I::dot_u8_i8`), eight
 /// blocks' lanes then reduced together (`x86::reduce8`). Exact, so the same at every `I`.
 ///
 /// # Safety
-/// AVX2 and what `I` uses are available; `activations` holds `tokens` rows of `blocks`
+/// AVX2, F16C and what `I` uses are available; `activations` holds `tokens` rows of `blocks`
 /// Q8_0 blocks, `activation_bytes` apart, and `sums` and `scales` have room for
 /// `tokens * blocks` entries.
 #[inline(always)]
@@ -160,23 +161,34 @@ pub(super) unsafe fn block_sums<I: Isa>(
         for first in (0..blocks).step_by(8) {
             let count = (blocks - first).min(8);
             let mut lanes = [_mm256_setzero_si256(); 8];
-            for (k, lanes) in lanes.iter_mut().enumerate().take(count) {
+            let mut bits = [0u16; 8];
+            for (k, (lanes, bits)) in lanes.iter_mut().zip(&mut bits).enumerate().take(count) {
                 let block = row.add((first + k) * Q8_0_BYTES);
-                let d = half::f16::from_bits(block.cast::<u16>().read_unaligned());
-                *scales.add(t * blocks + first + k) = d.to_f32();
-                let quants = _mm256_loadu_si256(row.add((first + k) * Q8_0_BYTES + 2).cast());
-                *lanes = I::dot_u8_i8(ones, quants);
+                *bits = block.cast::<u16>().read_unaligned();
+                if offset != 0 {
+                    let quants = _mm256_loadu_si256(block.add(2).cast());
+                    *lanes = I::dot_u8_i8(ones, quants);
+                }
             }
-            let totals = _mm256_mullo_epi32(reduce8(&lanes), factor);
-            let mut values = [0i32; 8];
-            _mm256_storeu_si256(values.as_mut_ptr().cast(), totals);
-            std::ptr::copy_nonoverlapping(values.as_ptr(), sums.add(t * blocks + first), count);
+            if offset != 0 {
+                let totals = _mm256_mullo_epi32(reduce8(&lanes), factor);
+                let mut values = [0i32; 8];
+                _mm256_storeu_si256(values.as_mut_ptr().cast(), totals);
+                std::ptr::copy_nonoverlapping(values.as_ptr(), sums.add(t * blocks + first), count);
+            }
+            // The eight scales widened together (exactly).
+            let mut widened = [0.0f32; 8];
+            _mm256_storeu_ps(
+                widened.as_mut_ptr(),
+                _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast())),
+            );
+            std::ptr::copy_nonoverlapping(widened.as_ptr(), scales.add(t * blocks + first), count);
         }
     }
 }
 
 /// [`block_sums`] with `vpdpbusd`.
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512vl,avx512vnni")]
 unsafe fn block_sums_vnni(
     shape: (usize, usize),
     activations: *const u8,
