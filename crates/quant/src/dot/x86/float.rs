@@ -1,6 +1,8 @@
 //! AVX2 and AVX-512 kernels of the float formats (F32, F16, BF16) in the order of the scalar
 //! twin (`dot::float`, ggml-cpu's AVX-512 `ggml_vec_dot_{f32,f16,bf16}`): the 64-element steps
-//! here, the reductions and the leftovers in the twin's own code.
+//! here, the reductions and the leftovers in the twin's own code. F16 at the AVX2 levels sums
+//! in ggml-cpu's AVX2 order instead (`HalfSums::Lanes8`: `lanes8_steps` here, the finish in
+//! the twin's `dot_f16_lanes8_finish`), unless the reference order is asked for.
 
 use std::arch::x86_64::*;
 
