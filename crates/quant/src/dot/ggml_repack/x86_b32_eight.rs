@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::x86::f16x8;
 use super::x86_b32::IQ4NL_UNSIGNED;
-use super::x86_b32_wide::{block_sums, SUMS_CAPACITY};
+use super::x86_b32_wide::{block_sums, run_with_tables, TableKernel, SUMS_CAPACITY};
 use crate::blocks::KVALUES_IQ4NL;
 use crate::dot::x86::Avx2;
 
@@ -192,10 +192,6 @@ unsafe fn group<P: Products, const T: usize, const IQ4: bool>(
     }
 }
 
-/// A kernel over eight weight rows and `T` activation rows, with its tables.
-type EightFn =
-    unsafe fn(usize, *const u8, usize, *const u8, usize, (*const i32, *const f32), *mut f32, usize);
-
 macro_rules! eight {
     ($name:ident, $products:ty, $t:literal, $iq4:literal, $features:literal) => {
         #[target_feature(enable = $features)]
@@ -245,23 +241,18 @@ unsafe fn tables(
 /// As stated: `weight_rows` holds `count` rows of `row_bytes`, `activations` `tokens`
 /// rows of `activation_bytes`, `out` `tokens * count` floats; AVX2, FMA, F16C (and
 /// AVX-VNNI with `vnni`) are available.
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn run(
     (iq4_nl, vnni): (bool, bool),
     n: usize,
-    (weight_rows, row_bytes, count): (*const u8, usize, usize),
-    (activations, activation_bytes, tokens): (*const u8, usize, usize),
+    weights: (*const u8, usize, usize),
+    activations: (*const u8, usize, usize),
     out: *mut f32,
 ) {
-    let blocks = n / 32;
-    if blocks == 0 {
-        return;
-    }
-    let kernels: [EightFn; 2] = match (iq4_nl, vnni) {
-        (false, false) => [q4_0_avx2_1, q4_0_avx2_4],
-        (false, true) => [q4_0_vnni_1, q4_0_vnni_4],
-        (true, false) => [iq4_nl_avx2_1, iq4_nl_avx2_4],
-        (true, true) => [iq4_nl_vnni_1, iq4_nl_vnni_4],
+    let kernels: [(usize, TableKernel); 2] = match (iq4_nl, vnni) {
+        (false, false) => [(4, q4_0_avx2_4), (1, q4_0_avx2_1)],
+        (false, true) => [(4, q4_0_vnni_4), (1, q4_0_vnni_1)],
+        (true, false) => [(4, iq4_nl_avx2_4), (1, iq4_nl_avx2_1)],
+        (true, true) => [(4, iq4_nl_vnni_4), (1, iq4_nl_vnni_1)],
     };
     // The unsigned weights' offset (none for the signed IQ4_NL values of plain AVX2).
     let offset = match (iq4_nl, vnni) {
@@ -269,42 +260,12 @@ pub(super) unsafe fn run(
         (true, false) => 0,
         (true, true) => 128,
     };
-    // Left unset (as in `x86_b32_wide::run`): `block_sums` writes the entries read.
-    let mut sums = std::mem::MaybeUninit::<[i32; SUMS_CAPACITY]>::uninit();
-    let sums = sums.as_mut_ptr().cast::<i32>();
-    let mut scales = std::mem::MaybeUninit::<[f32; SUMS_CAPACITY]>::uninit();
-    let scales = scales.as_mut_ptr().cast::<f32>();
-    // Activation rows in chunks whose tables fit; the weights stream once per chunk.
-    let chunk = SUMS_CAPACITY / blocks;
-    for first in (0..tokens).step_by(chunk) {
-        let rows_here = chunk.min(tokens - first);
-        let activations = activations.add(first * activation_bytes);
-        tables(
-            (blocks, rows_here),
-            activations,
-            activation_bytes,
-            offset,
-            (sums, scales),
-        );
-        for g in 0..count / ROWS {
-            let mut t = 0;
-            while t < rows_here {
-                let (kernel, step) = match rows_here - t {
-                    4.. => (kernels[1], 4),
-                    _ => (kernels[0], 1),
-                };
-                kernel(
-                    n,
-                    weight_rows.add(ROWS * g * row_bytes),
-                    row_bytes,
-                    activations.add(t * activation_bytes),
-                    activation_bytes,
-                    (sums.add(t * blocks), scales.add(t * blocks)),
-                    out.add((first + t) * count + ROWS * g),
-                    count,
-                );
-                t += step;
-            }
-        }
-    }
+    run_with_tables(
+        n,
+        weights,
+        activations,
+        out,
+        (ROWS, &kernels),
+        (offset, tables),
+    );
 }

@@ -199,10 +199,6 @@ unsafe fn block_sums_vnni(
     block_sums::<Avx512Vnni>(shape, activations, activation_bytes, offset, out);
 }
 
-/// A kernel over sixteen weight rows and `T` activation rows, with its sums table.
-type WideFn =
-    unsafe fn(usize, *const u8, usize, *const u8, usize, (*const i32, *const f32), *mut f32, usize);
-
 macro_rules! wide {
     ($name:ident, $t:literal, $iq4:literal) => {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -239,13 +235,55 @@ wide!(iq4_nl_8, 8, true);
 /// # Safety
 /// As stated: `weight_rows` holds `count` rows of `row_bytes`, `activations` `tokens`
 /// rows of `activation_bytes`, `out` `tokens * count` floats.
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn run(
     iq4_nl: bool,
+    n: usize,
+    weights: (*const u8, usize, usize),
+    activations: (*const u8, usize, usize),
+    out: *mut f32,
+) {
+    let kernels: [(usize, TableKernel); 4] = if iq4_nl {
+        [(8, iq4_nl_8), (4, iq4_nl_4), (2, iq4_nl_2), (1, iq4_nl_1)]
+    } else {
+        [(8, q4_0_8), (4, q4_0_4), (2, q4_0_2), (1, q4_0_1)]
+    };
+    let offset = if iq4_nl { 128 } else { 8 };
+    run_with_tables(
+        n,
+        weights,
+        activations,
+        out,
+        (ROWS, &kernels),
+        (offset, block_sums_vnni),
+    );
+}
+
+/// A lane-per-row kernel over a group of weight rows and some activation rows, with the
+/// block tables of those activation rows: `(n, rows, row_bytes, activations,
+/// activation_bytes, (sums, scales), out, out_stride)`, writing `out[t * out_stride + r]`.
+pub(super) type TableKernel =
+    unsafe fn(usize, *const u8, usize, *const u8, usize, (*const i32, *const f32), *mut f32, usize);
+
+/// A maker of [`block_sums`]' tables (one per target feature set).
+pub(super) type TableMaker = unsafe fn((usize, usize), *const u8, usize, i32, (*mut i32, *mut f32));
+
+/// Runs lane-per-row kernels over the whole groups of `group` rows of `count` weight rows
+/// and every one of `tokens` activation rows, writing `out[t * count + r]`: activation rows
+/// in chunks whose tables (made by `make` with `offset`) fit, each chunk's rows taken by the
+/// first of `kernels` (activation rows per call, largest first, the last taking one) that
+/// fits what is left.
+///
+/// # Safety
+/// `weight_rows` holds `count` rows of `row_bytes`, `activations` `tokens` rows of
+/// `activation_bytes`, `out` `tokens * count` floats; `n / 32 <= SUMS_CAPACITY`; the
+/// kernels' and the maker's features are available and their other conditions hold.
+pub(super) unsafe fn run_with_tables(
     n: usize,
     (weight_rows, row_bytes, count): (*const u8, usize, usize),
     (activations, activation_bytes, tokens): (*const u8, usize, usize),
     out: *mut f32,
+    (group, kernels): (usize, &[(usize, TableKernel)]),
+    (offset, make): (i32, TableMaker),
 ) {
     let blocks = n / 32;
     if blocks == 0 {
@@ -257,41 +295,33 @@ pub(super) unsafe fn run(
     let sums = sums.as_mut_ptr().cast::<i32>();
     let mut scales = std::mem::MaybeUninit::<[f32; SUMS_CAPACITY]>::uninit();
     let scales = scales.as_mut_ptr().cast::<f32>();
-    let offset = if iq4_nl { 128 } else { 8 };
-    let kernels: [WideFn; 4] = if iq4_nl {
-        [iq4_nl_1, iq4_nl_2, iq4_nl_4, iq4_nl_8]
-    } else {
-        [q4_0_1, q4_0_2, q4_0_4, q4_0_8]
-    };
     // Activation rows in chunks whose tables fit; the weights stream once per chunk.
     let chunk = SUMS_CAPACITY / blocks;
     for first in (0..tokens).step_by(chunk) {
         let rows_here = chunk.min(tokens - first);
         let activations = activations.add(first * activation_bytes);
-        block_sums_vnni(
+        make(
             (blocks, rows_here),
             activations,
             activation_bytes,
             offset,
             (sums, scales),
         );
-        for g in 0..count / ROWS {
+        for g in 0..count / group {
             let mut t = 0;
             while t < rows_here {
-                let (kernel, step) = match rows_here - t {
-                    8.. => (kernels[3], 8),
-                    4..=7 => (kernels[2], 4),
-                    2 | 3 => (kernels[1], 2),
-                    _ => (kernels[0], 1),
-                };
+                let &(step, kernel) = kernels
+                    .iter()
+                    .find(|(step, _)| *step <= rows_here - t)
+                    .expect("a kernel of one activation row");
                 kernel(
                     n,
-                    weight_rows.add(ROWS * g * row_bytes),
+                    weight_rows.add(group * g * row_bytes),
                     row_bytes,
                     activations.add(t * activation_bytes),
                     activation_bytes,
                     (sums.add(t * blocks), scales.add(t * blocks)),
-                    out.add((first + t) * count + ROWS * g),
+                    out.add((first + t) * count + group * g),
                     count,
                 );
                 t += step;
