@@ -227,6 +227,25 @@ pub(super) fn dot_f32_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { row_avx512::<F32>(n, w, a) }
 }
 
+/// Checks an F16 gemv's shapes: `out.len()` whole rows of `n` elements in `weight_rows` and
+/// an activation of at least `n`; returns the bytes of a row.
+fn check_gemv(n: usize, weight_rows: &[u8], activation: &[u8], out: &[f32]) -> usize {
+    let row_bytes = 2 * n;
+    assert_eq!(
+        weight_rows.len(),
+        row_bytes * out.len(),
+        "{} F16 rows of {n} elements",
+        out.len()
+    );
+    check(
+        n,
+        2,
+        &weight_rows[..row_bytes.min(weight_rows.len())],
+        activation,
+    );
+    row_bytes
+}
+
 /// The reduced 32-element steps of `R` F16 weight rows against one F16 activation row in
 /// ggml-cpu's AVX2 order ([`crate::dot::HalfSums::Lanes8`]: four 8-lane f32 accumulators
 /// per row, `GGML_F32x8_REDUCE`), each row's next line fetched `ahead` bytes on.
@@ -286,18 +305,7 @@ pub(super) fn gemv_f16_lanes8_avx2(
     out: &mut [f32],
 ) {
     const R: usize = 2;
-    let row_bytes = 2 * n;
-    assert_eq!(
-        weight_rows.len(),
-        row_bytes * out.len(),
-        "{} F16 rows of {n} elements",
-        out.len()
-    );
-    assert!(
-        activation.len() >= row_bytes,
-        "an F16 activation row of {} bytes is shorter than {n} elements",
-        activation.len()
-    );
+    let row_bytes = check_gemv(n, weight_rows, activation, out);
     let groups = weight_rows.chunks_exact(R * row_bytes);
     let last = groups.remainder();
     let mut outs = out.chunks_exact_mut(R);
@@ -391,19 +399,7 @@ fn gemv_f16_rows<const R: usize>(
     out: &mut [f32],
     body: impl Fn([&[f16]; R], &[f16], usize) -> [f16; R],
 ) {
-    let row_bytes = 2 * n;
-    assert_eq!(
-        weight_rows.len(),
-        row_bytes * out.len(),
-        "{} F16 rows of {n} elements",
-        out.len()
-    );
-    check(
-        n,
-        2,
-        &weight_rows[..row_bytes.min(weight_rows.len())],
-        activation,
-    );
+    let row_bytes = check_gemv(n, weight_rows, activation, out);
     let native = half_arith::body_len(n);
     let tail = exact_tail();
     let y = f16_row(&activation[..2 * native]);
