@@ -237,11 +237,10 @@ fn check_gemv(n: usize, weight_rows: &[u8], activation: &[u8], out: &[f32]) -> u
         "{} F16 rows of {n} elements",
         out.len()
     );
-    check(
-        n,
-        2,
-        &weight_rows[..row_bytes.min(weight_rows.len())],
-        activation,
+    assert!(
+        activation.len() >= row_bytes,
+        "an F16 activation row of {} bytes is shorter than {n} elements",
+        activation.len()
     );
     row_bytes
 }
