@@ -134,7 +134,6 @@ fn rows_kernels_over_row_and_token_counts_equal_the_scalar_twins() {
         let n = if ty.block_size() == 256 { 512 } else { 320 };
         let format = activation_format(ty).expect("format");
         let activation_bytes = activation_row_bytes(format, n);
-        let (twin_gemv, twin_gemm) = repack_dot_fn(ty).expect("repacked type");
         for rows in [1, 2, 7, 8, 15, 16, 17, 24, 33, 48, 64] {
             let (_, packed, _, _) = fixture(ty, n, rows, rows as f32 * 0.3);
             let row_bytes = packed.len() / rows;
@@ -150,26 +149,8 @@ fn rows_kernels_over_row_and_token_counts_equal_the_scalar_twins() {
                         .collect();
                     quantize_activation(format, &x, out);
                 }
-                let want = |twin: DotFn| -> Vec<u32> {
-                    activations
-                        .chunks(activation_bytes)
-                        .flat_map(|a| {
-                            packed
-                                .chunks(row_bytes)
-                                .map(move |w| twin(n, w, a).to_bits())
-                        })
-                        .collect()
-                };
-                let (want_gemv, want_gemm) = (want(twin_gemv), want(twin_gemm));
-                for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
-                    let (gemv, gemm) = repack_rows_fn(ty, level).expect("kernels");
-                    for (kernel, want) in [(gemv, &want_gemv), (gemm, &want_gemm)] {
-                        let mut out = vec![f32::NAN; rows * tokens];
-                        kernel(n, &packed, &activations, &mut out);
-                        let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
-                        assert_eq!(&got, want, "{ty} {rows} rows {tokens} tokens at {level:?}");
-                    }
-                }
+                let what = format!("{rows} rows {tokens} tokens");
+                rows_kernels_equal_twins(ty, n, (&packed, row_bytes), &activations, &what);
             }
         }
     }
@@ -217,27 +198,45 @@ fn rows_kernels_at_extreme_quants_and_over_table_chunks_equal_the_scalar_twins()
                 block[2..].fill(quant as u8);
             }
         }
-        let (twin_gemv, twin_gemm) = repack_dot_fn(ty).expect("repacked type");
-        let want = |twin: DotFn| -> Vec<u32> {
-            activations
-                .chunks(activation_bytes)
-                .flat_map(|a| {
-                    packed
-                        .chunks(row_bytes)
-                        .map(move |w| twin(n, w, a).to_bits())
-                })
-                .collect()
-        };
-        let (want_gemv, want_gemm) = (want(twin_gemv), want(twin_gemm));
-        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
-            let (gemv, gemm) = repack_rows_fn(ty, level).expect("kernels");
-            for (kernel, want) in [(gemv, &want_gemv), (gemm, &want_gemm)] {
-                let mut out = vec![f32::NAN; rows * tokens];
-                kernel(n, &packed, &activations, &mut out);
-                let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
-                let first = got.iter().zip(want.iter()).position(|(a, b)| a != b);
-                assert_eq!(first, None, "{ty} at {level:?}: first difference");
-            }
+        rows_kernels_equal_twins(ty, n, (&packed, row_bytes), &activations, "extreme");
+    }
+}
+
+/// Both rows kernels of `ty` at every level this CPU has, on `packed` weight rows of
+/// `row_bytes` against every activation row of `activations`, bit for bit against the twins.
+fn rows_kernels_equal_twins(
+    ty: GgmlType,
+    n: usize,
+    (packed, row_bytes): (&[u8], usize),
+    activations: &[u8],
+    what: &str,
+) {
+    let format = activation_format(ty).expect("format");
+    let activation_bytes = activation_row_bytes(format, n);
+    let (rows, tokens) = (
+        packed.len() / row_bytes,
+        activations.len() / activation_bytes,
+    );
+    let (twin_gemv, twin_gemm) = repack_dot_fn(ty).expect("repacked type");
+    let want = |twin: DotFn| -> Vec<u32> {
+        activations
+            .chunks(activation_bytes)
+            .flat_map(|a| {
+                packed
+                    .chunks(row_bytes)
+                    .map(move |w| twin(n, w, a).to_bits())
+            })
+            .collect()
+    };
+    let (want_gemv, want_gemm) = (want(twin_gemv), want(twin_gemm));
+    for level in SimdLevel::ALL.into_iter().filter(|l| l.is_available()) {
+        let (gemv, gemm) = repack_rows_fn(ty, level).expect("kernels");
+        for (kernel, want) in [(gemv, &want_gemv), (gemm, &want_gemm)] {
+            let mut out = vec![f32::NAN; rows * tokens];
+            kernel(n, packed, activations, &mut out);
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            let first = got.iter().zip(want.iter()).position(|(a, b)| a != b);
+            assert_eq!(first, None, "{ty} {what} at {level:?}: first difference");
         }
     }
 }
