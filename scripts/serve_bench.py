@@ -20,6 +20,7 @@ serving benchmarks do), so each round's batch holds all its sequences to the end
 import argparse
 import http.client
 import json
+import random
 import socket
 import statistics
 import subprocess
@@ -49,7 +50,8 @@ PROMPTS = [
 
 
 def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
-    """One streamed completion: (time to first token, end time, completion tokens, start)."""
+    """One streamed completion: (time to first token, end time, completion tokens, start,
+    arrival times of its content chunks)."""
     body = {
         "prompt": prompt,
         "max_tokens": max_tokens,
@@ -71,6 +73,7 @@ def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
     first = None
     tokens = 0
+    arrivals = []
     for line in response:
         line = line.strip()
         if not line.startswith(b"data:"):
@@ -78,6 +81,8 @@ def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
         data = line[5:].strip()
         if data == b"[DONE]":
             break
+        if b'"usage"' not in data:
+            arrivals.append(time.perf_counter())
         # Only the chunks that matter are decoded (the first with text, and the usage one),
         # so that the client, which shares the machine's cores with the server, takes as
         # little of them as it can.
@@ -90,11 +95,36 @@ def stream_request(host, port, prompt, max_tokens, model, ignore_eos=False):
             first = time.perf_counter() - start
     end = time.perf_counter()
     connection.close()
-    return first if first is not None else end - start, end, tokens, start
+    return first if first is not None else end - start, end, tokens, start, arrivals
+
+
+def make_prompt(args, index):
+    """The `index`th prompt: a story opening, or `--prompt-tokens` token ids."""
+    if not args.prompt_tokens:
+        return PROMPTS[index % len(PROMPTS)]
+    generator = random.Random(index)
+    return [generator.randrange(100, 1000) for _ in range(args.prompt_tokens)]
+
+
+def decode_rate(results):
+    """Tokens per second while every stream of a batch decodes: from the moment the last
+    stream received its first chunk (every prompt has been processed) to the last stream's
+    end, counting each stream's tokens in that window in proportion to its content chunks
+    there. The figure llama-batched-bench reports as S_TG (decode only, prompts excluded)."""
+    begin = max(r[4][0] for r in results if r[4])
+    end = max(r[1] for r in results)
+    if end <= begin:
+        return None
+    tokens = 0.0
+    for _, _, count, _, arrivals in results:
+        if arrivals:
+            tokens += count * sum(1 for t in arrivals if t > begin) / len(arrivals)
+    return tokens / (end - begin)
 
 
 def run_batch(host, port, prompts, max_tokens, model, ignore_eos):
-    """Runs `prompts` at once; returns (aggregate tok/s, time to first token list, tokens)."""
+    """Runs `prompts` at once; returns (aggregate tok/s, time to first token list, tokens,
+    decode-phase tok/s)."""
     results = [None] * len(prompts)
     errors = []
 
@@ -114,7 +144,7 @@ def run_batch(host, port, prompts, max_tokens, model, ignore_eos):
     begin = min(r[3] for r in results)
     end = max(r[1] for r in results)
     tokens = sum(r[2] for r in results)
-    return tokens / (end - begin), [r[0] for r in results], tokens
+    return tokens / (end - begin), [r[0] for r in results], tokens, decode_rate(results)
 
 
 def scrape_steps(host, port):
@@ -185,6 +215,9 @@ def main():
     parser.add_argument("--ctx-size", type=int, default=4096)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int,
+                        help="prompts of exactly N token ids (distinct per request, seeded), as "
+                             "llama-batched-bench's -npp, instead of the short story prompts")
     parser.add_argument("--allow-eos", action="store_true",
                         help="let requests stop at their end of text (default: ignore_eos)")
     parser.add_argument("--rounds", type=int, default=2, help="repeats of each measurement")
@@ -208,20 +241,22 @@ def main():
         # figures of a round come from the same few seconds of a shared machine (whose speed
         # drifts); the speed-up is the median of the rounds' ratios.
         single_rates, single_ttft = [], []
-        batch_rates, batch_ttft, batch_tokens = [], [], []
+        batch_rates, batch_ttft, batch_tokens, decode_rates = [], [], [], []
         for round_index in range(args.rounds):
-            prompt = PROMPTS[round_index % len(PROMPTS)]
-            rate, ttft, _ = run_batch(host, port, [prompt], args.max_tokens, None, ignore_eos)
+            prompt = make_prompt(args, round_index * (args.concurrency + 1))
+            rate, ttft, _, _ = run_batch(host, port, [prompt], args.max_tokens, None, ignore_eos)
             single_rates.append(rate)
             single_ttft += ttft
             prompts = [
-                PROMPTS[(round_index * args.concurrency + i) % len(PROMPTS)]
+                make_prompt(args, round_index * (args.concurrency + 1) + 1 + i)
                 for i in range(args.concurrency)
             ]
-            rate, ttft, tokens = run_batch(
+            rate, ttft, tokens, decode = run_batch(
                 host, port, prompts, args.max_tokens, None, ignore_eos
             )
             batch_rates.append(rate)
+            if decode is not None:
+                decode_rates.append(decode)
             batch_ttft += ttft
             batch_tokens.append(tokens)
         steps_after = scrape_steps(host, port)
@@ -237,6 +272,7 @@ def main():
         "single_ttft_p50_s": percentile(single_ttft, 0.5),
         "concurrent_tok_per_s": statistics.median(batch_rates),
         "concurrent_tokens_per_round": batch_tokens,
+        "concurrent_decode_tok_per_s": statistics.median(decode_rates) if decode_rates else None,
         "concurrent_ttft_p50_s": percentile(batch_ttft, 0.5),
         "concurrent_ttft_p95_s": percentile(batch_ttft, 0.95),
     }
@@ -265,6 +301,9 @@ def main():
           f"p50 {report['concurrent_ttft_p50_s'] * 1000:.0f} ms, "
           f"p95 {report['concurrent_ttft_p95_s'] * 1000:.0f} ms "
           f"(tokens per round: {batch_tokens})")
+    if report["concurrent_decode_tok_per_s"]:
+        print(f"decode phase:  {report['concurrent_decode_tok_per_s']:8.1f} tok/s aggregate while "
+              f"all {args.concurrency} streams decode (prompts excluded, as llama-batched-bench's S_TG)")
     if "steps" in report:
         print(f"scheduler steps: {report['steps']}, {report['step_ms']:.2f} ms each, "
               f"{100 * report['step_pass_fraction']:.1f}% in forward passes, "
