@@ -4,6 +4,8 @@
 #   scripts/gpu_batch.sh build              # llama.cpp's CUDA build, detached (about 4.5 min)
 #   scripts/gpu_batch.sh runit [B...]       # runit bench --batch B: default paths, then the int8 kernels
 #   scripts/gpu_batch.sh llama [B...]       # llama-batched-bench S_TG on the same file
+#   scripts/gpu_batch.sh serve [C...]       # runit serve + scripts/serve_bench.py at concurrency C
+#                                           # (128-token prompts, 128 generated tokens)
 # The model is qwen2.5-7b Q4_K_M from `runit synth` (made once per machine, in /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,5 +44,18 @@ llama)
   npl=$(echo "$batches" | tr ' ' ',')
   /tmp/llama/build/bin/llama-batched-bench -m "$model" -ngl 99 -fa 1 -c 40000 -b 2048 -ub 512 \
     -npp 128 -ntg 32 -npl "$npl" 2>&1 | tee "$out/llama-batched.log" | grep -E "^\|"
+  ;;
+serve)
+  port=18080
+  "$runit" serve -m "$model" --device cuda --parallel 256 --ctx-size 65536 --port $port \
+    >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
+  for c in ${*:-64}; do
+    echo "=== concurrency $c"
+    timeout 200 python3 scripts/serve_bench.py --base-url "http://127.0.0.1:$port" \
+      --concurrency "$c" --prompt-tokens 128 --max-tokens 128 --rounds 1
+  done
+  kill $server; wait $server 2>/dev/null
   ;;
 esac

@@ -74,7 +74,9 @@ impl EngineConfig {
     /// Checks the settings (every size at least 1) and allocates `model`'s KV cache in
     /// whole blocks covering the context, for up to `sequences` sequences at once: a
     /// session's (`pool: false`), or the scheduler's pool (`pool: true`: sized from device
-    /// memory when `device_memory_fraction` asks, caching prefixes when `prefix_cache` does).
+    /// memory when `device_memory_fraction` asks, else `context_size` cells even past the
+    /// training context, caching prefixes when `prefix_cache` does). The cache's
+    /// `context_size` is the most one sequence may use (at most the training context).
     /// The windowed layers of a model that has them keep rings of their windows (`windows`),
     /// on a backend that takes window spans; such a pool caches no prefixes.
     pub(crate) fn allocate_cache(
@@ -97,11 +99,18 @@ impl EngineConfig {
                 });
             }
         }
+        // A pool shared by sequences holds all the cells asked for (as llama.cpp's `-c` with
+        // `-np`); only each sequence stops at the training context.
+        let cells = if pool && self.context_size > 0 {
+            self.context_size
+        } else {
+            context_size
+        };
         let n_blocks = match (self.device_memory_fraction, pool) {
             (Some(fraction), true) => self.blocks_in_device_memory(model, fraction)?,
             _ => None,
         }
-        .unwrap_or_else(|| context_size.div_ceil(self.kv_block_size));
+        .unwrap_or_else(|| cells.div_ceil(self.kv_block_size));
         let context_size = context_size.min(n_blocks * self.kv_block_size);
         let window = model
             .config

@@ -74,6 +74,17 @@ impl EventSink for Tagged {
 /// Two requests that each need the whole pool: the second waits for the first to end, then
 /// runs; both are answered in full and every block returns.
 #[test]
+fn a_pool_past_the_training_context_keeps_every_cell() {
+    let Some(model) = model() else { return };
+    let trained = model.config.context_length;
+    // Sequences share the pool: it holds all the cells asked for, while one sequence stops
+    // at the training context.
+    let scheduler = Scheduler::start(Arc::clone(&model), &config(3 * trained)).expect("scheduler");
+    assert_eq!(scheduler.stats().total_blocks, (3 * trained).div_ceil(16));
+    assert_eq!(scheduler.context_size(), trained);
+}
+
+#[test]
 fn a_request_that_cannot_fit_now_waits() {
     let Some(model) = model() else { return };
     let scheduler = Scheduler::start(model, &config(96)).expect("scheduler");

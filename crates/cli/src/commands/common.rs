@@ -62,8 +62,9 @@ pub struct ModelArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// KV cache size in tokens (capped at the model's training context) [default: 4096;
-    /// `serve` on a GPU: the KV pool takes --gpu-memory-fraction of the free memory].
+    /// KV cache size in tokens [default: 4096; `serve` on a GPU: the KV pool takes
+    /// --gpu-memory-fraction of the free memory]. One sequence uses at most the model's
+    /// training context; `serve`'s pool, shared by --parallel sequences, holds all the cells.
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx_size: Option<usize>,
     /// Most prompt tokens evaluated in one forward pass.

@@ -248,7 +248,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     aliases.push(file_name);
     let model_name = aliases.remove(0);
     // Without --n-predict a request may generate up to its share of the cache.
-    let default_max_tokens = (scheduler.context_size() / args.parallel.max(1)).max(1);
+    let pool_cells = stats.total_blocks * config.kv_block_size;
+    let default_max_tokens = (pool_cells / args.parallel.max(1))
+        .min(scheduler.context_size())
+        .max(1);
     let config = ServerConfig {
         model_name,
         aliases,

@@ -336,7 +336,8 @@ impl Scheduler {
         })
     }
 
-    /// KV cells shared by all sequences (the most one sequence can use).
+    /// The most KV cells one sequence can use: the pool's cells, at most the model's
+    /// training context (the pool's size is `stats().total_blocks` blocks).
     pub fn context_size(&self) -> usize {
         self.context_size
     }
