@@ -4,7 +4,7 @@
 //
 // A block of 4 warps works on MMQ_BLOCK_ROWS weight rows at a time (32 per warp: two m16
 // tiles) and 8 NT tokens; its share of the matrix is a run of stages that may start and end
-// inside a row block's length (`mmqp` below). A run is walked in stages of MMQP_STAGE_K
+// inside a row block's length (`mmqp` below). A run is walked in stages of MmqpLayout::K
 // elements: the rows' raw bytes of a stage (whole blocks; each row's 16-byte-aligned window)
 // and the stage's f16 activations are copied into shared memory with cp.async, MMQP_STAGES
 // stages in flight, so that the loads of the next stages overlap the work on this one.
@@ -20,14 +20,18 @@
 // Activations are f16 as convert.cu's activation_f16_cpu rounds them, once per input.
 #include "mmq.cuh"
 
-#define MMQP_STAGE_K 256
+// Elements of one stage: 256 for the K-quants (one block), MMQP_SMALL_K (256 or 128) for the
+// types of 32-element blocks, whose 128-element stages take half the shared memory (more
+// blocks per multiprocessor). The host reads the same define (matmul/mmq.rs `pipe_stage`).
+#ifndef MMQP_SMALL_K
+#define MMQP_SMALL_K 256
+#endif
 #ifndef MMQP_STAGES
 #define MMQP_STAGES 2
 #endif
-// Activation rows of one stage: 256 f16 = 512 bytes in 16-byte chunks, placed by
-// mmqp_chunk_at so that the 8 lanes of a load phase (tokens g and g + 1, lanes t 0..3, which
-// read chunks 16 s + 4 t + j) hit 32 distinct banks.
-#define MMQP_X_ROW_BYTES (MMQP_STAGE_K * 2)
+// Activation rows of one stage: K f16 (2 K bytes) in 16-byte chunks, placed by mmqp_chunk_at
+// so that the 8 lanes of a load phase (tokens g and g + 1, lanes t 0..3, which read chunks
+// 16 s + 4 t + j) hit 32 distinct banks (any whole number of 128-byte rows).
 __device__ __forceinline__ u32 mmqp_chunk_at(u32 chunk, u32 token) {
     return chunk ^ (((chunk >> 3) & 1) << 1) ^ (token & 1);
 }
@@ -153,7 +157,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // misalignment before and after.
 template <class W>
 struct MmqpLayout {
-    static constexpr int STAGE_BYTES = MMQP_STAGE_K / W::QK * W::BYTES;
+    static constexpr u32 K = W::QK >= 256 ? 256 : MMQP_SMALL_K;
+    static constexpr u32 X_ROW_BYTES = 2 * K;
+    static constexpr int STAGE_BYTES = K / W::QK * W::BYTES;
     static constexpr int W_STRIDE = (STAGE_BYTES + 30 + 15) / 16 * 16;
     static constexpr int W_CHUNKS = W_STRIDE / 16;
 };
@@ -162,7 +168,7 @@ struct MmqpLayout {
 // matmul/mmq.rs `pipe_shared_bytes`).
 template <class W, int NT>
 __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
-    return MMQ_BLOCK_ROWS * MmqpLayout<W>::W_STRIDE + 8 * NT * MMQP_X_ROW_BYTES;
+    return MMQ_BLOCK_ROWS * MmqpLayout<W>::W_STRIDE + 8 * NT * MmqpLayout<W>::X_ROW_BYTES;
 }
 
 // Issues the copies of the weight windows of stage elements k0 .. k0 + len into `wsm`. A window
@@ -183,13 +189,13 @@ __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict_
 }
 
 // Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`).
-template <int NT>
+template <class W, int NT>
 __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
                                                       u32 token0, u32 k0, u32 len) {
     const u32 chunks = len / 8;
     for (u32 i = threadIdx.x; i < 8 * NT * chunks; i += MMQ_THREADS) {
         const u32 r = i / chunks, j = i % chunks;
-        const u32 at = xsm + r * MMQP_X_ROW_BYTES + 16 * mmqp_chunk_at(j, r);
+        const u32 at = xsm + r * MmqpLayout<W>::X_ROW_BYTES + 16 * mmqp_chunk_at(j, r);
         const u32 token = token0 + r;
         if (token < tokens)
             cp_async16(at, x + (u64)token * n_in + k0 + 8 * j);
@@ -224,20 +230,20 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
 
     // The weights never come from an earlier kernel: the first stages' copies start before
     // the dependency wait, the activations' after it.
-    const u32 stages = (k_end - k_begin + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
+    const u32 stages = (k_end - k_begin + L::K - 1) / L::K;
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
-        const u32 k0 = k_begin + s * MMQP_STAGE_K;
+        const u32 k0 = k_begin + s * L::K;
         if (s < stages) mmqp_load_weights<W>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
-                                             min((u32)MMQP_STAGE_K, k_end - k0));
+                                             min((u32)L::K, k_end - k0));
     }
     if (wait) pdl_wait();
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
-        const u32 k0 = k_begin + s * MMQP_STAGE_K;
+        const u32 k0 = k_begin + s * L::K;
         if (s < stages)
-            mmqp_load_activations<NT>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0,
-                                      min((u32)MMQP_STAGE_K, k_end - k0));
+            mmqp_load_activations<W, NT>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0,
+                                      min((u32)L::K, k_end - k0));
         cp_async_commit();
     }
 
@@ -252,17 +258,17 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
         // Start the copies of stage s + STAGES - 1 (an empty group past the end).
         const u32 ahead = s + MMQP_STAGES - 1;
         if (ahead < stages) {
-            const u32 slot = base + (ahead % MMQP_STAGES) * STAGE, k0 = k_begin + ahead * MMQP_STAGE_K;
-            const u32 len = min((u32)MMQP_STAGE_K, k_end - k0);
+            const u32 slot = base + (ahead % MMQP_STAGES) * STAGE, k0 = k_begin + ahead * L::K;
+            const u32 len = min((u32)L::K, k_end - k0);
             mmqp_load_weights<W>(slot, w, row_bytes, n_out, block_row0, k0, len);
-            mmqp_load_activations<NT>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0, len);
+            mmqp_load_activations<W, NT>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0, len);
         }
         cp_async_commit();
         cp_async_wait<MMQP_STAGES - 1>();
         __syncthreads();
 
-        const u32 k0 = k_begin + s * MMQP_STAGE_K;
-        const u32 len = min((u32)MMQP_STAGE_K, k_end - k0);
+        const u32 k0 = k_begin + s * L::K;
+        const u32 len = min((u32)L::K, k_end - k0);
         const u8* wsm = smem + (s % MMQP_STAGES) * STAGE;
         const u8* xsm = wsm + MMQ_BLOCK_ROWS * L::W_STRIDE;
         // Each row's window starts at its first block's address rounded down to 16 bytes.
@@ -320,7 +326,7 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
                 for (int n = 0; n < NT; n++) {
                     const u32 r = 8 * n + g;
                     const uint4 b =
-                        *(const uint4*)(xsm + r * MMQP_X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
+                        *(const uint4*)(xsm + r * L::X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
                         mma_16816(acc[m][n], a[m][0], b.x, b.y);
@@ -336,7 +342,7 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
     mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
 }
 
-// The row blocks' stages (MMQP_STAGE_K elements of the rows, the last one shorter when the
+// The row blocks' stages (MmqpLayout::K elements of the rows, the last one shorter when the
 // length is not a multiple) in order, row block by row block, as units of work: block b of
 // the grid (x) takes units b share .. (b + 1) share, so that every block of a grid sized to
 // what the device holds at once does the same work however many row blocks the matrix has
@@ -355,8 +361,9 @@ template <class W, int NT>
 __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                      const u16* __restrict__ x, u32 tokens, u32 share, float* __restrict__ out,
                                      const float* __restrict__ bias, float* __restrict__ partial) {
+    using L = MmqpLayout<W>;
     pdl_launch_dependents();
-    const u32 n_stages = (n_in + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
+    const u32 n_stages = (n_in + L::K - 1) / L::K;
     const u32 row_blocks = (n_out + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
     const u32 total = row_blocks * n_stages;
     const u32 token0 = blockIdx.y * 8 * NT;
@@ -371,7 +378,7 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
         const bool whole = first_block == mmqp_last_block(row_block, n_stages, share);
         float* target = whole ? out : partial + (u64)(blockIdx.x - first_block) * values;
         mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
-                            first * MMQP_STAGE_K, min(n_in, last * MMQP_STAGE_K), wait, target,
+                            first * L::K, min(n_in, last * L::K), wait, target,
                             whole ? bias : nullptr);
         wait = false;
         unit += last - first;
@@ -381,10 +388,10 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
 
 // out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
 // bias[row]) for the row blocks several grid blocks share; the others are written already.
-extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_in, u32 share,
-                                      const float* __restrict__ bias, float* __restrict__ out) {
+// `n_stages`: the stages of a row (its length over the kernel's MmqpLayout::K).
+extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_stages,
+                                      u32 share, const float* __restrict__ bias, float* __restrict__ out) {
     pdl_start();
-    const u32 n_stages = (n_in + MMQP_STAGE_K - 1) / MMQP_STAGE_K;
     const u64 values = (u64)tokens * n_out;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
         const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;

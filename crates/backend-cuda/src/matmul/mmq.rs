@@ -60,24 +60,38 @@ pub enum Path {
         kernel: &'static str,
         tile: usize,
         shared: u32,
+        /// Elements of one pipeline stage.
+        stage: usize,
     },
 }
 
 /// Source of the pipelined kernels.
 const PIPE_FILE: &str = "mmqp.cu";
-/// Elements of one stage of the pipelined kernels (`MMQP_STAGE_K` in mmqp.cu).
-const PIPE_STAGE: usize = 256;
-/// Stages in flight (`MMQP_STAGES`: 2, or what `RUNIT_CUDA_DEFINES` sets it to for an
-/// experiment).
+/// The value of `name` in `RUNIT_CUDA_DEFINES` (the defines passed to NVRTC for an
+/// experiment), or `default`.
+fn kernel_define(name: &str, default: usize) -> usize {
+    std::env::var("RUNIT_CUDA_DEFINES")
+        .unwrap_or_default()
+        .split_whitespace()
+        .find_map(|define| define.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Stages in flight (`MMQP_STAGES` in mmqp.cu: 2).
 fn pipe_stages() -> usize {
-    static STAGES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *STAGES.get_or_init(|| {
-        std::env::var("RUNIT_CUDA_DEFINES")
-            .unwrap_or_default()
-            .split_whitespace()
-            .find_map(|define| define.strip_prefix("MMQP_STAGES=")?.parse().ok())
-            .unwrap_or(2)
-    })
+    static STAGES: OnceLock<usize> = OnceLock::new();
+    *STAGES.get_or_init(|| kernel_define("MMQP_STAGES", 2))
+}
+
+/// Elements of one stage of the pipelined kernels for weights of `ty` (`MmqpLayout::K` in
+/// mmqp.cu): 256 for blocks of 256 elements, `MMQP_SMALL_K` (256) for blocks of 32.
+fn pipe_stage(ty: GgmlType) -> usize {
+    static SMALL: OnceLock<usize> = OnceLock::new();
+    if ty.block_size() >= 256 {
+        256
+    } else {
+        *SMALL.get_or_init(|| kernel_define("MMQP_SMALL_K", 256))
+    }
 }
 
 /// Dynamic shared memory of a pipelined kernel for weights of `ty` and tiles of `tile`
@@ -85,9 +99,10 @@ fn pipe_stages() -> usize {
 /// 15 bytes of misalignment on each side, whole 16-byte chunks: `MmqpLayout` in mmqp.cu)
 /// and the tile's f16 activations.
 pub fn pipe_shared_bytes(ty: GgmlType, tile: usize) -> u32 {
-    let stage_bytes = PIPE_STAGE / ty.block_size() * ty.type_size();
+    let stage = pipe_stage(ty);
+    let stage_bytes = stage / ty.block_size() * ty.type_size();
     let window = (stage_bytes + 30).next_multiple_of(16);
-    (pipe_stages() * (BLOCK_ROWS * window + tile * PIPE_STAGE * 2)) as u32
+    (pipe_stages() * (BLOCK_ROWS * window + tile * stage * 2)) as u32
 }
 
 /// The batched kernel that takes a matmul of `tokens` rows of `n_in` elements of a `ty`
@@ -116,6 +131,7 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
             kernel: names[variant],
             tile,
             shared: pipe_shared_bytes(ty, tile),
+            stage: pipe_stage(ty),
         });
     }
     kernels
@@ -224,6 +240,7 @@ pub(super) fn run(
             kernel,
             tile,
             shared,
+            stage,
         } => {
             if scratch.shared_raised.insert(kernel) {
                 use cudarc::driver::sys::CUfunction_attribute_enum as Attribute;
@@ -236,7 +253,7 @@ pub(super) fn run(
                     .map_err(|e| backend.driver_error(OP, e))?;
             }
             let x = half_input(backend, op, scratch)?;
-            return run_pipe(backend, kernel, tile, shared, x, op, scratch);
+            return run_pipe(backend, kernel, (tile, shared, stage), x, op, scratch);
         }
     };
     let plan = MmqPlan::new(
@@ -315,8 +332,8 @@ pub struct PipePlan {
 }
 
 impl PipePlan {
-    /// The plan for `tokens` × `n_in` activations in tiles of `tile` tokens and `n_out`
-    /// weight rows on a device that holds `resident` blocks at once. Whole row blocks per
+    /// The plan for `tokens` rows of activations in tiles of `tile` tokens and `n_out`
+    /// weight rows of `n_stages` stages on a device that holds `resident` blocks at once. Whole row blocks per
     /// grid block when that leaves the device as busy (a matrix of many row blocks), else
     /// equal shares of all the stages, one grid block per resident block (stream-K): each
     /// multiprocessor then gets the same work whatever the matrix's shape, where whole row
@@ -324,9 +341,14 @@ impl PipePlan {
     /// busy while the others idle. Its cost: the row blocks cut between grid blocks are
     /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
     /// stages below).
-    pub fn new(tokens: usize, tile: usize, n_in: usize, n_out: usize, resident: usize) -> PipePlan {
+    pub fn new(
+        tokens: usize,
+        tile: usize,
+        n_stages: usize,
+        n_out: usize,
+        resident: usize,
+    ) -> PipePlan {
         let row_blocks = n_out.div_ceil(BLOCK_ROWS);
-        let n_stages = n_in.div_ceil(PIPE_STAGE);
         let token_tiles = tokens.div_ceil(tile).max(1);
         let total = row_blocks * n_stages;
         let per_tile = (resident / token_tiles).max(1);
@@ -353,12 +375,11 @@ impl PipePlan {
 }
 
 /// Runs pipelined kernel `kernel` (tiles of `tile` tokens, `shared` bytes of dynamic shared
-/// memory) on f16 activations at `x`.
+/// memory, stages of `stage` elements) on f16 activations at `x`.
 fn run_pipe(
     backend: &CudaBackend,
     kernel: &'static str,
-    tile: usize,
-    shared: u32,
+    (tile, shared, stage): (usize, u32, usize),
     x: u64,
     op: &Operands,
     scratch: &mut Scratch,
@@ -382,7 +403,8 @@ fn run_pipe(
             resident
         }
     };
-    let plan = PipePlan::new(op.tokens, tile, op.n_in, op.n_out, resident);
+    let n_stages = op.n_in.div_ceil(stage);
+    let plan = PipePlan::new(op.tokens, tile, n_stages, op.n_out, resident);
     let values = op.tokens * op.n_out;
     let partial = if plan.slots > 1 {
         ensure(
@@ -422,7 +444,7 @@ fn run_pipe(
         partial,
         tokens,
         n_out,
-        n_in,
+        n_stages as u32,
         share,
         op.bias,
         op.out
@@ -514,14 +536,14 @@ mod tests {
             (64, 384, 128, 264),
             (16, 128, 1, 8),
         ] {
+            let n_stages: usize = usize::div_ceil(n_in, 256);
             let plan = PipePlan::new(
                 tokens,
                 64.min(tokens.next_power_of_two()),
-                n_in,
+                n_stages,
                 n_out,
                 resident,
             );
-            let n_stages = n_in.div_ceil(PIPE_STAGE);
             let row_blocks = n_out.div_ceil(BLOCK_ROWS);
             let total = row_blocks * n_stages;
             let mut taken = vec![Vec::new(); row_blocks];
@@ -550,9 +572,9 @@ mod tests {
             assert!(plan.blocks * plan.token_tiles <= resident.max(row_blocks * plan.token_tiles));
         }
         // qwen2.5-7b's gate at 64 rows, two blocks per multiprocessor: equal shares.
-        let plan = PipePlan::new(64, 64, 3584, 18944, 264);
+        let plan = PipePlan::new(64, 64, 14, 18944, 264);
         assert_eq!((plan.blocks, plan.share), (259, 8));
         // The output matrix's 1,187 row blocks fill the device whole.
-        assert_eq!(PipePlan::new(64, 64, 3584, 151_936, 264).slots, 1);
+        assert_eq!(PipePlan::new(64, 64, 14, 151_936, 264).slots, 1);
     }
 }
