@@ -27,6 +27,42 @@
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
 __device__ __forceinline__ float kv_value(const float* cache, u64 index) { return cache[index]; }
 
+// One element of a cache row of ggml blocks of 32 (Q8_0: 34 bytes, Q4_0: 18).
+__device__ __forceinline__ float block_element(const u8* row, u32 d, bool q8) {
+    if (q8) {
+        const u8* blk = row + (d / 32) * 34;
+        const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
+        return (float)(i8)blk[2 + d % 32] * scale;
+    }
+    const u8* blk = row + (d / 32) * 18;
+    const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
+    const u32 j = d % 32;
+    const u8 byte = blk[2 + (j & 15)];
+    const i32 nibble = j < 16 ? (byte & 15) : (byte >> 4);
+    return (float)(nibble - 8) * scale;
+}
+
+// Cache views for the decode kernels: the row of one cell's kv head, and its elements.
+template <typename T>
+struct PlainKv {
+    const T* base;
+    u64 width;  // elements of a cell (kv_heads * head_dim)
+    __device__ __forceinline__ const T* row(i32 cell, u64 kv_offset) const {
+        return base + (u64)cell * width + kv_offset;
+    }
+    __device__ __forceinline__ float at(const T* row, u32 d) const { return kv_value(row, d); }
+};
+template <bool Q8>
+struct BlockKv {
+    const u8* base;
+    u64 row_bytes;  // bytes of a cell
+    static constexpr u32 BLOCK_BYTES = Q8 ? 34 : 18;
+    __device__ __forceinline__ const u8* row(i32 cell, u64 kv_offset) const {
+        return base + (u64)cell * row_bytes + kv_offset / 32 * BLOCK_BYTES;
+    }
+    __device__ __forceinline__ float at(const u8* row, u32 d) const { return block_element(row, d, Q8); }
+};
+
 // The span owning `row`, or -1 when no span's rows include it.
 __device__ __forceinline__ i32 attention_span(const i32* step, const StepHeader* h, i32 row) {
     if (row < 0 || row >= h->tokens) return -1;
@@ -49,12 +85,15 @@ __device__ __forceinline__ float query_value(const float* q, u64 index, u32 roun
 // ---------------------------------------------------------------------------------------
 // Decode. grid (chunks, kv_heads * slices, rows), DECODE_THREADS threads; dynamic shared
 // memory: heads_per_block * head_dim floats (queries). Partials: [rows, heads, chunks] of
-// (max, sum) in part_stats and head_dim accumulators in part_acc.
-template <typename KV>
-__device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, const KV* v_cache, const i32* step,
+// (max, sum) in part_stats and head_dim accumulators in part_acc. Caches of blocks have
+// their rows rotated in chunks (kv.cu): the queries are rotated alike here (`k_rotation`),
+// the output back by attention_combine (`v_rotation`: rotating the merged sum equals
+// merging rotated chunks).
+template <typename KC, typename VC>
+__device__ __forceinline__ void decode_chunk(const float* q, KC k_cache, VC v_cache, const i32* step,
                                              float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
                                              u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
-                                             u32 heads_per_block, u32 round_q) {
+                                             u32 heads_per_block, u32 round_q, u32 k_rotation) {
     extern __shared__ float queries[];  // [heads_per_block][head_dim]
     __shared__ float scores[MAX_HEADS_PER_BLOCK][DECODE_TILE];
     __shared__ i32 cells[DECODE_TILE];
@@ -78,7 +117,6 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
     const u32 slice = blockIdx.y % slices;
     const u32 first_head = kv_head * group + slice * heads_per_block;
     const u32 n_heads = min(heads_per_block, group - slice * heads_per_block);
-    const u64 kv_width = (u64)kv_heads * head_dim;
     const u64 kv_offset = (u64)kv_head * head_dim;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -86,6 +124,9 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
         const u32 hh = i / head_dim, d = i % head_dim;
         queries[i] = query_value(q, ((u64)row * heads + first_head + hh) * head_dim + d, round_q);
     }
+    __syncthreads();
+    // Chunks of k_rotation never cross heads (head_dim is a multiple of it).
+    if (k_rotation > 0) hadamard_chunks(queries, n_heads * head_dim, k_rotation);
     if (threadIdx.x < MAX_HEADS_PER_BLOCK) {
         running_max[threadIdx.x] = NEG_INF;
         running_sum[threadIdx.x] = 0.0f;
@@ -108,7 +149,7 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
         for (u32 round = 0; round < DECODE_TILE / DECODE_WARPS; ++round) {
             const i32 j = (i32)(warp + round * DECODE_WARPS);
             if (j >= n) continue;  // warp-uniform
-            const KV* key = k_cache + (u64)cells[j] * kv_width + kv_offset;
+            const auto* key = k_cache.row(cells[j], kv_offset);
             float partial[MAX_HEADS_PER_BLOCK];
 #pragma unroll
             for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) partial[hh] = 0.0f;
@@ -116,7 +157,7 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
             for (u32 i = 0; i < LANE_DIMS; ++i) {
                 const u32 d = lane + 32 * i;
                 if (d < head_dim) {
-                    const float kd = kv_value(key, d);
+                    const float kd = k_cache.at(key, d);
 #pragma unroll
                     for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
                         if (hh < n_heads) partial[hh] += queries[hh * head_dim + d] * kd;
@@ -155,12 +196,12 @@ __device__ __forceinline__ void decode_chunk(const float* q, const KV* k_cache, 
             for (u32 i = 0; i < THREAD_DIMS; ++i) acc[hh][i] *= factor[hh];
 #pragma unroll 4
         for (i32 j = 0; j < n; ++j) {
-            const KV* value = v_cache + (u64)cells[j] * kv_width + kv_offset;
+            const auto* value = v_cache.row(cells[j], kv_offset);
 #pragma unroll
             for (u32 i = 0; i < THREAD_DIMS; ++i) {
                 const u32 d = threadIdx.x + DECODE_THREADS * i;
                 if (d < head_dim) {
-                    const float vd = kv_value(value, d);
+                    const float vd = v_cache.at(value, d);
 #pragma unroll
                     for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
                         if (hh < n_heads) acc[hh][i] += scores[hh][j] * vd;
@@ -190,24 +231,44 @@ extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
 attention_decode_f16(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* part_acc,
                      float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
                      u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
-    decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
-                 chunk_len, chunks, heads_per_block, round_q);
+    const u64 width = (u64)kv_heads * head_dim;
+    decode_chunk(q, PlainKv<u16>{k_cache, width}, PlainKv<u16>{v_cache, width}, step, part_acc, part_stats, heads,
+                 kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, round_q, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
 attention_decode_f32(const float* q, const float* k_cache, const float* v_cache, const i32* step, float* part_acc,
                      float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
                      u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
-    decode_chunk(q, k_cache, v_cache, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,
-                 chunk_len, chunks, heads_per_block, round_q);
+    const u64 width = (u64)kv_heads * head_dim;
+    decode_chunk(q, PlainKv<float>{k_cache, width}, PlainKv<float>{v_cache, width}, step, part_acc, part_stats,
+                 heads, kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, round_q, 0);
 }
+
+// Q8_0 / Q4_0 caches (f32 queries, rotated as the keys were).
+#define ATTENTION_DECODE_BLOCKS(name, KQ8, VQ8)                                                                  \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
+        name(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* part_acc,             \
+             float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 chunk_len,   \
+             u32 chunks, u32 heads_per_block, u32 k_rotation) {                                                  \
+        pdl_start();                                                                                             \
+        const u64 blocks = (u64)kv_heads * head_dim / 32;                                                        \
+        decode_chunk(q, BlockKv<KQ8>{k_cache, blocks * BlockKv<KQ8>::BLOCK_BYTES},                               \
+                     BlockKv<VQ8>{v_cache, blocks * BlockKv<VQ8>::BLOCK_BYTES}, step, part_acc, part_stats,      \
+                     heads, kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, 0, k_rotation); \
+    }
+ATTENTION_DECODE_BLOCKS(attention_decode_q8_0_q8_0, true, true)
+ATTENTION_DECODE_BLOCKS(attention_decode_q8_0_q4_0, true, false)
+ATTENTION_DECODE_BLOCKS(attention_decode_q4_0_q8_0, false, true)
+ATTENTION_DECODE_BLOCKS(attention_decode_q4_0_q4_0, false, false)
 
 // Merges the chunks of each (row, head): grid (heads, rows), any block size. Reads exactly
 // the chunks attention_decode_* wrote: those meeting [lo, position]. With `direct` (the
 // attention_decode_mma_* kernels), rows whose range lies in one chunk are already in `out`.
+// With `v_rotation`, the merged row is rotated back in chunks of it (caches of blocks).
 extern "C" __global__ void attention_combine(float* out, const float* part_acc, const float* part_stats,
                                              const i32* step, u32 heads, u32 head_dim, u32 window,
-                                             u32 chunk_len, u32 chunks, u32 direct) { pdl_start();
+                                             u32 chunk_len, u32 chunks, u32 direct, u32 v_rotation) { pdl_start();
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
     const u32 head = blockIdx.x;
@@ -229,12 +290,20 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
     if (threadIdx.x < n) weights[threadIdx.x] = weight * inverse;
     __syncthreads();
+    __shared__ float merged[MAX_HEAD_DIM];
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float value = 0.0f;
 #pragma unroll 4
         for (u32 c = 0; c < n; ++c) value += part_acc[(base + c) * head_dim + d] * weights[c];
-        out[((u64)row * heads + head) * head_dim + d] = value;
+        if (v_rotation > 0)
+            merged[d] = value;
+        else
+            out[((u64)row * heads + head) * head_dim + d] = value;
     }
+    if (v_rotation == 0) return;
+    __syncthreads();
+    hadamard_chunks(merged, head_dim, v_rotation);
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) out[((u64)row * heads + head) * head_dim + d] = merged[d];
 }
 
 // ---------------------------------------------------------------------------------------
@@ -371,20 +440,6 @@ extern "C" __global__ void attention_prefill_f32(const float* q, const float* k_
 // query with the dequantized key.
 //
 // Launch: grid (rows, heads), 32 threads.
-__device__ __forceinline__ float block_element(const u8* row, u32 d, bool q8) {
-    if (q8) {
-        const u8* blk = row + (d / 32) * 34;
-        const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
-        return (float)(i8)blk[2 + d % 32] * scale;
-    }
-    const u8* blk = row + (d / 32) * 18;
-    const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
-    const u32 j = d % 32;
-    const u8 byte = blk[2 + (j & 15)];
-    const i32 nibble = j < 16 ? (byte & 15) : (byte >> 4);
-    return (float)(nibble - 8) * scale;
-}
-
 template <bool KQ8, bool VQ8>
 __device__ void attention_blocks(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* out,
                                  u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 k_rotation,

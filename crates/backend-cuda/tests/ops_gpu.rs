@@ -228,7 +228,7 @@ fn quantized_kv_caches_match_the_cpu() {
     for (keys, values) in pairs {
         let types = KvTypes { keys, values };
         for (head_dim, window) in [(64, None), (128, None), (96, None), (128, Some(40))] {
-            for sequences in [&[(600, 1), (37, 1)][..], &[(20, 70)][..]] {
+            for sequences in [&[(600, 1), (37, 1), (1100, 1)][..], &[(20, 70)][..]] {
                 let setup = Setup::new(0x9b10, (8, 2, head_dim), types, window, sequences, 0);
                 let name = format!("{types} d{head_dim} window {window:?} {sequences:?}");
                 compare(&cuda, &name, &setup);

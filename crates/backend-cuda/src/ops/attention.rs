@@ -35,6 +35,9 @@ struct Call {
     window: u32,
     round_q: u32,
     f16: bool,
+    /// Caches of ggml blocks: the decode kernel and the rotations of keys and values
+    /// (kernels/attention.cu's `attention_decode_q*`).
+    blocks: Option<(&'static str, u32, u32)>,
 }
 
 /// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
@@ -114,6 +117,7 @@ pub fn attention(
             .map_or(0, |w| w.min(i32::MAX as usize) as u32),
         round_q: u32::from(round_queries(f16, total_rows, head_dim)),
         f16,
+        blocks: None,
     };
     if total_rows == 0 {
         return Ok(());
@@ -166,9 +170,11 @@ pub fn attention(
     }
 }
 
-/// Attention over Q8_0 / Q4_0 caches (kernels/attention.cu's `attention_blocks_*`): one
-/// warp per (row, head) reading the blocks, queries and output rotated as the caches' rows
-/// were (`runit_backend::hadamard`). Not in `--exact` numerics (refused as an unsupported cache type).
+/// Attention over Q8_0 / Q4_0 caches, queries and output rotated as the caches' rows were
+/// (`runit_backend::hadamard`): decode rows by flash-decoding over the blocks
+/// (`attention_decode_q*` and the combine), prefill by `attention_blocks_*` (one warp per
+/// (row, head) walking the keys in order). Not in `--exact` numerics (refused as an
+/// unsupported cache type).
 fn attention_blocks(
     backend: &CudaBackend,
     attention: &Attention<'_>,
@@ -205,16 +211,57 @@ fn attention_blocks(
     check_len(OP, "q", q, needed)?;
     check_len(OP, "out", out, needed)?;
     let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
-    let name = match (k_cache.ty, v_cache.ty) {
-        (KvType::Q8_0, KvType::Q8_0) => "attention_blocks_q8_0_q8_0",
-        (KvType::Q8_0, KvType::Q4_0) => "attention_blocks_q8_0_q4_0",
-        (KvType::Q4_0, KvType::Q8_0) => "attention_blocks_q4_0_q8_0",
-        (KvType::Q4_0, KvType::Q4_0) => "attention_blocks_q4_0_q4_0",
+    let (name, decode_name) = match (k_cache.ty, v_cache.ty) {
+        (KvType::Q8_0, KvType::Q8_0) => {
+            ("attention_blocks_q8_0_q8_0", "attention_decode_q8_0_q8_0")
+        }
+        (KvType::Q8_0, KvType::Q4_0) => {
+            ("attention_blocks_q8_0_q4_0", "attention_decode_q8_0_q4_0")
+        }
+        (KvType::Q4_0, KvType::Q8_0) => {
+            ("attention_blocks_q4_0_q8_0", "attention_decode_q4_0_q8_0")
+        }
+        (KvType::Q4_0, KvType::Q4_0) => {
+            ("attention_blocks_q4_0_q4_0", "attention_decode_q4_0_q4_0")
+        }
         (other, _) => return Err(crate::kv_type_refused(other, OP)),
     };
     let rotation = |cache: &runit_backend::KvCache| {
         hadamard::llama_rotation(cache.ty, cache.role, head_dim).unwrap_or(0) as u32
     };
+    let total_rows = spans
+        .iter()
+        .fold(0usize, |total, span| total.saturating_add(span.rows));
+    if total_rows == 0 {
+        return Ok(());
+    }
+    if !use_prefill(total_rows, end_row, spans.len()) {
+        let call = Call {
+            q: buffer_ptr(OP, "q", q)?,
+            k: kv_ptr(OP, "k cache", k_cache)?,
+            v: kv_ptr(OP, "v cache", v_cache)?,
+            out: buffer_ptr(OP, "out", out)?,
+            heads: to_u32(OP, "heads", params.heads)?,
+            kv_heads: to_u32(OP, "kv_heads", params.kv_heads)?,
+            head_dim: head_dim as u32,
+            scale: params.scale,
+            window: params
+                .sliding_window
+                .map_or(0, |w| w.min(i32::MAX as usize) as u32),
+            round_q: 0,
+            f16: false,
+            blocks: Some((decode_name, rotation(k_cache), rotation(v_cache))),
+        };
+        let block_size = spans.first().map_or(1, |s| s.block_size);
+        let capacity = product(
+            OP,
+            "table stride × block size",
+            step.table_stride,
+            block_size,
+        )?;
+        let plan = DecodePlan::new(capacity, params.heads / params.kv_heads);
+        return decode(backend, &call, &step, &plan, end_row, false);
+    }
     let config = LaunchConfig {
         grid_dim: (
             to_u32(OP, "rows", end_row)?,
@@ -342,6 +389,7 @@ fn decode(
             )
         };
     }
+    let mut v_rotation = 0;
     if mma {
         // The tensor-core kernel merges the chunks itself (its last block per head group).
         return decode_mma(
@@ -352,6 +400,30 @@ fn decode(
             plan,
             config.grid_dim,
         );
+    } else if let Some((name, k_rotation, v)) = call.blocks {
+        v_rotation = v;
+        launch!(
+            backend,
+            OP,
+            "attention.cu",
+            name,
+            config,
+            call.q,
+            call.k,
+            call.v,
+            step.ptr,
+            partials_ptr,
+            stats_ptr,
+            call.heads,
+            call.kv_heads,
+            call.head_dim,
+            call.scale,
+            call.window,
+            chunk_len,
+            chunks,
+            heads_per_block,
+            k_rotation
+        )?;
     } else if call.f16 {
         decode_kernel!("attention_decode_f16")?;
     } else {
@@ -377,7 +449,8 @@ fn decode(
         call.window,
         chunk_len,
         chunks,
-        u32::from(mma)
+        u32::from(mma),
+        v_rotation
     )?;
     Ok(())
 }
