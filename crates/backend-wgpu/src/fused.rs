@@ -1,4 +1,6 @@
-//! The fused ops that save dispatches: the residual add with the next norm; RoPE of the
+//! The fused ops that save dispatches: the residual add with the next norm, and with it the
+//! rounding of the norm's results that the matmul reading them took the last time
+//! (`WgpuBackend::add_rms_norm_rows`); RoPE of the
 //! queries and keys in one dispatch (the cache write of keys and values is one dispatch as a
 //! primitive already); the gated activation with the rounding of its results for down
 //! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
@@ -12,7 +14,6 @@ use runit_backend::{
     RopeKvWrite,
 };
 
-use crate::backend::rows_grid;
 use crate::device::{at_least, buffer};
 use crate::rope::same_angles;
 use crate::WgpuBackend;
@@ -44,10 +45,7 @@ impl FusedOps for WgpuBackend {
         if rows == 0 {
             return Ok(());
         }
-        let [gx, gy, _] = rows_grid(rows);
-        let params = [width as u32, rows as u32, norm.eps.to_bits(), gx, 0];
-        let buffers = [x, w, out, delta];
-        self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])
+        self.add_rms_norm_rows([x, w, out, delta], width, rows, norm.eps)
     }
 
     fn rope_kv_write(&self, mut op: RopeKvWrite<'_>) -> OpResult {

@@ -113,7 +113,7 @@ fn cache_name(ty: KvType) -> &'static str {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 13] = [
+pub const PLAIN: [(&str, &str); 14] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -154,6 +154,17 @@ pub const PLAIN: [(&str, &str); 13] = [
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
             include_str!("shaders/add_rms_norm.wgsl"),
+            include_str!("shaders/add_rms_norm_one.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
+    (
+        "add_rms_norm_quantize",
+        concat!(
+            include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/add_rms_norm.wgsl"),
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/add_rms_norm_quantize.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),

@@ -1,23 +1,47 @@
 //! A matmul's activations rounded as the CPU's dot products see them (`quantize_x.wgsl`), in
-//! one scratch buffer that consecutive matmuls of one input share, and the gated activation
-//! that leaves that rounding for the next matmul (`gated_quantize.wgsl`).
+//! one scratch buffer that consecutive matmuls of one input share, and the ops that leave
+//! that rounding for the next matmul: the gated activation (`gated_quantize.wgsl`) and the
+//! residual add with the next norm (`add_rms_norm_quantize.wgsl`).
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 
-use runit_backend::{Activation, BackendError, Buffer, Weight};
+use runit_backend::{Activation, BackendError, Buffer, OpResult, Weight};
 use runit_quant::GgmlType;
 
-use crate::backend::grid;
+use crate::backend::{grid, rows_grid};
+use crate::bind_groups::FxBuild;
 use crate::device::{at_least, buffer};
 use crate::matmul::exact_kernel;
 use crate::WgpuBackend;
 
-/// The scratch buffer of rounded activations and what it holds.
+/// The scratch buffer of rounded activations and what it holds, and what the norms have
+/// learned of the matmuls that read their results.
 #[derive(Default)]
 pub(crate) struct RoundedX {
     buffer: Option<wgpu::Buffer>,
     of: Option<Rounded>,
+    /// The last norm recorded (`add_rms_norm_rows`): its output, until a matmul rounds it.
+    last_norm: Option<NormOutput>,
+    /// By norm weight (the hash of its buffer): the rounding mode and values a block that
+    /// the matmul reading that norm's results took last. A stale or colliding entry costs a
+    /// rounding the matmul does not use, never a result: the matmul checks what it gets.
+    norm_modes: HashMap<u64, (u32, usize), FxBuild>,
 }
+
+/// A norm's output as `activations_as_cpu` recognises it: `len` values of `out` normalized
+/// by the weight hashed `weight`, current while the backend's epoch is `epoch`.
+struct NormOutput {
+    out: wgpu::Buffer,
+    len: usize,
+    weight: u64,
+    epoch: u64,
+}
+
+/// Norm weights remembered at most (a model has about two a layer); past it the table
+/// starts again, so that a backend serving model after model does not grow it without end.
+const MAX_NORM_MODES: usize = 4096;
 
 /// The rounding a [`RoundedX`] holds: of `len` values of `source` in `mode`, current while
 /// the backend's epoch is `epoch`.
@@ -54,6 +78,16 @@ impl WgpuBackend {
             if of.source == *source && of.len == len && of.mode == mode && of.epoch == epoch {
                 return Ok(Some(rounded.clone()));
             }
+        }
+        // A norm's results rounded here: the norm rounds them itself from the next step on.
+        if let Some(norm) = scratch
+            .last_norm
+            .take_if(|norm| norm.out == *source && norm.len == len && norm.epoch == epoch)
+        {
+            if scratch.norm_modes.len() >= MAX_NORM_MODES {
+                scratch.norm_modes.clear();
+            }
+            scratch.norm_modes.insert(norm.weight, (mode, block));
         }
         let rounded = self.rounded_buffer(&mut scratch, len)?;
         let blocks = len / block;
@@ -148,6 +182,63 @@ impl WgpuBackend {
             epoch: self.epoch.load(Ordering::Relaxed),
         });
         Ok(true)
+    }
+
+    /// `x += delta`, then `out` = the RMS norm of `x` by `w` (`eps`), for `rows` rows of
+    /// `width` (`FusedOps::add_rms_norm`), in one dispatch; with, in that dispatch, the
+    /// rounding of `out` that the matmul which read this norm's results last took
+    /// (`add_rms_norm_quantize.wgsl`), left for the next matmul as `activations_as_cpu`
+    /// leaves its own. When the norm records, the matmul that will read it is not known; a
+    /// decode step repeats the last step's ops, so the last step's rounding is the guess,
+    /// and a wrong one only costs the rounding's time (the matmul rounds again).
+    pub(crate) fn add_rms_norm_rows(
+        &self,
+        [x, w, out, delta]: [&wgpu::Buffer; 4],
+        width: usize,
+        rows: usize,
+        eps: f32,
+    ) -> OpResult {
+        const OP: &str = "add_rms_norm";
+        let len = rows * width;
+        let weight = FxBuild::default().hash_one(w);
+        let [gx, gy, _] = rows_grid(rows);
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        let guess = scratch.norm_modes.get(&weight).copied();
+        match guess.filter(|&(_, block)| width.is_multiple_of(block)) {
+            Some((mode, block)) => {
+                let rounded = self.rounded_buffer(&mut scratch, len)?;
+                let params = [
+                    width as u32,
+                    rows as u32,
+                    eps.to_bits(),
+                    gx,
+                    0,
+                    mode,
+                    block as u32,
+                ];
+                let buffers = [x, w, out, delta, &rounded];
+                let kernel = Self::plain("add_rms_norm_quantize");
+                self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
+                scratch.of = Some(Rounded {
+                    source: out.clone(),
+                    len,
+                    mode,
+                    epoch: self.epoch.load(Ordering::Relaxed),
+                });
+            }
+            None => {
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0];
+                let buffers = [x, w, out, delta];
+                self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])?;
+            }
+        }
+        scratch.last_norm = Some(NormOutput {
+            out: out.clone(),
+            len,
+            weight,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        });
+        Ok(())
     }
 
     /// Marks the rounding `activations_as_cpu` made last as current, once the matmul's own

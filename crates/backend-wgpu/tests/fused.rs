@@ -83,6 +83,82 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     }
 }
 
+/// `add_rms_norm` then a matmul of its results, three steps: the first teaches the norm the
+/// matmul's rounding, the second rounds in the norm's dispatch, the third has the matmul take
+/// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
+/// matmul rounds again. Each step's
+/// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks).
+#[test]
+fn add_rms_norm_rounds_for_the_next_matmul() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ];
+    let (width, rows_out) = (512, 40);
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        let mut rng = Rng::new(37);
+        let others = [GgmlType::F16, GgmlType::Q8_0]
+            .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
+        for ty in types {
+            let w = weights(gpu, ty, width, &[rows_out], 43).remove(0);
+            let other = &others[usize::from(ty == GgmlType::F16)];
+            for tokens in [1, 2, 5] {
+                // A norm weight of its own, which no matmul has read yet.
+                let norm_values = rng.values(width, 0.5, 1.5);
+                let norm_weight = make_weight(gpu, "norm", GgmlType::F32, &[width], &norm_values)
+                    .expect("norm weight");
+                let norm = RmsNorm {
+                    weight: &norm_weight,
+                    eps: 1e-6,
+                };
+                let len = tokens * width;
+                let (x, delta) = (rng.normal(len, 2.0), rng.normal(len, 1.0));
+                for (step, next) in [&w, &w, other].into_iter().enumerate() {
+                    let (mut results, mut used) = (Vec::new(), Vec::new());
+                    for fused in [false, true] {
+                        let (mut x_buffer, delta_buffer) = (upload(gpu, &x), upload(gpu, &delta));
+                        let mut normed = gpu.alloc(len).expect("alloc");
+                        let mut product = gpu.alloc(tokens * rows_out).expect("alloc");
+                        let op = AddRmsNorm {
+                            x: &mut x_buffer,
+                            delta: &delta_buffer,
+                            norm,
+                            rows: tokens,
+                            out: &mut normed,
+                        };
+                        let before = gpu.counts().dispatches;
+                        match fused {
+                            true => gpu.add_rms_norm(op),
+                            false => unfused::add_rms_norm(gpu, op),
+                        }
+                        .and_then(|()| gpu.matmul(next, &normed, tokens, &mut product))
+                        .expect("add_rms_norm and matmul");
+                        used.push(gpu.counts().dispatches - before);
+                        results.push([
+                            bits(&download(gpu, &x_buffer, len)),
+                            bits(&download(gpu, &normed, len)),
+                            bits(&download(gpu, &product, tokens * rows_out)),
+                        ]);
+                    }
+                    let detail = format!("{mode} {ty:?} x {tokens}, step {step}");
+                    assert_eq!(results[0], results[1], "{detail}");
+                    // The add joins the norm; at the second step the rounding joins it too.
+                    let rounds = step == 1 && ty != GgmlType::F32;
+                    let saved = if rounds { 2 } else { 1 };
+                    assert_eq!(used[1] + saved, used[0], "{detail}: dispatches {used:?}");
+                }
+            }
+        }
+    }
+}
+
 /// One decode-like step: `rows` new rows of one sequence after `prefix` cached positions.
 struct RopeCase {
     heads: usize,
