@@ -10,8 +10,8 @@
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
 
 use runit_backend::{
-    unfused, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps, Projection,
-    RopeKvWrite,
+    unfused, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps,
+    Projection, RopeKvWrite,
 };
 
 use crate::device::{at_least, buffer};
@@ -81,6 +81,12 @@ impl FusedOps for WgpuBackend {
             return Ok(());
         }
         unfused::matmul_qkv(self, projections, x, tokens, outs)
+    }
+
+    fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
+        let next = Some((op.projection, op.tokens)).filter(|_| self.fused_ops);
+        self.attention_rows(&op.attention, op.attn, next)?;
+        self.matmul(op.projection, op.attn, op.tokens, op.out)
     }
 
     fn gated_ffn_hidden(&self, mut run: GatedFfnRun<'_>) -> OpResult {

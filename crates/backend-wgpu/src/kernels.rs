@@ -32,9 +32,10 @@ pub enum KernelSource {
     MatmulQk(GgmlType),
     MatmulRepack(GgmlType),
     MatmulFloat(GgmlType),
-    /// The cache writer ([`kv_write`]) and attention ([`attention`]) of a key and a value type.
+    /// The cache writer ([`kv_write`]) and attention ([`attention`]) of a key and a value type;
+    /// attention's last field: whether it rounds its output for the next matmul too.
     KvWrite(KvType, KvType),
-    Attention(KvType, KvType, AttentionPath),
+    Attention(KvType, KvType, AttentionPath, bool),
     /// A one-off kernel (the backend's probes): its name and the parts of its source.
     Probe(&'static str, &'static [&'static str]),
 }
@@ -66,12 +67,13 @@ impl KernelSource {
             KernelSource::MatmulRepack(ty) => format!("matmul_repack_{}", suffix(ty)),
             KernelSource::MatmulFloat(ty) => format!("matmul_float_{}", suffix(ty)),
             KernelSource::KvWrite(k, v) => format!("kv_write_{}_{}", cache_name(k), cache_name(v)),
-            KernelSource::Attention(k, v, path) => {
+            KernelSource::Attention(k, v, path, rounds) => {
                 let prefix = match path {
                     AttentionPath::Tiled => "attention",
                     AttentionPath::OneChunk => "attention_chunk",
                 };
-                format!("{prefix}_{}_{}", cache_name(k), cache_name(v))
+                let rounding = if rounds { "_quantize" } else { "" };
+                format!("{prefix}_{}_{}{rounding}", cache_name(k), cache_name(v))
             }
         }
     }
@@ -95,7 +97,7 @@ impl KernelSource {
             KernelSource::MatmulRepack(ty) => matmul_repack_source(ty),
             KernelSource::MatmulFloat(ty) => matmul_float_source(ty),
             KernelSource::KvWrite(k, v) => kv_write_source(k, v),
-            KernelSource::Attention(k, v, path) => attention_source(k, v, path),
+            KernelSource::Attention(k, v, path, rounds) => attention_source(k, v, path, rounds),
         }
     }
 }
@@ -438,6 +440,12 @@ const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
 /// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
+/// The one-chunk path's end: the output as it is, or rounded for the next matmul.
+const ATTENTION_CHUNK_PLAIN: &str = include_str!("shaders/attention_chunk_plain.wgsl");
+const ATTENTION_CHUNK_QUANTIZE: &str = concat!(
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/attention_chunk_quantize.wgsl")
+);
 /// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.
 pub(crate) const EXPF: &str = concat!(
@@ -493,21 +501,37 @@ pub enum AttentionPath {
     OneChunk,
 }
 
-/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`.
-pub fn attention(keys: KvType, values: KvType, path: AttentionPath) -> Option<KernelSource> {
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`; with
+/// `rounds`, the one-chunk path that also rounds its output for the next matmul
+/// (`attention_chunk_quantize.wgsl`).
+pub fn attention(
+    keys: KvType,
+    values: KvType,
+    path: AttentionPath,
+    rounds: bool,
+) -> Option<KernelSource> {
     cache_code(keys)?;
     cache_code(values)?;
-    Some(KernelSource::Attention(keys, values, path))
+    if rounds && path != AttentionPath::OneChunk {
+        return None;
+    }
+    Some(KernelSource::Attention(keys, values, path, rounds))
 }
 
-fn attention_source(keys: KvType, values: KvType, path: AttentionPath) -> String {
+fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
-    let (body, extra) = match path {
-        AttentionPath::Tiled => (ATTENTION, ""),
-        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF),
+    let (body, extra) = match (path, rounds) {
+        (AttentionPath::Tiled, _) => (ATTENTION, ""),
+        (AttentionPath::OneChunk, false) => (ATTENTION_CHUNK, ATTENTION_CHUNK_PLAIN),
+        (AttentionPath::OneChunk, true) => (ATTENTION_CHUNK, ATTENTION_CHUNK_QUANTIZE),
+    };
+    let expf = if path == AttentionPath::OneChunk {
+        EXPF
+    } else {
+        ""
     };
     format!(
-        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
+        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}\n{expf}"
     )
 }
 
@@ -601,7 +625,9 @@ pub fn all() -> Vec<KernelSource> {
         for (values, _, _) in CACHE_TYPES {
             all.extend(kv_write(keys, values));
             for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
-                all.extend(attention(keys, values, path));
+                for rounds in [false, true] {
+                    all.extend(attention(keys, values, path, rounds));
+                }
             }
         }
     }

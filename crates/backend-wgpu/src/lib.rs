@@ -78,6 +78,7 @@
 //! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
 //! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
 
+mod attention;
 mod backend;
 mod batch;
 mod bind_groups;

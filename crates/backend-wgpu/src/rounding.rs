@@ -205,17 +205,9 @@ impl WgpuBackend {
         let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
         let guess = scratch.norm_modes.get(&weight).copied();
         match guess.filter(|&(_, block)| width.is_multiple_of(block)) {
-            Some((mode, block)) => {
+            Some((mode, _)) => {
                 let rounded = self.rounded_buffer(&mut scratch, len)?;
-                let params = [
-                    width as u32,
-                    rows as u32,
-                    eps.to_bits(),
-                    gx,
-                    0,
-                    mode,
-                    block as u32,
-                ];
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode];
                 let buffers = [x, w, out, delta, &rounded];
                 let kernel = Self::plain("add_rms_norm_quantize");
                 self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
@@ -239,6 +231,33 @@ impl WgpuBackend {
             epoch: self.epoch.load(Ordering::Relaxed),
         });
         Ok(())
+    }
+
+    /// quantize_x.wgsl's mode for rounding `len` activations of a matmul by `next` in blocks
+    /// that fall within heads of `head_dim` values (attention_chunk_quantize.wgsl), or
+    /// `None` where the matmul takes none or a block would span heads.
+    pub(crate) fn head_rounding(&self, next: &Weight, len: usize, head_dim: usize) -> Option<u32> {
+        let (mode, block) = self.rounding(next, len)?;
+        head_dim.is_multiple_of(block).then_some(mode)
+    }
+
+    /// The scratch buffer, large enough for `len` rounded values, for a kernel that rounds
+    /// its own output ([`WgpuBackend::leave_rounding`] then marks what it holds).
+    pub(crate) fn rounding_target(&self, len: usize) -> Result<wgpu::Buffer, BackendError> {
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        self.rounded_buffer(&mut scratch, len)
+    }
+
+    /// Marks the scratch buffer as holding the first `len` values of `source` rounded in
+    /// `mode` by the dispatch just recorded, for the next matmul of `source`.
+    pub(crate) fn leave_rounding(&self, source: &wgpu::Buffer, len: usize, mode: u32) {
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        scratch.of = Some(Rounded {
+            source: source.clone(),
+            len,
+            mode,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        });
     }
 
     /// Marks the rounding `activations_as_cpu` made last as current, once the matmul's own

@@ -3,9 +3,9 @@
 
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
-    unfused, Activation, AddRmsNorm, Attention, AttentionParams, Buffer, Device, FusedOps,
-    GatedFfn, GatedFfnRun, KvRole, KvType, PrimitiveOps, Projection, RmsNorm, RopeKvWrite,
-    RopeParams, RopeStyle, SequenceSpan, Weight,
+    unfused, Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Buffer, Device,
+    FusedOps, GatedFfn, GatedFfnRun, KvRole, KvType, KvWrite, PrimitiveOps, Projection, RmsNorm,
+    RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_wgpu::{WgpuBackend, MATVEC_TYPES};
 use runit_quant::GgmlType;
@@ -287,6 +287,129 @@ fn rope_kv_write_equals_its_primitives() {
             assert_eq!(
                 a, b,
                 "{what}: h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}"
+            );
+        }
+    }
+}
+
+/// `attention_output` (the one-chunk attention rounding its output for the projection in
+/// its dispatch where it can) against `attention` then `matmul`: the attention's output and
+/// the projection equal bit for bit, and the rounding's dispatch saved exactly where the
+/// kernel takes it: one-chunk spans covering the rows in order, no value rotation (q8_0 and
+/// q4_0 value caches rotate the output afterwards), the mode's blocks within a head.
+#[test]
+fn attention_output_rounds_for_the_projection() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    use GgmlType::{BF16, F16 as H, F32 as S, Q4_1, Q4_K, Q8_0};
+    use KvType::{F16, F32};
+    // (heads, kv_heads, head_dim, key and value caches, projection type, rows of each span,
+    // whether the attention rounds)
+    let cases = [
+        (8, 2, 64, F16, F16, Q8_0, vec![1], true),
+        (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], true),
+        (4, 4, 32, F32, F32, H, vec![2, 1], true),
+        (2, 1, 256, F16, F16, Q4_K, vec![1], true),
+        (2, 1, 64, F16, F16, Q4_1, vec![3], true),
+        (8, 2, 64, F16, F16, Q4_K, vec![1], false),
+        (8, 2, 64, F16, KvType::Q8_0, Q8_0, vec![1], false),
+        (4, 4, 32, F16, F16, Q8_0, vec![64], false),
+        (8, 2, 64, F16, F16, S, vec![1], false),
+    ];
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        for (heads, kv_heads, head_dim, keys, values, ty, span_rows, rounds) in cases.clone() {
+            let mut rng = Rng::new(47);
+            let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+            let (block_size, prefix) = (16, 5);
+            let per_sequence = (prefix + 64usize).div_ceil(block_size);
+            let cells = per_sequence * block_size * span_rows.len();
+            let mut k_cache = gpu
+                .alloc_kv(cells, kv_width, head_dim, keys, KvRole::Keys)
+                .expect("k cache");
+            let mut v_cache = gpu
+                .alloc_kv(cells, kv_width, head_dim, values, KvRole::Values)
+                .expect("v cache");
+            let mut spans = Vec::new();
+            for (j, &rows) in span_rows.iter().enumerate() {
+                // Each sequence's blocks in reverse order, so that cells are not positions.
+                let first = (j * per_sequence) as u32;
+                let table: Vec<u32> = (first..first + per_sequence as u32).rev().collect();
+                let written = prefix + rows;
+                let k = upload(gpu, &rng.values(written * kv_width, -1.0, 1.0));
+                let v = upload(gpu, &rng.values(written * kv_width, -1.0, 1.0));
+                let span = SequenceSpan {
+                    first_row: 0,
+                    rows: written,
+                    start_position: 0,
+                    block_table: table.clone(),
+                    block_size,
+                };
+                let write = KvWrite {
+                    k: &k,
+                    v: &v,
+                    k_cache: &mut k_cache,
+                    v_cache: &mut v_cache,
+                    spans: &[span],
+                };
+                gpu.kv_write(write).expect("kv_write");
+                let first_row = spans.iter().map(|s: &SequenceSpan| s.rows).sum();
+                spans.push(SequenceSpan {
+                    first_row,
+                    rows,
+                    start_position: prefix,
+                    block_table: table,
+                    block_size,
+                });
+            }
+            let tokens: usize = span_rows.iter().sum();
+            let q = upload(gpu, &rng.values(tokens * q_width, -2.0, 2.0));
+            let projection = weights(gpu, ty, q_width, &[32], 53).remove(0);
+            let params = AttentionParams {
+                heads,
+                kv_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                sliding_window: None,
+            };
+            let attention = Attention {
+                q: &q,
+                k_cache: &k_cache,
+                v_cache: &v_cache,
+                spans: &spans,
+                params: &params,
+            };
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let mut attn = gpu.alloc(tokens * q_width).expect("alloc");
+                let mut out = gpu.alloc(tokens * 32).expect("alloc");
+                let before = gpu.counts().dispatches;
+                match fused {
+                    true => gpu.attention_output(AttentionOutput {
+                        attention,
+                        attn: &mut attn,
+                        projection: &projection,
+                        tokens,
+                        out: &mut out,
+                    }),
+                    false => gpu
+                        .attention(&attention, &mut attn)
+                        .and_then(|()| gpu.matmul(&projection, &attn, tokens, &mut out)),
+                }
+                .expect("attention_output");
+                used.push(gpu.counts().dispatches - before);
+                results.push([
+                    bits(&download(gpu, &attn, tokens * q_width)),
+                    bits(&download(gpu, &out, tokens * 32)),
+                ]);
+            }
+            let detail = format!(
+                "{mode} h{heads}/{kv_heads} d{head_dim} {keys:?}/{values:?} {ty:?} {span_rows:?}"
+            );
+            assert_eq!(results[0], results[1], "{detail}");
+            assert_eq!(
+                used[0] - used[1],
+                u64::from(rounds),
+                "{detail}: dispatches {used:?}"
             );
         }
     }

@@ -12,6 +12,11 @@
 // entry points declare (quantize_x_one.wgsl; gated_quantize.wgsl, which first makes the values;
 // add_rms_norm_quantize.wgsl, the norm that makes them).
 
+// Values a block of mode `mode`.
+fn mode_block_values(mode: u32) -> u32 {
+    return select(32u, 256u, mode == 3u || mode == 5u);
+}
+
 // Block `block` of the source rounded into `rounded` in the mode `mode`.
 fn quantize_block(block: u32, mode: u32) {
     if mode == 3u || mode == 5u {

@@ -12,9 +12,8 @@ struct Params {
     // Always 0: `opaque` hides a value from the shader compiler's algebra (an inexact
     // `(a + b) - a` may be folded to `b`, which would erase the two-sums' errors).
     zero: u32,
-    // add_rms_norm_quantize.wgsl's rounding: quantize_x.wgsl's mode and values a block.
-    mode: u32,
-    block_values: u32,
+    mode: u32, // add_rms_norm_quantize.wgsl's rounding (quantize_x.wgsl's mode)
+    _pad1: u32,
     _pad2: u32,
 }
 
