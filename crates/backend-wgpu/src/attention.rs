@@ -21,9 +21,9 @@ fn f(value: f32) -> u32 {
     value.to_bits()
 }
 
-/// Whether `spans` take rows 0 .. `tokens`, each row once, in order (so that every row of
-/// the output is attention's, and rounded by it).
-fn covers_in_order(spans: &[SequenceSpan], tokens: usize) -> bool {
+/// Whether `spans` take rows 0 .. `tokens`, each row once, in order (so that a kernel run
+/// over the spans' rows meets every row).
+pub(crate) fn covers_in_order(spans: &[SequenceSpan], tokens: usize) -> bool {
     let mut next = 0;
     for span in spans {
         if span.first_row != next {

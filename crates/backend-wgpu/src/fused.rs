@@ -53,6 +53,9 @@ impl FusedOps for WgpuBackend {
             return unfused::rope_kv_write(self, op);
         }
         unfused::qk_norms_in_place(self, &mut op)?;
+        if self.rope_kv_write_rows(&mut op)? {
+            return Ok(());
+        }
         if same_angles(op.q_rope, op.k_rope) {
             let xs = [(&*op.q, op.q_rope), (&*op.k, op.k_rope)];
             self.rope_buffers(&xs, op.positions, op.freq_factors)?;

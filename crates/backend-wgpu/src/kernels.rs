@@ -36,6 +36,9 @@ pub enum KernelSource {
     /// attention's last field: whether it rounds its output for the next matmul too.
     KvWrite(KvType, KvType),
     Attention(KvType, KvType, AttentionPath, bool),
+    /// RoPE of queries and keys with the cache write ([`rope_kv_write`]) of a key and a
+    /// value type.
+    RopeKvWrite(KvType, KvType),
     /// A one-off kernel (the backend's probes): its name and the parts of its source.
     Probe(&'static str, &'static [&'static str]),
 }
@@ -67,6 +70,9 @@ impl KernelSource {
             KernelSource::MatmulRepack(ty) => format!("matmul_repack_{}", suffix(ty)),
             KernelSource::MatmulFloat(ty) => format!("matmul_float_{}", suffix(ty)),
             KernelSource::KvWrite(k, v) => format!("kv_write_{}_{}", cache_name(k), cache_name(v)),
+            KernelSource::RopeKvWrite(k, v) => {
+                format!("rope_kv_write_{}_{}", cache_name(k), cache_name(v))
+            }
             KernelSource::Attention(k, v, path, rounds) => {
                 let prefix = match path {
                     AttentionPath::Tiled => "attention",
@@ -96,7 +102,8 @@ impl KernelSource {
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
             KernelSource::MatmulRepack(ty) => matmul_repack_source(ty),
             KernelSource::MatmulFloat(ty) => matmul_float_source(ty),
-            KernelSource::KvWrite(k, v) => kv_write_source(k, v),
+            KernelSource::KvWrite(k, v) => kv_write_source(k, v, KV_WRITE_ONE),
+            KernelSource::RopeKvWrite(k, v) => kv_write_source(k, v, ROPE_KV_WRITE),
             KernelSource::Attention(k, v, path, rounds) => attention_source(k, v, path, rounds),
         }
     }
@@ -434,8 +441,15 @@ fn matmul_float_source(ty: GgmlType) -> String {
 
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
-/// The cache writer, for every element type.
+/// The cache writer, for every element type, and its entry points: the write alone, and
+/// RoPE of queries and keys first.
 const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
+const KV_WRITE_ONE: &str = include_str!("shaders/kv_write_one.wgsl");
+const ROPE_KV_WRITE: &str = concat!(
+    include_str!("shaders/rope.wgsl"),
+    include_str!("shaders/rope_kv_write.wgsl"),
+    include_str!("shaders/precise.wgsl")
+);
 /// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
 /// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
@@ -487,9 +501,17 @@ fn cache_codes(keys: KvType, values: KvType) -> (u32, u32) {
     (code(keys), code(values))
 }
 
-fn kv_write_source(keys: KvType, values: KvType) -> String {
+/// RoPE of queries and keys, then the write of keys into a `keys` cache and values into a
+/// `values` cache, in one dispatch (`rope_kv_write.wgsl`).
+pub fn rope_kv_write(keys: KvType, values: KvType) -> Option<KernelSource> {
+    cache_code(keys)?;
+    cache_code(values)?;
+    Some(KernelSource::RopeKvWrite(keys, values))
+}
+
+fn kv_write_source(keys: KvType, values: KvType, entry: &str) -> String {
     let (k, v) = cache_codes(keys, values);
-    format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}")
+    format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}\n{entry}")
 }
 
 /// Which attention kernel runs a span.
@@ -624,6 +646,7 @@ pub fn all() -> Vec<KernelSource> {
     for (keys, _, _) in CACHE_TYPES {
         for (values, _, _) in CACHE_TYPES {
             all.extend(kv_write(keys, values));
+            all.extend(rope_kv_write(keys, values));
             for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
                 for rounds in [false, true] {
                     all.extend(attention(keys, values, path, rounds));

@@ -9,7 +9,7 @@ use runit_backend::{
 use crate::backend::{grid, rows_grid};
 use crate::batch;
 use crate::device::{at_least, buffer, kv, weight};
-use crate::kernels;
+use crate::kernels::{self, KernelSource};
 use crate::WgpuBackend;
 
 /// Most workgroups in one dimension of a dispatch.
@@ -27,6 +27,22 @@ impl WgpuBackend {
             what: "this backend".to_string(),
             supported: "f16, f32, q8_0, q4_0",
         }
+    }
+
+    /// The kernel `of` the key and value caches' types, or the error naming the cache whose
+    /// type no kernel stores.
+    pub(crate) fn cache_kernel(
+        &self,
+        of: fn(KvType, KvType) -> Option<KernelSource>,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+    ) -> Result<KernelSource, BackendError> {
+        of(k_cache.ty, v_cache.ty).ok_or_else(|| {
+            let unsupported = [k_cache, v_cache]
+                .into_iter()
+                .find(|c| kernels::cache_code(c.ty).is_none());
+            self.unsupported_kv(unsupported.unwrap_or(k_cache))
+        })
     }
 
     /// llama.cpp's Hadamard rotation (`runit_backend::hadamard`) of `count` chunks of `n`
@@ -86,8 +102,37 @@ impl WgpuBackend {
     }
 }
 
-/// Invocations of `kv_write.wgsl` a row of `cache` takes: a word of f32 or of two f16, or a
-/// block of 32 values.
+/// The cache write's table of (source row, cell) entries of `write`'s spans, checked against
+/// the sources and caches, and the rows the sources must hold.
+pub(crate) fn cache_entries(
+    write: &KvWrite<'_>,
+    op: &'static str,
+) -> Result<(Vec<u32>, usize), BackendError> {
+    let mut pairs = Vec::new();
+    let mut end_rows = 0;
+    for span in write.spans {
+        let end_row = span.first_row.saturating_add(span.rows);
+        for (src, cache) in [(write.k, &*write.k_cache), (write.v, &*write.v_cache)] {
+            at_least(
+                op,
+                "k/v elements (rows × cache width)",
+                end_row.saturating_mul(cache.width),
+                src.len(),
+            )?;
+            let end = span.start_position.saturating_add(span.rows);
+            span.check_cells(op, span.start_position..end, cache.n_cells)?;
+        }
+        end_rows = end_rows.max(end_row);
+        for r in 0..span.rows {
+            pairs.push((span.first_row + r) as u32);
+            pairs.push(span.cell(span.start_position + r) as u32);
+        }
+    }
+    Ok((pairs, end_rows))
+}
+
+/// Invocations of `kv_write_one.wgsl` a row of `cache` takes (`row_units` in kv_write.wgsl):
+/// a word of f32 or of two f16, or a block of 32 values.
 fn cache_row_invocations(cache: &KvCache) -> usize {
     match cache.ty {
         KvType::F32 => cache.width,
@@ -231,39 +276,15 @@ impl PrimitiveOps for WgpuBackend {
 
     fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
         const OP: &str = "kv_write";
+        let kernel = self.cache_kernel(kernels::kv_write, write.k_cache, write.v_cache)?;
+        let (pairs, end_rows) = cache_entries(&write, OP)?;
         let KvWrite {
             k,
             v,
             k_cache,
             v_cache,
-            spans,
+            ..
         } = write;
-        let kernel = kernels::kv_write(k_cache.ty, v_cache.ty).ok_or_else(|| {
-            let unsupported = [&*k_cache, &*v_cache]
-                .into_iter()
-                .find(|c| kernels::cache_code(c.ty).is_none());
-            self.unsupported_kv(unsupported.unwrap_or(k_cache))
-        })?;
-        let mut pairs = Vec::new();
-        let mut end_rows = 0;
-        for span in spans {
-            let end_row = span.first_row.saturating_add(span.rows);
-            for (src, cache) in [(k, &*k_cache), (v, &*v_cache)] {
-                at_least(
-                    OP,
-                    "k/v elements (rows × cache width)",
-                    end_row.saturating_mul(cache.width),
-                    src.len(),
-                )?;
-                let end = span.start_position.saturating_add(span.rows);
-                span.check_cells(OP, span.start_position..end, cache.n_cells)?;
-            }
-            end_rows = end_rows.max(end_row);
-            for r in 0..span.rows {
-                pairs.push((span.first_row + r) as u32);
-                pairs.push(span.cell(span.start_position + r) as u32);
-            }
-        }
         let entries = pairs.len() / 2;
         if entries == 0 {
             return Ok(());

@@ -172,8 +172,8 @@ struct RopeCase {
 }
 
 /// q, k (after RoPE) and attention over the caches written, by the fused op or its primitive
-/// sequence.
-fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u32>; 3] {
+/// sequence, and the dispatches of the op's last call.
+fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> ([Vec<u32>; 3], u64) {
     let mut rng = Rng::new(7);
     let (q_width, kv_width) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
     let block_size = 16;
@@ -196,7 +196,7 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
     let (q_rope, k_rope) = (rope(case.heads), rope(case.kv_heads));
     // Blocks in reverse order, so that cells are not the positions.
     let table: Vec<u32> = (0..(cells / block_size) as u32).rev().collect();
-    let mut q_all = None;
+    let (mut q_all, mut used) = (None, 0);
     for (start, rows) in [(0, case.prefix), (case.prefix, case.rows)] {
         if rows == 0 {
             continue;
@@ -225,11 +225,13 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
             spans: &spans,
             qk_norms: None,
         };
+        let before = gpu.counts().dispatches;
         match fused {
             true => gpu.rope_kv_write(op),
             false => unfused::rope_kv_write(gpu, op),
         }
         .expect("rope_kv_write");
+        used = gpu.counts().dispatches - before;
         q_all = Some((q, k, spans));
     }
     let (q, k, spans) = q_all.expect("a step with rows");
@@ -249,25 +251,30 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
     };
     let mut out = gpu.alloc(case.rows * q_width).expect("alloc");
     gpu.attention(&attention, &mut out).expect("attention");
-    [
+    let results = [
         bits(&download(gpu, &q, case.rows * q_width)),
         bits(&download(gpu, &k, case.rows * kv_width)),
         bits(&download(gpu, &out, case.rows * q_width)),
-    ]
+    ];
+    (results, used)
 }
 
 #[test]
 fn rope_kv_write_equals_its_primitives() {
     let Some(gpu) = backend() else { return };
     use KvType::{F16, F32, Q4_0, Q8_0};
+    // The last field: the dispatches of the op's last call by the primitives (rope, rope, a
+    // Hadamard pass over a copy of each rotated cache's rows, kv_write) and fused (one,
+    // rope_kv_write.wgsl, where no cache rotates its rows; else rope_pair for the two ropes).
     let cases = [
-        (8, 2, 64, RopeStyle::Normal, F16, F16, 37, 1),
-        (4, 4, 32, RopeStyle::Neox, F32, F32, 3, 5),
-        (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1),
-        (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3),
-        (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1),
+        (8, 2, 64, RopeStyle::Normal, F16, F16, 37, 1, [3, 1]),
+        (4, 4, 32, RopeStyle::Neox, F32, F32, 3, 5, [3, 1]),
+        (4, 1, 128, RopeStyle::Neox, F32, F16, 70, 2, [3, 1]),
+        (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1, [4, 3]),
+        (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3, [4, 3]),
+        (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1, [5, 4]),
     ];
-    for (heads, kv_heads, head_dim, style, keys, values, prefix, rows) in cases {
+    for (heads, kv_heads, head_dim, style, keys, values, prefix, rows, dispatches) in cases {
         let case = RopeCase {
             heads,
             kv_heads,
@@ -278,17 +285,16 @@ fn rope_kv_write_equals_its_primitives() {
             prefix,
             rows,
         };
-        let unfused = rope_kv_write_run(&gpu, &case, false);
-        let fused = rope_kv_write_run(&gpu, &case, true);
+        let (unfused, unfused_used) = rope_kv_write_run(&gpu, &case, false);
+        let (fused, used) = rope_kv_write_run(&gpu, &case, true);
+        let detail = format!("h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}");
         for (what, (a, b)) in ["q", "k", "attention"]
             .iter()
             .zip(unfused.iter().zip(&fused))
         {
-            assert_eq!(
-                a, b,
-                "{what}: h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}"
-            );
+            assert_eq!(a, b, "{what}: {detail}");
         }
+        assert_eq!([unfused_used, used], dispatches, "dispatches: {detail}");
     }
 }
 
