@@ -1,8 +1,10 @@
 //! The fused ops that save dispatches: the residual add with the next norm, and with it the
 //! rounding of the norm's results that the matmul reading them took the last time
-//! (`WgpuBackend::add_rms_norm_rows`); RoPE of the
-//! queries and keys in one dispatch (the cache write of keys and values is one dispatch as a
-//! primitive already); the gated activation with the rounding of its results for down
+//! (`WgpuBackend::add_rms_norm_rows`); RoPE of the queries and keys and the cache write of
+//! keys and values in one dispatch (`WgpuBackend::rope_kv_write_rows`; where a cache rotates
+//! its rows, RoPE of both in one dispatch, then the write); the one-chunk attention with the
+//! rounding of its output for the output projection (`WgpuBackend::attention_rows`); the
+//! gated activation with the rounding of its results for down
 //! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
 //! matrix-vector dispatch, and gate and up in another (`WgpuBackend::matmul_parts`). Each
 //! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
