@@ -421,6 +421,121 @@ fn attention_output_rounds_for_the_projection() {
     }
 }
 
+/// Two sequences in one `rope_kv_write` (a span each, after cached positions of their own,
+/// in blocks of their own): q, k and attention over both spans equal the primitives', and
+/// the fused kernel writes both spans' rows in its one dispatch.
+#[test]
+fn rope_kv_write_of_two_sequences_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    let (heads, kv_heads, head_dim) = (4, 2, 64);
+    let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+    let rope = |heads| RopeParams {
+        style: RopeStyle::Neox,
+        heads,
+        head_dim,
+        rotary_dim: head_dim,
+        theta: 10_000.0,
+        freq_scale: 1.0,
+        yarn: None,
+    };
+    let (q_rope, k_rope) = (rope(heads), rope(kv_heads));
+    let block_size = 16;
+    // (cached positions, new rows) of each sequence.
+    let sequences = [(21, 1), (6, 2)];
+    let tables: Vec<Vec<u32>> = vec![vec![3, 0], vec![2, 1]];
+    let (mut results, mut used) = (Vec::new(), Vec::new());
+    for fused in [false, true] {
+        let mut rng = Rng::new(59);
+        let cells = 4 * block_size;
+        let mut k_cache = gpu
+            .alloc_kv(cells, kv_width, head_dim, KvType::F16, KvRole::Keys)
+            .expect("k cache");
+        let mut v_cache = gpu
+            .alloc_kv(cells, kv_width, head_dim, KvType::F16, KvRole::Values)
+            .expect("v cache");
+        let (mut spans, mut positions) = (Vec::new(), Vec::new());
+        for ((prefix, rows), table) in sequences.iter().zip(&tables) {
+            let k = upload(&gpu, &rng.values(prefix * kv_width, -1.0, 1.0));
+            let v = upload(&gpu, &rng.values(prefix * kv_width, -1.0, 1.0));
+            let cached = SequenceSpan {
+                first_row: 0,
+                rows: *prefix,
+                start_position: 0,
+                block_table: table.clone(),
+                block_size,
+            };
+            let write = KvWrite {
+                k: &k,
+                v: &v,
+                k_cache: &mut k_cache,
+                v_cache: &mut v_cache,
+                spans: &[cached],
+            };
+            gpu.kv_write(write).expect("kv_write");
+            spans.push(SequenceSpan {
+                first_row: positions.len(),
+                rows: *rows,
+                start_position: *prefix,
+                block_table: table.clone(),
+                block_size,
+            });
+            positions.extend((*prefix..prefix + rows).map(|p| p as u32));
+        }
+        let tokens = positions.len();
+        let mut q = upload(&gpu, &rng.values(tokens * q_width, -2.0, 2.0));
+        let mut k = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
+        let v = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
+        let op = RopeKvWrite {
+            q: &mut q,
+            k: &mut k,
+            v: &v,
+            positions: &positions,
+            q_rope: &q_rope,
+            k_rope: &k_rope,
+            freq_factors: None,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+            qk_norms: None,
+        };
+        let before = gpu.counts().dispatches;
+        match fused {
+            true => gpu.rope_kv_write(op),
+            false => unfused::rope_kv_write(&gpu, op),
+        }
+        .expect("rope_kv_write");
+        used.push(gpu.counts().dispatches - before);
+        let params = AttentionParams {
+            heads,
+            kv_heads,
+            head_dim,
+            scale: 0.125,
+            sliding_window: None,
+        };
+        let attention = Attention {
+            q: &q,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &spans,
+            params: &params,
+        };
+        let mut out = gpu.alloc(tokens * q_width).expect("alloc");
+        gpu.attention(&attention, &mut out).expect("attention");
+        results.push([
+            bits(&download(&gpu, &q, tokens * q_width)),
+            bits(&download(&gpu, &k, tokens * kv_width)),
+            bits(&download(&gpu, &out, tokens * q_width)),
+        ]);
+    }
+    for (what, (a, b)) in ["q", "k", "attention"]
+        .iter()
+        .zip(results[0].iter().zip(&results[1]))
+    {
+        assert_eq!(a, b, "{what}");
+    }
+    assert_eq!(used, [3, 1], "dispatches");
+}
+
 /// Weights of `rows` rows of `n` values of `ty`, with seeded values.
 fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64) -> Vec<Weight> {
     let mut rng = Rng::new(seed);
