@@ -43,6 +43,19 @@ struct NormOutput {
 /// starts again, so that a backend serving model after model does not grow it without end.
 const MAX_NORM_MODES: usize = 4096;
 
+impl RoundedX {
+    /// Marks the buffer as holding the first `len` values of `source` rounded in `mode`,
+    /// current at `epoch`.
+    fn holds(&mut self, source: &wgpu::Buffer, len: usize, mode: u32, epoch: u64) {
+        self.of = Some(Rounded {
+            source: source.clone(),
+            len,
+            mode,
+            epoch,
+        });
+    }
+}
+
 /// The rounding a [`RoundedX`] holds: of `len` values of `source` in `mode`, current while
 /// the backend's epoch is `epoch`.
 struct Rounded {
@@ -95,12 +108,7 @@ impl WgpuBackend {
         let kernel = Self::plain("quantize_x");
         self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
         // Marked as current once the matmul's own dispatches are recorded (`matmul_rows`).
-        scratch.of = Some(Rounded {
-            source: source.clone(),
-            len,
-            mode,
-            epoch: u64::MAX,
-        });
+        scratch.holds(source, len, mode, u64::MAX);
         Ok(Some(rounded))
     }
 
@@ -175,12 +183,7 @@ impl WgpuBackend {
         let buffers = [gate, &rounded, up, &self.gelu_table];
         let kernel = Self::plain("gated_quantize");
         self.dispatch(OP, kernel, &params, &buffers, grid(blocks))?;
-        scratch.of = Some(Rounded {
-            source: gate.clone(),
-            len,
-            mode,
-            epoch: self.epoch.load(Ordering::Relaxed),
-        });
+        scratch.holds(gate, len, mode, self.epoch.load(Ordering::Relaxed));
         Ok(true)
     }
 
@@ -211,12 +214,7 @@ impl WgpuBackend {
                 let buffers = [x, w, out, delta, &rounded];
                 let kernel = Self::plain("add_rms_norm_quantize");
                 self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
-                scratch.of = Some(Rounded {
-                    source: out.clone(),
-                    len,
-                    mode,
-                    epoch: self.epoch.load(Ordering::Relaxed),
-                });
+                scratch.holds(out, len, mode, self.epoch.load(Ordering::Relaxed));
             }
             None => {
                 let params = [width as u32, rows as u32, eps.to_bits(), gx, 0];
@@ -252,12 +250,7 @@ impl WgpuBackend {
     /// `mode` by the dispatch just recorded, for the next matmul of `source`.
     pub(crate) fn leave_rounding(&self, source: &wgpu::Buffer, len: usize, mode: u32) {
         let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
-        scratch.of = Some(Rounded {
-            source: source.clone(),
-            len,
-            mode,
-            epoch: self.epoch.load(Ordering::Relaxed),
-        });
+        scratch.holds(source, len, mode, self.epoch.load(Ordering::Relaxed));
     }
 
     /// Marks the rounding `activations_as_cpu` made last as current, once the matmul's own
