@@ -1,6 +1,10 @@
-//! The fused ops that save dispatches: the residual add with the next norm; RoPE of the
-//! queries and keys in one dispatch (the cache write of keys and values is one dispatch as a
-//! primitive already); the gated activation with the rounding of its results for down
+//! The fused ops that save dispatches: the residual add with the next norm, and with it the
+//! rounding of the norm's results that the matmul reading them took the last time
+//! (`WgpuBackend::add_rms_norm_rows`); RoPE of the queries and keys and the cache write of
+//! keys and values in one dispatch (`WgpuBackend::rope_kv_write_rows`; where a cache rotates
+//! its rows, RoPE of both in one dispatch, then the write); the one-chunk attention with the
+//! rounding of its output for the output projection (`WgpuBackend::attention_rows`); the
+//! gated activation with the rounding of its results for down
 //! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
 //! matrix-vector dispatch, and gate and up in another (`WgpuBackend::matmul_parts`). Each
 //! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
@@ -8,11 +12,10 @@
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
 
 use runit_backend::{
-    unfused, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps, Projection,
-    RopeKvWrite,
+    unfused, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps,
+    Projection, RopeKvWrite,
 };
 
-use crate::backend::rows_grid;
 use crate::device::{at_least, buffer};
 use crate::rope::same_angles;
 use crate::WgpuBackend;
@@ -44,10 +47,7 @@ impl FusedOps for WgpuBackend {
         if rows == 0 {
             return Ok(());
         }
-        let [gx, gy, _] = rows_grid(rows);
-        let params = [width as u32, rows as u32, norm.eps.to_bits(), gx, 0];
-        let buffers = [x, w, out, delta];
-        self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])
+        self.add_rms_norm_rows([x, w, out, delta], width, rows, norm.eps)
     }
 
     fn rope_kv_write(&self, mut op: RopeKvWrite<'_>) -> OpResult {
@@ -55,6 +55,9 @@ impl FusedOps for WgpuBackend {
             return unfused::rope_kv_write(self, op);
         }
         unfused::qk_norms_in_place(self, &mut op)?;
+        if self.rope_kv_write_rows(&mut op)? {
+            return Ok(());
+        }
         if same_angles(op.q_rope, op.k_rope) {
             let xs = [(&*op.q, op.q_rope), (&*op.k, op.k_rope)];
             self.rope_buffers(&xs, op.positions, op.freq_factors)?;
@@ -83,6 +86,12 @@ impl FusedOps for WgpuBackend {
             return Ok(());
         }
         unfused::matmul_qkv(self, projections, x, tokens, outs)
+    }
+
+    fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
+        let next = Some((op.projection, op.tokens)).filter(|_| self.fused_ops);
+        self.attention_rows(&op.attention, op.attn, next)?;
+        self.matmul(op.projection, op.attn, op.tokens, op.out)
     }
 
     fn gated_ffn_hidden(&self, mut run: GatedFfnRun<'_>) -> OpResult {

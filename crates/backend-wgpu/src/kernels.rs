@@ -32,9 +32,13 @@ pub enum KernelSource {
     MatmulQk(GgmlType),
     MatmulRepack(GgmlType),
     MatmulFloat(GgmlType),
-    /// The cache writer ([`kv_write`]) and attention ([`attention`]) of a key and a value type.
+    /// The cache writer ([`kv_write`]) and attention ([`attention`]) of a key and a value type;
+    /// attention's last field: whether it rounds its output for the next matmul too.
     KvWrite(KvType, KvType),
-    Attention(KvType, KvType, AttentionPath),
+    Attention(KvType, KvType, AttentionPath, bool),
+    /// RoPE of queries and keys with the cache write ([`rope_kv_write`]) of a key and a
+    /// value type.
+    RopeKvWrite(KvType, KvType),
     /// A one-off kernel (the backend's probes): its name and the parts of its source.
     Probe(&'static str, &'static [&'static str]),
 }
@@ -66,12 +70,16 @@ impl KernelSource {
             KernelSource::MatmulRepack(ty) => format!("matmul_repack_{}", suffix(ty)),
             KernelSource::MatmulFloat(ty) => format!("matmul_float_{}", suffix(ty)),
             KernelSource::KvWrite(k, v) => format!("kv_write_{}_{}", cache_name(k), cache_name(v)),
-            KernelSource::Attention(k, v, path) => {
+            KernelSource::RopeKvWrite(k, v) => {
+                format!("rope_kv_write_{}_{}", cache_name(k), cache_name(v))
+            }
+            KernelSource::Attention(k, v, path, rounds) => {
                 let prefix = match path {
                     AttentionPath::Tiled => "attention",
                     AttentionPath::OneChunk => "attention_chunk",
                 };
-                format!("{prefix}_{}_{}", cache_name(k), cache_name(v))
+                let rounding = if rounds { "_quantize" } else { "" };
+                format!("{prefix}_{}_{}{rounding}", cache_name(k), cache_name(v))
             }
         }
     }
@@ -94,8 +102,9 @@ impl KernelSource {
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
             KernelSource::MatmulRepack(ty) => matmul_repack_source(ty),
             KernelSource::MatmulFloat(ty) => matmul_float_source(ty),
-            KernelSource::KvWrite(k, v) => kv_write_source(k, v),
-            KernelSource::Attention(k, v, path) => attention_source(k, v, path),
+            KernelSource::KvWrite(k, v) => kv_write_source(k, v, KV_WRITE_ONE),
+            KernelSource::RopeKvWrite(k, v) => kv_write_source(k, v, ROPE_KV_WRITE),
+            KernelSource::Attention(k, v, path, rounds) => attention_source(k, v, path, rounds),
         }
     }
 }
@@ -113,7 +122,7 @@ fn cache_name(ty: KvType) -> &'static str {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 13] = [
+pub const PLAIN: [(&str, &str); 14] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
@@ -154,6 +163,17 @@ pub const PLAIN: [(&str, &str); 13] = [
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
             include_str!("shaders/add_rms_norm.wgsl"),
+            include_str!("shaders/add_rms_norm_one.wgsl"),
+            include_str!("shaders/precise.wgsl")
+        ),
+    ),
+    (
+        "add_rms_norm_quantize",
+        concat!(
+            include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/add_rms_norm.wgsl"),
+            include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/add_rms_norm_quantize.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
     ),
@@ -421,12 +441,25 @@ fn matmul_float_source(ty: GgmlType) -> String {
 
 /// How attention reads a cache of each element type.
 const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
-/// The cache writer, for every element type.
+/// The cache writer, for every element type, and its entry points: the write alone, and
+/// RoPE of queries and keys first.
 const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
+const KV_WRITE_ONE: &str = include_str!("shaders/kv_write_one.wgsl");
+const ROPE_KV_WRITE: &str = concat!(
+    include_str!("shaders/rope.wgsl"),
+    include_str!("shaders/rope_kv_write.wgsl"),
+    include_str!("shaders/precise.wgsl")
+);
 /// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
 /// and ggml's one-chunk path (shorter spans).
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
+/// The one-chunk path's end: the output as it is, or rounded for the next matmul.
+const ATTENTION_CHUNK_PLAIN: &str = include_str!("shaders/attention_chunk_plain.wgsl");
+const ATTENTION_CHUNK_QUANTIZE: &str = concat!(
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/attention_chunk_quantize.wgsl")
+);
 /// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.
 pub(crate) const EXPF: &str = concat!(
@@ -468,9 +501,17 @@ fn cache_codes(keys: KvType, values: KvType) -> (u32, u32) {
     (code(keys), code(values))
 }
 
-fn kv_write_source(keys: KvType, values: KvType) -> String {
+/// RoPE of queries and keys, then the write of keys into a `keys` cache and values into a
+/// `values` cache, in one dispatch (`rope_kv_write.wgsl`).
+pub fn rope_kv_write(keys: KvType, values: KvType) -> Option<KernelSource> {
+    cache_code(keys)?;
+    cache_code(values)?;
+    Some(KernelSource::RopeKvWrite(keys, values))
+}
+
+fn kv_write_source(keys: KvType, values: KvType, entry: &str) -> String {
     let (k, v) = cache_codes(keys, values);
-    format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}")
+    format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{KV_WRITE}\n{entry}")
 }
 
 /// Which attention kernel runs a span.
@@ -482,21 +523,37 @@ pub enum AttentionPath {
     OneChunk,
 }
 
-/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`.
-pub fn attention(keys: KvType, values: KvType, path: AttentionPath) -> Option<KernelSource> {
+/// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`; with
+/// `rounds`, the one-chunk path that also rounds its output for the next matmul
+/// (`attention_chunk_quantize.wgsl`).
+pub fn attention(
+    keys: KvType,
+    values: KvType,
+    path: AttentionPath,
+    rounds: bool,
+) -> Option<KernelSource> {
     cache_code(keys)?;
     cache_code(values)?;
-    Some(KernelSource::Attention(keys, values, path))
+    if rounds && path != AttentionPath::OneChunk {
+        return None;
+    }
+    Some(KernelSource::Attention(keys, values, path, rounds))
 }
 
-fn attention_source(keys: KvType, values: KvType, path: AttentionPath) -> String {
+fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
-    let (body, extra) = match path {
-        AttentionPath::Tiled => (ATTENTION, ""),
-        AttentionPath::OneChunk => (ATTENTION_CHUNK, EXPF),
+    let (body, extra) = match (path, rounds) {
+        (AttentionPath::Tiled, _) => (ATTENTION, ""),
+        (AttentionPath::OneChunk, false) => (ATTENTION_CHUNK, ATTENTION_CHUNK_PLAIN),
+        (AttentionPath::OneChunk, true) => (ATTENTION_CHUNK, ATTENTION_CHUNK_QUANTIZE),
+    };
+    let expf = if path == AttentionPath::OneChunk {
+        EXPF
+    } else {
+        ""
     };
     format!(
-        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}"
+        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}\n{expf}"
     )
 }
 
@@ -589,8 +646,11 @@ pub fn all() -> Vec<KernelSource> {
     for (keys, _, _) in CACHE_TYPES {
         for (values, _, _) in CACHE_TYPES {
             all.extend(kv_write(keys, values));
+            all.extend(rope_kv_write(keys, values));
             for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
-                all.extend(attention(keys, values, path));
+                for rounds in [false, true] {
+                    all.extend(attention(keys, values, path, rounds));
+                }
             }
         }
     }

@@ -13,9 +13,11 @@
 //! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights, RMS norm, RoPE (both pairings,
 //! the angles computed on the host as the CPU computes them), the element-wise ops, f16 and
 //! f32 KV caches with causal grouped-query paged attention, and the row ops. The fused ops
-//! that save dispatches have kernels (`src/fused.rs`: add + RMS norm, RoPE of queries and
-//! keys, the gated activation with the rounding of down's activations, and at decode the
-//! Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, off by
+//! that save dispatches have kernels (`src/fused.rs`: add + RMS norm with the rounding of
+//! its results for the matmul that read them the last step, RoPE of queries and keys with
+//! the cache write, the one-chunk attention with the rounding of its output for the output
+//! projection, the gated activation with the rounding of down's activations, and at decode
+//! the Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, off by
 //! default on CPU adapters), equal to their primitive sequences bit for bit; the others run
 //! their default bodies. Other weight types answer
 //! `false` to [`runit_backend::Device::supports`] and their ops return
@@ -78,6 +80,7 @@
 //! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
 //! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
 
+mod attention;
 mod backend;
 mod batch;
 mod bind_groups;

@@ -2,19 +2,15 @@
 //! cells), then one kernel dispatch each. Fused ops run their default bodies.
 
 use runit_backend::{
-    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, KvCache, KvRole,
-    KvType, KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, ScatterAddRows, SequenceSpan,
-    Weight,
+    hadamard, Activation, Attention, BackendError, Buffer, BufferCopy, Device, KvCache, KvType,
+    KvWrite, OpResult, PrimitiveOps, RmsNorm, RopeParams, ScatterAddRows, Weight,
 };
 
 use crate::backend::{grid, rows_grid};
 use crate::batch;
 use crate::device::{at_least, buffer, kv, weight};
-use crate::kernels::{self, AttentionPath};
+use crate::kernels::{self, KernelSource};
 use crate::WgpuBackend;
-
-/// Query rows of a span from which ggml switches to its tiled attention.
-const TILED_MIN_ROWS: usize = 64;
 
 /// Most workgroups in one dimension of a dispatch.
 pub(crate) const MAX_GROUPS: usize = 65_535;
@@ -24,7 +20,7 @@ fn f(value: f32) -> u32 {
 }
 
 impl WgpuBackend {
-    fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
+    pub(crate) fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
         BackendError::UnsupportedKv {
             backend: self.name(),
             ty: cache.ty,
@@ -33,9 +29,31 @@ impl WgpuBackend {
         }
     }
 
+    /// The kernel `of` the key and value caches' types, or the error naming the cache whose
+    /// type no kernel stores.
+    pub(crate) fn cache_kernel(
+        &self,
+        of: fn(KvType, KvType) -> Option<KernelSource>,
+        k_cache: &KvCache,
+        v_cache: &KvCache,
+    ) -> Result<KernelSource, BackendError> {
+        of(k_cache.ty, v_cache.ty).ok_or_else(|| {
+            let unsupported = [k_cache, v_cache]
+                .into_iter()
+                .find(|c| kernels::cache_code(c.ty).is_none());
+            self.unsupported_kv(unsupported.unwrap_or(k_cache))
+        })
+    }
+
     /// llama.cpp's Hadamard rotation (`runit_backend::hadamard`) of `count` chunks of `n`
     /// values of `x` from chunk `first`, in place.
-    fn rotate(&self, x: &wgpu::Buffer, n: usize, first: usize, count: usize) -> OpResult {
+    pub(crate) fn rotate(
+        &self,
+        x: &wgpu::Buffer,
+        n: usize,
+        first: usize,
+        count: usize,
+    ) -> OpResult {
         if count == 0 {
             return Ok(());
         }
@@ -52,7 +70,7 @@ impl WgpuBackend {
     }
 
     /// A copy of the first `len` values of `x` in a new buffer.
-    fn scratch_copy(
+    pub(crate) fn scratch_copy(
         &self,
         x: &Buffer,
         len: usize,
@@ -84,8 +102,37 @@ impl WgpuBackend {
     }
 }
 
-/// Invocations of `kv_write.wgsl` a row of `cache` takes: a word of f32 or of two f16, or a
-/// block of 32 values.
+/// The cache write's table of (source row, cell) entries of `write`'s spans, checked against
+/// the sources and caches, and the rows the sources must hold.
+pub(crate) fn cache_entries(
+    write: &KvWrite<'_>,
+    op: &'static str,
+) -> Result<(Vec<u32>, usize), BackendError> {
+    let mut pairs = Vec::new();
+    let mut end_rows = 0;
+    for span in write.spans {
+        let end_row = span.first_row.saturating_add(span.rows);
+        for (src, cache) in [(write.k, &*write.k_cache), (write.v, &*write.v_cache)] {
+            at_least(
+                op,
+                "k/v elements (rows × cache width)",
+                end_row.saturating_mul(cache.width),
+                src.len(),
+            )?;
+            let end = span.start_position.saturating_add(span.rows);
+            span.check_cells(op, span.start_position..end, cache.n_cells)?;
+        }
+        end_rows = end_rows.max(end_row);
+        for r in 0..span.rows {
+            pairs.push((span.first_row + r) as u32);
+            pairs.push(span.cell(span.start_position + r) as u32);
+        }
+    }
+    Ok((pairs, end_rows))
+}
+
+/// Invocations of `kv_write_one.wgsl` a row of `cache` takes (`row_units` in kv_write.wgsl):
+/// a word of f32 or of two f16, or a block of 32 values.
 fn cache_row_invocations(cache: &KvCache) -> usize {
     match cache.ty {
         KvType::F32 => cache.width,
@@ -229,39 +276,15 @@ impl PrimitiveOps for WgpuBackend {
 
     fn kv_write(&self, write: KvWrite<'_>) -> OpResult {
         const OP: &str = "kv_write";
+        let kernel = self.cache_kernel(kernels::kv_write, write.k_cache, write.v_cache)?;
+        let (pairs, end_rows) = cache_entries(&write, OP)?;
         let KvWrite {
             k,
             v,
             k_cache,
             v_cache,
-            spans,
+            ..
         } = write;
-        let kernel = kernels::kv_write(k_cache.ty, v_cache.ty).ok_or_else(|| {
-            let unsupported = [&*k_cache, &*v_cache]
-                .into_iter()
-                .find(|c| kernels::cache_code(c.ty).is_none());
-            self.unsupported_kv(unsupported.unwrap_or(k_cache))
-        })?;
-        let mut pairs = Vec::new();
-        let mut end_rows = 0;
-        for span in spans {
-            let end_row = span.first_row.saturating_add(span.rows);
-            for (src, cache) in [(k, &*k_cache), (v, &*v_cache)] {
-                at_least(
-                    OP,
-                    "k/v elements (rows × cache width)",
-                    end_row.saturating_mul(cache.width),
-                    src.len(),
-                )?;
-                let end = span.start_position.saturating_add(span.rows);
-                span.check_cells(OP, span.start_position..end, cache.n_cells)?;
-            }
-            end_rows = end_rows.max(end_row);
-            for r in 0..span.rows {
-                pairs.push((span.first_row + r) as u32);
-                pairs.push(span.cell(span.start_position + r) as u32);
-            }
-        }
         let entries = pairs.len() / 2;
         if entries == 0 {
             return Ok(());
@@ -292,141 +315,7 @@ impl PrimitiveOps for WgpuBackend {
     }
 
     fn attention(&self, attention: &Attention<'_>, out: &mut Buffer) -> OpResult {
-        const OP: &str = "attention";
-        let params = attention.params;
-        let (heads, kv_heads, head_dim) = (params.heads, params.kv_heads, params.head_dim);
-        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-            return Err(BackendError::Shape {
-                op: OP,
-                what: "kv_heads (dividing heads)",
-                expected: heads,
-                found: kv_heads,
-            });
-        }
-        let (k_cache, v_cache) = (attention.k_cache, attention.v_cache);
-        let kv_width = kv_heads * head_dim;
-        for cache in [k_cache, v_cache] {
-            if cache.width != kv_width {
-                return Err(BackendError::Shape {
-                    op: OP,
-                    what: "cache width (kv_heads × head_dim)",
-                    expected: kv_width,
-                    found: cache.width,
-                });
-            }
-        }
-        if head_dim > 256 {
-            return Err(self.device_error(
-                OP,
-                format!("head_dim {head_dim} is not supported (at most 256)"),
-            ));
-        }
-        let (k, v) = (kv(k_cache, OP, "k_cache")?, kv(v_cache, OP, "v_cache")?);
-        let kernel = |path| {
-            kernels::attention(k_cache.ty, v_cache.ty, path).ok_or_else(|| {
-                let unsupported = [k_cache, v_cache]
-                    .into_iter()
-                    .find(|c| kernels::cache_code(c.ty).is_none());
-                self.unsupported_kv(unsupported.unwrap_or(k_cache))
-            })
-        };
-        kernel(AttentionPath::OneChunk)?;
-        let q_width = heads * head_dim;
-        // ggml tiles only f16/f32 caches of one type, spans of TILED_MIN_ROWS rows and more
-        // (the CPU backend's `ops/attention`); a pass whose rows must get their one-row
-        // numbers takes the one-chunk path throughout.
-        let tiles_caches =
-            k_cache.ty == v_cache.ty && matches!(k_cache.ty, KvType::F16 | KvType::F32);
-        let rows_alone = self.rows_alone.load(std::sync::atomic::Ordering::Relaxed);
-        let path = |span: &SequenceSpan| match tiles_caches
-            && span.rows >= TILED_MIN_ROWS
-            && head_dim.is_multiple_of(16)
-            && !rows_alone
-        {
-            true => AttentionPath::Tiled,
-            false => AttentionPath::OneChunk,
-        };
-        let mut cells = Vec::new();
-        // Query entries of each path.
-        let mut queries = [Vec::new(), Vec::new()];
-        for span in attention.spans {
-            let end = span.start_position.saturating_add(span.rows);
-            span.check_cells(OP, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
-            at_least(
-                OP,
-                "q elements (rows × heads × head_dim)",
-                (span.first_row + span.rows) * q_width,
-                attention.q.len(),
-            )?;
-            at_least(
-                OP,
-                "out elements (rows × heads × head_dim)",
-                (span.first_row + span.rows) * q_width,
-                out.len(),
-            )?;
-            let offset = cells.len() as u32;
-            cells.extend((0..end).map(|position| span.cell(position) as u32));
-            let queries = &mut queries[usize::from(path(span) == AttentionPath::OneChunk)];
-            for r in 0..span.rows {
-                let position = span.start_position + r;
-                let lo = params
-                    .sliding_window
-                    .map_or(0, |window| (position + 1).saturating_sub(window));
-                queries.extend([
-                    (span.first_row + r) as u32,
-                    offset,
-                    lo as u32,
-                    position as u32,
-                ]);
-            }
-        }
-        if queries.iter().all(Vec::is_empty) || heads == 0 {
-            return Ok(());
-        }
-        // Queries are rotated as the keys were, the output back as the values were.
-        let key_rotation = hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim);
-        let value_rotation = hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim);
-        let rotated = match key_rotation {
-            Some(n) => {
-                let rows = attention.q.len() / q_width;
-                let copy = self.scratch_copy(attention.q, rows * q_width, OP)?;
-                self.rotate(buffer(&copy, OP, "q")?, n, 0, rows * q_width / n)?;
-                Some(copy)
-            }
-            None => None,
-        };
-        let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
-        let out = buffer(out, OP, "out")?;
-        let words = [
-            heads as u32,
-            (heads / kv_heads) as u32,
-            head_dim as u32,
-            kv_width as u32,
-            q_width as u32,
-            f(params.scale),
-        ];
-        let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
-        for (path, queries) in paths.into_iter().zip(&queries) {
-            for part in queries.chunks(4 * MAX_GROUPS) {
-                let bindings = [
-                    q.into(),
-                    (&k.buffer).into(),
-                    (&v.buffer).into(),
-                    batch::table(&cells),
-                    batch::table(part),
-                    out.into(),
-                ];
-                let groups = [(part.len() / 4) as u32, heads as u32, 1];
-                self.dispatch_ranges(OP, kernel(path)?, &words, &bindings, groups)?;
-            }
-        }
-        if let Some(n) = value_rotation {
-            for span in attention.spans {
-                let first = span.first_row * q_width / n;
-                self.rotate(out, n, first, span.rows * q_width / n)?;
-            }
-        }
-        Ok(())
+        self.attention_rows(attention, out, None)
     }
 
     fn gather_rows(&self, src: &Buffer, rows: &[u32], width: usize, out: &mut Buffer) -> OpResult {

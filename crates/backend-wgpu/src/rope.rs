@@ -1,11 +1,17 @@
-//! RoPE of one buffer or of a step's queries and keys in one dispatch: the host's angles
-//! (`RopeParams::angles`, as the CPU computes them) in a table, then `rope.wgsl`.
+//! RoPE of one buffer or of a step's queries and keys in one dispatch, or of both with the
+//! cache write of the keys and values: the host's angles (`RopeParams::angles`, as the CPU
+//! computes them) in a table, then `rope.wgsl`.
 
-use runit_backend::{BackendError, Buffer, OpResult, RopeParams, RopeStyle, Weight};
+use runit_backend::{
+    hadamard, BackendError, Buffer, KvWrite, OpResult, RopeKvWrite, RopeParams, RopeStyle, Weight,
+};
 
-use crate::backend::grid;
+use crate::attention::covers_in_order;
+use crate::backend::{grid, rows_grid};
 use crate::batch;
-use crate::device::{at_least, buffer, weight};
+use crate::device::{at_least, buffer, kv, weight};
+use crate::kernels;
+use crate::ops::cache_entries;
 use crate::WgpuBackend;
 
 /// Whether RoPE with `a` and with `b` turns each position's pairs by the same angles (they
@@ -18,6 +24,15 @@ pub(crate) fn same_angles(a: &RopeParams, b: &RopeParams) -> bool {
     *a == b_with_a_heads
 }
 
+/// What a RoPE dispatch takes: its parameter words (`rope.wgsl`'s, the last four
+/// rope_kv_write.wgsl's alone), the angles table (cos, sin of each token's pairs) and the
+/// pairs of each buffer.
+struct RopePlan {
+    words: [u32; 12],
+    angles: Vec<f32>,
+    pairs: [usize; 2],
+}
+
 impl WgpuBackend {
     /// RoPE of one buffer (`rope.wgsl` with `rope_one.wgsl`) or of two in one dispatch
     /// (`rope_pair.wgsl`: a step's queries and keys), each with its parameters; the angles
@@ -28,6 +43,90 @@ impl WgpuBackend {
         positions: &[u32],
         freq_factors: Option<&Weight>,
     ) -> OpResult {
+        const OP: &str = "rope";
+        let Some(plan) = self.rope_plan(xs, positions, freq_factors)? else {
+            return Ok(());
+        };
+        let threads = grid(plan.pairs[0] + plan.pairs[1]);
+        let first = buffer(xs[0].0, OP, "x")?;
+        let angles = batch::table(&plan.angles);
+        match xs.get(1) {
+            None => {
+                let bindings = [angles, first.into()];
+                self.dispatch_ranges(OP, Self::plain("rope"), &plan.words, &bindings, threads)
+            }
+            Some((second, _)) => {
+                let bindings = [angles, first.into(), buffer(second, OP, "k")?.into()];
+                let kernel = Self::plain("rope_pair");
+                self.dispatch_ranges(OP, kernel, &plan.words, &bindings, threads)
+            }
+        }
+    }
+
+    /// RoPE of a step's queries and keys and the write of its keys and values into their
+    /// caches in one dispatch (`rope_kv_write.wgsl`), equal to `rope_buffers` of both then
+    /// `kv_write`. It applies where the queries' and keys' angles are the same, neither cache
+    /// rotates its rows (llama.cpp's Hadamard rotation runs over a copy, a pass of its own),
+    /// both caches' rows are the keys' rows and the spans write every row once, in order (so
+    /// that the rows the kernel rotates are those `rope_buffers` would). Returns `false`,
+    /// having recorded nothing, where it does not apply: the caller then runs the two.
+    pub(crate) fn rope_kv_write_rows(
+        &self,
+        op: &mut RopeKvWrite<'_>,
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "rope_kv_write";
+        let (k_rope, tokens) = (op.k_rope, op.positions.len());
+        let key_width = k_rope.heads * k_rope.head_dim;
+        let caches = [&*op.k_cache, &*op.v_cache];
+        let applies = same_angles(op.q_rope, k_rope)
+            && caches.iter().all(|cache| {
+                cache.width == key_width
+                    && hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim).is_none()
+            })
+            && covers_in_order(op.spans, tokens);
+        if !applies {
+            return Ok(false);
+        }
+        let kernel = self.cache_kernel(kernels::rope_kv_write, op.k_cache, op.v_cache)?;
+        let xs = [(&*op.q, op.q_rope), (&*op.k, k_rope)];
+        let Some(plan) = self.rope_plan(&xs, op.positions, op.freq_factors)? else {
+            return Ok(false);
+        };
+        let write = KvWrite {
+            k: op.k,
+            v: op.v,
+            k_cache: op.k_cache,
+            v_cache: op.v_cache,
+            spans: op.spans,
+        };
+        let (entries, _) = cache_entries(&write, OP)?;
+        let rows = entries.len() / 2;
+        let groups = rows + plan.pairs[0].div_ceil(64);
+        let [gx, gy, _] = rows_grid(groups);
+        let mut words = plan.words;
+        words[8..10].copy_from_slice(&[rows as u32, key_width as u32]);
+        let (k_gpu, v_gpu) = (kv(write.k_cache, OP, "k")?, kv(write.v_cache, OP, "v")?);
+        let bindings = [
+            batch::table(&plan.angles),
+            buffer(op.q, OP, "q")?.into(),
+            buffer(write.k, OP, "k")?.into(),
+            buffer(write.v, OP, "v")?.into(),
+            batch::table(&entries),
+            (&k_gpu.buffer).into(),
+            (&v_gpu.buffer).into(),
+        ];
+        self.dispatch_ranges(OP, kernel, &words, &bindings, [gx, gy, 1])?;
+        Ok(true)
+    }
+
+    /// The checks, angles and parameters of RoPE of `xs` (the angles of the first's
+    /// parameters), or `None` where no pair turns.
+    fn rope_plan(
+        &self,
+        xs: &[(&Buffer, &RopeParams)],
+        positions: &[u32],
+        freq_factors: Option<&Weight>,
+    ) -> Result<Option<RopePlan>, BackendError> {
         const OP: &str = "rope";
         let tokens = positions.len();
         for (x, params) in xs {
@@ -42,7 +141,7 @@ impl WgpuBackend {
             }
             at_least(OP, "x elements", tokens * heads * head_dim, x.len())?;
         }
-        let (first, params) = xs[0];
+        let params = xs[0].1;
         let second = xs.get(1);
         let half = params.rotary_dim / 2;
         let factors = match freq_factors {
@@ -55,7 +154,7 @@ impl WgpuBackend {
             None => None,
         };
         if tokens == 0 || half == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let mut angles = vec![(0.0f32, 0.0f32); tokens * half];
         for (position, row) in positions.iter().zip(angles.chunks_mut(half)) {
@@ -66,7 +165,7 @@ impl WgpuBackend {
         let second_heads = second.map_or(0, |(_, other)| other.heads);
         let second_pairs = tokens * second_heads * half;
         if pairs + second_pairs == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let neox = u32::from(params.style == RopeStyle::Neox);
         let words = [
@@ -78,19 +177,15 @@ impl WgpuBackend {
             0,
             second_pairs as u32,
             second_heads as u32,
+            0,
+            0,
+            0,
+            0,
         ];
-        let threads = grid(pairs + second_pairs);
-        let first = buffer(first, OP, "x")?;
-        let angles = batch::table(&flat);
-        match second {
-            None => {
-                let bindings = [angles, first.into()];
-                self.dispatch_ranges(OP, Self::plain("rope"), &words, &bindings, threads)
-            }
-            Some((second, _)) => {
-                let bindings = [angles, first.into(), buffer(second, OP, "k")?.into()];
-                self.dispatch_ranges(OP, Self::plain("rope_pair"), &words, &bindings, threads)
-            }
-        }
+        Ok(Some(RopePlan {
+            words,
+            angles: flat,
+            pairs: [pairs, second_pairs],
+        }))
     }
 }

@@ -1,22 +1,59 @@
 //! A matmul's activations rounded as the CPU's dot products see them (`quantize_x.wgsl`), in
-//! one scratch buffer that consecutive matmuls of one input share, and the gated activation
-//! that leaves that rounding for the next matmul (`gated_quantize.wgsl`).
+//! one scratch buffer that consecutive matmuls of one input share, and the ops that leave
+//! that rounding for the next matmul: the gated activation (`gated_quantize.wgsl`) and the
+//! residual add with the next norm (`add_rms_norm_quantize.wgsl`).
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 
-use runit_backend::{Activation, BackendError, Buffer, Weight};
+use runit_backend::{Activation, BackendError, Buffer, OpResult, Weight};
 use runit_quant::GgmlType;
 
-use crate::backend::grid;
+use crate::backend::{grid, rows_grid};
+use crate::bind_groups::FxBuild;
 use crate::device::{at_least, buffer};
 use crate::matmul::exact_kernel;
 use crate::WgpuBackend;
 
-/// The scratch buffer of rounded activations and what it holds.
+/// The scratch buffer of rounded activations and what it holds, and what the norms have
+/// learned of the matmuls that read their results.
 #[derive(Default)]
 pub(crate) struct RoundedX {
     buffer: Option<wgpu::Buffer>,
     of: Option<Rounded>,
+    /// The last norm recorded (`add_rms_norm_rows`): its output, until a matmul rounds it.
+    last_norm: Option<NormOutput>,
+    /// By norm weight (the hash of its buffer): the rounding mode and values a block that
+    /// the matmul reading that norm's results took last. A stale or colliding entry costs a
+    /// rounding the matmul does not use, never a result: the matmul checks what it gets.
+    norm_modes: HashMap<u64, (u32, usize), FxBuild>,
+}
+
+/// A norm's output as `activations_as_cpu` recognises it: `len` values of `out` normalized
+/// by the weight hashed `weight`, current while the backend's epoch is `epoch`.
+struct NormOutput {
+    out: wgpu::Buffer,
+    len: usize,
+    weight: u64,
+    epoch: u64,
+}
+
+/// Norm weights remembered at most (a model has about two a layer); past it the table
+/// starts again, so that a backend serving model after model does not grow it without end.
+const MAX_NORM_MODES: usize = 4096;
+
+impl RoundedX {
+    /// Marks the buffer as holding the first `len` values of `source` rounded in `mode`,
+    /// current at `epoch`.
+    fn holds(&mut self, source: &wgpu::Buffer, len: usize, mode: u32, epoch: u64) {
+        self.of = Some(Rounded {
+            source: source.clone(),
+            len,
+            mode,
+            epoch,
+        });
+    }
 }
 
 /// The rounding a [`RoundedX`] holds: of `len` values of `source` in `mode`, current while
@@ -55,18 +92,23 @@ impl WgpuBackend {
                 return Ok(Some(rounded.clone()));
             }
         }
+        // A norm's results rounded here: the norm rounds them itself from the next step on.
+        if let Some(norm) = scratch
+            .last_norm
+            .take_if(|norm| norm.out == *source && norm.len == len && norm.epoch == epoch)
+        {
+            if scratch.norm_modes.len() >= MAX_NORM_MODES {
+                scratch.norm_modes.clear();
+            }
+            scratch.norm_modes.insert(norm.weight, (mode, block));
+        }
         let rounded = self.rounded_buffer(&mut scratch, len)?;
         let blocks = len / block;
         let params = [blocks as u32, mode];
         let kernel = Self::plain("quantize_x");
         self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
         // Marked as current once the matmul's own dispatches are recorded (`matmul_rows`).
-        scratch.of = Some(Rounded {
-            source: source.clone(),
-            len,
-            mode,
-            epoch: u64::MAX,
-        });
+        scratch.holds(source, len, mode, u64::MAX);
         Ok(Some(rounded))
     }
 
@@ -141,13 +183,74 @@ impl WgpuBackend {
         let buffers = [gate, &rounded, up, &self.gelu_table];
         let kernel = Self::plain("gated_quantize");
         self.dispatch(OP, kernel, &params, &buffers, grid(blocks))?;
-        scratch.of = Some(Rounded {
-            source: gate.clone(),
+        scratch.holds(gate, len, mode, self.epoch.load(Ordering::Relaxed));
+        Ok(true)
+    }
+
+    /// `x += delta`, then `out` = the RMS norm of `x` by `w` (`eps`), for `rows` rows of
+    /// `width` (`FusedOps::add_rms_norm`), in one dispatch; with, in that dispatch, the
+    /// rounding of `out` that the matmul which read this norm's results last took
+    /// (`add_rms_norm_quantize.wgsl`), left for the next matmul as `activations_as_cpu`
+    /// leaves its own. When the norm records, the matmul that will read it is not known; a
+    /// decode step repeats the last step's ops, so the last step's rounding is the guess,
+    /// and a wrong one only costs the rounding's time (the matmul rounds again).
+    pub(crate) fn add_rms_norm_rows(
+        &self,
+        [x, w, out, delta]: [&wgpu::Buffer; 4],
+        width: usize,
+        rows: usize,
+        eps: f32,
+    ) -> OpResult {
+        const OP: &str = "add_rms_norm";
+        let len = rows * width;
+        let weight = FxBuild::default().hash_one(w);
+        let [gx, gy, _] = rows_grid(rows);
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        let guess = scratch.norm_modes.get(&weight).copied();
+        match guess.filter(|&(_, block)| width.is_multiple_of(block)) {
+            Some((mode, _)) => {
+                let rounded = self.rounded_buffer(&mut scratch, len)?;
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode];
+                let buffers = [x, w, out, delta, &rounded];
+                let kernel = Self::plain("add_rms_norm_quantize");
+                self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
+                scratch.holds(out, len, mode, self.epoch.load(Ordering::Relaxed));
+            }
+            None => {
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0];
+                let buffers = [x, w, out, delta];
+                self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])?;
+            }
+        }
+        scratch.last_norm = Some(NormOutput {
+            out: out.clone(),
             len,
-            mode,
+            weight,
             epoch: self.epoch.load(Ordering::Relaxed),
         });
-        Ok(true)
+        Ok(())
+    }
+
+    /// quantize_x.wgsl's mode for rounding `len` activations of a matmul by `next` in blocks
+    /// that fall within heads of `head_dim` values (attention_chunk_quantize.wgsl), or
+    /// `None` where the matmul takes none or a block would span heads.
+    pub(crate) fn head_rounding(&self, next: &Weight, len: usize, head_dim: usize) -> Option<u32> {
+        let (mode, block) = self.rounding(next, len)?;
+        head_dim.is_multiple_of(block).then_some(mode)
+    }
+
+    /// The scratch buffer, large enough for `len` rounded values, for a kernel that rounds
+    /// its own output ([`WgpuBackend::leave_rounding`] then marks what it holds).
+    pub(crate) fn rounding_target(&self, len: usize) -> Result<wgpu::Buffer, BackendError> {
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        self.rounded_buffer(&mut scratch, len)
+    }
+
+    /// Marks the scratch buffer as holding the first `len` values of `source` rounded in
+    /// `mode` by the dispatch just recorded, for the next matmul of `source`.
+    pub(crate) fn leave_rounding(&self, source: &wgpu::Buffer, len: usize, mode: u32) {
+        let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
+        scratch.holds(source, len, mode, self.epoch.load(Ordering::Relaxed));
     }
 
     /// Marks the rounding `activations_as_cpu` made last as current, once the matmul's own

@@ -3,9 +3,9 @@
 
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
-    unfused, Activation, AddRmsNorm, Attention, AttentionParams, Buffer, Device, FusedOps,
-    GatedFfn, GatedFfnRun, KvRole, KvType, PrimitiveOps, Projection, RmsNorm, RopeKvWrite,
-    RopeParams, RopeStyle, SequenceSpan, Weight,
+    unfused, Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Buffer, Device,
+    FusedOps, GatedFfn, GatedFfnRun, KvRole, KvType, KvWrite, PrimitiveOps, Projection, RmsNorm,
+    RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_wgpu::{WgpuBackend, MATVEC_TYPES};
 use runit_quant::GgmlType;
@@ -83,6 +83,82 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     }
 }
 
+/// `add_rms_norm` then a matmul of its results, three steps: the first teaches the norm the
+/// matmul's rounding, the second rounds in the norm's dispatch, the third has the matmul take
+/// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
+/// matmul rounds again. Each step's
+/// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks).
+#[test]
+fn add_rms_norm_rounds_for_the_next_matmul() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ];
+    let (width, rows_out) = (512, 40);
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        let mut rng = Rng::new(37);
+        let others = [GgmlType::F16, GgmlType::Q8_0]
+            .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
+        for ty in types {
+            let w = weights(gpu, ty, width, &[rows_out], 43).remove(0);
+            let other = &others[usize::from(ty == GgmlType::F16)];
+            for tokens in [1, 2, 5] {
+                // A norm weight of its own, which no matmul has read yet.
+                let norm_values = rng.values(width, 0.5, 1.5);
+                let norm_weight = make_weight(gpu, "norm", GgmlType::F32, &[width], &norm_values)
+                    .expect("norm weight");
+                let norm = RmsNorm {
+                    weight: &norm_weight,
+                    eps: 1e-6,
+                };
+                let len = tokens * width;
+                let (x, delta) = (rng.normal(len, 2.0), rng.normal(len, 1.0));
+                for (step, next) in [&w, &w, other].into_iter().enumerate() {
+                    let (mut results, mut used) = (Vec::new(), Vec::new());
+                    for fused in [false, true] {
+                        let (mut x_buffer, delta_buffer) = (upload(gpu, &x), upload(gpu, &delta));
+                        let mut normed = gpu.alloc(len).expect("alloc");
+                        let mut product = gpu.alloc(tokens * rows_out).expect("alloc");
+                        let op = AddRmsNorm {
+                            x: &mut x_buffer,
+                            delta: &delta_buffer,
+                            norm,
+                            rows: tokens,
+                            out: &mut normed,
+                        };
+                        let before = gpu.counts().dispatches;
+                        match fused {
+                            true => gpu.add_rms_norm(op),
+                            false => unfused::add_rms_norm(gpu, op),
+                        }
+                        .and_then(|()| gpu.matmul(next, &normed, tokens, &mut product))
+                        .expect("add_rms_norm and matmul");
+                        used.push(gpu.counts().dispatches - before);
+                        results.push([
+                            bits(&download(gpu, &x_buffer, len)),
+                            bits(&download(gpu, &normed, len)),
+                            bits(&download(gpu, &product, tokens * rows_out)),
+                        ]);
+                    }
+                    let detail = format!("{mode} {ty:?} x {tokens}, step {step}");
+                    assert_eq!(results[0], results[1], "{detail}");
+                    // The add joins the norm; at the second step the rounding joins it too.
+                    let rounds = step == 1 && ty != GgmlType::F32;
+                    let saved = if rounds { 2 } else { 1 };
+                    assert_eq!(used[1] + saved, used[0], "{detail}: dispatches {used:?}");
+                }
+            }
+        }
+    }
+}
+
 /// One decode-like step: `rows` new rows of one sequence after `prefix` cached positions.
 struct RopeCase {
     heads: usize,
@@ -96,8 +172,8 @@ struct RopeCase {
 }
 
 /// q, k (after RoPE) and attention over the caches written, by the fused op or its primitive
-/// sequence.
-fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u32>; 3] {
+/// sequence, and the dispatches of the op's last call.
+fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> ([Vec<u32>; 3], u64) {
     let mut rng = Rng::new(7);
     let (q_width, kv_width) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
     let block_size = 16;
@@ -120,7 +196,7 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
     let (q_rope, k_rope) = (rope(case.heads), rope(case.kv_heads));
     // Blocks in reverse order, so that cells are not the positions.
     let table: Vec<u32> = (0..(cells / block_size) as u32).rev().collect();
-    let mut q_all = None;
+    let (mut q_all, mut used) = (None, 0);
     for (start, rows) in [(0, case.prefix), (case.prefix, case.rows)] {
         if rows == 0 {
             continue;
@@ -149,11 +225,13 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
             spans: &spans,
             qk_norms: None,
         };
+        let before = gpu.counts().dispatches;
         match fused {
             true => gpu.rope_kv_write(op),
             false => unfused::rope_kv_write(gpu, op),
         }
         .expect("rope_kv_write");
+        used = gpu.counts().dispatches - before;
         q_all = Some((q, k, spans));
     }
     let (q, k, spans) = q_all.expect("a step with rows");
@@ -173,25 +251,30 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> [Vec<u3
     };
     let mut out = gpu.alloc(case.rows * q_width).expect("alloc");
     gpu.attention(&attention, &mut out).expect("attention");
-    [
+    let results = [
         bits(&download(gpu, &q, case.rows * q_width)),
         bits(&download(gpu, &k, case.rows * kv_width)),
         bits(&download(gpu, &out, case.rows * q_width)),
-    ]
+    ];
+    (results, used)
 }
 
 #[test]
 fn rope_kv_write_equals_its_primitives() {
     let Some(gpu) = backend() else { return };
     use KvType::{F16, F32, Q4_0, Q8_0};
+    // The last field: the dispatches of the op's last call by the primitives (rope, rope, a
+    // Hadamard pass over a copy of each rotated cache's rows, kv_write) and fused (one,
+    // rope_kv_write.wgsl, where no cache rotates its rows; else rope_pair for the two ropes).
     let cases = [
-        (8, 2, 64, RopeStyle::Normal, F16, F16, 37, 1),
-        (4, 4, 32, RopeStyle::Neox, F32, F32, 3, 5),
-        (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1),
-        (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3),
-        (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1),
+        (8, 2, 64, RopeStyle::Normal, F16, F16, 37, 1, [3, 1]),
+        (4, 4, 32, RopeStyle::Neox, F32, F32, 3, 5, [3, 1]),
+        (4, 1, 128, RopeStyle::Neox, F32, F16, 70, 2, [3, 1]),
+        (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1, [4, 3]),
+        (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3, [4, 3]),
+        (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1, [5, 4]),
     ];
-    for (heads, kv_heads, head_dim, style, keys, values, prefix, rows) in cases {
+    for (heads, kv_heads, head_dim, style, keys, values, prefix, rows, dispatches) in cases {
         let case = RopeCase {
             heads,
             kv_heads,
@@ -202,18 +285,255 @@ fn rope_kv_write_equals_its_primitives() {
             prefix,
             rows,
         };
-        let unfused = rope_kv_write_run(&gpu, &case, false);
-        let fused = rope_kv_write_run(&gpu, &case, true);
+        let (unfused, unfused_used) = rope_kv_write_run(&gpu, &case, false);
+        let (fused, used) = rope_kv_write_run(&gpu, &case, true);
+        let detail = format!("h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}");
         for (what, (a, b)) in ["q", "k", "attention"]
             .iter()
             .zip(unfused.iter().zip(&fused))
         {
+            assert_eq!(a, b, "{what}: {detail}");
+        }
+        assert_eq!([unfused_used, used], dispatches, "dispatches: {detail}");
+    }
+}
+
+/// `attention_output` (the one-chunk attention rounding its output for the projection in
+/// its dispatch where it can) against `attention` then `matmul`: the attention's output and
+/// the projection equal bit for bit, and the rounding's dispatch saved exactly where the
+/// kernel takes it: one-chunk spans covering the rows in order, no value rotation (q8_0 and
+/// q4_0 value caches rotate the output afterwards), the mode's blocks within a head.
+#[test]
+fn attention_output_rounds_for_the_projection() {
+    let Some(gpu) = backend() else { return };
+    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    use GgmlType::{BF16, F16 as H, F32 as S, Q4_1, Q4_K, Q8_0};
+    use KvType::{F16, F32};
+    // (heads, kv_heads, head_dim, key and value caches, projection type, rows of each span,
+    // whether the attention rounds)
+    let cases = [
+        (8, 2, 64, F16, F16, Q8_0, vec![1], true),
+        (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], true),
+        (4, 4, 32, F32, F32, H, vec![2, 1], true),
+        (2, 1, 256, F16, F16, Q4_K, vec![1], true),
+        (2, 1, 64, F16, F16, Q4_1, vec![3], true),
+        (8, 2, 64, F16, F16, Q4_K, vec![1], false),
+        (8, 2, 64, F16, KvType::Q8_0, Q8_0, vec![1], false),
+        (4, 4, 32, F16, F16, Q8_0, vec![64], false),
+        (8, 2, 64, F16, F16, S, vec![1], false),
+    ];
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+        for (heads, kv_heads, head_dim, keys, values, ty, span_rows, rounds) in cases.clone() {
+            let mut rng = Rng::new(47);
+            let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+            let (block_size, prefix) = (16, 5);
+            let per_sequence = (prefix + 64usize).div_ceil(block_size);
+            let cells = per_sequence * block_size * span_rows.len();
+            let mut k_cache = gpu
+                .alloc_kv(cells, kv_width, head_dim, keys, KvRole::Keys)
+                .expect("k cache");
+            let mut v_cache = gpu
+                .alloc_kv(cells, kv_width, head_dim, values, KvRole::Values)
+                .expect("v cache");
+            let mut spans = Vec::new();
+            for (j, &rows) in span_rows.iter().enumerate() {
+                // Each sequence's blocks in reverse order, so that cells are not positions.
+                let first = (j * per_sequence) as u32;
+                let table: Vec<u32> = (first..first + per_sequence as u32).rev().collect();
+                let written = prefix + rows;
+                let k = upload(gpu, &rng.values(written * kv_width, -1.0, 1.0));
+                let v = upload(gpu, &rng.values(written * kv_width, -1.0, 1.0));
+                let span = SequenceSpan {
+                    first_row: 0,
+                    rows: written,
+                    start_position: 0,
+                    block_table: table.clone(),
+                    block_size,
+                };
+                let write = KvWrite {
+                    k: &k,
+                    v: &v,
+                    k_cache: &mut k_cache,
+                    v_cache: &mut v_cache,
+                    spans: &[span],
+                };
+                gpu.kv_write(write).expect("kv_write");
+                let first_row = spans.iter().map(|s: &SequenceSpan| s.rows).sum();
+                spans.push(SequenceSpan {
+                    first_row,
+                    rows,
+                    start_position: prefix,
+                    block_table: table,
+                    block_size,
+                });
+            }
+            let tokens: usize = span_rows.iter().sum();
+            let q = upload(gpu, &rng.values(tokens * q_width, -2.0, 2.0));
+            let projection = weights(gpu, ty, q_width, &[32], 53).remove(0);
+            let params = AttentionParams {
+                heads,
+                kv_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                sliding_window: None,
+            };
+            let attention = Attention {
+                q: &q,
+                k_cache: &k_cache,
+                v_cache: &v_cache,
+                spans: &spans,
+                params: &params,
+            };
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let mut attn = gpu.alloc(tokens * q_width).expect("alloc");
+                let mut out = gpu.alloc(tokens * 32).expect("alloc");
+                let before = gpu.counts().dispatches;
+                match fused {
+                    true => gpu.attention_output(AttentionOutput {
+                        attention,
+                        attn: &mut attn,
+                        projection: &projection,
+                        tokens,
+                        out: &mut out,
+                    }),
+                    false => gpu
+                        .attention(&attention, &mut attn)
+                        .and_then(|()| gpu.matmul(&projection, &attn, tokens, &mut out)),
+                }
+                .expect("attention_output");
+                used.push(gpu.counts().dispatches - before);
+                results.push([
+                    bits(&download(gpu, &attn, tokens * q_width)),
+                    bits(&download(gpu, &out, tokens * 32)),
+                ]);
+            }
+            let detail = format!(
+                "{mode} h{heads}/{kv_heads} d{head_dim} {keys:?}/{values:?} {ty:?} {span_rows:?}"
+            );
+            assert_eq!(results[0], results[1], "{detail}");
             assert_eq!(
-                a, b,
-                "{what}: h{heads}/{kv_heads} d{head_dim} {style:?} {keys:?}/{values:?}"
+                used[0] - used[1],
+                u64::from(rounds),
+                "{detail}: dispatches {used:?}"
             );
         }
     }
+}
+
+/// Two sequences in one `rope_kv_write` (a span each, after cached positions of their own,
+/// in blocks of their own): q, k and attention over both spans equal the primitives', and
+/// the fused kernel writes both spans' rows in its one dispatch.
+#[test]
+fn rope_kv_write_of_two_sequences_equals_its_primitives() {
+    let Some(gpu) = backend() else { return };
+    let (heads, kv_heads, head_dim) = (4, 2, 64);
+    let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+    let rope = |heads| RopeParams {
+        style: RopeStyle::Neox,
+        heads,
+        head_dim,
+        rotary_dim: head_dim,
+        theta: 10_000.0,
+        freq_scale: 1.0,
+        yarn: None,
+    };
+    let (q_rope, k_rope) = (rope(heads), rope(kv_heads));
+    let block_size = 16;
+    // (cached positions, new rows) of each sequence.
+    let sequences = [(21, 1), (6, 2)];
+    let tables: Vec<Vec<u32>> = vec![vec![3, 0], vec![2, 1]];
+    let (mut results, mut used) = (Vec::new(), Vec::new());
+    for fused in [false, true] {
+        let mut rng = Rng::new(59);
+        let cells = 4 * block_size;
+        let mut k_cache = gpu
+            .alloc_kv(cells, kv_width, head_dim, KvType::F16, KvRole::Keys)
+            .expect("k cache");
+        let mut v_cache = gpu
+            .alloc_kv(cells, kv_width, head_dim, KvType::F16, KvRole::Values)
+            .expect("v cache");
+        let (mut spans, mut positions) = (Vec::new(), Vec::new());
+        for ((prefix, rows), table) in sequences.iter().zip(&tables) {
+            let k = upload(&gpu, &rng.values(prefix * kv_width, -1.0, 1.0));
+            let v = upload(&gpu, &rng.values(prefix * kv_width, -1.0, 1.0));
+            let cached = SequenceSpan {
+                first_row: 0,
+                rows: *prefix,
+                start_position: 0,
+                block_table: table.clone(),
+                block_size,
+            };
+            let write = KvWrite {
+                k: &k,
+                v: &v,
+                k_cache: &mut k_cache,
+                v_cache: &mut v_cache,
+                spans: &[cached],
+            };
+            gpu.kv_write(write).expect("kv_write");
+            spans.push(SequenceSpan {
+                first_row: positions.len(),
+                rows: *rows,
+                start_position: *prefix,
+                block_table: table.clone(),
+                block_size,
+            });
+            positions.extend((*prefix..prefix + rows).map(|p| p as u32));
+        }
+        let tokens = positions.len();
+        let mut q = upload(&gpu, &rng.values(tokens * q_width, -2.0, 2.0));
+        let mut k = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
+        let v = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
+        let op = RopeKvWrite {
+            q: &mut q,
+            k: &mut k,
+            v: &v,
+            positions: &positions,
+            q_rope: &q_rope,
+            k_rope: &k_rope,
+            freq_factors: None,
+            k_cache: &mut k_cache,
+            v_cache: &mut v_cache,
+            spans: &spans,
+            qk_norms: None,
+        };
+        let before = gpu.counts().dispatches;
+        match fused {
+            true => gpu.rope_kv_write(op),
+            false => unfused::rope_kv_write(&gpu, op),
+        }
+        .expect("rope_kv_write");
+        used.push(gpu.counts().dispatches - before);
+        let params = AttentionParams {
+            heads,
+            kv_heads,
+            head_dim,
+            scale: 0.125,
+            sliding_window: None,
+        };
+        let attention = Attention {
+            q: &q,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            spans: &spans,
+            params: &params,
+        };
+        let mut out = gpu.alloc(tokens * q_width).expect("alloc");
+        gpu.attention(&attention, &mut out).expect("attention");
+        results.push([
+            bits(&download(&gpu, &q, tokens * q_width)),
+            bits(&download(&gpu, &k, tokens * kv_width)),
+            bits(&download(&gpu, &out, tokens * q_width)),
+        ]);
+    }
+    for (what, (a, b)) in ["q", "k", "attention"]
+        .iter()
+        .zip(results[0].iter().zip(&results[1]))
+    {
+        assert_eq!(a, b, "{what}");
+    }
+    assert_eq!(used, [3, 1], "dispatches");
 }
 
 /// Weights of `rows` rows of `n` values of `ty`, with seeded values.

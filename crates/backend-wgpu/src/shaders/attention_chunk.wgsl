@@ -14,7 +14,9 @@
 //   `ggml_vec_mad_f16` and `ggml_vec_scale_f16`), the others accumulate in f32.
 //
 // Keys come in tiles of 64, one thread per key for the scores; then every thread runs the
-// same softmax recurrence over the tile for the head dims it owns.
+// same softmax recurrence over the tile for the head dims it owns. `round_output` follows
+// (attention_chunk_plain.wgsl: nothing; attention_chunk_quantize.wgsl: the rounding of the
+// row's head for the output projection).
 
 struct Params {
     heads: u32,
@@ -24,7 +26,7 @@ struct Params {
     q_width: u32,
     scale: f32,
     zero: u32,      // always 0 (`opaque` in expf.wgsl)
-    _pad1: u32,
+    mode: u32,      // attention_chunk_quantize.wgsl's rounding (quantize_x.wgsl's mode)
 }
 
 struct Query {
@@ -195,4 +197,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             out[q_base + d] = acc[j] * inverse;
         }
     }
+    round_output(q_base, lid);
 }

@@ -1,41 +1,13 @@
-// Writes rows of the keys `k` and the values `v` ([rows, width] each) into the cells of their
-// caches, in one dispatch: entry e of `pairs` is (source row, cell), as the host read them
-// from the spans' block tables. K_TYPE and V_TYPE: 0 f32 cells, 1 f16 pairs packed in words
-// (the width is even), 2 Q8_0 and 3 Q4_0 blocks in the words attention_cache.wgsl reads (rows
-// already rotated by the host's Hadamard pass): one invocation per word (f32, f16) or per
-// block (Q8_0, Q4_0), the keys' first.
-
-struct Params {
-    len_k: u32, // the keys' invocations: entries × (width, width / 2 or width / 32)
-    len_v: u32, // the values'
-    width_k: u32,
-    width_v: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> pairs: array<u32>; // [entries, 2]
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+// Writes rows of keys and values ([rows, width] each) into the cells of their caches: unit i
+// of a row's writes (`write_unit`) for entry i / units of `pairs` (source row, cell), as the
+// host read them from the spans' block tables. K_TYPE and V_TYPE: 0 f32 cells, 1 f16 pairs
+// packed in words (the width is even), 2 Q8_0 and 3 Q4_0 blocks in the words
+// attention_cache.wgsl reads (rows already rotated by the host's Hadamard pass): a unit is a
+// word (f32, f16) or a block (Q8_0, Q4_0). The entry points (kv_write_one.wgsl;
+// rope_kv_write.wgsl, which first rotates the keys) declare `pairs`, `src` and `store`.
 
 // The source being written: the keys or the values.
 var<private> keys: bool;
-
-fn src(i: u32) -> f32 {
-    if keys {
-        return k[i];
-    }
-    return v[i];
-}
-
-fn store(i: u32, word: u32) {
-    if keys {
-        k_cache[i] = word;
-    } else {
-        v_cache[i] = word;
-    }
-}
 
 // ggml-cpu's x86 Q8_0 activation rounding: d = amax / 127, q = round(x * 127 / amax).
 fn write_q8_0(at: u32, dst: u32) {
@@ -83,16 +55,19 @@ fn write_q4_0(at: u32, dst: u32) {
     }
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let n = gid.x + gid.y * groups.x * 64u;
-    if n >= p.len_k + p.len_v {
-        return;
+// Units of a row of `width` values in a cache of type `ty`.
+fn row_units(ty: u32, width: u32) -> u32 {
+    if ty == 0u {
+        return width;
     }
-    keys = n < p.len_k;
-    let i = select(n - p.len_k, n, keys);
-    let ty = select(V_TYPE, K_TYPE, keys);
-    let width = select(p.width_v, p.width_k, keys);
+    if ty == 1u {
+        return width / 2u;
+    }
+    return width / 32u;
+}
+
+// Unit i of the rows being written (`keys`) into their cache of type `ty`, rows of `width`.
+fn write_unit(i: u32, ty: u32, width: u32) {
     if ty == 0u {
         let entry = i / width;
         let j = i % width;

@@ -8,88 +8,92 @@
 // then the 32 signed bytes; mode 5 is mode 3's kept as ggml's Q8_K block for matmul_qk.wgsl:
 // 65 words a block, the f32 scale, then the 256 signed bytes; mode 6 is mode 0's kept as
 // ggml's Q8_1 block (10 words: the scale, the f16 sum s = f16(d · sum(q)), the bytes).
-// `quantize_block` reads the values from `x` and writes `out`, which the entry points declare
-// (quantize_x_one.wgsl; gated_quantize.wgsl, which first makes the values).
+// `quantize_block` reads the values through `round_source(i)` and writes `rounded`, which the
+// entry points declare (quantize_x_one.wgsl; gated_quantize.wgsl, which first makes the values;
+// add_rms_norm_quantize.wgsl, the norm that makes them).
 
-// Block `block` of x rounded into out in the mode `p.mode`.
-fn quantize_block(block: u32) {
-    if p.mode == 3u || p.mode == 5u {
-        q8_k(block * 256u, block * 65u);
+// Values a block of mode `mode`.
+fn mode_block_values(mode: u32) -> u32 {
+    return select(32u, 256u, mode == 3u || mode == 5u);
+}
+
+// Block `block` of the source rounded into `rounded` in the mode `mode`.
+fn quantize_block(block: u32, mode: u32) {
+    if mode == 3u || mode == 5u {
+        q8_k(block * 256u, block * 65u, mode == 5u);
         return;
     }
     let base = block * 32u;
-    if p.mode == 2u {
+    if mode == 2u {
         for (var j = 0u; j < 32u; j++) {
-            let bits = bitcast<u32>(x[base + j]);
-            let rounded = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
-            out[base + j] = rounded;
+            let bits = bitcast<u32>(round_source(base + j));
+            rounded[base + j] = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
         }
         return;
     }
-    if p.mode == 1u {
+    if mode == 1u {
         for (var j = 0u; j < 32u; j++) {
-            out[base + j] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(x[base + j], 0.0))).x);
+            rounded[base + j] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(round_source(base + j), 0.0))).x);
         }
         return;
     }
     var amax = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        amax = max(amax, abs(x[base + j]));
+        amax = max(amax, abs(round_source(base + j)));
     }
-    if p.mode == 4u {
+    if mode == 4u {
         q8_0_packed(base, block * 9u, amax, false);
         return;
     }
-    if p.mode == 6u {
+    if mode == 6u {
         q8_0_packed(base, block * 10u, amax, true);
         return;
     }
     let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
-        out[base + j] = bitcast<u32>(d * round(x[base + j] * id));
+        rounded[base + j] = bitcast<u32>(d * round(round_source(base + j) * id));
     }
 }
 
-fn q8_k(base: u32, at: u32) {
+fn q8_k(base: u32, at: u32, packed: bool) {
     var max_value = 0.0;
     var amax = 0.0;
     for (var j = 0u; j < 256u; j++) {
-        let v = x[base + j];
+        let v = round_source(base + j);
         if abs(v) > amax {
             amax = abs(v);
             max_value = v;
         }
     }
-    let packed = p.mode == 5u;
     if amax == 0.0 {
         if packed {
             for (var j = 0u; j < 65u; j++) {
-                out[at + j] = 0u;
+                rounded[at + j] = 0u;
             }
             return;
         }
         for (var j = 0u; j < 256u; j++) {
-            out[base + j] = 0u;
+            rounded[base + j] = 0u;
         }
         return;
     }
     let iscale = -127.0 / max_value;
     let d = 1.0 / iscale;
     if packed {
-        out[at] = bitcast<u32>(d);
+        rounded[at] = bitcast<u32>(d);
         for (var word = 0u; word < 64u; word++) {
             var bytes = 0u;
             for (var b = 0u; b < 4u; b++) {
-                let q = i32(min(127.0, round(iscale * x[base + word * 4u + b])));
+                let q = i32(min(127.0, round(iscale * round_source(base + word * 4u + b))));
                 bytes |= (bitcast<u32>(q) & 0xffu) << (8u * b);
             }
-            out[at + 1u + word] = bytes;
+            rounded[at + 1u + word] = bytes;
         }
         return;
     }
     for (var j = 0u; j < 256u; j++) {
-        out[base + j] = bitcast<u32>(d * min(127.0, round(iscale * x[base + j])));
+        rounded[base + j] = bitcast<u32>(d * min(127.0, round(iscale * round_source(base + j))));
     }
 }
 
@@ -98,20 +102,20 @@ fn q8_0_packed(base: u32, at: u32, amax: f32, with_sum: bool) {
     let unrounded = amax / 127.0;
     let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
     let id = select(0.0, 127.0 / amax, amax != 0.0);
-    out[at] = bitcast<u32>(d);
+    rounded[at] = bitcast<u32>(d);
     let qs = at + select(1u, 2u, with_sum);
     var sum = 0;
     for (var word = 0u; word < 8u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
-            let q = i32(round(x[base + word * 4u + b] * id));
+            let q = i32(round(round_source(base + word * 4u + b) * id));
             sum += q;
             packed |= (bitcast<u32>(q) & 0xffu) << (8u * b);
         }
-        out[qs + word] = packed;
+        rounded[qs + word] = packed;
     }
     if with_sum {
         let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(sum), 0.0))).x;
-        out[at + 1u] = bitcast<u32>(s);
+        rounded[at + 1u] = bitcast<u32>(s);
     }
 }

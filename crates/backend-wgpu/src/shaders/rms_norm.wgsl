@@ -1,8 +1,8 @@
 // out[r] = x[r] * (1 / sqrt(mean(x[r]²) + eps)) * weight, one workgroup per row, with the
 // CPU's (ggml's) precision: each square rounded to f32, the squares summed as a float-float
 // (value and error, by two-sums) standing in for ggml's f64 sum, the mean rounded once to f32
-// (`two_sum`: precise.wgsl). The entry points (rms_norm_one.wgsl; add_rms_norm.wgsl, which
-// first adds the residual) declare x and call `normalize_row`.
+// (`two_sum`: precise.wgsl). The entry points (rms_norm_one.wgsl; add_rms_norm_one.wgsl and
+// add_rms_norm_quantize.wgsl, which first add the residual) declare x and call `normalize_row`.
 
 struct Params {
     width: u32,
@@ -12,7 +12,7 @@ struct Params {
     // Always 0: `opaque` hides a value from the shader compiler's algebra (an inexact
     // `(a + b) - a` may be folded to `b`, which would erase the two-sums' errors).
     zero: u32,
-    _pad0: u32,
+    mode: u32, // add_rms_norm_quantize.wgsl's rounding (quantize_x.wgsl's mode)
     _pad1: u32,
     _pad2: u32,
 }

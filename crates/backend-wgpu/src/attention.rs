@@ -1,0 +1,214 @@
+//! Attention over the paged KV caches (`PrimitiveOps::attention`): the cells and query
+//! tables on the host, then one dispatch per path (ggml's tiled and one-chunk paths), the
+//! queries and outputs rotated where the caches are (q8_0/q4_0 caches, llama.cpp's Hadamard
+//! rotation); and the one-chunk path that also rounds its output for the output projection
+//! (`FusedOps::attention_output`).
+
+use runit_backend::{
+    hadamard, Attention, BackendError, Buffer, KvRole, KvType, OpResult, SequenceSpan, Weight,
+};
+
+use crate::batch;
+use crate::device::{at_least, buffer, kv};
+use crate::kernels::{self, AttentionPath};
+use crate::ops::MAX_GROUPS;
+use crate::WgpuBackend;
+
+/// Query rows of a span from which ggml switches to its tiled attention.
+const TILED_MIN_ROWS: usize = 64;
+
+fn f(value: f32) -> u32 {
+    value.to_bits()
+}
+
+/// Whether `spans` take rows 0 .. `tokens`, each row once, in order (so that a kernel run
+/// over the spans' rows meets every row).
+pub(crate) fn covers_in_order(spans: &[SequenceSpan], tokens: usize) -> bool {
+    let mut next = 0;
+    for span in spans {
+        if span.first_row != next {
+            return false;
+        }
+        next += span.rows;
+    }
+    next == tokens
+}
+
+impl WgpuBackend {
+    /// `PrimitiveOps::attention` of `attention` into `out`; with `next` (the output
+    /// projection's weight and the tokens it multiplies), also the rounding of the output for
+    /// that matmul in the attention's dispatch where it can (every row on the one-chunk path,
+    /// in spans that cover the rows in order, no value rotation after, the mode's blocks
+    /// within a head), left for the matmul as `activations_as_cpu` leaves its own.
+    pub(crate) fn attention_rows(
+        &self,
+        attention: &Attention<'_>,
+        out: &mut Buffer,
+        next: Option<(&Weight, usize)>,
+    ) -> OpResult {
+        const OP: &str = "attention";
+        let params = attention.params;
+        let (heads, kv_heads, head_dim) = (params.heads, params.kv_heads, params.head_dim);
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(BackendError::Shape {
+                op: OP,
+                what: "kv_heads (dividing heads)",
+                expected: heads,
+                found: kv_heads,
+            });
+        }
+        let (k_cache, v_cache) = (attention.k_cache, attention.v_cache);
+        let kv_width = kv_heads * head_dim;
+        for cache in [k_cache, v_cache] {
+            if cache.width != kv_width {
+                return Err(BackendError::Shape {
+                    op: OP,
+                    what: "cache width (kv_heads × head_dim)",
+                    expected: kv_width,
+                    found: cache.width,
+                });
+            }
+        }
+        if head_dim > 256 {
+            return Err(self.device_error(
+                OP,
+                format!("head_dim {head_dim} is not supported (at most 256)"),
+            ));
+        }
+        let (k, v) = (kv(k_cache, OP, "k_cache")?, kv(v_cache, OP, "v_cache")?);
+        let kernel = |path, rounds| {
+            kernels::attention(k_cache.ty, v_cache.ty, path, rounds).ok_or_else(|| {
+                let unsupported = [k_cache, v_cache]
+                    .into_iter()
+                    .find(|c| kernels::cache_code(c.ty).is_none());
+                self.unsupported_kv(unsupported.unwrap_or(k_cache))
+            })
+        };
+        kernel(AttentionPath::OneChunk, false)?;
+        let q_width = heads * head_dim;
+        // ggml tiles only f16/f32 caches of one type, spans of TILED_MIN_ROWS rows and more
+        // (the CPU backend's `ops/attention`); a pass whose rows must get their one-row
+        // numbers takes the one-chunk path throughout.
+        let tiles_caches =
+            k_cache.ty == v_cache.ty && matches!(k_cache.ty, KvType::F16 | KvType::F32);
+        let rows_alone = self.rows_alone.load(std::sync::atomic::Ordering::Relaxed);
+        let path = |span: &SequenceSpan| match tiles_caches
+            && span.rows >= TILED_MIN_ROWS
+            && head_dim.is_multiple_of(16)
+            && !rows_alone
+        {
+            true => AttentionPath::Tiled,
+            false => AttentionPath::OneChunk,
+        };
+        let mut cells = Vec::new();
+        // Query entries of each path.
+        let mut queries = [Vec::new(), Vec::new()];
+        for span in attention.spans {
+            let end = span.start_position.saturating_add(span.rows);
+            span.check_cells(OP, 0..end, k_cache.n_cells.min(v_cache.n_cells))?;
+            at_least(
+                OP,
+                "q elements (rows × heads × head_dim)",
+                (span.first_row + span.rows) * q_width,
+                attention.q.len(),
+            )?;
+            at_least(
+                OP,
+                "out elements (rows × heads × head_dim)",
+                (span.first_row + span.rows) * q_width,
+                out.len(),
+            )?;
+            let offset = cells.len() as u32;
+            cells.extend((0..end).map(|position| span.cell(position) as u32));
+            let queries = &mut queries[usize::from(path(span) == AttentionPath::OneChunk)];
+            for r in 0..span.rows {
+                let position = span.start_position + r;
+                let lo = params
+                    .sliding_window
+                    .map_or(0, |window| (position + 1).saturating_sub(window));
+                queries.extend([
+                    (span.first_row + r) as u32,
+                    offset,
+                    lo as u32,
+                    position as u32,
+                ]);
+            }
+        }
+        if queries.iter().all(Vec::is_empty) || heads == 0 {
+            return Ok(());
+        }
+        // Queries are rotated as the keys were, the output back as the values were.
+        let key_rotation = hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim);
+        let value_rotation = hadamard::llama_rotation(v_cache.ty, KvRole::Values, head_dim);
+        let rotated = match key_rotation {
+            Some(n) => {
+                let rows = attention.q.len() / q_width;
+                let copy = self.scratch_copy(attention.q, rows * q_width, OP)?;
+                self.rotate(buffer(&copy, OP, "q")?, n, 0, rows * q_width / n)?;
+                Some(copy)
+            }
+            None => None,
+        };
+        let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
+        let out = buffer(out, OP, "out")?;
+        let rounding = next
+            .filter(|&(_, tokens)| {
+                value_rotation.is_none()
+                    && queries[0].is_empty()
+                    && covers_in_order(attention.spans, tokens)
+            })
+            .and_then(|(w, tokens)| {
+                let len = tokens * q_width;
+                let mode = self.head_rounding(w, len, head_dim)?;
+                Some((mode, len))
+            });
+        let rounded = match rounding {
+            Some((_, len)) => Some(self.rounding_target(len)?),
+            None => None,
+        };
+        let words = [
+            heads as u32,
+            (heads / kv_heads) as u32,
+            head_dim as u32,
+            kv_width as u32,
+            q_width as u32,
+            f(params.scale),
+            0,
+            rounding.map_or(0, |(mode, _)| mode),
+        ];
+        let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
+        for (path, queries) in paths.into_iter().zip(&queries) {
+            for part in queries.chunks(4 * MAX_GROUPS) {
+                let mut bindings = [
+                    q.into(),
+                    (&k.buffer).into(),
+                    (&v.buffer).into(),
+                    batch::table(&cells),
+                    batch::table(part),
+                    out.into(),
+                    q.into(),
+                ];
+                let bound = match &rounded {
+                    Some(rounded) => {
+                        bindings[6] = rounded.into();
+                        &bindings[..]
+                    }
+                    None => &bindings[..6],
+                };
+                let groups = [(part.len() / 4) as u32, heads as u32, 1];
+                let kernel = kernel(path, rounded.is_some())?;
+                self.dispatch_ranges(OP, kernel, &words, bound, groups)?;
+            }
+        }
+        if let Some((mode, len)) = rounding {
+            self.leave_rounding(out, len, mode);
+        }
+        if let Some(n) = value_rotation {
+            for span in attention.spans {
+                let first = span.first_row * q_width / n;
+                self.rotate(out, n, first, span.rows * q_width / n)?;
+            }
+        }
+        Ok(())
+    }
+}

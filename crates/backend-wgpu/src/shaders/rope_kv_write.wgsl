@@ -1,0 +1,64 @@
+// RoPE of a step's queries and keys and the write of its keys and values into their caches
+// in one dispatch (`FusedOps::rope_kv_write` where the caches take rows as they are, without
+// a Hadamard rotation): workgroup e < p.entries rotates the pairs of entry e's key row in
+// place (`pair` and `rotate` of rope.wgsl, as rope_pair.wgsl does), then, after a storage
+// barrier, writes that row and the value row into their cells (`write_unit` of kv_write.wgsl,
+// as kv_write_one.wgsl does); the workgroups after it rotate the queries' pairs, 64 each.
+
+@group(0) @binding(2) var<storage, read_write> q: array<f32>;
+@group(0) @binding(3) var<storage, read_write> k: array<f32>;
+@group(0) @binding(4) var<storage, read> v: array<f32>;
+@group(0) @binding(5) var<storage, read> pairs: array<u32>; // [entries, 2]
+@group(0) @binding(6) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
+
+fn src(i: u32) -> f32 {
+    if keys {
+        return k[i];
+    }
+    return v[i];
+}
+
+fn store(i: u32, word: u32) {
+    if keys {
+        k_cache[i] = word;
+    } else {
+        v_cache[i] = word;
+    }
+}
+
+@compute @workgroup_size(64)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let group = wid.x + wid.y * groups.x;
+    if group >= p.entries {
+        let i = (group - p.entries) * 64u + lid;
+        if i < p.pairs {
+            let at = pair(i, p.heads);
+            let r = rotate(q[at.a], q[at.b], at.cs);
+            q[at.a] = r.x;
+            q[at.b] = r.y;
+        }
+        return;
+    }
+    let row_pairs = p.heads_second * p.half_rotary;
+    let row = pairs[2u * group];
+    for (var j = lid; j < row_pairs; j += 64u) {
+        let at = pair(row * row_pairs + j, p.heads_second);
+        let r = rotate(k[at.a], k[at.b], at.cs);
+        k[at.a] = r.x;
+        k[at.b] = r.y;
+    }
+    storageBarrier();
+    for (var n = 0u; n < 2u; n++) {
+        keys = n == 0u;
+        let ty = select(V_TYPE, K_TYPE, keys);
+        let units = row_units(ty, p.cache_width);
+        for (var u = lid; u < units; u += 64u) {
+            write_unit(group * units + u, ty, p.cache_width);
+        }
+    }
+}
