@@ -20,11 +20,12 @@
 // Activations are f16 as convert.cu's activation_f16_cpu rounds them, once per input.
 #include "mmq.cuh"
 
-// Elements of one stage: 256 for the K-quants (one block), MMQP_SMALL_K (256 or 128) for the
-// types of 32-element blocks, whose 128-element stages take half the shared memory (more
-// blocks per multiprocessor). The host reads the same define (matmul/mmq.rs `pipe_stage`).
+// Elements of one stage: 256 for the K-quants (one block), MMQP_SMALL_K (128, or 256) for the
+// types of 32-element blocks, whose 128-element stages take half the shared memory of 256
+// (twice the blocks per multiprocessor for Q8_0). The host reads the same define
+// (matmul/mmq.rs `pipe_stage`).
 #ifndef MMQP_SMALL_K
-#define MMQP_SMALL_K 256
+#define MMQP_SMALL_K 128
 #endif
 #ifndef MMQP_STAGES
 #define MMQP_STAGES 2

@@ -84,12 +84,19 @@ fn collect(receiver: &Receiver<SequenceEvent>) -> (Vec<u32>, StopReason) {
 }
 
 fn check_batch_invariance(name: &str, max_tokens: usize) {
-    check_invariance_with(name, max_tokens, &LENGTHS, 16);
+    check_invariance_with(name, max_tokens, &LENGTHS, 16, 4);
 }
 
 /// Greedy requests with prompts of `lengths`, submitted together (the first two at once,
-/// the others while those decode), each equal to its lone run with the same `batch_size`.
-fn check_invariance_with(name: &str, max_tokens: usize, lengths: &[usize], batch_size: usize) {
+/// the others while those decode), each equal to its lone run with the same `batch_size`,
+/// `max_sequences` of them decoding at once.
+fn check_invariance_with(
+    name: &str,
+    max_tokens: usize,
+    lengths: &[usize],
+    batch_size: usize,
+    max_sequences: usize,
+) {
     let Some(model) = model(name) else { return };
     let requests: Vec<Request> = prompts(model.config.vocab_size, lengths)
         .into_iter()
@@ -102,9 +109,10 @@ fn check_invariance_with(name: &str, max_tokens: usize, lengths: &[usize], batch
     let scheduler = Scheduler::start(
         Arc::clone(&model),
         &EngineConfig {
-            context_size: CONTEXT,
+            // Room for every sequence at once (two blocks each).
+            context_size: CONTEXT.max(32 * max_sequences),
             batch_size,
-            max_sequences: 4,
+            max_sequences,
             ..Default::default()
         },
     )
@@ -261,8 +269,23 @@ fn concurrent_sampling_equals_alone_synthetic() {
 /// ones (the one-chunk path): every span still gets its lone numbers.
 #[test]
 fn prompts_sharing_a_pass_across_attention_paths_equal_alone() {
-    check_invariance_with("synth-qwen2-Q8_0.gguf", 10, &[5, 90, 12, 70], 128);
-    check_invariance_with("SmolLM2-135M-Instruct.Q4_1.gguf", 8, &[5, 90, 12, 70], 128);
+    check_invariance_with("synth-qwen2-Q8_0.gguf", 10, &[5, 90, 12, 70], 128, 4);
+    check_invariance_with(
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        8,
+        &[5, 90, 12, 70],
+        128,
+        4,
+    );
+}
+
+/// Seventy sequences decoding together: one decode pass of seventy one-row spans (more
+/// rows than a span needs for the tiled attention path), each sequence its lone numbers.
+#[test]
+fn seventy_sequences_in_one_decode_pass_equal_alone() {
+    let lengths: Vec<usize> = (0..70).map(|i| 3 + i % 9).collect();
+    check_invariance_with("synth-qwen2-Q8_0.gguf", 6, &lengths, 128, 70);
+    check_invariance_with("SmolLM2-135M-Instruct.Q4_1.gguf", 4, &lengths, 128, 70);
 }
 
 /// A sink whose receiver is gone after `limit` tokens.

@@ -15,8 +15,8 @@
 //! Greedy outputs do not depend on what else runs: prompts are chunked exactly as
 //! [`Session::eval`](crate::Session::eval) chunks them (the chunks of several prompts may
 //! share a prefill pass, each its own span), the backend attends each span as it would
-//! alone, decode passes hold at most [`MAX_DECODE_ROWS`] rows, and the matmul computes each
-//! row the same whatever the batch.
+//! alone, and the matmul computes each row the same whatever the batch (on the CPU; GPU
+//! kernels chosen by row count part within near-ties).
 //!
 //! ```no_run
 //! # fn demo(model: std::sync::Arc<runit_model::Model>) -> Result<(), Box<dyn std::error::Error>> {
@@ -55,9 +55,11 @@ use crate::{EngineConfig, EngineError, GeneratedToken, Sampler, SamplerParams, S
 pub use metrics::{Histogram, SchedulerMetrics};
 pub use prefix::TILED_ATTENTION_ROWS;
 
-/// Most rows of one decode pass: the CPU attention switches to its tiled f32 path from
-/// [`TILED_ATTENTION_ROWS`] query rows in a pass, which a lone decoding sequence never takes.
-pub const MAX_DECODE_ROWS: usize = TILED_ATTENTION_ROWS - 1;
+/// Most rows of one decode pass (every running sequence's token and drafts; the batched
+/// GPU kernels are built for up to 256 rows). Backends attend each span as it would alone,
+/// so the rows' count changes no sequence's numbers; more sequences than this decode in
+/// several passes a step, each a fixed cost on a GPU.
+pub const MAX_DECODE_ROWS: usize = 256;
 
 /// One generation to run.
 #[derive(Debug, Clone, PartialEq)]
