@@ -70,7 +70,7 @@ if [ "$mode" = exact ]; then
   run_test sample_gpu 100
   end_to_end
   run_test exact_gpu 100
-  run_test turbo_gpu 100
+  run_test turbo_gpu 240
 fi
 if [ "$mode" = bench ]; then
   shift || true
