@@ -371,7 +371,8 @@ impl PrimitiveOps for CudaBackend {
     }
 
     /// Samples on the device (ops/sample.rs), handing the rows it does not sample to the
-    /// host's `sample_row`.
+    /// host's `sample_row`; exact numerics sample on the host (the device's f64 `exp` may
+    /// differ by an ulp).
     fn sample_pick(
         &self,
         logits: &mut Buffer,
@@ -379,7 +380,7 @@ impl PrimitiveOps for CudaBackend {
         width: usize,
         sampling: &[runit_backend::RowSampling<'_>],
     ) -> Result<Vec<runit_backend::Sampled>, BackendError> {
-        if !ops::sample::enabled() {
+        if !ops::sample::enabled() || self.exact_numerics() {
             return runit_backend::sample_pick_on_host(self, logits, rows, width, sampling);
         }
         ops::sample::sample_pick(self, logits, rows, width, sampling)

@@ -416,7 +416,7 @@ impl CudaBackend {
 
     /// [`PrimitiveOps::sample_pick`](runit_backend::PrimitiveOps::sample_pick) through the
     /// device kernels (kernels/sample.cu) whatever `RUNIT_CUDA_SAMPLE` says (the primitive
-    /// takes them only with `RUNIT_CUDA_SAMPLE=1`), for testing them against the host.
+    /// takes them unless `RUNIT_CUDA_SAMPLE=0`), for testing them against the host.
     pub fn sample_pick_on_device(
         &self,
         logits: &mut runit_backend::Buffer,
