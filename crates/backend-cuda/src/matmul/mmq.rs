@@ -335,12 +335,12 @@ pub struct PipePlan {
 
 impl PipePlan {
     /// The plan for `tokens` rows of activations in tiles of `tile` tokens and `n_out`
-    /// weight rows of `n_stages` stages on a device that holds `resident` blocks at once. Whole row blocks per
-    /// grid block when that leaves the device as busy (a matrix of many row blocks), else
-    /// equal shares of all the stages, one grid block per resident block (stream-K): each
-    /// multiprocessor then gets the same work whatever the matrix's shape, where whole row
-    /// blocks or ranges of equal splits leave a last wave that keeps a few multiprocessors
-    /// busy while the others idle. Its cost: the row blocks cut between grid blocks are
+    /// weight rows of `n_stages` stages on a device that holds `resident` blocks at once.
+    /// Whole row blocks per grid block when that leaves the device as busy (a matrix of many
+    /// row blocks), else equal shares of all the stages, one grid block per resident block
+    /// (stream-K): each multiprocessor then gets the same work whatever the matrix's shape,
+    /// where whole row blocks or ranges of equal splits leave a last wave that keeps a few
+    /// multiprocessors busy while the others idle. Its cost: the row blocks cut between grid blocks are
     /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
     /// stages below).
     pub fn new(

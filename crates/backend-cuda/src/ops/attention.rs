@@ -40,6 +40,46 @@ struct Call {
     blocks: Option<(&'static str, u32, u32)>,
 }
 
+impl Call {
+    /// The kernel arguments of `attention` into `out`.
+    fn new(
+        attention: &Attention<'_>,
+        out: &mut Buffer,
+        round_q: bool,
+        f16: bool,
+        blocks: Option<(&'static str, u32, u32)>,
+    ) -> Result<Call, BackendError> {
+        let params = attention.params;
+        Ok(Call {
+            q: buffer_ptr(OP, "q", attention.q)?,
+            k: kv_ptr(OP, "k cache", attention.k_cache)?,
+            v: kv_ptr(OP, "v cache", attention.v_cache)?,
+            out: buffer_ptr(OP, "out", out)?,
+            heads: to_u32(OP, "heads", params.heads)?,
+            kv_heads: to_u32(OP, "kv_heads", params.kv_heads)?,
+            head_dim: params.head_dim as u32,
+            scale: params.scale,
+            window: params
+                .sliding_window
+                .map_or(0, |w| w.min(i32::MAX as usize) as u32),
+            round_q: u32::from(round_q),
+            f16,
+            blocks,
+        })
+    }
+}
+
+/// Positions a sequence's block table reaches in the step buffer (the decode grid's reach).
+fn capacity(step: &StepView, spans: &[runit_backend::SequenceSpan]) -> Result<usize, BackendError> {
+    let block_size = spans.first().map_or(1, |s| s.block_size);
+    product(
+        OP,
+        "table stride × block size",
+        step.table_stride,
+        block_size,
+    )
+}
+
 /// Attention of every span's query rows; see [`runit_backend::PrimitiveOps::attention`].
 pub fn attention(
     backend: &CudaBackend,
@@ -103,22 +143,8 @@ pub fn attention(
         }
     }
     let f16 = k_cache.ty == KvType::F16;
-    let call = Call {
-        q: buffer_ptr(OP, "q", q)?,
-        k: kv_ptr(OP, "k cache", k_cache)?,
-        v: kv_ptr(OP, "v cache", v_cache)?,
-        out: buffer_ptr(OP, "out", out)?,
-        heads: to_u32(OP, "heads", heads)?,
-        kv_heads: to_u32(OP, "kv_heads", kv_heads)?,
-        head_dim: head_dim as u32,
-        scale: params.scale,
-        window: params
-            .sliding_window
-            .map_or(0, |w| w.min(i32::MAX as usize) as u32),
-        round_q: u32::from(round_queries(f16, total_rows, head_dim)),
-        f16,
-        blocks: None,
-    };
+    let round_q = round_queries(f16, total_rows, head_dim);
+    let call = Call::new(attention, out, round_q, f16, None)?;
     if total_rows == 0 {
         return Ok(());
     }
@@ -154,13 +180,7 @@ pub fn attention(
             prefill(backend, &call, &step, &plan)
         }
     } else {
-        let block_size = spans.first().map_or(1, |s| s.block_size);
-        let capacity = product(
-            OP,
-            "table stride × block size",
-            step.table_stride,
-            block_size,
-        )?;
+        let capacity = capacity(&step, spans)?;
         let plan = if mma {
             DecodePlan::mma(capacity, heads / kv_heads)
         } else {
@@ -236,30 +256,9 @@ fn attention_blocks(
         return Ok(());
     }
     if !use_prefill(total_rows, end_row, spans.len()) {
-        let call = Call {
-            q: buffer_ptr(OP, "q", q)?,
-            k: kv_ptr(OP, "k cache", k_cache)?,
-            v: kv_ptr(OP, "v cache", v_cache)?,
-            out: buffer_ptr(OP, "out", out)?,
-            heads: to_u32(OP, "heads", params.heads)?,
-            kv_heads: to_u32(OP, "kv_heads", params.kv_heads)?,
-            head_dim: head_dim as u32,
-            scale: params.scale,
-            window: params
-                .sliding_window
-                .map_or(0, |w| w.min(i32::MAX as usize) as u32),
-            round_q: 0,
-            f16: false,
-            blocks: Some((decode_name, rotation(k_cache), rotation(v_cache))),
-        };
-        let block_size = spans.first().map_or(1, |s| s.block_size);
-        let capacity = product(
-            OP,
-            "table stride × block size",
-            step.table_stride,
-            block_size,
-        )?;
-        let plan = DecodePlan::new(capacity, params.heads / params.kv_heads);
+        let blocks = (decode_name, rotation(k_cache), rotation(v_cache));
+        let call = Call::new(attention, out, false, false, Some(blocks))?;
+        let plan = DecodePlan::new(capacity(&step, spans)?, params.heads / params.kv_heads);
         return decode(backend, &call, &step, &plan, end_row, false);
     }
     let config = LaunchConfig {
