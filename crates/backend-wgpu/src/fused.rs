@@ -6,16 +6,18 @@
 //! rounding of its output for the output projection (`WgpuBackend::attention_rows`); the
 //! gated activation with the rounding of its results for down
 //! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
-//! matrix-vector dispatch, and gate and up in another (`WgpuBackend::matmul_parts`). Each
+//! matrix-vector dispatch (their three biases in one more), and gate and up in another
+//! (`WgpuBackend::matmul_parts`). Each
 //! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
 //! kernels share those ops' functions (tests/fused.rs compares them).
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
 
 use runit_backend::{
     unfused, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps,
-    Projection, RopeKvWrite,
+    Projection, RopeKvWrite, Weight,
 };
 
+use crate::backend::grid;
 use crate::device::{at_least, buffer};
 use crate::rope::same_angles;
 use crate::WgpuBackend;
@@ -78,6 +80,9 @@ impl FusedOps for WgpuBackend {
         let mut outs = outs;
         let weights = projections.map(|projection| projection.weight);
         if self.fused_ops && self.matmul_parts(&weights, x, tokens, &mut outs)? {
+            if let [Some(b0), Some(b1), Some(b2)] = projections.map(|p| p.bias) {
+                return self.add_biases([b0, b1, b2], outs, tokens);
+            }
             for (projection, out) in projections.iter().zip(outs) {
                 if let Some(bias) = projection.bias {
                     self.add_bias(out, bias, tokens)?;
@@ -130,5 +135,23 @@ impl WgpuBackend {
         }
         self.matmul(ffn.gate, x, tokens, run.hidden)?;
         self.matmul(ffn.up, x, tokens, run.up)
+    }
+
+    /// `add_bias` of each of the three projections' biases to its output, in one dispatch
+    /// (add_bias3.wgsl: the same additions).
+    fn add_biases(&self, biases: [&Weight; 3], outs: [&mut Buffer; 3], tokens: usize) -> OpResult {
+        const OP: &str = "add_bias";
+        let mut params = [0u32; 6];
+        let mut bindings = Vec::with_capacity(6);
+        for (n, (bias, out)) in biases.iter().zip(outs).enumerate() {
+            let width = bias.row_len();
+            at_least(OP, "x elements", tokens * width, out.len())?;
+            params[n] = (tokens * width) as u32;
+            params[3 + n] = width as u32;
+            bindings.push(self.f32_vector(bias, OP)?);
+            bindings.push(buffer(out, OP, "x")?);
+        }
+        let len = params[..3].iter().map(|&l| l as usize).sum();
+        self.dispatch(OP, Self::plain("add_bias3"), &params, &bindings, grid(len))
     }
 }

@@ -122,10 +122,11 @@ fn cache_name(ty: KvType) -> &'static str {
 }
 
 /// The kernels that take no type.
-pub const PLAIN: [(&str, &str); 14] = [
+pub const PLAIN: [(&str, &str); 15] = [
     ("add", include_str!("shaders/add.wgsl")),
     ("scale", include_str!("shaders/scale.wgsl")),
     ("add_bias", include_str!("shaders/add_bias.wgsl")),
+    ("add_bias3", include_str!("shaders/add_bias3.wgsl")),
     (
         "gated",
         concat!(

@@ -548,8 +548,8 @@ fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64)
 }
 
 /// The Q, K and V projections (the V rows not a multiple of the kernel's 4 rows a workgroup,
-/// with a bias on K) by `matmul_qkv` and by its primitives, for every type with a
-/// matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without.
+/// with a bias on K, then on all three as Qwen2's) by `matmul_qkv` and by its primitives, for
+/// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without.
 #[test]
 fn matmul_qkv_equals_three_matmuls() {
     let Some(gpu) = backend() else { return };
@@ -569,8 +569,14 @@ fn matmul_qkv_equals_three_matmuls() {
     for gpu in &gpus {
         for ty in MATVEC_TYPES {
             let ws = weights(gpu, ty, n, &rows, 5);
-            let bias = make_weight(gpu, "bias", GgmlType::F32, &[32], &[0.25; 32]).expect("bias");
-            for tokens in 1..=3 {
+            let biases: Vec<Weight> = rows
+                .iter()
+                .map(|&r| {
+                    let values = Rng::new(r as u64).values(r, -1.0, 1.0);
+                    make_weight(gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
+                })
+                .collect();
+            for (tokens, all_biases) in (1..=3).flat_map(|t| [(t, false), (t, true)]) {
                 let x = upload(gpu, &Rng::new(9).values(tokens * n, -2.0, 2.0));
                 let (mut results, mut used) = (Vec::new(), Vec::new());
                 for fused in [false, true] {
@@ -578,20 +584,10 @@ fn matmul_qkv_equals_three_matmuls() {
                         .iter()
                         .map(|r| gpu.alloc(tokens * r).expect("alloc"))
                         .collect();
-                    let projections = [
-                        Projection {
-                            weight: &ws[0],
-                            bias: None,
-                        },
-                        Projection {
-                            weight: &ws[1],
-                            bias: Some(&bias),
-                        },
-                        Projection {
-                            weight: &ws[2],
-                            bias: None,
-                        },
-                    ];
+                    let projections = [0, 1, 2].map(|i| Projection {
+                        weight: &ws[i],
+                        bias: (all_biases || i == 1).then_some(&biases[i]),
+                    });
                     let [q, k, v] = &mut outs[..] else {
                         unreachable!()
                     };
@@ -609,11 +605,16 @@ fn matmul_qkv_equals_three_matmuls() {
                         .collect();
                     results.push(hosts);
                 }
-                let detail = format!("{ty:?} x {tokens}, subgroups {}", gpu.uses_subgroups());
+                let detail = format!(
+                    "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}",
+                    gpu.uses_subgroups()
+                );
                 assert_eq!(results[0], results[1], "{detail}");
                 // Three matrix-vector dispatches became one (and the bias between two
-                // matmuls no longer makes the last round its activations again).
-                assert!(used[1] + 2 <= used[0], "{detail}: dispatches {used:?}");
+                // matmuls no longer makes the last round its activations again); three
+                // biases take one dispatch.
+                let saved = if all_biases { 4 } else { 2 };
+                assert!(used[1] + saved <= used[0], "{detail}: dispatches {used:?}");
             }
         }
     }
