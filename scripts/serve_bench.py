@@ -111,8 +111,10 @@ def decode_rate(results):
     stream received its first chunk (every prompt has been processed) to the last stream's
     end, counting each stream's tokens in that window in proportion to its content chunks
     there. The figure llama-batched-bench reports as S_TG (decode only, prompts excluded)."""
-    begin = max(r[4][0] for r in results if r[4])
-    end = max(r[1] for r in results)
+    firsts = [r[4][0] for r in results if r[4]]
+    if not firsts:
+        return None
+    begin, end = max(firsts), max(r[1] for r in results)
     if end <= begin:
         return None
     tokens = 0.0
