@@ -362,33 +362,6 @@ fn decode(
         shared_mem_bytes: plan.shared_bytes(head_dim),
     };
     let heads_per_block = plan.heads_per_block as u32;
-    macro_rules! decode_kernel {
-        ($name:literal) => {
-            launch!(
-                backend,
-                OP,
-                "attention.cu",
-                $name,
-                config,
-                call.q,
-                call.k,
-                call.v,
-                step.ptr,
-                partials_ptr,
-                stats_ptr,
-                call.heads,
-                call.kv_heads,
-                call.head_dim,
-                call.scale,
-                call.window,
-                chunk_len,
-                chunks,
-                heads_per_block,
-                call.round_q
-            )
-        };
-    }
-    let mut v_rotation = 0;
     if mma {
         // The tensor-core kernel merges the chunks itself (its last block per head group).
         return decode_mma(
@@ -399,35 +372,36 @@ fn decode(
             plan,
             config.grid_dim,
         );
-    } else if let Some((name, k_rotation, v)) = call.blocks {
-        v_rotation = v;
-        launch!(
-            backend,
-            OP,
-            "attention.cu",
-            name,
-            config,
-            call.q,
-            call.k,
-            call.v,
-            step.ptr,
-            partials_ptr,
-            stats_ptr,
-            call.heads,
-            call.kv_heads,
-            call.head_dim,
-            call.scale,
-            call.window,
-            chunk_len,
-            chunks,
-            heads_per_block,
-            k_rotation
-        )?;
-    } else if call.f16 {
-        decode_kernel!("attention_decode_f16")?;
-    } else {
-        decode_kernel!("attention_decode_f32")?;
     }
+    // The kernels of the float caches take the query rounding last, those of block caches
+    // the keys' rotation; the combine rotates the values back.
+    let (name, last, v_rotation) = match call.blocks {
+        Some((name, k_rotation, v_rotation)) => (name, k_rotation, v_rotation),
+        None if call.f16 => ("attention_decode_f16", call.round_q, 0),
+        None => ("attention_decode_f32", call.round_q, 0),
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        name,
+        config,
+        call.q,
+        call.k,
+        call.v,
+        step.ptr,
+        partials_ptr,
+        stats_ptr,
+        call.heads,
+        call.kv_heads,
+        call.head_dim,
+        call.scale,
+        call.window,
+        chunk_len,
+        chunks,
+        heads_per_block,
+        last
+    )?;
     let config = LaunchConfig {
         grid_dim: (call.heads, rows, 1),
         block_dim: (DECODE_THREADS, 1, 1),
