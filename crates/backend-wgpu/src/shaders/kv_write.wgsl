@@ -4,10 +4,26 @@
 // packed in words (the width is even), 2 Q8_0 and 3 Q4_0 blocks in the words
 // attention_cache.wgsl reads (rows already rotated by the host's Hadamard pass): a unit is a
 // word (f32, f16) or a block (Q8_0, Q4_0). The entry points (kv_write_one.wgsl;
-// rope_kv_write.wgsl, which first rotates the keys) declare `pairs`, `src` and `store`.
+// rope_kv_write.wgsl, which first rotates the keys) declare the bindings `pairs`, `k`, `v`,
+// `k_cache` and `v_cache`.
 
 // The source being written: the keys or the values.
 var<private> keys: bool;
+
+fn src(i: u32) -> f32 {
+    if keys {
+        return k[i];
+    }
+    return v[i];
+}
+
+fn store(i: u32, word: u32) {
+    if keys {
+        k_cache[i] = word;
+    } else {
+        v_cache[i] = word;
+    }
+}
 
 // ggml-cpu's x86 Q8_0 activation rounding: d = amax / 127, q = round(x * 127 / amax).
 fn write_q8_0(at: u32, dst: u32) {

@@ -15,21 +15,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
 
-fn src(i: u32) -> f32 {
-    if keys {
-        return k[i];
-    }
-    return v[i];
-}
-
-fn store(i: u32, word: u32) {
-    if keys {
-        k_cache[i] = word;
-    } else {
-        v_cache[i] = word;
-    }
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let n = gid.x + gid.y * groups.x * 64u;

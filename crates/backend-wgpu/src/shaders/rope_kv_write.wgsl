@@ -12,21 +12,6 @@
 @group(0) @binding(6) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(7) var<storage, read_write> v_cache: array<u32>;
 
-fn src(i: u32) -> f32 {
-    if keys {
-        return k[i];
-    }
-    return v[i];
-}
-
-fn store(i: u32, word: u32) {
-    if keys {
-        k_cache[i] = word;
-    } else {
-        v_cache[i] = word;
-    }
-}
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
