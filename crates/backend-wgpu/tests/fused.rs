@@ -225,13 +225,7 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> ([Vec<u
             spans: &spans,
             qk_norms: None,
         };
-        let before = gpu.counts().dispatches;
-        match fused {
-            true => gpu.rope_kv_write(op),
-            false => unfused::rope_kv_write(gpu, op),
-        }
-        .expect("rope_kv_write");
-        used = gpu.counts().dispatches - before;
+        used = rope_kv_write_counted(gpu, fused, op);
         q_all = Some((q, k, spans));
     }
     let (q, k, spans) = q_all.expect("a step with rows");
@@ -498,13 +492,7 @@ fn rope_kv_write_of_two_sequences_equals_its_primitives() {
             spans: &spans,
             qk_norms: None,
         };
-        let before = gpu.counts().dispatches;
-        match fused {
-            true => gpu.rope_kv_write(op),
-            false => unfused::rope_kv_write(&gpu, op),
-        }
-        .expect("rope_kv_write");
-        used.push(gpu.counts().dispatches - before);
+        used.push(rope_kv_write_counted(&gpu, fused, op));
         let params = AttentionParams {
             heads,
             kv_heads,
@@ -738,4 +726,15 @@ fn gated_ffn_equals_its_primitives() {
             }
         }
     }
+}
+
+/// Runs `op` fused or through its primitives; returns the dispatches it recorded.
+fn rope_kv_write_counted(gpu: &WgpuBackend, fused: bool, op: RopeKvWrite<'_>) -> u64 {
+    let before = gpu.counts().dispatches;
+    match fused {
+        true => gpu.rope_kv_write(op),
+        false => unfused::rope_kv_write(gpu, op),
+    }
+    .expect("rope_kv_write");
+    gpu.counts().dispatches - before
 }
