@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-tests}
-rm -rf device && mkdir -p device/bin
+rm -rf device/bin device/golden && mkdir -p device/bin  # device/llama.cpp.tar.xz (the anchor) stays
 # Both GPU backends in one binary: the wgpu backend runs on the H200 through NVIDIA's Vulkan
 # driver beside CUDA (issue 30 compares them in one call).
 cargo build --release -p runit-cli --features cuda,wgpu

@@ -180,7 +180,9 @@ impl Device for CudaBackend {
     }
 
     fn captures_steps(&self) -> bool {
-        !self.exact_numerics() && std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
+        !self.exact_numerics()
+            && !self.profiling()
+            && std::env::var("RUNIT_CUDA_GRAPHS").map_or(true, |v| v != "0")
     }
 
     /// The window spans of a step are packed into a buffer of their own (`step.rs`).

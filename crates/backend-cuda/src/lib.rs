@@ -16,6 +16,7 @@ mod library;
 mod matmul;
 mod memory;
 mod ops;
+mod profile;
 mod step;
 
 use std::sync::{Arc, Mutex};
@@ -51,7 +52,7 @@ macro_rules! launch {
         // all, on the backend's one stream and so after the kernel; the sizes passed keep
         // the kernel inside those buffers (the op checked its shapes); `values` outlives
         // the call, which copies the parameters.
-        unsafe { backend.launch_raw($op, &function, $cfg, &mut params) }?;
+        unsafe { backend.launch_raw($op, $name, &function, $cfg, &mut params) }?;
         drop(values);
         backend.after_launch($op)
     }};
@@ -106,6 +107,8 @@ pub struct CudaBackend {
     /// TurboQuant's codebooks (`ops::turbo::tables`), uploaded with the first TurboQuant
     /// cache.
     turbo_tables: Mutex<Option<CudaSlice<f32>>>,
+    /// `RUNIT_CUDA_PROFILE=1`: device time per kernel (profile.rs).
+    profiler: Option<profile::Profiler>,
 }
 
 impl CudaBackend {
@@ -151,6 +154,7 @@ impl CudaBackend {
             .clone_htod(runit_backend::gelu::table())
             .map_err(driver("uploading the GELU table"))?;
         let sync_each_launch = std::env::var("RUNIT_CUDA_SYNC").is_ok_and(|v| v == "1");
+        let profiler = profile::Profiler::from_env(&context);
         let planted_fault = std::env::var("RUNIT_CUDA_PLANT_FAULT")
             .ok()
             .filter(|op| !op.is_empty());
@@ -174,12 +178,14 @@ impl CudaBackend {
             moe_activations: Mutex::new(None),
             arrival_counters: Mutex::new(None),
             programmatic_launch: major >= 9
+                && profiler.is_none()
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
             turbo_tables: Mutex::new(None),
+            profiler,
         })
     }
 
@@ -326,7 +332,8 @@ impl CudaBackend {
     /// Launches `function` on the stream with cuLaunchKernelEx. On sm_90 and newer (unless
     /// `RUNIT_CUDA_PDL=0`) with programmatic stream serialization: the kernel may begin
     /// launching while its predecessor runs, and waits in `pdl_start()` (every kernel's first
-    /// statement, kernels/common.cuh) until the predecessor has finished.
+    /// statement, kernels/common.cuh) until the predecessor has finished. Under
+    /// `RUNIT_CUDA_PROFILE=1` the launch is timed as kernel `name`.
     ///
     /// # Safety
     /// `params` holds the addresses of values matching the kernel's parameter list, alive
@@ -334,6 +341,7 @@ impl CudaBackend {
     pub(crate) unsafe fn launch_raw(
         &self,
         op: &'static str,
+        name: &str,
         function: &cudarc::driver::CudaFunction,
         cfg: cudarc::driver::LaunchConfig,
         params: &mut [*mut std::ffi::c_void],
@@ -360,6 +368,8 @@ impl CudaBackend {
             attrs: &mut attribute,
             numAttrs: u32::from(self.programmatic_launch),
         };
+        let profiled = self.profiler.as_ref().filter(|_| !self.capturing());
+        let start = profiled.and_then(|p| p.mark(&self.stream));
         // SAFETY: the caller promises that `params` matches the kernel's parameter list and
         // that the device memory it names stays live for the kernel; `config` and
         // `attribute` live across the call, which copies them; the context was bound to this
@@ -373,7 +383,18 @@ impl CudaBackend {
             )
         }
         .result()
-        .map_err(|e| self.driver_error(op, e))
+        .map_err(|e| self.driver_error(op, e))?;
+        if let (Some(profiler), Some(start)) = (profiled, start) {
+            if let Some(end) = profiler.mark(&self.stream) {
+                profiler.record(name, cfg.grid_dim, start, end);
+            }
+        }
+        Ok(())
+    }
+
+    /// True under `RUNIT_CUDA_PROFILE=1` (profile.rs): steps are then not captured.
+    pub(crate) fn profiling(&self) -> bool {
+        self.profiler.is_some()
     }
 
     /// Called after every launch: plants the fault of `RUNIT_CUDA_PLANT_FAULT` after the
