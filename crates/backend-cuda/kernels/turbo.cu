@@ -111,9 +111,10 @@ __device__ __forceinline__ u32 tq_code(const u8* codes, u32 i, u32 bits) {
     return word >> shift & ((1u << bits) - 1);
 }
 
-// Index number `slot` of a row's index bytes (turbo::read_index).
-__device__ __forceinline__ u32 tq_index(const u8* indices, u32 slot) {
-    const u32 bit = slot * TQ_INDEX_BITS, shift = bit & 7;
+// The outlier index starting at bit `bit` of `indices` (turbo::read_index: slot s of a row's
+// index bytes starts at bit 6 s).
+__device__ __forceinline__ u32 tq_index_at(const u8* indices, u32 bit) {
+    const u32 shift = bit & 7;
     u32 word = indices[bit >> 3];
     if (shift + TQ_INDEX_BITS > 8) word |= (u32)indices[(bit >> 3) + 1] << 8;
     return word >> shift & (TQ_BLOCK - 1);
@@ -288,6 +289,60 @@ __device__ __forceinline__ float tq_reduce16(float v, u32 mask) {
     return v;
 }
 
+// The bytes of one KV head in a cache row: its blocks (contiguous), then the index bytes that
+// hold its blocks' outlier indices.
+struct TqSlice {
+    u64 row_bytes;     // bytes of a cell
+    u32 block_offset;  // first byte of the head's blocks in the row
+    u32 block_span;    // bytes of the head's blocks
+    u64 index_offset;  // first index byte holding one of them
+    u32 index_span;    // index bytes holding them
+    u32 index_bit;     // bit of the head's first index in those bytes
+    __device__ u32 stride() const { return block_span + index_span; }
+};
+
+__device__ __forceinline__ TqSlice tq_slice(const TqLayout& layout, u32 row_blocks, u32 first_block,
+                                             u32 head_blocks) {
+    const u32 bb = layout.block_bytes();
+    const u32 first_bit = first_block * TQ_OUTLIERS * TQ_INDEX_BITS;
+    const u32 end_bit = (first_block + head_blocks) * TQ_OUTLIERS * TQ_INDEX_BITS;
+    TqSlice slice;
+    slice.row_bytes = layout.row_bytes(row_blocks);
+    slice.block_offset = first_block * bb;
+    slice.block_span = head_blocks * bb;
+    slice.index_offset = (u64)row_blocks * bb + first_bit / 8;
+    slice.index_span = (end_bit + 7) / 8 - first_bit / 8;
+    slice.index_bit = first_bit % 8;
+    return slice;
+}
+
+// Copies the head's slice of the rows of keys cells[0 .. m) into `staged`, slice.stride()
+// bytes a key, TQ_STAGE_LOADS byte loads of each thread in flight at once (the loops over
+// keys then read shared memory: reading the cache there left each load's latency in series,
+// about 25 ms a decode step at depth 4096, session 35).
+#define TQ_STAGE_BYTES 16384
+#define TQ_STAGE_LOADS 32
+__device__ __forceinline__ void tq_stage(u8* staged, const u8* cache, const i32* cells, u32 m, const TqSlice& slice) {
+    const u32 stride = slice.stride(), total = m * stride;
+    for (u32 base = 0; base < total; base += TQ_THREADS * TQ_STAGE_LOADS) {
+        u8 bytes[TQ_STAGE_LOADS];
+#pragma unroll
+        for (u32 r = 0; r < TQ_STAGE_LOADS; ++r) {
+            const u32 i = base + threadIdx.x + TQ_THREADS * r;
+            if (i < total) {
+                const u32 k = i / stride, b = i % stride;
+                const u64 at = b < slice.block_span ? slice.block_offset + b : slice.index_offset + (b - slice.block_span);
+                bytes[r] = cache[(u64)cells[k] * slice.row_bytes + at];
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < TQ_STAGE_LOADS; ++r) {
+            const u32 i = base + threadIdx.x + TQ_THREADS * r;
+            if (i < total) staged[i] = bytes[r];
+        }
+    }
+}
+
 // Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads; a slice is TQ_HEADS
 // query heads of a KV head. partials: [rows, heads, chunks][2 + 2 * head_dim] for rows
 // first_row ...
@@ -304,6 +359,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS)
     __shared__ i32 cells[TQ_KEY_CHUNK];
     __shared__ float k_table[16], v_table[16];
     __shared__ float stats[TQ_HEADS][2];
+    __shared__ __align__(16) u8 staged[TQ_STAGE_BYTES];
 
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = (i32)(first_row + blockIdx.z);
@@ -326,7 +382,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS)
     const u32 first_block = kv_head * head_blocks;
     const u32 row_blocks = kv_heads * head_blocks;
     const TqLayout k_layout = {k_bits, k_sketch}, v_layout = {v_bits, 0};
-    const u64 k_row = k_layout.row_bytes(row_blocks), v_row = v_layout.row_bytes(row_blocks);
+    const TqSlice k_slice = tq_slice(k_layout, row_blocks, first_block, head_blocks);
+    const TqSlice v_slice = tq_slice(v_layout, row_blocks, first_block, head_blocks);
     const u32 kbb = k_layout.block_bytes(), vbb = v_layout.block_bytes();
     const u32 tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
@@ -357,49 +414,56 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS)
     }
     __syncthreads();
 
-    // Scores: a half-warp per (key, head), sixteen lanes as the twins'.
+    // Scores: a half-warp per (key, head), sixteen lanes as the twins', over the keys staged
+    // in shared memory a part of the chunk at a time.
     const float sketch_factor = tables[TQ_SKETCH_FACTOR];
     const u32 l = tid % 16, half = tid / 16;
     const u32 mask = 0xffffu << (16 * (lane / 16));
-    for (u32 p = half; p < (u32)n * n_heads; p += TQ_THREADS / 16) {
-        const u32 k = p / n_heads, g = p % n_heads;
-        const u8* key = k_cache + (u64)cells[k] * k_row;
-        float acc = 0.0f;
-        for (u32 b = 0; b < head_blocks; ++b) {
-            const u8* block = key + (u64)(first_block + b) * kbb;
-            const float norm = tq_f16(block);
-            const u8* codes = block + k_layout.code_offset();
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j) {
-                const u32 i = l + 16 * j;
-                const float c = __fmul_rn(k_table[tq_code(codes, i, k_bits)], norm);
-                acc = fmaf(rotated[g][b * TQ_BLOCK + i], c, acc);
-            }
-            if (k_sketch) {
-                const float alpha = __fmul_rn(__fmul_rn(sketch_factor, tq_f16(block + 2)), norm);
-                const u8* sign_bytes = block + k_layout.sign_offset();
+    const u32 k_part = TQ_STAGE_BYTES / k_slice.stride();
+    for (u32 from = 0; from < (u32)n; from += k_part) {
+        const u32 m = min(k_part, (u32)n - from);
+        tq_stage(staged, k_cache, cells + from, m, k_slice);
+        __syncthreads();
+        for (u32 p = half; p < m * n_heads; p += TQ_THREADS / 16) {
+            const u32 k = p / n_heads, g = p % n_heads;
+            const u8* key = staged + k * k_slice.stride();
+            float acc = 0.0f;
+            for (u32 b = 0; b < head_blocks; ++b) {
+                const u8* block = key + b * kbb;
+                const float norm = tq_f16(block);
+                const u8* codes = block + k_layout.code_offset();
 #pragma unroll
                 for (u32 j = 0; j < 4; ++j) {
                     const u32 i = l + 16 * j;
-                    const float s = sign_bytes[i >> 3] >> (i & 7) & 1 ? -alpha : alpha;
-                    acc = fmaf(sketched[g][b * TQ_BLOCK + i], s, acc);
+                    const float c = __fmul_rn(k_table[tq_code(codes, i, k_bits)], norm);
+                    acc = fmaf(rotated[g][b * TQ_BLOCK + i], c, acc);
+                }
+                if (k_sketch) {
+                    const float alpha = __fmul_rn(__fmul_rn(sketch_factor, tq_f16(block + 2)), norm);
+                    const u8* sign_bytes = block + k_layout.sign_offset();
+#pragma unroll
+                    for (u32 j = 0; j < 4; ++j) {
+                        const u32 i = l + 16 * j;
+                        const float s = sign_bytes[i >> 3] >> (i & 7) & 1 ? -alpha : alpha;
+                        acc = fmaf(sketched[g][b * TQ_BLOCK + i], s, acc);
+                    }
                 }
             }
-        }
-        float dot = tq_reduce16(acc, mask);
-        if (l == 0) {
-            const u8* indices = key + (u64)row_blocks * kbb;
-            for (u32 b = 0; b < head_blocks; ++b) {
-                const u8* block = key + (u64)(first_block + b) * kbb;
-                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                    const u32 index = tq_index(indices, (first_block + b) * TQ_OUTLIERS + o);
-                    dot = fmaf(plain[g][b * TQ_BLOCK + index], tq_f16(block + k_layout.header() + 2 * o), dot);
+            float dot = tq_reduce16(acc, mask);
+            if (l == 0) {
+                const u8* indices = key + k_slice.block_span;
+                for (u32 b = 0; b < head_blocks; ++b) {
+                    const u8* block = key + b * kbb;
+                    for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                        const u32 index = tq_index_at(indices, k_slice.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                        dot = fmaf(plain[g][b * TQ_BLOCK + index], tq_f16(block + k_layout.header() + 2 * o), dot);
+                    }
                 }
+                scores[g][from + k] = __fmul_rn(dot, scale);
             }
-            scores[g][k] = __fmul_rn(dot, scale);
         }
+        __syncthreads();
     }
-    __syncthreads();
 
     // Softmax weights exp(score - max) in place, a half-warp per head, the sum in sixteen
     // lanes (key k in lane k % 16, in key order).
@@ -432,33 +496,39 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS)
         for (u32 j = 0; j < TQ_MAX_HEAD_DIM / TQ_THREADS; ++j) acc[g][j] = 0.0f;
     const u32 outlier_g = tid / head_blocks, outlier_b = tid % head_blocks;
     const bool outlier_thread = tid < n_heads * head_blocks;
-    for (i32 k = 0; k < n; ++k) {
-        const u8* value_row = v_cache + (u64)cells[k] * v_row;
+    const u32 v_part = TQ_STAGE_BYTES / v_slice.stride();
+    for (u32 from = 0; from < (u32)n; from += v_part) {
+        const u32 m = min(v_part, (u32)n - from);
+        tq_stage(staged, v_cache, cells + from, m, v_slice);
+        __syncthreads();
+        for (u32 k = 0; k < m; ++k) {
+            const u8* value_row = staged + k * v_slice.stride();
 #pragma unroll
-        for (u32 j = 0; j < TQ_MAX_HEAD_DIM / TQ_THREADS; ++j) {
-            const u32 d = tid + TQ_THREADS * j;
-            if (d < head_dim) {
-                const u8* block = value_row + (u64)(first_block + d / TQ_BLOCK) * vbb;
-                const float c =
-                    __fmul_rn(v_table[tq_code(block + v_layout.code_offset(), d % TQ_BLOCK, v_bits)], tq_f16(block));
+            for (u32 j = 0; j < TQ_MAX_HEAD_DIM / TQ_THREADS; ++j) {
+                const u32 d = tid + TQ_THREADS * j;
+                if (d < head_dim) {
+                    const u8* block = value_row + (d / TQ_BLOCK) * vbb;
+                    const float c = __fmul_rn(v_table[tq_code(block + v_layout.code_offset(), d % TQ_BLOCK, v_bits)],
+                                              tq_f16(block));
 #pragma unroll
-                for (u32 g = 0; g < TQ_HEADS; ++g)
-                    if (g < n_heads) acc[g][j] = fmaf(c, scores[g][k], acc[g][j]);
+                    for (u32 g = 0; g < TQ_HEADS; ++g)
+                        if (g < n_heads) acc[g][j] = fmaf(c, scores[g][from + k], acc[g][j]);
+                }
+            }
+            if (outlier_thread) {
+                const u8* block = value_row + outlier_b * vbb;
+                const u8* indices = value_row + v_slice.block_span;
+                const float weight = scores[outlier_g][from + k];
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                    const u32 index =
+                        tq_index_at(indices, v_slice.index_bit + (outlier_b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    float* slot = &outliers[outlier_g][outlier_b * TQ_BLOCK + index];
+                    *slot = fmaf(tq_f16(block + v_layout.header() + 2 * o), weight, *slot);
+                }
             }
         }
-        if (outlier_thread) {
-            const u8* block = value_row + (u64)(first_block + outlier_b) * vbb;
-            const u8* indices = value_row + (u64)row_blocks * vbb;
-            const float weight = scores[outlier_g][k];
-            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                const u32 index = tq_index(indices, (first_block + outlier_b) * TQ_OUTLIERS + o);
-                float* slot = &outliers[outlier_g][outlier_b * TQ_BLOCK + index];
-                *slot = fmaf(tq_f16(block + v_layout.header() + 2 * o), weight, *slot);
-            }
-        }
+        __syncthreads();
     }
-    __syncthreads();
-
     const u32 per_head = 2 + 2 * head_dim;
     const u32 local_row = blockIdx.z;
     for (u32 g = 0; g < n_heads; ++g) {
