@@ -1,5 +1,6 @@
 // Causal grouped-query attention over the paged KV cache (see Backend::attention):
-// q, out: [tokens, heads, head_dim] f32; K/V caches: [cells, kv_heads * head_dim] f16 or f32.
+// q, out: [tokens, heads, head_dim] f32; K/V caches: [cells, kv_heads * head_dim] f16 or f32,
+// or ggml's Q8_0 / Q4_0 blocks of 32 (rows rotated in chunks, kv.cu).
 // A query at position p sees keys at positions lo ..= p of its own span, lo = 0 or, with a
 // sliding window w, max(0, p + 1 - w). Scores are scale * (q · k), the softmax is in f32.
 // Positions, spans and block tables come from the step buffer (StepHeader), so launch shapes
@@ -27,24 +28,10 @@
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
 __device__ __forceinline__ float kv_value(const float* cache, u64 index) { return cache[index]; }
 
-// One element of a cache row of ggml blocks of 32 (Q8_0: 34 bytes, Q4_0: 18).
-__device__ __forceinline__ float block_element(const u8* row, u32 d, bool q8) {
-    if (q8) {
-        const u8* blk = row + (d / 32) * 34;
-        const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
-        return (float)(i8)blk[2 + d % 32] * scale;
-    }
-    const u8* blk = row + (d / 32) * 18;
-    const float scale = half_to_float((u16)(blk[0] | (blk[1] << 8)));
-    const u32 j = d % 32;
-    const u8 byte = blk[2 + (j & 15)];
-    const i32 nibble = j < 16 ? (byte & 15) : (byte >> 4);
-    return (float)(nibble - 8) * scale;
-}
-
-// Cache views for the decode kernels: the row of one cell's kv head and its elements, and a
-// tile of DECODE_TILE keys' rows (`Tile`, in shared memory) that `stage` fills before the
-// tile is read through `tile_at`. Plain caches read their rows in place (an empty tile);
+// Cache views for the attention kernels: the row of one cell's kv head; for the decode
+// kernels a tile of DECODE_TILE keys' rows (`Tile`, in shared memory) that `stage` fills
+// before the tile is read through `tile_at`; for the prefill kernels `fill`, which writes a
+// tile of rows as floats. Plain caches read their rows in place (an empty tile);
 // caches of blocks copy the tile's blocks first, every load of the block in flight at once,
 // as codes and scales (reading them element by element in the loops over keys left each
 // load's latency in series: 135 us a layer at depth 4096 on an H100, session 35).
@@ -61,6 +48,15 @@ struct PlainKv {
     __device__ __forceinline__ float tile_at(const Tile&, const i32* cells, i32 j, u64 kv_offset, u32 d) const {
         return kv_value(row(cells[j], kv_offset), d);
     }
+    // Rows of keys cells[0 .. n) into dst (`stride` floats a key), the block's threads over
+    // the elements.
+    __device__ __forceinline__ void fill(float* dst, u32 stride, const i32* cells, i32 n, u64 kv_offset,
+                                         u32 head_dim) const {
+        for (u32 i = threadIdx.x; i < (u32)n * head_dim; i += blockDim.x) {
+            const u32 j = i / head_dim, d = i % head_dim;
+            dst[j * stride + d] = kv_value(row(cells[j], kv_offset), d);
+        }
+    }
 };
 // A tile of blocks of 32: element d of key j is codes[j][d] * scales[j][d / 32].
 struct BlockTile {
@@ -76,39 +72,58 @@ struct BlockKv {
     __device__ __forceinline__ const u8* row(i32 cell, u64 kv_offset) const {
         return base + (u64)cell * row_bytes + kv_offset / 32 * BLOCK_BYTES;
     }
-    // One thread per (key, block): the block's 2-byte words (cells are 2-byte aligned), all
-    // loaded before any is unpacked.
+    // Block b of key cells[j]: its scale, and its 32 codes packed four to a word (as i8). The
+    // block's 2-byte words (cells are 2-byte aligned) are all loaded before any is unpacked.
+    __device__ __forceinline__ float load_block(const i32* cells, u32 j, u32 b, u64 kv_offset, u32 codes[8]) const {
+        const u16* words = (const u16*)(row(cells[j], kv_offset) + b * BLOCK_BYTES);
+        constexpr u32 WORDS = BLOCK_BYTES / 2;
+        u16 w[WORDS];
+#pragma unroll
+        for (u32 i = 0; i < WORDS; ++i) w[i] = words[i];
+        if (Q8) {
+#pragma unroll
+            for (u32 i = 0; i < 8; ++i) codes[i] = (u32)w[1 + 2 * i] | (u32)w[2 + 2 * i] << 16;
+        } else {
+            // Byte e holds element e (low nibble) and e + 16 (high), both offset by 8.
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half)
+#pragma unroll
+                for (u32 i = 0; i < 4; ++i) {
+                    u32 word = 0;
+#pragma unroll
+                    for (u32 k = 0; k < 4; ++k) {
+                        const u32 e = 4 * i + k;
+                        const u32 byte = (u32)(w[1 + e / 2] >> (8 * (e & 1))) & 0xff;
+                        const u32 nibble = half ? byte >> 4 : byte & 15;
+                        word |= (u32)(u8)(i8)((i32)nibble - 8) << (8 * k);
+                    }
+                    codes[4 * half + i] = word;
+                }
+        }
+        return half_to_float(w[0]);
+    }
+    // One thread per (key, block).
     __device__ __forceinline__ void stage(Tile& tile, const i32* cells, i32 n, u64 kv_offset, u32 head_dim) const {
         const u32 blocks = head_dim / 32;
         for (u32 unit = threadIdx.x; unit < (u32)n * blocks; unit += blockDim.x) {
             const u32 j = unit / blocks, b = unit % blocks;
-            const u16* words = (const u16*)(row(cells[j], kv_offset) + b * BLOCK_BYTES);
-            constexpr u32 WORDS = BLOCK_BYTES / 2;
-            u16 w[WORDS];
-#pragma unroll
-            for (u32 i = 0; i < WORDS; ++i) w[i] = words[i];
-            tile.scales[j][b] = half_to_float(w[0]);
+            u32 codes[8];
+            tile.scales[j][b] = load_block(cells, j, b, kv_offset, codes);
             u32* out = (u32*)&tile.codes[j][b * 32];
-            if (Q8) {
 #pragma unroll
-                for (u32 i = 0; i < 8; ++i) out[i] = (u32)w[1 + 2 * i] | (u32)w[2 + 2 * i] << 16;
-            } else {
-                // Byte e holds element e (low nibble) and e + 16 (high), both offset by 8.
+            for (u32 i = 0; i < 8; ++i) out[i] = codes[i];
+        }
+    }
+    __device__ __forceinline__ void fill(float* dst, u32 stride, const i32* cells, i32 n, u64 kv_offset,
+                                         u32 head_dim) const {
+        const u32 blocks = head_dim / 32;
+        for (u32 unit = threadIdx.x; unit < (u32)n * blocks; unit += blockDim.x) {
+            const u32 j = unit / blocks, b = unit % blocks;
+            u32 codes[8];
+            const float scale = load_block(cells, j, b, kv_offset, codes);
+            float* out = dst + j * stride + b * 32;
 #pragma unroll
-                for (u32 half = 0; half < 2; ++half)
-#pragma unroll
-                    for (u32 i = 0; i < 4; ++i) {
-                        u32 word = 0;
-#pragma unroll
-                        for (u32 k = 0; k < 4; ++k) {
-                            const u32 e = 4 * i + k;
-                            const u32 byte = (u32)(w[1 + e / 2] >> (8 * (e & 1))) & 0xff;
-                            const u32 nibble = half ? byte >> 4 : byte & 15;
-                            word |= (u32)(u8)(i8)((i32)nibble - 8) << (8 * k);
-                        }
-                        out[4 * half + i] = word;
-                    }
-            }
+            for (u32 e = 0; e < 32; ++e) out[e] = (float)(i8)(codes[e / 4] >> (8 * (e % 4))) * scale;
         }
     }
     __device__ __forceinline__ float tile_at(const Tile& tile, const i32*, i32 j, u64, u32 d) const {
@@ -367,10 +382,12 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
 // per query row (blockDim.x = 32 * tile_rows), key_tile <= 32 keys per step. Dynamic shared
 // memory: queries [tile_rows][head_dim], keys [key_tile][head_dim + 1] (padded: lanes read
 // different keys), values [key_tile][head_dim], cells [key_tile] (all 4-byte words).
-template <typename KV>
-__device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, const KV* v_cache, const i32* step,
-                                             float* out, u32 heads, u32 kv_heads, u32 head_dim, float scale,
-                                             u32 window, u32 key_tile, u32 round_q) {
+// Caches of blocks have their rows rotated in chunks (kv.cu): the queries are rotated alike
+// (`k_rotation`), the output rows back (`v_rotation`).
+template <typename KC, typename VC>
+__device__ __forceinline__ void prefill_tile(const float* q, KC k_cache, VC v_cache, const i32* step, float* out,
+                                             u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
+                                             u32 key_tile, u32 round_q, u32 k_rotation, u32 v_rotation) {
     extern __shared__ float shared[];
     const u32 tile_rows = blockDim.x / 32;
     float* queries = shared;
@@ -398,7 +415,6 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
 
     const u32 head = blockIdx.y;
     const u32 kv_head = head / (heads / kv_heads);
-    const u64 kv_width = (u64)kv_heads * head_dim;
     const u64 kv_offset = (u64)kv_head * head_dim;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const i32 row = first_row + (i32)warp;
@@ -413,6 +429,8 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
     for (u32 d = lane; d < head_dim; d += 32)
         queries[warp * head_dim + d] = valid ? query_value(q, ((u64)row * heads + head) * head_dim + d, round_q) : 0.0f;
     __syncthreads();
+    // Chunks of k_rotation never cross rows (head_dim is a multiple of it).
+    if (k_rotation > 0) hadamard_chunks(queries, tile_rows * head_dim, k_rotation);
     if (valid && lane == 0) {
         atomicMin(&key_begin, lo);
         atomicMax(&key_end, position + 1);
@@ -430,12 +448,8 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
         __syncthreads();  // the previous tile is consumed
         if ((i32)threadIdx.x < n) cells[threadIdx.x] = step_cell(step, h, span, tile + (i32)threadIdx.x);
         __syncthreads();
-        for (u32 i = threadIdx.x; i < (u32)n * head_dim; i += blockDim.x) {
-            const u32 j = i / head_dim, d = i % head_dim;
-            const u64 at = (u64)cells[j] * kv_width + kv_offset + d;
-            keys[j * (head_dim + 1) + d] = kv_value(k_cache, at);
-            values[j * head_dim + d] = kv_value(v_cache, at);
-        }
+        k_cache.fill(keys, head_dim + 1, cells, n, kv_offset, head_dim);
+        v_cache.fill(values, head_dim, cells, n, kv_offset, head_dim);
         __syncthreads();
         if (valid) {  // warp-uniform
             const i32 key_position = tile + (i32)lane;
@@ -467,9 +481,23 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
             }
         }
     }
-    if (!valid) return;
     const float inverse = running_sum == 0.0f ? 0.0f : 1.0f / running_sum;
     float* dst = out + ((u64)row * heads + head) * head_dim;
+    if (v_rotation > 0) {
+        // Each warp's query row is its own: the rows become the outputs, rotated together.
+        float* result = queries + warp * head_dim;
+#pragma unroll
+        for (u32 i = 0; i < LANE_DIMS; ++i) {
+            const u32 d = lane + 32 * i;
+            if (d < head_dim) result[d] = acc[i] * inverse;
+        }
+        __syncthreads();
+        hadamard_chunks(queries, tile_rows * head_dim, v_rotation);
+        if (valid)
+            for (u32 d = lane; d < head_dim; d += 32) dst[d] = result[d];
+        return;
+    }
+    if (!valid) return;
 #pragma unroll
     for (u32 i = 0; i < LANE_DIMS; ++i) {
         const u32 d = lane + 32 * i;
@@ -477,92 +505,23 @@ __device__ __forceinline__ void prefill_tile(const float* q, const KV* k_cache, 
     }
 }
 
-extern "C" __global__ void attention_prefill_f16(const float* q, const u16* k_cache, const u16* v_cache,
-                                                 const i32* step, float* out, u32 heads, u32 kv_heads,
-                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) { pdl_start();
-    prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
-}
-
-extern "C" __global__ void attention_prefill_f32(const float* q, const float* k_cache, const float* v_cache,
-                                                 const i32* step, float* out, u32 heads, u32 kv_heads,
-                                                 u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q) { pdl_start();
-    prefill_tile(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q);
-}
-
-// Attention over Q8_0 / Q4_0 caches (ggml's blocks of 32, read directly): one warp per
-// (row, head), keys in position order with an online softmax in f32. Queries are rotated
-// in chunks of `k_rotation` and the output in chunks of `v_rotation` (0: none), as the
-// caches' rows were (llama.cpp's Hadamard rotation, see kv.cu). Scores are f32 dots of the
-// query with the dequantized key.
-//
-// Launch: grid (rows, heads), 32 threads.
-template <bool KQ8, bool VQ8>
-__device__ void attention_blocks(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* out,
-                                 u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 k_rotation,
-                                 u32 v_rotation) {
-    __shared__ float query[256];
-    __shared__ float result[256];
-    const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.x;
-    const u32 head = blockIdx.y;
-    if (row >= h->tokens) return;
-    const i32 span = step[h->row_span + row];
-    if (span < 0 || span >= h->spans) return;
-    const i32* info = step + h->span_info + span * 4;
-    if (row < info[0] || row >= info[0] + info[1]) return;
-    const i32 position = step[h->positions + row];
-    const u32 lane = threadIdx.x;
-    for (u32 d = lane; d < head_dim; d += 32) query[d] = q[((u64)row * heads + head) * head_dim + d];
-    __syncthreads();
-    if (k_rotation > 0) hadamard_chunks(query, head_dim, k_rotation);
-    const u32 kv_head = head / (heads / kv_heads);
-    const u64 k_row = (u64)kv_heads * head_dim / 32 * (KQ8 ? 34 : 18);
-    const u64 v_row = (u64)kv_heads * head_dim / 32 * (VQ8 ? 34 : 18);
-    const u64 k_head = (u64)kv_head * head_dim / 32 * (KQ8 ? 34 : 18);
-    const u64 v_head = (u64)kv_head * head_dim / 32 * (VQ8 ? 34 : 18);
-    const i32 lo = first_visible(position, window);
-    float acc[8];
-#pragma unroll
-    for (u32 i = 0; i < 8; ++i) acc[i] = 0.0f;
-    float running_max = -3.402823466e38f, running_sum = 0.0f;
-    for (i32 p = lo; p <= position; ++p) {
-        const i32 cell = step_cell(step, h, span, p);
-        const u8* key = k_cache + (u64)cell * k_row + k_head;
-        const u8* value = v_cache + (u64)cell * v_row + v_head;
-        float partial = 0.0f;
-        for (u32 d = lane; d < head_dim; d += 32) partial += query[d] * block_element(key, d, KQ8);
-        const float score = warp_sum(partial) * scale;
-        const float new_max = fmaxf(running_max, score);
-        const float rescale = expf(running_max - new_max);
-        const float weight = expf(score - new_max);
-        running_sum = running_sum * rescale + weight;
-        running_max = new_max;
-#pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            const u32 d = lane + 32 * i;
-            if (d < head_dim) acc[i] = acc[i] * rescale + weight * block_element(value, d, VQ8);
-        }
+// One signature for every cache kind: the float caches take the query rounding and no
+// rotations, the caches of blocks no rounding.
+#define ATTENTION_PREFILL(name, T, K_VIEW, V_VIEW)                                                               \
+    extern "C" __global__ void name(const float* q, const T* k_cache, const T* v_cache, const i32* step,          \
+                                    float* out, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,  \
+                                    u32 key_tile, u32 round_q, u32 k_rotation, u32 v_rotation) {                 \
+        pdl_start();                                                                                             \
+        const u64 width = (u64)kv_heads * head_dim;                                                              \
+        prefill_tile(q, K_VIEW, V_VIEW, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q,   \
+                     k_rotation, v_rotation);                                                                    \
     }
-    const float inverse = running_sum == 0.0f ? 0.0f : 1.0f / running_sum;
-#pragma unroll
-    for (u32 i = 0; i < 8; ++i) {
-        const u32 d = lane + 32 * i;
-        if (d < head_dim) result[d] = acc[i] * inverse;
-    }
-    __syncthreads();
-    if (v_rotation > 0) hadamard_chunks(result, head_dim, v_rotation);
-    for (u32 d = lane; d < head_dim; d += 32) out[((u64)row * heads + head) * head_dim + d] = result[d];
-}
+#define PLAIN(T, cache) PlainKv<T>{cache, width}
+#define BLOCKS(Q8, cache) BlockKv<Q8>{cache, width / 32 * BlockKv<Q8>::BLOCK_BYTES}
+ATTENTION_PREFILL(attention_prefill_f16, u16, PLAIN(u16, k_cache), PLAIN(u16, v_cache))
+ATTENTION_PREFILL(attention_prefill_f32, float, PLAIN(float, k_cache), PLAIN(float, v_cache))
+ATTENTION_PREFILL(attention_prefill_q8_0_q8_0, u8, BLOCKS(true, k_cache), BLOCKS(true, v_cache))
+ATTENTION_PREFILL(attention_prefill_q8_0_q4_0, u8, BLOCKS(true, k_cache), BLOCKS(false, v_cache))
+ATTENTION_PREFILL(attention_prefill_q4_0_q8_0, u8, BLOCKS(false, k_cache), BLOCKS(true, v_cache))
+ATTENTION_PREFILL(attention_prefill_q4_0_q4_0, u8, BLOCKS(false, k_cache), BLOCKS(false, v_cache))
 
-#define ATTENTION_BLOCKS(name, KQ8, VQ8)                                                                          \
-    extern "C" __global__ void __launch_bounds__(32)                                                              \
-        name(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* out, u32 heads,        \
-             u32 kv_heads, u32 head_dim, float scale, u32 window, u32 k_rotation, u32 v_rotation) {               \
-        pdl_start();                                                                                              \
-        attention_blocks<KQ8, VQ8>(q, k_cache, v_cache, step, out, heads, kv_heads, head_dim, scale, window,      \
-                                   k_rotation, v_rotation);                                                       \
-    }
-ATTENTION_BLOCKS(attention_blocks_q8_0_q8_0, true, true)
-ATTENTION_BLOCKS(attention_blocks_q8_0_q4_0, true, false)
-ATTENTION_BLOCKS(attention_blocks_q4_0_q8_0, false, true)
-ATTENTION_BLOCKS(attention_blocks_q4_0_q4_0, false, false)

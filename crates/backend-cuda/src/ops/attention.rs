@@ -35,9 +35,19 @@ struct Call {
     window: u32,
     round_q: u32,
     f16: bool,
-    /// Caches of ggml blocks: the decode kernel and the rotations of keys and values
-    /// (kernels/attention.cu's `attention_decode_q*`).
-    blocks: Option<(&'static str, u32, u32)>,
+    /// Caches of ggml blocks: their kernels and rotations.
+    blocks: Option<BlockKernels>,
+}
+
+/// The kernels of a pair of Q8_0 / Q4_0 caches (kernels/attention.cu's
+/// `attention_decode_q*` and `attention_prefill_q*`) and the chunk lengths of their rows'
+/// rotations (0: none).
+#[derive(Clone, Copy)]
+struct BlockKernels {
+    decode: &'static str,
+    prefill: &'static str,
+    k_rotation: u32,
+    v_rotation: u32,
 }
 
 impl Call {
@@ -47,7 +57,7 @@ impl Call {
         out: &mut Buffer,
         round_q: bool,
         f16: bool,
-        blocks: Option<(&'static str, u32, u32)>,
+        blocks: Option<BlockKernels>,
     ) -> Result<Call, BackendError> {
         let params = attention.params;
         Ok(Call {
@@ -192,9 +202,9 @@ pub fn attention(
 
 /// Attention over Q8_0 / Q4_0 caches, queries and output rotated as the caches' rows were
 /// (`runit_backend::hadamard`): decode rows by flash-decoding over the blocks
-/// (`attention_decode_q*` and the combine), prefill by `attention_blocks_*` (one warp per
-/// (row, head) walking the keys in order). Not in `--exact` numerics (refused as an
-/// unsupported cache type).
+/// (`attention_decode_q*` and the combine), prefill by the float caches' tiled kernel over
+/// tiles of dequantized rows (`attention_prefill_q*`). Not in `--exact` numerics (refused as
+/// an unsupported cache type).
 fn attention_blocks(
     backend: &CudaBackend,
     attention: &Attention<'_>,
@@ -231,18 +241,18 @@ fn attention_blocks(
     check_len(OP, "q", q, needed)?;
     check_len(OP, "out", out, needed)?;
     let step = backend.step_inputs(OP, None, None, Some(spans), None)?;
-    let (name, decode_name) = match (k_cache.ty, v_cache.ty) {
+    let (prefill_name, decode_name) = match (k_cache.ty, v_cache.ty) {
         (KvType::Q8_0, KvType::Q8_0) => {
-            ("attention_blocks_q8_0_q8_0", "attention_decode_q8_0_q8_0")
+            ("attention_prefill_q8_0_q8_0", "attention_decode_q8_0_q8_0")
         }
         (KvType::Q8_0, KvType::Q4_0) => {
-            ("attention_blocks_q8_0_q4_0", "attention_decode_q8_0_q4_0")
+            ("attention_prefill_q8_0_q4_0", "attention_decode_q8_0_q4_0")
         }
         (KvType::Q4_0, KvType::Q8_0) => {
-            ("attention_blocks_q4_0_q8_0", "attention_decode_q4_0_q8_0")
+            ("attention_prefill_q4_0_q8_0", "attention_decode_q4_0_q8_0")
         }
         (KvType::Q4_0, KvType::Q4_0) => {
-            ("attention_blocks_q4_0_q4_0", "attention_decode_q4_0_q4_0")
+            ("attention_prefill_q4_0_q4_0", "attention_decode_q4_0_q4_0")
         }
         (other, _) => return Err(crate::kv_type_refused(other, OP)),
     };
@@ -255,42 +265,19 @@ fn attention_blocks(
     if total_rows == 0 {
         return Ok(());
     }
-    if !use_prefill(total_rows, end_row, spans.len()) {
-        let blocks = (decode_name, rotation(k_cache), rotation(v_cache));
-        let call = Call::new(attention, out, false, false, Some(blocks))?;
-        let plan = DecodePlan::new(capacity(&step, spans)?, params.heads / params.kv_heads);
-        return decode(backend, &call, &step, &plan, end_row, false);
-    }
-    let config = LaunchConfig {
-        grid_dim: (
-            to_u32(OP, "rows", end_row)?,
-            to_u32(OP, "heads", params.heads)?,
-            1,
-        ),
-        block_dim: (32, 1, 1),
-        shared_mem_bytes: 0,
+    let kernels = BlockKernels {
+        decode: decode_name,
+        prefill: prefill_name,
+        k_rotation: rotation(k_cache),
+        v_rotation: rotation(v_cache),
     };
-    launch!(
-        backend,
-        OP,
-        "attention.cu",
-        name,
-        config,
-        buffer_ptr(OP, "q", q)?,
-        kv_ptr(OP, "k cache", k_cache)?,
-        kv_ptr(OP, "v cache", v_cache)?,
-        step.ptr,
-        buffer_ptr(OP, "out", out)?,
-        to_u32(OP, "heads", params.heads)?,
-        to_u32(OP, "kv_heads", params.kv_heads)?,
-        head_dim as u32,
-        params.scale,
-        params
-            .sliding_window
-            .map_or(0, |w| w.min(i32::MAX as usize) as u32),
-        rotation(k_cache),
-        rotation(v_cache)
-    )
+    let call = Call::new(attention, out, false, false, Some(kernels))?;
+    if use_prefill(total_rows, end_row, spans.len()) {
+        let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
+        return prefill(backend, &call, &step, &plan);
+    }
+    let plan = DecodePlan::new(capacity(&step, spans)?, params.heads / params.kv_heads);
+    decode(backend, &call, &step, &plan, end_row, false)
 }
 
 /// The shape checks of the CPU reference, plus the kernels' head_dim limit.
@@ -376,7 +363,7 @@ fn decode(
     // The kernels of the float caches take the query rounding last, those of block caches
     // the keys' rotation; the combine rotates the values back.
     let (name, last, v_rotation) = match call.blocks {
-        Some((name, k_rotation, v_rotation)) => (name, k_rotation, v_rotation),
+        Some(kernels) => (kernels.decode, kernels.k_rotation, kernels.v_rotation),
         None if call.f16 => ("attention_decode_f16", call.round_q, 0),
         None => ("attention_decode_f32", call.round_q, 0),
     };
@@ -441,35 +428,33 @@ fn prefill(
         block_dim: (32 * plan.tile_rows as u32, 1, 1),
         shared_mem_bytes: plan.shared_bytes(head_dim),
     };
-    let key_tile = plan.key_tile as u32;
-    macro_rules! prefill_kernel {
-        ($name:literal) => {
-            launch!(
-                backend,
-                OP,
-                "attention.cu",
-                $name,
-                config,
-                call.q,
-                call.k,
-                call.v,
-                step.ptr,
-                call.out,
-                call.heads,
-                call.kv_heads,
-                call.head_dim,
-                call.scale,
-                call.window,
-                key_tile,
-                call.round_q
-            )
-        };
-    }
-    if call.f16 {
-        prefill_kernel!("attention_prefill_f16")
-    } else {
-        prefill_kernel!("attention_prefill_f32")
-    }
+    // One signature: the float caches take the query rounding, those of blocks the rotations.
+    let (name, rotations) = match call.blocks {
+        Some(kernels) => (kernels.prefill, (kernels.k_rotation, kernels.v_rotation)),
+        None if call.f16 => ("attention_prefill_f16", (0, 0)),
+        None => ("attention_prefill_f32", (0, 0)),
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        name,
+        config,
+        call.q,
+        call.k,
+        call.v,
+        step.ptr,
+        call.out,
+        call.heads,
+        call.kv_heads,
+        call.head_dim,
+        call.scale,
+        call.window,
+        plan.key_tile as u32,
+        call.round_q,
+        rotations.0,
+        rotations.1
+    )
 }
 
 /// The tensor-core decode kernel (head_dim 64 or 128, f16 cache) on `grid`.
