@@ -55,7 +55,13 @@ impl Profiler {
     }
 
     /// Files the launch of `name` with `grid` between `start` and `end`.
-    pub(crate) fn record(&self, name: &str, grid: (u32, u32, u32), start: CudaEvent, end: CudaEvent) {
+    pub(crate) fn record(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        start: CudaEvent,
+        end: CudaEvent,
+    ) {
         let key = format!("{name} [{}x{}x{}]", grid.0, grid.1, grid.2);
         let mut state = self.state.lock().expect("profile lock");
         state.pending.push((key, start, end));

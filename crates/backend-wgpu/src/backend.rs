@@ -161,6 +161,8 @@ pub struct WgpuBackend {
     pub(crate) timed: bool,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
+    /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
+    pub(crate) profiler: Option<crate::profile::Profiler>,
 }
 
 /// The kernel of [`WgpuBackend::fma_is_fused`].
@@ -258,7 +260,11 @@ impl WgpuBackend {
         } else {
             Reduction::Shared
         };
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let profiling = crate::profile::wanted();
+        let mut wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        if profiling {
+            wanted |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let limits = adapter.limits();
         let descriptor = wgpu::DeviceDescriptor {
             label: Some("runit"),
@@ -284,6 +290,19 @@ impl WgpuBackend {
             let mut slot = lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             slot.get_or_insert_with(|| format!("device lost ({reason:?}): {message}"));
         });
+        let profiler = match profiling {
+            true if device.features().contains(wgpu::Features::TIMESTAMP_QUERY) => {
+                Some(crate::profile::Profiler::new(&device, &queue))
+            }
+            true => {
+                eprintln!(
+                    "RUNIT_WGPU_PROFILE: adapter {} has no timestamp queries; not profiling",
+                    summary.name
+                );
+                None
+            }
+            false => None,
+        };
         let params_slot = u64::from(limits.min_uniform_buffer_offset_alignment).max(256);
         let ring = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("parameter and table ring"),
@@ -332,6 +351,7 @@ impl WgpuBackend {
             step_clock: Mutex::default(),
             timed: counting(),
             fused_fma: false,
+            profiler,
         };
         backend.fused_fma = backend.fma_is_fused()?;
         Ok(backend)
@@ -577,6 +597,9 @@ impl WgpuBackend {
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
+        if let Some(profiler) = &self.profiler {
+            eprint!("{}", profiler.report());
+        }
         if counting() {
             let counts = self.counts();
             eprintln!(

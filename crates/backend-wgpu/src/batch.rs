@@ -150,9 +150,13 @@ impl WgpuBackend {
                 pending.slots_end = 0;
                 pending.placed.clear();
             }
-            if let Some(encoder) = pending.encoder.take() {
+            if let Some(mut encoder) = pending.encoder.take() {
+                let timed = self.profiler.as_ref().map(|p| p.resolve(&mut encoder));
                 self.queue.submit([encoder.finish()]);
                 self.counts.submits.fetch_add(1, Ordering::Relaxed);
+                if let (Some(profiler), Some(count)) = (&self.profiler, timed) {
+                    profiler.collect(&self.device, count);
+                }
             }
         }
         let counts = self.counts();
@@ -317,12 +321,17 @@ impl WgpuBackend {
             }
             false => make(),
         };
+        // Profiling gives each dispatch a pass of its own, timed at both ends.
+        let timestamps = self.profiler.as_ref().and_then(|profiler| {
+            pending.pass = None;
+            profiler.next_pass(kernel.name(), groups)
+        });
         if pending.pass.is_none() {
             let pass = self
                 .encoder(&mut pending)
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("runit batch"),
-                    timestamp_writes: None,
+                    timestamp_writes: timestamps,
                 })
                 .forget_lifetime();
             pending.pass = Some(pass);
@@ -331,6 +340,9 @@ impl WgpuBackend {
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        if self.profiler.is_some() {
+            pending.pass = None;
         }
         self.counts.dispatches.fetch_add(1, Ordering::Relaxed);
         // A full batch submits: that time counts as submitting.

@@ -90,6 +90,7 @@ mod fused;
 mod kernels;
 mod matmul;
 mod ops;
+mod profile;
 mod rope;
 mod rounding;
 
