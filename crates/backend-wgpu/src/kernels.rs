@@ -141,6 +141,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         concat!(
             include_str!("shaders/gated.wgsl"),
             include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/quantize_coop.wgsl"),
             include_str!("shaders/gated_quantize.wgsl"),
             include_str!("shaders/precise.wgsl"),
             include_str!("shaders/expf.wgsl")
@@ -174,6 +175,7 @@ pub const PLAIN: [(&str, &str); 15] = [
             include_str!("shaders/rms_norm.wgsl"),
             include_str!("shaders/add_rms_norm.wgsl"),
             include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/quantize_coop.wgsl"),
             include_str!("shaders/add_rms_norm_quantize.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -199,6 +201,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "quantize_x",
         concat!(
             include_str!("shaders/quantize_x.wgsl"),
+            include_str!("shaders/quantize_coop.wgsl"),
             include_str!("shaders/quantize_x_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),

@@ -106,7 +106,14 @@ impl WgpuBackend {
         let blocks = len / block;
         let params = [blocks as u32, mode];
         let kernel = Self::plain("quantize_x");
-        self.dispatch("matmul", kernel, &params, &[source, &rounded], grid(blocks))?;
+        // A workgroup per 256 values (quantize_coop.wgsl): an invocation per four.
+        self.dispatch(
+            "matmul",
+            kernel,
+            &params,
+            &[source, &rounded],
+            grid(len.div_ceil(4)),
+        )?;
         // Marked as current once the matmul's own dispatches are recorded (`matmul_rows`).
         scratch.holds(source, len, mode, u64::MAX);
         Ok(Some(rounded))
@@ -182,7 +189,7 @@ impl WgpuBackend {
         ];
         let buffers = [gate, &rounded, up, &self.gelu_table];
         let kernel = Self::plain("gated_quantize");
-        self.dispatch(OP, kernel, &params, &buffers, grid(blocks))?;
+        self.dispatch(OP, kernel, &params, &buffers, grid(len.div_ceil(4)))?;
         scratch.holds(gate, len, mode, self.epoch.load(Ordering::Relaxed));
         Ok(true)
     }

@@ -119,3 +119,59 @@ fn wgpu_expf_matches_libm() {
         &differing[..differing.len().min(8)]
     );
 }
+
+/// The activations' rounding (a workgroup over 256 values, quantize_coop.wgsl) where its
+/// reductions could part from the CPU's loops: Q8_K blocks whose largest magnitude occurs
+/// twice with both signs (the first one sets the scale), all-zero blocks of 32 and of 256,
+/// values on rounding ties, a row narrower than 256 values. The exact matmuls of every
+/// packed mode (Q8_0, Q4_1, Q4_K: modes 4, 6, 5) equal the CPU's bit for bit.
+#[test]
+fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
+    use runit_backend::testing::{make_weight, Rng};
+    use runit_backend::{Backend, Buffer};
+    use runit_quant::GgmlType;
+    let gpu = match WgpuBackend::new(0) {
+        Ok(backend) => backend.with_exact_matmul(),
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter: {error}");
+            return;
+        }
+    };
+    let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let mut rng = Rng::new(61);
+    for width in [256usize, 512] {
+        let tokens = 3;
+        let mut x = rng.normal(tokens * width, 0.5);
+        // Row 0: the largest magnitude twice in its first 256, negative first.
+        x[7] = -3.0;
+        x[200] = 3.0;
+        // Row 1: its first 32 values and (where the row has two) its second 256 all zero.
+        x[width..width + 32].fill(0.0);
+        if width == 512 {
+            x[width + 256..2 * width].fill(0.0);
+        }
+        // Row 2: values on rounding ties of a block whose amax is 127 (scale 1).
+        let row = 2 * width;
+        x[row] = 127.0;
+        for j in 1..32 {
+            x[row + j] = j as f32 - 0.5;
+        }
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+            let rows_out = 8;
+            let values = rng.values(width * rows_out, -1.0, 1.0);
+            let mut outs: Vec<Vec<u32>> = Vec::new();
+            for device in [&gpu as &dyn Backend, &cpu] {
+                let w = make_weight(device, "w", ty, &[width, rows_out], &values).expect("weight");
+                let mut input: Buffer = device.alloc(x.len()).expect("alloc");
+                device.upload(&mut input, &x).expect("upload");
+                let mut out = device.alloc(tokens * rows_out).expect("alloc");
+                device.matmul(&w, &input, tokens, &mut out).expect("matmul");
+                let mut host = vec![0.0f32; tokens * rows_out];
+                device.download(&out, &mut host).expect("download");
+                outs.push(host.iter().map(|v| v.to_bits()).collect());
+            }
+            assert_eq!(outs[0], outs[1], "{ty:?}, width {width}");
+        }
+    }
+}

@@ -1,11 +1,12 @@
 // The residual add, the next norm and the rounding of the norm's results for the matmul that
 // reads them (`WgpuBackend::add_rms_norm_rows`): one workgroup per row, as
 // add_rms_norm_one.wgsl, then the row's blocks (`p.width` a multiple of the mode's block)
-// rounded into `rounded` as quantize_x_one.wgsl rounds them, from the values the workgroup
-// wrote to `out` (hence the storage barrier).
+// rounded into `rounded` as quantize_x_one.wgsl rounds them (quantize_coop.wgsl), from the
+// values the workgroup wrote to `out` (hence the storage barrier).
 
 @group(0) @binding(5) var<storage, read_write> rounded: array<u32>;
 
+// quantize_x.wgsl's serial rounding (unused here) reads through it.
 fn round_source(i: u32) -> f32 {
     return out[i];
 }
@@ -16,10 +17,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     add_residual(row, lid);
     normalize_row(row, lid);
     storageBarrier();
-    if row < p.rows {
-        let blocks = p.width / mode_block_values(p.mode);
-        for (var b = lid; b < blocks; b += THREADS) {
-            quantize_block(row * blocks + b, p.mode);
+    // The row 256 values at a time (quantize_coop.wgsl; the width is whole blocks).
+    for (var c = 0u; c < p.width; c += 256u) {
+        let at = row * p.width + c + 4u * lid;
+        let live = row < p.rows && c + 4u * lid < p.width;
+        var values = vec4<f32>(0.0);
+        if live {
+            values = vec4<f32>(out[at], out[at + 1u], out[at + 2u], out[at + 3u]);
         }
+        quantize_coop(row * p.width + c, lid, values, live, p.mode);
     }
 }

@@ -1,7 +1,7 @@
 // The gated activation and the rounding of its results for the next matmul in one dispatch
-// (`FusedOps::gated_ffn`): invocation b makes values b · block_values .. of x (the gate,
-// which becomes the hidden layer) as gated_one.wgsl does, then rounds that block into `rounded` as
-// quantize_x_one.wgsl does, reading back its own writes.
+// (`FusedOps::gated_ffn`): each invocation makes four values of x (the gate, which becomes
+// the hidden layer) as gated_one.wgsl does, and the workgroup rounds its 256 into `rounded` as
+// quantize_x_one.wgsl does (quantize_coop.wgsl).
 
 struct Params {
     blocks: u32,
@@ -20,19 +20,25 @@ struct Params {
 @group(0) @binding(3) var<storage, read> up: array<f32>;
 @group(0) @binding(4) var<storage, read> gelu_table: array<u32>;
 
+// quantize_x.wgsl's serial rounding (unused here) reads through it.
 fn round_source(i: u32) -> f32 {
     return x[i];
 }
 
+// A workgroup per 256 values (quantize_coop.wgsl), an invocation per 4.
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let block = gid.x + gid.y * groups.x * 64u;
-    if block >= p.blocks {
-        return;
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let first = (wid.x + wid.y * groups.x) * 256u;
+    let at = first + 4u * lid;
+    let live = at < p.len;
+    var values = vec4<f32>(0.0);
+    if live {
+        for (var k = 0u; k < 4u; k++) {
+            let value = activated(at + k, x[at + k], up[at + k]);
+            x[at + k] = value;
+            values[k] = value;
+        }
     }
-    let base = block * p.block_values;
-    for (var j = 0u; j < p.block_values; j++) {
-        x[base + j] = activated(base + j, x[base + j], up[base + j]);
-    }
-    quantize_block(block, p.mode);
+    quantize_coop(first, lid, values, live, p.mode);
 }

@@ -1,5 +1,4 @@
-// The activations' rounding as its own dispatch (`WgpuBackend::activations_as_cpu`): one
-// invocation per block.
+// The activations' rounding as its own dispatch (`WgpuBackend::activations_as_cpu`).
 
 struct Params {
     blocks: u32,
@@ -16,10 +15,16 @@ fn round_source(i: u32) -> f32 {
     return x[i];
 }
 
+// A workgroup per 256 values (quantize_coop.wgsl).
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let block = gid.x + gid.y * groups.x * 64u;
-    if block < p.blocks {
-        quantize_block(block, p.mode);
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let first = (wid.x + wid.y * groups.x) * 256u;
+    let at = first + 4u * lid;
+    let live = at < p.blocks * mode_block_values(p.mode);
+    var values = vec4<f32>(0.0);
+    if live {
+        values = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
     }
+    quantize_coop(first, lid, values, live, p.mode);
 }

@@ -1,0 +1,154 @@
+// The rounding of quantize_x.wgsl with a workgroup of 64 invocations over 256 consecutive
+// values (one block of 256, or eight of 32), each invocation four consecutive ones: the
+// block's reductions (the largest magnitude, Q8_K's first value of it, Q8_1's sum) in
+// workgroup memory, every value read once and by its own invocation. One invocation a block,
+// looping over its values (quantize_block), kept a GPU's invocations waiting on one load
+// after another: 80 µs for a 3,584-value row of 256-value blocks on an H100 (session 35).
+// Results equal quantize_block's bit for bit: the reductions are a maximum (the first of
+// equal magnitudes, as the loop keeps) and an integer sum.
+
+var<workgroup> coop_abs: array<f32, 64>;
+var<workgroup> coop_value: array<f32, 64>;
+var<workgroup> coop_index: array<u32, 64>;
+var<workgroup> coop_sum: array<i32, 64>;
+
+// Rounds `values`, the values first + 4 lane .. first + 4 lane + 3 (`live`: they exist; blocks
+// are whole, so a block's invocations are all live or none), in the mode `mode`. Every
+// invocation of the workgroup calls it (it holds barriers), `first` a multiple of the block.
+fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32) {
+    let block_values = mode_block_values(mode);
+    let seg = block_values / 4u;  // invocations a block: 8 or 64
+    let at = first + 4u * lane;
+    let block = at / block_values;
+    let k_mode = mode == 3u || mode == 5u;
+    var amax = 0.0;
+    var max_value = 0.0;
+    var index = 0xffffffffu;
+    if live {
+        for (var k = 0u; k < 4u; k++) {
+            let a = abs(values[k]);
+            if k_mode {
+                if a > amax {
+                    amax = a;
+                    max_value = values[k];
+                    index = at + k;
+                }
+            } else {
+                amax = max(amax, a);
+            }
+        }
+    }
+    coop_abs[lane] = amax;
+    coop_value[lane] = max_value;
+    coop_index[lane] = index;
+    for (var stride = seg / 2u; stride > 0u; stride /= 2u) {
+        workgroupBarrier();
+        if lane % seg < stride {
+            let other = lane + stride;
+            let mine = coop_abs[lane];
+            let theirs = coop_abs[other];
+            if k_mode {
+                if theirs > mine || (theirs == mine && coop_index[other] < coop_index[lane]) {
+                    coop_abs[lane] = theirs;
+                    coop_value[lane] = coop_value[other];
+                    coop_index[lane] = coop_index[other];
+                }
+            } else {
+                coop_abs[lane] = max(mine, theirs);
+            }
+        }
+    }
+    workgroupBarrier();
+    let head = lane - lane % seg;
+    let block_amax = coop_abs[head];
+    let block_max_value = coop_value[head];
+    let word = lane % seg;  // this invocation's word of the block's packed bytes
+    if mode == 1u || mode == 2u {
+        if live {
+            for (var k = 0u; k < 4u; k++) {
+                if mode == 2u {
+                    let bits = bitcast<u32>(values[k]);
+                    rounded[at + k] = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
+                } else {
+                    rounded[at + k] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(values[k], 0.0))).x);
+                }
+            }
+        }
+    } else if k_mode {
+        let packed = mode == 5u;
+        if live {
+            if block_amax == 0.0 {
+                if packed {
+                    rounded[block * 65u + 1u + word] = 0u;
+                    if word == 0u {
+                        rounded[block * 65u] = 0u;
+                    }
+                } else {
+                    for (var k = 0u; k < 4u; k++) {
+                        rounded[at + k] = 0u;
+                    }
+                }
+            } else {
+                let iscale = -127.0 / block_max_value;
+                let d = 1.0 / iscale;
+                if packed {
+                    var bytes = 0u;
+                    for (var k = 0u; k < 4u; k++) {
+                        let q = i32(min(127.0, round(iscale * values[k])));
+                        bytes |= (bitcast<u32>(q) & 0xffu) << (8u * k);
+                    }
+                    rounded[block * 65u + 1u + word] = bytes;
+                    if word == 0u {
+                        rounded[block * 65u] = bitcast<u32>(d);
+                    }
+                } else {
+                    for (var k = 0u; k < 4u; k++) {
+                        rounded[at + k] = bitcast<u32>(d * min(127.0, round(iscale * values[k])));
+                    }
+                }
+            }
+        }
+    } else {
+        // Modes 0, 4 and 6: blocks of 32.
+        let unrounded = block_amax / 127.0;
+        let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
+        let id = select(0.0, 127.0 / block_amax, block_amax != 0.0);
+        var sum = 0;
+        var bytes = 0u;
+        for (var k = 0u; k < 4u; k++) {
+            let q = round(values[k] * id);
+            if mode == 0u {
+                if live {
+                    rounded[at + k] = bitcast<u32>(d * q);
+                }
+            } else {
+                sum += i32(q);
+                bytes |= (bitcast<u32>(i32(q)) & 0xffu) << (8u * k);
+            }
+        }
+        if live && mode != 0u {
+            let words = select(9u, 10u, mode == 6u);
+            let qs = block * words + select(1u, 2u, mode == 6u);
+            rounded[qs + word] = bytes;
+            if word == 0u {
+                rounded[block * words] = bitcast<u32>(d);
+            }
+        }
+        if mode == 6u {
+            coop_sum[lane] = select(0, sum, live);
+            for (var stride = seg / 2u; stride > 0u; stride /= 2u) {
+                workgroupBarrier();
+                if lane % seg < stride {
+                    coop_sum[lane] += coop_sum[lane + stride];
+                }
+            }
+            workgroupBarrier();
+            if live && word == 0u {
+                let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(coop_sum[head]), 0.0))).x;
+                rounded[block * 10u + 1u] = bitcast<u32>(s);
+            }
+        }
+    }
+    // The next call's reductions may not begin while this one's are still read.
+    workgroupBarrier();
+}
