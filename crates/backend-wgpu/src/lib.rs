@@ -43,8 +43,9 @@
 //!
 //! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
 //! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K
-//! blocks of 256 for the K-quants and IQ4_XS); sums are f32 in each kernel's own order,
-//! within the parity suite's NMSE bounds.
+//! blocks of 256 for the K-quants and IQ4_XS; a workgroup rounds 256 consecutive values,
+//! reducing each block's largest magnitude in workgroup memory, `quantize_coop.wgsl`); sums
+//! are f32 in each kernel's own order, within the parity suite's NMSE bounds.
 //!
 //! Exact matmul (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]; the counterpart
 //! of the CUDA backend's `RUNIT_CUDA_EXACT`): every type then runs a kernel that repeats the
