@@ -17,6 +17,7 @@ mod softmax;
 mod x86;
 
 use half::f16;
+use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
@@ -225,6 +226,33 @@ pub fn mad_rows_f32(isa: Isa, y: &mut [f32], rows: &[f32], coefficients: &[f32],
     }
 }
 
+/// A row of Q8_0 blocks as f32 values (`out.len() == 32 * blocks.len()`): ggml's
+/// `dequantize_row_q8_0`, each value `f32(q) * d` (one rounding), so every path gives the
+/// same bits.
+pub fn dequant_q8_0(isa: Isa, blocks: &[BlockQ8_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * 32, "values of the blocks");
+    match isa {
+        // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and
+        // F16C; the lengths were checked above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::dequant_q8_0(blocks, out) },
+        Isa::Scalar => runit_quant::dequant::dequantize_row_q8_0(blocks, out),
+    }
+}
+
+/// A row of Q4_0 blocks as f32 values: ggml's `dequantize_row_q4_0`, each value
+/// `f32(nibble - 8) * d`, byte j's low nibble value j of its block and the high one value
+/// j + 16.
+pub fn dequant_q4_0(isa: Isa, blocks: &[BlockQ4_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * 32, "values of the blocks");
+    match isa {
+        // SAFETY: as in `dequant_q8_0`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::dequant_q4_0(blocks, out) },
+        Isa::Scalar => runit_quant::dequant::dequantize_row_q4_0(blocks, out),
+    }
+}
+
 /// `y[i] *= v` (exact elementwise; plain code vectorises).
 pub fn scale_f32(y: &mut [f32], v: f32) {
     for out in y.iter_mut() {
@@ -262,6 +290,37 @@ mod tests {
         (0..n)
             .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
             .collect()
+    }
+
+    #[test]
+    fn dequantization_twins_agree_bit_for_bit() {
+        let best = Isa::detect(true);
+        let n = 7;
+        let q8: Vec<BlockQ8_0> = (0..n)
+            .map(|b| BlockQ8_0 {
+                d: f16::from_f32(0.013 * (b as f32 - 3.0) + 1e-5),
+                qs: std::array::from_fn(|i| ((i * 37 + b * 11) % 256) as u8 as i8),
+            })
+            .collect();
+        let q4: Vec<BlockQ4_0> = (0..n)
+            .map(|b| BlockQ4_0 {
+                d: f16::from_f32(0.7 - 0.2 * b as f32),
+                qs: std::array::from_fn(|i| ((i * 53 + b * 29) % 256) as u8),
+            })
+            .collect();
+        let (mut fast, mut twin) = (vec![0.0f32; 32 * n], vec![0.0f32; 32 * n]);
+        dequant_q8_0(best, &q8, &mut fast);
+        dequant_q8_0(Isa::Scalar, &q8, &mut twin);
+        assert_eq!(
+            fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            twin.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        dequant_q4_0(best, &q4, &mut fast);
+        dequant_q4_0(Isa::Scalar, &q4, &mut twin);
+        assert_eq!(
+            fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            twin.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use half::f16;
+use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 
 use super::DOT_LANES;
 
@@ -220,5 +221,61 @@ pub unsafe fn mad_f32(y: &mut [f32], x: &[f32], v: f32) {
     }
     for (out, value) in y[body..n].iter_mut().zip(&x[body..n]) {
         *out = value.mul_add(v, *out);
+    }
+}
+
+/// [`super::dequant_q8_0`]: eight codes at a time widened to i32, converted (exactly) and
+/// multiplied by the block's scale (one rounding, as the scalar twin).
+///
+/// # Safety
+/// Requires AVX2 and F16C; `out.len() >= 32 * blocks.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dequant_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    for (block, y) in blocks.iter().zip(out.chunks_exact_mut(32)) {
+        let d = _mm256_set1_ps(block.d.to_f32());
+        for part in 0..4 {
+            // SAFETY: `qs` holds 32 bytes (8 read at offset 8 part) and `y` 32 values (8
+            // written at offset 8 part).
+            unsafe {
+                let codes = _mm_loadl_epi64(block.qs.as_ptr().add(8 * part).cast());
+                let values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+                _mm256_storeu_ps(y.as_mut_ptr().add(8 * part), _mm256_mul_ps(values, d));
+            }
+        }
+    }
+}
+
+/// [`super::dequant_q4_0`]: the low nibbles (values 0-15) and the high ones (16-31), less
+/// 8, widened, converted and multiplied by the block's scale.
+///
+/// # Safety
+/// Requires AVX2 and F16C; `out.len() >= 32 * blocks.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dequant_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
+    let mask = _mm_set1_epi8(0x0f);
+    let eight = _mm_set1_epi8(8);
+    for (block, y) in blocks.iter().zip(out.chunks_exact_mut(32)) {
+        let d = _mm256_set1_ps(block.d.to_f32());
+        // SAFETY: `qs` holds 16 bytes.
+        let bytes = unsafe { _mm_loadu_si128(block.qs.as_ptr().cast()) };
+        let low = _mm_sub_epi8(_mm_and_si128(bytes, mask), eight);
+        let high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(bytes), mask), eight);
+        for (half, codes) in [low, high].into_iter().enumerate() {
+            for part in 0..2 {
+                let eight_codes = if part == 0 {
+                    codes
+                } else {
+                    _mm_srli_si128::<8>(codes)
+                };
+                let values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight_codes));
+                // SAFETY: `y` holds 32 values; this writes 8 at offset 16 half + 8 part.
+                unsafe {
+                    _mm256_storeu_ps(
+                        y.as_mut_ptr().add(16 * half + 8 * part),
+                        _mm256_mul_ps(values, d),
+                    );
+                }
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ use super::{row_owners, CacheRow, Problem};
 use crate::storage::CpuKv;
 use crate::vector::{self, Isa};
 
+mod blocks;
 mod group;
 use crate::{CpuBackend, SharedRows};
 
@@ -32,6 +33,7 @@ struct Scratch {
     accumulator: Vec<f16>,
     value: Vec<f32>,
     group: group::Scratch,
+    blocks: blocks::Scratch,
 }
 
 /// Computes every (row, head) of `out` (`[end_row, heads, head_dim]`) that a span owns.
@@ -53,7 +55,12 @@ pub fn run(
     // One unit is a (row, head), or with the group kernel a (row, KV head) and the query
     // heads that share it, whose outputs are adjacent.
     let grouped = group::applies(isa, problem);
-    let unit_heads = if grouped { problem.group } else { 1 };
+    let grouped_blocks = !grouped && blocks::applies(problem);
+    let unit_heads = if grouped || grouped_blocks {
+        problem.group
+    } else {
+        1
+    };
     let width = unit_heads * head_dim;
     let units_per_row = heads / unit_heads;
     let new_scratch = || Scratch {
@@ -62,6 +69,7 @@ pub fn run(
         accumulator: vec![f16::ZERO; head_dim],
         value: vec![0.0; head_dim],
         group: group::Scratch::default(),
+        blocks: blocks::Scratch::default(),
     };
     let task = |scratch: &mut Scratch, index: usize, dst: &mut [f32]| {
         let row = index / units_per_row;
@@ -77,6 +85,17 @@ pub fn run(
                     position,
                     dst,
                     &mut scratch.group,
+                );
+            } else if grouped_blocks {
+                blocks::run(
+                    isa,
+                    problem,
+                    span,
+                    row,
+                    first_head,
+                    position,
+                    dst,
+                    &mut scratch.blocks,
                 );
             } else {
                 one_head(isa, problem, span, row, first_head, position, dst, scratch);

@@ -659,6 +659,7 @@ mod tests {
                 accumulator: vec![f16::ZERO; d],
                 value: vec![0.0; d],
                 group: super::Scratch::default(),
+                blocks: Default::default(),
             };
             let group = problem.group;
             for row in 0..rows {
