@@ -5,25 +5,18 @@
 //! timed) and programmatic dependent launch (a kernel overlapping its predecessor would blur
 //! both times); launches of cuBLAS and copies are not counted.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+use runit_backend::profile::KernelTimes;
 
 /// Launches held before their events are read and folded into the totals.
 const PENDING_LIMIT: usize = 4096;
 
-/// Totals of one (kernel, grid).
-#[derive(Default, Clone, Copy)]
-struct Total {
-    calls: u64,
-    milliseconds: f64,
-}
-
 #[derive(Default)]
 struct State {
     pending: Vec<(String, CudaEvent, CudaEvent)>,
-    totals: HashMap<String, Total>,
+    totals: KernelTimes,
 }
 
 /// Per-kernel device times (see the module documentation).
@@ -70,31 +63,13 @@ impl Profiler {
         }
     }
 
-    /// The table: total milliseconds, share, calls, mean microseconds, kernel and grid.
+    /// The table of kernel times (`KernelTimes::report`).
     fn report(&self) -> String {
         let mut state = self.state.lock().expect("profile lock");
         fold(&mut state);
-        let all: f64 = state.totals.values().map(|t| t.milliseconds).sum();
-        let mut rows: Vec<(&String, &Total)> = state.totals.iter().collect();
-        rows.sort_by(|a, b| b.1.milliseconds.total_cmp(&a.1.milliseconds));
-        let mut text = format!(
-            "RUNIT_CUDA_PROFILE: {all:.3} ms of kernels in {} launches\n{:>11} {:>6} {:>8} {:>10}  kernel [grid]\n",
-            rows.iter().map(|r| r.1.calls).sum::<u64>(),
-            "total ms",
-            "share",
-            "calls",
-            "mean us",
-        );
-        for (key, total) in rows {
-            text += &format!(
-                "{:>11.3} {:>5.1}% {:>8} {:>10.2}  {key}\n",
-                total.milliseconds,
-                100.0 * total.milliseconds / all.max(f64::MIN_POSITIVE),
-                total.calls,
-                1000.0 * total.milliseconds / total.calls as f64,
-            );
-        }
-        text
+        state
+            .totals
+            .report("RUNIT_CUDA_PROFILE", "launches", "kernel [grid]")
     }
 }
 
@@ -103,9 +78,7 @@ fn fold(state: &mut State) {
     let pending = std::mem::take(&mut state.pending);
     for (key, start, end) in pending {
         if let Ok(ms) = start.elapsed_ms(&end) {
-            let total = state.totals.entry(key).or_default();
-            total.calls += 1;
-            total.milliseconds += f64::from(ms);
+            state.totals.add(key, f64::from(ms));
         }
     }
 }

@@ -6,19 +6,14 @@
 //! its timestamps, and a pass per dispatch adds the adapter's cost of a pass, so use it for
 //! shares, not for speed.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+
+use runit_backend::profile::KernelTimes;
 
 use crate::batch::MAX_BATCH;
 
 /// Queries of a batch: a start and an end per dispatch.
 const QUERIES: u32 = 2 * MAX_BATCH as u32;
-
-#[derive(Default, Clone, Copy)]
-struct Total {
-    calls: u64,
-    nanoseconds: f64,
-}
 
 /// Per-kernel device times (see the module documentation).
 pub(crate) struct Profiler {
@@ -29,7 +24,7 @@ pub(crate) struct Profiler {
     period: f64,
     /// The labels of the current batch's dispatches, in query order.
     labels: Mutex<Vec<String>>,
-    totals: Mutex<HashMap<String, Total>>,
+    totals: Mutex<KernelTimes>,
 }
 
 /// True when `RUNIT_WGPU_PROFILE=1`.
@@ -122,38 +117,16 @@ impl Profiler {
             let stamps: &[u64] = bytemuck::cast_slice(&data);
             let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
             for (label, pair) in labels.into_iter().zip(stamps.chunks_exact(2)) {
-                let total = totals.entry(label).or_default();
-                total.calls += 1;
-                total.nanoseconds += pair[1].saturating_sub(pair[0]) as f64 * self.period;
+                let nanoseconds = pair[1].saturating_sub(pair[0]) as f64 * self.period;
+                totals.add(label, nanoseconds / 1e6);
             }
         }
         self.readback.unmap();
     }
 
-    /// The table: total milliseconds, share, calls, mean microseconds, kernel and groups.
+    /// The table of dispatch times (`KernelTimes::report`).
     pub(crate) fn report(&self) -> String {
         let totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
-        let all: f64 = totals.values().map(|t| t.nanoseconds).sum();
-        let mut rows: Vec<(&String, &Total)> = totals.iter().collect();
-        rows.sort_by(|a, b| b.1.nanoseconds.total_cmp(&a.1.nanoseconds));
-        let mut text = format!(
-            "RUNIT_WGPU_PROFILE: {:.3} ms of dispatches in {} passes\n{:>11} {:>6} {:>8} {:>10}  kernel [workgroups]\n",
-            all / 1e6,
-            rows.iter().map(|r| r.1.calls).sum::<u64>(),
-            "total ms",
-            "share",
-            "calls",
-            "mean us",
-        );
-        for (label, total) in rows {
-            text += &format!(
-                "{:>11.3} {:>5.1}% {:>8} {:>10.2}  {label}\n",
-                total.nanoseconds / 1e6,
-                100.0 * total.nanoseconds / all.max(f64::MIN_POSITIVE),
-                total.calls,
-                total.nanoseconds / 1e3 / total.calls as f64,
-            );
-        }
-        text
+        totals.report("RUNIT_WGPU_PROFILE", "passes", "kernel [workgroups]")
     }
 }

@@ -27,6 +27,7 @@ pub mod moe;
 mod ops;
 pub mod pick;
 mod primitives;
+pub mod profile;
 pub mod sample;
 pub mod testing;
 pub mod turbo;
