@@ -36,6 +36,19 @@ struct Scratch {
     blocks: blocks::Scratch,
 }
 
+impl Scratch {
+    fn new(head_dim: usize) -> Scratch {
+        Scratch {
+            query: vec![f16::ZERO; head_dim],
+            query_q8: Vec::new(),
+            accumulator: vec![f16::ZERO; head_dim],
+            value: vec![0.0; head_dim],
+            group: group::Scratch::default(),
+            blocks: blocks::Scratch::default(),
+        }
+    }
+}
+
 /// Computes every (row, head) of `out` (`[end_row, heads, head_dim]`) that a span owns.
 /// Where the threads take whole rows, `row_done(row, values)` follows each finished row on
 /// the thread that computed it; returns the number of rows so reported.
@@ -63,14 +76,7 @@ pub fn run(
     };
     let width = unit_heads * head_dim;
     let units_per_row = heads / unit_heads;
-    let new_scratch = || Scratch {
-        query: vec![f16::ZERO; head_dim],
-        query_q8: Vec::new(),
-        accumulator: vec![f16::ZERO; head_dim],
-        value: vec![0.0; head_dim],
-        group: group::Scratch::default(),
-        blocks: blocks::Scratch::default(),
-    };
+    let new_scratch = || Scratch::new(head_dim);
     let task = |scratch: &mut Scratch, index: usize, dst: &mut [f32]| {
         let row = index / units_per_row;
         if let Some(span) = spans.get(owner[row]) {
@@ -158,6 +164,22 @@ pub fn run(
     }
 }
 
+/// `query` as a quantized key cache's `vec_dot` takes it: rotated as the keys were
+/// (llama.cpp's Hadamard rotation, in `rotated`, `head_dim` values) and quantized to Q8_0
+/// into `out` (one row).
+fn quantize_query(problem: &Problem<'_>, query: &[f32], rotated: &mut Vec<f32>, out: &mut [u8]) {
+    let query = match problem.key_rotation {
+        Some(n) => {
+            rotated.clear();
+            rotated.extend_from_slice(query);
+            hadamard::rotate_chunks(rotated, n);
+            &rotated[..]
+        }
+        None => query,
+    };
+    quantize_activation(ActivationFormat::Q8_0, query, out);
+}
+
 /// What the attention calls with each row it finished: the row's index and values.
 pub type RowDone<'a> = dyn Fn(usize, &[f32]) + Sync + 'a;
 
@@ -180,16 +202,10 @@ fn one_head(
         vector::to_f16(query, &mut scratch.query);
     }
     if problem.key_dot.is_some() {
-        let mut query = query;
-        if let Some(n) = problem.key_rotation {
-            scratch.value.copy_from_slice(query);
-            hadamard::rotate_chunks(&mut scratch.value, n);
-            query = &scratch.value;
-        }
         scratch
             .query_q8
             .resize(activation_row_bytes(ActivationFormat::Q8_0, query.len()), 0);
-        quantize_activation(ActivationFormat::Q8_0, query, &mut scratch.query_q8);
+        quantize_query(problem, query, &mut scratch.value, &mut scratch.query_q8);
     }
     let accumulator = &mut scratch.accumulator;
     if f16_values {

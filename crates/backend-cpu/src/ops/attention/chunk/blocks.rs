@@ -7,7 +7,7 @@
 //! all visible keys run before the softmax (they do not depend on one another).
 
 use runit_backend::{hadamard, SequenceSpan};
-use runit_quant::dot::{activation_row_bytes, quantize_activation, ActivationFormat};
+use runit_quant::dot::{activation_row_bytes, ActivationFormat};
 
 use super::super::{CacheRow, Problem};
 use crate::storage::CpuKv;
@@ -57,14 +57,8 @@ pub(in crate::ops::attention) fn run(
     let query_bytes = activation_row_bytes(ActivationFormat::Q8_0, head_dim);
     scratch.queries.resize(group * query_bytes, 0);
     for (g, quantized) in scratch.queries.chunks_exact_mut(query_bytes).enumerate() {
-        let mut query = problem.query(row, first_head + g);
-        if let Some(n) = problem.key_rotation {
-            scratch.row.clear();
-            scratch.row.extend_from_slice(query);
-            hadamard::rotate_chunks(&mut scratch.row, n);
-            query = &scratch.row;
-        }
-        quantize_activation(ActivationFormat::Q8_0, query, quantized);
+        let query = problem.query(row, first_head + g);
+        super::quantize_query(problem, query, &mut scratch.row, quantized);
     }
     let first = problem.first_visible(position);
     let keys = position + 1 - first;
@@ -212,14 +206,7 @@ mod tests {
                 block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
                 block_size,
             };
-            let mut scratch = super::super::Scratch {
-                query: vec![f16::ZERO; d],
-                query_q8: Vec::new(),
-                accumulator: vec![f16::ZERO; d],
-                value: vec![0.0; d],
-                group: Default::default(),
-                blocks: Default::default(),
-            };
+            let mut scratch = super::super::Scratch::new(d);
             let group = problem.group;
             for row in 0..rows {
                 let position = span.start_position + row;

@@ -653,14 +653,7 @@ mod tests {
                 block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
                 block_size,
             };
-            let mut scratch = super::super::Scratch {
-                query: vec![f16::ZERO; d],
-                query_q8: Vec::new(),
-                accumulator: vec![f16::ZERO; d],
-                value: vec![0.0; d],
-                group: super::Scratch::default(),
-                blocks: Default::default(),
-            };
+            let mut scratch = super::super::Scratch::new(d);
             let group = problem.group;
             for row in 0..rows {
                 let position = span.start_position + row;
