@@ -23,6 +23,7 @@
 #define THREAD_DIMS (MAX_HEAD_DIM / DECODE_THREADS)
 #define DECODE_TILE 32
 #define MAX_HEADS_PER_BLOCK 8
+#define MAX_CHUNKS 256
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
@@ -348,18 +349,24 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     const u32 first = (u32)first_visible(position, window) / chunk_len;
     const u32 last = min((u32)position / chunk_len, chunks - 1);
     if (direct && first == last) return;
-    // Each chunk's weight exp(max_c - max) / sum, once, in shared memory (blockDim >= chunks,
-    // chunks <= 64: plan::MAX_CHUNKS).
-    __shared__ float weights[64];
+    // Each chunk's weight exp(max_c - max) / sum, once, in shared memory (chunks <=
+    // MAX_CHUNKS: plan::MAX_CHUNKS); thread i takes chunks i, i + blockDim.x, ...
+    __shared__ float weights[MAX_CHUNKS];
     __shared__ float scratch[32];
     const u32 n = last - first + 1;
     const u64 base = ((u64)row * heads + head) * chunks + first;
-    const float chunk_max = threadIdx.x < n ? part_stats[2 * (base + threadIdx.x)] : NEG_INF;
+    float chunk_max = NEG_INF;
+    for (u32 c = threadIdx.x; c < n; c += blockDim.x) chunk_max = fmaxf(chunk_max, part_stats[2 * (base + c)]);
     const float max_all = block_max(chunk_max, scratch);
-    const float weight = threadIdx.x < n ? expf(chunk_max - max_all) : 0.0f;
-    const float sum = block_sum(threadIdx.x < n ? part_stats[2 * (base + threadIdx.x) + 1] * weight : 0.0f, scratch);
+    float partial = 0.0f;
+    for (u32 c = threadIdx.x; c < n; c += blockDim.x) {
+        const float weight = expf(part_stats[2 * (base + c)] - max_all);
+        weights[c] = weight;
+        partial += part_stats[2 * (base + c) + 1] * weight;
+    }
+    const float sum = block_sum(partial, scratch);
     const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-    if (threadIdx.x < n) weights[threadIdx.x] = weight * inverse;
+    for (u32 c = threadIdx.x; c < n; c += blockDim.x) weights[c] *= inverse;
     __syncthreads();
     __shared__ float merged[MAX_HEAD_DIM];
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {

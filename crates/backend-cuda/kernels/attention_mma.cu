@@ -514,7 +514,7 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
     if (!last_block) return;
     __threadfence();
     // Each head's chunk weights exp(m_c - max) / sum_c(s_c exp(m_c - max)), then the values.
-    __shared__ float weights[16][64];  // heads_per_block <= 16, chunks <= plan::MAX_CHUNKS
+    __shared__ float weights[16][64];  // heads_per_block <= 16, chunks <= plan::MMA_MAX_CHUNKS
     const u32 n = last_chunk - first_chunk + 1;
     if (threadIdx.x < n_heads) {
         const u64 base = (((u64)row * heads + first_head + threadIdx.x) * chunks + first_chunk) * 2;

@@ -258,6 +258,39 @@ fn decode_over_several_chunks_matches_the_cpu() {
 }
 
 #[test]
+fn decode_over_more_than_128_chunks_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    // One decode row at depth 17,000 takes 133 chunks of 128 positions (more than the
+    // combine's threads), a window of 9,000 its last 71; the two-row batch beside it fewer.
+    let q8 = KvTypes {
+        keys: KvType::Q8_0,
+        values: KvType::Q8_0,
+    };
+    for (index, (types, head_dim, window)) in [
+        (q8, 128, None),
+        (q8, 64, Some(9000)),
+        (KvType::F32.into(), 128, None),
+        (KvType::F16.into(), 96, Some(9000)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for sequences in [&[(17_000, 1)][..], &[(17_000, 1), (300, 1)][..]] {
+            let setup = Setup::new(
+                0xc4a0 + index as u64,
+                (8, 2, head_dim),
+                types,
+                window,
+                sequences,
+                0,
+            );
+            let name = format!("{types} d{head_dim} window {window:?} {sequences:?}");
+            compare(&cuda, &name, &setup);
+        }
+    }
+}
+
+#[test]
 fn decode_head_shapes_match_the_cpu() {
     let Some(cuda) = cuda() else { return };
     // (heads, kv_heads, head_dim): group of 8, group of 12 (two slices), MQA, odd head_dims.

@@ -194,7 +194,7 @@ pub fn attention(
         let plan = if mma {
             DecodePlan::mma(capacity, heads / kv_heads)
         } else {
-            DecodePlan::new(capacity, heads / kv_heads)
+            DecodePlan::new(capacity, heads / kv_heads, end_row)
         };
         decode(backend, &call, &step, &plan, end_row, mma)
     }
@@ -276,7 +276,11 @@ fn attention_blocks(
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    let plan = DecodePlan::new(capacity(&step, spans)?, params.heads / params.kv_heads);
+    let plan = DecodePlan::new(
+        capacity(&step, spans)?,
+        params.heads / params.kv_heads,
+        end_row,
+    );
     decode(backend, &call, &step, &plan, end_row, false)
 }
 

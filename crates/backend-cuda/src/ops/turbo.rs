@@ -31,8 +31,10 @@ pub const KEY_CHUNK: usize = 512;
 const HEADS_PER_BLOCK: usize = 4;
 /// The largest head the kernels hold (`TQ_MAX_HEAD_DIM`).
 const MAX_HEAD_DIM: usize = 256;
-/// Threads of an attention block (`TQ_THREADS`).
+/// Threads of a merge block (`TQ_THREADS`).
 const THREADS: u32 = 128;
+/// Threads of a chunk block (`TQ_CHUNK_THREADS`).
+const CHUNK_THREADS: u32 = 512;
 /// Warps of a row writer's block at most (one block of 64 values each at a time).
 const WRITE_WARPS: usize = 8;
 /// Most f32 values of chunk partials one launch fills (64 MiB): a prefill whose rows need
@@ -255,7 +257,7 @@ pub fn attention(
                 to_u32(OP, "kv_heads × head slices", kv_heads as usize * slices)?,
                 rows,
             ),
-            block_dim: (THREADS, 1, 1),
+            block_dim: (CHUNK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         launch!(

@@ -17,8 +17,18 @@ pub const MMA_QUERY_TILE: usize = 64;
 pub const MMA_MAX_HEADS_PER_BLOCK: usize = 16;
 /// Positions of the smallest tensor-core decode chunk (one 16-position sub-tile per warp).
 pub const MMA_MIN_CHUNK: usize = 64;
-/// Chunks a decode row is split into at most (longer capacities get longer chunks).
-pub const MAX_CHUNKS: usize = 64;
+/// Chunks a decode row of the tensor-core kernel is split into at most (longer capacities get
+/// longer chunks; its in-kernel merge holds 64 weights a head).
+pub const MMA_MAX_CHUNKS: usize = 64;
+/// Chunks a decode row of attention_decode_* is split into at most (attention_combine's
+/// `MAX_CHUNKS`), for batches of at most `CHUNK_ROWS / MAX_CHUNKS` rows.
+pub const MAX_CHUNKS: usize = 256;
+/// Rows × chunks a plan of attention_decode_* aims at: few rows get many short chunks (one row
+/// at depth 16k kept 172 blocks of 4 warps busy on 12 tiles each, latency-bound: session 35),
+/// many rows fewer (the partials' scratch stays at most 64 rows' of 64 chunks).
+pub const CHUNK_ROWS: usize = 4096;
+/// The fewest chunks a plan's cap falls to however many rows it has.
+pub const MIN_CHUNKS_CAP: usize = 64;
 /// Average rows per span from which the prefill kernel is used.
 pub const PREFILL_MIN_ROWS_PER_SPAN: usize = 8;
 /// Rows from which the CPU reference computes in f32 only (its `TILED_MIN_ROWS`); below it,
@@ -40,19 +50,33 @@ pub struct DecodePlan {
 }
 
 impl DecodePlan {
-    /// The plan for caches whose tables reach `capacity` positions, with `group` query heads
-    /// per kv head.
-    pub fn new(capacity: usize, group: usize) -> DecodePlan {
-        DecodePlan::with(capacity, group, MIN_CHUNK, MAX_HEADS_PER_BLOCK)
+    /// The plan for `rows` decode rows over caches whose tables reach `capacity` positions,
+    /// with `group` query heads per kv head. A row's chunks depend on the batch's row count,
+    /// so its sums' order does too (within the near-tie rule, as the matmuls' tiles).
+    pub fn new(capacity: usize, group: usize, rows: usize) -> DecodePlan {
+        let max_chunks = (CHUNK_ROWS / rows.max(1)).clamp(MIN_CHUNKS_CAP, MAX_CHUNKS);
+        DecodePlan::with(capacity, group, MIN_CHUNK, max_chunks, MAX_HEADS_PER_BLOCK)
     }
 
     /// The plan of the tensor-core decode kernel (attention_decode_mma_*).
     pub fn mma(capacity: usize, group: usize) -> DecodePlan {
-        DecodePlan::with(capacity, group, MMA_MIN_CHUNK, MMA_MAX_HEADS_PER_BLOCK)
+        DecodePlan::with(
+            capacity,
+            group,
+            MMA_MIN_CHUNK,
+            MMA_MAX_CHUNKS,
+            MMA_MAX_HEADS_PER_BLOCK,
+        )
     }
 
-    fn with(capacity: usize, group: usize, min_chunk: usize, max_heads: usize) -> DecodePlan {
-        let chunk_len = min_chunk * capacity.max(1).div_ceil(min_chunk * MAX_CHUNKS);
+    fn with(
+        capacity: usize,
+        group: usize,
+        min_chunk: usize,
+        max_chunks: usize,
+        max_heads: usize,
+    ) -> DecodePlan {
+        let chunk_len = min_chunk * capacity.max(1).div_ceil(min_chunk * max_chunks);
         let slices = group.max(1).div_ceil(max_heads);
         DecodePlan {
             chunk_len,
@@ -143,15 +167,29 @@ mod tests {
     #[test]
     fn decode_chunks_cover_the_capacity() {
         // The smallest step table (64 blocks of 16): 8 chunks of 128.
-        let plan = DecodePlan::new(64 * 16, 4);
+        let plan = DecodePlan::new(64 * 16, 4, 1);
         assert_eq!((plan.chunk_len, plan.chunks), (128, 8));
         assert_eq!((plan.heads_per_block, plan.slices), (4, 1));
-        // 32k positions: chunks grow so that there are at most MAX_CHUNKS.
-        let plan = DecodePlan::new(2048 * 16, 8);
+        // 32k positions: chunks grow so that there are at most 64 for 64 rows or more, up to
+        // MAX_CHUNKS for fewer rows.
+        let plan = DecodePlan::new(2048 * 16, 8, 64);
         assert_eq!((plan.chunk_len, plan.chunks), (512, 64));
-        for capacity in [1, 255, 256, 257, 8191, 8192, 8193, 100_000, 1 << 20] {
-            let plan = DecodePlan::new(capacity, 1);
+        let plan = DecodePlan::new(2048 * 16, 8, 256);
+        assert_eq!((plan.chunk_len, plan.chunks), (512, 64));
+        let plan = DecodePlan::new(2048 * 16, 8, 32);
+        assert_eq!((plan.chunk_len, plan.chunks), (256, 128));
+        let plan = DecodePlan::new(2048 * 16, 8, 1);
+        assert_eq!((plan.chunk_len, plan.chunks), (128, 256));
+        for (capacity, rows) in [1, 255, 256, 257, 8191, 8192, 8193, 100_000, 1 << 20]
+            .into_iter()
+            .flat_map(|capacity| [1, 8, 16, 17, 64, 1000].map(|rows| (capacity, rows)))
+        {
+            let plan = DecodePlan::new(capacity, 1, rows);
             assert!(plan.chunks <= MAX_CHUNKS, "{capacity}: {plan:?}");
+            assert!(
+                plan.chunks * rows <= CHUNK_ROWS.max(MIN_CHUNKS_CAP * rows),
+                "{capacity}: {plan:?}"
+            );
             assert!(
                 plan.chunks * plan.chunk_len >= capacity,
                 "{capacity}: {plan:?}"
@@ -170,7 +208,7 @@ mod tests {
         assert_eq!((plan.chunk_len, plan.chunks), (64, 16));
         assert_eq!((plan.heads_per_block, plan.slices), (7, 1));
         let plan = DecodePlan::mma(1 << 20, 32);
-        assert!(plan.chunks <= MAX_CHUNKS && plan.chunks * plan.chunk_len >= 1 << 20);
+        assert!(plan.chunks <= MMA_MAX_CHUNKS && plan.chunks * plan.chunk_len >= 1 << 20);
         assert_eq!((plan.heads_per_block, plan.slices), (16, 2));
         for group in 1..=40 {
             let plan = DecodePlan::mma(4096, group);
@@ -189,12 +227,12 @@ mod tests {
     #[test]
     fn head_slices_are_balanced_and_cover_the_group() {
         for group in 1..=40 {
-            let plan = DecodePlan::new(1024, group);
+            let plan = DecodePlan::new(1024, group, 1);
             assert!(plan.heads_per_block <= MAX_HEADS_PER_BLOCK, "{group}");
             assert!(plan.heads_per_block * plan.slices >= group, "{group}");
             assert!(plan.heads_per_block * (plan.slices - 1) < group, "{group}");
         }
-        let plan = DecodePlan::new(1024, 12);
+        let plan = DecodePlan::new(1024, 12, 1);
         assert_eq!((plan.heads_per_block, plan.slices), (6, 2));
     }
 
