@@ -21,11 +21,12 @@
 #define TQ_KEY_CHUNK 512
 #define TQ_HEADS 4
 #define TQ_MAX_HEAD_DIM 256
-// Threads of the merge and of a chunk block (16 warps: a chunk block of 4 warps, each thread a
-// coordinate of every head, left the SMs latency-bound at 8 warps each, 680 us a layer at
-// depth 16384 on an H100, session 35).
+// Threads of the merge and of a chunk block of many rows (attention_turbo_chunk_rows); a
+// chunk block of few rows (attention_turbo_chunk) has 16 warps: with 4, the one sequence of a
+// decode at depth 16384 left the SMs latency-bound at 8 warps each (680 us a layer on an H100,
+// session 35).
 #define TQ_THREADS 128
-#define TQ_CHUNK_THREADS 512
+#define TQ_FEW_ROWS_THREADS 512
 // The tables uploaded by the backend (src/ops/turbo.rs `tables`): 4-bit centroids and
 // thresholds, 3-bit centroids and thresholds, the sketch's factor.
 #define TQ_CENTROIDS4 0
@@ -326,13 +327,14 @@ __device__ __forceinline__ TqSlice tq_slice(const TqLayout& layout, u32 row_bloc
 // about 25 ms a decode step at depth 4096, session 35).
 #define TQ_STAGE_BYTES 16384
 #define TQ_STAGE_LOADS 32
+template <u32 THREADS>
 __device__ __forceinline__ void tq_stage(u8* staged, const u8* cache, const i32* cells, u32 m, const TqSlice& slice) {
     const u32 stride = slice.stride(), total = m * stride;
-    for (u32 base = 0; base < total; base += TQ_CHUNK_THREADS * TQ_STAGE_LOADS) {
+    for (u32 base = 0; base < total; base += THREADS * TQ_STAGE_LOADS) {
         u8 bytes[TQ_STAGE_LOADS];
 #pragma unroll
         for (u32 r = 0; r < TQ_STAGE_LOADS; ++r) {
-            const u32 i = base + threadIdx.x + TQ_CHUNK_THREADS * r;
+            const u32 i = base + threadIdx.x + THREADS * r;
             if (i < total) {
                 const u32 k = i / stride, b = i % stride;
                 const u64 at = b < slice.block_span ? slice.block_offset + b : slice.index_offset + (b - slice.block_span);
@@ -341,20 +343,21 @@ __device__ __forceinline__ void tq_stage(u8* staged, const u8* cache, const i32*
         }
 #pragma unroll
         for (u32 r = 0; r < TQ_STAGE_LOADS; ++r) {
-            const u32 i = base + threadIdx.x + TQ_CHUNK_THREADS * r;
+            const u32 i = base + threadIdx.x + THREADS * r;
             if (i < total) staged[i] = bytes[r];
         }
     }
 }
 
-// Launch: grid (chunks, kv_heads * slices, rows), TQ_CHUNK_THREADS threads; a slice is TQ_HEADS
-// query heads of a KV head. partials: [rows, heads, chunks][2 + 2 * head_dim] for rows
+// Launch: grid (chunks, kv_heads * slices, rows), THREADS threads (attention_turbo_chunk:
+// TQ_FEW_ROWS_THREADS, attention_turbo_chunk_rows: TQ_THREADS); a slice is TQ_HEADS query heads
+// of a KV head. partials: [rows, heads, chunks][2 + 2 * head_dim] for rows
 // first_row ...
-extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
-    attention_turbo_chunk(const float* q, const u8* k_cache, const u8* v_cache, const i32* step,
-                          const float* tables, float* partials, u32 heads, u32 kv_heads, u32 head_dim, float scale,
-                          u32 window, u32 chunks, u32 first_row, u32 k_bits, u32 k_sketch, u32 v_bits) {
-    pdl_start();
+template <u32 THREADS>
+__device__ __forceinline__ void turbo_chunk(const float* q, const u8* k_cache, const u8* v_cache, const i32* step,
+                                            const float* tables, float* partials, u32 heads, u32 kv_heads,
+                                            u32 head_dim, float scale, u32 window, u32 chunks, u32 first_row,
+                                            u32 k_bits, u32 k_sketch, u32 v_bits) {
     __shared__ float plain[TQ_HEADS][TQ_MAX_HEAD_DIM];
     __shared__ float rotated[TQ_HEADS][TQ_MAX_HEAD_DIM];
     __shared__ float sketched[TQ_HEADS][TQ_MAX_HEAD_DIM];
@@ -395,17 +398,17 @@ extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
         k_table[tid] = k_layout.centroids(tables)[tid % (1u << k_bits)];
         v_table[tid] = v_layout.centroids(tables)[tid % (1u << v_bits)];
     }
-    for (u32 i = tid; i < n_heads * head_dim; i += TQ_CHUNK_THREADS) {
+    for (u32 i = tid; i < n_heads * head_dim; i += THREADS) {
         const u32 g = i / head_dim, d = i % head_dim;
         const float value = q[((u64)row * heads + first_head + g) * head_dim + d];
         plain[g][d] = value;
         rotated[g][d] = value;
         outliers[g][d] = 0.0f;
     }
-    for (i32 k = tid; k < n; k += TQ_CHUNK_THREADS) cells[k] = step_cell(step, h, span, start + k);
+    for (i32 k = tid; k < n; k += THREADS) cells[k] = step_cell(step, h, span, start + k);
     __syncthreads();
     // R q and S R q, block by block (turbo::Queries).
-    for (u32 unit = warp; unit < n_heads * head_blocks; unit += TQ_CHUNK_THREADS / 32) {
+    for (u32 unit = warp; unit < n_heads * head_blocks; unit += THREADS / 32) {
         const u32 g = unit / head_blocks, b = unit % head_blocks;
         float* r = &rotated[g][b * TQ_BLOCK];
         tq_rotate(r, first_block + b, lane);
@@ -426,9 +429,9 @@ extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
     const u32 k_part = TQ_STAGE_BYTES / k_slice.stride();
     for (u32 from = 0; from < (u32)n; from += k_part) {
         const u32 m = min(k_part, (u32)n - from);
-        tq_stage(staged, k_cache, cells + from, m, k_slice);
+        tq_stage<THREADS>(staged, k_cache, cells + from, m, k_slice);
         __syncthreads();
-        for (u32 p = half; p < m * n_heads; p += TQ_CHUNK_THREADS / 16) {
+        for (u32 p = half; p < m * n_heads; p += THREADS / 16) {
             const u32 k = p / n_heads, g = p % n_heads;
             const u8* key = staged + k * k_slice.stride();
             float acc = 0.0f;
@@ -492,9 +495,9 @@ extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
     __syncthreads();
 
     // Values, key after key: each thread its (head, coordinate) pairs tid, tid +
-    // TQ_CHUNK_THREADS, ... (rotated basis), and threads below n_heads * head_blocks also one
+    // THREADS, ... (rotated basis), and threads below n_heads * head_blocks also one
     // (head, block)'s outliers (unrotated).
-    constexpr u32 PAIRS = TQ_HEADS * TQ_MAX_HEAD_DIM / TQ_CHUNK_THREADS;
+    constexpr u32 PAIRS = TQ_HEADS * TQ_MAX_HEAD_DIM / THREADS;
     float acc[PAIRS];
 #pragma unroll
     for (u32 j = 0; j < PAIRS; ++j) acc[j] = 0.0f;
@@ -503,13 +506,13 @@ extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
     const u32 v_part = TQ_STAGE_BYTES / v_slice.stride();
     for (u32 from = 0; from < (u32)n; from += v_part) {
         const u32 m = min(v_part, (u32)n - from);
-        tq_stage(staged, v_cache, cells + from, m, v_slice);
+        tq_stage<THREADS>(staged, v_cache, cells + from, m, v_slice);
         __syncthreads();
         for (u32 k = 0; k < m; ++k) {
             const u8* value_row = staged + k * v_slice.stride();
 #pragma unroll
             for (u32 j = 0; j < PAIRS; ++j) {
-                const u32 pair = tid + TQ_CHUNK_THREADS * j, g = pair / head_dim, d = pair % head_dim;
+                const u32 pair = tid + THREADS * j, g = pair / head_dim, d = pair % head_dim;
                 if (g < n_heads) {
                     const u8* block = value_row + (d / TQ_BLOCK) * vbb;
                     const float c = __fmul_rn(v_table[tq_code(block + v_layout.code_offset(), d % TQ_BLOCK, v_bits)],
@@ -540,13 +543,25 @@ extern "C" __global__ void __launch_bounds__(TQ_CHUNK_THREADS)
     }
 #pragma unroll
     for (u32 j = 0; j < PAIRS; ++j) {
-        const u32 pair = tid + TQ_CHUNK_THREADS * j, g = pair / head_dim, d = pair % head_dim;
+        const u32 pair = tid + THREADS * j, g = pair / head_dim, d = pair % head_dim;
         if (g < n_heads) {
             out[g * head_stride + 2 + d] = acc[j];
             out[g * head_stride + 2 + head_dim + d] = outliers[g][d];
         }
     }
 }
+
+#define TURBO_CHUNK(name, threads)                                                                               \
+    extern "C" __global__ void __launch_bounds__(threads)                                                        \
+        name(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, const float* tables,         \
+             float* partials, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 chunks,        \
+             u32 first_row, u32 k_bits, u32 k_sketch, u32 v_bits) {                                              \
+        pdl_start();                                                                                             \
+        turbo_chunk<threads>(q, k_cache, v_cache, step, tables, partials, heads, kv_heads, head_dim, scale,      \
+                             window, chunks, first_row, k_bits, k_sketch, v_bits);                               \
+    }
+TURBO_CHUNK(attention_turbo_chunk, TQ_FEW_ROWS_THREADS)
+TURBO_CHUNK(attention_turbo_chunk_rows, TQ_THREADS)
 
 // Launch: grid (heads, rows), TQ_THREADS threads. Merges the partials of row first_row +
 // blockIdx.y, head blockIdx.x, in chunk order into out ([tokens, heads, head_dim]).

@@ -31,10 +31,13 @@ pub const KEY_CHUNK: usize = 512;
 const HEADS_PER_BLOCK: usize = 4;
 /// The largest head the kernels hold (`TQ_MAX_HEAD_DIM`).
 const MAX_HEAD_DIM: usize = 256;
-/// Threads of a merge block (`TQ_THREADS`).
+/// Threads of a merge block and of a chunk block of many rows (`TQ_THREADS`).
 const THREADS: u32 = 128;
-/// Threads of a chunk block (`TQ_CHUNK_THREADS`).
-const CHUNK_THREADS: u32 = 512;
+/// Threads of a chunk block of at most [`FEW_ROWS`] rows (`TQ_FEW_ROWS_THREADS`).
+const FEW_ROWS_THREADS: u32 = 512;
+/// Most rows of a launch whose chunk blocks take [`FEW_ROWS_THREADS`] (`attention_turbo_chunk`;
+/// more rows fill the device with blocks of [`THREADS`], `attention_turbo_chunk_rows`).
+const FEW_ROWS: usize = 8;
 /// Warps of a row writer's block at most (one block of 64 values each at a time).
 const WRITE_WARPS: usize = 8;
 /// Most f32 values of chunk partials one launch fills (64 MiB): a prefill whose rows need
@@ -248,6 +251,11 @@ pub fn attention(
         to_u32(OP, "kv_heads", kv_heads)?,
     );
     let chunks = to_u32(OP, "key chunks", chunks)?;
+    let (chunk_kernel, chunk_threads) = if end_row <= FEW_ROWS {
+        ("attention_turbo_chunk", FEW_ROWS_THREADS)
+    } else {
+        ("attention_turbo_chunk_rows", THREADS)
+    };
     for first_row in (0..end_row).step_by(group_rows) {
         let rows = group_rows.min(end_row - first_row) as u32;
         let first_row = to_u32(OP, "rows", first_row)?;
@@ -257,14 +265,14 @@ pub fn attention(
                 to_u32(OP, "kv_heads × head slices", kv_heads as usize * slices)?,
                 rows,
             ),
-            block_dim: (CHUNK_THREADS, 1, 1),
+            block_dim: (chunk_threads, 1, 1),
             shared_mem_bytes: 0,
         };
         launch!(
             backend,
             OP,
             "turbo.cu",
-            "attention_turbo_chunk",
+            chunk_kernel,
             config,
             q,
             k,
