@@ -509,12 +509,21 @@ impl WgpuBackend {
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
         }
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&name),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
+        // Without naga's loop bounding (a counter and a branch added to every loop, which
+        // keeps drivers from unrolling the kernels' fixed loops); bounds checks stay.
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        let descriptor = wgpu::ShaderModuleDescriptor {
+            label: Some(&name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        };
+        // SAFETY: `force_loop_bounding: false` requires that no kernel loops forever. Every
+        // loop in `shaders/` runs a counter up to a bound from the parameters or a constant
+        // (spans, rows, values and key positions of at most a binding's size, so no counter
+        // wraps) or halves a nonzero counter down to zero.
+        let module = unsafe { self.device.create_shader_module_trusted(descriptor, checks) };
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
