@@ -149,6 +149,8 @@ pub struct WgpuBackend {
     staging: Mutex<Option<wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
     pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
+    /// The split attention's chunk records, grown as needed (attention.rs).
+    pub(crate) attention_partials: Mutex<Option<wgpu::Buffer>>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
     /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).
@@ -344,6 +346,7 @@ impl WgpuBackend {
             },
             reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
+            attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
             staging: Mutex::default(),

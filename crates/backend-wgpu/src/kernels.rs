@@ -78,6 +78,8 @@ impl KernelSource {
                 let prefix = match path {
                     AttentionPath::Tiled => "attention",
                     AttentionPath::OneChunk => "attention_chunk",
+                    AttentionPath::Split => "attention_split",
+                    AttentionPath::Merge => "attention_merge",
                 };
                 let rounding = if rounds { "_quantize" } else { "" };
                 format!("{prefix}_{}_{}{rounding}", cache_name(k), cache_name(v))
@@ -478,10 +480,15 @@ const ROPE_KV_WRITE: &str = concat!(
     include_str!("shaders/precise.wgsl")
 );
 /// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
-/// and ggml's one-chunk path (shorter spans).
+/// and ggml's one-chunk path (shorter spans), or for those where matmul is not exact the
+/// split path's two passes; the last three share their parameters.
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION_PARAMS: &str = include_str!("shaders/attention_params.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
-/// The one-chunk path's end: the output as it is, or rounded for the next matmul.
+const ATTENTION_SPLIT: &str = include_str!("shaders/attention_split.wgsl");
+const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
+/// The one-chunk path's and the merge's end: the output as it is, or rounded for the next
+/// matmul (into `rounded`, bound after the kernel's other bindings).
 const ATTENTION_CHUNK_PLAIN: &str = include_str!("shaders/attention_chunk_plain.wgsl");
 const ATTENTION_CHUNK_QUANTIZE: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
@@ -548,11 +555,15 @@ pub enum AttentionPath {
     Tiled,
     /// `attention_chunk.wgsl`: ggml's one-chunk path, keys one by one.
     OneChunk,
+    /// `attention_split.wgsl`: the keys cut into chunks, a workgroup each (pass 1).
+    Split,
+    /// `attention_merge.wgsl`: the chunks of each query and head combined (pass 2).
+    Merge,
 }
 
 /// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`; with
-/// `rounds`, the one-chunk path that also rounds its output for the next matmul
-/// (`attention_chunk_quantize.wgsl`).
+/// `rounds`, the one-chunk path or the merge that also rounds its output for the next
+/// matmul (`attention_chunk_quantize.wgsl`).
 pub fn attention(
     keys: KvType,
     values: KvType,
@@ -561,7 +572,7 @@ pub fn attention(
 ) -> Option<KernelSource> {
     cache_code(keys)?;
     cache_code(values)?;
-    if rounds && path != AttentionPath::OneChunk {
+    if rounds && !matches!(path, AttentionPath::OneChunk | AttentionPath::Merge) {
         return None;
     }
     Some(KernelSource::Attention(keys, values, path, rounds))
@@ -569,18 +580,34 @@ pub fn attention(
 
 fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
-    let (body, extra) = match (path, rounds) {
-        (AttentionPath::Tiled, _) => (ATTENTION, ""),
-        (AttentionPath::OneChunk, false) => (ATTENTION_CHUNK, ATTENTION_CHUNK_PLAIN),
-        (AttentionPath::OneChunk, true) => (ATTENTION_CHUNK, ATTENTION_CHUNK_QUANTIZE),
+    let end = match rounds {
+        false => ATTENTION_CHUNK_PLAIN.to_string(),
+        true => {
+            // `rounded` after the kernel's own bindings.
+            let binding = if path == AttentionPath::Merge { 4 } else { 7 };
+            format!(
+                "@group(0) @binding({binding}) var<storage, read_write> rounded: array<u32>;\n\
+                 {ATTENTION_CHUNK_QUANTIZE}"
+            )
+        }
     };
-    let expf = if path == AttentionPath::OneChunk {
-        EXPF
-    } else {
+    let body = match path {
+        AttentionPath::Tiled => {
+            return format!(
+            "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}\n"
+        )
+        }
+        AttentionPath::OneChunk => format!("{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{EXPF}"),
+        AttentionPath::Split => format!("{ATTENTION_SPLIT}\n{ATTENTION_CACHE}"),
+        AttentionPath::Merge => ATTENTION_MERGE.to_string(),
+    };
+    let end = if path == AttentionPath::Split {
         ""
+    } else {
+        &end
     };
     format!(
-        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}\n{expf}"
+        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION_PARAMS}\n{body}\n{end}"
     )
 }
 
@@ -674,7 +701,12 @@ pub fn all() -> Vec<KernelSource> {
         for (values, _, _) in CACHE_TYPES {
             all.extend(kv_write(keys, values));
             all.extend(rope_kv_write(keys, values));
-            for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
+            for path in [
+                AttentionPath::Tiled,
+                AttentionPath::OneChunk,
+                AttentionPath::Split,
+                AttentionPath::Merge,
+            ] {
                 for rounds in [false, true] {
                     all.extend(attention(keys, values, path, rounds));
                 }

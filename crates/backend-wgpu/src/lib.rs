@@ -83,7 +83,12 @@
 //! `BackendError::UnsupportedKv`); attention is one workgroup per (query row, head) with an
 //! online softmax over tiles of 64 keys for spans of 64 rows and more (ggml's tiled path),
 //! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
-//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
+//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache) under
+//! exact matmul; otherwise shorter spans (decode) take the split path: each (query, head)'s
+//! keys cut into chunks of whole tiles of 32, a workgroup a chunk with an f32 online softmax
+//! (`attention_split.wgsl`, about 1,024 workgroups a dispatch where the keys allow), then a
+//! workgroup a (query, head) merging the chunks and rounding the output for the output
+//! projection where the one-chunk kernel would (`attention_merge.wgsl`).
 
 mod attention;
 mod backend;
