@@ -487,12 +487,18 @@ const ATTENTION_PARAMS: &str = include_str!("shaders/attention_params.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("shaders/attention_split.wgsl");
 const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
-/// The one-chunk path's and the merge's end: the output as it is, or rounded for the next
-/// matmul (into `rounded`, bound after the kernel's other bindings).
+/// The one-chunk path's end and the merge's: the output as it is, or rounded for the next
+/// matmul.
 const ATTENTION_CHUNK_PLAIN: &str = include_str!("shaders/attention_chunk_plain.wgsl");
 const ATTENTION_CHUNK_QUANTIZE: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/attention_chunk_quantize.wgsl")
+);
+const ATTENTION_MERGE_PLAIN: &str = include_str!("shaders/attention_merge_plain.wgsl");
+const ATTENTION_MERGE_QUANTIZE: &str = concat!(
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/quantize_coop.wgsl"),
+    include_str!("shaders/attention_merge_quantize.wgsl")
 );
 /// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.
@@ -580,35 +586,29 @@ pub fn attention(
 
 fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
-    let end = match rounds {
-        false => ATTENTION_CHUNK_PLAIN.to_string(),
-        true => {
-            // `rounded` after the kernel's own bindings.
-            let binding = if path == AttentionPath::Merge { 4 } else { 7 };
+    let types = format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;");
+    match (path, rounds) {
+        (AttentionPath::Tiled, _) => format!("{types}\n{ATTENTION}\n{ATTENTION_CACHE}\n"),
+        (AttentionPath::OneChunk, _) => {
+            let end = match rounds {
+                true => ATTENTION_CHUNK_QUANTIZE,
+                false => ATTENTION_CHUNK_PLAIN,
+            };
             format!(
-                "@group(0) @binding({binding}) var<storage, read_write> rounded: array<u32>;\n\
-                 {ATTENTION_CHUNK_QUANTIZE}"
+                "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{end}\n{EXPF}"
             )
         }
-    };
-    let body = match path {
-        AttentionPath::Tiled => {
-            return format!(
-            "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION}\n{ATTENTION_CACHE}\n"
-        )
+        (AttentionPath::Split, _) => {
+            format!("{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n")
         }
-        AttentionPath::OneChunk => format!("{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{EXPF}"),
-        AttentionPath::Split => format!("{ATTENTION_SPLIT}\n{ATTENTION_CACHE}"),
-        AttentionPath::Merge => ATTENTION_MERGE.to_string(),
-    };
-    let end = if path == AttentionPath::Split {
-        ""
-    } else {
-        &end
-    };
-    format!(
-        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{ATTENTION_PARAMS}\n{body}\n{end}"
-    )
+        (AttentionPath::Merge, _) => {
+            let end = match rounds {
+                true => ATTENTION_MERGE_QUANTIZE,
+                false => ATTENTION_MERGE_PLAIN,
+            };
+            format!("{ATTENTION_PARAMS}\n{ATTENTION_MERGE}\n{end}")
+        }
+    }
 }
 
 /// The weight types the kernels dequantize, with the name of their `value_` function.

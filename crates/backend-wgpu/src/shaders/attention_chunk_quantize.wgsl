@@ -1,9 +1,9 @@
-// The attention's output (one-chunk path, or the split path's merge) rounded for the output
-// projection in the same dispatch (`FusedOps::attention_output`): the head's blocks (head_dim
-// a multiple of the mode's block) rounded into `rounded` as quantize_x_one.wgsl rounds them,
-// from the values the workgroup wrote to `out` (hence the storage barrier). `rounded` is
-// declared by the composition, after the kernel's other bindings (attention_chunk.wgsl's
-// or attention_merge.wgsl's).
+// The one-chunk attention's output rounded for the output projection in the same dispatch
+// (`FusedOps::attention_output`): the head's blocks (head_dim a multiple of the mode's block)
+// rounded into `rounded` as quantize_x_one.wgsl rounds them, from the values the workgroup
+// wrote to `out` (hence the storage barrier).
+
+@group(0) @binding(7) var<storage, read_write> rounded: array<u32>;
 
 fn round_source(i: u32) -> f32 {
     return out[i];

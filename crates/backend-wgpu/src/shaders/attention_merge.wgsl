@@ -1,18 +1,17 @@
 // Decode attention split over the keys, pass 2 of 2: one workgroup per (query, head)
 // combines the query's chunk records of attention_split.wgsl (the softmax of all its keys:
 // each chunk's sums scaled by exp(m_chunk - m), m the largest maximum), writes the head's
-// output, then `round_output` (attention_chunk_plain.wgsl: nothing;
-// attention_chunk_quantize.wgsl: the rounding of the head for the output projection).
+// output, then `round_values` (attention_merge_plain.wgsl: nothing;
+// attention_merge_quantize.wgsl: the rounding of the head for the output projection).
 
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read> queries: array<Query>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-/// Invocations a workgroup (round_output's stride too).
+/// Invocations a workgroup: four head dims each (head_dim is at most 256).
 const TILE: u32 = 64u;
 /// attention_split.wgsl's tile of keys.
 const SPLIT_TILE: u32 = 32u;
-const DIMS_PER_THREAD: u32 = 4u;
 
 @compute @workgroup_size(TILE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -31,25 +30,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var c = 1u; c < chunks; c++) {
         m = max(m, partials[(first + c) * stride]);
     }
+    // Invocation lid's head dims: 4 lid .. 4 lid + 4.
     var l = 0.0;
-    var acc = array<f32, DIMS_PER_THREAD>(0.0, 0.0, 0.0, 0.0);
+    var acc = vec4<f32>(0.0);
     for (var c = 0u; c < chunks; c++) {
         let record = (first + c) * stride;
         let scale = exp(partials[record] - m);
         l += partials[record + 1u] * scale;
-        for (var j = 0u; j < DIMS_PER_THREAD; j++) {
-            let d = lid + j * TILE;
+        for (var k = 0u; k < 4u; k++) {
+            let d = 4u * lid + k;
             if d < p.head_dim {
-                acc[j] += partials[record + 2u + d] * scale;
+                acc[k] += partials[record + 2u + d] * scale;
             }
         }
     }
-    let inverse = select(1.0 / l, 0.0, l == 0.0);
-    for (var j = 0u; j < DIMS_PER_THREAD; j++) {
-        let d = lid + j * TILE;
+    let values = acc * select(1.0 / l, 0.0, l == 0.0);
+    for (var k = 0u; k < 4u; k++) {
+        let d = 4u * lid + k;
         if d < p.head_dim {
-            out[q_base + d] = acc[j] * inverse;
+            out[q_base + d] = values[k];
         }
     }
-    round_output(q_base, lid);
+    round_values(q_base, lid, values);
 }
