@@ -187,7 +187,7 @@ impl WgpuBackend {
         ];
         let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
         for (path, queries) in paths.into_iter().zip(&queries) {
-            if path == AttentionPath::OneChunk && !self.exact_matmul {
+            if path == AttentionPath::OneChunk && self.split_attention && !self.exact_matmul {
                 let kernels = [
                     kernel(AttentionPath::Split, false)?,
                     kernel(AttentionPath::Merge, rounded.is_some())?,
@@ -200,7 +200,7 @@ impl WgpuBackend {
                     buffers,
                     rounded: rounded.as_ref(),
                 };
-                self.split_attention(&split, queries)?;
+                self.attend_in_chunks(&split, queries)?;
                 continue;
             }
             for part in queries.chunks(4 * MAX_GROUPS) {
@@ -238,7 +238,7 @@ impl WgpuBackend {
     }
 }
 
-/// What the split path's two passes bind and take (`WgpuBackend::split_attention`).
+/// What the split path's two passes bind and take (`WgpuBackend::attend_in_chunks`).
 struct Split<'a> {
     /// The first pass and the merge.
     kernels: [KernelSource; 2],
@@ -259,7 +259,7 @@ impl WgpuBackend {
     /// SPLIT_GROUPS workgroups, each chunk's softmax sums in a record of `attention_partials`;
     /// then a workgroup a (query, head) merges them (`attention_merge.wgsl`). Queries are
     /// taken in groups whose records fit one binding.
-    fn split_attention(&self, split: &Split<'_>, queries: &[u32]) -> OpResult {
+    fn attend_in_chunks(&self, split: &Split<'_>, queries: &[u32]) -> OpResult {
         const OP: &str = "attention";
         let [q, k, v, out] = split.buffers;
         let (heads, head_dim) = (split.words[0] as usize, split.words[2] as usize);

@@ -123,6 +123,14 @@ pub struct WgpuBackend {
     /// Whether matmul of the types with an exact kernel (Q8_0, Q5_0) runs it: the CPU's
     /// arithmetic, bit for bit (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]).
     pub(crate) exact_matmul: bool,
+    /// Whether attention spans of fewer than 64 rows take the split path (attention.rs)
+    /// rather than ggml's one-chunk path where matmul is not exact: the split path is many
+    /// workgroups a head instead of one, the one-chunk path repeats ggml's f16 rounding of
+    /// the value accumulator at every key (synthetic goldens with the fast kernels on
+    /// lavapipe, session 36: 15 of 72 prompts fully matched with the split path, 30 with
+    /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
+    /// [`WgpuBackend::without_split_attention`].
+    pub(crate) split_attention: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters (a slot each) and tables, written once per batch
@@ -256,7 +264,9 @@ impl WgpuBackend {
         let adapter = all.swap_remove(ordinal);
         let summary = summary(ordinal, &adapter);
         let info = adapter.get_info();
-        // Subgroup sums need subgroups no larger than a row's 32 lanes (matvec.wgsl).
+        // Subgroup sums are taken where subgroups hold at most 32 invocations, as on the
+        // adapters the subgroup path was checked on (reduce_subgroup.wgsl divides a workgroup
+        // of 128 into its subgroups).
         let reduction = if summary.subgroups && (1..=32).contains(&info.subgroup_max_size) {
             Reduction::Subgroup
         } else {
@@ -334,6 +344,7 @@ impl WgpuBackend {
             reduction,
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
+            split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
             pending: Mutex::default(),
             ring,
             params_slot,
@@ -430,6 +441,14 @@ impl WgpuBackend {
     /// backend opens.
     pub fn with_exact_matmul(mut self) -> WgpuBackend {
         self.exact_matmul = true;
+        self
+    }
+
+    /// This backend with attention spans of fewer than 64 rows on ggml's one-chunk path even
+    /// where matmul is not exact, as `RUNIT_WGPU_SPLIT_ATTENTION=0` sets it when the backend
+    /// opens (for comparisons: one workgroup a head, ggml's roundings).
+    pub fn without_split_attention(mut self) -> WgpuBackend {
+        self.split_attention = false;
         self
     }
 
