@@ -13,20 +13,37 @@ fn x4(i: u32) -> vec4<f32> {
     return x[i >> 2u];
 }
 
-// The four bytes of `v`, lowest first, each shifted right by `shift` and masked.
+// The four bytes of `v`, lowest first, as floats less `offset` (an integer of at most 2^8):
+// each byte is put into the mantissa of 2^23 and 2^23 + offset subtracted, exactly, with no
+// integer-to-float conversion (NVIDIA's run at a quarter of the float rate: one a value would
+// cap a 4-bit matrix-vector product near half the memory bandwidth of an H100).
+fn byte_floats(v: u32, offset: f32) -> vec4<f32> {
+    let bytes = (vec4<u32>(v) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return bitcast<vec4<f32>>(bytes | vec4<u32>(0x4b000000u)) - (8388608.0 + offset);
+}
+
+// The four bytes of `v`, lowest first, each shifted right by `shift` and masked (`mask` at
+// most 255 >> shift, so that the whole word shifts at once).
 fn bytes4(v: u32, shift: u32, mask: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(v) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(mask));
+    return byte_floats((v >> shift) & (mask * 0x01010101u), 0.0);
 }
 
-// The four bytes of `v` as ggml's int8_t, lowest first.
+// The four bytes of `v` as ggml's int8_t, lowest first (each byte + 128 as unsigned).
 fn signed4(v: u32) -> vec4<f32> {
-    let shifted = vec4<u32>(v << 24u, v << 16u, v << 8u, v);
-    return vec4<f32>(bitcast<vec4<i32>>(shifted) >> vec4<u32>(24u));
+    return byte_floats(v ^ 0x80808080u, 128.0);
 }
 
-// Four bits of `v` from bit `first`, lowest first, as 0.0 or 1.0.
-fn bits4(v: u32, first: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(v >> first) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u));
+// The values nibble + 16 · high less `offset` of four bytes: the nibbles of `v` from bit
+// `shift` (0 or 4), the high bits those of each byte of `high` from bit `high_shift` under
+// `high_mask`, put together as integers first (one float a value).
+fn nibbles_high(v: u32, shift: u32, high: u32, high_shift: u32, high_mask: u32, offset: f32) -> vec4<f32> {
+    let top = ((high >> high_shift) & (high_mask * 0x01010101u)) << 4u;
+    return byte_floats(((v >> shift) & 0x0f0f0f0fu) | top, offset);
+}
+
+// The low four bits of `v`, bit k moved to bit 8k (to the low bit of byte k).
+fn spread_bits(v: u32) -> u32 {
+    return (v & 1u) | ((v & 2u) << 7u) | ((v & 4u) << 14u) | ((v & 8u) << 21u);
 }
 
 // The 8 bytes at an even `offset` as two words (three words read, as `word_at` reads two;
@@ -114,8 +131,8 @@ fn xs_q4_0(xi: u32, piece: u32) -> Xs_q4_0 {
 fn dot_q4_0(row: u32, piece: u32, xs: Xs_q4_0) -> f32 {
     let b = row + (piece >> 1u) * 18u;
     let q = words2_at(b + 2u + 8u * (piece & 1u));
-    let sum = dot(bytes4(q.x, 0u, 15u) - 8.0, xs[0]) + dot(bytes4(q.y, 0u, 15u) - 8.0, xs[1])
-        + dot(bytes4(q.x, 4u, 15u) - 8.0, xs[2]) + dot(bytes4(q.y, 4u, 15u) - 8.0, xs[3]);
+    let sum = dot(byte_floats(q.x & 0x0f0f0f0fu, 8.0), xs[0]) + dot(byte_floats(q.y & 0x0f0f0f0fu, 8.0), xs[1])
+        + dot(byte_floats((q.x >> 4u) & 0x0f0f0f0fu, 8.0), xs[2]) + dot(byte_floats((q.y >> 4u) & 0x0f0f0f0fu, 8.0), xs[3]);
     return half_at(b) * sum;
 }
 
@@ -156,10 +173,10 @@ fn dot_q5_0(row: u32, piece: u32, xs: Xs_q5_0) -> f32 {
     let first = 8u * (piece & 1u);
     let high = word_at(b + 2u);
     let q = words2_at(b + 6u + first);
-    let lo0 = bytes4(q.x, 0u, 15u) + 16.0 * bits4(high, first) - 16.0;
-    let lo1 = bytes4(q.y, 0u, 15u) + 16.0 * bits4(high, first + 4u) - 16.0;
-    let hi0 = bytes4(q.x, 4u, 15u) + 16.0 * bits4(high, first + 16u) - 16.0;
-    let hi1 = bytes4(q.y, 4u, 15u) + 16.0 * bits4(high, first + 20u) - 16.0;
+    let lo0 = byte_floats((q.x & 0x0f0f0f0fu) | (spread_bits(high >> first) << 4u), 16.0);
+    let lo1 = byte_floats((q.y & 0x0f0f0f0fu) | (spread_bits(high >> (first + 4u)) << 4u), 16.0);
+    let hi0 = byte_floats(((q.x >> 4u) & 0x0f0f0f0fu) | (spread_bits(high >> (first + 16u)) << 4u), 16.0);
+    let hi1 = byte_floats(((q.y >> 4u) & 0x0f0f0f0fu) | (spread_bits(high >> (first + 20u)) << 4u), 16.0);
     let sum = dot(lo0, xs[0]) + dot(lo1, xs[1]) + dot(hi0, xs[2]) + dot(hi1, xs[3]);
     return half_at(b) * sum;
 }
@@ -238,14 +255,14 @@ fn dot_q5_k(row: u32, piece: u32, xs: Xs_q5_k) -> f32 {
     let head = weight_vec(b);
     let h = weight_vec(b + 1u + (l & 1u));
     let q = weight_vec(b + 3u + l);
-    let lo = dot(bytes4(q.x, 0u, 15u) + 16.0 * bytes4(h.x, 2u * c, 1u), xs.lo[0])
-        + dot(bytes4(q.y, 0u, 15u) + 16.0 * bytes4(h.y, 2u * c, 1u), xs.lo[1])
-        + dot(bytes4(q.z, 0u, 15u) + 16.0 * bytes4(h.z, 2u * c, 1u), xs.lo[2])
-        + dot(bytes4(q.w, 0u, 15u) + 16.0 * bytes4(h.w, 2u * c, 1u), xs.lo[3]);
-    let hi = dot(bytes4(q.x, 4u, 15u) + 16.0 * bytes4(h.x, 2u * c + 1u, 1u), xs.hi[0])
-        + dot(bytes4(q.y, 4u, 15u) + 16.0 * bytes4(h.y, 2u * c + 1u, 1u), xs.hi[1])
-        + dot(bytes4(q.z, 4u, 15u) + 16.0 * bytes4(h.z, 2u * c + 1u, 1u), xs.hi[2])
-        + dot(bytes4(q.w, 4u, 15u) + 16.0 * bytes4(h.w, 2u * c + 1u, 1u), xs.hi[3]);
+    let lo = dot(nibbles_high(q.x, 0u, h.x, 2u * c, 1u, 0.0), xs.lo[0])
+        + dot(nibbles_high(q.y, 0u, h.y, 2u * c, 1u, 0.0), xs.lo[1])
+        + dot(nibbles_high(q.z, 0u, h.z, 2u * c, 1u, 0.0), xs.lo[2])
+        + dot(nibbles_high(q.w, 0u, h.w, 2u * c, 1u, 0.0), xs.lo[3]);
+    let hi = dot(nibbles_high(q.x, 4u, h.x, 2u * c + 1u, 1u, 0.0), xs.hi[0])
+        + dot(nibbles_high(q.y, 4u, h.y, 2u * c + 1u, 1u, 0.0), xs.hi[1])
+        + dot(nibbles_high(q.z, 4u, h.z, 2u * c + 1u, 1u, 0.0), xs.hi[2])
+        + dot(nibbles_high(q.w, 4u, h.w, 2u * c + 1u, 1u, 0.0), xs.hi[3]);
     return k4_pair(head, c, vec2<f32>(lo, hi), xs.sums);
 }
 
@@ -277,13 +294,13 @@ fn dot_q6_k(row: u32, piece: u32, xs: Xs_q6_k) -> f32 {
     let lo = signed4(scales.x);
     let hi = signed4(scales.y);
     let sc = vec4<f32>(lo[k], lo[k + 2u], hi[k], hi[k + 2u]);
-    let s0 = dot(bytes4(low0.x, 0u, 15u) + 16.0 * bytes4(high.x, 0u, 3u) - 32.0, xs[0])
-        + dot(bytes4(low0.y, 0u, 15u) + 16.0 * bytes4(high.y, 0u, 3u) - 32.0, xs[1]);
-    let s1 = dot(bytes4(low1.x, 0u, 15u) + 16.0 * bytes4(high.x, 2u, 3u) - 32.0, xs[2])
-        + dot(bytes4(low1.y, 0u, 15u) + 16.0 * bytes4(high.y, 2u, 3u) - 32.0, xs[3]);
-    let s2 = dot(bytes4(low0.x, 4u, 15u) + 16.0 * bytes4(high.x, 4u, 3u) - 32.0, xs[4])
-        + dot(bytes4(low0.y, 4u, 15u) + 16.0 * bytes4(high.y, 4u, 3u) - 32.0, xs[5]);
-    let s3 = dot(bytes4(low1.x, 4u, 15u) + 16.0 * bytes4(high.x, 6u, 3u) - 32.0, xs[6])
-        + dot(bytes4(low1.y, 4u, 15u) + 16.0 * bytes4(high.y, 6u, 3u) - 32.0, xs[7]);
+    let s0 = dot(nibbles_high(low0.x, 0u, high.x, 0u, 3u, 32.0), xs[0])
+        + dot(nibbles_high(low0.y, 0u, high.y, 0u, 3u, 32.0), xs[1]);
+    let s1 = dot(nibbles_high(low1.x, 0u, high.x, 2u, 3u, 32.0), xs[2])
+        + dot(nibbles_high(low1.y, 0u, high.y, 2u, 3u, 32.0), xs[3]);
+    let s2 = dot(nibbles_high(low0.x, 4u, high.x, 4u, 3u, 32.0), xs[4])
+        + dot(nibbles_high(low0.y, 4u, high.y, 4u, 3u, 32.0), xs[5]);
+    let s3 = dot(nibbles_high(low1.x, 4u, high.x, 6u, 3u, 32.0), xs[6])
+        + dot(nibbles_high(low1.y, 4u, high.y, 6u, 3u, 32.0), xs[7]);
     return half_at(b + 208u) * dot(sc, vec4<f32>(s0, s1, s2, s3));
 }
