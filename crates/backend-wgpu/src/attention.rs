@@ -2,8 +2,8 @@
 //! tables on the host, then one dispatch per path (ggml's tiled and one-chunk paths; where
 //! matmul is not exact, the split path's two in place of the one-chunk path's), the
 //! queries and outputs rotated where the caches are (q8_0/q4_0 caches, llama.cpp's Hadamard
-//! rotation); and the one-chunk path that also rounds its output for the output projection
-//! (`FusedOps::attention_output`).
+//! rotation); and the one-chunk path (or the split path's merge) that also rounds its output
+//! for the output projection (`FusedOps::attention_output`).
 
 use runit_backend::{
     hadamard, Attention, BackendError, Buffer, KvRole, KvType, OpResult, SequenceSpan, Weight,
