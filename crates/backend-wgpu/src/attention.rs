@@ -1,8 +1,9 @@
 //! Attention over the paged KV caches (`PrimitiveOps::attention`): the cells and query
-//! tables on the host, then one dispatch per path (ggml's tiled and one-chunk paths), the
+//! tables on the host, then one dispatch per path (ggml's tiled and one-chunk paths; where
+//! matmul is not exact, the split path's two in place of the one-chunk path's), the
 //! queries and outputs rotated where the caches are (q8_0/q4_0 caches, llama.cpp's Hadamard
-//! rotation); and the one-chunk path that also rounds its output for the output projection
-//! (`FusedOps::attention_output`).
+//! rotation); and the one-chunk path (or the split path's merge) that also rounds its output
+//! for the output projection (`FusedOps::attention_output`).
 
 use runit_backend::{
     hadamard, Attention, BackendError, Buffer, KvRole, KvType, OpResult, SequenceSpan, Weight,
@@ -10,12 +11,18 @@ use runit_backend::{
 
 use crate::batch;
 use crate::device::{at_least, buffer, kv};
-use crate::kernels::{self, AttentionPath};
+use crate::kernels::{self, AttentionPath, KernelSource};
 use crate::ops::MAX_GROUPS;
 use crate::WgpuBackend;
 
 /// Query rows of a span from which ggml switches to its tiled attention.
 const TILED_MIN_ROWS: usize = 64;
+/// Keys a tile of the split path (`TILE` in attention_split.wgsl): a query's keys are cut
+/// into chunks of whole tiles.
+const SPLIT_TILE: usize = 32;
+/// Workgroups the split path's first pass aims at: a few per multiprocessor of a large GPU
+/// (an H100 has 132), so that a decode step's few heads still fill it.
+const SPLIT_GROUPS: usize = 1024;
 
 fn f(value: f32) -> u32 {
     value.to_bits()
@@ -175,9 +182,27 @@ impl WgpuBackend {
             f(params.scale),
             0,
             rounding.map_or(0, |(mode, _)| mode),
+            // The split path's chunks a query (set per dispatch).
+            0,
         ];
         let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
         for (path, queries) in paths.into_iter().zip(&queries) {
+            if path == AttentionPath::OneChunk && self.split_attention && !self.exact_matmul {
+                let kernels = [
+                    kernel(AttentionPath::Split, false)?,
+                    kernel(AttentionPath::Merge, rounded.is_some())?,
+                ];
+                let buffers = [q, &k.buffer, &v.buffer, out];
+                let split = Split {
+                    kernels,
+                    words,
+                    cells: &cells,
+                    buffers,
+                    rounded: rounded.as_ref(),
+                };
+                self.attend_in_chunks(&split, queries)?;
+                continue;
+            }
             for part in queries.chunks(4 * MAX_GROUPS) {
                 let mut bindings = [
                     q.into(),
@@ -210,5 +235,97 @@ impl WgpuBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// What the split path's two passes bind and take (`WgpuBackend::attend_in_chunks`).
+struct Split<'a> {
+    /// The first pass and the merge.
+    kernels: [KernelSource; 2],
+    /// The one-chunk kernel's parameters (attention_params.wgsl); the last word is set here.
+    words: [u32; 9],
+    /// The position -> cell tables of the sequences.
+    cells: &'a [u32],
+    /// q, the key and value caches, and the output.
+    buffers: [&'a wgpu::Buffer; 4],
+    /// Where the merge rounds its output for the output projection, if it does.
+    rounded: Option<&'a wgpu::Buffer>,
+}
+
+impl WgpuBackend {
+    /// Attention of `queries` (four words each: row, cells offset, first and last visible
+    /// position) by the split path: the keys of each (query, head) cut into chunks of whole
+    /// tiles, a workgroup each (`attention_split.wgsl`), as many chunks as make about
+    /// SPLIT_GROUPS workgroups, each chunk's softmax sums in a record of `attention_partials`;
+    /// then a workgroup a (query, head) merges them (`attention_merge.wgsl`). Queries are
+    /// taken in groups whose records fit one binding.
+    fn attend_in_chunks(&self, split: &Split<'_>, queries: &[u32]) -> OpResult {
+        const OP: &str = "attention";
+        let [q, k, v, out] = split.buffers;
+        let (heads, head_dim) = (split.words[0] as usize, split.words[2] as usize);
+        let record_bytes = (head_dim + 2) * 4;
+        let per_binding = self.max_binding as usize / (heads * record_bytes);
+        for part in queries.chunks(4 * per_binding.clamp(1, MAX_GROUPS)) {
+            let count = part.len() / 4;
+            let longest = part
+                .chunks(4)
+                .map(|entry| (entry[3] + 1 - entry[2]) as usize)
+                .max()
+                .unwrap_or(1);
+            let chunks = longest
+                .div_ceil(SPLIT_TILE)
+                .min(SPLIT_GROUPS.div_ceil(count * heads))
+                .min(per_binding / count)
+                .max(1);
+            let bytes = (count * heads * chunks * record_bytes) as u64;
+            let partials = self.attention_partials(bytes)?;
+            let mut words = split.words;
+            words[8] = chunks as u32;
+            let bindings = [
+                q.into(),
+                k.into(),
+                v.into(),
+                batch::table(split.cells),
+                batch::table(part),
+                (&partials).into(),
+            ];
+            let groups = [chunks as u32, heads as u32, count as u32];
+            self.dispatch_ranges(OP, split.kernels[0], &words, &bindings, groups)?;
+            let mut bindings = [
+                (&partials).into(),
+                batch::table(part),
+                out.into(),
+                out.into(),
+            ];
+            let bound = match split.rounded {
+                Some(rounded) => {
+                    bindings[3] = rounded.into();
+                    &bindings[..]
+                }
+                None => &bindings[..3],
+            };
+            let groups = [count as u32, heads as u32, 1];
+            self.dispatch_ranges(OP, split.kernels[1], &words, bound, groups)?;
+        }
+        Ok(())
+    }
+
+    /// The split path's record buffer, of at least `bytes` (grown by halves, so that its bind
+    /// groups stay the same from one decode step to the next).
+    fn attention_partials(&self, bytes: u64) -> Result<wgpu::Buffer, BackendError> {
+        let mut partials = self
+            .attention_partials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(buffer) = partials.as_ref().filter(|b| b.size() >= bytes) {
+            return Ok(buffer.clone());
+        }
+        let size = partials
+            .as_ref()
+            .map_or(bytes, |b| bytes.max(b.size() + b.size() / 2))
+            .min(self.max_binding.max(bytes));
+        let buffer = self.new_buffer("attention", size)?;
+        *partials = Some(buffer.clone());
+        Ok(buffer)
     }
 }

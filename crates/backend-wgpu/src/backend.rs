@@ -123,6 +123,14 @@ pub struct WgpuBackend {
     /// Whether matmul of the types with an exact kernel (Q8_0, Q5_0) runs it: the CPU's
     /// arithmetic, bit for bit (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]).
     pub(crate) exact_matmul: bool,
+    /// Whether attention spans of fewer than 64 rows take the split path (attention.rs)
+    /// rather than ggml's one-chunk path where matmul is not exact: the split path is many
+    /// workgroups a head instead of one, the one-chunk path repeats ggml's f16 rounding of
+    /// the value accumulator at every key (synthetic goldens with the fast kernels on
+    /// lavapipe, session 36: 15 of 72 prompts fully matched with the split path, 30 with
+    /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
+    /// [`WgpuBackend::without_split_attention`].
+    pub(crate) split_attention: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters (a slot each) and tables, written once per batch
@@ -149,6 +157,8 @@ pub struct WgpuBackend {
     staging: Mutex<Option<wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
     pub(crate) rounded_x: Mutex<crate::rounding::RoundedX>,
+    /// The split attention's chunk records, grown as needed (attention.rs).
+    pub(crate) attention_partials: Mutex<Option<wgpu::Buffer>>,
     /// Counts recorded commands and uploads: data may have changed when it moves.
     pub(crate) epoch: AtomicU64,
     /// Whether the pass under way computes every row as if alone (`StepInputs::rows_alone`).
@@ -254,7 +264,9 @@ impl WgpuBackend {
         let adapter = all.swap_remove(ordinal);
         let summary = summary(ordinal, &adapter);
         let info = adapter.get_info();
-        // Subgroup sums need subgroups no larger than a row's 32 lanes (matvec.wgsl).
+        // Subgroup sums are taken where subgroups hold at most 32 invocations, as on the
+        // adapters the subgroup path was checked on (reduce_subgroup.wgsl divides a workgroup
+        // of 128 into its subgroups).
         let reduction = if summary.subgroups && (1..=32).contains(&info.subgroup_max_size) {
             Reduction::Subgroup
         } else {
@@ -332,6 +344,7 @@ impl WgpuBackend {
             reduction,
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
+            split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
             pending: Mutex::default(),
             ring,
             params_slot,
@@ -344,6 +357,7 @@ impl WgpuBackend {
             },
             reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
+            attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
             rows_alone: AtomicBool::new(false),
             staging: Mutex::default(),
@@ -430,6 +444,14 @@ impl WgpuBackend {
         self
     }
 
+    /// This backend with attention spans of fewer than 64 rows on ggml's one-chunk path even
+    /// where matmul is not exact, as `RUNIT_WGPU_SPLIT_ATTENTION=0` sets it when the backend
+    /// opens (for comparisons: one workgroup a head, ggml's roundings).
+    pub fn without_split_attention(mut self) -> WgpuBackend {
+        self.split_attention = false;
+        self
+    }
+
     /// This backend with matmul on the generic kernel for every type (`matmul.wgsl`, one
     /// workgroup per output row and token, values read one by one): the slow twin the
     /// per-type kernels are timed against.
@@ -509,12 +531,21 @@ impl WgpuBackend {
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
         }
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&name),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
+        // Without naga's loop bounding (a counter and a branch added to every loop, which
+        // keeps drivers from unrolling the kernels' fixed loops); bounds checks stay.
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        let descriptor = wgpu::ShaderModuleDescriptor {
+            label: Some(&name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        };
+        // SAFETY: `force_loop_bounding: false` requires that no kernel loops forever. Every
+        // loop in `shaders/` runs a counter up to a bound from the parameters or a constant
+        // (spans, rows, values and key positions of at most a binding's size, so no counter
+        // wraps) or halves a nonzero counter down to zero.
+        let module = unsafe { self.device.create_shader_module_trusted(descriptor, checks) };
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

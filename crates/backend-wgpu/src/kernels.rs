@@ -7,7 +7,8 @@ use runit_quant::GgmlType;
 /// Helpers every dequantizing kernel starts with (byte access to packed blocks).
 const BYTES: &str = include_str!("shaders/bytes.wgsl");
 /// `weight_word(i)` over a kernel's one weight binding, `w`: every kernel with `BYTES` but
-/// the matrix-vector kernel of several weights ([`matvec_parts`]).
+/// the matrix-vector kernels (their own binding of words or vectors, `matvec_words.wgsl` and
+/// `matvec_vecs.wgsl`).
 const ONE_WEIGHT: &str = include_str!("shaders/weight_one.wgsl");
 /// `value_TYPE(base, i)` of every weight type.
 const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
@@ -77,6 +78,8 @@ impl KernelSource {
                 let prefix = match path {
                     AttentionPath::Tiled => "attention",
                     AttentionPath::OneChunk => "attention_chunk",
+                    AttentionPath::Split => "attention_split",
+                    AttentionPath::Merge => "attention_merge",
                 };
                 let rounding = if rounds { "_quantize" } else { "" };
                 format!("{prefix}_{}_{}{rounding}", cache_name(k), cache_name(v))
@@ -208,12 +211,16 @@ pub const PLAIN: [(&str, &str); 15] = [
     ),
 ];
 
-/// The matrix-vector kernel's body (`unit_dot` and the entry point come per type and variant).
+/// The matrix-vector kernel's body (`piece_xs`, `piece_dot` and the entry point come per
+/// type and variant).
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
-/// `dot_TYPE(row, unit, xi)` of every type in [`MATVEC_TYPES`].
+/// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`].
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
 /// The matrix-vector kernel's part selection and output for one weight.
 const MATVEC_ONE: &str = include_str!("shaders/matvec_one.wgsl");
+/// The matrix-vector kernel's weight binding, as words or as 16-byte vectors.
+const MATVEC_WORDS: &str = include_str!("shaders/matvec_words.wgsl");
+const MATVEC_VECS: &str = include_str!("shaders/matvec_vecs.wgsl");
 /// The matrix-vector entry points: a shared-memory reduction, or subgroup sums.
 const REDUCE_SHARED: &str = include_str!("shaders/reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("shaders/reduce_subgroup.wgsl");
@@ -238,8 +245,8 @@ pub const MATVEC_TYPES: [GgmlType; 10] = [
 pub enum Reduction {
     /// A shared-memory tree (every adapter).
     Shared,
-    /// `subgroupAdd`, then shared memory across a row's subgroups (adapters with subgroups
-    /// of at most 32 invocations).
+    /// `subgroupAdd`, then shared memory across the workgroup's subgroups (adapters with
+    /// subgroups of at most 32 invocations).
     Subgroup,
 }
 
@@ -260,12 +267,32 @@ fn reduce_entry(reduction: Reduction) -> &'static str {
     }
 }
 
-fn matvec_source(ty: GgmlType, reduction: Reduction) -> String {
-    let (suffix, entry) = (suffix(ty), reduce_entry(reduction));
+/// The matrix-vector kernel's weight binding for `ty`: 16-byte vectors where every row and
+/// piece starts on a 16-byte boundary, else words.
+fn matvec_weights(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_K | GgmlType::Q5_K => {
+            MATVEC_VECS
+        }
+        _ => MATVEC_WORDS,
+    }
+}
+
+/// What the matrix-vector kernel of `ty` takes from `matvec_dot.wgsl`, and its entry point.
+fn matvec_common(ty: GgmlType, reduction: Reduction) -> String {
+    let suffix = suffix(ty);
+    let piece = format!("PIECE_{}", suffix.to_uppercase());
+    let (weights, entry) = (matvec_weights(ty), reduce_entry(reduction));
     format!(
-        "{MATVEC}\n{MATVEC_ONE}\n{ONE_WEIGHT}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
-         fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n"
+        "{MATVEC}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
+         const PIECE: u32 = {piece};\nalias Xs = Xs_{suffix};\n\
+         fn piece_xs(xi: u32, piece: u32) -> Xs {{ return xs_{suffix}(xi, piece); }}\n\
+         fn piece_dot(row: u32, piece: u32, xs: Xs) -> f32 {{ return dot_{suffix}(row, piece, xs); }}\n"
     )
+}
+
+fn matvec_source(ty: GgmlType, reduction: Reduction) -> String {
+    format!("{}\n{MATVEC_ONE}\n", matvec_common(ty, reduction))
 }
 
 /// Most weights [`matvec_parts`] takes in one dispatch.
@@ -285,28 +312,26 @@ pub fn matvec_parts(ty: GgmlType, reduction: Reduction, parts: usize) -> Option<
 }
 
 fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize) -> String {
-    let (suffix, entry) = (suffix(ty), reduce_entry(reduction));
     let mut bindings = String::new();
-    let (mut words, mut writes) = (String::new(), String::new());
+    let (mut elems, mut writes) = (String::new(), String::new());
     for k in 1..parts {
         bindings += &format!(
-            "@group(0) @binding({}) var<storage, read> w{k}: array<u32>;\n\
+            "@group(0) @binding({}) var<storage, read> w{k}: array<WeightElem>;\n\
                  @group(0) @binding({}) var<storage, read_write> out{k}: array<f32>;\n",
             2 * k + 2,
             2 * k + 3
         );
-        words += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
+        elems += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
         writes += &format!("    if part == {k}u {{ out{k}[i] = value; return; }}\n");
     }
     format!(
-            "{MATVEC}\n{bindings}\n\
+            "{common}\n{bindings}\n\
              fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
              \x20   for (var k = 0u; k < {last}u; k++) {{\n\
              \x20       if group >= p.parts[k].w {{ found = k + 1u; }}\n    }}\n    return found;\n}}\n\
-             fn weight_word(i: u32) -> u32 {{\n{words}    return w[i];\n}}\n\
-             fn write_out(i: u32, value: f32) {{\n{writes}    out[i] = value;\n}}\n\
-             {entry}\n{BYTES}\n{MATVEC_DOT}\n\
-             fn unit_dot(row: u32, u: u32, xi: u32) -> f32 {{ return dot_{suffix}(row, u, xi); }}\n",
+             fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
+             fn write_out(i: u32, value: f32) {{\n{writes}    out[i] = value;\n}}\n",
+            common = matvec_common(ty, reduction),
             last = parts - 1
         )
 }
@@ -455,14 +480,25 @@ const ROPE_KV_WRITE: &str = concat!(
     include_str!("shaders/precise.wgsl")
 );
 /// Attention, for every pair of key and value cache types: tiled (spans of 64 rows and more)
-/// and ggml's one-chunk path (shorter spans).
+/// and ggml's one-chunk path (shorter spans), or for those where matmul is not exact the
+/// split path's two passes; the last three share their parameters.
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION_PARAMS: &str = include_str!("shaders/attention_params.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
-/// The one-chunk path's end: the output as it is, or rounded for the next matmul.
+const ATTENTION_SPLIT: &str = include_str!("shaders/attention_split.wgsl");
+const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
+/// The one-chunk path's end and the merge's: the output as it is, or rounded for the next
+/// matmul.
 const ATTENTION_CHUNK_PLAIN: &str = include_str!("shaders/attention_chunk_plain.wgsl");
 const ATTENTION_CHUNK_QUANTIZE: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/attention_chunk_quantize.wgsl")
+);
+const ATTENTION_MERGE_PLAIN: &str = include_str!("shaders/attention_merge_plain.wgsl");
+const ATTENTION_MERGE_QUANTIZE: &str = concat!(
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/quantize_coop.wgsl"),
+    include_str!("shaders/attention_merge_quantize.wgsl")
 );
 /// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.
@@ -525,11 +561,15 @@ pub enum AttentionPath {
     Tiled,
     /// `attention_chunk.wgsl`: ggml's one-chunk path, keys one by one.
     OneChunk,
+    /// `attention_split.wgsl`: the keys cut into chunks, a workgroup each (pass 1).
+    Split,
+    /// `attention_merge.wgsl`: the chunks of each query and head combined (pass 2).
+    Merge,
 }
 
 /// Attention over `keys` and `values` caches (each one of [`CACHE_TYPES`]) by `path`; with
-/// `rounds`, the one-chunk path that also rounds its output for the next matmul
-/// (`attention_chunk_quantize.wgsl`).
+/// `rounds`, the one-chunk path or the merge that also rounds its output for the next
+/// matmul (`attention_chunk_quantize.wgsl`).
 pub fn attention(
     keys: KvType,
     values: KvType,
@@ -538,7 +578,7 @@ pub fn attention(
 ) -> Option<KernelSource> {
     cache_code(keys)?;
     cache_code(values)?;
-    if rounds && path != AttentionPath::OneChunk {
+    if rounds && !matches!(path, AttentionPath::OneChunk | AttentionPath::Merge) {
         return None;
     }
     Some(KernelSource::Attention(keys, values, path, rounds))
@@ -546,19 +586,29 @@ pub fn attention(
 
 fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
-    let (body, extra) = match (path, rounds) {
-        (AttentionPath::Tiled, _) => (ATTENTION, ""),
-        (AttentionPath::OneChunk, false) => (ATTENTION_CHUNK, ATTENTION_CHUNK_PLAIN),
-        (AttentionPath::OneChunk, true) => (ATTENTION_CHUNK, ATTENTION_CHUNK_QUANTIZE),
-    };
-    let expf = if path == AttentionPath::OneChunk {
-        EXPF
-    } else {
-        ""
-    };
-    format!(
-        "const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;\n{body}\n{ATTENTION_CACHE}\n{extra}\n{expf}"
-    )
+    let types = format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;");
+    match (path, rounds) {
+        (AttentionPath::Tiled, _) => format!("{types}\n{ATTENTION}\n{ATTENTION_CACHE}\n"),
+        (AttentionPath::OneChunk, _) => {
+            let end = match rounds {
+                true => ATTENTION_CHUNK_QUANTIZE,
+                false => ATTENTION_CHUNK_PLAIN,
+            };
+            format!(
+                "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{end}\n{EXPF}"
+            )
+        }
+        (AttentionPath::Split, _) => {
+            format!("{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n")
+        }
+        (AttentionPath::Merge, _) => {
+            let end = match rounds {
+                true => ATTENTION_MERGE_QUANTIZE,
+                false => ATTENTION_MERGE_PLAIN,
+            };
+            format!("{ATTENTION_PARAMS}\n{ATTENTION_MERGE}\n{end}")
+        }
+    }
 }
 
 /// The weight types the kernels dequantize, with the name of their `value_` function.
@@ -651,7 +701,12 @@ pub fn all() -> Vec<KernelSource> {
         for (values, _, _) in CACHE_TYPES {
             all.extend(kv_write(keys, values));
             all.extend(rope_kv_write(keys, values));
-            for path in [AttentionPath::Tiled, AttentionPath::OneChunk] {
+            for path in [
+                AttentionPath::Tiled,
+                AttentionPath::OneChunk,
+                AttentionPath::Split,
+                AttentionPath::Merge,
+            ] {
                 for rounds in [false, true] {
                     all.extend(attention(keys, values, path, rounds));
                 }

@@ -25,13 +25,17 @@
 //!
 //! Matmul has three kernels (`src/matmul.rs` picks one per call):
 //! - `matvec.wgsl` for fewer than 4 tokens (decode) on F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
-//!   Q4_K, Q5_K and Q6_K rows of a multiple of 32 values: 4 output rows a workgroup, 32 lanes
-//!   a row, each lane taking whole units of 32 values (a legacy block, an eighth of a K-quant
-//!   block) read as 32-bit words (`dot_TYPE` in `matvec_dot.wgsl`), its block scales factored
-//!   out of the sums. A row's lanes are summed with `subgroupAdd` where the adapter grants
-//!   subgroups of at most 32 invocations (`reduce_subgroup.wgsl`), else by a shared-memory
-//!   tree (`reduce_shared.wgsl`); the choice is made when the backend opens
-//!   ([`WgpuBackend::without_subgroups`] forces the second, and the parity tests run both).
+//!   Q4_K, Q5_K and Q6_K rows of a multiple of 32 values: 4 output rows a workgroup of 128
+//!   invocations, every invocation on all 4 rows. Rows are cut into pieces of 4 to 32 values
+//!   (`matvec_dot.wgsl`: a quarter of a Q8_0 block, 16 bytes of a Q4_K block, ...), piece i
+//!   to invocation i % 128, so that a subgroup's loads read neighbouring words; an invocation
+//!   reads a piece's activations once for the 4 rows and has the 4 rows' weight loads in
+//!   flight together. Q4_K, Q5_K and the float types are read as 16-byte vectors, the
+//!   2-byte-aligned blocks as words. The invocations' sums are reduced with `subgroupAdd`
+//!   where the adapter grants subgroups of at most 32 invocations (`reduce_subgroup.wgsl`),
+//!   else by a shared-memory tree (`reduce_shared.wgsl`); the choice is made when the
+//!   backend opens ([`WgpuBackend::without_subgroups`] forces the second, and the parity
+//!   tests run both).
 //! - `matmat.wgsl` for 4 tokens or more (prompts), every type: tiles of 64 rows x 32 tokens,
 //!   the weight tile dequantized once into shared memory per step of 32 values (by
 //!   `value_TYPE` in `dequant.wgsl`, byte by byte) and used by all the tile's tokens.
@@ -79,7 +83,12 @@
 //! `BackendError::UnsupportedKv`); attention is one workgroup per (query row, head) with an
 //! online softmax over tiles of 64 keys for spans of 64 rows and more (ggml's tiled path),
 //! and ggml's one-chunk path for shorter spans (`attention_chunk.wgsl`: the query rounded to
-//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache).
+//! the key cache's type, keys one by one, an f16 accumulator for an f16 value cache) under
+//! exact matmul; otherwise shorter spans (decode) take the split path: each (query, head)'s
+//! keys cut into chunks of whole tiles of 32, a workgroup a chunk with an f32 online softmax
+//! (`attention_split.wgsl`, about 1,024 workgroups a dispatch where the keys allow), then a
+//! workgroup a (query, head) merging the chunks and rounding the output for the output
+//! projection where the one-chunk kernel would (`attention_merge.wgsl`).
 
 mod attention;
 mod backend;

@@ -11,14 +11,14 @@ fn round_source(i: u32) -> f32 {
     return out[i];
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let row = wid.x + wid.y * p.groups_x;
     add_residual(row, lid);
     normalize_row(row, lid);
     storageBarrier();
-    // The row 256 values at a time (quantize_coop.wgsl; the width is whole blocks).
-    for (var c = 0u; c < p.width; c += 256u) {
+    // The row 4 · THREADS values at a time (quantize_coop.wgsl; the width is whole blocks).
+    for (var c = 0u; c < p.width; c += 4u * THREADS) {
         let at = row * p.width + c + 4u * lid;
         let live = row < p.rows && c + 4u * lid < p.width;
         var values = vec4<f32>(0.0);

@@ -16,27 +16,8 @@
 // Keys come in tiles of 64, one thread per key for the scores; then every thread runs the
 // same softmax recurrence over the tile for the head dims it owns. `round_output` follows
 // (attention_chunk_plain.wgsl: nothing; attention_chunk_quantize.wgsl: the rounding of the
-// row's head for the output projection).
+// row's head for the output projection). Its parameters: attention_params.wgsl.
 
-struct Params {
-    heads: u32,
-    group: u32,     // query heads per KV head
-    head_dim: u32,
-    kv_width: u32,
-    q_width: u32,
-    scale: f32,
-    zero: u32,      // always 0 (`opaque` in expf.wgsl)
-    mode: u32,      // attention_chunk_quantize.wgsl's rounding (quantize_x.wgsl's mode)
-}
-
-struct Query {
-    row: u32,
-    cells: u32, // offset of the sequence's position -> cell table
-    lo: u32,    // first visible position
-    pos: u32,   // the query's position (the last visible one)
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k_cache: array<u32>;
 @group(0) @binding(3) var<storage, read> v_cache: array<u32>;

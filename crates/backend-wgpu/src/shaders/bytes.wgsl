@@ -26,12 +26,16 @@ fn i8_at(offset: u32) -> f32 {
 // K-quants' 6-bit scale and min of sub-block `j` (ggml's `get_scale_min_k4`), from the 12
 // bytes at `scales`.
 fn scale_min_k4(j: u32, scales: u32) -> vec2<f32> {
-    if j < 4u {
-        return vec2<f32>(f32(byte_at(scales + j) & 63u), f32(byte_at(scales + j + 4u) & 63u));
-    }
-    let d = (byte_at(scales + j + 4u) & 0xfu) | ((byte_at(scales + j - 4u) >> 6u) << 4u);
-    let m = (byte_at(scales + j + 4u) >> 4u) | ((byte_at(scales + j) >> 6u) << 4u);
-    return vec2<f32>(f32(d), f32(m));
+    let below = byte_at(scales + (j & 3u));
+    return scale_min_k4_bytes(j, below, byte_at(scales + j), byte_at(scales + j + 4u));
+}
+
+// `get_scale_min_k4` of sub-block `j` from the bytes it reads of the 12: `at` (byte j),
+// `above` (byte j + 4) and, for j >= 4, `below` (byte j - 4).
+fn scale_min_k4_bytes(j: u32, below: u32, at: u32, above: u32) -> vec2<f32> {
+    let low = vec2<u32>(at & 63u, above & 63u);
+    let high = vec2<u32>((above & 0xfu) | ((below >> 6u) << 4u), (above >> 4u) | ((at >> 6u) << 4u));
+    return vec2<f32>(select(high, low, j < 4u));
 }
 
 // The 4 bytes at an even `offset` as one word (blocks of 18, 22, 34 or 210 bytes start on

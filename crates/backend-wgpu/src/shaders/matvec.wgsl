@@ -1,14 +1,21 @@
 // out[t][out_row0 + r] = sum_i W[row0 + r][i] * x[t][i] for one token per z: ROWS output
-// rows a workgroup, LANES threads a row. Each lane takes whole units of 32 values (a legacy
-// block, an eighth of a K-quant block, 32 floats), reads them as words and sums their dot
-// product with `unit_dot` (matvec_dot.wgsl, chosen per type by the host); the lanes' sums
-// are then reduced by the entry point of the variant (reduce_shared.wgsl or
-// reduce_subgroup.wgsl). x is read four values a load (row lengths are multiples of 32).
+// rows a workgroup of THREADS invocations, all of them on all ROWS rows. A row is cut into
+// pieces of PIECE values (matvec_dot.wgsl, per type: 4 to 32 values, 8 to 24 bytes, cut so
+// that consecutive pieces lie in consecutive bytes); invocation i takes pieces i,
+// i + THREADS, ... of every row: it reads the piece's activations once (`piece_xs`) and then
+// the piece of each of the ROWS rows (`piece_dot`), so that
+// - one load instruction of a subgroup reads neighbouring words of a row (coalesced),
+// - each invocation has ROWS independent weight loads in flight before it uses them,
+// - each activation read serves ROWS rows (x is f32: read per row it would move four bytes
+//   through the cache for every byte of a Q8_0 weight, eight for a 4-bit one).
+// The invocations' sums (a vec4 of the ROWS rows) are then reduced by the entry point of the
+// variant (reduce_shared.wgsl or reduce_subgroup.wgsl). x is read four values a load (row
+// lengths are multiples of 32).
 
 // One dispatch may take several weights of one input (matvec_parts: the Q, K and V
 // projections, gate and up): workgroups from part k's first on work on part k's weight
-// (`weight_word`) and output (`write_out`); a kernel of one weight (matvec_one.wgsl) has only
-// part 0.
+// (`weight_word`, `weight_vec`) and output (`write_out`); a kernel of one weight
+// (matvec_one.wgsl) has only part 0.
 
 struct Params {
     n: u32,          // values per row (a multiple of 32)
@@ -25,15 +32,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-const LANES: u32 = 32u;
+const THREADS: u32 = 128u;
 const ROWS: u32 = 4u;
-const UNIT: u32 = 32u;
 
-// The part the workgroup works on (set by `row_of`).
+// The part the workgroup works on (set by `first_row`).
 var<private> part: u32 = 0u;
 
 // A part's rows: how many, the first in its chunk, and where they go in its output.
@@ -52,33 +57,42 @@ fn part_params() -> Part {
     return Part(q.x, q.y, 0u, q.z);
 }
 
-// The row lane `lid` works on, in its workgroup's part.
-fn row_of(wid: vec3<u32>, lid: u32) -> u32 {
+// The workgroup's first row, in its part.
+fn first_row(wid: vec3<u32>) -> u32 {
     let group = wid.x + wid.y * p.groups_x;
     part = part_of(group);
     var first = 0u;
     if part > 0u {
         first = p.parts[part - 1u].w;
     }
-    return (group - first) * ROWS + lid / LANES;
+    return (group - first) * ROWS;
 }
 
-// Lane `lane`'s share of row r's dot product with token t: units lane, lane + LANES, ...
-fn partial(r: u32, t: u32, lane: u32) -> f32 {
+// Invocation `lid`'s share of the dot products of rows r0 .. r0 + ROWS with token t, one
+// component a row. Rows past the part's last read its last row (their sums are not stored).
+fn partial(r0: u32, t: u32, lid: u32) -> vec4<f32> {
     let q = part_params();
-    var acc = 0.0;
-    if r < q.rows {
-        let row = (q.row0 + r) * p.row_bytes;
-        let units = p.n / UNIT;
-        for (var u = lane; u < units; u += LANES) {
-            acc += unit_dot(row, u, t * p.n + u * UNIT);
-        }
+    let last = q.rows - 1u;
+    let rows = (q.row0 + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last))) * p.row_bytes;
+    let pieces = p.n / PIECE;
+    let xi = t * p.n;
+    var acc = vec4<f32>(0.0);
+    for (var i = lid; i < pieces; i += THREADS) {
+        let xs = piece_xs(xi, i);
+        acc += vec4<f32>(
+            piece_dot(rows.x, i, xs),
+            piece_dot(rows.y, i, xs),
+            piece_dot(rows.z, i, xs),
+            piece_dot(rows.w, i, xs),
+        );
     }
     return acc;
 }
 
-fn store(r: u32, t: u32, sum: f32) {
+// Row r0 + k's sum, stored where the row exists.
+fn store(r0: u32, k: u32, t: u32, sum: f32) {
     let q = part_params();
+    let r = r0 + k;
     if r < q.rows {
         write_out(t * q.out_stride + q.out_row0 + r, sum);
     }

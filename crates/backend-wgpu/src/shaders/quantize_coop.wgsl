@@ -1,5 +1,5 @@
-// The rounding of quantize_x.wgsl with a workgroup of 64 invocations over 256 consecutive
-// values (one block of 256, or eight of 32), each invocation four consecutive ones: the
+// The rounding of quantize_x.wgsl with a workgroup of 64 invocations (or a multiple) over
+// four consecutive values each (256 a 64: one block of 256, or eight of 32): the
 // block's reductions (the largest magnitude, Q8_K's first value of it, Q8_1's sum) in
 // workgroup memory, every value read once and by its own invocation. One invocation a block,
 // looping over its values (quantize_block), kept a GPU's invocations waiting on one load
@@ -7,10 +7,14 @@
 // Results equal quantize_block's bit for bit: the reductions are a maximum (the first of
 // equal magnitudes, as the loop keeps) and an integer sum.
 
-var<workgroup> coop_abs: array<f32, 64>;
-var<workgroup> coop_value: array<f32, 64>;
-var<workgroup> coop_index: array<u32, 64>;
-var<workgroup> coop_sum: array<i32, 64>;
+// Most invocations a caller's workgroup has (a multiple of 64: blocks of 256 values take 64
+// invocations, of 32 take 8; add_rms_norm_quantize.wgsl's 256 round 1,024 values a call).
+const COOP_LANES: u32 = 256u;
+
+var<workgroup> coop_abs: array<f32, COOP_LANES>;
+var<workgroup> coop_value: array<f32, COOP_LANES>;
+var<workgroup> coop_index: array<u32, COOP_LANES>;
+var<workgroup> coop_sum: array<i32, COOP_LANES>;
 
 // Rounds `values`, the values first + 4 lane .. first + 4 lane + 3 (`live`: they exist; blocks
 // are whole, so a block's invocations are all live or none), in the mode `mode`. Every

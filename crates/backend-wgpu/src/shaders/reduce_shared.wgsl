@@ -1,21 +1,20 @@
-// The matrix-vector entry point without subgroup operations: each row's LANES partial sums
-// meet in a shared-memory tree (a fixed order).
+// The matrix-vector entry point without subgroup operations: the invocations' sums (ROWS
+// rows each) meet in a shared-memory tree (a fixed order).
 
-var<workgroup> partials: array<f32, 128>;
+var<workgroup> partials: array<vec4<f32>, THREADS>;
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let r = row_of(wid, lid);
-    let lane = lid % LANES;
-    partials[lid] = partial(r, wid.z, lane);
+    let r0 = first_row(wid);
+    partials[lid] = partial(r0, wid.z, lid);
     workgroupBarrier();
-    for (var span = LANES / 2u; span > 0u; span >>= 1u) {
-        if lane < span {
+    for (var span = THREADS / 2u; span > 0u; span >>= 1u) {
+        if lid < span {
             partials[lid] += partials[lid + span];
         }
         workgroupBarrier();
     }
-    if lane == 0u {
-        store(r, wid.z, partials[lid]);
+    if lid < ROWS {
+        store(r0, lid, wid.z, partials[0][lid]);
     }
 }

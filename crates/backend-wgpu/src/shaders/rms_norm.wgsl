@@ -21,7 +21,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-const THREADS: u32 = 64u;
+// A workgroup's invocations: a 3,584-value row takes 14 values each (with 64, 56 in a row
+// of dependent float-float additions kept a GPU's invocations waiting).
+const THREADS: u32 = 256u;
 var<workgroup> partial: array<vec2<f32>, THREADS>;
 
 /// The float-float sum of `a` and `b`.
