@@ -23,7 +23,7 @@
 #define THREAD_DIMS (MAX_HEAD_DIM / DECODE_THREADS)
 #define DECODE_TILE 32
 #define MAX_HEADS_PER_BLOCK 8
-#define MAX_CHUNKS 256
+#define MAX_CHUNKS 512
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
@@ -40,6 +40,8 @@ struct NoTile {};
 template <typename T>
 struct PlainKv {
     using Tile = NoTile;
+    // decode_chunk's scores take a warp per key, lanes over the head dimension.
+    static constexpr bool LANE_SCORES = false;
     const T* base;
     u64 width;  // elements of a cell (kv_heads * head_dim)
     __device__ __forceinline__ const T* row(i32 cell, u64 kv_offset) const {
@@ -59,14 +61,18 @@ struct PlainKv {
         }
     }
 };
-// A tile of blocks of 32: element d of key j is codes[j][d] * scales[j][d / 32].
+// A tile of blocks of 32: element d of key j is code d (byte d % 4 of words[j][d / 4], as i8)
+// times scales[j][d / 32]. Rows have one word of padding, so that lanes reading one word
+// of different keys (decode_chunk's scores over a tile of blocks) hit different banks.
 struct BlockTile {
-    __align__(16) i8 codes[DECODE_TILE][MAX_HEAD_DIM];
+    u32 words[DECODE_TILE][MAX_HEAD_DIM / 4 + 1];
     float scales[DECODE_TILE][MAX_HEAD_DIM / 32];
 };
 template <bool Q8>
 struct BlockKv {
     using Tile = BlockTile;
+    // decode_chunk's scores take a lane per key (`lane_scores`).
+    static constexpr bool LANE_SCORES = true;
     const u8* base;
     u64 row_bytes;  // bytes of a cell
     static constexpr u32 BLOCK_BYTES = Q8 ? 34 : 18;
@@ -110,7 +116,7 @@ struct BlockKv {
             const u32 j = unit / blocks, b = unit % blocks;
             u32 codes[8];
             tile.scales[j][b] = load_block(cells, j, b, kv_offset, codes);
-            u32* out = (u32*)&tile.codes[j][b * 32];
+            u32* out = &tile.words[j][b * 8];
 #pragma unroll
             for (u32 i = 0; i < 8; ++i) out[i] = codes[i];
         }
@@ -128,7 +134,47 @@ struct BlockKv {
         }
     }
     __device__ __forceinline__ float tile_at(const Tile& tile, const i32*, i32 j, u64, u32 d) const {
-        return (float)tile.codes[j][d] * tile.scales[j][d / 32];
+        return (float)(i8)(tile.words[j][d / 4] >> (8 * (d % 4))) * tile.scales[j][d / 32];
+    }
+    // Scores of key `lane` (when below n) against query heads warp + DECODE_WARPS * k of the
+    // block: each block's code dot in f32, times its scale. One word of codes feeds every
+    // head of the warp; the queries are read by all lanes at once (broadcast).
+    __device__ __forceinline__ void lane_scores(const Tile& tile, const float* queries, i32 n, u32 n_heads,
+                                                u32 head_dim, float scale, u32 lane, u32 warp,
+                                                float (*scores)[DECODE_TILE]) const {
+        constexpr u32 PER_WARP = MAX_HEADS_PER_BLOCK / DECODE_WARPS;
+        if ((i32)lane >= n) return;
+        float dot[PER_WARP];
+#pragma unroll
+        for (u32 k = 0; k < PER_WARP; ++k) dot[k] = 0.0f;
+        for (u32 b = 0; b < head_dim / 32; ++b) {
+            float part[PER_WARP];
+#pragma unroll
+            for (u32 k = 0; k < PER_WARP; ++k) part[k] = 0.0f;
+#pragma unroll
+            for (u32 w = 0; w < 8; ++w) {
+                const u32 word = tile.words[lane][b * 8 + w];
+                float c[4];
+#pragma unroll
+                for (u32 e = 0; e < 4; ++e) c[e] = (float)(i8)(word >> (8 * e));
+#pragma unroll
+                for (u32 k = 0; k < PER_WARP; ++k) {
+                    const u32 hh = warp + DECODE_WARPS * k;
+                    if (hh < n_heads) {
+                        const float4 q = *(const float4*)&queries[hh * head_dim + b * 32 + 4 * w];
+                        part[k] += c[0] * q.x + c[1] * q.y + c[2] * q.z + c[3] * q.w;
+                    }
+                }
+            }
+            const float s = tile.scales[lane][b];
+#pragma unroll
+            for (u32 k = 0; k < PER_WARP; ++k) dot[k] += part[k] * s;
+        }
+#pragma unroll
+        for (u32 k = 0; k < PER_WARP; ++k) {
+            const u32 hh = warp + DECODE_WARPS * k;
+            if (hh < n_heads) scores[hh][lane] = dot[k] * scale;
+        }
     }
 };
 
@@ -217,29 +263,33 @@ __device__ __forceinline__ void decode_chunk(const float* q, KC k_cache, VC v_ca
         k_cache.stage(k_tile, cells, n, kv_offset, head_dim);
         v_cache.stage(v_tile, cells, n, kv_offset, head_dim);
         __syncthreads();
-        // Scores: one warp per key, lanes over the head dimension; unrolled so that the
-        // loads of a warp's keys are in flight together.
+        if constexpr (KC::LANE_SCORES) {
+            k_cache.lane_scores(k_tile, queries, n, n_heads, head_dim, scale, lane, warp, scores);
+        } else {
+            // Scores: one warp per key, lanes over the head dimension; unrolled so that the
+            // loads of a warp's keys are in flight together.
 #pragma unroll
-        for (u32 round = 0; round < DECODE_TILE / DECODE_WARPS; ++round) {
-            const i32 j = (i32)(warp + round * DECODE_WARPS);
-            if (j >= n) continue;  // warp-uniform
-            float partial[MAX_HEADS_PER_BLOCK];
+            for (u32 round = 0; round < DECODE_TILE / DECODE_WARPS; ++round) {
+                const i32 j = (i32)(warp + round * DECODE_WARPS);
+                if (j >= n) continue;  // warp-uniform
+                float partial[MAX_HEADS_PER_BLOCK];
 #pragma unroll
-            for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) partial[hh] = 0.0f;
+                for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) partial[hh] = 0.0f;
 #pragma unroll
-            for (u32 i = 0; i < LANE_DIMS; ++i) {
-                const u32 d = lane + 32 * i;
-                if (d < head_dim) {
-                    const float kd = k_cache.tile_at(k_tile, cells, j, kv_offset, d);
+                for (u32 i = 0; i < LANE_DIMS; ++i) {
+                    const u32 d = lane + 32 * i;
+                    if (d < head_dim) {
+                        const float kd = k_cache.tile_at(k_tile, cells, j, kv_offset, d);
 #pragma unroll
-                    for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
-                        if (hh < n_heads) partial[hh] += queries[hh * head_dim + d] * kd;
+                        for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh)
+                            if (hh < n_heads) partial[hh] += queries[hh * head_dim + d] * kd;
+                    }
                 }
-            }
 #pragma unroll
-            for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) {
-                const float dot = warp_sum(partial[hh]);
-                if (lane == 0 && hh < n_heads) scores[hh][j] = dot * scale;
+                for (u32 hh = 0; hh < MAX_HEADS_PER_BLOCK; ++hh) {
+                    const float dot = warp_sum(partial[hh]);
+                    if (lane == 0 && hh < n_heads) scores[hh][j] = dot * scale;
+                }
             }
         }
         __syncthreads();
@@ -371,7 +421,8 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     __shared__ float merged[MAX_HEAD_DIM];
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float value = 0.0f;
-#pragma unroll 4
+        // Unrolled so that many chunks' loads are in flight (a row may have hundreds).
+#pragma unroll 16
         for (u32 c = 0; c < n; ++c) value += part_acc[(base + c) * head_dim + d] * weights[c];
         if (v_rotation > 0)
             merged[d] = value;

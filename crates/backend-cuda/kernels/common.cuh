@@ -70,6 +70,10 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Sum over a block of up to 1024 threads; every thread gets the total. `scratch` holds 32 floats.
+// silu(x) * u, silu(x) = x / (1 + e^-x). The product is rounded on its own (no fused
+// multiply-add), as the CPU reference computes it.
+__device__ __forceinline__ float silu_mul_value(float x, float u) { return __fmul_rn(x / (1.0f + expf(-x)), u); }
+
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     v = warp_sum(v);

@@ -59,6 +59,24 @@ extern "C" __global__ void quantize_q8_cpu(const float* __restrict__ x, i8* __re
     quantize_q8_cpu_range(x, aq, ads, n, mode, warp_id, warps);
 }
 
+// One warp's unit of activation_f16_cpu in the q8 modes (0, 1: 32 values; 2: 256 values):
+// values unit * 32 (or 256) .. of x to out.
+__device__ __forceinline__ void activation_f16_unit(const float* x, u16* __restrict__ out, u64 unit, u32 mode,
+                                                    int lane) {
+    if (mode < 2) {
+        const float v = x[unit * 32 + lane];
+        const float amax = warp_max(fabsf(v));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d16 = half_to_float(float_to_half(amax / 127.0f));
+        out[unit * 32 + lane] = float_to_half(d16 * (float)__float2int_rn(v * id));
+        return;
+    }
+    int q[8];
+    const float d = q8k_group_quants(x + unit * 256, lane, q);
+#pragma unroll
+    for (int k = 0; k < 8; k++) out[unit * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
+}
+
 // f32 [n] to the f16 GEMM operand carrying the values the CPU's matmul would see: the q8
 // activations of quantize_q8_cpu dequantized (modes 0, 1, 2 as there, value = d * q), f16
 // rounding (mode 3, F16 weights) or bf16 rounding (mode 4, BF16 weights). n is a multiple of
@@ -81,22 +99,25 @@ extern "C" __global__ void activation_f16_cpu(const float* __restrict__ x, u16* 
         return;
     }
     const u64 warps = threads >> 5;
+    const u32 len = mode == 2 ? 256 : 32;
+    for (u64 unit = thread >> 5; unit < n / len; unit += warps) activation_f16_unit(x, out, unit, mode, threadIdx.x & 31);
+}
+
+// gate[i] = silu(gate[i]) * up[i] (silu_mul_f32's values), then out = their
+// activation_f16_cpu conversion in q8 mode `mode` (0-2) for the down projection that reads
+// them: one warp per unit of 32 (256 for mode 2) values, launched as activation_f16_cpu. A
+// batched FFN step saves the conversion's launch and its read of gate.
+extern "C" __global__ void silu_mul_f16_cpu(float* gate, const float* __restrict__ up, u16* __restrict__ out, u64 n,
+                                            u32 mode) { pdl_start();
+    const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
     const int lane = threadIdx.x & 31;
-    const u64 warp_id = thread >> 5;
-    if (mode < 2) {
-        for (u64 block = warp_id; block < n / 32; block += warps) {
-            const float v = x[block * 32 + lane];
-            const float amax = warp_max(fabsf(v));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const float d16 = half_to_float(float_to_half(amax / 127.0f));
-            out[block * 32 + lane] = float_to_half(d16 * (float)__float2int_rn(v * id));
+    const u32 len = mode == 2 ? 256 : 32;
+    for (u64 unit = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; unit < n / len; unit += warps) {
+        for (u32 k = lane; k < len; k += 32) {
+            const u64 i = unit * len + k;
+            gate[i] = silu_mul_value(gate[i], up[i]);
         }
-        return;
-    }
-    for (u64 group = warp_id; group < n / 256; group += warps) {
-        int q[8];
-        const float d = q8k_group_quants(x + group * 256, lane, q);
-#pragma unroll
-        for (int k = 0; k < 8; k++) out[group * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
+        __syncwarp();  // the unit's values, written by the warp's lanes, read by others
+        activation_f16_unit(gate, out, unit, mode, lane);
     }
 }

@@ -254,6 +254,68 @@ fn gated_ffn_hidden_equals_two_matmuls_then_silu_mul() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
+/// The batched FFN (beyond the matvecs' rows) writes the down projection's f16 input with
+/// the activation (`silu_mul_f16_cpu`): the hidden layer and the output equal the primitive
+/// sequence's bit for bit, for the q8 rounding of each weight type and both batched paths
+/// (pipelined kernels and GEMM).
+#[test]
+fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    let (n_embd, n_ff) = (256, 768);
+    for ty in WEIGHT_TYPES {
+        let mut rng = Rng::new(0xd0e + ty.id() as u64 * 31);
+        let mut load = |name: &str, shape: [usize; 2]| -> Weight {
+            let w = rng.normal(shape[0] * shape[1], 0.05);
+            make_weight(&cuda, name, ty, &shape, &w).expect("weight")
+        };
+        let (gate, up, down) = (
+            load("test.gate", [n_embd, n_ff]),
+            load("test.up", [n_embd, n_ff]),
+            load("test.down", [n_ff, n_embd]),
+        );
+        for tokens in [9, 20, 64, 100] {
+            let label = format!("{ty} x {tokens}");
+            let x = buffer(&cuda, &rng.values(tokens * n_embd, -3.0, 3.0)).expect("x");
+            let (len, out_len) = (tokens * n_ff, tokens * n_embd);
+            let mut hidden = cuda.alloc(len).expect("hidden");
+            let mut up_scratch = cuda.alloc(len).expect("up");
+            let mut out = cuda.alloc(out_len).expect("out");
+            let mut primitive = cuda.alloc(len).expect("hidden");
+            let mut up_out = cuda.alloc(len).expect("up");
+            let mut primitive_out = cuda.alloc(out_len).expect("out");
+            let mut run = || -> Result<(), BackendError> {
+                let run = GatedFfnRun {
+                    ffn: GatedFfn {
+                        gate: &gate,
+                        up: &up,
+                        down: &down,
+                        activation: Activation::Silu,
+                    },
+                    x: &x,
+                    tokens,
+                    up: &mut up_scratch,
+                    hidden: &mut hidden,
+                };
+                cuda.gated_ffn(run, &mut out)?;
+                cuda.matmul(&gate, &x, tokens, &mut primitive)?;
+                cuda.matmul(&up, &x, tokens, &mut up_out)?;
+                cuda.gated_activation(Activation::Silu, &mut primitive, &up_out, len)?;
+                cuda.matmul(&down, &primitive, tokens, &mut primitive_out)
+            };
+            if let Err(error) = run() {
+                failures.push(format!("{label}: {error}"));
+                continue;
+            }
+            let (h, p) = (read(&cuda, &hidden, len), read(&cuda, &primitive, len));
+            expect_same(&format!("{label} hidden"), &h, &p, &mut failures);
+            let (o, p) = (read(&cuda, &out, out_len), read(&cuda, &primitive_out, out_len));
+            expect_same(&format!("{label} out"), &o, &p, &mut failures);
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
 #[test]
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(cuda) = gpu() else { return };

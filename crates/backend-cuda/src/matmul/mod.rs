@@ -313,6 +313,9 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     if !fits || !takes_matvec_rows(gate, tokens) {
         matmul(backend, gate, x, tokens, hidden)?;
         matmul(backend, ffn.up, x, tokens, up)?;
+        if matches!(activation, Activation::Silu) && takes_half_input(ffn.down, tokens, gate.rows()) {
+            return silu_mul_half(backend, ffn.down, hidden, up, tokens, gate.rows());
+        }
         return backend.gated_activation(activation, hidden, up, tokens * gate.rows());
     }
     let Some((kernels, operands)) = operands(backend, gate, x, tokens, hidden, 0)? else {
@@ -322,6 +325,71 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &operands);
     matvec::run_swiglu(backend, &kernels, &operands, up, &mut scratch)
+}
+
+/// True when a matmul of `tokens` rows of `weight` over rows of `row_len` values reads its
+/// input as f16 converted in a q8 rounding mode (`mmq::half_input`): the pipelined kernels and
+/// the GEMM path of quantized weights (not the matvecs or the int8 kernels). Off with
+/// `RUNIT_CUDA_SILU_F16=0` (the activation and the conversion as two kernels, for measuring).
+fn takes_half_input(weight: &Weight, tokens: usize, row_len: usize) -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let fused = *FUSED.get_or_init(|| std::env::var("RUNIT_CUDA_SILU_F16").map_or(true, |v| v != "0"));
+    let Some(kernels) = names::kernels(weight.ty).filter(|_| fused) else {
+        return false;
+    };
+    let batched = batched_path(weight.ty, &kernels, tokens, weight.row_len());
+    weight.row_len() == row_len
+        && activation_mode(weight.ty) < 3
+        && !takes_matvec(tokens, batched)
+        && !matvec_only()
+        && !matches!(batched, Some(mmq::Path::Int8 { .. }))
+}
+
+/// `hidden = silu(hidden) * up` (`gated_activation`'s values) for `tokens` rows of `width`,
+/// writing also the f16 conversion that `down`'s matmul reads (`silu_mul_f16_cpu`), recorded
+/// in the scratch as `mmq::half_input` records its own, so that matmul skips its conversion.
+fn silu_mul_half(
+    backend: &CudaBackend,
+    down: &Weight,
+    hidden: &mut Buffer,
+    up: &Buffer,
+    tokens: usize,
+    width: usize,
+) -> Result<(), BackendError> {
+    const ACTIVATION: &str = "silu_mul";
+    let values = tokens * width;
+    check_len(ACTIVATION, "up", up, values)?;
+    check_len(ACTIVATION, "gate", hidden, values)?;
+    let (gate, up) = (
+        buffer_ptr(ACTIVATION, "gate", hidden)?,
+        buffer_ptr(ACTIVATION, "up", up)?,
+    );
+    let mode = activation_mode(down.ty);
+    let mut scratch = backend.matmul_state().lock();
+    let base = ensure(backend, &mut scratch.half_x, values, "f16 activation")?;
+    crate::launch!(
+        backend,
+        ACTIVATION,
+        "convert.cu",
+        "silu_mul_f16_cpu",
+        gemm::convert_grid(values, mode),
+        gate,
+        up,
+        base,
+        values as u64,
+        mode
+    )?;
+    // After the launch, which counts as a write of activations (so every other conversion
+    // held is stale).
+    scratch.halved = Some(Converted {
+        x: gate,
+        tokens,
+        row_len: width,
+        generation: backend.write_generation(),
+        scratch: base,
+        mode,
+    });
+    Ok(())
 }
 
 /// Checks a matmul's shapes and gathers its device operands; `None` when there is nothing

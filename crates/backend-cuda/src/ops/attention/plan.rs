@@ -7,8 +7,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 pub const DECODE_THREADS: u32 = 128;
 /// Query heads one decode block serves at most (`MAX_HEADS_PER_BLOCK`).
 pub const MAX_HEADS_PER_BLOCK: usize = 8;
-/// Positions of the smallest decode chunk.
-pub const MIN_CHUNK: usize = 128;
+/// Positions of the smallest decode chunk: one tile (`DECODE_TILE`). A block's tiles run one
+/// after another, latency-bound (about 18 us a tile with one block an SM, H100, session 36),
+/// so few rows at depth want many one-tile blocks.
+pub const MIN_CHUNK: usize = 32;
 /// Threads of every block of kernels/attention_mma.cu (`MMA_THREADS`).
 pub const MMA_THREADS: u32 = 128;
 /// Query rows of a tensor-core prefill block (`QUERY_TILE`).
@@ -22,7 +24,7 @@ pub const MMA_MIN_CHUNK: usize = 64;
 pub const MMA_MAX_CHUNKS: usize = 64;
 /// Chunks a decode row of attention_decode_* is split into at most (attention_combine's
 /// `MAX_CHUNKS`), for batches of at most `CHUNK_ROWS / MAX_CHUNKS` rows.
-pub const MAX_CHUNKS: usize = 256;
+pub const MAX_CHUNKS: usize = 512;
 /// Rows × chunks a plan of attention_decode_* aims at: few rows get many short chunks (one row
 /// at depth 16k kept 172 blocks of 4 warps busy on 12 tiles each, latency-bound: session 35),
 /// many rows fewer (the partials' scratch stays at most 64 rows' of 64 chunks).
@@ -166,9 +168,9 @@ mod tests {
 
     #[test]
     fn decode_chunks_cover_the_capacity() {
-        // The smallest step table (64 blocks of 16): 8 chunks of 128.
+        // The smallest step table (64 blocks of 16): 32 chunks of one tile.
         let plan = DecodePlan::new(64 * 16, 4, 1);
-        assert_eq!((plan.chunk_len, plan.chunks), (128, 8));
+        assert_eq!((plan.chunk_len, plan.chunks), (32, 32));
         assert_eq!((plan.heads_per_block, plan.slices), (4, 1));
         // 32k positions: chunks grow so that there are at most 64 for 64 rows or more, up to
         // MAX_CHUNKS for fewer rows.
@@ -179,7 +181,7 @@ mod tests {
         let plan = DecodePlan::new(2048 * 16, 8, 32);
         assert_eq!((plan.chunk_len, plan.chunks), (256, 128));
         let plan = DecodePlan::new(2048 * 16, 8, 1);
-        assert_eq!((plan.chunk_len, plan.chunks), (128, 256));
+        assert_eq!((plan.chunk_len, plan.chunks), (64, 512));
         for (capacity, rows) in [1, 255, 256, 257, 8191, 8192, 8193, 100_000, 1 << 20]
             .into_iter()
             .flat_map(|capacity| [1, 8, 16, 17, 64, 1000].map(|rows| (capacity, rows)))
