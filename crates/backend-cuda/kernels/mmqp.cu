@@ -349,9 +349,8 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
 // what the device holds at once does the same work however many row blocks the matrix has
 // (stream-K). A row block whose stages one grid block takes whole is written to `out` (plus
 // `bias`) by that block; one shared by several grid blocks gets their partial sums, in slot
-// (grid block - the row block's first grid block) of `partial`, and the last of them to
-// finish adds the slots in slot order (`mmqp_merge_row_block`: results do not depend on
-// timing).
+// (grid block - the row block's first grid block) of `partial`, which `mmqp_merge` adds in
+// slot order (so results do not depend on timing).
 __device__ __forceinline__ u32 mmqp_first_block(u32 row_block, u32 n_stages, u32 share) {
     return row_block * n_stages / share;
 }
@@ -359,99 +358,10 @@ __device__ __forceinline__ u32 mmqp_last_block(u32 row_block, u32 n_stages, u32 
     return ((row_block + 1) * n_stages - 1) / share;
 }
 
-// Called by every grid block sharing row block `row_block` after writing its slot: the last
-// to arrive (counted in counters[token tile][row block], zero at rest: that block resets it)
-// writes out[token][row] = the slots' sums in slot order (plus bias[row]) for the tile's
-// tokens and the row block's rows. A separate merge kernel over the whole output cost about
-// as much as a fifth of a 64-row decode step's matmuls (session 35, H100).
-template <int NT>
-__device__ __forceinline__ void mmqp_merge_row_block(const float* __restrict__ partial, u32* __restrict__ counters,
-                                                     u32 row_block, u32 row_blocks, u32 slots, u32 tokens,
-                                                     u32 n_out, u32 token0, const float* __restrict__ bias,
-                                                     float* __restrict__ out) {
-    __shared__ bool last;
-    __threadfence();  // this block's partial sums, visible to the block that merges
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* counter = counters + (u64)blockIdx.y * row_blocks + row_block;
-        const u32 done = atomicAdd(counter, 1u);
-        last = done == slots - 1;
-        if (last) *counter = 0u;  // every other block of the row block has counted
-    }
-    __syncthreads();
-    if (!last) return;  // block-uniform
-    __threadfence();
-    const u64 values = (u64)tokens * n_out;
-    const u32 row0 = row_block * MMQ_BLOCK_ROWS;
-    const u32 rows = min((u32)MMQ_BLOCK_ROWS, n_out - row0);
-    const u32 n_tokens = min((u32)(8 * NT), tokens - token0);
-    // Each thread's loads of a slot all in flight at once (a loop of one value a round left
-    // the merging block's load latencies in series: a 64-row step's matmuls took twice as
-    // long, session 36): four rows a load where rows are 16-byte aligned, else single rows
-    // in rounds of ROUND.
-    if (n_out % 4 == 0) {
-        constexpr u32 PER = 8 * NT * MMQ_BLOCK_ROWS / 4 / MMQ_THREADS;
-        const u32 quads = rows / 4, count = n_tokens * quads;
-        float4 sum[PER];
-#pragma unroll
-        for (u32 u = 0; u < PER; u++) sum[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (u32 s = 0; s < slots; s++) {
-#pragma unroll
-            for (u32 u = 0; u < PER; u++) {
-                const u32 i = threadIdx.x + u * MMQ_THREADS;
-                if (i < count) {
-                    const u64 at = (u64)(token0 + i / quads) * n_out + row0 + 4 * (i % quads);
-                    const float4 p = __ldcg((const float4*)(partial + s * values + at));
-                    sum[u].x += p.x;
-                    sum[u].y += p.y;
-                    sum[u].z += p.z;
-                    sum[u].w += p.w;
-                }
-            }
-        }
-#pragma unroll
-        for (u32 u = 0; u < PER; u++) {
-            const u32 i = threadIdx.x + u * MMQ_THREADS;
-            if (i < count) {
-                const u32 row = row0 + 4 * (i % quads);
-                const u64 at = (u64)(token0 + i / quads) * n_out + row;
-                const float4 v = sum[u];
-                const bool b = bias != nullptr;
-                *(float4*)(out + at) = make_float4(v.x + (b ? bias[row] : 0.0f), v.y + (b ? bias[row + 1] : 0.0f),
-                                                   v.z + (b ? bias[row + 2] : 0.0f), v.w + (b ? bias[row + 3] : 0.0f));
-            }
-        }
-        return;
-    }
-    constexpr u32 ROUND = 16;
-    const u32 count = n_tokens * rows;
-    for (u32 first = 0; first < count; first += ROUND * MMQ_THREADS) {
-        float sum[ROUND];
-#pragma unroll
-        for (u32 u = 0; u < ROUND; u++) sum[u] = 0.0f;
-        for (u32 s = 0; s < slots; s++) {
-#pragma unroll
-            for (u32 u = 0; u < ROUND; u++) {
-                const u32 i = first + threadIdx.x + u * MMQ_THREADS;
-                if (i < count) sum[u] += __ldcg(partial + s * values + (u64)(token0 + i / rows) * n_out + row0 + i % rows);
-            }
-        }
-#pragma unroll
-        for (u32 u = 0; u < ROUND; u++) {
-            const u32 i = first + threadIdx.x + u * MMQ_THREADS;
-            if (i < count) {
-                const u32 row = row0 + i % rows;
-                out[(u64)(token0 + i / rows) * n_out + row] = sum[u] + (bias != nullptr ? bias[row] : 0.0f);
-            }
-        }
-    }
-}
-
 template <class W, int NT>
 __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                      const u16* __restrict__ x, u32 tokens, u32 share, float* __restrict__ out,
-                                     const float* __restrict__ bias, float* __restrict__ partial,
-                                     u32* __restrict__ counters) {
+                                     const float* __restrict__ bias, float* __restrict__ partial) {
     using L = MmqpLayout<W>;
     pdl_launch_dependents();
     const u32 n_stages = (n_in + L::K - 1) / L::K;
@@ -466,25 +376,40 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
         const u32 row_block = unit / n_stages, first = unit % n_stages;
         const u32 last = min(n_stages, first + (end - unit));
         const u32 first_block = mmqp_first_block(row_block, n_stages, share);
-        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first_block + 1;
-        float* target = slots == 1 ? out : partial + (u64)(blockIdx.x - first_block) * values;
+        const bool whole = first_block == mmqp_last_block(row_block, n_stages, share);
+        float* target = whole ? out : partial + (u64)(blockIdx.x - first_block) * values;
         mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
                             first * L::K, min(n_in, last * L::K), wait, target,
-                            slots == 1 ? bias : nullptr);
+                            whole ? bias : nullptr);
         wait = false;
-        if (slots > 1)
-            mmqp_merge_row_block<NT>(partial, counters, row_block, row_blocks, slots, tokens, n_out, token0, bias,
-                                     out);
         unit += last - first;
     }
     if (wait) pdl_wait();
 }
 
+// out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
+// bias[row]) for the row blocks several grid blocks share; the others are written already.
+// `n_stages`: the stages of a row (its length over the kernel's MmqpLayout::K).
+extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_stages,
+                                      u32 share, const float* __restrict__ bias, float* __restrict__ out) {
+    pdl_start();
+    const u64 values = (u64)tokens * n_out;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
+        const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
+        const u32 first = mmqp_first_block(row_block, n_stages, share);
+        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
+        if (slots == 1) continue;
+        float sum = 0.0f;
+        for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
+        out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    }
+}
+
 #define MMQP_KERNEL(W, name, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmqp_##name##_n##NT(                        \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 share, float* out,   \
-        const float* bias, float* partial, u32* counters) {                                      \
-        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial, counters);    \
+        const float* bias, float* partial) {                                                  \
+        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \
     }
 
 // Tiles of 16, 32 and 64 token rows.

@@ -15,8 +15,8 @@
 //! Matrices with too few row blocks to fill the device split their rows' length into ranges;
 //! `mmq_merge` then adds the ranges' partial sums in a fixed order over the whole device. The
 //! pipelined kernels instead give each of as many blocks as the device holds at once an equal
-//! share of all the row blocks' stages (stream-K, [`PipePlan`]); the last grid block to finish
-//! a row block cut between several adds their partial sums (no merge kernel).
+//! share of all the row blocks' stages (stream-K, [`PipePlan`]); `mmqp_merge` adds the partial
+//! sums of the row blocks cut between them.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
@@ -341,8 +341,8 @@ impl PipePlan {
     /// (stream-K): each multiprocessor then gets the same work whatever the matrix's shape,
     /// where whole row blocks or ranges of equal splits leave a last wave that keeps a few
     /// multiprocessors busy while the others idle. Its cost: the row blocks cut between grid blocks are
-    /// merged by the last of them to finish, and each cut restarts a block's pipeline (counted
-    /// as two stages below).
+    /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
+    /// stages below).
     pub fn new(
         tokens: usize,
         tile: usize,
@@ -408,20 +408,15 @@ fn run_pipe(
     let n_stages = op.n_in.div_ceil(stage);
     let plan = PipePlan::new(op.tokens, tile, n_stages, op.n_out, resident);
     let values = op.tokens * op.n_out;
-    // Row blocks cut between grid blocks: a slot of partial sums per grid block and an
-    // arrival counter per (token tile, row block), the last to arrive merging.
-    let (partial, counters) = if plan.slots > 1 {
-        let partial = ensure(
+    let partial = if plan.slots > 1 {
+        ensure(
             backend,
             &mut scratch.partial,
             plan.slots * values,
             "split partial sums",
-        )?;
-        let counters =
-            backend.arrival_counters(OP, op.n_out.div_ceil(BLOCK_ROWS) * plan.token_tiles)?;
-        (partial, counters)
+        )?
     } else {
-        (0, 0)
+        0
     };
     let config = LaunchConfig {
         grid_dim: (plan.blocks as u32, plan.token_tiles as u32, 1),
@@ -437,7 +432,24 @@ fn run_pipe(
     let (tokens, share) = (op.tokens as u32, plan.share as u32);
     launch_kernel!(
         backend, OP, PIPE_FILE, kernel, config, weight, row_bytes, n_in, n_out, x, tokens, share,
-        op.out, op.bias, partial, counters
+        op.out, op.bias, partial
+    )?;
+    if plan.slots == 1 {
+        return Ok(());
+    }
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge",
+        crate::grid_for(values),
+        partial,
+        tokens,
+        n_out,
+        n_stages as u32,
+        share,
+        op.bias,
+        op.out
     )
 }
 
@@ -509,7 +521,7 @@ mod tests {
         );
     }
 
-    /// Walks a plan as mmqp.cu's `mmqp` and `mmqp_merge_row_block` do: every stage of every row block
+    /// Walks a plan as mmqp.cu's `mmqp` and `mmqp_merge` do: every stage of every row block
     /// is taken by exactly one grid block, whole row blocks are those one grid block takes
     /// alone, and the slots of a cut row block are 0.. in the order of its stages.
     #[test]
