@@ -309,7 +309,10 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
             }
             let (h, p) = (read(&cuda, &hidden, len), read(&cuda, &primitive, len));
             expect_same(&format!("{label} hidden"), &h, &p, &mut failures);
-            let (o, p) = (read(&cuda, &out, out_len), read(&cuda, &primitive_out, out_len));
+            let (o, p) = (
+                read(&cuda, &out, out_len),
+                read(&cuda, &primitive_out, out_len),
+            );
             expect_same(&format!("{label} out"), &o, &p, &mut failures);
         }
     }

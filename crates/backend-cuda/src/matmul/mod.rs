@@ -313,7 +313,8 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     if !fits || !takes_matvec_rows(gate, tokens) {
         matmul(backend, gate, x, tokens, hidden)?;
         matmul(backend, ffn.up, x, tokens, up)?;
-        if matches!(activation, Activation::Silu) && takes_half_input(ffn.down, tokens, gate.rows()) {
+        if matches!(activation, Activation::Silu) && takes_half_input(ffn.down, tokens, gate.rows())
+        {
             return silu_mul_half(backend, ffn.down, hidden, up, tokens, gate.rows());
         }
         return backend.gated_activation(activation, hidden, up, tokens * gate.rows());
@@ -333,7 +334,8 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
 /// `RUNIT_CUDA_SILU_F16=0` (the activation and the conversion as two kernels, for measuring).
 fn takes_half_input(weight: &Weight, tokens: usize, row_len: usize) -> bool {
     static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let fused = *FUSED.get_or_init(|| std::env::var("RUNIT_CUDA_SILU_F16").map_or(true, |v| v != "0"));
+    let fused =
+        *FUSED.get_or_init(|| std::env::var("RUNIT_CUDA_SILU_F16").map_or(true, |v| v != "0"));
     let Some(kernels) = names::kernels(weight.ty).filter(|_| fused) else {
         return false;
     };
