@@ -93,3 +93,19 @@ fn ignore_eos_generates_every_requested_token() {
         &plain_tokens[..]
     );
 }
+
+/// `--batch-invariant` names `--exact`: accepted by every model command, and on the CPU (always
+/// exact and batch-invariant) the same tokens as without it.
+#[test]
+fn batch_invariant_is_the_exact_mode() {
+    let prompt = ["-p", "<|im_start|>user\nName a colour.<|im_end|>\n"];
+    let plain = json(&generate(&prompt));
+    let invariant = json(&generate(&[prompt[0], prompt[1], "--batch-invariant"]));
+    assert_eq!(invariant["tokens"], plain["tokens"]);
+    let help = Command::new(env!("CARGO_BIN_EXE_runit"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("runit runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--batch-invariant"), "{help}");
+}

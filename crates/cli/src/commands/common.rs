@@ -55,9 +55,12 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// On a GPU, compute every op exactly as the CPU backend (and llama.cpp's CPU build)
-    /// does, so outputs equal them bit for bit: greedy generations token for token. Much
-    /// slower than the default GPU kernels; the CPU is always exact.
-    #[arg(long)]
+    /// does, so outputs equal them bit for bit: greedy generations token for token. Each
+    /// row is then also computed in an order that does not depend on the batch it is in (the
+    /// CPU's), so a served request gets the same tokens alone or among many concurrent ones
+    /// (`--batch-invariant` is this flag). Much slower than the default GPU kernels, whose
+    /// sums follow the batch's row count; the CPU is always exact and batch-invariant.
+    #[arg(long, visible_alias = "batch-invariant")]
     pub exact: bool,
     /// Worker threads (default: one per core).
     #[arg(short = 't', long)]
