@@ -13,6 +13,7 @@
 
 mod silu;
 mod softmax;
+mod values;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -22,6 +23,7 @@ use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
 pub use softmax::soft_max_f32;
+pub use values::{accumulate as accumulate_values, softmax_steps, ValueBlocks, ValueSteps};
 
 use runit_backend::{gelu, Activation};
 

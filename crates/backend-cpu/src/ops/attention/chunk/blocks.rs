@@ -2,39 +2,70 @@
 //! share one KV head: per head exactly the operations of [`super::one_head`] (the query
 //! quantized to Q8_0 and dotted with each key's blocks by the K type's `vec_dot`, each value
 //! row dequantized as ggml's `v_to_float` and accumulated with f32 multiply-adds, the online
-//! softmax key after key), so the same bits, arranged so that each key row is read and each
-//! value row dequantized once for the group instead of once per head, and the Q·K dots of
-//! all visible keys run before the softmax (they do not depend on one another).
+//! softmax key after key), so the same bits, arranged in three passes:
+//!
+//! 1. the Q·K dots of all visible keys (they do not depend on one another), each key's
+//!    blocks unpacked once for the group (`multi_dot`);
+//! 2. the online softmax, key after key: each head's running maximum and sum as before,
+//!    and per key and head the weight exp(score - max) and, where the maximum grew, the
+//!    factor that shrinks what was accumulated;
+//! 3. the values ([`vector::accumulate_values`]): each value block dequantized once for
+//!    the group, the accumulators scaled and multiply-added in the same order as (2) decided.
 
 use runit_backend::{hadamard, SequenceSpan};
+use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::dot::{activation_row_bytes, ActivationFormat};
 
-use super::super::{CacheRow, Problem};
+use super::super::Problem;
 use crate::storage::CpuKv;
-use crate::vector::{self, Isa};
+use crate::vector::{self, Isa, ValueBlocks, ValueSteps};
 
-/// Largest group of query heads per KV head this kernel takes.
+/// Largest group of query heads per KV head this kernel takes (a bit each in
+/// [`ValueSteps::rescaled`]).
 const MAX_GROUP: usize = 16;
+
+/// Values of a Q8_0 / Q4_0 block.
+const BLOCK: usize = 32;
 
 /// Per-worker buffers.
 #[derive(Default)]
 pub(in crate::ops::attention) struct Scratch {
     /// The group's queries (rotated as the keys were) quantized to Q8_0, a row each.
     queries: Vec<u8>,
-    /// One query rotated, or one value row dequantized (`head_dim`).
+    /// One query rotated.
     row: Vec<f32>,
-    /// Scaled Q·K of every visible key and head (`[keys, group]`).
-    scores: Vec<f32>,
+    /// First cache block of the head's row in each visible key's cell (keys and values
+    /// share the layout).
+    rows: Vec<usize>,
+    /// Scaled Q·K of every visible key and head, then their softmax weights (`[keys, group]`).
+    weights: Vec<f32>,
+    /// The factor shrinking the accumulator where a key raised a head's maximum (`[keys, group]`).
+    rescales: Vec<f32>,
+    /// Per key, a bit per head whose maximum it raised.
+    rescaled: Vec<u16>,
 }
 
 /// True when [`run`] computes this problem: Q8_0 or Q4_0 keys and values, at most
 /// [`MAX_GROUP`] query heads per KV head and more than one.
 pub(in crate::ops::attention) fn applies(problem: &Problem<'_>) -> bool {
     let blocks = |cache: &CpuKv| matches!(cache, CpuKv::Q8_0(_) | CpuKv::Q4_0(_));
-    problem.key_dot.is_some()
+    problem.key_multi_dot.is_some()
         && blocks(problem.keys)
         && blocks(problem.values)
         && (2..=MAX_GROUP).contains(&problem.group)
+}
+
+/// Calls `visit` with the cell of each position `first ..= last` in order (a block-table
+/// lookup per block, not a division per position).
+fn for_each_cell(span: &SequenceSpan, first: usize, last: usize, mut visit: impl FnMut(usize)) {
+    let size = span.block_size;
+    for block in first / size..=last / size {
+        let start = block * size;
+        let base = span.block_table[block] as usize * size;
+        for position in first.max(start)..=last.min(start + size - 1) {
+            visit(base + position - start);
+        }
+    }
 }
 
 /// Attention of the queries at `row`, heads `first_head .. first_head + group` (one KV
@@ -53,61 +84,74 @@ pub(in crate::ops::attention) fn run(
 ) {
     let group = problem.group;
     let head_dim = problem.head_dim;
-    let dot = problem.key_dot.expect("`applies` checked the key cache");
+    let dot = problem
+        .key_multi_dot
+        .expect("`applies` checked the key cache");
     let query_bytes = activation_row_bytes(ActivationFormat::Q8_0, head_dim);
     scratch.queries.resize(group * query_bytes, 0);
     for (g, quantized) in scratch.queries.chunks_exact_mut(query_bytes).enumerate() {
         let query = problem.query(row, first_head + g);
         super::quantize_query(problem, query, &mut scratch.row, quantized);
     }
+
+    // (1) Scores. A head's row starts a whole number of blocks into its cell's row.
+    let head_offset = first_head / group * head_dim;
     let first = problem.first_visible(position);
-    let keys = position + 1 - first;
-    scratch.scores.resize(keys * group, 0.0);
-    for (key_position, scores) in (first..=position).zip(scratch.scores.chunks_exact_mut(group)) {
-        let key: &[u8] = match problem.key(span.cell(key_position), first_head) {
-            CacheRow::Q8_0(key) => bytemuck::cast_slice(key),
-            CacheRow::Q4_0(key) => bytemuck::cast_slice(key),
-            _ => unreachable!("`applies` checked the key cache"),
-        };
-        for (score, query) in scores
-            .iter_mut()
-            .zip(scratch.queries.chunks_exact(query_bytes))
-        {
-            *score = dot(head_dim, key, query) * problem.scale;
+    scratch.rows.clear();
+    for_each_cell(span, first, position, |cell| {
+        scratch
+            .rows
+            .push((cell * problem.kv_width + head_offset) / BLOCK);
+    });
+    let (keys, key_block): (&[u8], usize) = match problem.keys {
+        CpuKv::Q8_0(cells) => (bytemuck::cast_slice(cells), size_of::<BlockQ8_0>()),
+        CpuKv::Q4_0(cells) => (bytemuck::cast_slice(cells), size_of::<BlockQ4_0>()),
+        _ => unreachable!("`applies` checked the key cache"),
+    };
+    let key_bytes = head_dim / BLOCK * key_block;
+    scratch.weights.resize(scratch.rows.len() * group, 0.0);
+    for (&first_block, scores) in scratch
+        .rows
+        .iter()
+        .zip(scratch.weights.chunks_exact_mut(group))
+    {
+        let key = &keys[first_block * key_block..][..key_bytes];
+        dot(head_dim, key, &scratch.queries, scores);
+        for score in scores {
+            *score *= problem.scale;
         }
     }
-    let dst = &mut dst[..group * head_dim];
-    dst.fill(0.0);
+
+    // (2) The online softmax, as one_head.
     let mut max = [f32::NEG_INFINITY; MAX_GROUP];
     let mut sum = [0.0f32; MAX_GROUP];
-    scratch.row.resize(head_dim, 0.0);
-    for (key_position, scores) in (first..=position).zip(scratch.scores.chunks_exact(group)) {
-        // ggml's `v_to_float` (its values bit for bit), once for the group.
-        match problem.value(span.cell(key_position), first_head) {
-            CacheRow::Q8_0(value) => vector::dequant_q8_0(isa, value, &mut scratch.row),
-            CacheRow::Q4_0(value) => vector::dequant_q4_0(isa, value, &mut scratch.row),
-            _ => unreachable!("`applies` checked the value cache"),
-        }
-        for (g, (&score, out)) in scores
-            .iter()
-            .zip(dst.chunks_exact_mut(head_dim))
-            .enumerate()
-        {
-            // As one_head: `rescale` shrinks what was accumulated when the maximum grows;
-            // `weight` is exp(score - max) of this key.
-            let mut rescale = 1.0f32;
-            let mut weight = 1.0f32;
-            if score > max[g] {
-                rescale = (max[g] - score).exp();
-                max[g] = score;
-                vector::scale_f32(out, rescale);
-            } else {
-                weight = (score - max[g]).exp();
-            }
-            vector::mad_f32(isa, out, &scratch.row, weight);
-            sum[g] = sum[g].mul_add(rescale, weight);
-        }
-    }
+    let keys = scratch.rows.len();
+    scratch.rescales.resize(keys * group, 0.0);
+    scratch.rescaled.resize(keys, 0);
+    vector::softmax_steps(
+        isa,
+        &mut scratch.weights,
+        &mut scratch.rescales,
+        &mut scratch.rescaled,
+        &mut max[..group],
+        &mut sum[..group],
+    );
+
+    // (3) The values: ggml's `v_to_float` (its values bit for bit) and the f32 `mad`.
+    let dst = &mut dst[..group * head_dim];
+    dst.fill(0.0);
+    let values = match problem.values {
+        CpuKv::Q8_0(cells) => ValueBlocks::Q8_0(cells),
+        CpuKv::Q4_0(cells) => ValueBlocks::Q4_0(cells),
+        _ => unreachable!("`applies` checked the value cache"),
+    };
+    let steps = ValueSteps {
+        rows: &scratch.rows,
+        weights: &scratch.weights,
+        rescales: &scratch.rescales,
+        rescaled: &scratch.rescaled,
+    };
+    vector::accumulate_values(isa, values, &steps, dst);
     for (g, out) in dst.chunks_exact_mut(head_dim).enumerate() {
         let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
         vector::scale_f32(out, inverse);
@@ -123,7 +167,7 @@ mod tests {
     use runit_backend::testing::Rng;
     use runit_backend::{hadamard, KvRole, KvType, SequenceSpan};
     use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
-    use runit_quant::dot::{dot_fn, SimdLevel};
+    use runit_quant::dot::{dot_fn, multi_dot_fn, SimdLevel};
     use runit_quant::GgmlType;
 
     use super::super::super::Problem;
@@ -158,94 +202,145 @@ mod tests {
         }
     }
 
+    /// A cache of `n_cells` cells and random queries; runs the group kernel of every
+    /// (row, KV head) under `isa` and compares each head with `one_head` (scalar) bit for
+    /// bit. Returns the heads compared.
+    #[allow(clippy::too_many_arguments)]
+    fn compare_with_one_head(
+        isa: Isa,
+        heads: usize,
+        kv_heads: usize,
+        d: usize,
+        window: Option<usize>,
+        k_ty: KvType,
+        v_ty: KvType,
+        rng: &mut Rng,
+    ) -> usize {
+        let kv_width = kv_heads * d;
+        let (block_size, blocks) = (16, 8);
+        let n_cells = block_size * blocks;
+        let keys = cache(k_ty, n_cells, kv_width, rng);
+        let values = cache(v_ty, n_cells, kv_width, rng);
+        let rows = 3;
+        let q = rng.values(rows * heads * d, -2.0, 2.0);
+        let key_type = if k_ty == KvType::Q8_0 {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q4_0
+        };
+        let problem = Problem {
+            q: &q,
+            keys: &keys,
+            values: &values,
+            kv_width,
+            heads,
+            group: heads / kv_heads,
+            head_dim: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            window,
+            key_dot: dot_fn(key_type, SimdLevel::detect()),
+            key_multi_dot: multi_dot_fn(key_type, SimdLevel::detect()),
+            key_rotation: hadamard::llama_rotation(k_ty, KvRole::Keys, d),
+            value_rotation: hadamard::llama_rotation(v_ty, KvRole::Values, d),
+        };
+        assert!(super::applies(&problem));
+        let span = SequenceSpan {
+            first_row: 0,
+            rows,
+            start_position: 70,
+            block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
+            block_size,
+        };
+        let mut scratch = super::super::Scratch::new(d);
+        let group = problem.group;
+        let mut compared = 0;
+        for row in 0..rows {
+            let position = span.start_position + row;
+            for kv_head in 0..kv_heads {
+                let mut out = vec![0.0f32; group * d];
+                super::run(
+                    isa,
+                    &problem,
+                    &span,
+                    row,
+                    kv_head * group,
+                    position,
+                    &mut out,
+                    &mut scratch.blocks,
+                );
+                for g in 0..group {
+                    let head = kv_head * group + g;
+                    let mut twin = vec![0.0f32; d];
+                    super::super::one_head(
+                        Isa::Scalar,
+                        &problem,
+                        &span,
+                        row,
+                        head,
+                        position,
+                        &mut twin,
+                        &mut scratch,
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&out[g * d..(g + 1) * d]),
+                        bits(&twin),
+                        "{isa:?} {k_ty:?}/{v_ty:?} h{heads}/{kv_heads} d{d} window {window:?} \
+                         row {row} head {head}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        compared
+    }
+
     /// The group kernel equals `one_head` (scalar) of every head bit for bit: Q8_0 and Q4_0
     /// keys and values in every pairing, llama.cpp's rotations, windows and block tables.
     #[test]
     fn block_group_kernel_equals_one_head() {
         let mut rng = Rng::new(0xb10c);
-        let isa = Isa::detect(true);
         let mut compared = 0;
-        for (heads, kv_heads, d, window, k_ty, v_ty) in [
-            (9, 3, 64, None, KvType::Q8_0, KvType::Q8_0),
-            (14, 2, 64, Some(30), KvType::Q4_0, KvType::Q4_0),
-            (8, 2, 128, None, KvType::Q8_0, KvType::Q4_0),
-            (4, 2, 32, None, KvType::Q4_0, KvType::Q8_0),
-            (16, 1, 64, Some(5), KvType::Q8_0, KvType::Q8_0),
-        ] {
-            let kv_width = kv_heads * d;
-            let (block_size, blocks) = (16, 8);
-            let n_cells = block_size * blocks;
-            let keys = cache(k_ty, n_cells, kv_width, &mut rng);
-            let values = cache(v_ty, n_cells, kv_width, &mut rng);
-            let rows = 3;
-            let q = rng.values(rows * heads * d, -2.0, 2.0);
-            let key_type = if k_ty == KvType::Q8_0 {
-                GgmlType::Q8_0
-            } else {
-                GgmlType::Q4_0
-            };
-            let problem = Problem {
-                q: &q,
-                keys: &keys,
-                values: &values,
-                kv_width,
-                heads,
-                group: heads / kv_heads,
-                head_dim: d,
-                scale: 1.0 / (d as f32).sqrt(),
-                window,
-                key_dot: dot_fn(key_type, SimdLevel::detect()),
-                key_rotation: hadamard::llama_rotation(k_ty, KvRole::Keys, d),
-                value_rotation: hadamard::llama_rotation(v_ty, KvRole::Values, d),
-            };
-            assert!(super::applies(&problem));
-            let span = SequenceSpan {
-                first_row: 0,
-                rows,
-                start_position: 70,
-                block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
-                block_size,
-            };
-            let mut scratch = super::super::Scratch::new(d);
-            let group = problem.group;
-            for row in 0..rows {
-                let position = span.start_position + row;
-                for kv_head in 0..kv_heads {
-                    let mut out = vec![0.0f32; group * d];
-                    super::run(
-                        isa,
-                        &problem,
-                        &span,
-                        row,
-                        kv_head * group,
-                        position,
-                        &mut out,
-                        &mut scratch.blocks,
+        for isa in [Isa::Scalar, Isa::detect(true)] {
+            for (heads, kv_heads, d, window, k_ty, v_ty) in [
+                (9, 3, 64, None, KvType::Q8_0, KvType::Q8_0),
+                (14, 2, 64, Some(30), KvType::Q4_0, KvType::Q4_0),
+                (8, 2, 128, None, KvType::Q8_0, KvType::Q4_0),
+                (4, 2, 32, None, KvType::Q4_0, KvType::Q8_0),
+                (16, 1, 64, Some(5), KvType::Q8_0, KvType::Q8_0),
+            ] {
+                compared +=
+                    compare_with_one_head(isa, heads, kv_heads, d, window, k_ty, v_ty, &mut rng);
+            }
+        }
+        assert!(compared > 200);
+    }
+
+    /// Every group size the kernel takes (2 to 16: the AVX2 path's whole-block tiles and
+    /// its half-block chunks of heads) at head_dim 32, 64 and 128, both cache types, with
+    /// and without a window, under each `Isa` this machine has.
+    #[test]
+    fn every_group_size_equals_one_head() {
+        let mut rng = Rng::new(0x9a0f);
+        let mut compared = 0;
+        for isa in [Isa::Scalar, Isa::detect(true)] {
+            for d in [32, 64, 128] {
+                for group in 2..=16 {
+                    let kv_heads = 1 + group % 2;
+                    let window = (group % 3 == 0).then_some(7 + group);
+                    let (k_ty, v_ty) = match group % 4 {
+                        0 => (KvType::Q8_0, KvType::Q8_0),
+                        1 => (KvType::Q4_0, KvType::Q4_0),
+                        2 => (KvType::Q8_0, KvType::Q4_0),
+                        _ => (KvType::Q4_0, KvType::Q8_0),
+                    };
+                    let heads = group * kv_heads;
+                    compared += compare_with_one_head(
+                        isa, heads, kv_heads, d, window, k_ty, v_ty, &mut rng,
                     );
-                    for g in 0..group {
-                        let head = kv_head * group + g;
-                        let mut twin = vec![0.0f32; d];
-                        super::super::one_head(
-                            Isa::Scalar,
-                            &problem,
-                            &span,
-                            row,
-                            head,
-                            position,
-                            &mut twin,
-                            &mut scratch,
-                        );
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&out[g * d..(g + 1) * d]),
-                            bits(&twin),
-                            "{k_ty:?}/{v_ty:?} h{heads}/{kv_heads} d{d} window {window:?} row {row} head {head}"
-                        );
-                        compared += 1;
-                    }
                 }
             }
         }
-        assert!(compared > 100);
+        assert!(compared > 1000);
     }
 }
