@@ -22,7 +22,7 @@ use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 use runit_quant::dot::half_arith;
 
 pub use silu::silu_mul;
-pub use softmax::soft_max_f32;
+pub use softmax::{online_step, soft_max_f32};
 pub use values::{accumulate as accumulate_values, softmax_steps, ValueBlocks, ValueSteps};
 
 use runit_backend::{gelu, Activation};

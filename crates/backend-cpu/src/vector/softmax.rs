@@ -21,6 +21,21 @@ fn reduce_add_16(x: &[f32; GROUP]) -> f32 {
     (quarters[0] + quarters[2]) + (quarters[1] + quarters[3])
 }
 
+/// ggml's online-softmax step for one key's `score` against a head's running maximum: a score
+/// above it becomes the maximum, with `(rescale, weight) = (exp(old max - score), 1)` (what was
+/// accumulated shrinks by `rescale`); any other gives `(1, exp(score - max))`. The running sum
+/// then becomes `sum.mul_add(rescale, weight)` (ggml's `S = S*ms + vs`, fused by gcc).
+#[inline(always)]
+pub fn online_step(score: f32, max: &mut f32) -> (f32, f32) {
+    if score > *max {
+        let rescale = (*max - score).exp();
+        *max = score;
+        (rescale, 1.0)
+    } else {
+        (1.0, (score - *max).exp())
+    }
+}
+
 /// `values[i] = exp(values[i] - max)`; returns the sum of the new values (see the module docs).
 pub fn soft_max_f32(isa: Isa, values: &mut [f32], max: f32) -> f64 {
     let mut total = 0.0f64;

@@ -82,16 +82,11 @@ fn softmax_body(
     {
         *rescaled = 0;
         for (g, (weight_out, rescale_out)) in weights.iter_mut().zip(rescales).enumerate() {
-            let score = *weight_out;
-            let mut rescale = 1.0f32;
-            let mut weight = 1.0f32;
-            if score > max[g] {
-                rescale = (max[g] - score).exp();
-                max[g] = score;
+            let raised = *weight_out > max[g];
+            let (rescale, weight) = super::online_step(*weight_out, &mut max[g]);
+            if raised {
                 *rescale_out = rescale;
                 *rescaled |= 1 << g;
-            } else {
-                weight = (score - max[g]).exp();
             }
             *weight_out = weight;
             sum[g] = sum[g].mul_add(rescale, weight);

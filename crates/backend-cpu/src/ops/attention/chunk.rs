@@ -230,18 +230,14 @@ fn one_head(
         let score = dot * problem.scale;
         // `rescale` shrinks what was accumulated when the maximum grows; `weight` is
         // exp(score - max) of this key.
-        let mut rescale = 1.0f32;
-        let mut weight = 1.0f32;
-        if score > max {
-            rescale = (max - score).exp();
-            max = score;
+        let raised = score > max;
+        let (rescale, weight) = vector::online_step(score, &mut max);
+        if raised {
             if f16_values {
                 vector::scale_f16(isa, accumulator, rescale);
             } else {
                 vector::scale_f32(dst, rescale);
             }
-        } else {
-            weight = (score - max).exp();
         }
         match problem.value(cell, head) {
             CacheRow::F16(value) => vector::mad_f16(isa, accumulator, value, weight),

@@ -350,14 +350,8 @@ mod x86 {
                 prefetch_row(values, ahead, d);
             }
             for g in 0..G {
-                let score = scores[g * visible + j];
-                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
-                if score > max[g] {
-                    rescale = (max[g] - score).exp();
-                    max[g] = score;
-                } else {
-                    weight = (score - max[g]).exp();
-                }
+                let (rescale, weight) =
+                    crate::vector::online_step(scores[g * visible + j], &mut max[g]);
                 sum[g] = sum[g].mul_add(rescale, weight);
                 rescales[g] = rescale;
                 weights[g] = weight;
@@ -404,13 +398,7 @@ mod x86 {
         for g in 0..group {
             let mut max = f32::NEG_INFINITY;
             for (j, &score) in scores[g * visible..(g + 1) * visible].iter().enumerate() {
-                let (mut rescale, mut weight) = (1.0f32, 1.0f32);
-                if score > max {
-                    rescale = (max - score).exp();
-                    max = score;
-                } else {
-                    weight = (score - max).exp();
-                }
+                let (rescale, weight) = crate::vector::online_step(score, &mut max);
                 sum[g] = sum[g].mul_add(rescale, weight);
                 steps[j * group + g] = [rescale, weight];
             }
