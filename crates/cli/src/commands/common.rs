@@ -271,7 +271,7 @@ pub fn make_backend(device: &str, threads: usize, exact: bool) -> anyhow::Result
     if let Some(ordinal) = ordinal("wgpu")? {
         anyhow::ensure!(
             !exact,
-            "--exact is a CUDA mode; the wgpu backend has no exact numerics"
+            "--exact (--batch-invariant) is a CUDA mode; the wgpu backend has no exact numerics"
         );
         return wgpu_backend(ordinal);
     }
