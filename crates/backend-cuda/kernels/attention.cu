@@ -1,6 +1,7 @@
 // Causal grouped-query attention over the paged KV cache (see Backend::attention):
 // q, out: [tokens, heads, head_dim] f32; K/V caches: [cells, kv_heads * head_dim] f16 or f32,
-// or ggml's Q8_0 / Q4_0 blocks of 32 (rows rotated in chunks, kv.cu).
+// or ggml's Q8_0 / Q4_0 blocks of 32 (rows rotated in chunks, kv.cu), or TurboQuant's blocks
+// (outside exact numerics; `TurboKv`).
 // A query at position p sees keys at positions lo ..= p of its own span, lo = 0 or, with a
 // sliding window w, max(0, p + 1 - w). Scores are scale * (q · k), the softmax is in f32.
 // Positions, spans and block tables come from the step buffer (StepHeader), so launch shapes
@@ -15,6 +16,7 @@
 //   one span, head), one warp per query row, K/V tiles in shared memory, online softmax;
 //   key tiles past the tile's last position are never visited.
 #include "common.cuh"
+#include "turbo.cuh"
 
 #define MAX_HEAD_DIM 256
 #define LANE_DIMS (MAX_HEAD_DIM / 32)
@@ -178,6 +180,215 @@ struct BlockKv {
     }
 };
 
+// TurboQuant caches (kernels/turbo.cuh) outside exact numerics (kernels/turbo.cu repeats the
+// CPU's arithmetic instead). A tile's keys and values are decoded once, into shared memory,
+// in the rotated basis R = H D / 8 of their blocks, so that the scores and the value sums run
+// as over a float cache, the queries rotated alike and the output rotated back by
+// `rotate_like_cache`: a key there is |x| c (its codes' centroids), plus the sketch's estimate
+// of the residual alpha S^T s (S = H D', s the signs as +-1, alpha = sqrt(pi/2) / 64 |r| |x|:
+// alpha <S R q, s> = <R q, alpha S^T s>), plus its outliers rotated (R e_i v = H[., i] d_i v
+// / 8); a value is the same without the sketch. (H s)_i is counted from the sign bits: 64 [i =
+// 0] - 2 popcount(s) + 4 popcount(s & P_i), P_i the coordinates j with i & j of odd parity.
+// Heads of at most TQ_TILE_DIM values (kernels/turbo.cu takes larger ones).
+#define TQ_TILE_DIM 128
+// A key's bytes of one head: two blocks of at most 48 bytes and the index bytes of their four
+// outliers (at most 4).
+#define TQ_RAW_KEY 104
+// The rotation argument naming TurboQuant caches: bit 31 set, bits 0-3 the keys' code bits,
+// bit 4 set when keys carry the sketch, bits 8-11 the values' code bits, bits 16-30 the query
+// heads of a KV head (src/ops/turbo.rs `rotation_word`).
+#define TQ_ROTATION 0x80000000u
+__device__ __forceinline__ TqLayout tq_key_layout(u32 word) { return TqLayout{word & 15, word >> 4 & 1}; }
+__device__ __forceinline__ TqLayout tq_value_layout(u32 word) { return TqLayout{word >> 8 & 15, 0}; }
+
+// Coordinates j of a block with i & j of odd parity, as a mask.
+__device__ __forceinline__ u64 tq_parity_mask(u32 i) {
+    const u64 masks[6] = {0xaaaaaaaaaaaaaaaaull, 0xccccccccccccccccull, 0xf0f0f0f0f0f0f0f0ull,
+                          0xff00ff00ff00ff00ull, 0xffff0000ffff0000ull, 0xffffffff00000000ull};
+    u64 mask = 0;
+#pragma unroll
+    for (u32 k = 0; k < 6; ++k)
+        if (i >> k & 1) mask ^= masks[k];
+    return mask;
+}
+
+struct TurboTile {
+    float x[DECODE_TILE][TQ_TILE_DIM + 1];  // padded: lanes read different keys
+    u8 raw[DECODE_TILE * TQ_RAW_KEY];
+};
+struct TurboKv {
+    using Tile = TurboTile;
+    static constexpr bool LANE_SCORES = true;
+    const u8* base;
+    const float* tables;
+    TqLayout layout;
+    u32 row_blocks;  // blocks of a cell
+    // Decodes the keys cells[0 .. n) of the head at kv_offset into dst (a row of `stride`
+    // floats a key): their bytes first copied to `raw`, every load in flight at once, then a
+    // warp per (key, block), a lane per two coordinates. All threads call it.
+    __device__ __forceinline__ void decode(float* dst, u32 stride, u8* raw, const i32* cells, i32 n, u64 kv_offset,
+                                           u32 head_dim) const {
+        const u32 head_blocks = head_dim / TQ_BLOCK, first_block = (u32)(kv_offset / TQ_BLOCK);
+        const TqSlice slice = tq_slice(layout, row_blocks, first_block, head_blocks);
+        const u32 per_key = slice.stride();
+        const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+        constexpr u32 KEYS = DECODE_TILE / DECODE_WARPS, PARTS = (TQ_RAW_KEY + 31) / 32;
+        for (u32 first = warp; first < (u32)n; first += warps * KEYS) {
+            u8 bytes[KEYS][PARTS];
+#pragma unroll
+            for (u32 r = 0; r < KEYS; ++r) {
+                const u32 j = first + warps * r;
+                const u8* row = base + (u64)cells[min(j, (u32)n - 1)] * slice.row_bytes;
+#pragma unroll
+                for (u32 p = 0; p < PARTS; ++p) {
+                    const u32 b = lane + 32 * p;
+                    if (j < (u32)n && b < per_key)
+                        bytes[r][p] = row[b < slice.block_span ? slice.block_offset + b
+                                                               : slice.index_offset + (b - slice.block_span)];
+                }
+            }
+#pragma unroll
+            for (u32 r = 0; r < KEYS; ++r) {
+                const u32 j = first + warps * r;
+#pragma unroll
+                for (u32 p = 0; p < PARTS; ++p) {
+                    const u32 b = lane + 32 * p;
+                    if (j < (u32)n && b < per_key) raw[j * TQ_RAW_KEY + b] = bytes[r][p];
+                }
+            }
+        }
+        __syncthreads();
+        const float* centroids = layout.centroids(tables);
+        const float sketch_factor = tables[TQ_SKETCH_FACTOR];
+        const u32 bb = layout.block_bytes();
+        const u64 low_mask = tq_parity_mask(lane), high_mask = low_mask ^ 0xffffffff00000000ull;
+        u64 rotation[2], sketch[2];
+#pragma unroll
+        for (u32 b = 0; b < 2; ++b) {
+            rotation[b] = tq_signs(first_block + b, 0);
+            sketch[b] = layout.sketch ? tq_signs(first_block + b, 1) : 0;
+        }
+        for (u32 unit = warp; unit < (u32)n * head_blocks; unit += warps) {
+            const u32 j = unit / head_blocks, b = unit % head_blocks;
+            const u8* key = raw + j * TQ_RAW_KEY;
+            const u8* block = key + b * bb;
+            const u8* codes = block + layout.code_offset();
+            const u64 rot = b ? rotation[1] : rotation[0];
+            const float norm = tq_f16(block);
+            u32 index[TQ_OUTLIERS];
+            float outlier[TQ_OUTLIERS];
+#pragma unroll
+            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                index[o] = tq_index_at(key + slice.block_span, slice.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                const float v = tq_f16(block + layout.header() + 2 * o) * 0.125f;
+                outlier[o] = rot >> index[o] & 1 ? -v : v;
+            }
+            float alpha = 0.0f;
+            u64 signs = 0, sk = 0;
+            i32 count = 0;
+            if (layout.sketch) {
+                alpha = sketch_factor * tq_f16(block + 2) * norm;
+                const u8* s = block + layout.sign_offset();
+#pragma unroll
+                for (u32 k = 0; k < 8; ++k) signs |= (u64)s[k] << (8 * k);
+                sk = b ? sketch[1] : sketch[0];
+                count = -2 * __popcll(signs);
+            }
+            float* out = dst + j * stride + b * TQ_BLOCK;
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half) {
+                const u32 i = lane + 32 * half;
+                float r = norm * __ldg(centroids + tq_code(codes, i, layout.bits));
+                if (layout.sketch) {
+                    const i32 h = count + 4 * __popcll(signs & (half ? high_mask : low_mask)) + (i == 0 ? 64 : 0);
+                    const float t = alpha * (float)h;
+                    r += sk >> i & 1 ? -t : t;
+                }
+#pragma unroll
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) r += __popc(i & index[o]) & 1 ? -outlier[o] : outlier[o];
+                out[i] = r;
+            }
+        }
+    }
+    __device__ __forceinline__ void stage(Tile& tile, const i32* cells, i32 n, u64 kv_offset, u32 head_dim) const {
+        decode(&tile.x[0][0], TQ_TILE_DIM + 1, tile.raw, cells, n, kv_offset, head_dim);
+    }
+    __device__ __forceinline__ void fill(float* dst, u32 stride, const i32* cells, i32 n, u64 kv_offset,
+                                         u32 head_dim) const {
+        __shared__ u8 raw[DECODE_TILE * TQ_RAW_KEY];
+        __syncthreads();  // the keys' decode has read `raw` when the values' starts
+        decode(dst, stride, raw, cells, n, kv_offset, head_dim);
+    }
+    __device__ __forceinline__ float tile_at(const Tile& tile, const i32*, i32 j, u64, u32 d) const {
+        return tile.x[j][d];
+    }
+    // Scores of key `lane` (when below n) against query heads warp + DECODE_WARPS * k.
+    __device__ __forceinline__ void lane_scores(const Tile& tile, const float* queries, i32 n, u32 n_heads,
+                                                u32 head_dim, float scale, u32 lane, u32 warp,
+                                                float (*scores)[DECODE_TILE]) const {
+        constexpr u32 PER_WARP = MAX_HEADS_PER_BLOCK / DECODE_WARPS;
+        if ((i32)lane >= n) return;
+        float dot[PER_WARP];
+#pragma unroll
+        for (u32 k = 0; k < PER_WARP; ++k) dot[k] = 0.0f;
+        const float* key = tile.x[lane];
+        for (u32 d = 0; d < head_dim; d += 4) {
+            const float k0 = key[d], k1 = key[d + 1], k2 = key[d + 2], k3 = key[d + 3];
+#pragma unroll
+            for (u32 k = 0; k < PER_WARP; ++k) {
+                const u32 hh = warp + DECODE_WARPS * k;
+                if (hh < n_heads) {
+                    const float4 q = *(const float4*)&queries[hh * head_dim + d];
+                    dot[k] += k0 * q.x + k1 * q.y + k2 * q.z + k3 * q.w;
+                }
+            }
+        }
+#pragma unroll
+        for (u32 k = 0; k < PER_WARP; ++k) {
+            const u32 hh = warp + DECODE_WARPS * k;
+            if (hh < n_heads) scores[hh][lane] = dot[k] * scale;
+        }
+    }
+};
+
+// Rotates `width` values, vectors of head_dim of KV head kv_head, as a cache rotated its
+// rows (`back`: as the output is rotated back): `rotation` 0 none; with TQ_ROTATION,
+// TurboQuant's R of each block of 64 (back: R^T); else ggml's normalized Hadamard chunks of
+// `rotation` values (its own inverse). All threads call it.
+__device__ void rotate_like_cache(float* x, u32 width, u32 head_dim, u32 kv_head, u32 rotation, bool back) {
+    if (rotation == 0) return;
+    if (!(rotation & TQ_ROTATION)) {
+        hadamard_chunks(x, width, rotation);
+        return;
+    }
+    const u32 first_block = kv_head * (head_dim / TQ_BLOCK);
+    if (!back) {
+        for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+            const u32 d = i % head_dim;
+            const float v = x[i] * 0.125f;
+            x[i] = tq_signs(first_block + d / TQ_BLOCK, 0) >> (d % TQ_BLOCK) & 1 ? -v : v;
+        }
+        __syncthreads();
+    }
+    for (u32 span = 1; span < TQ_BLOCK; span *= 2) {
+        for (u32 p = threadIdx.x; p < width / 2; p += blockDim.x) {
+            const u32 i = p / (TQ_BLOCK / 2) * TQ_BLOCK + (p % (TQ_BLOCK / 2) / span) * 2 * span + p % span;
+            const float a = x[i], b = x[i + span];
+            x[i] = a + b;
+            x[i + span] = a - b;
+        }
+        __syncthreads();
+    }
+    if (back) {
+        for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
+            const u32 d = i % head_dim;
+            const float v = x[i] * 0.125f;
+            x[i] = tq_signs(first_block + d / TQ_BLOCK, 0) >> (d % TQ_BLOCK) & 1 ? -v : v;
+        }
+        __syncthreads();
+    }
+}
+
 // The span owning `row`, or -1 when no span's rows include it.
 __device__ __forceinline__ i32 attention_span(const i32* step, const StepHeader* h, i32 row) {
     if (row < 0 || row >= h->tokens) return -1;
@@ -243,7 +454,7 @@ __device__ __forceinline__ void decode_chunk(const float* q, KC k_cache, VC v_ca
     }
     __syncthreads();
     // Chunks of k_rotation never cross heads (head_dim is a multiple of it).
-    if (k_rotation > 0) hadamard_chunks(queries, n_heads * head_dim, k_rotation);
+    rotate_like_cache(queries, n_heads * head_dim, head_dim, kv_head, k_rotation, false);
     if (threadIdx.x < MAX_HEADS_PER_BLOCK) {
         running_max[threadIdx.x] = NEG_INF;
         running_sum[threadIdx.x] = 0.0f;
@@ -349,40 +560,30 @@ __device__ __forceinline__ void decode_chunk(const float* q, KC k_cache, VC v_ca
     }
 }
 
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
-attention_decode_f16(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* part_acc,
-                     float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
-                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
-    const u64 width = (u64)kv_heads * head_dim;
-    decode_chunk(q, PlainKv<u16>{k_cache, width}, PlainKv<u16>{v_cache, width}, step, part_acc, part_stats, heads,
-                 kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, round_q, 0);
-}
-
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS)
-attention_decode_f32(const float* q, const float* k_cache, const float* v_cache, const i32* step, float* part_acc,
-                     float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,
-                     u32 chunk_len, u32 chunks, u32 heads_per_block, u32 round_q) { pdl_start();
-    const u64 width = (u64)kv_heads * head_dim;
-    decode_chunk(q, PlainKv<float>{k_cache, width}, PlainKv<float>{v_cache, width}, step, part_acc, part_stats,
-                 heads, kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, round_q, 0);
-}
-
-// Q8_0 / Q4_0 caches (f32 queries, rotated as the keys were).
-#define ATTENTION_DECODE_BLOCKS(name, KQ8, VQ8)                                                                  \
+// One signature for every decode kernel: `last` is the query rounding of the float caches
+// and the keys' rotation of the others (queries rotated as the keys were); `tables` only
+// TurboQuant's read (its codebooks, src/ops/turbo.rs `tables`).
+#define ATTENTION_DECODE(name, T, K_VIEW, V_VIEW, ROUND_Q, ROTATION)                                             \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS)                                                 \
-        name(const float* q, const u8* k_cache, const u8* v_cache, const i32* step, float* part_acc,             \
+        name(const float* q, const T* k_cache, const T* v_cache, const i32* step, float* part_acc,               \
              float* part_stats, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window, u32 chunk_len,   \
-             u32 chunks, u32 heads_per_block, u32 k_rotation) {                                                  \
+             u32 chunks, u32 heads_per_block, u32 last, const float* tables) {                                   \
         pdl_start();                                                                                             \
-        const u64 blocks = (u64)kv_heads * head_dim / 32;                                                        \
-        decode_chunk(q, BlockKv<KQ8>{k_cache, blocks * BlockKv<KQ8>::BLOCK_BYTES},                               \
-                     BlockKv<VQ8>{v_cache, blocks * BlockKv<VQ8>::BLOCK_BYTES}, step, part_acc, part_stats,      \
-                     heads, kv_heads, head_dim, scale, window, chunk_len, chunks, heads_per_block, 0, k_rotation); \
+        const u64 width = (u64)kv_heads * head_dim;                                                              \
+        decode_chunk(q, K_VIEW, V_VIEW, step, part_acc, part_stats, heads, kv_heads, head_dim, scale, window,     \
+                     chunk_len, chunks, heads_per_block, ROUND_Q, ROTATION);                                     \
     }
-ATTENTION_DECODE_BLOCKS(attention_decode_q8_0_q8_0, true, true)
-ATTENTION_DECODE_BLOCKS(attention_decode_q8_0_q4_0, true, false)
-ATTENTION_DECODE_BLOCKS(attention_decode_q4_0_q8_0, false, true)
-ATTENTION_DECODE_BLOCKS(attention_decode_q4_0_q4_0, false, false)
+#define PLAIN(T, cache) PlainKv<T>{cache, width}
+#define BLOCKS(Q8, cache) BlockKv<Q8>{cache, width / 32 * BlockKv<Q8>::BLOCK_BYTES}
+#define TURBO(layout, cache) TurboKv{cache, tables, layout, (u32)(width / TQ_BLOCK)}
+ATTENTION_DECODE(attention_decode_f16, u16, PLAIN(u16, k_cache), PLAIN(u16, v_cache), last, 0)
+ATTENTION_DECODE(attention_decode_f32, float, PLAIN(float, k_cache), PLAIN(float, v_cache), last, 0)
+ATTENTION_DECODE(attention_decode_q8_0_q8_0, u8, BLOCKS(true, k_cache), BLOCKS(true, v_cache), 0, last)
+ATTENTION_DECODE(attention_decode_q8_0_q4_0, u8, BLOCKS(true, k_cache), BLOCKS(false, v_cache), 0, last)
+ATTENTION_DECODE(attention_decode_q4_0_q8_0, u8, BLOCKS(false, k_cache), BLOCKS(true, v_cache), 0, last)
+ATTENTION_DECODE(attention_decode_q4_0_q4_0, u8, BLOCKS(false, k_cache), BLOCKS(false, v_cache), 0, last)
+ATTENTION_DECODE(attention_decode_tq, u8, TURBO(tq_key_layout(last), k_cache), TURBO(tq_value_layout(last), v_cache),
+                 0, last)
 
 // Merges the chunks of each (row, head): grid (heads, rows), any block size. Reads exactly
 // the chunks attention_decode_* wrote: those meeting [lo, position]. With `direct` (the
@@ -431,7 +632,8 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     }
     if (v_rotation == 0) return;
     __syncthreads();
-    hadamard_chunks(merged, head_dim, v_rotation);
+    const u32 kv_head = v_rotation & TQ_ROTATION ? head / (v_rotation >> 16 & 0x7fffu) : 0;
+    rotate_like_cache(merged, head_dim, head_dim, kv_head, v_rotation, true);
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) out[((u64)row * heads + head) * head_dim + d] = merged[d];
 }
 
@@ -488,7 +690,7 @@ __device__ __forceinline__ void prefill_tile(const float* q, KC k_cache, VC v_ca
         queries[warp * head_dim + d] = valid ? query_value(q, ((u64)row * heads + head) * head_dim + d, round_q) : 0.0f;
     __syncthreads();
     // Chunks of k_rotation never cross rows (head_dim is a multiple of it).
-    if (k_rotation > 0) hadamard_chunks(queries, tile_rows * head_dim, k_rotation);
+    rotate_like_cache(queries, tile_rows * head_dim, head_dim, kv_head, k_rotation, false);
     if (valid && lane == 0) {
         atomicMin(&key_begin, lo);
         atomicMax(&key_end, position + 1);
@@ -550,7 +752,7 @@ __device__ __forceinline__ void prefill_tile(const float* q, KC k_cache, VC v_ca
             if (d < head_dim) result[d] = acc[i] * inverse;
         }
         __syncthreads();
-        hadamard_chunks(queries, tile_rows * head_dim, v_rotation);
+        rotate_like_cache(queries, tile_rows * head_dim, head_dim, kv_head, v_rotation, true);
         if (valid)
             for (u32 d = lane; d < head_dim; d += 32) dst[d] = result[d];
         return;
@@ -564,22 +766,25 @@ __device__ __forceinline__ void prefill_tile(const float* q, KC k_cache, VC v_ca
 }
 
 // One signature for every cache kind: the float caches take the query rounding and no
-// rotations, the caches of blocks no rounding.
+// rotations, the others no rounding; `tables` only TurboQuant's read. Blocks of at most
+// PREFILL_THREADS threads (plan::PrefillPlan's 16 rows of 32), so at most 128 registers each.
+#define PREFILL_THREADS 512
 #define ATTENTION_PREFILL(name, T, K_VIEW, V_VIEW)                                                               \
-    extern "C" __global__ void name(const float* q, const T* k_cache, const T* v_cache, const i32* step,          \
-                                    float* out, u32 heads, u32 kv_heads, u32 head_dim, float scale, u32 window,  \
-                                    u32 key_tile, u32 round_q, u32 k_rotation, u32 v_rotation) {                 \
+    extern "C" __global__ void __launch_bounds__(PREFILL_THREADS)                                                \
+        name(const float* q, const T* k_cache, const T* v_cache, const i32* step, float* out, u32 heads,          \
+             u32 kv_heads, u32 head_dim, float scale, u32 window, u32 key_tile, u32 round_q, u32 k_rotation,     \
+             u32 v_rotation, const float* tables) {                                                              \
         pdl_start();                                                                                             \
         const u64 width = (u64)kv_heads * head_dim;                                                              \
         prefill_tile(q, K_VIEW, V_VIEW, step, out, heads, kv_heads, head_dim, scale, window, key_tile, round_q,   \
                      k_rotation, v_rotation);                                                                    \
     }
-#define PLAIN(T, cache) PlainKv<T>{cache, width}
-#define BLOCKS(Q8, cache) BlockKv<Q8>{cache, width / 32 * BlockKv<Q8>::BLOCK_BYTES}
 ATTENTION_PREFILL(attention_prefill_f16, u16, PLAIN(u16, k_cache), PLAIN(u16, v_cache))
 ATTENTION_PREFILL(attention_prefill_f32, float, PLAIN(float, k_cache), PLAIN(float, v_cache))
 ATTENTION_PREFILL(attention_prefill_q8_0_q8_0, u8, BLOCKS(true, k_cache), BLOCKS(true, v_cache))
 ATTENTION_PREFILL(attention_prefill_q8_0_q4_0, u8, BLOCKS(true, k_cache), BLOCKS(false, v_cache))
 ATTENTION_PREFILL(attention_prefill_q4_0_q8_0, u8, BLOCKS(false, k_cache), BLOCKS(true, v_cache))
 ATTENTION_PREFILL(attention_prefill_q4_0_q4_0, u8, BLOCKS(false, k_cache), BLOCKS(false, v_cache))
+ATTENTION_PREFILL(attention_prefill_tq, u8, TURBO(tq_key_layout(k_rotation), k_cache),
+                  TURBO(tq_value_layout(k_rotation), v_cache))
 

@@ -38,6 +38,7 @@ pub const HEADERS: &[KernelSource] = &[
     source!("exact_dot.cuh"),
     source!("exact_gemm.cuh"),
     source!("exact_math.cuh"),
+    source!("turbo.cuh"),
 ];
 
 /// Every kernel module, in the order CI compiles them.

@@ -1,8 +1,10 @@
 //! Causal grouped-query attention over the paged KV cache: a flash-decoding pair of kernels
 //! (chunk partials, then a combine) for batches of few rows per sequence, and a tiled
 //! flash-attention kernel for prefill. f16 caches with head_dim 64 or 128 take the
-//! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's;
-//! TurboQuant caches [`super::turbo`]'s (kernels/turbo.cu). Positions,
+//! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's, and
+//! so do TurboQuant caches outside exact numerics (their codes decoded a tile at a time in the
+//! rotated basis, [`super::turbo::fast`]); in exact numerics and for heads over 128 values
+//! TurboQuant takes [`super::turbo`]'s kernels (kernels/turbo.cu). Positions,
 //! spans and block tables are read from the step buffer; see [`plan`] for the launch shapes.
 
 mod plan;
@@ -35,13 +37,15 @@ struct Call {
     window: u32,
     round_q: u32,
     f16: bool,
-    /// Caches of ggml blocks: their kernels and rotations.
+    /// Caches of ggml or TurboQuant blocks: their kernels and rotations.
     blocks: Option<BlockKernels>,
+    /// TurboQuant's codebooks (device address; 0 for other caches).
+    tables: u64,
 }
 
-/// The kernels of a pair of Q8_0 / Q4_0 caches (kernels/attention.cu's
-/// `attention_decode_q*` and `attention_prefill_q*`) and the chunk lengths of their rows'
-/// rotations (0: none).
+/// The kernels of a pair of Q8_0 / Q4_0 or TurboQuant caches (kernels/attention.cu's
+/// `attention_decode_q*`/`_tq` and `attention_prefill_q*`/`_tq`) and their rows' rotations:
+/// ggml's chunk lengths (0: none), or TurboQuant's word ([`super::turbo::rotation_word`]).
 #[derive(Clone, Copy)]
 struct BlockKernels {
     decode: &'static str,
@@ -58,6 +62,7 @@ impl Call {
         round_q: bool,
         f16: bool,
         blocks: Option<BlockKernels>,
+        tables: u64,
     ) -> Result<Call, BackendError> {
         let params = attention.params;
         Ok(Call {
@@ -75,6 +80,7 @@ impl Call {
             round_q: u32::from(round_q),
             f16,
             blocks,
+            tables,
         })
     }
 }
@@ -123,6 +129,9 @@ pub fn attention(
         }
     }
     if k_cache.ty.is_turbo() || v_cache.ty.is_turbo() {
+        if super::turbo::fast(backend, k_cache, v_cache, head_dim) {
+            return attention_blocks(backend, attention, out);
+        }
         // Refuses TurboQuant for only one of keys and values.
         return super::turbo::attention(backend, attention, out);
     }
@@ -154,7 +163,7 @@ pub fn attention(
     }
     let f16 = k_cache.ty == KvType::F16;
     let round_q = round_queries(f16, total_rows, head_dim);
-    let call = Call::new(attention, out, round_q, f16, None)?;
+    let call = Call::new(attention, out, round_q, f16, None, 0)?;
     if total_rows == 0 {
         return Ok(());
     }
@@ -201,10 +210,11 @@ pub fn attention(
 }
 
 /// Attention over Q8_0 / Q4_0 caches, queries and output rotated as the caches' rows were
-/// (`runit_backend::hadamard`): decode rows by flash-decoding over the blocks
-/// (`attention_decode_q*` and the combine), prefill by the float caches' tiled kernel over
-/// tiles of dequantized rows (`attention_prefill_q*`). Not in `--exact` numerics (refused as
-/// an unsupported cache type).
+/// (`runit_backend::hadamard`), or over TurboQuant caches in their rotated basis: decode rows
+/// by flash-decoding over the blocks (`attention_decode_q*`/`_tq` and the combine), prefill by
+/// the float caches' tiled kernel over tiles of decoded rows (`attention_prefill_q*`/`_tq`).
+/// Not in `--exact` numerics (ggml blocks are refused as an unsupported cache type;
+/// TurboQuant takes kernels/turbo.cu there).
 fn attention_blocks(
     backend: &CudaBackend,
     attention: &Attention<'_>,
@@ -217,7 +227,8 @@ fn attention_blocks(
         spans,
         params,
     } = attention;
-    if backend.exact_numerics() {
+    let turbo = k_cache.ty.is_turbo();
+    if backend.exact_numerics() && !turbo {
         // alloc_kv refuses these caches under --exact; a cache made before the switch is too.
         return Err(crate::exact_kv_refused(k_cache.ty));
     }
@@ -254,10 +265,16 @@ fn attention_blocks(
         (KvType::Q4_0, KvType::Q4_0) => {
             ("attention_prefill_q4_0_q4_0", "attention_decode_q4_0_q4_0")
         }
+        (k, v) if k.is_turbo() && v.is_turbo() => ("attention_prefill_tq", "attention_decode_tq"),
         (other, _) => return Err(crate::kv_type_refused(other, OP)),
     };
+    let group = params.heads / params.kv_heads;
     let rotation = |cache: &runit_backend::KvCache| {
-        hadamard::llama_rotation(cache.ty, cache.role, head_dim).unwrap_or(0) as u32
+        if turbo {
+            super::turbo::rotation_word(k_cache.ty, v_cache.ty, group)
+        } else {
+            hadamard::llama_rotation(cache.ty, cache.role, head_dim).unwrap_or(0) as u32
+        }
     };
     let total_rows = spans
         .iter()
@@ -271,16 +288,13 @@ fn attention_blocks(
         k_rotation: rotation(k_cache),
         v_rotation: rotation(v_cache),
     };
-    let call = Call::new(attention, out, false, false, Some(kernels))?;
+    let tables = if turbo { backend.turbo_tables()? } else { 0 };
+    let call = Call::new(attention, out, false, false, Some(kernels), tables)?;
     if use_prefill(total_rows, end_row, spans.len()) {
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    let plan = DecodePlan::new(
-        capacity(&step, spans)?,
-        params.heads / params.kv_heads,
-        end_row,
-    );
+    let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
     decode(backend, &call, &step, &plan, end_row, false)
 }
 
@@ -391,7 +405,8 @@ fn decode(
         chunk_len,
         chunks,
         heads_per_block,
-        last
+        last,
+        call.tables
     )?;
     let config = LaunchConfig {
         grid_dim: (call.heads, rows, 1),
@@ -457,7 +472,8 @@ fn prefill(
         plan.key_tile as u32,
         call.round_q,
         rotations.0,
-        rotations.1
+        rotations.1,
+        call.tables
     )
 }
 

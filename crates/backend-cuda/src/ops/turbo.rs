@@ -11,8 +11,11 @@
 //! attention kernels, as the CPU's numbers do not depend on the batch: per (row, slice of
 //! four query heads of a KV head, chunk of [`KEY_CHUNK`] visible keys) a partial, then
 //! per (row, head) the merge in chunk order (split-KV, so a long decode row spreads over
-//! many blocks). `--exact` numerics runs these same kernels (compiled with `--fmad=false`,
-//! like the exact modules): they are already the CPU's arithmetic.
+//! many blocks). `--exact` numerics runs these kernels (compiled with `--fmad=false`, like
+//! the exact modules): they are already the CPU's arithmetic. Otherwise heads of 64 or 128
+//! values take kernels/attention.cu's flash-decoding and tiled prefill ([`fast`]): the same
+//! estimate in the rotated basis, a tile of keys decoded once for every query head of its
+//! KV head, sums in another order (within `tests/turbo_gpu.rs`'s bound of the CPU's).
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::turbo::{self, TurboLayout};
@@ -59,6 +62,34 @@ pub fn tables() -> Vec<f32> {
     }
     tables[48] = turbo::sketch_factor();
     tables
+}
+
+/// Largest head of kernels/attention.cu's TurboQuant path (`TQ_TILE_DIM`).
+const FAST_MAX_HEAD_DIM: usize = 128;
+
+/// True when kernels/attention.cu serves attention over these caches (`TurboKv`): outside
+/// exact numerics, TurboQuant keys and values, heads of at most [`FAST_MAX_HEAD_DIM`]
+/// values (whole blocks of 64). `RUNIT_CUDA_TURBO_FAST=0` keeps this module's kernels (read at
+/// every call, so that a measurement can compare both).
+pub fn fast(backend: &CudaBackend, k_cache: &KvCache, v_cache: &KvCache, head_dim: usize) -> bool {
+    !backend.exact_numerics()
+        && k_cache.ty.is_turbo()
+        && v_cache.ty.is_turbo()
+        && head_dim <= FAST_MAX_HEAD_DIM
+        && head_dim.is_multiple_of(turbo::BLOCK)
+        && std::env::var_os("RUNIT_CUDA_TURBO_FAST").is_none_or(|v| v != "0")
+}
+
+/// The rotation argument of kernels/attention.cu's TurboQuant kernels (`TQ_ROTATION`): bit
+/// 31, the keys' code bits (bits 0-3) and sketch (bit 4), the values' code bits (bits 8-11),
+/// the query heads of a KV head (bits 16-30, for the combine's rotation back).
+pub fn rotation_word(k: KvType, v: KvType, group: usize) -> u32 {
+    let (keys, values) = (layout(k, KvRole::Keys), layout(v, KvRole::Values));
+    1 << 31
+        | keys.code_bits as u32
+        | u32::from(keys.sketch) << 4
+        | (values.code_bits as u32) << 8
+        | (group.min(0x7fff) as u32) << 16
 }
 
 /// The layout of a TurboQuant cache of `ty` holding `role`.
@@ -342,6 +373,12 @@ mod tests {
             );
         }
         assert!(check_shape(KvType::Tq4, 192, 128).is_err());
+    }
+
+    #[test]
+    fn rotation_words_carry_both_layouts_and_the_group() {
+        assert_eq!(rotation_word(KvType::Tq4, KvType::Tq3, 7), 0x8007_0314);
+        assert_eq!(rotation_word(KvType::Tq3, KvType::Tq4, 1), 0x8001_0404);
     }
 
     #[test]
