@@ -181,15 +181,18 @@ struct BlockKv {
 };
 
 // TurboQuant caches (kernels/turbo.cuh) outside exact numerics (kernels/turbo.cu repeats the
-// CPU's arithmetic instead). A tile's keys and values are decoded once, into shared memory,
-// in the rotated basis R = H D / 8 of their blocks, so that the scores and the value sums run
-// as over a float cache, the queries rotated alike and the output rotated back by
-// `rotate_like_cache`: a key there is |x| c (its codes' centroids), plus the sketch's estimate
-// of the residual alpha S^T s (S = H D', s the signs as +-1, alpha = sqrt(pi/2) / 64 |r| |x|:
-// alpha <S R q, s> = <R q, alpha S^T s>), plus its outliers rotated (R e_i v = H[., i] d_i v
-// / 8); a value is the same without the sketch. (H s)_i is counted from the sign bits: 64 [i =
-// 0] - 2 popcount(s) + 4 popcount(s & P_i), P_i the coordinates j with i & j of odd parity.
-// Heads of at most TQ_TILE_DIM values (kernels/turbo.cu takes larger ones).
+// CPU's arithmetic instead), in the rotated basis R = H D / 8 of their blocks: the queries
+// rotated alike and the output rotated back (`rotate_like_cache`). `TurboKv` decodes a tile's
+// keys and values once, into shared memory, so that the tiled prefill and the flash-decoding
+// kernels run as over a float cache (attention_prefill_tq, attention_decode_tq): a key there
+// is |x| c (its codes' centroids), plus the sketch's estimate of the residual alpha S^T s (S =
+// H D', s the signs as +-1, alpha = sqrt(pi/2) / 64 |r| |x|: alpha <S R q, s> = <R q, alpha
+// S^T s>), plus its outliers rotated (R e_i v = H[., i] d_i v / 8); a value is the same without
+// the sketch. (H s)_i is counted from the sign bits: 64 [i = 0] - 2 popcount(s) + 4 popcount(s
+// & P_i), P_i the coordinates j with i & j of odd parity. attention_tq_query and
+// attention_decode_tq_codes below score the codes without decoding them (behind
+// RUNIT_CUDA_TURBO_CODES=1 until measured on a GPU). Heads of at most TQ_TILE_DIM values
+// (kernels/turbo.cu takes larger ones).
 #define TQ_TILE_DIM 128
 // A key's bytes of one head: two blocks of at most 48 bytes and the index bytes of their four
 // outliers (at most 4).
@@ -226,13 +229,14 @@ struct TurboKv {
     // Decodes the keys cells[0 .. n) of the head at kv_offset into dst (a row of `stride`
     // floats a key): their bytes first copied to `raw`, every load in flight at once, then a
     // warp per (key, block), a lane per two coordinates. All threads call it.
+    template <u32 KEYS>
     __device__ __forceinline__ void decode(float* dst, u32 stride, u8* raw, const i32* cells, i32 n, u64 kv_offset,
                                            u32 head_dim) const {
         const u32 head_blocks = head_dim / TQ_BLOCK, first_block = (u32)(kv_offset / TQ_BLOCK);
         const TqSlice slice = tq_slice(layout, row_blocks, first_block, head_blocks);
         const u32 per_key = slice.stride();
         const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-        constexpr u32 KEYS = DECODE_TILE / DECODE_WARPS, PARTS = (TQ_RAW_KEY + 31) / 32;
+        constexpr u32 PARTS = (TQ_RAW_KEY + 31) / 32;
         for (u32 first = warp; first < (u32)n; first += warps * KEYS) {
             u8 bytes[KEYS][PARTS];
 #pragma unroll
@@ -310,14 +314,16 @@ struct TurboKv {
             }
         }
     }
-    __device__ __forceinline__ void stage(Tile& tile, const i32* cells, i32 n, u64 kv_offset, u32 head_dim) const {
-        decode(&tile.x[0][0], TQ_TILE_DIM + 1, tile.raw, cells, n, kv_offset, head_dim);
-    }
     __device__ __forceinline__ void fill(float* dst, u32 stride, const i32* cells, i32 n, u64 kv_offset,
                                          u32 head_dim) const {
         __shared__ u8 raw[DECODE_TILE * TQ_RAW_KEY];
         __syncthreads();  // the keys' decode has read `raw` when the values' starts
-        decode(dst, stride, raw, cells, n, kv_offset, head_dim);
+        // Prefill blocks have 16 warps (plan::PrefillPlan): two keys each cover a tile of 32.
+        decode<2>(dst, stride, raw, cells, n, kv_offset, head_dim);
+    }
+    // Decode (attention_decode_tq): the tile decoded once for every query head of the block.
+    __device__ __forceinline__ void stage(Tile& tile, const i32* cells, i32 n, u64 kv_offset, u32 head_dim) const {
+        decode<DECODE_TILE / DECODE_WARPS>(&tile.x[0][0], TQ_TILE_DIM + 1, tile.raw, cells, n, kv_offset, head_dim);
     }
     __device__ __forceinline__ float tile_at(const Tile& tile, const i32*, i32 j, u64, u32 d) const {
         return tile.x[j][d];
@@ -406,6 +412,377 @@ __device__ __forceinline__ i32 first_visible(i32 position, u32 window) {
 __device__ __forceinline__ float query_value(const float* q, u64 index, u32 round_q) {
     const float value = q[index];
     return round_q ? half_to_float(float_to_half(value)) : value;
+}
+
+// ---------------------------------------------------------------------------------------
+// TurboQuant decode from the codes. attention_tq_query prepares the query side once per (row, KV
+// head, slice of its query heads), TQ_Q_FLOATS floats: the rotated queries R q (TQ_QPAD floats a
+// block: the two blocks' lanes of a warp read different banks), the plain queries (for the
+// outliers), and for the sketch 4-bit tables of the sketched queries S R q (entry (block,
+// position p, head, v): the sum of coordinates 4 p + k over the bits k of v) with each (block,
+// head)'s total. attention_decode_tq_codes walks its chunk in tiles of TQ_TILE keys: the tile's
+// key and value bytes staged (each block's header padded to TQ_HEADER bytes, so that codes and
+// signs are read as words), a thread per (key, block) scores it from the codes (centroids against
+// R q; the sketch's <S R q, s> as total - 2 x the tables' sums over the nibbles of negative
+// signs; the outliers against q), the online softmax, then a thread per coordinate sums the
+// values in the rotated basis, the outliers rotated in. Partials as attention_decode_*'s (query
+// heads and chunks alike); attention_combine rotates the merged rows back.
+#define TQ_TILE 64
+#define TQ_THREADS 128
+#define TQ_HEADER 8
+#define TQ_QPAD 68
+#define TQ_LUT 2064         // one block's tables: 16 positions x 8 heads x 16 values, 16 of padding
+#define TQ_KEY_BYTES 108    // a staged key: two padded blocks of at most 48 bytes, index bytes (27 words)
+#define TQ_VALUE_BYTES 88   // a staged value: two padded blocks of at most 40 bytes, index bytes
+#define TQ_Q_ROTATED 0                                   // [8 heads][2 blocks][TQ_QPAD]
+#define TQ_Q_PLAIN (TQ_Q_ROTATED + 8 * 2 * TQ_QPAD)      // [8 heads][TQ_TILE_DIM]
+#define TQ_Q_TOTAL (TQ_Q_PLAIN + 8 * TQ_TILE_DIM)        // [2 blocks][8 heads]
+#define TQ_Q_LUT (TQ_Q_TOTAL + 16)                       // [2 blocks][TQ_LUT]
+#define TQ_Q_FLOATS (TQ_Q_LUT + 2 * TQ_LUT)
+
+// In-place unnormalized Hadamard transforms of `vectors` blocks of 64 floats, `stride` apart.
+__device__ void tq_hadamard_blocks(float* x, u32 vectors, u32 stride) {
+    for (u32 span = 1; span < TQ_BLOCK; span *= 2) {
+        for (u32 p = threadIdx.x; p < vectors * (TQ_BLOCK / 2); p += blockDim.x) {
+            const u32 pair = p % (TQ_BLOCK / 2);
+            const u32 i = p / (TQ_BLOCK / 2) * stride + pair / span * 2 * span + pair % span;
+            const float a = x[i], b = x[i + span];
+            x[i] = a + b;
+            x[i + span] = a - b;
+        }
+        __syncthreads();
+    }
+}
+
+// The query heads of decode block (blockIdx.y of kv_heads * slices): their KV head, the first
+// and how many.
+struct TqHeads {
+    u32 kv_head, first, count;
+    __device__ TqHeads(u32 heads, u32 kv_heads, u32 heads_per_block, u32 y) {
+        const u32 group = heads / kv_heads, slices = (group + heads_per_block - 1) / heads_per_block;
+        kv_head = y / slices;
+        first = kv_head * group + y % slices * heads_per_block;
+        count = min(heads_per_block, group - y % slices * heads_per_block);
+    }
+};
+
+// Launch: grid (kv_heads * slices, rows), TQ_THREADS threads. qdata: [rows][kv_heads * slices]
+// of TQ_Q_FLOATS.
+extern "C" __global__ void __launch_bounds__(TQ_THREADS)
+    attention_tq_query(const float* q, const i32* step, float* qdata, u32 heads, u32 kv_heads, u32 head_dim,
+                       u32 heads_per_block, u32 turbo) {
+    pdl_start();
+    __shared__ float rotated[8 * 2 * TQ_QPAD], sketched[8 * 2 * TQ_QPAD];
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.y;
+    if (attention_span(step, h, row) < 0) return;
+    const TqHeads hs(heads, kv_heads, heads_per_block, blockIdx.x);
+    const u32 first_block = hs.kv_head * (head_dim / TQ_BLOCK);
+    float* out = qdata + ((u64)row * gridDim.x + blockIdx.x) * TQ_Q_FLOATS;
+    for (u32 i = threadIdx.x; i < 8 * 2 * TQ_BLOCK; i += blockDim.x) {
+        const u32 g = i / (2 * TQ_BLOCK), d = i % (2 * TQ_BLOCK), b = d / TQ_BLOCK, e = d % TQ_BLOCK;
+        const float v = g < hs.count && d < head_dim ? q[((u64)row * heads + hs.first + g) * head_dim + d] : 0.0f;
+        if (d < TQ_TILE_DIM) out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d] = v;
+        const float r = v * 0.125f;
+        rotated[(g * 2 + b) * TQ_QPAD + e] = tq_signs(first_block + b, 0) >> e & 1 ? -r : r;
+    }
+    __syncthreads();
+    tq_hadamard_blocks(rotated, 16, TQ_QPAD);
+    for (u32 i = threadIdx.x; i < 16 * TQ_QPAD; i += blockDim.x) out[TQ_Q_ROTATED + i] = rotated[i];
+    if (!(turbo >> 4 & 1)) return;  // keys without the sketch
+    for (u32 i = threadIdx.x; i < 16 * TQ_BLOCK; i += blockDim.x) {
+        const u32 vector = i / TQ_BLOCK, e = i % TQ_BLOCK, at = vector * TQ_QPAD + e;
+        sketched[at] = tq_signs(first_block + vector % 2, 1) >> e & 1 ? -rotated[at] : rotated[at];
+    }
+    __syncthreads();
+    tq_hadamard_blocks(sketched, 16, TQ_QPAD);
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (u32 vector = warp; vector < 16; vector += blockDim.x / 32) {
+        const float* x = sketched + vector * TQ_QPAD;
+        const float total = warp_sum(x[lane] + x[lane + 32]);
+        if (lane == 0) out[TQ_Q_TOTAL + vector % 2 * 8 + vector / 2] = total;
+    }
+    for (u32 i = threadIdx.x; i < 2 * 16 * 8 * 16; i += blockDim.x) {
+        const u32 b = i / (16 * 8 * 16), pos = i / (8 * 16) % 16, g = i / 16 % 8, v = i % 16;
+        const float* x = sketched + (g * 2 + b) * TQ_QPAD + 4 * pos;
+        float sum = 0.0f;
+#pragma unroll
+        for (u32 k = 0; k < 4; ++k)
+            if (v >> k & 1) sum += x[k];
+        out[TQ_Q_LUT + b * TQ_LUT + (pos * 8 + g) * 16 + v] = sum;
+    }
+}
+
+// Byte p of a staged key or value (blocks padded to `padded` bytes, then the index bytes): its
+// offset in the cache row, or -1 for padding.
+__device__ __forceinline__ i64 tq_staged_source(u32 p, const TqLayout& layout, const TqSlice& slice, u32 padded,
+                                                u32 head_blocks) {
+    if (p >= head_blocks * padded) {
+        const u32 at = p - head_blocks * padded;
+        return at < slice.index_span ? (i64)(slice.index_offset + at) : -1;
+    }
+    const u32 b = p / padded, off = p % padded;
+    const i64 block = (i64)slice.block_offset + (i64)b * layout.block_bytes();
+    if (off < 2) return block + off;                                    // the norm
+    if (off < 4) return layout.sketch ? block + off : -1;               // the residual norm
+    if (off < TQ_HEADER) return block + layout.header() + (off - 4);    // the outliers' values
+    return block + layout.code_offset() + (off - TQ_HEADER);            // codes, then signs
+}
+
+// Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads (four blocks a
+// multiprocessor: at most 128 registers).
+extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
+    attention_decode_tq_codes(const u8* k_cache, const u8* v_cache, const i32* step, const float* qdata,
+                        const float* tables, float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
+                        u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks, u32 heads_per_block,
+                        u32 turbo) {
+    pdl_start();
+    __shared__ __align__(16) float lut[2 * TQ_LUT];
+    __shared__ __align__(16) float rotated[8 * 2 * TQ_QPAD];
+    __shared__ float plain[8 * TQ_TILE_DIM];
+    __shared__ float totals[16];
+    __shared__ __align__(16) u8 keys[TQ_TILE * TQ_KEY_BYTES];
+    __shared__ __align__(16) u8 values[TQ_TILE * TQ_VALUE_BYTES];
+    __shared__ float scores[8][TQ_TILE];
+    __shared__ float value_norm[TQ_TILE][2];
+    __shared__ float value_outlier[TQ_TILE][2][TQ_OUTLIERS];
+    __shared__ u32 value_index[TQ_TILE][2][TQ_OUTLIERS];
+    __shared__ i32 cells[TQ_TILE];
+    __shared__ float k_table[16], v_table[16];
+    __shared__ float running_max[8], running_sum[8], rescale[8];
+
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.z;
+    const i32 span = attention_span(step, h, row);
+    if (span < 0) return;
+    const i32 position = step[h->positions + row];
+    const i32 chunk = blockIdx.x;
+    if ((u32)chunk >= chunks) return;
+    const i32 begin = max(first_visible(position, window), chunk * (i32)chunk_len);
+    const i32 end = min(position + 1, (chunk + 1) * (i32)chunk_len);
+    if (begin >= end) return;  // attention_combine skips the chunks outside [lo, position]
+
+    const TqHeads hs(heads, kv_heads, heads_per_block, blockIdx.y);
+    const u32 n_heads = hs.count;
+    const TqLayout kl = tq_key_layout(turbo), vl = tq_value_layout(turbo);
+    const u32 head_blocks = head_dim / TQ_BLOCK, first_block = hs.kv_head * head_blocks;
+    const u32 row_blocks = kv_heads * head_blocks;
+    const TqSlice ks = tq_slice(kl, row_blocks, first_block, head_blocks);
+    const TqSlice vs = tq_slice(vl, row_blocks, first_block, head_blocks);
+    const u32 k_padded = TQ_HEADER + 8 * kl.bits + (kl.sketch ? 8 : 0), v_padded = TQ_HEADER + 8 * vl.bits;
+    const u32 k_bytes = head_blocks * k_padded + ks.index_span, v_bytes = head_blocks * v_padded + vs.index_span;
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    {
+        const float4* from = (const float4*)(qdata + ((u64)row * gridDim.y + blockIdx.y) * TQ_Q_FLOATS);
+        for (u32 i = tid; i < 16 * TQ_QPAD / 4; i += TQ_THREADS) ((float4*)rotated)[i] = from[TQ_Q_ROTATED / 4 + i];
+        for (u32 i = tid; i < 8 * TQ_TILE_DIM / 4; i += TQ_THREADS) ((float4*)plain)[i] = from[TQ_Q_PLAIN / 4 + i];
+        if (kl.sketch) {
+            for (u32 i = tid; i < 2 * TQ_LUT / 4; i += TQ_THREADS) ((float4*)lut)[i] = from[TQ_Q_LUT / 4 + i];
+            if (tid < 16) totals[tid] = ((const float*)from)[TQ_Q_TOTAL + tid];
+        }
+    }
+    if (tid < 16) {
+        k_table[tid] = kl.centroids(tables)[tid % (1u << kl.bits)];
+        v_table[tid] = vl.centroids(tables)[tid % (1u << vl.bits)];
+    }
+    if (tid < 8) {
+        running_max[tid] = NEG_INF;
+        running_sum[tid] = 0.0f;
+    }
+    const float sketch_factor = tables[TQ_SKETCH_FACTOR];
+    // Values: thread tid takes coordinate d of every head, keys part, part + parts, ...
+    const u32 parts = TQ_THREADS / head_dim, d = tid % head_dim, part = tid / head_dim;
+    const u32 vb = d / TQ_BLOCK, ve = d % TQ_BLOCK;
+    float acc[8];
+#pragma unroll
+    for (u32 g = 0; g < 8; ++g) acc[g] = 0.0f;
+    // The row offsets of this lane's staged bytes (the same for every key; -1: padding).
+    constexpr u32 BATCH = 4, K_PARTS = (TQ_KEY_BYTES + 31) / 32, V_PARTS = (TQ_VALUE_BYTES + 31) / 32;
+    i64 k_source[K_PARTS], v_source[V_PARTS];
+#pragma unroll
+    for (u32 p = 0; p < K_PARTS; ++p)
+        k_source[p] = lane + 32 * p < k_bytes ? tq_staged_source(lane + 32 * p, kl, ks, k_padded, head_blocks) : -1;
+#pragma unroll
+    for (u32 p = 0; p < V_PARTS; ++p)
+        v_source[p] = lane + 32 * p < v_bytes ? tq_staged_source(lane + 32 * p, vl, vs, v_padded, head_blocks) : -1;
+
+    for (i32 tile = begin; tile < end; tile += TQ_TILE) {
+        const i32 n = min(TQ_TILE, end - tile);
+        if ((i32)tid < n) cells[tid] = step_cell(step, h, span, tile + (i32)tid);
+        __syncthreads();
+        // Stage: a warp per key, lanes over its bytes, four keys' loads in flight.
+        for (u32 first = warp; first < (u32)n; first += (TQ_THREADS / 32) * BATCH) {
+            u8 kb[BATCH][K_PARTS], vbytes[BATCH][V_PARTS];
+#pragma unroll
+            for (u32 r = 0; r < BATCH; ++r) {
+                const u32 j = first + (TQ_THREADS / 32) * r;
+                const i32 cell = cells[min(j, (u32)n - 1)];
+                const u8* krow = k_cache + (u64)cell * ks.row_bytes;
+                const u8* vrow = v_cache + (u64)cell * vs.row_bytes;
+#pragma unroll
+                for (u32 p = 0; p < K_PARTS; ++p) kb[r][p] = j < (u32)n && k_source[p] >= 0 ? krow[k_source[p]] : 0;
+#pragma unroll
+                for (u32 p = 0; p < V_PARTS; ++p)
+                    vbytes[r][p] = j < (u32)n && v_source[p] >= 0 ? vrow[v_source[p]] : 0;
+            }
+#pragma unroll
+            for (u32 r = 0; r < BATCH; ++r) {
+                const u32 j = first + (TQ_THREADS / 32) * r;
+                if (j >= (u32)n) continue;
+#pragma unroll
+                for (u32 p = 0; p < K_PARTS; ++p)
+                    if (lane + 32 * p < TQ_KEY_BYTES) keys[j * TQ_KEY_BYTES + lane + 32 * p] = kb[r][p];
+#pragma unroll
+                for (u32 p = 0; p < V_PARTS; ++p)
+                    if (lane + 32 * p < TQ_VALUE_BYTES) values[j * TQ_VALUE_BYTES + lane + 32 * p] = vbytes[r][p];
+            }
+        }
+        __syncthreads();
+        // Each value block's norm and outliers (index, value times d_i / 8), a thread each.
+        if (tid < (u32)n * head_blocks) {
+            const u32 j = tid / head_blocks, b = tid % head_blocks;
+            const u8* value = values + j * TQ_VALUE_BYTES;
+            const u8* block = value + b * v_padded;
+            const u64 rotation = tq_signs(first_block + b, 0);
+            value_norm[j][b] = tq_f16(block);
+#pragma unroll
+            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                const u32 index = tq_index_at(value + head_blocks * v_padded,
+                                              vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                const float v = tq_f16(block + 4 + 2 * o) * 0.125f;
+                value_index[j][b][o] = index;
+                value_outlier[j][b][o] = rotation >> index & 1 ? -v : v;
+            }
+        }
+        // Scores: a thread per (key, block); the blocks of a key in neighbouring lanes.
+        {
+            const u32 j = tid / head_blocks, b = tid % head_blocks;
+            float part_score[8];
+#pragma unroll
+            for (u32 g = 0; g < 8; ++g) part_score[g] = 0.0f;
+            if (j < (u32)n) {
+                const u8* key = keys + j * TQ_KEY_BYTES;
+                const u32* words = (const u32*)(key + b * k_padded);
+                const u32 header = words[0], outliers = words[1];
+                const float norm = half_to_float((u16)header);
+                const float* q = rotated + b * TQ_QPAD;
+                float dot[8];
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g) dot[g] = 0.0f;
+#pragma unroll 2
+                for (u32 w = 0; w < 8; ++w) {  // key codes are 4 bits (tq3 keys too)
+                    const u32 word = words[2 + w];
+#pragma unroll
+                    for (u32 quad = 0; quad < 2; ++quad) {
+                        const float c0 = k_table[word >> (16 * quad) & 15], c1 = k_table[word >> (16 * quad + 4) & 15];
+                        const float c2 = k_table[word >> (16 * quad + 8) & 15], c3 = k_table[word >> (16 * quad + 12) & 15];
+#pragma unroll
+                        for (u32 g = 0; g < 8; ++g)
+                            if (g < n_heads) {
+                                const float4 qv = *(const float4*)(q + g * 2 * TQ_QPAD + 8 * w + 4 * quad);
+                                dot[g] += c0 * qv.x + c1 * qv.y + c2 * qv.z + c3 * qv.w;
+                            }
+                    }
+                }
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g) part_score[g] = norm * dot[g];
+                if (kl.sketch) {
+                    const float alpha = sketch_factor * half_to_float((u16)(header >> 16)) * norm;
+                    const u32 low = words[10], high = words[11];
+                    const float* table = lut + b * TQ_LUT;
+                    float negative[8];
+#pragma unroll
+                    for (u32 g = 0; g < 8; ++g) negative[g] = 0.0f;
+#pragma unroll 4
+                    for (u32 pos = 0; pos < 16; ++pos) {
+                        const u32 v = (pos < 8 ? low >> (4 * pos) : high >> (4 * pos - 32)) & 15;
+#pragma unroll
+                        for (u32 g = 0; g < 8; ++g)
+                            if (g < n_heads) negative[g] += table[(pos * 8 + g) * 16 + v];
+                    }
+#pragma unroll
+                    for (u32 g = 0; g < 8; ++g) part_score[g] += alpha * (totals[b * 8 + g] - 2.0f * negative[g]);
+                }
+#pragma unroll
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                    const u32 index = tq_index_at(key + head_blocks * k_padded,
+                                                  ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    const float v = half_to_float((u16)(outliers >> (16 * o)));
+#pragma unroll
+                    for (u32 g = 0; g < 8; ++g)
+                        if (g < n_heads) part_score[g] += v * plain[g * TQ_TILE_DIM + b * TQ_BLOCK + index];
+                }
+            }
+            if (head_blocks == 2)
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g) part_score[g] += __shfl_xor_sync(0xffffffffu, part_score[g], 1);
+            if (j < (u32)n && b == 0)
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g)
+                    if (g < n_heads) scores[g][j] = part_score[g] * scale;
+        }
+        __syncthreads();
+        // Online softmax: a warp per head, two keys a lane.
+        for (u32 g = warp; g < n_heads; g += TQ_THREADS / 32) {
+            const float s0 = (i32)lane < n ? scores[g][lane] : NEG_INF;
+            const float s1 = (i32)lane + 32 < n ? scores[g][lane + 32] : NEG_INF;
+            const float old_max = running_max[g];
+            const float new_max = fmaxf(old_max, warp_max(fmaxf(s0, s1)));
+            const float w0 = (i32)lane < n ? expf(s0 - new_max) : 0.0f;
+            const float w1 = (i32)lane + 32 < n ? expf(s1 - new_max) : 0.0f;
+            const float tile_sum = warp_sum(w0 + w1);
+            scores[g][lane] = w0;
+            scores[g][lane + 32] = w1;
+            if (lane == 0) {
+                const float factor = old_max == NEG_INF ? 0.0f : expf(old_max - new_max);
+                rescale[g] = factor;
+                running_sum[g] = running_sum[g] * factor + tile_sum;
+                running_max[g] = new_max;
+            }
+        }
+        __syncthreads();
+        // Values in the rotated basis: coordinate d of every head over keys part, part + parts, ...
+#pragma unroll
+        for (u32 g = 0; g < 8; ++g) acc[g] *= g < n_heads ? rescale[g] : 0.0f;
+        for (u32 j = part; j < (u32)n; j += parts) {
+            const u8* block = values + j * TQ_VALUE_BYTES + vb * v_padded;
+            float v = value_norm[j][vb] * v_table[tq_code(block + TQ_HEADER, ve, vl.bits)];
+#pragma unroll
+            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                const u32 flip = (u32)(__popc(ve & value_index[j][vb][o]) & 1) << 31;
+                v += __uint_as_float(__float_as_uint(value_outlier[j][vb][o]) ^ flip);
+            }
+#pragma unroll
+            for (u32 g = 0; g < 8; ++g)
+                if (g < n_heads) acc[g] += scores[g][j] * v;
+        }
+        __syncthreads();
+    }
+    // Parts of the keys summed (parts > 1 for heads of 64), through the scores' memory.
+    if (parts > 1) {
+        float* sums = &scores[0][0];  // 8 x 64 floats: every head's coordinates
+        for (u32 p = 1; p < parts; ++p) {
+            if (part == p)
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g) sums[g * head_dim + d] = acc[g];
+            __syncthreads();
+            if (part == 0)
+#pragma unroll
+                for (u32 g = 0; g < 8; ++g) acc[g] += sums[g * head_dim + d];
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (u32 g = 0; g < 8; ++g) {
+        if (g >= n_heads) break;
+        const u64 at = ((u64)row * heads + hs.first + g) * chunks + chunk;
+        if (part == 0) part_acc[at * head_dim + d] = acc[g];
+        if (tid == 0) {
+            part_stats[2 * at] = running_max[g];
+            part_stats[2 * at + 1] = running_sum[g];
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend, StepView};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
-    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS,
+    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_QUERY_FLOATS, TURBO_THREADS,
 };
 
 const OP: &str = "attention";
@@ -294,6 +294,10 @@ fn attention_blocks(
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
+    if turbo && super::turbo::decode_from_codes() {
+        let plan = DecodePlan::turbo(capacity(&step, spans)?, group, end_row);
+        return decode_turbo(backend, &call, &step, &plan, end_row);
+    }
     let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
     decode(backend, &call, &step, &plan, end_row, false)
 }
@@ -408,6 +412,28 @@ fn decode(
         last,
         call.tables
     )?;
+    combine(
+        backend,
+        call,
+        step,
+        (partials_ptr, stats_ptr),
+        plan,
+        rows,
+        (u32::from(mma), v_rotation),
+    )
+}
+
+/// attention_combine: merges each (row, head)'s chunk partials into `out`, rotating the
+/// merged rows back by `v_rotation` (`direct`: rows of one chunk are in `out` already).
+fn combine(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    (partials, stats): (u64, u64),
+    plan: &DecodePlan,
+    rows: u32,
+    (direct, v_rotation): (u32, u32),
+) -> Result<(), BackendError> {
     let config = LaunchConfig {
         grid_dim: (call.heads, rows, 1),
         block_dim: (DECODE_THREADS, 1, 1),
@@ -420,18 +446,108 @@ fn decode(
         "attention_combine",
         config,
         call.out,
-        partials_ptr,
-        stats_ptr,
+        partials,
+        stats,
         step.ptr,
         call.heads,
         call.head_dim,
         call.window,
-        chunk_len,
-        chunks,
-        u32::from(mma),
+        plan.chunk_len as u32,
+        plan.chunks as u32,
+        direct,
         v_rotation
+    )
+}
+
+/// TurboQuant decode from the codes ([`super::turbo::decode_from_codes`]): the query side
+/// prepared once per (row, KV head, slice of its query heads) by attention_tq_query, the
+/// chunk partials scored from the codes by attention_decode_tq_codes, then the combine, which
+/// rotates the merged rows back.
+fn decode_turbo(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    plan: &DecodePlan,
+    rows: usize,
+) -> Result<(), BackendError> {
+    let Some(kernels) = call.blocks else {
+        return Err(crate::kv_type_refused(KvType::Tq4, OP));
+    };
+    let (heads, head_dim) = (call.heads as usize, call.head_dim as usize);
+    let slices = to_u32(
+        OP,
+        "kv_heads × head slices",
+        call.kv_heads as usize * plan.slices,
     )?;
-    Ok(())
+    let partial_values = plan
+        .partial_values(rows, heads, head_dim)
+        .next_multiple_of(64);
+    let stat_values = plan.stat_values(rows, heads).next_multiple_of(64);
+    let query_values = rows * slices as usize * TURBO_QUERY_FLOATS;
+    let base = backend.attention_scratch(OP, partial_values + stat_values + query_values)?;
+    let partials = base;
+    let stats = partials + 4 * partial_values as u64;
+    let queries = stats + 4 * stat_values as u64;
+    let rows = rows as u32; // at most 65 535 (plan::use_prefill)
+    let heads_per_block = plan.heads_per_block as u32;
+    let word = kernels.k_rotation;
+    let config = LaunchConfig {
+        grid_dim: (slices, rows, 1),
+        block_dim: (TURBO_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        "attention_tq_query",
+        config,
+        call.q,
+        step.ptr,
+        queries,
+        call.heads,
+        call.kv_heads,
+        call.head_dim,
+        heads_per_block,
+        word
+    )?;
+    let config = LaunchConfig {
+        grid_dim: (plan.chunks as u32, slices, rows),
+        block_dim: (TURBO_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        "attention_decode_tq_codes",
+        config,
+        call.k,
+        call.v,
+        step.ptr,
+        queries,
+        call.tables,
+        partials,
+        stats,
+        call.heads,
+        call.kv_heads,
+        call.head_dim,
+        call.scale,
+        call.window,
+        to_u32(OP, "chunk length", plan.chunk_len)?,
+        plan.chunks as u32,
+        heads_per_block,
+        word
+    )?;
+    combine(
+        backend,
+        call,
+        step,
+        (partials, stats),
+        plan,
+        rows,
+        (0, kernels.v_rotation),
+    )
 }
 
 /// Tiled prefill straight into `out`.

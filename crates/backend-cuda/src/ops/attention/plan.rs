@@ -31,6 +31,14 @@ pub const MAX_CHUNKS: usize = 512;
 pub const CHUNK_ROWS: usize = 4096;
 /// The fewest chunks a plan's cap falls to however many rows it has.
 pub const MIN_CHUNKS_CAP: usize = 64;
+/// Threads of the TurboQuant decode kernels (`TQ_THREADS` in kernels/attention.cu).
+pub const TURBO_THREADS: u32 = 128;
+/// Positions of the smallest TurboQuant decode chunk: one tile (`TQ_TILE`).
+pub const TURBO_MIN_CHUNK: usize = 64;
+/// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
+/// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
+/// sketch's tables (2 blocks × 2,064).
+pub const TURBO_QUERY_FLOATS: usize = 8 * 2 * 68 + 8 * 128 + 16 + 2 * 2064;
 /// Average rows per span from which the prefill kernel is used.
 pub const PREFILL_MIN_ROWS_PER_SPAN: usize = 8;
 /// Rows from which the CPU reference computes in f32 only (its `TILED_MIN_ROWS`); below it,
@@ -56,8 +64,25 @@ impl DecodePlan {
     /// with `group` query heads per kv head. A row's chunks depend on the batch's row count,
     /// so its sums' order does too (within the near-tie rule, as the matmuls' tiles).
     pub fn new(capacity: usize, group: usize, rows: usize) -> DecodePlan {
-        let max_chunks = (CHUNK_ROWS / rows.max(1)).clamp(MIN_CHUNKS_CAP, MAX_CHUNKS);
-        DecodePlan::with(capacity, group, MIN_CHUNK, max_chunks, MAX_HEADS_PER_BLOCK)
+        DecodePlan::with(
+            capacity,
+            group,
+            MIN_CHUNK,
+            max_chunks(rows),
+            MAX_HEADS_PER_BLOCK,
+        )
+    }
+
+    /// The plan of the TurboQuant decode kernel (attention_decode_tq): as [`DecodePlan::new`]
+    /// with chunks of whole 64-key tiles.
+    pub fn turbo(capacity: usize, group: usize, rows: usize) -> DecodePlan {
+        DecodePlan::with(
+            capacity,
+            group,
+            TURBO_MIN_CHUNK,
+            max_chunks(rows),
+            MAX_HEADS_PER_BLOCK,
+        )
     }
 
     /// The plan of the tensor-core decode kernel (attention_decode_mma_*).
@@ -102,6 +127,11 @@ impl DecodePlan {
     pub fn shared_bytes(&self, head_dim: usize) -> u32 {
         (self.heads_per_block * head_dim * 4) as u32
     }
+}
+
+/// Chunks a decode row of `rows` may be split into (attention_decode_* and _tq).
+fn max_chunks(rows: usize) -> usize {
+    (CHUNK_ROWS / rows.max(1)).clamp(MIN_CHUNKS_CAP, MAX_CHUNKS)
 }
 
 /// Tiled prefill: one block per (tile of `tile_rows` query rows of one span, head).
