@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+# Emulates, in numpy, the index logic of kernels/attention.cu's attention_tq_query and
+# attention_decode_tq_codes (staged bytes with padded headers, 4-bit sketch tables, outliers
+# rotated in by a sign flip) on random TurboQuant rows, against a direct computation of the
+# estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
+# for three layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 with heads of 64). Needs numpy.
+import numpy as np, struct
+rng = np.random.default_rng(7)
+B=64; OUT=2
+def splitmix(block, which):
+    M=(1<<64)-1
+    z=(block + (0x52756e4954545130 if which==0 else 0x534b455443483031)) & M
+    z=(z*0x9e3779b97f4a7c15)&M
+    z=((z^(z>>30))*0xbf58476d1ce4e5b9)&M
+    z=((z^(z>>27))*0x94d049bb133111eb)&M
+    return z^(z>>31)
+H = np.array([[(-1)**bin(i&j).count('1') for j in range(B)] for i in range(B)], float)
+def signs(block, which): s=splitmix(block,which); return np.array([-1.0 if s>>i&1 else 1.0 for i in range(B)])
+def R(block): return H @ np.diag(signs(block,0)) / 8
+def S(block): return H @ np.diag(signs(block,1))
+f16 = lambda x: float(np.float16(x))
+def h2b(x): return struct.pack('<e', x)
+cent4 = np.sort(rng.normal(size=16))*0.2; cent3=np.sort(rng.normal(size=8))*0.2; sf = np.sqrt(np.pi/2)/64
+class Layout:
+    def __init__(s,bits,sketch): s.bits=bits; s.sketch=sketch
+    header=property(lambda s: 4 if s.sketch else 2)
+    code_offset=property(lambda s: s.header+4)
+    sign_offset=property(lambda s: s.code_offset + 8*s.bits)
+    block_bytes=property(lambda s: s.sign_offset + (8 if s.sketch else 0))
+    def index_bytes(s,blocks): return (blocks*12+7)//8
+    def row_bytes(s,blocks): return blocks*s.block_bytes + s.index_bytes(blocks)
+def make_row(L, blocks):
+    """random row: per block norm, rnorm, outliers, codes, signs; returns bytes and decoded fields"""
+    out=bytearray(L.row_bytes(blocks)); fields=[]; idxs=[]
+    for b in range(blocks):
+        o=b*L.block_bytes
+        norm=f16(abs(rng.normal())+0.5); out[o:o+2]=h2b(norm)
+        rn=0.0
+        if L.sketch: rn=f16(abs(rng.normal())*0.3); out[o+2:o+4]=h2b(rn)
+        ov=[f16(rng.normal()*3) for _ in range(2)]
+        for k in range(2): out[o+L.header+2*k:o+L.header+2*k+2]=h2b(ov[k])
+        codes=rng.integers(0,1<<L.bits,B)
+        bitpos=0; co=o+L.code_offset
+        for i,c in enumerate(codes):
+            for t in range(L.bits):
+                if c>>t&1: out[co+(bitpos>>3)] |= 1<<(bitpos&7)
+                bitpos+=1
+        sg=rng.integers(0,2,B)
+        if L.sketch:
+            for i in range(B):
+                if sg[i]: out[o+L.sign_offset+(i>>3)] |= 1<<(i&7)
+        ix=list(rng.choice(B,2,replace=False))
+        idxs+=ix
+        fields.append((norm,rn,ov,codes,sg,ix))
+    base=blocks*L.block_bytes
+    for s_,ix in enumerate(idxs):
+        for t in range(6):
+            if ix>>t&1: bit=6*s_+t; out[base+(bit>>3)] |= 1<<(bit&7)
+    return bytes(out), fields
+def ref_score(q, fields, kv_head, hb, bits):
+    tot=0.0
+    for b in range(hb):
+        norm,rn,ov,codes,sg,ix=fields[kv_head*hb+b]
+        gb=kv_head*hb+b; qq=q[b*64:(b+1)*64]
+        cent=cent4 if bits==4 else cent3
+        rq=R(gb)@qq
+        tot += norm*(rq@cent[codes])
+        if rn: tot += sf*rn*norm * ((S(gb)@rq) @ (1-2*sg))
+        tot += sum(qq[i]*v for i,v in zip(ix,ov))
+    return tot
+def ref_value(fields, kv_head, hb, bits):
+    v=np.zeros(64*hb)
+    for b in range(hb):
+        norm,rn,ov,codes,sg,ix=fields[kv_head*hb+b]; gb=kv_head*hb+b
+        cent=cent4 if bits==4 else cent3
+        v[b*64:(b+1)*64]=R(gb).T@(norm*cent[codes])
+        for i,x in zip(ix,ov): v[b*64+i]+=x
+    return v
+# ---- emulated kernels ----
+def tq_slice(L,row_blocks,first_block,hb):
+    fb=first_block*12; eb=(first_block+hb)*12
+    return dict(row_bytes=L.row_bytes(row_blocks), block_offset=first_block*L.block_bytes, block_span=hb*L.block_bytes,
+        index_offset=row_blocks*L.block_bytes+fb//8, index_span=(eb+7)//8-fb//8, index_bit=fb%8)
+def staged_source(p,L,sl,padded,hb):
+    if p>=hb*padded:
+        at=p-hb*padded; return sl['index_offset']+at if at<sl['index_span'] else -1
+    b=p//padded; off=p%padded; blk=sl['block_offset']+b*L.block_bytes
+    if off<2: return blk+off
+    if off<4: return blk+off if L.sketch else -1
+    if off<8: return blk+L.header+(off-4)
+    return blk+L.code_offset+(off-8)
+def index_at(bs,bit):
+    sh=bit&7; w=bs[bit>>3]
+    if sh+6>8: w|=bs[(bit>>3)+1]<<8
+    return (w>>sh)&63
+def code_at(bs,i,bits):
+    bit=i*bits; sh=bit&7; w=bs[bit>>3]
+    if sh+bits>8: w|=bs[(bit>>3)+1]<<8
+    return (w>>sh)&((1<<bits)-1)
+hf=lambda u: float(np.frombuffer(struct.pack('<H',u),dtype=np.float16)[0])
+def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
+    n_heads=len(qs_heads); fb=kv_head*hb; row_blocks=kv_heads*hb
+    # query kernel
+    rot=np.zeros((8,2,68)); plain=np.zeros((8,128))
+    for g in range(n_heads):
+        for d in range(64*hb):
+            b,e=d//64,d%64; v=qs_heads[g][d]; plain[g][d]=v
+            rot[g][b][e]= -v*0.125 if splitmix(fb+b,0)>>e&1 else v*0.125
+    for g in range(8):
+        for b in range(2): rot[g][b][:64]=H@rot[g][b][:64]
+    sk=np.zeros((8,2,68)); tot=np.zeros((2,8)); lut=np.zeros((2,16,8,16))
+    if kl.sketch:
+        for g in range(8):
+            for b in range(2):
+                x=rot[g][b][:64]*np.array([-1 if splitmix(fb+b,1)>>e&1 else 1 for e in range(64)])
+                sk[g][b][:64]=H@x; tot[b][g]=sk[g][b][:64].sum()
+                for pos in range(16):
+                    for v in range(16): lut[b][pos][g][v]=sum(sk[g][b][4*pos+k] for k in range(4) if v>>k&1)
+    ks=tq_slice(kl,row_blocks,fb,hb); vs=tq_slice(vl,row_blocks,fb,hb)
+    kp=8+8*kl.bits+(8 if kl.sketch else 0); vp=8+8*vl.bits
+    kbytes=hb*kp+ks['index_span']; vbytes=hb*vp+vs['index_span']
+    assert kbytes<=108 and vbytes<=88, (kbytes,vbytes)
+    n=len(krows)
+    keys=[bytes([krows[j][staged_source(p,kl,ks,kp,hb)] if p<kbytes and staged_source(p,kl,ks,kp,hb)>=0 else 0 for p in range(108)]) for j in range(n)]
+    vals=[bytes([vrows[j][staged_source(p,vl,vs,vp,hb)] if p<vbytes and staged_source(p,vl,vs,vp,hb)>=0 else 0 for p in range(88)]) for j in range(n)]
+    ktab=cent4 if kl.bits==4 else cent3; vtab=cent4 if vl.bits==4 else cent3
+    scores=np.zeros((n_heads,n))
+    for j in range(n):
+        for b in range(hb):
+            key=keys[j]; w=struct.unpack('<27I',key)[b*kp//4:]
+            header,outl=w[0],w[1]; norm=hf(header&0xffff)
+            dot=np.zeros(8)
+            for ww in range(8):
+                word=w[2+ww]
+                for e in range(8):
+                    c=ktab[(word>>(4*e))&15] if kl.bits==4 else None
+                    for g in range(n_heads): dot[g]+=c*rot[g][b][8*ww+e]
+            part=norm*dot
+            if kl.sketch:
+                alpha=sf*hf(header>>16)*norm; lo,hi=w[10],w[11]; neg=np.zeros(8)
+                for pos in range(16):
+                    v=((lo>>(4*pos)) if pos<8 else (hi>>(4*pos-32)))&15
+                    for g in range(n_heads): neg[g]+=lut[b][pos][g][v]
+                part+=alpha*(tot[b]-2*neg)
+            for o in range(2):
+                ix=index_at(key[hb*kp:],ks['index_bit']+(b*2+o)*6); v=hf((outl>>(16*o))&0xffff)
+                for g in range(n_heads): part[g]+=v*plain[g][b*64+ix]
+            scores[:,j]+=part[:n_heads]
+    scores*=scale
+    w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
+    acc=np.zeros((n_heads,64*hb))
+    for j in range(n):
+        for d in range(64*hb):
+            b,e=d//64,d%64; blk=vals[j][b*vp:]
+            vn=hf(blk[0]|blk[1]<<8)
+            v=vn*vtab[code_at(blk[8:],e,vl.bits)]
+            for o in range(2):
+                ix=index_at(vals[j][hb*vp:],vs['index_bit']+(b*2+o)*6)
+                ov=hf(blk[4+2*o]|blk[5+2*o]<<8)*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1)
+                v+= -ov if bin(e&ix).count('1')&1 else ov
+            acc[:,d]+=w[:,j]*v
+    out=acc/ssum[:,None]
+    # rotate back R^T per block
+    res=np.zeros_like(out)
+    for g in range(n_heads):
+        for b in range(hb): res[g][b*64:(b+1)*64]=R(fb+b).T@out[g][b*64:(b+1)*64]
+    return scores,res
+for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1,3)]:
+    kl=Layout(kbits,ksk); vl=Layout(vbits,False)
+    rb=kv_heads*hb; n=20; nh=3; kvh=kv_heads-1
+    K=[make_row(kl,rb) for _ in range(n)]; V=[make_row(vl,rb) for _ in range(n)]
+    q=[rng.normal(size=64*hb) for _ in range(nh)]
+    sc,res=emulate(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
+    ref=np.array([[ref_score(q[g],K[j][1],kvh,hb,kbits) for j in range(n)] for g in range(nh)])*0.1
+    wr=np.exp(ref-ref.max(1,keepdims=True)); wr/=wr.sum(1,keepdims=True)
+    vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
+    outref=wr@vref
+    print(kbits,ksk,vbits,hb, np.abs(sc-ref).max(), np.abs(res-outref).max())
