@@ -131,6 +131,12 @@ pub struct WgpuBackend {
     /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
     /// [`WgpuBackend::without_split_attention`].
     pub(crate) split_attention: bool,
+    /// Whether the norms of rows of at most 8,192 values hold each row in registers
+    /// (rms_norm.wgsl's `normalize_held`: every load of a row in flight at once) rather than
+    /// loop over it (`normalize_row`, a load waited on at every step: 40 µs a 3,584-value row
+    /// on an H100, session 36). `RUNIT_WGPU_HELD_NORM=0` turns it off, as does
+    /// [`WgpuBackend::without_held_norms`].
+    pub(crate) held_norms: bool,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters (a slot each) and tables, written once per batch
@@ -345,6 +351,7 @@ impl WgpuBackend {
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
+            held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
             pending: Mutex::default(),
             ring,
             params_slot,
@@ -449,6 +456,14 @@ impl WgpuBackend {
     /// opens (for comparisons: one workgroup a head, ggml's roundings).
     pub fn without_split_attention(mut self) -> WgpuBackend {
         self.split_attention = false;
+        self
+    }
+
+    /// This backend with its norms looping over each row (rms_norm.wgsl's `normalize_row`)
+    /// at every width, as `RUNIT_WGPU_HELD_NORM=0` sets it when the backend opens (for
+    /// comparisons, and the tests of the loop).
+    pub fn without_held_norms(mut self) -> WgpuBackend {
+        self.held_norms = false;
         self
     }
 

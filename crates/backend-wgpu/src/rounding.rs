@@ -212,19 +212,20 @@ impl WgpuBackend {
         let len = rows * width;
         let weight = FxBuild::default().hash_one(w);
         let [gx, gy, _] = rows_grid(rows);
+        let held = self.norm_held(width);
         let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
         let guess = scratch.norm_modes.get(&weight).copied();
         match guess.filter(|&(_, block)| width.is_multiple_of(block)) {
             Some((mode, _)) => {
                 let rounded = self.rounded_buffer(&mut scratch, len)?;
-                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode];
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode, held];
                 let buffers = [x, w, out, delta, &rounded];
                 let kernel = Self::plain("add_rms_norm_quantize");
                 self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
                 scratch.holds(out, len, mode, self.epoch.load(Ordering::Relaxed));
             }
             None => {
-                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0];
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, 0, held];
                 let buffers = [x, w, out, delta];
                 self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])?;
             }

@@ -44,21 +44,37 @@ fn bits(values: &[f32]) -> Vec<u32> {
 #[test]
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(gpu) = backend() else { return };
+    let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
     let mut rng = Rng::new(31);
-    // Widths below, at and past the kernel's 64 invocations a row, and a non-multiple of it.
-    for (width, rows) in [(48, 3), (64, 1), (576, 2), (1000, 5)] {
+    // Widths below, at and past the kernel's 256 invocations a row, and a non-multiple of
+    // it; rows held in registers (widths of a multiple of 4 up to 8,192: one chunk of 1,024
+    // values, and three and a half) and rows looped over (a width not a multiple of 4, one
+    // past 8,192, and every width on a backend that does not hold rows).
+    let cases = [
+        (48, 3),
+        (64, 1),
+        (576, 2),
+        (1000, 5),
+        (1002, 2),
+        (3584, 2),
+        (8200, 1),
+    ];
+    for ((width, rows), gpu) in cases
+        .into_iter()
+        .flat_map(|case| [(case, &gpu), (case, &looping)])
+    {
         let len = width * rows;
         let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
         let weight_values = rng.values(width, 0.5, 1.5);
-        let weight = make_weight(&gpu, "norm", GgmlType::F32, &[width], &weight_values)
-            .expect("norm weight");
+        let weight =
+            make_weight(gpu, "norm", GgmlType::F32, &[width], &weight_values).expect("norm weight");
         let norm = RmsNorm {
             weight: &weight,
             eps: 1e-5,
         };
         let (mut results, mut used) = (Vec::new(), Vec::new());
         for fused in [false, true] {
-            let (mut x_buffer, delta_buffer) = (upload(&gpu, &x), upload(&gpu, &delta));
+            let (mut x_buffer, delta_buffer) = (upload(gpu, &x), upload(gpu, &delta));
             let mut out = gpu.alloc(len).expect("alloc");
             let op = AddRmsNorm {
                 x: &mut x_buffer,
@@ -70,12 +86,12 @@ fn add_rms_norm_equals_add_then_rms_norm() {
             let before = gpu.counts().dispatches;
             match fused {
                 true => gpu.add_rms_norm(op),
-                false => unfused::add_rms_norm(&gpu, op),
+                false => unfused::add_rms_norm(gpu, op),
             }
             .expect("add_rms_norm");
             used.push(gpu.counts().dispatches - before);
-            let sum = download(&gpu, &x_buffer, len);
-            results.push((bits(&sum), bits(&download(&gpu, &out, len))));
+            let sum = download(gpu, &x_buffer, len);
+            results.push((bits(&sum), bits(&download(gpu, &out, len))));
         }
         assert_eq!(results[0].0, results[1].0, "x + delta, width {width}");
         assert_eq!(results[0].1, results[1].1, "norm, width {width}");
@@ -88,7 +104,8 @@ fn add_rms_norm_equals_add_then_rms_norm() {
 /// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
 /// matmul rounds again. Each step's
 /// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
-/// every rounding mode, with the fast kernels and the exact ones (packed blocks).
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at a width
+/// of one chunk of the held kernel (1,024 values) and of two, the second part full.
 #[test]
 fn add_rms_norm_rounds_for_the_next_matmul() {
     let Some(gpu) = backend() else { return };
@@ -101,8 +118,11 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
         GgmlType::BF16,
         GgmlType::F32,
     ];
-    let (width, rows_out) = (512, 40);
-    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+    let rows_out = 40;
+    for ((gpu, mode), width) in [(&gpu, "fast"), (&exact, "exact")]
+        .into_iter()
+        .flat_map(|gpu| [(gpu, 512), (gpu, 1280)])
+    {
         let mut rng = Rng::new(37);
         let others = [GgmlType::F16, GgmlType::Q8_0]
             .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
@@ -147,7 +167,7 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
                             bits(&download(gpu, &product, tokens * rows_out)),
                         ]);
                     }
-                    let detail = format!("{mode} {ty:?} x {tokens}, step {step}");
+                    let detail = format!("{mode} {ty:?} {width} x {tokens}, step {step}");
                     assert_eq!(results[0], results[1], "{detail}");
                     // The add joins the norm; at the second step the rounding joins it too.
                     let rounds = step == 1 && ty != GgmlType::F32;
