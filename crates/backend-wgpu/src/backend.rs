@@ -137,6 +137,12 @@ pub struct WgpuBackend {
     /// on an H100, session 36). `RUNIT_WGPU_HELD_NORM=0` turns it off, as does
     /// [`WgpuBackend::without_held_norms`].
     pub(crate) held_norms: bool,
+    /// Commands in the first batch submitted early after a flush, or 0 where batches are
+    /// submitted only when the host needs their results or they are full (batch.rs,
+    /// `submits_early`): by default 16 on every adapter but a CPU one (on lavapipe the
+    /// device's threads would compete with the recording for the cores).
+    /// `RUNIT_WGPU_EARLY_SUBMIT=N` sets it (0: off), as does [`WgpuBackend::with_early_submit`].
+    pub(crate) early_submit: usize,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters (a slot each) and tables, written once per batch
@@ -180,6 +186,9 @@ pub struct WgpuBackend {
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
+
+/// Commands in the first batch a GPU adapter submits early after a flush (batch.rs).
+const EARLY_SUBMIT: usize = 16;
 
 /// The kernel of [`WgpuBackend::fma_is_fused`].
 const FMA_PROBE: &str = "
@@ -352,6 +361,11 @@ impl WgpuBackend {
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
             held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
+            early_submit: match std::env::var("RUNIT_WGPU_EARLY_SUBMIT").map(|v| v.parse()) {
+                Ok(Ok(first)) => first,
+                _ if info.device_type == wgpu::DeviceType::Cpu => 0,
+                _ => EARLY_SUBMIT,
+            },
             pending: Mutex::default(),
             ring,
             params_slot,
@@ -456,6 +470,14 @@ impl WgpuBackend {
     /// opens (for comparisons: one workgroup a head, ggml's roundings).
     pub fn without_split_attention(mut self) -> WgpuBackend {
         self.split_attention = false;
+        self
+    }
+
+    /// This backend submitting its batches early, the first after `first` commands (0:
+    /// only when the host needs their results or they are full), whatever the adapter
+    /// (tests; on a CPU adapter it is off by default).
+    pub fn with_early_submit(mut self, first: usize) -> WgpuBackend {
+        self.early_submit = first;
         self
     }
 
