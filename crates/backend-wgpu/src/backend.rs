@@ -131,6 +131,12 @@ pub struct WgpuBackend {
     /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
     /// [`WgpuBackend::without_split_attention`].
     pub(crate) split_attention: bool,
+    /// Whether the Q/K/V dispatch adds Qwen2's three biases in its epilogue
+    /// (`kernels::matvec_parts`' `biased`) instead of a dispatch of its own (`add_bias3`):
+    /// `RUNIT_WGPU_BIAS_EPILOGUE=0` turns it off.
+    pub(crate) bias_epilogue: bool,
+    /// The Q/K/V biases joined into one buffer, by the bias buffers (fused.rs).
+    pub(crate) joined_biases: Mutex<Vec<([wgpu::Buffer; 3], wgpu::Buffer)>>,
     /// Whether the norms of rows of at most 8,192 values hold each row in registers
     /// (rms_norm.wgsl's `normalize_held`: every load of a row in flight at once) rather than
     /// loop over it (`normalize_row`, a load waited on at every step: 40 µs a 3,584-value row
@@ -361,6 +367,8 @@ impl WgpuBackend {
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
             held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
+            bias_epilogue: !std::env::var("RUNIT_WGPU_BIAS_EPILOGUE").is_ok_and(|v| v == "0"),
+            joined_biases: Mutex::default(),
             early_submit: match std::env::var("RUNIT_WGPU_EARLY_SUBMIT").map(|v| v.parse()) {
                 Ok(Ok(first)) => first,
                 _ if info.device_type == wgpu::DeviceType::Cpu => 0,
@@ -478,6 +486,13 @@ impl WgpuBackend {
     /// (tests; on a CPU adapter it is off by default).
     pub fn with_early_submit(mut self, first: usize) -> WgpuBackend {
         self.early_submit = first;
+        self
+    }
+
+    /// This backend adding the Q/K/V biases in a dispatch of their own (`add_bias3`) rather
+    /// than in the Q/K/V dispatch's epilogue, as `RUNIT_WGPU_BIAS_EPILOGUE=0` sets it.
+    pub fn without_bias_epilogue(mut self) -> WgpuBackend {
+        self.bias_epilogue = false;
         self
     }
 

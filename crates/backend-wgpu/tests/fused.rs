@@ -561,24 +561,25 @@ fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64)
 
 /// The Q, K and V projections (the V rows not a multiple of the kernel's 4 rows a workgroup,
 /// with a bias on K, then on all three as Qwen2's) by `matmul_qkv` and by its primitives, for
-/// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without.
+/// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without,
+/// the three biases added in the Q/K/V dispatch and in one of their own.
 #[test]
 fn matmul_qkv_equals_three_matmuls() {
     let Some(gpu) = backend() else { return };
     let subgroups = gpu.uses_subgroups();
     let n = 256;
     let rows = [64, 32, 36];
-    let gpus = match subgroups {
-        true => vec![
-            gpu,
-            WgpuBackend::new(0)
-                .expect("adapter")
-                .without_subgroups()
-                .with_matvec_parts(),
-        ],
-        false => vec![gpu],
-    };
-    for gpu in &gpus {
+    let mut gpus = vec![WgpuBackend::new(0)
+        .expect("adapter")
+        .with_matvec_parts()
+        .without_bias_epilogue()];
+    if subgroups {
+        let shared = WgpuBackend::new(0).expect("adapter").without_subgroups();
+        gpus.push(shared.with_matvec_parts());
+    }
+    gpus.push(gpu);
+    for (index, gpu) in gpus.iter().enumerate() {
+        let epilogue = index > 0;
         for ty in MATVEC_TYPES {
             let ws = weights(gpu, ty, n, &rows, 5);
             let biases: Vec<Weight> = rows
@@ -618,14 +619,19 @@ fn matmul_qkv_equals_three_matmuls() {
                     results.push(hosts);
                 }
                 let detail = format!(
-                    "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}",
+                    "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}, epilogue \
+                     {epilogue}",
                     gpu.uses_subgroups()
                 );
                 assert_eq!(results[0], results[1], "{detail}");
                 // Three matrix-vector dispatches became one (and the bias between two
                 // matmuls no longer makes the last round its activations again); three
-                // biases take one dispatch.
-                let saved = if all_biases { 4 } else { 2 };
+                // biases take one dispatch, or none in the epilogue.
+                let saved = match (all_biases, epilogue) {
+                    (true, true) => 5,
+                    (true, false) => 4,
+                    (false, _) => 2,
+                };
                 assert!(used[1] + saved <= used[0], "{detail}: dispatches {used:?}");
             }
         }
