@@ -76,39 +76,84 @@ fn row_scale(total: vec2<f32>) -> f32 {
 
 // Values a chunk of a held row: four an invocation.
 const CHUNK: u32 = 4u * THREADS;
-// Chunks a held row has at most (HELD · CHUNK = 8,192 values).
+// Chunks a held row has at most (HELD · CHUNK = 8,192 values; `normalize_held` names each).
 const HELD: u32 = 8u;
+
+// Chunk c of a held row as invocation `lid` holds it: its values (through the entry point's
+// `row_values`: x, or x plus the residual) and their weights, zero where it holds none.
+struct Held {
+    values: vec4<f32>,
+    weights: vec4<f32>,
+}
+
+fn held_chunk(base: u32, c: u32, lid: u32, live: bool) -> Held {
+    let i = c * CHUNK + 4u * lid;
+    if !live || i >= p.width {
+        return Held(vec4<f32>(0.0), vec4<f32>(0.0));
+    }
+    let weights = vec4<f32>(weight[i], weight[i + 1u], weight[i + 2u], weight[i + 3u]);
+    return Held(row_values(base + i), weights);
+}
+
+// `sum` plus the squares of a held chunk's values, in order (each rounded to f32).
+fn add_squares(sum: vec2<f32>, chunk: Held, c: u32, lid: u32, live: bool) -> vec2<f32> {
+    var total = sum;
+    if live && c * CHUNK + 4u * lid < p.width {
+        for (var k = 0u; k < 4u; k++) {
+            total = add_ff(total, vec2<f32>(chunk.values[k] * chunk.values[k], 0.0));
+        }
+    }
+    return total;
+}
+
+// A held chunk normalized by `scale`: the residual kept (`keep_row`), the output written and
+// returned.
+fn held_out(base: u32, chunk: Held, scale: f32, c: u32, lid: u32, live: bool) -> vec4<f32> {
+    let i = c * CHUNK + 4u * lid;
+    if !live || i >= p.width {
+        return vec4<f32>(0.0);
+    }
+    let at = base + i;
+    keep_row(at, chunk.values);
+    let normed = chunk.values * scale * chunk.weights;
+    out[at] = normed.x;
+    out[at + 1u] = normed.y;
+    out[at + 2u] = normed.z;
+    out[at + 3u] = normed.w;
+    return normed;
+}
 
 // Row `row` normalized into out by the workgroup's invocation `lid` (every invocation calls
 // it: it holds barriers), the row held in registers: invocation `lid` holds values
-// c · CHUNK + 4 lid .. + 4 of each chunk c, read through `row_values` (the entry point's: x,
-// or x plus the residual) with their weights, every load before any store (the residual's,
-// through `keep_row`, and the output's), so that all of a row's loads are in flight at once.
-// The loops of `normalize_row` waited on a load at every step (three passes over the row, 14
-// steps each for 3,584 values): about 40 µs a row on an H100 (session 36). Returns the
-// normalized values, for the caller to round. The same roundings as `normalize_row` (each
-// square rounded to f32, a float-float sum, the same scale and products); the sum's order is
-// its own, the same in every kernel that holds its rows.
+// c · CHUNK + 4 lid .. + 4 of each chunk c with their weights, all loaded before any is
+// used or stored (the residual's store, through `keep_row`, and the output's), so that all
+// of a row's loads are in flight at once. The chunks are named one by one rather than
+// looped over, so that they are registers whether or not the driver unrolls a loop (an
+// array indexed in a loop it keeps would make each load wait for the last). The loops of
+// `normalize_row` waited on a load at every step (three passes over the row, 14 steps each
+// for 3,584 values): about 40 µs a row on an H100 (session 36). Returns the normalized
+// values, for the caller to round. The same roundings as `normalize_row` (each square
+// rounded to f32, a float-float sum, the same scale and products); the sum's order is its
+// own, the same in every kernel that holds its rows.
 fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, HELD> {
     let base = row * p.width;
     let live = row < p.rows;
-    var values: array<vec4<f32>, HELD>;
-    var weights: array<vec4<f32>, HELD>;
-    for (var c = 0u; c < HELD; c++) {
-        let i = c * CHUNK + 4u * lid;
-        if live && i < p.width {
-            values[c] = row_values(base + i);
-            weights[c] = vec4<f32>(weight[i], weight[i + 1u], weight[i + 2u], weight[i + 3u]);
-        }
-    }
-    var sum = vec2<f32>(0.0, 0.0);
-    for (var c = 0u; c < HELD; c++) {
-        if live && c * CHUNK + 4u * lid < p.width {
-            for (var k = 0u; k < 4u; k++) {
-                sum = add_ff(sum, vec2<f32>(values[c][k] * values[c][k], 0.0));
-            }
-        }
-    }
+    let c0 = held_chunk(base, 0u, lid, live);
+    let c1 = held_chunk(base, 1u, lid, live);
+    let c2 = held_chunk(base, 2u, lid, live);
+    let c3 = held_chunk(base, 3u, lid, live);
+    let c4 = held_chunk(base, 4u, lid, live);
+    let c5 = held_chunk(base, 5u, lid, live);
+    let c6 = held_chunk(base, 6u, lid, live);
+    let c7 = held_chunk(base, 7u, lid, live);
+    var sum = add_squares(vec2<f32>(0.0, 0.0), c0, 0u, lid, live);
+    sum = add_squares(sum, c1, 1u, lid, live);
+    sum = add_squares(sum, c2, 2u, lid, live);
+    sum = add_squares(sum, c3, 3u, lid, live);
+    sum = add_squares(sum, c4, 4u, lid, live);
+    sum = add_squares(sum, c5, 5u, lid, live);
+    sum = add_squares(sum, c6, 6u, lid, live);
+    sum = add_squares(sum, c7, 7u, lid, live);
     partial[lid] = sum;
     workgroupBarrier();
     for (var span = THREADS / 2u; span > 0u; span >>= 1u) {
@@ -118,18 +163,14 @@ fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, HELD> {
         workgroupBarrier();
     }
     let scale = row_scale(partial[0]);
-    var normed: array<vec4<f32>, HELD>;
-    for (var c = 0u; c < HELD; c++) {
-        let i = c * CHUNK + 4u * lid;
-        if live && i < p.width {
-            let at = base + i;
-            keep_row(at, values[c]);
-            normed[c] = values[c] * scale * weights[c];
-            out[at] = normed[c].x;
-            out[at + 1u] = normed[c].y;
-            out[at + 2u] = normed[c].z;
-            out[at + 3u] = normed[c].w;
-        }
-    }
-    return normed;
+    return array<vec4<f32>, HELD>(
+        held_out(base, c0, scale, 0u, lid, live),
+        held_out(base, c1, scale, 1u, lid, live),
+        held_out(base, c2, scale, 2u, lid, live),
+        held_out(base, c3, scale, 3u, lid, live),
+        held_out(base, c4, scale, 4u, lid, live),
+        held_out(base, c5, scale, 5u, lid, live),
+        held_out(base, c6, scale, 6u, lid, live),
+        held_out(base, c7, scale, 7u, lid, live),
+    );
 }
