@@ -183,10 +183,10 @@ impl WgpuBackend {
     /// half as many commands as were submitted since the flush (and at least
     /// `early_submit`). A decode step recorded as one batch left the device idle while the
     /// host recorded it (on an H100, session 35: 1.4 ms of a 6.1 ms step of qwen2.5-0.5b,
-    /// 2.5 ms of the 7B's 30.4); submitted in batches growing by half (16, 16, 24, 36, 54,
-    /// ... commands: 7 submits for 246 dispatches), the device runs each batch while the
-    /// host records the next, and waits only for the first. Batches end at the same commands
-    /// step after step, so a step's parameter slots, and so its bind groups, repeat.
+    /// 2.5 ms of the 7B's 30.4); submitted in batches growing by half (16, 16, 16, 24, 36,
+    /// 54, 81, ... commands: 8 submits for 246 dispatches), the device runs each batch while
+    /// the host records the next, and waits only for the first. Batches end at the same
+    /// commands step after step, so a step's parameter slots, and so its bind groups, repeat.
     fn submits_early(&self, pending: &Pending) -> bool {
         self.early_submit > 0 && pending.commands >= self.early_submit.max(pending.since_flush / 2)
     }

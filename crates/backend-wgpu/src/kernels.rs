@@ -359,7 +359,8 @@ fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize, biased:
              \x20   for (var k = 0u; k < {last}u; k++) {{\n\
              \x20       if group >= p.parts[k].w {{ found = k + 1u; }}\n    }}\n    return found;\n}}\n\
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
-             fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n{writes}    out[i] = value;\n}}\n",
+             fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
+             {writes}    out[i] = value;\n}}\n",
             common = matvec_common(ty, reduction),
             last = parts - 1
         )
