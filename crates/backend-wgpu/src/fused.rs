@@ -82,8 +82,12 @@ impl FusedOps for WgpuBackend {
     ) -> OpResult {
         let mut outs = outs;
         let weights = projections.map(|projection| projection.weight);
+        // The epilogue adds bias element r to row r: each bias as long as its weight's rows.
+        let fits = projections
+            .iter()
+            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
         let biases = match projections.map(|p| p.bias) {
-            [Some(b0), Some(b1), Some(b2)] if self.fused_ops && self.bias_epilogue => {
+            [Some(b0), Some(b1), Some(b2)] if self.fused_ops && self.bias_epilogue && fits => {
                 self.joined_biases([b0, b1, b2])?
             }
             _ => None,
