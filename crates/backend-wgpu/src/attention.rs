@@ -158,6 +158,8 @@ impl WgpuBackend {
         };
         let q = buffer(rotated.as_ref().unwrap_or(attention.q), OP, "q")?;
         let out = buffer(out, OP, "out")?;
+        // The one-chunk rows take the split path (and its merge the rounding).
+        let split = self.split_attention && !self.exact_matmul;
         let rounding = next
             .filter(|&(_, tokens)| {
                 value_rotation.is_none()
@@ -166,11 +168,17 @@ impl WgpuBackend {
             })
             .and_then(|(w, tokens)| {
                 let len = tokens * q_width;
-                let mode = self.head_rounding(w, len, head_dim)?;
-                Some((mode, len))
+                let (mode, heads_a_block) = self.head_rounding(w, len, head_dim)?;
+                // Blocks over several heads: only the merge's groups of heads round them.
+                let merge_heads = match heads_a_block {
+                    1 => 1,
+                    n if split && heads.is_multiple_of(n) => n,
+                    _ => return None,
+                };
+                Some((mode, len, merge_heads))
             });
         let rounded = match rounding {
-            Some((_, len)) => Some(self.rounding_target(len)?),
+            Some((_, len, _)) => Some(self.rounding_target(len)?),
             None => None,
         };
         let words = [
@@ -181,13 +189,15 @@ impl WgpuBackend {
             q_width as u32,
             f(params.scale),
             0,
-            rounding.map_or(0, |(mode, _)| mode),
+            rounding.map_or(0, |(mode, _, _)| mode),
             // The split path's chunks a query (set per dispatch).
             0,
+            // Heads a merge workgroup takes.
+            rounding.map_or(1, |(_, _, merge_heads)| merge_heads as u32),
         ];
         let paths = [AttentionPath::Tiled, AttentionPath::OneChunk];
         for (path, queries) in paths.into_iter().zip(&queries) {
-            if path == AttentionPath::OneChunk && self.split_attention && !self.exact_matmul {
+            if path == AttentionPath::OneChunk && split {
                 let kernels = [
                     kernel(AttentionPath::Split, false)?,
                     kernel(AttentionPath::Merge, rounded.is_some())?,
@@ -225,7 +235,7 @@ impl WgpuBackend {
                 self.dispatch_ranges(OP, kernel, &words, bound, groups)?;
             }
         }
-        if let Some((mode, len)) = rounding {
+        if let Some((mode, len, _)) = rounding {
             self.leave_rounding(out, len, mode);
         }
         if let Some(n) = value_rotation {
@@ -242,8 +252,8 @@ impl WgpuBackend {
 struct Split<'a> {
     /// The first pass and the merge.
     kernels: [KernelSource; 2],
-    /// The one-chunk kernel's parameters (attention_params.wgsl); the last word is set here.
-    words: [u32; 9],
+    /// The one-chunk kernel's parameters (attention_params.wgsl); the chunks are set here.
+    words: [u32; 10],
     /// The position -> cell tables of the sequences.
     cells: &'a [u32],
     /// q, the key and value caches, and the output.
@@ -257,8 +267,8 @@ impl WgpuBackend {
     /// position) by the split path: the keys of each (query, head) cut into chunks of whole
     /// tiles, a workgroup each (`attention_split.wgsl`), as many chunks as make about
     /// SPLIT_GROUPS workgroups, each chunk's softmax sums in a record of `attention_partials`;
-    /// then a workgroup a (query, head) merges them (`attention_merge.wgsl`). Queries are
-    /// taken in groups whose records fit one binding.
+    /// then a workgroup a (query, group of `words[9]` heads) merges them
+    /// (`attention_merge.wgsl`). Queries are taken in groups whose records fit one binding.
     fn attend_in_chunks(&self, split: &Split<'_>, queries: &[u32]) -> OpResult {
         const OP: &str = "attention";
         let [q, k, v, out] = split.buffers;
@@ -304,7 +314,8 @@ impl WgpuBackend {
                 }
                 None => &bindings[..3],
             };
-            let groups = [count as u32, heads as u32, 1];
+            let merge_heads = words[9] as usize;
+            let groups = [count as u32, (heads / merge_heads) as u32, 1];
             self.dispatch_ranges(OP, split.kernels[1], &words, bound, groups)?;
         }
         Ok(())

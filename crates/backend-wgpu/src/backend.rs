@@ -131,6 +131,24 @@ pub struct WgpuBackend {
     /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
     /// [`WgpuBackend::without_split_attention`].
     pub(crate) split_attention: bool,
+    /// Whether the Q/K/V dispatch adds Qwen2's three biases in its epilogue
+    /// (`kernels::matvec_parts`' `biased`) instead of a dispatch of its own (`add_bias3`):
+    /// `RUNIT_WGPU_BIAS_EPILOGUE=0` turns it off.
+    pub(crate) bias_epilogue: bool,
+    /// The Q/K/V biases joined into one buffer, by the bias buffers (fused.rs).
+    pub(crate) joined_biases: Mutex<Vec<([wgpu::Buffer; 3], wgpu::Buffer)>>,
+    /// Whether the norms of rows of at most 8,192 values hold each row in registers
+    /// (rms_norm.wgsl's `normalize_held`: every load of a row in flight at once) rather than
+    /// loop over it (`normalize_row`, a load waited on at every step: 40 µs a 3,584-value row
+    /// on an H100, session 36). `RUNIT_WGPU_HELD_NORM=0` turns it off, as does
+    /// [`WgpuBackend::without_held_norms`].
+    pub(crate) held_norms: bool,
+    /// Commands in the first batch submitted early after a flush, or 0 where batches are
+    /// submitted only when the host needs their results or they are full (batch.rs,
+    /// `submits_early`): by default 16 on every adapter but a CPU one (on lavapipe the
+    /// device's threads would compete with the recording for the cores).
+    /// `RUNIT_WGPU_EARLY_SUBMIT=N` sets it (0: off), as does [`WgpuBackend::with_early_submit`].
+    pub(crate) early_submit: usize,
     /// Commands recorded since the last submit (batch.rs).
     pub(crate) pending: Mutex<Pending>,
     /// Every dispatch's parameters (a slot each) and tables, written once per batch
@@ -174,6 +192,9 @@ pub struct WgpuBackend {
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
+
+/// Commands in the first batch a GPU adapter submits early after a flush (batch.rs).
+const EARLY_SUBMIT: usize = 16;
 
 /// The kernel of [`WgpuBackend::fma_is_fused`].
 const FMA_PROBE: &str = "
@@ -345,6 +366,14 @@ impl WgpuBackend {
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
+            held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
+            bias_epilogue: !std::env::var("RUNIT_WGPU_BIAS_EPILOGUE").is_ok_and(|v| v == "0"),
+            joined_biases: Mutex::default(),
+            early_submit: match std::env::var("RUNIT_WGPU_EARLY_SUBMIT").map(|v| v.parse()) {
+                Ok(Ok(first)) => first,
+                _ if info.device_type == wgpu::DeviceType::Cpu => 0,
+                _ => EARLY_SUBMIT,
+            },
             pending: Mutex::default(),
             ring,
             params_slot,
@@ -449,6 +478,29 @@ impl WgpuBackend {
     /// opens (for comparisons: one workgroup a head, ggml's roundings).
     pub fn without_split_attention(mut self) -> WgpuBackend {
         self.split_attention = false;
+        self
+    }
+
+    /// This backend submitting its batches early, the first after `first` commands (0:
+    /// only when the host needs their results or they are full), whatever the adapter
+    /// (tests; on a CPU adapter it is off by default).
+    pub fn with_early_submit(mut self, first: usize) -> WgpuBackend {
+        self.early_submit = first;
+        self
+    }
+
+    /// This backend adding the Q/K/V biases in a dispatch of their own (`add_bias3`) rather
+    /// than in the Q/K/V dispatch's epilogue, as `RUNIT_WGPU_BIAS_EPILOGUE=0` sets it.
+    pub fn without_bias_epilogue(mut self) -> WgpuBackend {
+        self.bias_epilogue = false;
+        self
+    }
+
+    /// This backend with its norms looping over each row (rms_norm.wgsl's `normalize_row`)
+    /// at every width, as `RUNIT_WGPU_HELD_NORM=0` sets it when the backend opens (for
+    /// comparisons, and the tests of the loop).
+    pub fn without_held_norms(mut self) -> WgpuBackend {
+        self.held_norms = false;
         self
     }
 

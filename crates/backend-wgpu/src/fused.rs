@@ -17,8 +17,11 @@ use runit_backend::{
     Projection, RopeKvWrite, Weight,
 };
 
+use runit_backend::BackendError;
+use wgpu::util::DeviceExt;
+
 use crate::backend::grid;
-use crate::device::{at_least, buffer};
+use crate::device::{at_least, buffer, weight};
 use crate::rope::same_angles;
 use crate::WgpuBackend;
 
@@ -79,7 +82,22 @@ impl FusedOps for WgpuBackend {
     ) -> OpResult {
         let mut outs = outs;
         let weights = projections.map(|projection| projection.weight);
-        if self.fused_ops && self.matmul_parts(&weights, x, tokens, &mut outs)? {
+        // The epilogue adds bias element r to row r: each bias as long as its weight's rows.
+        let fits = projections
+            .iter()
+            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
+        let biases = match projections.map(|p| p.bias) {
+            [Some(b0), Some(b1), Some(b2)] if self.fused_ops && self.bias_epilogue && fits => {
+                self.joined_biases([b0, b1, b2])?
+            }
+            _ => None,
+        };
+        if let Some(biases) = &biases {
+            if self.matmul_parts(&weights, x, tokens, &mut outs, Some(biases))? {
+                return Ok(());
+            }
+        }
+        if self.fused_ops && self.matmul_parts(&weights, x, tokens, &mut outs, None)? {
             if let [Some(b0), Some(b1), Some(b2)] = projections.map(|p| p.bias) {
                 return self.add_biases([b0, b1, b2], outs, tokens);
             }
@@ -124,17 +142,55 @@ impl FusedOps for WgpuBackend {
     }
 }
 
+/// Joined biases a backend keeps at most (`WgpuBackend::joined_biases`).
+const MAX_JOINED_BIASES: usize = 1024;
+
 impl WgpuBackend {
     /// The gate and up products of `run` into its `hidden` and `up`: one dispatch where
     /// `matmul_parts` applies, else a matmul each.
     fn gate_and_up(&self, run: &mut GatedFfnRun<'_>) -> OpResult {
         let (ffn, x, tokens) = (run.ffn, run.x, run.tokens);
         let mut outs = [&mut *run.hidden, &mut *run.up];
-        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs)? {
+        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs, None)? {
             return Ok(());
         }
         self.matmul(ffn.gate, x, tokens, run.hidden)?;
         self.matmul(ffn.up, x, tokens, run.up)
+    }
+
+    /// The three projections' biases one after another in one buffer, for the Q/K/V
+    /// dispatch to add (`matmul_parts`), made from their host copies the first time and kept
+    /// by their buffers; `None` where a bias has no host copy.
+    fn joined_biases(&self, biases: [&Weight; 3]) -> Result<Option<wgpu::Buffer>, BackendError> {
+        const OP: &str = "add_bias";
+        let mut buffers = [&self.gelu_table; 3];
+        for (slot, bias) in buffers.iter_mut().zip(biases) {
+            *slot = self.f32_vector(bias, OP)?;
+        }
+        let mut joined = self.joined_biases.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, buffer)) = joined.iter().find(|(of, _)| of.iter().eq(buffers)) {
+            return Ok(Some(buffer.clone()));
+        }
+        let mut values = Vec::new();
+        for bias in biases {
+            match &weight(bias, OP, "bias")?.host {
+                Some(host) => values.extend_from_slice(&host[..bias.row_len()]),
+                None => return Ok(None),
+            }
+        }
+        // A backend serving model after model keeps at most this many (about one a layer).
+        if joined.len() >= MAX_JOINED_BIASES {
+            joined.clear();
+        }
+        let buffer = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(OP),
+                contents: bytemuck::cast_slice(&values),
+                usage: wgpu::BufferUsages::STORAGE,
+            });
+        joined.push((buffers.map(Clone::clone), buffer.clone()));
+        Ok(Some(buffer))
     }
 
     /// `add_bias` of each of the three projections' biases to its output, in one dispatch

@@ -22,11 +22,13 @@ pub enum KernelSource {
     Plain(&'static str),
     /// One of [`WEIGHT_KERNELS`], by name, reading a type of [`WEIGHT_TYPES`] ([`for_weight`]).
     Weight(&'static str, GgmlType),
-    /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]).
+    /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]);
+    /// `biased`: each part's output plus its bias.
     MatVec {
         ty: GgmlType,
         reduction: Reduction,
         parts: usize,
+        biased: bool,
     },
     /// The exact matmuls ([`matmul_q0`], [`matmul_qk`], [`matmul_repack`], [`matmul_float`]).
     MatmulQ0(GgmlType),
@@ -54,6 +56,7 @@ impl KernelSource {
                 ty,
                 reduction,
                 parts,
+                biased,
             } => {
                 let variant = match reduction {
                     Reduction::Shared => "",
@@ -64,7 +67,8 @@ impl KernelSource {
                 } else {
                     parts.to_string()
                 };
-                format!("matvec{count}_{}{variant}", suffix(ty))
+                let bias = if biased { "_bias" } else { "" };
+                format!("matvec{count}_{}{variant}{bias}", suffix(ty))
             }
             KernelSource::MatmulQ0(ty) => format!("matmul_q0_{}", suffix(ty)),
             KernelSource::MatmulQk(ty) => format!("matmul_qk_{}", suffix(ty)),
@@ -97,9 +101,10 @@ impl KernelSource {
                 ty,
                 reduction,
                 parts,
+                biased,
             } => match parts {
                 1 => matvec_source(ty, reduction),
-                _ => matvec_parts_source(ty, reduction, parts),
+                _ => matvec_parts_source(ty, reduction, parts, biased),
             },
             KernelSource::MatmulQ0(ty) => matmul_q0_source(ty),
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
@@ -256,6 +261,7 @@ pub fn matvec(ty: GgmlType, reduction: Reduction) -> Option<KernelSource> {
         ty,
         reduction,
         parts: 1,
+        biased: false,
     })
 }
 
@@ -301,17 +307,25 @@ pub const MAX_PARTS: usize = 3;
 /// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction` over `parts`
 /// weights of one input (2 ..= [`MAX_PARTS`]: gate and up, the Q, K and V projections):
 /// part k's weight and output at bindings 2k + 2 and 2k + 3 past part 0's (binding 1, and 3
-/// after x at 2). Each row is summed as [`matvec`] sums it.
-pub fn matvec_parts(ty: GgmlType, reduction: Reduction, parts: usize) -> Option<KernelSource> {
+/// after x at 2). Each row is summed as [`matvec`] sums it. `biased`: every part has a bias,
+/// all of them one after another in one buffer at binding 2 · parts + 2, added to each
+/// output as `add_bias` adds it (Qwen2's Q, K and V: a dispatch a layer fewer).
+pub fn matvec_parts(
+    ty: GgmlType,
+    reduction: Reduction,
+    parts: usize,
+    biased: bool,
+) -> Option<KernelSource> {
     let applies = (2..=MAX_PARTS).contains(&parts) && MATVEC_TYPES.contains(&ty);
     applies.then_some(KernelSource::MatVec {
         ty,
         reduction,
         parts,
+        biased,
     })
 }
 
-fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize) -> String {
+fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize, biased: bool) -> String {
     let mut bindings = String::new();
     let (mut elems, mut writes) = (String::new(), String::new());
     for k in 1..parts {
@@ -324,13 +338,29 @@ fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize) -> Stri
         elems += &format!("    if part == {k}u {{ return w{k}[i]; }}\n");
         writes += &format!("    if part == {k}u {{ out{k}[i] = value; return; }}\n");
     }
+    // With biases: the part's output element i is row i % out_stride of the part (parts
+    // start at output row 0), its bias past the earlier parts' rows.
+    let biasing = match biased {
+        true => format!(
+            "@group(0) @binding({}) var<storage, read> biases: array<f32>;\n\
+             fn biased(i: u32, sum: f32) -> f32 {{\n\
+             \x20   let q = part_params();\n\
+             \x20   var first = 0u;\n\
+             \x20   if part >= 1u {{ first += p.rows; }}\n\
+             \x20   if part >= 2u {{ first += p.parts[0].x; }}\n\
+             \x20   return sum + biases[first + i % q.out_stride];\n}}\n",
+            2 * parts + 2
+        ),
+        false => "fn biased(i: u32, sum: f32) -> f32 {\n    return sum;\n}\n".to_string(),
+    };
     format!(
-            "{common}\n{bindings}\n\
+            "{common}\n{bindings}\n{biasing}\n\
              fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
              \x20   for (var k = 0u; k < {last}u; k++) {{\n\
              \x20       if group >= p.parts[k].w {{ found = k + 1u; }}\n    }}\n    return found;\n}}\n\
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
-             fn write_out(i: u32, value: f32) {{\n{writes}    out[i] = value;\n}}\n",
+             fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
+             {writes}    out[i] = value;\n}}\n",
             common = matvec_common(ty, reduction),
             last = parts - 1
         )
@@ -693,7 +723,9 @@ pub fn all() -> Vec<KernelSource> {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             all.extend(matvec(ty, reduction));
             for parts in 2..=MAX_PARTS {
-                all.extend(matvec_parts(ty, reduction, parts));
+                for biased in [false, true] {
+                    all.extend(matvec_parts(ty, reduction, parts, biased));
+                }
             }
         }
     }

@@ -17,8 +17,9 @@
 //! its results for the matmul that read them the last step, RoPE of queries and keys with
 //! the cache write, the one-chunk attention with the rounding of its output for the output
 //! projection, the gated activation with the rounding of down's activations, and at decode
-//! the Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, off by
-//! default on CPU adapters), equal to their primitive sequences bit for bit; the others run
+//! the Q/K/V and gate/up products each in one dispatch of `kernels::matvec_parts`, with
+//! Qwen2's three Q/K/V biases added in its epilogue, off by default on CPU adapters), equal
+//! to their primitive sequences bit for bit; the others run
 //! their default bodies. Other weight types answer
 //! `false` to [`runit_backend::Device::supports`] and their ops return
 //! `BackendError::Unsupported`.
@@ -67,7 +68,9 @@
 //! pass go into one command encoder and one open compute pass, each taking its parameters
 //! (a uniform slot) and its small host tables (token ids, cache cells, RoPE angles, query
 //! lists) from one ring buffer written once per submit; the batch is
-//! submitted at a read-back, a wait, an upload, or every 512 commands. Bind groups are kept
+//! submitted at a read-back, a wait, an upload, or every 512 commands, and on a GPU adapter
+//! early, in batches growing from 16 commands, so that the device runs a step's first layers
+//! while the host records the rest (`RUNIT_WGPU_EARLY_SUBMIT`). Bind groups are kept
 //! by what they bind (pipeline, parameter slot, buffer ranges; `src/bind_groups.rs`) and
 //! reused by later batches: a decode step repeats the last one's dispatches, parameter slots
 //! and table places, so its bind groups are looked up, not made. `RUNIT_WGPU_COUNTS=1`
@@ -88,7 +91,14 @@
 //! keys cut into chunks of whole tiles of 32, a workgroup a chunk with an f32 online softmax
 //! (`attention_split.wgsl`, about 1,024 workgroups a dispatch where the keys allow), then a
 //! workgroup a (query, head) merging the chunks and rounding the output for the output
-//! projection where the one-chunk kernel would (`attention_merge.wgsl`).
+//! projection where the one-chunk kernel would, or a workgroup a group of heads where the
+//! rounding's blocks span whole heads (Q8_K blocks of 256 values from heads of 128:
+//! `attention_merge.wgsl`).
+//!
+//! RMS norms hold a row of up to 8,192 values in registers (`normalize_held` in
+//! `rms_norm.wgsl`: every load of the row in flight at once), one workgroup a row; wider rows
+//! and rows of a width not a multiple of 4 loop over the row (`RUNIT_WGPU_HELD_NORM=0`: every
+//! width).
 
 mod attention;
 mod backend;

@@ -259,12 +259,15 @@ impl WgpuBackend {
     /// the exact or generic matmul, and to buffers that bind whole, on a backend that takes
     /// several weights a dispatch (`WgpuBackend::matvec_parts`). Returns `false`, having
     /// recorded nothing, where it does not apply: the caller then multiplies weight by weight.
+    /// With `biases` (each weight's bias, one after another: `joined_biases`), each output
+    /// is the product plus its bias, as `add_bias` would leave it.
     pub(crate) fn matmul_parts(
         &self,
         ws: &[&Weight],
         x: &Buffer,
         tokens: usize,
         outs: &mut [&mut Buffer],
+        biases: Option<&wgpu::Buffer>,
     ) -> Result<bool, BackendError> {
         const OP: &str = "matmul";
         let Some(w0) = ws.first() else {
@@ -279,7 +282,7 @@ impl WgpuBackend {
             && ws.iter().all(|w| {
                 w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
             });
-        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len());
+        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len(), biases.is_some());
         let (Some(kernel), true) = (kernel, applies) else {
             return Ok(false);
         };
@@ -338,15 +341,25 @@ impl WgpuBackend {
         let [gx, gy, _] = rows_grid(groups as usize);
         params[6] = gx;
         // Part 0's weight, x, part 0's output, then each later part's weight and output.
-        let mut buffers = [x_bound; 1 + 2 * MAX_PARTS];
+        let mut buffers = [x_bound; 2 + 2 * MAX_PARTS];
         buffers[0] = chunks[0].0;
         buffers[2] = out_buffers[0];
         for k in 1..parts {
             buffers[1 + 2 * k] = chunks[k].0;
             buffers[2 + 2 * k] = out_buffers[k];
         }
-        let bound = &buffers[..1 + 2 * parts];
-        self.dispatch(OP, kernel, &params, bound, [gx, gy, tokens as u32])?;
+        let mut bound = 1 + 2 * parts;
+        if let Some(biases) = biases {
+            buffers[bound] = biases;
+            bound += 1;
+        }
+        self.dispatch(
+            OP,
+            kernel,
+            &params,
+            &buffers[..bound],
+            [gx, gy, tokens as u32],
+        )?;
         if rounded.is_some() {
             self.mark_rounding_current();
         }

@@ -19,7 +19,19 @@ fn f(value: f32) -> u32 {
     value.to_bits()
 }
 
+/// Values a norm kernel holds in registers at most (rms_norm.wgsl's HELD · CHUNK).
+const NORM_HELD_VALUES: usize = 8192;
+
 impl WgpuBackend {
+    /// rms_norm.wgsl's `held`: 1 where a norm of rows of `width` values holds each row in
+    /// registers (`normalize_held`: a multiple of 4 values, at most [`NORM_HELD_VALUES`],
+    /// unless `RUNIT_WGPU_HELD_NORM=0`), 0 where it loops over the row. Every norm kernel
+    /// takes the same, so that the plain and fused norms sum in the same order.
+    pub(crate) fn norm_held(&self, width: usize) -> u32 {
+        let held = width.is_multiple_of(4) && width <= NORM_HELD_VALUES;
+        u32::from(self.held_norms && held)
+    }
+
     pub(crate) fn unsupported_kv(&self, cache: &KvCache) -> BackendError {
         BackendError::UnsupportedKv {
             backend: self.name(),
@@ -217,7 +229,8 @@ impl PrimitiveOps for WgpuBackend {
             return Ok(());
         }
         let [gx, gy, _] = rows_grid(rows);
-        let params = [width as u32, rows as u32, f(norm.eps), gx, 0];
+        let held = self.norm_held(width);
+        let params = [width as u32, rows as u32, f(norm.eps), gx, 0, 0, held];
         self.dispatch(OP, Self::plain(OP), &params, &[x, w, out], [gx, gy, 1])
     }
 

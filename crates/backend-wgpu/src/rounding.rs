@@ -212,19 +212,20 @@ impl WgpuBackend {
         let len = rows * width;
         let weight = FxBuild::default().hash_one(w);
         let [gx, gy, _] = rows_grid(rows);
+        let held = self.norm_held(width);
         let mut scratch = self.rounded_x.lock().unwrap_or_else(|p| p.into_inner());
         let guess = scratch.norm_modes.get(&weight).copied();
         match guess.filter(|&(_, block)| width.is_multiple_of(block)) {
             Some((mode, _)) => {
                 let rounded = self.rounded_buffer(&mut scratch, len)?;
-                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode];
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode, held];
                 let buffers = [x, w, out, delta, &rounded];
                 let kernel = Self::plain("add_rms_norm_quantize");
                 self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
                 scratch.holds(out, len, mode, self.epoch.load(Ordering::Relaxed));
             }
             None => {
-                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0];
+                let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, 0, held];
                 let buffers = [x, w, out, delta];
                 self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])?;
             }
@@ -238,12 +239,23 @@ impl WgpuBackend {
         Ok(())
     }
 
-    /// quantize_x.wgsl's mode for rounding `len` activations of a matmul by `next` in blocks
-    /// that fall within heads of `head_dim` values (attention_chunk_quantize.wgsl), or
-    /// `None` where the matmul takes none or a block would span heads.
-    pub(crate) fn head_rounding(&self, next: &Weight, len: usize, head_dim: usize) -> Option<u32> {
+    /// quantize_x.wgsl's mode for rounding `len` activations of a matmul by `next` from the
+    /// outputs of heads of `head_dim` values, and the heads a block spans: 1 where blocks
+    /// fall within heads (attention_chunk_quantize.wgsl, attention_merge_quantize.wgsl), n
+    /// where a block is n whole heads (attention_merge_quantize.wgsl's groups of heads: a
+    /// Q8_K block of 256 values is two heads of 128); `None` where the matmul takes no
+    /// rounding or blocks and heads cut across each other.
+    pub(crate) fn head_rounding(
+        &self,
+        next: &Weight,
+        len: usize,
+        head_dim: usize,
+    ) -> Option<(u32, usize)> {
         let (mode, block) = self.rounding(next, len)?;
-        head_dim.is_multiple_of(block).then_some(mode)
+        if head_dim.is_multiple_of(block) {
+            return Some((mode, 1));
+        }
+        (head_dim > 0 && block.is_multiple_of(head_dim)).then_some((mode, block / head_dim))
     }
 
     /// The scratch buffer, large enough for `len` rounded values, for a kernel that rounds

@@ -49,6 +49,20 @@ fn matmul_alone(backend: &dyn Backend, ty: GgmlType, x: &[f32], tokens: usize) -
 #[test]
 fn matmuls_recorded_together_match_each_alone() {
     let Some(gpu) = backend() else { return };
+    recorded_together_match_each_alone(&gpu.with_early_submit(0), false);
+}
+
+/// As [`matmuls_recorded_together_match_each_alone`], with batches submitted early (the
+/// first after 2 commands, as on a GPU after 16): more submits, the same results.
+#[test]
+fn matmuls_submitted_early_match_each_alone() {
+    let Some(gpu) = backend() else { return };
+    recorded_together_match_each_alone(&gpu.with_early_submit(2), true);
+}
+
+/// Six matmuls recorded back to back, then read back, against each alone and the CPU;
+/// `early`: the backend submits early (else the first read-back submits them all).
+fn recorded_together_match_each_alone(gpu: &WgpuBackend, early: bool) {
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("cpu");
     let (n_in, n_out) = SHAPE;
     for (ty, tokens) in [
@@ -57,7 +71,7 @@ fn matmuls_recorded_together_match_each_alone() {
         (GgmlType::Q8_0, 5),
     ] {
         let w =
-            make_weight(&gpu, "w", ty, &[n_in, n_out], &values(n_in * n_out, 3)).expect("weight");
+            make_weight(gpu, "w", ty, &[n_in, n_out], &values(n_in * n_out, 3)).expect("weight");
         let xs: Vec<Vec<f32>> = (0..6).map(|k| values(tokens * n_in, 100 + k)).collect();
         let mut inputs = Vec::new();
         for x in &xs {
@@ -84,11 +98,14 @@ fn matmuls_recorded_together_match_each_alone() {
         let dispatches = after.dispatches - before.dispatches;
         assert_eq!(dispatches, per_matmul * xs.len() as u64, "{ty:?}");
         // The first download submits every matmul with its copy; the others, their copy.
-        assert_eq!(after.submits - before.submits, xs.len() as u64, "{ty:?}");
+        // Submitted early, the twelve dispatches go in batches of 2, 2, 2, 3 and 4 (with
+        // the first copy): four submits more.
+        let submits = xs.len() as u64 + if early { 4 } else { 0 };
+        assert_eq!(after.submits - before.submits, submits, "{ty:?}");
         for (x, result) in xs.iter().zip(&together) {
             assert_eq!(
                 result,
-                &matmul_alone(&gpu, ty, x, tokens),
+                &matmul_alone(gpu, ty, x, tokens),
                 "{ty:?} x {tokens}"
             );
             let error = nmse(&matmul_alone(&cpu, ty, x, tokens), result);

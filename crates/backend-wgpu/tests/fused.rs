@@ -44,21 +44,37 @@ fn bits(values: &[f32]) -> Vec<u32> {
 #[test]
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(gpu) = backend() else { return };
+    let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
     let mut rng = Rng::new(31);
-    // Widths below, at and past the kernel's 64 invocations a row, and a non-multiple of it.
-    for (width, rows) in [(48, 3), (64, 1), (576, 2), (1000, 5)] {
+    // Widths below, at and past the kernel's 256 invocations a row, and a non-multiple of
+    // it; rows held in registers (widths of a multiple of 4 up to 8,192: one chunk of 1,024
+    // values, and three and a half) and rows looped over (a width not a multiple of 4, one
+    // past 8,192, and every width on a backend that does not hold rows).
+    let cases = [
+        (48, 3),
+        (64, 1),
+        (576, 2),
+        (1000, 5),
+        (1002, 2),
+        (3584, 2),
+        (8200, 1),
+    ];
+    for ((width, rows), gpu) in cases
+        .into_iter()
+        .flat_map(|case| [(case, &gpu), (case, &looping)])
+    {
         let len = width * rows;
         let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
         let weight_values = rng.values(width, 0.5, 1.5);
-        let weight = make_weight(&gpu, "norm", GgmlType::F32, &[width], &weight_values)
-            .expect("norm weight");
+        let weight =
+            make_weight(gpu, "norm", GgmlType::F32, &[width], &weight_values).expect("norm weight");
         let norm = RmsNorm {
             weight: &weight,
             eps: 1e-5,
         };
         let (mut results, mut used) = (Vec::new(), Vec::new());
         for fused in [false, true] {
-            let (mut x_buffer, delta_buffer) = (upload(&gpu, &x), upload(&gpu, &delta));
+            let (mut x_buffer, delta_buffer) = (upload(gpu, &x), upload(gpu, &delta));
             let mut out = gpu.alloc(len).expect("alloc");
             let op = AddRmsNorm {
                 x: &mut x_buffer,
@@ -70,12 +86,12 @@ fn add_rms_norm_equals_add_then_rms_norm() {
             let before = gpu.counts().dispatches;
             match fused {
                 true => gpu.add_rms_norm(op),
-                false => unfused::add_rms_norm(&gpu, op),
+                false => unfused::add_rms_norm(gpu, op),
             }
             .expect("add_rms_norm");
             used.push(gpu.counts().dispatches - before);
-            let sum = download(&gpu, &x_buffer, len);
-            results.push((bits(&sum), bits(&download(&gpu, &out, len))));
+            let sum = download(gpu, &x_buffer, len);
+            results.push((bits(&sum), bits(&download(gpu, &out, len))));
         }
         assert_eq!(results[0].0, results[1].0, "x + delta, width {width}");
         assert_eq!(results[0].1, results[1].1, "norm, width {width}");
@@ -88,7 +104,8 @@ fn add_rms_norm_equals_add_then_rms_norm() {
 /// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
 /// matmul rounds again. Each step's
 /// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
-/// every rounding mode, with the fast kernels and the exact ones (packed blocks).
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at a width
+/// of one chunk of the held kernel (1,024 values) and of two, the second part full.
 #[test]
 fn add_rms_norm_rounds_for_the_next_matmul() {
     let Some(gpu) = backend() else { return };
@@ -101,8 +118,11 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
         GgmlType::BF16,
         GgmlType::F32,
     ];
-    let (width, rows_out) = (512, 40);
-    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+    let rows_out = 40;
+    for ((gpu, mode), width) in [(&gpu, "fast"), (&exact, "exact")]
+        .into_iter()
+        .flat_map(|gpu| [(gpu, 512), (gpu, 1280)])
+    {
         let mut rng = Rng::new(37);
         let others = [GgmlType::F16, GgmlType::Q8_0]
             .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
@@ -147,7 +167,7 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
                             bits(&download(gpu, &product, tokens * rows_out)),
                         ]);
                     }
-                    let detail = format!("{mode} {ty:?} x {tokens}, step {step}");
+                    let detail = format!("{mode} {ty:?} {width} x {tokens}, step {step}");
                     assert_eq!(results[0], results[1], "{detail}");
                     // The add joins the norm; at the second step the rounding joins it too.
                     let rounds = step == 1 && ty != GgmlType::F32;
@@ -292,11 +312,13 @@ fn rope_kv_write_equals_its_primitives() {
     }
 }
 
-/// `attention_output` (the one-chunk attention rounding its output for the projection in
-/// its dispatch where it can) against `attention` then `matmul`: the attention's output and
-/// the projection equal bit for bit, and the rounding's dispatch saved exactly where the
-/// kernel takes it: one-chunk spans covering the rows in order, no value rotation (q8_0 and
-/// q4_0 value caches rotate the output afterwards), the mode's blocks within a head.
+/// `attention_output` (the attention rounding its output for the projection in its
+/// dispatch where it can) against `attention` then `matmul`: the attention's output and the
+/// projection equal bit for bit, and the rounding's dispatch saved exactly where the kernel
+/// takes it: one-chunk spans covering the rows in order, no value rotation (q8_0 and q4_0
+/// value caches rotate the output afterwards), the mode's blocks within a head, or, on the
+/// split path (fast kernels), blocks of whole heads (Q8_K blocks of 256 values from heads of
+/// 64 or 128, as qwen2.5-7b's) where the heads divide into them.
 #[test]
 fn attention_output_rounds_for_the_projection() {
     let Some(gpu) = backend() else { return };
@@ -304,20 +326,22 @@ fn attention_output_rounds_for_the_projection() {
     use GgmlType::{BF16, F16 as H, F32 as S, Q4_1, Q4_K, Q8_0};
     use KvType::{F16, F32};
     // (heads, kv_heads, head_dim, key and value caches, projection type, rows of each span,
-    // whether the attention rounds)
+    // whether the attention rounds with the fast kernels and with the exact ones)
     let cases = [
-        (8, 2, 64, F16, F16, Q8_0, vec![1], true),
-        (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], true),
-        (4, 4, 32, F32, F32, H, vec![2, 1], true),
-        (2, 1, 256, F16, F16, Q4_K, vec![1], true),
-        (2, 1, 64, F16, F16, Q4_1, vec![3], true),
-        (8, 2, 64, F16, F16, Q4_K, vec![1], false),
-        (8, 2, 64, F16, KvType::Q8_0, Q8_0, vec![1], false),
-        (4, 4, 32, F16, F16, Q8_0, vec![64], false),
-        (8, 2, 64, F16, F16, S, vec![1], false),
+        (8, 2, 64, F16, F16, Q8_0, vec![1], [true, true]),
+        (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], [true, true]),
+        (4, 4, 32, F32, F32, H, vec![2, 1], [true, true]),
+        (2, 1, 256, F16, F16, Q4_K, vec![1], [true, true]),
+        (2, 1, 64, F16, F16, Q4_1, vec![3], [true, true]),
+        (8, 2, 64, F16, F16, Q4_K, vec![1], [true, false]),
+        (4, 2, 128, F16, F16, Q4_K, vec![2, 1], [true, false]),
+        (8, 2, 64, F16, KvType::Q8_0, Q8_0, vec![1], [false, false]),
+        (4, 4, 32, F16, F16, Q8_0, vec![64], [false, false]),
+        (8, 2, 64, F16, F16, S, vec![1], [false, false]),
     ];
     for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
         for (heads, kv_heads, head_dim, keys, values, ty, span_rows, rounds) in cases.clone() {
+            let rounds = rounds[usize::from(mode == "exact")];
             let mut rng = Rng::new(47);
             let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
             let (block_size, prefix) = (16, 5);
@@ -537,24 +561,25 @@ fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64)
 
 /// The Q, K and V projections (the V rows not a multiple of the kernel's 4 rows a workgroup,
 /// with a bias on K, then on all three as Qwen2's) by `matmul_qkv` and by its primitives, for
-/// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without.
+/// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without,
+/// the three biases added in the Q/K/V dispatch and in one of their own.
 #[test]
 fn matmul_qkv_equals_three_matmuls() {
     let Some(gpu) = backend() else { return };
     let subgroups = gpu.uses_subgroups();
     let n = 256;
     let rows = [64, 32, 36];
-    let gpus = match subgroups {
-        true => vec![
-            gpu,
-            WgpuBackend::new(0)
-                .expect("adapter")
-                .without_subgroups()
-                .with_matvec_parts(),
-        ],
-        false => vec![gpu],
-    };
-    for gpu in &gpus {
+    let mut gpus = vec![WgpuBackend::new(0)
+        .expect("adapter")
+        .with_matvec_parts()
+        .without_bias_epilogue()];
+    if subgroups {
+        let shared = WgpuBackend::new(0).expect("adapter").without_subgroups();
+        gpus.push(shared.with_matvec_parts());
+    }
+    gpus.push(gpu);
+    for (index, gpu) in gpus.iter().enumerate() {
+        let epilogue = index > 0;
         for ty in MATVEC_TYPES {
             let ws = weights(gpu, ty, n, &rows, 5);
             let biases: Vec<Weight> = rows
@@ -594,14 +619,19 @@ fn matmul_qkv_equals_three_matmuls() {
                     results.push(hosts);
                 }
                 let detail = format!(
-                    "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}",
+                    "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}, epilogue \
+                     {epilogue}",
                     gpu.uses_subgroups()
                 );
                 assert_eq!(results[0], results[1], "{detail}");
                 // Three matrix-vector dispatches became one (and the bias between two
                 // matmuls no longer makes the last round its activations again); three
-                // biases take one dispatch.
-                let saved = if all_biases { 4 } else { 2 };
+                // biases take one dispatch, or none in the epilogue.
+                let saved = match (all_biases, epilogue) {
+                    (true, true) => 5,
+                    (true, false) => 4,
+                    (false, _) => 2,
+                };
                 assert!(used[1] + saved <= used[0], "{detail}: dispatches {used:?}");
             }
         }

@@ -175,3 +175,48 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
         }
     }
 }
+
+/// RMS norms equal the CPU's bit for bit (the goldens need it; the parity suite's bound is
+/// an NMSE) at model widths, rows held in registers and rows looped over (a width past
+/// 8,192, and every width on a backend that does not hold rows): the sums of squares part
+/// from the CPU's f64 order but are float-floats, so the mean rounds to the same f32.
+#[test]
+fn rms_norm_equals_the_cpu_bit_for_bit() {
+    use runit_backend::testing::{make_weight, Rng};
+    use runit_backend::{Backend, RmsNorm};
+    use runit_quant::GgmlType;
+    let gpu = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter: {error}");
+            return;
+        }
+    };
+    let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let mut rng = Rng::new(67);
+    for (width, rows) in [(896, 16), (2048, 8), (3584, 8), (4096, 4), (8448, 2)] {
+        let x = rng.normal(rows * width, 1.5);
+        let w = rng.values(width, 0.5, 1.5);
+        let mut outs: Vec<Vec<u32>> = Vec::new();
+        for device in [&gpu as &dyn Backend, &looping, &cpu] {
+            let weight = make_weight(device, "norm", GgmlType::F32, &[width], &w).expect("weight");
+            let norm = RmsNorm {
+                weight: &weight,
+                eps: 1e-6,
+            };
+            let mut input = device.alloc(x.len()).expect("alloc");
+            device.upload(&mut input, &x).expect("upload");
+            let mut out = device.alloc(x.len()).expect("alloc");
+            device
+                .rms_norm(&input, norm, rows, &mut out)
+                .expect("rms_norm");
+            let mut host = vec![0.0f32; x.len()];
+            device.download(&out, &mut host).expect("download");
+            outs.push(host.iter().map(|v| v.to_bits()).collect());
+        }
+        assert_eq!(outs[0], outs[2], "held rows, width {width}");
+        assert_eq!(outs[1], outs[2], "looped rows, width {width}");
+    }
+}

@@ -1,8 +1,8 @@
 // The merged attention's output rounded for the output projection in the same dispatch
-// (`FusedOps::attention_output`): the head's values, four an invocation, rounded together
-// by the workgroup (quantize_coop.wgsl; head_dim a multiple of the mode's block, so a
-// block's invocations are all live or none) into `rounded`, equal bit for bit to
-// quantize_x's rounding of them.
+// (`FusedOps::attention_output`): the group's values (its p.merge_heads heads one after
+// another), four an invocation, rounded together by the workgroup (quantize_coop.wgsl; the
+// group's values whole blocks of the mode, so a block's invocations are all live or none)
+// into `rounded`, equal bit for bit to quantize_x's rounding of them.
 
 @group(0) @binding(4) var<storage, read_write> rounded: array<u32>;
 
@@ -11,6 +11,6 @@ fn round_source(i: u32) -> f32 {
     return out[i];
 }
 
-fn round_values(q_base: u32, lid: u32, values: vec4<f32>) {
-    quantize_coop(q_base, lid, values, 4u * lid < p.head_dim, p.mode);
+fn round_values(group_base: u32, lid: u32, values: vec4<f32>, live: bool) {
+    quantize_coop(group_base, lid, values, live, p.mode);
 }

@@ -12,6 +12,9 @@ struct Params {
     zero: u32,      // always 0 (`opaque` in expf.wgsl)
     mode: u32,      // attention_chunk_quantize.wgsl's rounding (quantize_x.wgsl's mode)
     chunks: u32,    // the split path's key chunks a query (the partial records' stride)
+    // Heads a workgroup of attention_merge.wgsl takes: 1, or 256 / head_dim where it rounds
+    // Q8_K blocks of 256 values for the output projection from heads of fewer values.
+    merge_heads: u32,
 }
 
 struct Query {

@@ -8,6 +8,13 @@
 // head_dim + 2 floats): the scores' maximum m, the sum l of exp(score - m) and the
 // accumulated values; attention_merge.wgsl combines a query's records. Scores and sums are
 // f32 in this order, within the parity suite's bound of ggml's.
+//
+// Loads go several at a time: a score's half reads 8 dims of its key, the values 8 keys
+// (4 dims each), all before any is used, then adds them in order; each load named on its
+// own (`key4`, `value4`), so that they are registers whether or not the driver unrolls a
+// loop. One load a step (a dim of the score, a key of the values) kept an invocation
+// waiting on the memory at every step: 25 µs a dispatch for the 7B's 128-dim heads at a
+// depth of a few keys on an H100 (session 36).
 
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k_cache: array<u32>;
@@ -27,7 +34,66 @@ var<workgroup> query: array<f32, MAX_HEAD_DIM>;
 var<workgroup> halves: array<f32, THREADS>;
 var<workgroup> scores: array<f32, TILE>;
 var<workgroup> value_rows: array<u32, TILE>;
+var<workgroup> weights: array<f32, TILE>;
 var<workgroup> keys: vec2<u32>;
+
+// Dims d .. d + 4 of the key row at `row`, zero from `end` on.
+fn key4(row: u32, d: u32, end: u32) -> vec4<f32> {
+    return vec4<f32>(key_dim(row, d, end), key_dim(row, d + 1u, end), key_dim(row, d + 2u, end),
+        key_dim(row, d + 3u, end));
+}
+
+fn key_dim(row: u32, d: u32, end: u32) -> f32 {
+    if d < end {
+        return cache_value(row + d, true);
+    }
+    return 0.0;
+}
+
+// `half` plus the products of the query's dims d .. d + 4 (those before `end`) with `key`,
+// in order.
+fn add_products(half: f32, d: u32, key: vec4<f32>, end: u32) -> f32 {
+    var sum = half;
+    for (var k = 0u; k < 4u; k++) {
+        if d + k < end {
+            sum += query[d + k] * key[k];
+        }
+    }
+    return sum;
+}
+
+// Invocation `lid`'s dims (lid, lid + THREADS, ...) of tile key k's value row, zero where
+// the tile has no key k or the head no such dim.
+fn value4(k: u32, count: u32, lid: u32) -> vec4<f32> {
+    if k >= count {
+        return vec4<f32>(0.0);
+    }
+    let row = value_rows[k];
+    return vec4<f32>(value_dim(row, lid), value_dim(row, lid + THREADS),
+        value_dim(row, lid + 2u * THREADS), value_dim(row, lid + 3u * THREADS));
+}
+
+fn value_dim(row: u32, d: u32) -> f32 {
+    if d < p.head_dim {
+        return cache_value(row + d, false);
+    }
+    return 0.0;
+}
+
+// The softmax's running sums: the weighted values of an invocation's dims, and the weights.
+struct Sums {
+    acc: vec4<f32>,
+    l: f32,
+}
+
+// `sums` after tile key k (where the tile has it), whose value dims are `value`.
+fn add_key(sums: Sums, k: u32, count: u32, value: vec4<f32>) -> Sums {
+    if k >= count {
+        return sums;
+    }
+    let weight = weights[k];
+    return Sums(sums.acc + weight * value, sums.l + weight);
+}
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -50,16 +116,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let first_dim = (lid & 1u) * (p.head_dim / 2u);
     let end_dim = select(p.head_dim / 2u, p.head_dim, (lid & 1u) == 1u);
     var m = LOWEST;
-    var l = 0.0;
-    var acc = array<f32, DIMS_PER_THREAD>(0.0, 0.0, 0.0, 0.0);
+    var sums = Sums(vec4<f32>(0.0), 0.0);
     for (var start = range.x; start < range.y; start += TILE) {
         let count = min(TILE, range.y - start);
         var half = 0.0;
         if key < count {
             let cell = cells[info.cells + start + key];
             let row = cell * p.kv_width + kv_base;
-            for (var d = first_dim; d < end_dim; d++) {
-                half += query[d] * cache_value(row + d, true);
+            for (var d = first_dim; d < end_dim; d += 8u) {
+                let low = key4(row, d, end_dim);
+                let high = key4(row, d + 4u, end_dim);
+                half = add_products(half, d, low, end_dim);
+                half = add_products(half, d + 4u, high, end_dim);
             }
             if (lid & 1u) == 0u {
                 value_rows[key] = row;
@@ -77,32 +145,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let rescale = exp(m - top);
         m = top;
-        l *= rescale;
-        for (var j = 0u; j < DIMS_PER_THREAD; j++) {
-            acc[j] *= rescale;
+        sums = Sums(sums.acc * rescale, sums.l * rescale);
+        // Each key's weight by an invocation of its own, then summed in key order by all.
+        if lid < count {
+            weights[lid] = exp(scores[lid] - m);
         }
-        for (var k = 0u; k < count; k++) {
-            let weight = exp(scores[k] - m);
-            l += weight;
-            let row = value_rows[k];
-            for (var j = 0u; j < DIMS_PER_THREAD; j++) {
-                let d = lid + j * THREADS;
-                if d < p.head_dim {
-                    acc[j] += weight * cache_value(row + d, false);
-                }
-            }
+        workgroupBarrier();
+        for (var k = 0u; k < count; k += 8u) {
+            let v0 = value4(k, count, lid);
+            let v1 = value4(k + 1u, count, lid);
+            let v2 = value4(k + 2u, count, lid);
+            let v3 = value4(k + 3u, count, lid);
+            let v4 = value4(k + 4u, count, lid);
+            let v5 = value4(k + 5u, count, lid);
+            let v6 = value4(k + 6u, count, lid);
+            let v7 = value4(k + 7u, count, lid);
+            sums = add_key(sums, k, count, v0);
+            sums = add_key(sums, k + 1u, count, v1);
+            sums = add_key(sums, k + 2u, count, v2);
+            sums = add_key(sums, k + 3u, count, v3);
+            sums = add_key(sums, k + 4u, count, v4);
+            sums = add_key(sums, k + 5u, count, v5);
+            sums = add_key(sums, k + 6u, count, v6);
+            sums = add_key(sums, k + 7u, count, v7);
         }
         workgroupBarrier();
     }
     let record = ((wid.z * p.heads + head) * p.chunks + wid.x) * (p.head_dim + 2u);
     if lid == 0u {
         partials[record] = m;
-        partials[record + 1u] = l;
+        partials[record + 1u] = sums.l;
     }
     for (var j = 0u; j < DIMS_PER_THREAD; j++) {
         let d = lid + j * THREADS;
         if d < p.head_dim {
-            partials[record + 2u + d] = acc[j];
+            partials[record + 2u + d] = sums.acc[j];
         }
     }
 }

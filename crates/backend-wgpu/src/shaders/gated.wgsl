@@ -22,7 +22,14 @@ fn gelu(x: f32) -> f32 {
 // Value i of the result from its gate value `x` and up value `u`.
 fn activated(i: u32, x: f32, u: f32) -> f32 {
     if p.kind == 0u {
-        let e = select(expf(0.0 - x), vector_exp(0.0 - x), i < p.len - p.len % 16u);
+        // One of the two exponentials (`select` would compute both, and glibc's `expf` in
+        // float-floats is the longer).
+        var e: f32;
+        if i < p.len - p.len % 16u {
+            e = vector_exp(0.0 - x);
+        } else {
+            e = expf(0.0 - x);
+        }
         return x / (1.0 + e) * u;
     } else if x >= 10.0 {
         return x * u;

@@ -34,10 +34,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: 
     let live = at < p.len;
     var values = vec4<f32>(0.0);
     if live {
+        // Every load before the first store (a store to x between them would keep the next
+        // load of x waiting for it).
+        let gates = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+        let ups = vec4<f32>(up[at], up[at + 1u], up[at + 2u], up[at + 3u]);
         for (var k = 0u; k < 4u; k++) {
-            let value = activated(at + k, x[at + k], up[at + k]);
-            x[at + k] = value;
-            values[k] = value;
+            values[k] = activated(at + k, gates[k], ups[k]);
+        }
+        for (var k = 0u; k < 4u; k++) {
+            x[at + k] = values[k];
         }
     }
     quantize_coop(first, lid, values, live, p.mode);
