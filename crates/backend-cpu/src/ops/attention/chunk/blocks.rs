@@ -6,9 +6,10 @@
 //! [`CHUNK_KEYS`] keys in turn:
 //!
 //! 1. the Q·K dots of the chunk's keys (they do not depend on one another), each key's
-//!    blocks unpacked once for the group (`multi_dot`), the key and value rows
-//!    [`PREFETCH_KEYS`] keys ahead prefetched (a decode step's rows come from the
-//!    last-level cache or memory);
+//!    blocks unpacked once for the group, [`PREFETCH_KEYS`] keys a call
+//!    (`runit_quant::dot::GatherDotFn`: with AVX-512 VNNI two keys at a time), the key
+//!    and value rows of the next call's keys prefetched (a decode step's rows come from
+//!    the last-level cache or memory);
 //! 2. the online softmax, key after key: each head's running maximum and sum as before
 //!    (carried from chunk to chunk), and per key and head the weight exp(score - max) and,
 //!    where the maximum grew, the factor that shrinks what was accumulated;
@@ -55,7 +56,7 @@ pub(in crate::ops::attention) struct Scratch {
 /// [`MAX_GROUP`] query heads per KV head and more than one.
 pub(in crate::ops::attention) fn applies(problem: &Problem<'_>) -> bool {
     let blocks = |cache: &CpuKv| matches!(cache, CpuKv::Q8_0(_) | CpuKv::Q4_0(_));
-    problem.key_multi_dot.is_some()
+    problem.key_gather_dot.is_some()
         && blocks(problem.keys)
         && blocks(problem.values)
         && (2..=MAX_GROUP).contains(&problem.group)
@@ -119,7 +120,7 @@ pub(in crate::ops::attention) fn run(
     let group = problem.group;
     let head_dim = problem.head_dim;
     let dot = problem
-        .key_multi_dot
+        .key_gather_dot
         .expect("`applies` checked the key cache");
     let query_bytes = activation_row_bytes(ActivationFormat::Q8_0, head_dim);
     scratch.queries.resize(group * query_bytes, 0);
@@ -182,13 +183,21 @@ pub(in crate::ops::attention) fn run(
             &mut scratch.rescaled[..chunk.len()],
         );
 
-        // (1) Scores.
-        for (j, scores) in chunk.clone().zip(weights.chunks_exact_mut(group)) {
-            if let Some(&ahead) = scratch.rows.get(j + PREFETCH_KEYS) {
-                prefetch(ahead);
-            }
-            let key = &keys[scratch.rows[j] * key_block..][..key_bytes];
-            dot(head_dim, key, &scratch.queries, scores);
+        // (1) Scores, a slice of keys at a time while the rows a slice ahead are fetched.
+        for (slice, scores) in (chunk.start..chunk.end)
+            .step_by(PREFETCH_KEYS)
+            .zip(weights.chunks_mut(PREFETCH_KEYS * group))
+        {
+            let slice = slice..(slice + PREFETCH_KEYS).min(chunk.end);
+            let ahead = slice.end..(slice.end + PREFETCH_KEYS).min(visible);
+            scratch.rows[ahead].iter().for_each(|&row| prefetch(row));
+            dot(
+                head_dim,
+                keys,
+                &scratch.rows[slice],
+                &scratch.queries,
+                scores,
+            );
             for score in scores {
                 *score *= problem.scale;
             }
@@ -229,7 +238,7 @@ mod tests {
     use runit_backend::testing::Rng;
     use runit_backend::{hadamard, KvRole, KvType, SequenceSpan};
     use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
-    use runit_quant::dot::{dot_fn, multi_dot_fn, SimdLevel};
+    use runit_quant::dot::{dot_fn, gather_dot_fn, SimdLevel};
     use runit_quant::GgmlType;
 
     use super::super::super::Problem;
@@ -323,7 +332,7 @@ mod tests {
             scale: 1.0 / (d as f32).sqrt(),
             window,
             key_dot: dot_fn(key_type, SimdLevel::detect()),
-            key_multi_dot: multi_dot_fn(key_type, SimdLevel::detect()),
+            key_gather_dot: gather_dot_fn(key_type, SimdLevel::detect()),
             key_rotation: hadamard::llama_rotation(k_ty, KvRole::Keys, d),
             value_rotation: hadamard::llama_rotation(v_ty, KvRole::Values, d),
         };
