@@ -148,6 +148,8 @@ fn accumulate_with(
     steps: &ValueSteps<'_>,
     out: &mut [f32],
 ) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     let keys = steps.rows.len();
     assert_eq!(steps.rescaled.len(), keys, "a rescale mask per key");
     if keys == 0 {

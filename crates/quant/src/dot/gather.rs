@@ -1,7 +1,7 @@
 //! Dot products of weight rows gathered from a table of blocks (the keys of a quantized KV
 //! cache, one head of each cell) with a few activation rows (the queries of the heads that
 //! share the key): one call for many keys, each key's blocks unpacked once for all the
-//! queries, every dot product equal to the single-row [`DotFn`] bit for bit.
+//! queries, every dot product equal to the single-row [`DotFn`](super::DotFn) bit for bit.
 
 use super::{activation_format, activation_row_bytes, legacy, SimdLevel};
 use crate::GgmlType;
@@ -82,7 +82,7 @@ fn looped(
 ) {
     let shape = check(ty, n, weights, rows, activations, out);
     for (&row, out) in rows.iter().zip(out.chunks_exact_mut(shape.count.max(1))) {
-        let weight_row = &weights[row * ty.type_size()..][..shape.row_bytes];
+        let weight_row = &weights[row * ty.type_size()..][..shape.blocks * ty.type_size()];
         for (value, activation) in out
             .iter_mut()
             .zip(activations.chunks_exact(shape.activation_bytes))
@@ -96,8 +96,6 @@ fn looped(
 pub(super) struct Shape {
     /// Blocks of a weight row (and of an activation row).
     pub blocks: usize,
-    /// Bytes of a weight row.
-    pub row_bytes: usize,
     /// Bytes of an activation row.
     pub activation_bytes: usize,
     /// Activation rows.
@@ -139,7 +137,6 @@ pub(super) fn check(
     );
     Shape {
         blocks,
-        row_bytes: blocks * ty.type_size(),
         activation_bytes,
         count,
     }
