@@ -1,6 +1,6 @@
 //! Wall-clock time of the decode attention op: `ROWS` sequences of `CONTEXT` cached positions
 //! each (SmolLM2-135M's heads: 9 query heads, 3 KV heads of 64), one query row per sequence,
-//! f16 caches. With `LAYERS` caches taken in turn the caches stream from the last-level
+//! keys and values of one cache type (f16 unless `KV` names another: `KV=q8_0`). With `LAYERS` caches taken in turn the caches stream from the last-level
 //! cache or memory, as a model's layers do; with one they stay in L2.
 //!
 //! `cargo run --release -p runit-backend-cpu --example attention_time -- [ROWS] [CONTEXT] [LAYERS] [THREADS]`
@@ -25,6 +25,9 @@ fn main() {
     let kv_width = kv_heads * head_dim;
     let blocks_per_sequence = (context + 1).div_ceil(block_size);
     let cells = rows * blocks_per_sequence * block_size;
+    let kv_type: KvType = std::env::var("KV")
+        .map_or(Ok(KvType::F16), |name| name.parse())
+        .expect("a KV cache type");
     let backend = CpuBackend::new(threads).expect("backend");
     let mut rng = runit_backend::testing::Rng::new(0x1234_5678);
     let mut values = |n: usize| rng.values(n, -0.5, 0.5);
@@ -47,7 +50,7 @@ fn main() {
                     cells,
                     kv_width,
                     head_dim,
-                    KvType::F16,
+                    kv_type,
                     runit_backend::KvRole::Keys,
                 )
                 .expect("cache");
@@ -56,7 +59,7 @@ fn main() {
                     cells,
                     kv_width,
                     head_dim,
-                    KvType::F16,
+                    kv_type,
                     runit_backend::KvRole::Values,
                 )
                 .expect("cache");
@@ -126,7 +129,7 @@ fn main() {
     }
     let keys = rows * (context + 1);
     println!(
-        "{rows} rows x {} keys, {layers} caches, {threads} threads: {:.1} us per call, {:.1} ns per key (all heads)",
+        "{kv_type} {rows} rows x {} keys, {layers} caches, {threads} threads: {:.1} us per call, {:.1} ns per key (all heads)",
         context + 1,
         best * 1e6,
         best * 1e9 / keys as f64

@@ -9,7 +9,9 @@
 //! registers while it walks the keys, dequantizing each value half block once for the
 //! tile's heads: every output element sees the same multiplications and fused multiply-adds
 //! in the same order, without the row buffer or the accumulator going through memory per
-//! key. [`softmax_steps`] is the walk that decides them (ggml's online softmax).
+//! key. With AVX-512 a tile takes two whole blocks (64 dimensions, four 512-bit registers)
+//! of up to six heads, so SmolLM2's three heads of 64 walk the keys once instead of four
+//! times. [`softmax_steps`] is the walk that decides them (ggml's online softmax).
 
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
 
@@ -128,6 +130,26 @@ impl ValueBlocks<'_> {
 /// When the lengths disagree (`head_dim` a multiple of 32, `group <= 16`) or a row lies
 /// outside `values`.
 pub fn accumulate(isa: Isa, values: ValueBlocks<'_>, steps: &ValueSteps<'_>, out: &mut [f32]) {
+    accumulate_with(isa, wide(), values, steps, out);
+}
+
+/// True when [`accumulate`]'s AVX2 path may take its AVX-512 kernels (AVX-512 F, BW and VL
+/// as `runit_quant::cpu` allows them).
+fn wide() -> bool {
+    cfg!(target_arch = "x86_64") && runit_quant::cpu::may_use_all(&runit_quant::cpu::AVX512)
+}
+
+/// [`accumulate`], its AVX2 path with the AVX-512 kernels where `wide` (which only
+/// [`wide`]'s answer, or false, may be).
+fn accumulate_with(
+    isa: Isa,
+    wide: bool,
+    values: ValueBlocks<'_>,
+    steps: &ValueSteps<'_>,
+    out: &mut [f32],
+) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     let keys = steps.rows.len();
     assert_eq!(steps.rescaled.len(), keys, "a rescale mask per key");
     if keys == 0 {
@@ -158,12 +180,19 @@ pub fn accumulate(isa: Isa, values: ValueBlocks<'_>, steps: &ValueSteps<'_>, out
     );
     match isa {
         // SAFETY: `Isa::Avx2` is made only by `Isa::detect`, after detecting AVX2, FMA and
-        // F16C; the lengths and the rows' bounds were checked above.
+        // F16C, and `wide` is set only where `wide()` found AVX-512 F, BW and VL; the
+        // lengths and the rows' bounds were checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe {
-            match values {
-                ValueBlocks::Q8_0(blocks) => x86::accumulate(blocks, steps, group, out),
-                ValueBlocks::Q4_0(blocks) => x86::accumulate(blocks, steps, group, out),
+            match (values, wide) {
+                (ValueBlocks::Q8_0(blocks), true) => {
+                    x86::accumulate_wide(blocks, steps, group, out)
+                }
+                (ValueBlocks::Q4_0(blocks), true) => {
+                    x86::accumulate_wide(blocks, steps, group, out)
+                }
+                (ValueBlocks::Q8_0(blocks), false) => x86::accumulate(blocks, steps, group, out),
+                (ValueBlocks::Q4_0(blocks), false) => x86::accumulate(blocks, steps, group, out),
             }
         },
         Isa::Scalar => {
@@ -224,6 +253,16 @@ mod x86 {
         /// # Safety
         /// As [`Codes::scale`].
         unsafe fn codes(block: *const Self, part: usize) -> __m256;
+        /// The block's scale in every lane of a 512-bit register.
+        ///
+        /// # Safety
+        /// Requires AVX-512 F; `block` points at a readable block.
+        unsafe fn scale_wide(block: *const Self) -> __m512;
+        /// Codes `16 half .. 16 half + 16` (`half < 2`) of the block as f32 (exact).
+        ///
+        /// # Safety
+        /// As [`Codes::scale_wide`].
+        unsafe fn codes_wide(block: *const Self, half: usize) -> __m512;
     }
 
     /// The f16 scale `d` at the start of a block, widened (exactly, as `f16::to_f32`).
@@ -233,11 +272,38 @@ mod x86 {
         _mm256_cvtph_ps(_mm_set1_epi16(unsafe { d.read_unaligned() } as i16))
     }
 
+    /// The f16 scale `d` at the start of a block, widened into 16 lanes.
+    #[inline(always)]
+    unsafe fn half_scale_wide(d: *const u16) -> __m512 {
+        // SAFETY: the caller promises a readable block, which starts with `d`.
+        _mm512_cvtph_ps(_mm256_set1_epi16(unsafe { d.read_unaligned() } as i16))
+    }
+
     impl Codes for BlockQ8_0 {
         #[inline(always)]
         unsafe fn scale(block: *const Self) -> __m256 {
             // SAFETY: as promised by the caller.
             unsafe { half_scale(std::ptr::addr_of!((*block).d).cast()) }
+        }
+
+        #[inline(always)]
+        unsafe fn scale_wide(block: *const Self) -> __m512 {
+            // SAFETY: as promised by the caller.
+            unsafe { half_scale_wide(std::ptr::addr_of!((*block).d).cast()) }
+        }
+
+        #[inline(always)]
+        unsafe fn codes_wide(block: *const Self, half: usize) -> __m512 {
+            // SAFETY: `qs` holds 32 codes; 16 are read at offset 16 half (half < 2).
+            let codes = unsafe {
+                _mm_loadu_si128(
+                    std::ptr::addr_of!((*block).qs)
+                        .cast::<i8>()
+                        .add(16 * half)
+                        .cast(),
+                )
+            };
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes))
         }
 
         #[inline(always)]
@@ -260,6 +326,27 @@ mod x86 {
         unsafe fn scale(block: *const Self) -> __m256 {
             // SAFETY: as promised by the caller.
             unsafe { half_scale(std::ptr::addr_of!((*block).d).cast()) }
+        }
+
+        #[inline(always)]
+        unsafe fn scale_wide(block: *const Self) -> __m512 {
+            // SAFETY: as promised by the caller.
+            unsafe { half_scale_wide(std::ptr::addr_of!((*block).d).cast()) }
+        }
+
+        /// Half 0 is the low nibbles of the 16 bytes (values 0-15), half 1 their high
+        /// nibbles (values 16-31), each less 8.
+        #[inline(always)]
+        unsafe fn codes_wide(block: *const Self, half: usize) -> __m512 {
+            // SAFETY: `qs` holds 16 bytes.
+            let bytes = unsafe { _mm_loadu_si128(std::ptr::addr_of!((*block).qs).cast()) };
+            let bytes = if half == 1 {
+                _mm_srli_epi16::<4>(bytes)
+            } else {
+                bytes
+            };
+            let codes = _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes))
         }
 
         /// Parts 0 and 1 are the low nibbles of bytes 0-7 and 8-15 (values 0-15), parts 2
@@ -414,5 +501,227 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// f32 lanes of one AVX-512 register (half a block).
+    const WIDE_LANES: usize = 16;
+
+    /// [`tile`] with 512-bit registers: dimensions `32 block .. 32 block + 16 R` (`R` 2 or
+    /// 4: one block or two) for heads `first_head .. first_head + H`, the keys of `keys`
+    /// in order, the accumulators held in `R * H` registers; lane for lane the operations
+    /// of [`tile`].
+    ///
+    /// # Safety
+    /// Requires AVX2, FMA, F16C and AVX-512 F, BW and VL; `values + rows[k] + block + R / 2 - 1`
+    /// is a readable block for every key; `keys` lies inside the steps' keys;
+    /// `first_head + H <= group`, `block + R / 2 <= head_dim / 32`; the steps' arrays are
+    /// `[keys, group]` (what [`super::accumulate`] checked).
+    #[inline(always)]
+    unsafe fn tile_wide<B: Codes, const R: usize, const H: usize>(
+        tiles: &Tiles<'_, B>,
+        block: usize,
+        first_head: usize,
+        keys: Range<usize>,
+    ) {
+        let (values, steps, group, head_dim, out) = (
+            tiles.values,
+            tiles.steps,
+            tiles.group,
+            tiles.head_dim,
+            tiles.out,
+        );
+        let at = |h: usize, r: usize| (first_head + h) * head_dim + block * BLOCK + r * WIDE_LANES;
+        let mut acc = [[_mm512_setzero_ps(); R]; H];
+        for (h, acc) in acc.iter_mut().enumerate() {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: inside head `first_head + h`'s row of `out`, as promised.
+                *acc = unsafe { _mm512_loadu_ps(out.add(at(h, r))) };
+            }
+        }
+        let heads = (1u16 << H) - 1;
+        for k in keys {
+            let row = steps.rows[k];
+            // SAFETY: readable blocks, as promised.
+            let p = unsafe { values.add(row + block) };
+            let first = k * group + first_head;
+            let rescaled = steps.rescaled[k] >> first_head & heads;
+            if rescaled != 0 {
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    if rescaled >> h & 1 != 0 {
+                        let rescale = _mm512_set1_ps(steps.rescales[first + h]);
+                        for acc in acc.iter_mut() {
+                            *acc = _mm512_mul_ps(*acc, rescale);
+                        }
+                    }
+                }
+            }
+            let weights = &steps.weights[first..first + H];
+            for r in 0..R {
+                // SAFETY: as above; block `r / 2` of the tile is one of its `R / 2`.
+                let block = unsafe { p.add(r / 2) };
+                // The dequantized value, `f32(q) * d` (one rounding), as `dequant_*` makes it.
+                // SAFETY: as above.
+                let value =
+                    unsafe { _mm512_mul_ps(B::codes_wide(block, r % 2), B::scale_wide(block)) };
+                for (acc, &weight) in acc.iter_mut().zip(weights) {
+                    acc[r] = _mm512_fmadd_ps(value, _mm512_set1_ps(weight), acc[r]);
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for (r, acc) in acc.iter().enumerate() {
+                // SAFETY: as for the loads.
+                unsafe { _mm512_storeu_ps(out.add(at(h, r)), *acc) };
+            }
+        }
+    }
+
+    /// AVX-512 twin of [`super::accumulate`] (and of [`accumulate`]): tiles of two blocks
+    /// (one where a row has an odd count; 4 registers a head) and up to six heads (24 of
+    /// the 32 registers), each walking all the keys.
+    ///
+    /// # Safety
+    /// Requires AVX2, FMA, F16C and AVX-512 F, BW and VL; the lengths and rows checked by
+    /// [`super::accumulate`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub unsafe fn accumulate_wide<B: Codes>(
+        values: &[B],
+        steps: &ValueSteps<'_>,
+        group: usize,
+        out: &mut [f32],
+    ) {
+        let head_dim = out.len() / group;
+        let tiles = Tiles {
+            values: values.as_ptr(),
+            steps,
+            group,
+            head_dim,
+            out: out.as_mut_ptr(),
+        };
+        let chunks = group.div_ceil(6);
+        let keys = 0..steps.rows.len();
+        let blocks = head_dim / BLOCK;
+        for block in (0..blocks).step_by(2) {
+            let pair = block + 1 < blocks;
+            let mut first_head = 0;
+            for chunk in 0..chunks {
+                let heads = (group - first_head) / (chunks - chunk);
+                // SAFETY: every tile takes heads below `group`, blocks below head_dim / 32
+                // (two only where `block + 1` is one) and keys of the steps, whose rows'
+                // blocks lie inside `values` (the caller's promise).
+                unsafe {
+                    macro_rules! tile {
+                        ($($h:literal)*) => {
+                            match (heads, pair) {
+                                $(
+                                    ($h, true) => tile_wide::<B, 4, $h>(&tiles, block, first_head, keys.clone()),
+                                    ($h, false) => tile_wide::<B, 2, $h>(&tiles, block, first_head, keys.clone()),
+                                )*
+                                _ => unreachable!("1 to 6 heads a tile"),
+                            }
+                        };
+                    }
+                    tile!(1 2 3 4 5 6);
+                }
+                first_head += heads;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+    use runit_backend::testing::Rng;
+    use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
+
+    use super::{accumulate_with, softmax_steps, ValueBlocks, ValueSteps};
+    use crate::vector::Isa;
+
+    /// Scores whose maxima rise now and then (rescales) for `keys` keys and `group` heads,
+    /// walked by the scalar softmax; returns the steps' arrays.
+    fn steps(rng: &mut Rng, keys: usize, group: usize) -> (Vec<f32>, Vec<f32>, Vec<u16>) {
+        let mut weights: Vec<f32> = (0..keys * group)
+            .map(|i| rng.uniform(-4.0, 1.0) + (i / group) as f32 * 0.01)
+            .collect();
+        let mut rescales = vec![0.0; keys * group];
+        let mut rescaled = vec![0; keys];
+        let (mut max, mut sum) = (vec![f32::NEG_INFINITY; group], vec![0.0; group]);
+        softmax_steps(
+            Isa::Scalar,
+            &mut weights,
+            &mut rescales,
+            &mut rescaled,
+            &mut max,
+            &mut sum,
+        );
+        assert!(
+            rescaled.iter().skip(1).any(|&mask| mask != 0),
+            "some rescales"
+        );
+        (weights, rescales, rescaled)
+    }
+
+    /// The value pass under every kernel this machine has (scalar, AVX2, AVX-512) gives
+    /// the same bits, for Q8_0 and Q4_0 blocks, 1 to 16 heads and head dims of 1 to 4
+    /// blocks, from accumulators already holding values.
+    #[test]
+    fn value_kernels_agree_bit_for_bit() {
+        let mut rng = Rng::new(0x7a1e);
+        let best = Isa::detect(true);
+        let mut kernels = vec![(Isa::Scalar, false), (best, false)];
+        if super::wide() && best != Isa::Scalar {
+            kernels.push((best, true));
+        }
+        let cache_blocks = 600;
+        let scales = rng.values(cache_blocks, -0.05, 0.05);
+        let codes = rng.values(cache_blocks * 32, -128.0, 127.0);
+        let q8: Vec<BlockQ8_0> = (0..cache_blocks)
+            .map(|b| BlockQ8_0 {
+                d: f16::from_f32(scales[b]),
+                qs: std::array::from_fn(|i| codes[b * 32 + i] as i8),
+            })
+            .collect();
+        let q4: Vec<BlockQ4_0> = (0..cache_blocks)
+            .map(|b| BlockQ4_0 {
+                d: f16::from_f32(scales[b] * 10.0),
+                qs: std::array::from_fn(|i| (codes[b * 32 + i] as i32 & 0xff) as u8),
+            })
+            .collect();
+        let mut compared = 0;
+        for blocks in 1..=4 {
+            for group in 1..=16 {
+                let keys = 150 + group;
+                let (weights, rescales, rescaled) = steps(&mut rng, keys, group);
+                let rows: Vec<usize> = (0..keys)
+                    .map(|_| rng.below(cache_blocks - blocks + 1))
+                    .collect();
+                let steps = ValueSteps {
+                    rows: &rows,
+                    weights: &weights,
+                    rescales: &rescales,
+                    rescaled: &rescaled,
+                };
+                let start = rng.values(group * blocks * 32, -1.0, 1.0);
+                for values in [ValueBlocks::Q8_0(&q8), ValueBlocks::Q4_0(&q4)] {
+                    let results: Vec<Vec<u32>> = kernels
+                        .iter()
+                        .map(|&(isa, wide)| {
+                            let mut out = start.clone();
+                            accumulate_with(isa, wide, values, &steps, &mut out);
+                            out.iter().map(|v| v.to_bits()).collect()
+                        })
+                        .collect();
+                    for (result, kernel) in results.iter().zip(&kernels).skip(1) {
+                        assert_eq!(
+                            result, &results[0],
+                            "{kernel:?}: {group} heads of {blocks} blocks"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared >= 4 * 16 * 2);
     }
 }

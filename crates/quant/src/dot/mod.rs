@@ -32,6 +32,7 @@
 
 mod batched;
 mod float;
+mod gather;
 mod ggml_repack;
 pub mod half_arith;
 mod kquants;
@@ -51,6 +52,7 @@ pub use batched::{
     BlockScales, GemvFn, PlainTileRowsFn, QuantLayout, TablePointers, TileFn, TileOut, TileRowsFn,
     BLOCK_SCALES_PADDING,
 };
+pub use gather::{gather_dot_fn, GatherDotFn};
 pub use ggml_repack::{is_repacked, repack_dot_fn, repack_one_order, repack_rows_fn, RowsFn};
 
 use std::sync::OnceLock;

@@ -27,7 +27,7 @@ use runit_backend::{Attention, AttentionParams, BackendError, Buffer, SequenceSp
 
 use runit_backend::{hadamard, KvRole};
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
-use runit_quant::dot::{dot_fn, multi_dot_fn, DotFn, MultiDotFn};
+use runit_quant::dot::{dot_fn, gather_dot_fn, DotFn, GatherDotFn};
 use runit_quant::GgmlType;
 
 use crate::storage::{at_least, data, data_mut, kv, product, CpuKv};
@@ -66,8 +66,9 @@ pub struct Problem<'a> {
     /// The dot product of a quantized key with the query quantized to Q8_0 (ggml's
     /// `vec_dot` of the K cache type), for a Q8_0 or Q4_0 key cache.
     pub key_dot: Option<DotFn>,
-    /// `key_dot` of one key with several queries at once (the same bits per query).
-    pub key_multi_dot: Option<MultiDotFn>,
+    /// `key_dot` of many keys (rows of blocks of the cache) with several queries at once
+    /// (the same bits per key and query).
+    pub key_gather_dot: Option<GatherDotFn>,
     /// llama.cpp's Hadamard rotation of the queries (as of the keys) and of the output
     /// (as of the values): chunk lengths (`runit_backend::hadamard`).
     pub key_rotation: Option<usize>,
@@ -221,9 +222,9 @@ pub fn attention_reporting(
             CpuKv::Q4_0(_) => dot_fn(GgmlType::Q4_0, backend.simd),
             _ => None,
         },
-        key_multi_dot: match keys {
-            CpuKv::Q8_0(_) => multi_dot_fn(GgmlType::Q8_0, backend.simd),
-            CpuKv::Q4_0(_) => multi_dot_fn(GgmlType::Q4_0, backend.simd),
+        key_gather_dot: match keys {
+            CpuKv::Q8_0(_) => gather_dot_fn(GgmlType::Q8_0, backend.simd),
+            CpuKv::Q4_0(_) => gather_dot_fn(GgmlType::Q4_0, backend.simd),
             _ => None,
         },
         key_rotation: hadamard::llama_rotation(k_cache.ty, KvRole::Keys, head_dim),

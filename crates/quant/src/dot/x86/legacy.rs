@@ -176,7 +176,7 @@ unsafe fn halves<const C: usize>(a: *const u8, row_bytes: usize, offset: usize) 
 /// those of the scalar twin: `d_w * d_a` rounded to f32, one lane FMA per block, and for
 /// Q4_1/Q5_1 `m * s` fused into a separate sum (kept in lane `c` of one vector).
 #[inline(always)]
-unsafe fn rows<W: Legacy, I: Isa, const C: usize>(
+pub(super) unsafe fn rows<W: Legacy, I: Isa, const C: usize>(
     blocks: usize,
     w: *const u8,
     a: *const u8,

@@ -7,6 +7,7 @@
 
 mod batched;
 pub(super) mod float;
+pub(super) mod gather;
 pub(crate) mod half;
 pub(crate) mod half_native;
 mod half_tile;

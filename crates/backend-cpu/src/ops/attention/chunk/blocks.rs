@@ -2,15 +2,20 @@
 //! share one KV head: per head exactly the operations of [`super::one_head`] (the query
 //! quantized to Q8_0 and dotted with each key's blocks by the K type's `vec_dot`, each value
 //! row dequantized as ggml's `v_to_float` and accumulated with f32 multiply-adds, the online
-//! softmax key after key), so the same bits, arranged in three passes:
+//! softmax key after key), so the same bits, arranged in three passes over each chunk of
+//! [`CHUNK_KEYS`] keys in turn:
 //!
-//! 1. the Q·K dots of all visible keys (they do not depend on one another), each key's
-//!    blocks unpacked once for the group (`multi_dot`);
-//! 2. the online softmax, key after key: each head's running maximum and sum as before,
-//!    and per key and head the weight exp(score - max) and, where the maximum grew, the
-//!    factor that shrinks what was accumulated;
-//! 3. the values ([`vector::accumulate_values`]): each value block dequantized once for
-//!    the group, the accumulators scaled and multiply-added in the same order as (2) decided.
+//! 1. the Q·K dots of the chunk's keys (they do not depend on one another), each key's
+//!    blocks unpacked once for the group, [`PREFETCH_KEYS`] keys a call
+//!    (`runit_quant::dot::GatherDotFn`: with AVX-512 VNNI two keys at a time), the key
+//!    and value rows of the next call's keys prefetched (a decode step's rows come from
+//!    the last-level cache or memory);
+//! 2. the online softmax, key after key: each head's running maximum and sum as before
+//!    (carried from chunk to chunk), and per key and head the weight exp(score - max) and,
+//!    where the maximum grew, the factor that shrinks what was accumulated;
+//! 3. the values ([`vector::accumulate_values`]), while the chunk's value rows are still
+//!    in the L1 cache: each value block dequantized once for the group, the accumulators
+//!    scaled and multiply-added in the same order as (2) decided.
 
 use runit_backend::{hadamard, SequenceSpan};
 use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
@@ -37,9 +42,11 @@ pub(in crate::ops::attention) struct Scratch {
     /// First cache block of the head's row in each visible key's cell (keys and values
     /// share the layout).
     rows: Vec<usize>,
-    /// Scaled Q·K of every visible key and head, then their softmax weights (`[keys, group]`).
+    /// Scaled Q·K of a chunk's keys and the heads, then their softmax weights
+    /// (`[CHUNK_KEYS, group]`).
     weights: Vec<f32>,
-    /// The factor shrinking the accumulator where a key raised a head's maximum (`[keys, group]`).
+    /// The factor shrinking the accumulator where a key raised a head's maximum
+    /// (`[CHUNK_KEYS, group]`).
     rescales: Vec<f32>,
     /// Per key, a bit per head whose maximum it raised.
     rescaled: Vec<u16>,
@@ -49,10 +56,38 @@ pub(in crate::ops::attention) struct Scratch {
 /// [`MAX_GROUP`] query heads per KV head and more than one.
 pub(in crate::ops::attention) fn applies(problem: &Problem<'_>) -> bool {
     let blocks = |cache: &CpuKv| matches!(cache, CpuKv::Q8_0(_) | CpuKv::Q4_0(_));
-    problem.key_multi_dot.is_some()
+    problem.key_gather_dot.is_some()
         && blocks(problem.keys)
         && blocks(problem.values)
         && (2..=MAX_GROUP).contains(&problem.group)
+}
+
+/// Keys whose three passes run before the next keys' (their value rows, fetched with their
+/// keys by the scores pass, are still in the L1 cache when the value pass reads them).
+const CHUNK_KEYS: usize = 128;
+
+/// How many keys ahead the scores pass prefetches a key's row and its value's: a decode
+/// step reads each cache row once, from the last-level cache or memory, at strided
+/// addresses (one head of each cell) that outrun the hardware prefetcher.
+const PREFETCH_KEYS: usize = 16;
+
+/// Prefetches every cache line of `bytes` into L1.
+#[inline(always)]
+fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const LINE: usize = 64;
+        let start = bytes.as_ptr();
+        let lines = (start as usize % LINE + bytes.len()).div_ceil(LINE);
+        for line in 0..lines {
+            // SAFETY: a prefetch is a hint: it reads no memory architecturally and never
+            // faults, whatever the address (here within a line of `bytes`).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(line * LINE).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Calls `visit` with the cell of each position `first ..= last` in order (a block-table
@@ -85,16 +120,19 @@ pub(in crate::ops::attention) fn run(
     let group = problem.group;
     let head_dim = problem.head_dim;
     let dot = problem
-        .key_multi_dot
+        .key_gather_dot
         .expect("`applies` checked the key cache");
     let query_bytes = activation_row_bytes(ActivationFormat::Q8_0, head_dim);
     scratch.queries.resize(group * query_bytes, 0);
+    scratch.weights.resize(CHUNK_KEYS * group, 0.0);
+    scratch.rescales.resize(CHUNK_KEYS * group, 0.0);
+    scratch.rescaled.resize(CHUNK_KEYS, 0);
     for (g, quantized) in scratch.queries.chunks_exact_mut(query_bytes).enumerate() {
         let query = problem.query(row, first_head + g);
         super::quantize_query(problem, query, &mut scratch.row, quantized);
     }
 
-    // (1) Scores. A head's row starts a whole number of blocks into its cell's row.
+    // A head's row starts a whole number of blocks into its cell's row.
     let head_offset = first_head / group * head_dim;
     let first = problem.first_visible(position);
     scratch.rows.clear();
@@ -108,50 +146,83 @@ pub(in crate::ops::attention) fn run(
         CpuKv::Q4_0(cells) => (bytemuck::cast_slice(cells), size_of::<BlockQ4_0>()),
         _ => unreachable!("`applies` checked the key cache"),
     };
-    let key_bytes = head_dim / BLOCK * key_block;
-    scratch.weights.resize(scratch.rows.len() * group, 0.0);
-    for (&first_block, scores) in scratch
-        .rows
-        .iter()
-        .zip(scratch.weights.chunks_exact_mut(group))
+    let (values, value_block, value_blocks): (&[u8], usize, ValueBlocks<'_>) = match problem.values
     {
-        let key = &keys[first_block * key_block..][..key_bytes];
-        dot(head_dim, key, &scratch.queries, scores);
-        for score in scores {
-            *score *= problem.scale;
-        }
-    }
-
-    // (2) The online softmax, as one_head.
-    let mut max = [f32::NEG_INFINITY; MAX_GROUP];
-    let mut sum = [0.0f32; MAX_GROUP];
-    let keys = scratch.rows.len();
-    scratch.rescales.resize(keys * group, 0.0);
-    scratch.rescaled.resize(keys, 0);
-    vector::softmax_steps(
-        isa,
-        &mut scratch.weights,
-        &mut scratch.rescales,
-        &mut scratch.rescaled,
-        &mut max[..group],
-        &mut sum[..group],
-    );
-
-    // (3) The values: ggml's `v_to_float` (its values bit for bit) and the f32 `mad`.
-    let dst = &mut dst[..group * head_dim];
-    dst.fill(0.0);
-    let values = match problem.values {
-        CpuKv::Q8_0(cells) => ValueBlocks::Q8_0(cells),
-        CpuKv::Q4_0(cells) => ValueBlocks::Q4_0(cells),
+        CpuKv::Q8_0(cells) => (
+            bytemuck::cast_slice(cells),
+            size_of::<BlockQ8_0>(),
+            ValueBlocks::Q8_0(cells),
+        ),
+        CpuKv::Q4_0(cells) => (
+            bytemuck::cast_slice(cells),
+            size_of::<BlockQ4_0>(),
+            ValueBlocks::Q4_0(cells),
+        ),
         _ => unreachable!("`applies` checked the value cache"),
     };
-    let steps = ValueSteps {
-        rows: &scratch.rows,
-        weights: &scratch.weights,
-        rescales: &scratch.rescales,
-        rescaled: &scratch.rescaled,
+    let (key_bytes, value_bytes) = (head_dim / BLOCK * key_block, head_dim / BLOCK * value_block);
+    let prefetch = |first_block: usize| {
+        prefetch_lines(&keys[first_block * key_block..][..key_bytes]);
+        prefetch_lines(&values[first_block * value_block..][..value_bytes]);
     };
-    vector::accumulate_values(isa, values, &steps, dst);
+    scratch
+        .rows
+        .iter()
+        .take(PREFETCH_KEYS)
+        .for_each(|&row| prefetch(row));
+    let mut max = [f32::NEG_INFINITY; MAX_GROUP];
+    let mut sum = [0.0f32; MAX_GROUP];
+    let dst = &mut dst[..group * head_dim];
+    dst.fill(0.0);
+    let visible = scratch.rows.len();
+    for chunk in (0..visible).step_by(CHUNK_KEYS) {
+        let chunk = chunk..(chunk + CHUNK_KEYS).min(visible);
+        let (weights, rescales, rescaled) = (
+            &mut scratch.weights[..chunk.len() * group],
+            &mut scratch.rescales[..chunk.len() * group],
+            &mut scratch.rescaled[..chunk.len()],
+        );
+
+        // (1) Scores, a slice of keys at a time while the rows a slice ahead are fetched.
+        for (slice, scores) in (chunk.start..chunk.end)
+            .step_by(PREFETCH_KEYS)
+            .zip(weights.chunks_mut(PREFETCH_KEYS * group))
+        {
+            let slice = slice..(slice + PREFETCH_KEYS).min(chunk.end);
+            let ahead = slice.end..(slice.end + PREFETCH_KEYS).min(visible);
+            scratch.rows[ahead].iter().for_each(|&row| prefetch(row));
+            dot(
+                head_dim,
+                keys,
+                &scratch.rows[slice],
+                &scratch.queries,
+                scores,
+            );
+            for score in scores {
+                *score *= problem.scale;
+            }
+        }
+
+        // (2) The online softmax, as one_head (the maxima and sums carried from chunk to
+        // chunk).
+        vector::softmax_steps(
+            isa,
+            weights,
+            rescales,
+            rescaled,
+            &mut max[..group],
+            &mut sum[..group],
+        );
+
+        // (3) The values: ggml's `v_to_float` (its values bit for bit) and the f32 `mad`.
+        let steps = ValueSteps {
+            rows: &scratch.rows[chunk],
+            weights,
+            rescales,
+            rescaled,
+        };
+        vector::accumulate_values(isa, value_blocks, &steps, dst);
+    }
     for (g, out) in dst.chunks_exact_mut(head_dim).enumerate() {
         let inverse = if sum[g] == 0.0 { 0.0 } else { 1.0 / sum[g] };
         vector::scale_f32(out, inverse);
@@ -167,7 +238,7 @@ mod tests {
     use runit_backend::testing::Rng;
     use runit_backend::{hadamard, KvRole, KvType, SequenceSpan};
     use runit_quant::blocks::{BlockQ4_0, BlockQ8_0};
-    use runit_quant::dot::{dot_fn, multi_dot_fn, SimdLevel};
+    use runit_quant::dot::{dot_fn, gather_dot_fn, SimdLevel};
     use runit_quant::GgmlType;
 
     use super::super::super::Problem;
@@ -202,9 +273,8 @@ mod tests {
         }
     }
 
-    /// A cache of `n_cells` cells and random queries; runs the group kernel of every
-    /// (row, KV head) under `isa` and compares each head with `one_head` (scalar) bit for
-    /// bit. Returns the heads compared.
+    /// A cache of 8 blocks of 16 cells and random queries at positions 70-72; see
+    /// [`compare_long`].
     #[allow(clippy::too_many_arguments)]
     fn compare_with_one_head(
         isa: Isa,
@@ -216,8 +286,31 @@ mod tests {
         v_ty: KvType,
         rng: &mut Rng,
     ) -> usize {
+        let block_table = vec![5, 2, 7, 0, 1, 6, 3, 4];
+        let shape = (heads, kv_heads, d, window, k_ty, v_ty);
+        compare_long(isa, shape, block_table, 70, rng)
+    }
+
+    /// A cache of the cells of `block_table`'s blocks (16 cells each) and random queries
+    /// at positions `start_position` on; runs the group kernel of every (row, KV head)
+    /// under `isa` and compares each head with `one_head` (scalar) bit for bit. Returns the
+    /// heads compared.
+    fn compare_long(
+        isa: Isa,
+        (heads, kv_heads, d, window, k_ty, v_ty): (
+            usize,
+            usize,
+            usize,
+            Option<usize>,
+            KvType,
+            KvType,
+        ),
+        block_table: Vec<u32>,
+        start_position: usize,
+        rng: &mut Rng,
+    ) -> usize {
         let kv_width = kv_heads * d;
-        let (block_size, blocks) = (16, 8);
+        let (block_size, blocks) = (16, block_table.len());
         let n_cells = block_size * blocks;
         let keys = cache(k_ty, n_cells, kv_width, rng);
         let values = cache(v_ty, n_cells, kv_width, rng);
@@ -239,7 +332,7 @@ mod tests {
             scale: 1.0 / (d as f32).sqrt(),
             window,
             key_dot: dot_fn(key_type, SimdLevel::detect()),
-            key_multi_dot: multi_dot_fn(key_type, SimdLevel::detect()),
+            key_gather_dot: gather_dot_fn(key_type, SimdLevel::detect()),
             key_rotation: hadamard::llama_rotation(k_ty, KvRole::Keys, d),
             value_rotation: hadamard::llama_rotation(v_ty, KvRole::Values, d),
         };
@@ -247,10 +340,11 @@ mod tests {
         let span = SequenceSpan {
             first_row: 0,
             rows,
-            start_position: 70,
-            block_table: vec![5, 2, 7, 0, 1, 6, 3, 4],
+            start_position,
+            block_table,
             block_size,
         };
+        assert!(start_position + rows <= n_cells);
         let mut scratch = super::super::Scratch::new(d);
         let group = problem.group;
         let mut compared = 0;
@@ -342,5 +436,36 @@ mod tests {
             }
         }
         assert!(compared > 1000);
+    }
+
+    /// Spans of several chunks of keys (the passes run [`super::CHUNK_KEYS`] keys at a
+    /// time, the maxima and sums carried over): the group kernel still equals `one_head`
+    /// bit for bit, with and without a window that starts inside a chunk.
+    #[test]
+    fn spans_of_several_chunks_equal_one_head() {
+        let mut rng = Rng::new(0x10c5);
+        let blocks = 3 * super::CHUNK_KEYS / 16 + 2;
+        let mut compared = 0;
+        for isa in [Isa::Scalar, Isa::detect(true)] {
+            for (shape, start_position) in [
+                (
+                    (9, 3, 64, None, KvType::Q8_0, KvType::Q8_0),
+                    16 * blocks - 3,
+                ),
+                (
+                    (8, 2, 128, Some(300), KvType::Q4_0, KvType::Q8_0),
+                    16 * blocks - 5,
+                ),
+                (
+                    (6, 1, 96, None, KvType::Q8_0, KvType::Q4_0),
+                    2 * super::CHUNK_KEYS - 1,
+                ),
+            ] {
+                // The blocks in a scrambled order (7 is prime to their count).
+                let table = (0..blocks).map(|b| (b * 7 % blocks) as u32).collect();
+                compared += compare_long(isa, shape, table, start_position, &mut rng);
+            }
+        }
+        assert_eq!(compared, 2 * 3 * (9 + 8 + 6));
     }
 }

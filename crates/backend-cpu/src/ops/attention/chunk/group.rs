@@ -630,7 +630,7 @@ mod tests {
                 scale: 1.0 / (d as f32).sqrt(),
                 window,
                 key_dot: None,
-                key_multi_dot: None,
+                key_gather_dot: None,
                 key_rotation: None,
                 value_rotation: None,
             };
