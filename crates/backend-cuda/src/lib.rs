@@ -96,6 +96,8 @@ pub struct CudaBackend {
     programmatic_launch: bool,
     /// Exact numerics (see [`CudaBackend::with_exact_numerics`]).
     exact: bool,
+    /// TurboQuant decode from the codes (see [`CudaBackend::with_turbo_codes`]).
+    turbo_codes: bool,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
     /// The pass under way computes every row as if alone (`StepInputs::rows_alone`, set
@@ -181,6 +183,7 @@ impl CudaBackend {
                 && profiler.is_none()
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
+            turbo_codes: std::env::var("RUNIT_CUDA_TURBO_CODES").is_ok_and(|v| v == "1"),
             exact_angles: exact::ops::AngleTable::default(),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
@@ -198,6 +201,21 @@ impl CudaBackend {
     pub fn with_exact_numerics(mut self, exact: bool) -> CudaBackend {
         self.exact = exact;
         self
+    }
+
+    /// Turns on or off the TurboQuant decode that scores the codes without decoding them
+    /// (kernels/attention.cu's `attention_decode_tq_codes`; `RUNIT_CUDA_TURBO_CODES=1` turns it
+    /// on when the backend is opened). Off by default until it has run on a GPU; outside
+    /// exact numerics only.
+    pub fn with_turbo_codes(mut self, on: bool) -> CudaBackend {
+        self.turbo_codes = on;
+        self
+    }
+
+    /// True when decode rows over TurboQuant caches take the decode from the codes
+    /// ([`CudaBackend::with_turbo_codes`]).
+    pub fn turbo_codes(&self) -> bool {
+        self.turbo_codes
     }
 
     /// True in exact-numerics mode ([`CudaBackend::with_exact_numerics`]).

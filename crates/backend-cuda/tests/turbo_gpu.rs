@@ -3,12 +3,15 @@
 //! `kv_write` stores), and the attention on the codes against the CPU scalar twin (decode
 //! rows of sequences of 1 to 2,101 positions in one batch, prefill spans, GQA groups of 1
 //! to 6, head_dim 64 and 128, centered keys, a sliding window, prefills whose partials take
-//! several launches, a captured decode step replayed as its sequences grow); mixes the CUDA
-//! backend cannot do are refused with an error.
+//! several launches, a captured decode step replayed as its sequences grow; also the opt-in
+//! decode from the codes, `with_turbo_codes`); mixes the CUDA backend cannot do are refused
+//! with an error.
 //!
-//! The kernels repeat the CPU scalar twins' float operations in their order, so the
-//! expected difference is none. The bounds leave room only for what a different rounding
-//! somewhere could do: a code flips only where a rotated coordinate lies within a few ulps
+//! The row writer repeats the CPU scalar twins' float operations in their order, so the
+//! expected difference of the bytes is none; the attention here runs the default kernels
+//! (kernels/attention.cu's, which sum in another order in f32: differences of a few ulps of
+//! the outputs), exact numerics' twins are `engine/tests/turbo_cuda.rs`'s. The bounds leave
+//! room only for what a different rounding somewhere could do: a code flips only where a rotated coordinate lies within a few ulps
 //! of a codebook threshold (thresholds are ~0.02 apart, coordinates ~0.1: about one code in
 //! 10^5 for a few ulps), so at most one code in 10^4 may differ, by one level; norms may
 //! differ by one f16 ulp; outliers and their indices are chosen before any rounding and
@@ -593,6 +596,36 @@ fn decode_attention_matches_the_cpu() {
     }
 }
 
+/// The decode that scores the codes without decoding them (`with_turbo_codes`, opt-in): the
+/// same decode rows, windows and head shapes (heads of 64 and 128, groups of 1 to 8).
+#[test]
+fn decode_from_the_codes_matches_the_cpu() {
+    let Some(cuda) = cuda() else { return };
+    let cuda = cuda.with_turbo_codes(true);
+    let mut seed = 0xc0de5;
+    for types in [TQ4, TQ, TQ3] {
+        for shape in [
+            (8, 2, 64),
+            (4, 4, 128),
+            (12, 2, 128),
+            (8, 1, 64),
+            (14, 2, 64),
+        ] {
+            for (window, centered) in [(None, false), (None, true), (Some(700), true)] {
+                seed += 1;
+                let case = Case {
+                    shape,
+                    types,
+                    window,
+                    sequences: DECODE,
+                    centered,
+                };
+                compare_attention(&cuda, seed, &case);
+            }
+        }
+    }
+}
+
 #[test]
 fn prefill_attention_matches_the_cpu() {
     let Some(cuda) = cuda() else { return };
@@ -719,6 +752,12 @@ fn mixes_the_kernels_cannot_do_are_refused() {
 #[test]
 fn a_captured_decode_step_stays_valid_as_sequences_grow() {
     let Some(cuda) = cuda() else { return };
+    captured_steps(&cuda);
+    // And the decode from the codes (its chunks are whole 64-key tiles).
+    captured_steps(&cuda.with_turbo_codes(true));
+}
+
+fn captured_steps(cuda: &CudaBackend) {
     let cpu = reference();
     let mut rng = Rng::new(0xca9e);
     // Two sequences crossing a chunk boundary (position 512) and block boundaries while the
@@ -731,7 +770,7 @@ fn a_captured_decode_step_stays_valid_as_sequences_grow() {
         centered: true,
     };
     let mut inputs = Inputs::new(0xca9f, &case);
-    let mut gpu_caches = inputs.caches(&cuda, case.types).expect("gpu caches");
+    let mut gpu_caches = inputs.caches(cuda, case.types).expect("gpu caches");
     let mut cpu_caches = inputs.caches(&cpu, case.types).expect("cpu caches");
     let (q_len, kv_len) = (inputs.q.len(), inputs.k.len());
     let mut buffers = (
@@ -745,7 +784,7 @@ fn a_captured_decode_step_stays_valid_as_sequences_grow() {
             inputs.advance(&mut rng);
         }
         let got = inputs
-            .captured_step(&cuda, &mut gpu_caches, &mut buffers)
+            .captured_step(cuda, &mut gpu_caches, &mut buffers)
             .unwrap_or_else(|e| panic!("step {step}: cuda: {e}"));
         let expected = inputs.step(&cpu, &mut cpu_caches).expect("cpu step");
         check_close(&format!("captured step {step}"), &expected, &got);

@@ -294,7 +294,7 @@ fn attention_blocks(
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    if turbo && super::turbo::decode_from_codes() {
+    if turbo && backend.turbo_codes() {
         let plan = DecodePlan::turbo(capacity(&step, spans)?, group, end_row);
         return decode_turbo(backend, &call, &step, &plan, end_row);
     }
@@ -459,7 +459,7 @@ fn combine(
     )
 }
 
-/// TurboQuant decode from the codes ([`super::turbo::decode_from_codes`]): the query side
+/// TurboQuant decode from the codes ([`CudaBackend::with_turbo_codes`]): the query side
 /// prepared once per (row, KV head, slice of its query heads) by attention_tq_query, the
 /// chunk partials scored from the codes by attention_decode_tq_codes, then the combine, which
 /// rotates the merged rows back.

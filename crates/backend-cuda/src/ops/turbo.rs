@@ -80,15 +80,6 @@ pub fn fast(backend: &CudaBackend, k_cache: &KvCache, v_cache: &KvCache, head_di
         && std::env::var_os("RUNIT_CUDA_TURBO_FAST").is_none_or(|v| v != "0")
 }
 
-/// True when decode rows over TurboQuant caches take attention_decode_tq_codes (scores and
-/// value sums from the codes, the query side prepared once: kernels/attention.cu) instead of
-/// attention_decode_tq (each 32-key tile decoded to floats in shared memory). Opt-in,
-/// `RUNIT_CUDA_TURBO_CODES=1`, until it has run on a GPU (written in session 37, when no
-/// device was lent after the first kernel's measurement).
-pub fn decode_from_codes() -> bool {
-    std::env::var_os("RUNIT_CUDA_TURBO_CODES").is_some_and(|v| v == "1")
-}
-
 /// The rotation argument of kernels/attention.cu's TurboQuant kernels (`TQ_ROTATION`): bit
 /// 31, the keys' code bits (bits 0-3) and sketch (bit 4), the values' code bits (bits 8-11),
 /// the query heads of a KV head (bits 16-30, for the combine's rotation back).
