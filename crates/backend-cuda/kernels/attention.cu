@@ -409,6 +409,21 @@ __device__ __forceinline__ i32 first_visible(i32 position, u32 window) {
     return window == 0 ? 0 : max(0, position + 1 - (i32)window);
 }
 
+// The positions [begin, end) of chunk `chunk` (of chunk_len) that decode row `row`'s query
+// sees, and the row's span; begin >= end when none (no span owns the row, the chunk is past
+// `chunks`, or it lies outside [lo, position]).
+struct DecodeRange {
+    i32 span = -1, begin = 0, end = 0;
+    __device__ DecodeRange(const i32* step, i32 row, i32 chunk, u32 window, u32 chunk_len, u32 chunks) {
+        const StepHeader* h = (const StepHeader*)step;
+        span = attention_span(step, h, row);
+        if (span < 0 || (u32)chunk >= chunks) return;
+        const i32 position = step[h->positions + row];
+        begin = max(first_visible(position, window), chunk * (i32)chunk_len);
+        end = min(position + 1, (chunk + 1) * (i32)chunk_len);
+    }
+};
+
 __device__ __forceinline__ float query_value(const float* q, u64 index, u32 round_q) {
     const float value = q[index];
     return round_q ? half_to_float(float_to_half(value)) : value;
@@ -454,11 +469,11 @@ __device__ void tq_hadamard_blocks(float* x, u32 vectors, u32 stride) {
     }
 }
 
-// The query heads of decode block (blockIdx.y of kv_heads * slices): their KV head, the first
-// and how many.
-struct TqHeads {
+// The query heads of decode block y (of kv_heads * slices): their KV head, the first and how
+// many.
+struct HeadSlice {
     u32 kv_head, first, count;
-    __device__ TqHeads(u32 heads, u32 kv_heads, u32 heads_per_block, u32 y) {
+    __device__ HeadSlice(u32 heads, u32 kv_heads, u32 heads_per_block, u32 y) {
         const u32 group = heads / kv_heads, slices = (group + heads_per_block - 1) / heads_per_block;
         kv_head = y / slices;
         first = kv_head * group + y % slices * heads_per_block;
@@ -476,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS)
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
     if (attention_span(step, h, row) < 0) return;
-    const TqHeads hs(heads, kv_heads, heads_per_block, blockIdx.x);
+    const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.x);
     const u32 first_block = hs.kv_head * (head_dim / TQ_BLOCK);
     float* out = qdata + ((u64)row * gridDim.x + blockIdx.x) * TQ_Q_FLOATS;
     for (u32 i = threadIdx.x; i < 8 * 2 * TQ_BLOCK; i += blockDim.x) {
@@ -552,17 +567,12 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
     __shared__ float running_max[8], running_sum[8], rescale[8];
 
     const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.z;
-    const i32 span = attention_span(step, h, row);
-    if (span < 0) return;
-    const i32 position = step[h->positions + row];
-    const i32 chunk = blockIdx.x;
-    if ((u32)chunk >= chunks) return;
-    const i32 begin = max(first_visible(position, window), chunk * (i32)chunk_len);
-    const i32 end = min(position + 1, (chunk + 1) * (i32)chunk_len);
-    if (begin >= end) return;  // attention_combine skips the chunks outside [lo, position]
+    const i32 row = blockIdx.z, chunk = blockIdx.x;
+    const DecodeRange range(step, row, chunk, window, chunk_len, chunks);
+    if (range.begin >= range.end) return;  // attention_combine skips these chunks
+    const i32 span = range.span, begin = range.begin, end = range.end;
 
-    const TqHeads hs(heads, kv_heads, heads_per_block, blockIdx.y);
+    const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.y);
     const u32 n_heads = hs.count;
     const TqLayout kl = tq_key_layout(turbo), vl = tq_value_layout(turbo);
     const u32 head_blocks = head_dim / TQ_BLOCK, first_block = hs.kv_head * head_blocks;
@@ -806,22 +816,13 @@ __device__ __forceinline__ void decode_chunk(const float* q, KC k_cache, VC v_ca
     __shared__ typename VC::Tile v_tile;
 
     const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.z;
-    const i32 span = attention_span(step, h, row);
-    if (span < 0) return;
-    const i32 position = step[h->positions + row];
-    const i32 chunk = blockIdx.x;
-    if ((u32)chunk >= chunks) return;
-    const i32 begin = max(first_visible(position, window), chunk * (i32)chunk_len);
-    const i32 end = min(position + 1, (chunk + 1) * (i32)chunk_len);
-    if (begin >= end) return;  // attention_combine skips the chunks outside [lo, position]
+    const i32 row = blockIdx.z, chunk = blockIdx.x;
+    const DecodeRange range(step, row, chunk, window, chunk_len, chunks);
+    if (range.begin >= range.end) return;  // attention_combine skips these chunks
+    const i32 span = range.span, begin = range.begin, end = range.end;
 
-    const u32 group = heads / kv_heads;
-    const u32 slices = (group + heads_per_block - 1) / heads_per_block;
-    const u32 kv_head = blockIdx.y / slices;
-    const u32 slice = blockIdx.y % slices;
-    const u32 first_head = kv_head * group + slice * heads_per_block;
-    const u32 n_heads = min(heads_per_block, group - slice * heads_per_block);
+    const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.y);
+    const u32 kv_head = hs.kv_head, first_head = hs.first, n_heads = hs.count;
     const u64 kv_offset = (u64)kv_head * head_dim;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
