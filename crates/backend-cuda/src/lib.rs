@@ -811,6 +811,21 @@ pub(crate) fn device_address<T>(slice: &CudaSlice<T>, stream: &Arc<CudaStream>) 
     ptr
 }
 
+/// The number in environment variable `name` (a measuring knob), else `default`; read once
+/// into `cell`.
+pub(crate) fn env_count(
+    cell: &'static std::sync::OnceLock<usize>,
+    name: &str,
+    default: usize,
+) -> usize {
+    *cell.get_or_init(|| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    })
+}
+
 /// A 1-D launch covering `n` elements with 256-thread blocks (grid capped; kernels loop).
 pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 65_535 * 8) as u32;

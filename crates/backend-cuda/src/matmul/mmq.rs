@@ -156,7 +156,7 @@ pub const PIPE_MAX_TOKENS: usize = 64;
 
 fn pipe_max_tokens() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    env_count(&MAX, "RUNIT_CUDA_MMQP_MAX", PIPE_MAX_TOKENS)
+    crate::env_count(&MAX, "RUNIT_CUDA_MMQP_MAX", PIPE_MAX_TOKENS)
 }
 
 /// `RUNIT_CUDA_MMQ8=1`: quantized weights take the int8 kernels (up to
@@ -171,18 +171,7 @@ fn int8_enabled() -> bool {
 /// [`MMQ8_MAX_TOKENS`], or `RUNIT_CUDA_MMQ8_MAX` (for measuring where the GEMM path wins).
 fn int8_max_tokens() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    env_count(&MAX, "RUNIT_CUDA_MMQ8_MAX", MMQ8_MAX_TOKENS)
-}
-
-/// The number in environment variable `name` (a measuring knob), else `default`; read once
-/// into `cell`.
-pub(super) fn env_count(cell: &'static OnceLock<usize>, name: &str, default: usize) -> usize {
-    *cell.get_or_init(|| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    })
+    crate::env_count(&MAX, "RUNIT_CUDA_MMQ8_MAX", MMQ8_MAX_TOKENS)
 }
 
 /// Index into [`TILE8_TOKENS`] of the smallest tile that holds `tokens` (the largest beyond).
@@ -392,7 +381,7 @@ fn run_pipe(
             // `RUNIT_CUDA_MMQP_BLOCKS` (blocks per multiprocessor) overrides the driver's
             // occupancy for experiments.
             static BLOCKS: OnceLock<usize> = OnceLock::new();
-            let per_multiprocessor = match env_count(&BLOCKS, "RUNIT_CUDA_MMQP_BLOCKS", 0) {
+            let per_multiprocessor = match crate::env_count(&BLOCKS, "RUNIT_CUDA_MMQP_BLOCKS", 0) {
                 0 => backend
                     .kernel(OP, PIPE_FILE, kernel)?
                     .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)

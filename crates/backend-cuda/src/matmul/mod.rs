@@ -485,7 +485,7 @@ pub(crate) fn activation_mode(ty: GgmlType) -> u32 {
 /// with `RUNIT_CUDA_MATVEC_MAX` (for measuring the batched kernels on 2-8 rows).
 fn matvec_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    mmq::env_count(&ROWS, "RUNIT_CUDA_MATVEC_MAX", MATVEC_MAX_TOKENS).clamp(1, MATVEC_MAX_TOKENS)
+    crate::env_count(&ROWS, "RUNIT_CUDA_MATVEC_MAX", MATVEC_MAX_TOKENS).clamp(1, MATVEC_MAX_TOKENS)
 }
 
 /// Fewest token rows the pipelined batched kernels take from the matvecs (quantized
@@ -495,7 +495,7 @@ fn matvec_rows() -> usize {
 /// read each weight once per step too, but their dot products per row grow with the rows.
 fn pipe_min_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    mmq::env_count(&ROWS, "RUNIT_CUDA_MMQP_MIN", 2).clamp(2, MATVEC_MAX_TOKENS + 1)
+    crate::env_count(&ROWS, "RUNIT_CUDA_MMQP_MIN", 2).clamp(2, MATVEC_MAX_TOKENS + 1)
 }
 
 /// The batched kernel a matmul of `tokens` rows of a `ty` weight would take, if any.

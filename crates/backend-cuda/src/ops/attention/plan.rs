@@ -73,13 +73,16 @@ impl DecodePlan {
         )
     }
 
-    /// The plan of the TurboQuant decode kernel (attention_decode_tq): as [`DecodePlan::new`]
-    /// with chunks of whole 64-key tiles.
+    /// The plan of the TurboQuant decode kernel (attention_decode_tq_codes): as
+    /// [`DecodePlan::new`] with chunks of whole 64-key tiles, at least `RUNIT_CUDA_TQ_CHUNK`
+    /// positions (a measuring knob, rounded up to whole tiles; default one tile).
     pub fn turbo(capacity: usize, group: usize, rows: usize) -> DecodePlan {
+        static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let min_chunk = crate::env_count(&CHUNK, "RUNIT_CUDA_TQ_CHUNK", TURBO_MIN_CHUNK);
         DecodePlan::with(
             capacity,
             group,
-            TURBO_MIN_CHUNK,
+            min_chunk.max(1).next_multiple_of(TURBO_MIN_CHUNK),
             max_chunks(rows),
             MAX_HEADS_PER_BLOCK,
         )
