@@ -116,7 +116,7 @@ mod rounding;
 
 pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
 pub use clock::{thread_cpu_ns, StepCosts};
-pub use kernels::MATVEC_TYPES;
+pub use kernels::{Dot4, MATVEC_INT8_TYPES, MATVEC_TYPES};
 
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and
 /// translation tests.
