@@ -1,6 +1,9 @@
 //! Times matmul per weight type on adapter 0: the per-type kernels against the generic
-//! (value-by-value) kernel, alternated, at one token (decode) and at a prompt's tokens; and
-//! first the host's cost of recording one small dispatch (a `scale` of 64 values).
+//! (value-by-value) kernel, alternated, at one token (decode) and at a prompt's tokens, and at
+//! one token the matrix-vector kernels on f32 activations against those on int8 ones (the
+//! types of `MATVEC_INT8_TYPES`); and first the host's cost of recording one small dispatch
+//! (a `scale` of 64 values). With `RUNIT_WGPU_PROFILE=1` the backends print each kernel's
+//! device time when they close (`matvec_TYPE..._int8` the int8 kernels).
 //!
 //! `cargo run --release -p runit-backend-wgpu --example matmul_speed -- [ROWS COLS [TOKENS]]`
 
@@ -81,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let prompt = args.get(2).copied().unwrap_or(32);
     let fast = WgpuBackend::new(0)?;
     let generic = WgpuBackend::new(0)?.with_generic_matmul();
+    let f32_input = WgpuBackend::new(0)?.with_matvec_int8(None);
     println!(
         "adapter: {}, subgroup sums: {}",
         fast.adapter(),
@@ -103,14 +107,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "[{}x{}] weights; ms per matmul (weight GB/s)",
         shape[1], shape[0]
     );
-    println!("type    tokens  generic          per-type         speed-up");
+    println!(
+        "type    tokens  generic          per-type         speed-up  f32 x (int8 x: per-type)"
+    );
     for ty in runit_backend_wgpu::MATVEC_TYPES {
         let bytes = ty.row_bytes(shape[0] as u64).unwrap_or(0) as f64 * shape[1] as f64;
         for tokens in [1, prompt] {
             let old = time(&generic, ty, shape, tokens)?;
             let new = time(&fast, ty, shape, tokens)?;
+            let int8 = tokens == 1 && runit_backend_wgpu::MATVEC_INT8_TYPES.contains(&ty);
+            let f32_x = match int8 {
+                true => {
+                    let f32_x = time(&f32_input, ty, shape, tokens)?;
+                    format!("{:>7.3} ({:>5.2})", f32_x * 1e3, bytes / f32_x / 1e9)
+                }
+                false => String::new(),
+            };
             println!(
-                "{:<7} {tokens:>6}  {:>7.3} ({:>5.2})  {:>7.3} ({:>5.2})  {:>5.2}x",
+                "{:<7} {tokens:>6}  {:>7.3} ({:>5.2})  {:>7.3} ({:>5.2})  {:>5.2}x  {f32_x}",
                 format!("{ty:?}"),
                 old * 1e3,
                 bytes / old / 1e9,

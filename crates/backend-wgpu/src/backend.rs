@@ -11,7 +11,7 @@ use wgpu::util::DeviceExt;
 use crate::batch::{self, Pending};
 use crate::bind_groups::FxBuild;
 use crate::clock::{StepClock, StepCosts};
-use crate::kernels::{self, KernelSource, Reduction};
+use crate::kernels::{self, Dot4, KernelSource, Reduction};
 
 /// Why a backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +171,13 @@ pub struct WgpuBackend {
     pub(crate) matvec_parts: bool,
     /// Whether dispatches reuse bind groups ([`WgpuBackend::without_bind_group_reuse`]).
     pub(crate) reuse_bind_groups: bool,
+    /// Whether matrix-vector products of the types in `kernels::MATVEC_INT8_TYPES` read
+    /// their activations as int8 with a scale a block (`matvec_int8.wgsl`: a quarter of the
+    /// f32 activations' cache traffic, four products an instruction), and with which dot
+    /// product; `None`: f32 activations (`matvec_dot.wgsl`). `RUNIT_WGPU_MATVEC_INT8=0` turns
+    /// it off, `=plain` takes the plain arithmetic's dot product, as does
+    /// [`WgpuBackend::with_matvec_int8`].
+    pub(crate) matvec_int8: Option<Dot4>,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
@@ -385,6 +392,11 @@ impl WgpuBackend {
                 _ => info.device_type != wgpu::DeviceType::Cpu,
             },
             reuse_bind_groups: !std::env::var("RUNIT_WGPU_BIND_REUSE").is_ok_and(|v| v == "0"),
+            matvec_int8: match std::env::var("RUNIT_WGPU_MATVEC_INT8").as_deref() {
+                Ok("0") => None,
+                Ok("plain") => Some(Dot4::Plain),
+                _ => Some(Dot4::Builtin),
+            },
             rounded_x: Mutex::default(),
             attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
@@ -454,6 +466,15 @@ impl WgpuBackend {
     /// cost on a CPU adapter, where it is off by default).
     pub fn with_matvec_parts(mut self) -> WgpuBackend {
         self.matvec_parts = true;
+        self
+    }
+
+    /// This backend with its matrix-vector kernels on int8 activations with the dot product
+    /// `dot` (`Some`), or on f32 activations (`None`), as `RUNIT_WGPU_MATVEC_INT8` sets it
+    /// when the backend opens (`0`: `None`; `plain`: [`Dot4::Plain`]; by default
+    /// [`Dot4::Builtin`]).
+    pub fn with_matvec_int8(mut self, dot: Option<Dot4>) -> WgpuBackend {
+        self.matvec_int8 = dot;
         self
     }
 

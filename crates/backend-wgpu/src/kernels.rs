@@ -23,12 +23,14 @@ pub enum KernelSource {
     /// One of [`WEIGHT_KERNELS`], by name, reading a type of [`WEIGHT_TYPES`] ([`for_weight`]).
     Weight(&'static str, GgmlType),
     /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]);
-    /// `biased`: each part's output plus its bias.
+    /// `biased`: each part's output plus its bias; `int8`: on int8 activations
+    /// (`matvec_int8.wgsl`) with that dot product, else on f32 ones (`matvec_dot.wgsl`).
     MatVec {
         ty: GgmlType,
         reduction: Reduction,
         parts: usize,
         biased: bool,
+        int8: Option<Dot4>,
     },
     /// The exact matmuls ([`matmul_q0`], [`matmul_qk`], [`matmul_repack`], [`matmul_float`]).
     MatmulQ0(GgmlType),
@@ -57,6 +59,7 @@ impl KernelSource {
                 reduction,
                 parts,
                 biased,
+                int8,
             } => {
                 let variant = match reduction {
                     Reduction::Shared => "",
@@ -68,7 +71,12 @@ impl KernelSource {
                     parts.to_string()
                 };
                 let bias = if biased { "_bias" } else { "" };
-                format!("matvec{count}_{}{variant}{bias}", suffix(ty))
+                let input = match int8 {
+                    None => "",
+                    Some(Dot4::Builtin) => "_int8",
+                    Some(Dot4::Plain) => "_int8plain",
+                };
+                format!("matvec{count}_{}{variant}{bias}{input}", suffix(ty))
             }
             KernelSource::MatmulQ0(ty) => format!("matmul_q0_{}", suffix(ty)),
             KernelSource::MatmulQk(ty) => format!("matmul_qk_{}", suffix(ty)),
@@ -102,9 +110,10 @@ impl KernelSource {
                 reduction,
                 parts,
                 biased,
+                int8,
             } => match parts {
-                1 => matvec_source(ty, reduction),
-                _ => matvec_parts_source(ty, reduction, parts, biased),
+                1 => matvec_source(ty, reduction, int8),
+                _ => matvec_parts_source(ty, reduction, parts, biased, int8),
             },
             KernelSource::MatmulQ0(ty) => matmul_q0_source(ty),
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
@@ -219,8 +228,22 @@ pub const PLAIN: [(&str, &str); 15] = [
 /// The matrix-vector kernel's body (`piece_xs`, `piece_dot` and the entry point come per
 /// type and variant).
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
-/// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`].
+/// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`] on f32
+/// activations, and of every type in [`MATVEC_INT8_TYPES`] on int8 ones, with the weight-side
+/// helpers both use.
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
+const MATVEC_INT8: &str = include_str!("shaders/matvec_int8.wgsl");
+const MATVEC_BITS: &str = include_str!("shaders/matvec_bits.wgsl");
+/// `dot4_i8(a, b)`, the dot product of the four signed bytes of two words, as WGSL's builtin
+/// (an instruction where the device has one, e.g. Vulkan's `OpSDot`; naga writes the
+/// arithmetic where it has none) or as plain arithmetic.
+const DOT4_BUILTIN: &str =
+    "fn dot4_i8(a: u32, b: u32) -> i32 {\n    return dot4I8Packed(a, b);\n}\n";
+const DOT4_PLAIN: &str = "fn dot4_i8(a: u32, b: u32) -> i32 {\n\
+    let shifts = vec4<u32>(24u, 16u, 8u, 0u);\n\
+    let x = bitcast<vec4<i32>>(vec4<u32>(a) << shifts) >> vec4<u32>(24u);\n\
+    let y = bitcast<vec4<i32>>(vec4<u32>(b) << shifts) >> vec4<u32>(24u);\n\
+    return dot(x, y);\n}\n";
 /// The matrix-vector kernel's part selection and output for one weight.
 const MATVEC_ONE: &str = include_str!("shaders/matvec_one.wgsl");
 /// The matrix-vector kernel's weight binding, as words or as 16-byte vectors.
@@ -245,6 +268,28 @@ pub const MATVEC_TYPES: [GgmlType; 10] = [
     GgmlType::Q6_K,
 ];
 
+/// The weight types with a matrix-vector kernel on int8 activations (`matvec_int8.wgsl`):
+/// those whose CPU dot products take Q8_0/Q8_1 or Q8_K activations, of the types in
+/// [`MATVEC_TYPES`] (Q5_1 has no matrix-vector kernel).
+pub const MATVEC_INT8_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// How the int8 matrix-vector kernels take the dot product of four bytes (`dot4_i8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dot4 {
+    /// WGSL's `dot4I8Packed` (naga's own arithmetic where the device lacks the instruction).
+    Builtin,
+    /// Shifts and a dot product of four integers (for comparisons and tests).
+    Plain,
+}
+
 /// How the matrix-vector kernel sums a row's lanes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reduction {
@@ -255,14 +300,24 @@ pub enum Reduction {
     Subgroup,
 }
 
-/// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction`.
-pub fn matvec(ty: GgmlType, reduction: Reduction) -> Option<KernelSource> {
-    MATVEC_TYPES.contains(&ty).then_some(KernelSource::MatVec {
+/// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction`; with
+/// `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]).
+pub fn matvec(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> Option<KernelSource> {
+    matvec_reads(ty, int8).then_some(KernelSource::MatVec {
         ty,
         reduction,
         parts: 1,
         biased: false,
+        int8,
     })
+}
+
+/// Whether a matrix-vector kernel reads `ty` on the activations `int8` says.
+fn matvec_reads(ty: GgmlType, int8: Option<Dot4>) -> bool {
+    match int8 {
+        None => MATVEC_TYPES.contains(&ty),
+        Some(_) => MATVEC_INT8_TYPES.contains(&ty),
+    }
 }
 
 /// The matrix-vector entry point of `reduction`.
@@ -285,20 +340,25 @@ fn matvec_weights(ty: GgmlType) -> &'static str {
 }
 
 /// What the matrix-vector kernel of `ty` takes from `matvec_dot.wgsl`, and its entry point.
-fn matvec_common(ty: GgmlType, reduction: Reduction) -> String {
+fn matvec_common(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> String {
     let suffix = suffix(ty);
     let piece = format!("PIECE_{}", suffix.to_uppercase());
     let (weights, entry) = (matvec_weights(ty), reduce_entry(reduction));
+    let dot = match int8 {
+        None => MATVEC_DOT.to_string(),
+        Some(Dot4::Builtin) => format!("{MATVEC_INT8}\n{DOT4_BUILTIN}"),
+        Some(Dot4::Plain) => format!("{MATVEC_INT8}\n{DOT4_PLAIN}"),
+    };
     format!(
-        "{MATVEC}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_DOT}\n\
+        "{MATVEC}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
          const PIECE: u32 = {piece};\nalias Xs = Xs_{suffix};\n\
          fn piece_xs(xi: u32, piece: u32) -> Xs {{ return xs_{suffix}(xi, piece); }}\n\
          fn piece_dot(row: u32, piece: u32, xs: Xs) -> f32 {{ return dot_{suffix}(row, piece, xs); }}\n"
     )
 }
 
-fn matvec_source(ty: GgmlType, reduction: Reduction) -> String {
-    format!("{}\n{MATVEC_ONE}\n", matvec_common(ty, reduction))
+fn matvec_source(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> String {
+    format!("{}\n{MATVEC_ONE}\n", matvec_common(ty, reduction, int8))
 }
 
 /// Most weights [`matvec_parts`] takes in one dispatch.
@@ -310,22 +370,31 @@ pub const MAX_PARTS: usize = 3;
 /// after x at 2). Each row is summed as [`matvec`] sums it. `biased`: every part has a bias,
 /// all of them one after another in one buffer at binding 2 · parts + 2, added to each
 /// output as `add_bias` adds it (Qwen2's Q, K and V: a dispatch a layer fewer).
+/// With `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]).
 pub fn matvec_parts(
     ty: GgmlType,
     reduction: Reduction,
     parts: usize,
     biased: bool,
+    int8: Option<Dot4>,
 ) -> Option<KernelSource> {
-    let applies = (2..=MAX_PARTS).contains(&parts) && MATVEC_TYPES.contains(&ty);
+    let applies = (2..=MAX_PARTS).contains(&parts) && matvec_reads(ty, int8);
     applies.then_some(KernelSource::MatVec {
         ty,
         reduction,
         parts,
         biased,
+        int8,
     })
 }
 
-fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize, biased: bool) -> String {
+fn matvec_parts_source(
+    ty: GgmlType,
+    reduction: Reduction,
+    parts: usize,
+    biased: bool,
+    int8: Option<Dot4>,
+) -> String {
     let mut bindings = String::new();
     let (mut elems, mut writes) = (String::new(), String::new());
     for k in 1..parts {
@@ -361,7 +430,7 @@ fn matvec_parts_source(ty: GgmlType, reduction: Reduction, parts: usize, biased:
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
              fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
              {writes}    out[i] = value;\n}}\n",
-            common = matvec_common(ty, reduction),
+            common = matvec_common(ty, reduction, int8),
             last = parts - 1
         )
 }
@@ -721,10 +790,12 @@ pub fn all() -> Vec<KernelSource> {
     );
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
-            all.extend(matvec(ty, reduction));
-            for parts in 2..=MAX_PARTS {
-                for biased in [false, true] {
-                    all.extend(matvec_parts(ty, reduction, parts, biased));
+            for int8 in [None, Some(Dot4::Builtin), Some(Dot4::Plain)] {
+                all.extend(matvec(ty, reduction, int8));
+                for parts in 2..=MAX_PARTS {
+                    for biased in [false, true] {
+                        all.extend(matvec_parts(ty, reduction, parts, biased, int8));
+                    }
                 }
             }
         }

@@ -32,7 +32,12 @@
 //!   to invocation i % 128, so that a subgroup's loads read neighbouring words; an invocation
 //!   reads a piece's activations once for the 4 rows and has the 4 rows' weight loads in
 //!   flight together. Q4_K, Q5_K and the float types are read as 16-byte vectors, the
-//!   2-byte-aligned blocks as words. The invocations' sums are reduced with `subgroupAdd`
+//!   2-byte-aligned blocks as words. Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K read their
+//!   activations as int8 with a scale a block (`matvec_int8.wgsl`: the CPU's Q8_0 or Q8_K
+//!   rounding kept as integers, groups of 256 values in 288 bytes) and multiply four bytes
+//!   an instruction (`dot4I8Packed`), the scales applied once a piece
+//!   (`RUNIT_WGPU_MATVEC_INT8=0`: f32 activations, `matvec_dot.wgsl`; `=plain`: the dot
+//!   product in plain arithmetic). The invocations' sums are reduced with `subgroupAdd`
 //!   where the adapter grants subgroups of at most 32 invocations (`reduce_subgroup.wgsl`),
 //!   else by a shared-memory tree (`reduce_shared.wgsl`); the choice is made when the
 //!   backend opens ([`WgpuBackend::without_subgroups`] forces the second, and the parity
@@ -49,7 +54,8 @@
 //! Activations are first rounded as the CPU's dot products see them (`quantize_x.wgsl`:
 //! 8-bit blocks of 32 for the legacy types and IQ4_NL, f16 for F16, bf16 for BF16, Q8_K
 //! blocks of 256 for the K-quants and IQ4_XS; a workgroup rounds 256 consecutive values,
-//! reducing each block's largest magnitude in workgroup memory, `quantize_coop.wgsl`); sums
+//! reducing each block's largest magnitude in workgroup memory, `quantize_coop.wgsl`; for the
+//! int8 matrix-vector kernels the same roundings kept as integers and scales); sums
 //! are f32 in each kernel's own order, within the parity suite's NMSE bounds.
 //!
 //! Exact matmul (`RUNIT_WGPU_EXACT=1`, [`WgpuBackend::with_exact_matmul`]; the counterpart
@@ -116,7 +122,7 @@ mod rounding;
 
 pub use backend::{adapters, AdapterSummary, DispatchCounts, WgpuBackend, WgpuError};
 pub use clock::{thread_cpu_ns, StepCosts};
-pub use kernels::MATVEC_TYPES;
+pub use kernels::{Dot4, MATVEC_INT8_TYPES, MATVEC_TYPES};
 
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and
 /// translation tests.

@@ -13,7 +13,7 @@ use runit_quant::GgmlType;
 use crate::backend::rows_grid;
 use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
-use crate::kernels::{self, KernelSource, MAX_PARTS};
+use crate::kernels::{self, Dot4, KernelSource, MATVEC_INT8_TYPES, MAX_PARTS};
 use crate::ops::MAX_GROUPS;
 use crate::WgpuBackend;
 
@@ -56,7 +56,24 @@ pub(crate) fn exact_kernel(exact: bool, w: &Weight) -> Option<KernelSource> {
         .or_else(|| kernels::matmul_qk(w.ty).filter(|_| w.row_len().is_multiple_of(256)))
 }
 
+/// Bytes of `len` activations in the int8 kernels' layout (quantize_x.wgsl's modes 7 and 8:
+/// 288 bytes a group of 256 values).
+pub(crate) fn int8_bytes(len: usize) -> u64 {
+    len.div_ceil(256) as u64 * 288
+}
+
 impl WgpuBackend {
+    /// The dot product of the int8 matrix-vector kernel (`matvec_int8.wgsl`) where it
+    /// multiplies `tokens` rows of activations by `w`, or `None` where another kernel does.
+    pub(crate) fn int8_matvec(&self, w: &Weight, tokens: usize) -> Option<Dot4> {
+        let applies = (1..TILE_MIN_TOKENS).contains(&tokens)
+            && !self.generic_matmul
+            && w.row_len().is_multiple_of(32)
+            && MATVEC_INT8_TYPES.contains(&w.ty)
+            && exact_kernel(self.exact_matmul, w).is_none();
+        self.matvec_int8.filter(|_| applies)
+    }
+
     /// The kernel for `tokens` rows of activations times `w`.
     fn matmul_kernel(&self, w: &Weight, tokens: usize) -> Result<Kernel, BackendError> {
         let unsupported = || self.unsupported("matmul", w);
@@ -71,7 +88,7 @@ impl WgpuBackend {
             let kernel = kernels::for_weight("matmat", w.ty).ok_or_else(unsupported)?;
             return Ok(Kernel::Tiled(kernel));
         }
-        match kernels::matvec(w.ty, self.reduction) {
+        match kernels::matvec(w.ty, self.reduction, self.int8_matvec(w, tokens)) {
             Some(kernel) => Ok(Kernel::MatVec(kernel)),
             None => {
                 let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
@@ -148,7 +165,11 @@ impl WgpuBackend {
         let first = w.byte_offset / w.row_bytes();
         // Bytes of one token's activations: packed Q8_0 or Q8_K blocks for the exact kernels.
         let exact = exact_kernel(self.exact_matmul, w).is_some();
+        // The int8 kernel binds x from its start (its tokens' groups of 256 values need not
+        // start on a binding offset) and takes the group's first token as a parameter.
+        let int8 = self.int8_matvec(w, tokens).is_some();
         let x_bytes = match w.ty {
+            _ if int8 => 0,
             _ if !exact => n * 4,
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => n * 4,
             GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => n / 32 * 36,
@@ -175,6 +196,18 @@ impl WgpuBackend {
             // Whole buffers where they bind whole, else each group's rows of them.
             let (x, out) = match count == tokens && x.size().max(out.size()) <= self.max_binding {
                 true => (Range::whole(x), Range::whole(out)),
+                false if int8 => (
+                    Range {
+                        buffer: x,
+                        offset: 0,
+                        bytes: x.size().min(int8_bytes(tokens * n)),
+                    },
+                    Range {
+                        buffer: out,
+                        offset: (t0 * rows * 4) as u64,
+                        bytes: (count * rows * 4) as u64,
+                    },
+                ),
                 false => (
                     Range {
                         buffer: x,
@@ -227,8 +260,9 @@ impl WgpuBackend {
                     rows as u32,
                     last,
                     u32::from(tiled) + gemm_rows.saturating_sub(t0).min(count) as u32,
-                    // The exact kernels' `zero` and padding.
-                    0,
+                    // The int8 matrix-vector kernel's first token (`token0`); the exact
+                    // kernels' `zero`.
+                    if int8 { t0 as u32 } else { 0 },
                     0,
                     0,
                     0,
@@ -282,7 +316,8 @@ impl WgpuBackend {
             && ws.iter().all(|w| {
                 w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
             });
-        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len(), biases.is_some());
+        let int8 = self.int8_matvec(w0, tokens);
+        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len(), biases.is_some(), int8);
         let (Some(kernel), true) = (kernel, applies) else {
             return Ok(false);
         };

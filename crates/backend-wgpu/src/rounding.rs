@@ -13,7 +13,7 @@ use runit_quant::GgmlType;
 use crate::backend::{grid, rows_grid};
 use crate::bind_groups::FxBuild;
 use crate::device::{at_least, buffer};
-use crate::matmul::exact_kernel;
+use crate::matmul::{exact_kernel, int8_bytes};
 use crate::WgpuBackend;
 
 /// The scratch buffer of rounded activations and what it holds, and what the norms have
@@ -121,11 +121,16 @@ impl WgpuBackend {
 
     /// How the CPU rounds `len` activations for its dot products with `w`: the mode of
     /// `quantize_x.wgsl` and the values a block, or `None` where it keeps them (F32) or `len`
-    /// is not whole blocks.
+    /// is not whole blocks. The int8 matrix-vector kernel takes the same roundings kept as
+    /// integers and scales (modes 7 and 8).
     fn rounding(&self, w: &Weight, len: usize) -> Option<(u32, usize)> {
         use GgmlType::*;
         let exact = exact_kernel(self.exact_matmul, w).is_some();
+        let n = w.row_len();
+        let int8 = n > 0 && len.is_multiple_of(n) && self.int8_matvec(w, len / n).is_some();
         let (mode, block) = match w.ty {
+            Q8_0 | Q5_0 | Q4_0 | Q4_1 if int8 => (7, 32),
+            Q4_K | Q5_K | Q6_K if int8 => (8, 256),
             Q8_0 | Q5_0 | Q4_0 | IQ4_NL if exact => (4, 32),
             Q4_1 | Q5_1 if exact => (6, 32),
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if exact => (5, 256),
@@ -144,7 +149,8 @@ impl WgpuBackend {
         scratch: &mut RoundedX,
         len: usize,
     ) -> Result<wgpu::Buffer, BackendError> {
-        let bytes = len as u64 * 4;
+        // f32 values, or the int8 layout's groups (larger for fewer than 72 values).
+        let bytes = (len as u64 * 4).max(int8_bytes(len));
         match &scratch.buffer {
             Some(buffer) if buffer.size() >= bytes => Ok(buffer.clone()),
             _ => {

@@ -323,10 +323,15 @@ fn rope_kv_write_equals_its_primitives() {
 fn attention_output_rounds_for_the_projection() {
     let Some(gpu) = backend() else { return };
     let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    // The fast kernels on the one-chunk path: its rounding in the int8 kernels' layout.
+    let one_chunk = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_split_attention();
     use GgmlType::{BF16, F16 as H, F32 as S, Q4_1, Q4_K, Q8_0};
     use KvType::{F16, F32};
     // (heads, kv_heads, head_dim, key and value caches, projection type, rows of each span,
-    // whether the attention rounds with the fast kernels and with the exact ones)
+    // whether the attention rounds with the fast kernels and with the exact ones, which the
+    // one-chunk path shares)
     let cases = [
         (8, 2, 64, F16, F16, Q8_0, vec![1], [true, true]),
         (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], [true, true]),
@@ -339,9 +344,9 @@ fn attention_output_rounds_for_the_projection() {
         (4, 4, 32, F16, F16, Q8_0, vec![64], [false, false]),
         (8, 2, 64, F16, F16, S, vec![1], [false, false]),
     ];
-    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact")] {
+    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact"), (&one_chunk, "one-chunk")] {
         for (heads, kv_heads, head_dim, keys, values, ty, span_rows, rounds) in cases.clone() {
-            let rounds = rounds[usize::from(mode == "exact")];
+            let rounds = rounds[usize::from(mode != "fast")];
             let mut rng = Rng::new(47);
             let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
             let (block_size, prefix) = (16, 5);

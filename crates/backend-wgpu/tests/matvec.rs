@@ -1,20 +1,25 @@
-//! The matrix-vector kernels (`matvec.wgsl`, every type of `MATVEC_TYPES`) against the CPU's
+//! The matrix-vector kernels (`matvec.wgsl`, every type of `MATVEC_TYPES` on f32 activations,
+//! every type of `MATVEC_INT8_TYPES` on int8 ones with either dot product) against the CPU's
 //! scalar twin, on the shapes the parity suite's one [36 x 512] case does not reach: a last
 //! workgroup of fewer than its 4 rows, rows whose pieces do not fill a workgroup's 128
-//! invocations or take several rounds of them, and 1 to 3 tokens (one per z), with subgroup
-//! sums and without. Runs only where an adapter exists (as `parity.rs`).
+//! invocations or take several rounds of them, rows of Q8_0-style blocks whose tokens start
+//! inside the int8 layout's groups of 256 values, and 1 to 3 tokens (one per z), with
+//! subgroup sums and without. Runs only where an adapter exists (as `parity.rs`).
 
 use runit_backend::testing::{make_weight, nmse, Rng};
 use runit_backend::{Backend, BackendError, Buffer};
 use runit_backend_cpu::{CpuBackend, SimdLevel};
-use runit_backend_wgpu::{WgpuBackend, MATVEC_TYPES};
+use runit_backend_wgpu::{Dot4, WgpuBackend, MATVEC_INT8_TYPES, MATVEC_TYPES};
+use runit_quant::GgmlType;
 
 /// Far below the parity suite's 5e-4: each kernel sums the CPU's rounded activations in f32
-/// (NMSE 1e-13 here, 4e-7 for F16); a piece read from the wrong place or a row or token
-/// summed twice moves it by 1e-3 or more.
+/// (NMSE 1e-13 here, 4e-7 for F16), or their integers exactly and the scaled sums in f32; a
+/// piece read from the wrong place or a row or token summed twice moves it by 1e-3 or more.
 const BOUND: f64 = 1e-5;
 
-fn backends() -> Vec<WgpuBackend> {
+/// The adapter's backends with subgroup sums and without, their matrix-vector kernels on the
+/// activations `int8` says.
+fn backends(int8: Option<Dot4>) -> Vec<WgpuBackend> {
     let backend = match WgpuBackend::new(0) {
         Ok(backend) => backend,
         Err(error) => {
@@ -24,9 +29,10 @@ fn backends() -> Vec<WgpuBackend> {
             return Vec::new();
         }
     };
-    let mut all = vec![WgpuBackend::new(0).expect("adapter").without_subgroups()];
+    let shared = WgpuBackend::new(0).expect("adapter").without_subgroups();
+    let mut all = vec![shared.with_matvec_int8(int8)];
     if backend.uses_subgroups() {
-        all.push(backend);
+        all.push(backend.with_matvec_int8(int8));
     }
     all
 }
@@ -50,14 +56,19 @@ fn matmul(
     Ok(host)
 }
 
-#[test]
-fn matvec_kernels_match_the_cpu() {
+/// Every type of `types` on every backend of `backends(int8)` against the CPU's scalar twin.
+fn check(types: &[GgmlType], int8: Option<Dot4>) {
     let reference = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
-    // (values a row, rows): 40 to 1,152 pieces a row, 5 to 37 rows.
-    let shapes = [[256, 5], [1280, 37], [4608, 9]];
-    for gpu in backends() {
-        for ty in MATVEC_TYPES {
+    // (values a row, rows): 40 to 1,152 pieces a row, 5 to 37 rows; for the types of blocks
+    // of 32 rows of 96 and 896 values too (the int8 layout's groups of 256 values then hold
+    // parts of two tokens: the second token's values start inside a group).
+    let shapes: [[usize; 2]; 5] = [[256, 5], [1280, 37], [4608, 9], [96, 6], [896, 7]];
+    for gpu in backends(int8) {
+        for &ty in types {
             for (s, shape) in shapes.into_iter().enumerate() {
+                if !shape[0].is_multiple_of(ty.block_size()) {
+                    continue;
+                }
                 let mut rng = Rng::new(0x3a7e_c000 + ty.id() as u64 * 7 + s as u64);
                 let w = rng.normal(shape[0] * shape[1], 0.06);
                 for tokens in 1..=3 {
@@ -67,11 +78,29 @@ fn matvec_kernels_match_the_cpu() {
                     let error = nmse(&want, &got);
                     assert!(
                         error <= BOUND,
-                        "{ty:?} {shape:?} x {tokens}, subgroups {}: NMSE {error:e}",
+                        "{ty:?} {shape:?} x {tokens}, subgroups {}, int8 {int8:?}: NMSE \
+                         {error:e}",
                         gpu.uses_subgroups()
                     );
                 }
             }
         }
     }
+}
+
+#[test]
+fn matvec_kernels_match_the_cpu() {
+    check(&MATVEC_TYPES, None);
+}
+
+#[test]
+fn int8_matvec_kernels_match_the_cpu() {
+    check(&MATVEC_INT8_TYPES, Some(Dot4::Builtin));
+}
+
+/// The plain arithmetic's dot product, as an adapter without the instruction would not
+/// need (naga writes its own there) but a comparison may force (`RUNIT_WGPU_MATVEC_INT8=plain`).
+#[test]
+fn int8_matvec_kernels_with_plain_dot_products_match_the_cpu() {
+    check(&MATVEC_INT8_TYPES, Some(Dot4::Plain));
 }

@@ -9,8 +9,9 @@
 // - each activation read serves ROWS rows (x is f32: read per row it would move four bytes
 //   through the cache for every byte of a Q8_0 weight, eight for a 4-bit one).
 // The invocations' sums (a vec4 of the ROWS rows) are then reduced by the entry point of the
-// variant (reduce_shared.wgsl or reduce_subgroup.wgsl). x is read four values a load (row
-// lengths are multiples of 32).
+// variant (reduce_shared.wgsl or reduce_subgroup.wgsl). x is f32, read four values a load
+// (matvec_dot.wgsl; row lengths are multiples of 32), or int8 with a scale a block
+// (matvec_int8.wgsl), each declaring its binding.
 
 // One dispatch may take several weights of one input (matvec_parts: the Q, K and V
 // projections, gate and up): workgroups from part k's first on work on part k's weight
@@ -26,13 +27,15 @@ struct Params {
     out_stride: u32, // output row length (all rows of the weight)
     groups_x: u32,
     _pad: u32,
-    _exact: vec4<u32>, // the exact kernels' words, unused here
+    token0: u32,     // x's token of z = 0 (int8 activations, bound whole; else 0)
+    _exact1: u32,    // the exact kernels' words, unused here
+    _exact2: u32,
+    _exact3: u32,
     // Parts 1 and 2: (rows, row0, out_stride, first workgroup), each a whole weight.
     parts: array<vec4<u32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 const THREADS: u32 = 128u;
@@ -75,7 +78,7 @@ fn partial(r0: u32, t: u32, lid: u32) -> vec4<f32> {
     let last = q.rows - 1u;
     let rows = (q.row0 + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last))) * p.row_bytes;
     let pieces = p.n / PIECE;
-    let xi = t * p.n;
+    let xi = (t + p.token0) * p.n;
     var acc = vec4<f32>(0.0);
     for (var i = lid; i < pieces; i += THREADS) {
         let xs = piece_xs(xi, i);

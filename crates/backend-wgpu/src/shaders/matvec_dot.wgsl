@@ -8,6 +8,8 @@
 // the others words (`weight_word`, through bytes.wgsl's helpers where blocks are 2-byte
 // aligned).
 
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+
 // x[i .. i + 4] (i a multiple of 4).
 fn x4(i: u32) -> vec4<f32> {
     return x[i >> 2u];
@@ -39,32 +41,6 @@ fn signed4(v: u32) -> vec4<f32> {
 fn nibbles_high(v: u32, shift: u32, high: u32, high_shift: u32, high_mask: u32, offset: f32) -> vec4<f32> {
     let top = ((high >> high_shift) & (high_mask * 0x01010101u)) << 4u;
     return byte_floats(((v >> shift) & 0x0f0f0f0fu) | top, offset);
-}
-
-// The low four bits of `v`, bit k moved to bit 8k (to the low bit of byte k).
-fn spread_bits(v: u32) -> u32 {
-    return (v & 1u) | ((v & 2u) << 7u) | ((v & 4u) << 14u) | ((v & 8u) << 21u);
-}
-
-// The 8 bytes at an even `offset` as two words (three words read, as `word_at` reads two;
-// the weight's spare word covers the third).
-fn words2_at(offset: u32) -> vec2<u32> {
-    let i = offset >> 2u;
-    let a = weight_word(i);
-    let b = weight_word(i + 1u);
-    let c = weight_word(i + 2u);
-    let shifted = vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u));
-    return select(vec2<u32>(a, b), shifted, (offset & 2u) != 0u);
-}
-
-// Byte k of 12 bytes held in three words.
-fn byte_of(words: vec3<u32>, k: u32) -> u32 {
-    return (words[k >> 2u] >> ((k & 3u) * 8u)) & 0xffu;
-}
-
-// K-quants' scale and min of sub-block j from the block's 12 scale bytes.
-fn scale_min_k4_of(j: u32, scales: vec3<u32>) -> vec2<f32> {
-    return scale_min_k4_bytes(j, byte_of(scales, j & 3u), byte_of(scales, j), byte_of(scales, j + 4u));
 }
 
 // Sixteen activations from x[i] and x[i + gap] (eight each).
@@ -215,15 +191,6 @@ fn xs_q4_k(xi: u32, piece: u32) -> Xs_q4_k {
     let one = vec4<f32>(1.0);
     let sums = vec2<f32>(dot(lo[0] + lo[1] + lo[2] + lo[3], one), dot(hi[0] + hi[1] + hi[2] + hi[3], one));
     return Xs_q4_k(lo, hi, sums);
-}
-
-// Sub-blocks 2c and 2c + 1 of a K-quant block (header `head`: d, dmin and the scale bytes)
-// given the dot products of their integer values with the activations.
-fn k4_pair(head: vec4<u32>, c: u32, sums: vec2<f32>, xsums: vec2<f32>) -> f32 {
-    let dm = unpack2x16float(head.x);
-    let lo = scale_min_k4_of(2u * c, head.yzw);
-    let hi = scale_min_k4_of(2u * c + 1u, head.yzw);
-    return dm.x * (lo.x * sums.x + hi.x * sums.y) - dm.y * (lo.y * xsums.x + hi.y * xsums.y);
 }
 
 fn dot_q4_k(row: u32, piece: u32, xs: Xs_q4_k) -> f32 {

@@ -24,7 +24,7 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
     let seg = block_values / 4u;  // invocations a block: 8 or 64
     let at = first + 4u * lane;
     let block = at / block_values;
-    let k_mode = mode == 3u || mode == 5u;
+    let k_mode = mode == 3u || mode == 5u || mode == 8u;
     var amax = 0.0;
     var max_value = 0.0;
     var index = 0xffffffffu;
@@ -80,9 +80,15 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
         }
     } else if k_mode {
         let packed = mode == 5u;
+        let grouped = mode == 8u;
         if live {
             if block_amax == 0.0 {
-                if packed {
+                if grouped {
+                    rounded[block * 72u + word] = 0u;
+                    if word == 0u {
+                        rounded[block * 72u + 64u] = 0u;
+                    }
+                } else if packed {
                     rounded[block * 65u + 1u + word] = 0u;
                     if word == 0u {
                         rounded[block * 65u] = 0u;
@@ -95,7 +101,17 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
             } else {
                 let iscale = -127.0 / block_max_value;
                 let d = 1.0 / iscale;
-                if packed {
+                if grouped {
+                    var bytes = 0u;
+                    for (var k = 0u; k < 4u; k++) {
+                        let q = i32(min(127.0, round(iscale * values[k])));
+                        bytes |= (bitcast<u32>(q) & 0xffu) << (8u * k);
+                    }
+                    rounded[block * 72u + word] = bytes;
+                    if word == 0u {
+                        rounded[block * 72u + 64u] = bitcast<u32>(d);
+                    }
+                } else if packed {
                     var bytes = 0u;
                     for (var k = 0u; k < 4u; k++) {
                         let q = i32(min(127.0, round(iscale * values[k])));
@@ -113,7 +129,7 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
             }
         }
     } else {
-        // Modes 0, 4 and 6: blocks of 32.
+        // Modes 0, 4, 6 and 7: blocks of 32.
         let unrounded = block_amax / 127.0;
         let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
         let id = select(0.0, 127.0 / block_amax, block_amax != 0.0);
@@ -130,7 +146,13 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
                 bytes |= (bitcast<u32>(i32(q)) & 0xffu) << (8u * k);
             }
         }
-        if live && mode != 0u {
+        if live && mode == 7u {
+            let group = block / 8u;
+            rounded[group * 72u + 8u * (block % 8u) + word] = bytes;
+            if word == 0u {
+                rounded[group * 72u + 64u + block % 8u] = bitcast<u32>(d);
+            }
+        } else if live && mode != 0u {
             let words = select(9u, 10u, mode == 6u);
             let qs = block * words + select(1u, 2u, mode == 6u);
             rounded[qs + word] = bytes;
