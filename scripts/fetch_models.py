@@ -139,8 +139,12 @@ def venv_python():
     venv = os.path.join(MODELS, ".venv")
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
-        log("creating models/.venv with gguf==0.19.0 and numpy (for the regen scripts)")
+        log("creating models/.venv (for the regen scripts)")
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    # The venv may exist without them (scripts/fetch_nvrtc.sh makes it too, for NVRTC only).
+    probe = [python, "-c", "import importlib.metadata as m, numpy; assert m.version('gguf') == '0.19.0'"]
+    if subprocess.run(probe, capture_output=True).returncode != 0:
+        log("installing gguf==0.19.0 and numpy into models/.venv")
         subprocess.run(
             [python, "-m", "pip", "install", "--quiet", "gguf==0.19.0", "numpy"], check=True
         )
