@@ -1,9 +1,10 @@
 //! Times matmul per weight type on adapter 0: the per-type kernels against the generic
 //! (value-by-value) kernel, alternated, at one token (decode) and at a prompt's tokens, and at
 //! one token the matrix-vector kernels on f32 activations against those on int8 ones (the
-//! types of `MATVEC_INT8_TYPES`); and first the host's cost of recording one small dispatch
-//! (a `scale` of 64 values). With `RUNIT_WGPU_PROFILE=1` the backends print each kernel's
-//! device time when they close (`matvec_TYPE..._int8` the int8 kernels).
+//! types of `MATVEC_INT8_TYPES`), and Q6_K's staged kernel against its in-place one; and
+//! first the host's cost of recording one small dispatch (a `scale` of 64 values). With
+//! `RUNIT_WGPU_PROFILE=1` the backends print each kernel's device time when they close
+//! (`matvec_TYPE..._int8` the int8 kernels, `..._staged` Q6_K's staged ones).
 //!
 //! `cargo run --release -p runit-backend-wgpu --example matmul_speed -- [ROWS COLS [TOKENS]]`
 
@@ -131,6 +132,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 new * 1e3,
                 bytes / new / 1e9,
                 old / new
+            );
+        }
+    }
+    // Q6_K at one token with its rows staged through workgroup memory (the default) and read
+    // in place (`RUNIT_WGPU_Q6K_ALIGNED=0`), alternated.
+    let in_place = WgpuBackend::new(0)?.with_q6_k_staged(false);
+    let ty = GgmlType::Q6_K;
+    let bytes = ty.row_bytes(shape[0] as u64).unwrap_or(0) as f64 * shape[1] as f64;
+    for round in 0..3 {
+        for (name, backend) in [("in place", &in_place), ("staged", &fast)] {
+            let seconds = time(backend, ty, shape, 1)?;
+            println!(
+                "Q6_K x 1 {name} (round {round}): {:.3} ms ({:.2} GB/s)",
+                seconds * 1e3,
+                bytes / seconds / 1e9
             );
         }
     }

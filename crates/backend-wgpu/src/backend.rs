@@ -178,6 +178,12 @@ pub struct WgpuBackend {
     /// it off, `=plain` takes the plain arithmetic's dot product, as does
     /// [`WgpuBackend::with_matvec_int8`].
     pub(crate) matvec_int8: Option<Dot4>,
+    /// Whether the matrix-vector kernels of Q6_K weights stage each workgroup's rows through
+    /// workgroup memory, read in consecutive words by all its invocations, rather than read
+    /// each piece's runs where they lie (`matvec_staged.wgsl`: its 210-byte blocks start on
+    /// 2-byte boundaries). `RUNIT_WGPU_Q6K_ALIGNED=0` turns it off, as does
+    /// [`WgpuBackend::with_q6_k_staged`].
+    pub(crate) q6_k_staged: bool,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
     /// A matmul's activations rounded as the CPU sees them, grown as needed (matmul.rs).
@@ -397,6 +403,7 @@ impl WgpuBackend {
                 Ok("plain") => Some(Dot4::Plain),
                 _ => Some(Dot4::Builtin),
             },
+            q6_k_staged: !std::env::var("RUNIT_WGPU_Q6K_ALIGNED").is_ok_and(|v| v == "0"),
             rounded_x: Mutex::default(),
             attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
@@ -475,6 +482,14 @@ impl WgpuBackend {
     /// [`Dot4::Builtin`]).
     pub fn with_matvec_int8(mut self, dot: Option<Dot4>) -> WgpuBackend {
         self.matvec_int8 = dot;
+        self
+    }
+
+    /// This backend with its Q6_K matrix-vector kernels staging their rows through workgroup
+    /// memory (`true`) or reading each piece in place (`false`), as `RUNIT_WGPU_Q6K_ALIGNED`
+    /// sets it when the backend opens (`0`: `false`; by default `true`).
+    pub fn with_q6_k_staged(mut self, staged: bool) -> WgpuBackend {
+        self.q6_k_staged = staged;
         self
     }
 

@@ -24,13 +24,15 @@ pub enum KernelSource {
     Weight(&'static str, GgmlType),
     /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]);
     /// `biased`: each part's output plus its bias; `int8`: on int8 activations
-    /// (`matvec_int8.wgsl`) with that dot product, else on f32 ones (`matvec_dot.wgsl`).
+    /// (`matvec_int8.wgsl`) with that dot product, else on f32 ones (`matvec_dot.wgsl`);
+    /// `staged`: Q6_K's rows staged through workgroup memory (`matvec_staged.wgsl`).
     MatVec {
         ty: GgmlType,
         reduction: Reduction,
         parts: usize,
         biased: bool,
         int8: Option<Dot4>,
+        staged: bool,
     },
     /// The exact matmuls ([`matmul_q0`], [`matmul_qk`], [`matmul_repack`], [`matmul_float`]).
     MatmulQ0(GgmlType),
@@ -60,6 +62,7 @@ impl KernelSource {
                 parts,
                 biased,
                 int8,
+                staged,
             } => {
                 let variant = match reduction {
                     Reduction::Shared => "",
@@ -76,7 +79,11 @@ impl KernelSource {
                     Some(Dot4::Builtin) => "_int8",
                     Some(Dot4::Plain) => "_int8plain",
                 };
-                format!("matvec{count}_{}{variant}{bias}{input}", suffix(ty))
+                let staging = if staged { "_staged" } else { "" };
+                format!(
+                    "matvec{count}_{}{variant}{bias}{input}{staging}",
+                    suffix(ty)
+                )
             }
             KernelSource::MatmulQ0(ty) => format!("matmul_q0_{}", suffix(ty)),
             KernelSource::MatmulQk(ty) => format!("matmul_qk_{}", suffix(ty)),
@@ -111,9 +118,10 @@ impl KernelSource {
                 parts,
                 biased,
                 int8,
+                staged,
             } => match parts {
-                1 => matvec_source(ty, reduction, int8),
-                _ => matvec_parts_source(ty, reduction, parts, biased, int8),
+                1 => matvec_source(ty, reduction, int8, staged),
+                _ => matvec_parts_source(ty, reduction, parts, biased, int8, staged),
             },
             KernelSource::MatmulQ0(ty) => matmul_q0_source(ty),
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
@@ -228,6 +236,10 @@ pub const PLAIN: [(&str, &str); 15] = [
 /// The matrix-vector kernel's body (`piece_xs`, `piece_dot` and the entry point come per
 /// type and variant).
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
+/// The matrix-vector kernel's loop over a row's pieces (`partial`): reading the weights where
+/// they lie, or (Q6_K) staged through workgroup memory.
+const MATVEC_PIECES: &str = include_str!("shaders/matvec_pieces.wgsl");
+const MATVEC_STAGED: &str = include_str!("shaders/matvec_staged.wgsl");
 /// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`] on f32
 /// activations, and of every type in [`MATVEC_INT8_TYPES`] on int8 ones, with the weight-side
 /// helpers both use.
@@ -301,16 +313,27 @@ pub enum Reduction {
 }
 
 /// The matrix-vector kernel for `ty` (one of [`MATVEC_TYPES`]) with `reduction`; with
-/// `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]).
-pub fn matvec(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> Option<KernelSource> {
+/// `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]); with `staged`, a Q6_K
+/// weight's rows staged through workgroup memory (other types read theirs in place).
+pub fn matvec(
+    ty: GgmlType,
+    reduction: Reduction,
+    int8: Option<Dot4>,
+    staged: bool,
+) -> Option<KernelSource> {
     matvec_reads(ty, int8).then_some(KernelSource::MatVec {
         ty,
         reduction,
         parts: 1,
         biased: false,
         int8,
+        staged: staged && ty == STAGED_TYPE,
     })
 }
+
+/// The one type whose matrix-vector kernel may stage its rows (`matvec_staged.wgsl`): its
+/// 210-byte blocks start on 2-byte boundaries and a piece's runs lie apart.
+pub const STAGED_TYPE: GgmlType = GgmlType::Q6_K;
 
 /// Whether a matrix-vector kernel reads `ty` on the activations `int8` says.
 fn matvec_reads(ty: GgmlType, int8: Option<Dot4>) -> bool {
@@ -339,26 +362,31 @@ fn matvec_weights(ty: GgmlType) -> &'static str {
     }
 }
 
-/// What the matrix-vector kernel of `ty` takes from `matvec_dot.wgsl`, and its entry point.
-fn matvec_common(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> String {
+/// What the matrix-vector kernel of `ty` takes from `matvec_dot.wgsl`, its loop over a row's
+/// pieces and its entry point.
+fn matvec_common(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>, staged: bool) -> String {
     let suffix = suffix(ty);
     let piece = format!("PIECE_{}", suffix.to_uppercase());
     let (weights, entry) = (matvec_weights(ty), reduce_entry(reduction));
+    let pieces = if staged { MATVEC_STAGED } else { MATVEC_PIECES };
     let dot = match int8 {
         None => MATVEC_DOT.to_string(),
         Some(Dot4::Builtin) => format!("{MATVEC_INT8}\n{DOT4_BUILTIN}"),
         Some(Dot4::Plain) => format!("{MATVEC_INT8}\n{DOT4_PLAIN}"),
     };
     format!(
-        "{MATVEC}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
+        "{MATVEC}\n{pieces}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
          const PIECE: u32 = {piece};\nalias Xs = Xs_{suffix};\n\
          fn piece_xs(xi: u32, piece: u32) -> Xs {{ return xs_{suffix}(xi, piece); }}\n\
          fn piece_dot(row: u32, piece: u32, xs: Xs) -> f32 {{ return dot_{suffix}(row, piece, xs); }}\n"
     )
 }
 
-fn matvec_source(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>) -> String {
-    format!("{}\n{MATVEC_ONE}\n", matvec_common(ty, reduction, int8))
+fn matvec_source(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>, staged: bool) -> String {
+    format!(
+        "{}\n{MATVEC_ONE}\n",
+        matvec_common(ty, reduction, int8, staged)
+    )
 }
 
 /// Most weights [`matvec_parts`] takes in one dispatch.
@@ -370,13 +398,15 @@ pub const MAX_PARTS: usize = 3;
 /// after x at 2). Each row is summed as [`matvec`] sums it. `biased`: every part has a bias,
 /// all of them one after another in one buffer at binding 2 · parts + 2, added to each
 /// output as `add_bias` adds it (Qwen2's Q, K and V: a dispatch a layer fewer).
-/// With `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]).
+/// With `int8`, on int8 activations (`ty` one of [`MATVEC_INT8_TYPES`]); `staged` as
+/// [`matvec`] takes it.
 pub fn matvec_parts(
     ty: GgmlType,
     reduction: Reduction,
     parts: usize,
     biased: bool,
     int8: Option<Dot4>,
+    staged: bool,
 ) -> Option<KernelSource> {
     let applies = (2..=MAX_PARTS).contains(&parts) && matvec_reads(ty, int8);
     applies.then_some(KernelSource::MatVec {
@@ -385,6 +415,7 @@ pub fn matvec_parts(
         parts,
         biased,
         int8,
+        staged: staged && ty == STAGED_TYPE,
     })
 }
 
@@ -394,6 +425,7 @@ fn matvec_parts_source(
     parts: usize,
     biased: bool,
     int8: Option<Dot4>,
+    staged: bool,
 ) -> String {
     let mut bindings = String::new();
     let (mut elems, mut writes) = (String::new(), String::new());
@@ -430,7 +462,7 @@ fn matvec_parts_source(
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
              fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
              {writes}    out[i] = value;\n}}\n",
-            common = matvec_common(ty, reduction, int8),
+            common = matvec_common(ty, reduction, int8, staged),
             last = parts - 1
         )
 }
@@ -791,10 +823,15 @@ pub fn all() -> Vec<KernelSource> {
     for ty in MATVEC_TYPES {
         for reduction in [Reduction::Shared, Reduction::Subgroup] {
             for int8 in [None, Some(Dot4::Builtin), Some(Dot4::Plain)] {
-                all.extend(matvec(ty, reduction, int8));
-                for parts in 2..=MAX_PARTS {
-                    for biased in [false, true] {
-                        all.extend(matvec_parts(ty, reduction, parts, biased, int8));
+                for staged in [false, true]
+                    .into_iter()
+                    .filter(|s| !s || ty == STAGED_TYPE)
+                {
+                    all.extend(matvec(ty, reduction, int8, staged));
+                    for parts in 2..=MAX_PARTS {
+                        for biased in [false, true] {
+                            all.extend(matvec_parts(ty, reduction, parts, biased, int8, staged));
+                        }
                     }
                 }
             }

@@ -88,7 +88,8 @@ impl WgpuBackend {
             let kernel = kernels::for_weight("matmat", w.ty).ok_or_else(unsupported)?;
             return Ok(Kernel::Tiled(kernel));
         }
-        match kernels::matvec(w.ty, self.reduction, self.int8_matvec(w, tokens)) {
+        let int8 = self.int8_matvec(w, tokens);
+        match kernels::matvec(w.ty, self.reduction, int8, self.q6_k_staged) {
             Some(kernel) => Ok(Kernel::MatVec(kernel)),
             None => {
                 let kernel = kernels::for_weight("matmul", w.ty).ok_or_else(unsupported)?;
@@ -317,7 +318,14 @@ impl WgpuBackend {
                 w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
             });
         let int8 = self.int8_matvec(w0, tokens);
-        let kernel = kernels::matvec_parts(ty, self.reduction, ws.len(), biases.is_some(), int8);
+        let kernel = kernels::matvec_parts(
+            ty,
+            self.reduction,
+            ws.len(),
+            biases.is_some(),
+            int8,
+            self.q6_k_staged,
+        );
         let (Some(kernel), true) = (kernel, applies) else {
             return Ok(false);
         };

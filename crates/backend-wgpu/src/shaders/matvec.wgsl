@@ -8,10 +8,11 @@
 // - each invocation has ROWS independent weight loads in flight before it uses them,
 // - each activation read serves ROWS rows (x is f32: read per row it would move four bytes
 //   through the cache for every byte of a Q8_0 weight, eight for a 4-bit one).
-// The invocations' sums (a vec4 of the ROWS rows) are then reduced by the entry point of the
-// variant (reduce_shared.wgsl or reduce_subgroup.wgsl). x is f32, read four values a load
-// (matvec_dot.wgsl; row lengths are multiples of 32), or int8 with a scale a block
-// (matvec_int8.wgsl), each declaring its binding.
+// `partial` (matvec_pieces.wgsl, or for Q6_K matvec_staged.wgsl: the rows staged through
+// workgroup memory first) gives each invocation's sums, a vec4 of the ROWS rows, which the
+// entry point of the variant reduces (reduce_shared.wgsl or reduce_subgroup.wgsl). x is f32,
+// read four values a load (matvec_dot.wgsl; row lengths are multiples of 32), or int8 with a
+// scale a block (matvec_int8.wgsl), each declaring its binding.
 
 // One dispatch may take several weights of one input (matvec_parts: the Q, K and V
 // projections, gate and up): workgroups from part k's first on work on part k's weight
@@ -69,27 +70,6 @@ fn first_row(wid: vec3<u32>) -> u32 {
         first = p.parts[part - 1u].w;
     }
     return (group - first) * ROWS;
-}
-
-// Invocation `lid`'s share of the dot products of rows r0 .. r0 + ROWS with token t, one
-// component a row. Rows past the part's last read its last row (their sums are not stored).
-fn partial(r0: u32, t: u32, lid: u32) -> vec4<f32> {
-    let q = part_params();
-    let last = q.rows - 1u;
-    let rows = (q.row0 + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last))) * p.row_bytes;
-    let pieces = p.n / PIECE;
-    let xi = (t + p.token0) * p.n;
-    var acc = vec4<f32>(0.0);
-    for (var i = lid; i < pieces; i += THREADS) {
-        let xs = piece_xs(xi, i);
-        acc += vec4<f32>(
-            piece_dot(rows.x, i, xs),
-            piece_dot(rows.y, i, xs),
-            piece_dot(rows.z, i, xs),
-            piece_dot(rows.w, i, xs),
-        );
-    }
-    return acc;
 }
 
 // Row r0 + k's sum, stored where the row exists.

@@ -35,3 +35,28 @@ fn k4_pair(head: vec4<u32>, c: u32, sums: vec2<f32>, xsums: vec2<f32>) -> f32 {
     let hi = scale_min_k4_of(2u * c + 1u, head.yzw);
     return dm.x * (lo.x * sums.x + hi.x * sums.y) - dm.y * (lo.y * xsums.x + hi.y * xsums.y);
 }
+
+// A Q6_K piece's weights (matvec_dot.wgsl's pieces: 8 consecutive l of half h = l / 4 from
+// m = l % 4, 32 values), as the 8-byte runs its dot product takes: the low bytes of sets 0
+// and 2 (`low0`, at 64h + 8m) and of sets 1 and 3 (`low1`, 32 bytes on), the high pairs
+// (at 128 + 32h + 8m), the half's 8 scales (at 192 + 8h), and d (at 208).
+struct Q6kWeights {
+    low0: vec2<u32>,
+    low1: vec2<u32>,
+    high: vec2<u32>,
+    scales: vec2<u32>,
+    d: f32,
+}
+
+// Piece l's weights of the Q6_K block at byte `b` of the weight, read where they lie.
+fn q6_k_weights(b: u32, l: u32) -> Q6kWeights {
+    let h = l >> 2u;
+    let m = l & 3u;
+    return Q6kWeights(
+        words2_at(b + 64u * h + 8u * m),
+        words2_at(b + 64u * h + 32u + 8u * m),
+        words2_at(b + 128u + 32u * h + 8u * m),
+        words2_at(b + 192u + 8u * h),
+        half_at(b + 208u),
+    );
+}

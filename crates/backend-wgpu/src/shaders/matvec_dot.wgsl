@@ -248,26 +248,25 @@ fn xs_q6_k(xi: u32, piece: u32) -> Xs_q6_k {
 }
 
 fn dot_q6_k(row: u32, piece: u32, xs: Xs_q6_k) -> f32 {
-    let b = row + (piece >> 3u) * 210u;
     let l = piece & 7u;
-    let h = l >> 2u;
-    let m = l & 3u;
-    let low0 = words2_at(b + 64u * h + 8u * m);
-    let low1 = words2_at(b + 64u * h + 32u + 8u * m);
-    let high = words2_at(b + 128u + 32u * h + 8u * m);
-    let scales = words2_at(b + 192u + 8u * h);
+    return q6_k_dot(q6_k_weights(row + (piece >> 3u) * 210u, l), l, xs);
+}
+
+// Piece l's dot product from its weights (matvec_bits.wgsl; matvec_staged.wgsl reads them
+// from workgroup memory).
+fn q6_k_dot(w: Q6kWeights, l: u32, xs: Xs_q6_k) -> f32 {
     // Set s's scale: byte 2s + m / 2 of the half's 8.
-    let k = m >> 1u;
-    let lo = signed4(scales.x);
-    let hi = signed4(scales.y);
+    let k = (l & 3u) >> 1u;
+    let lo = signed4(w.scales.x);
+    let hi = signed4(w.scales.y);
     let sc = vec4<f32>(lo[k], lo[k + 2u], hi[k], hi[k + 2u]);
-    let s0 = dot(nibbles_high(low0.x, 0u, high.x, 0u, 3u, 32.0), xs[0])
-        + dot(nibbles_high(low0.y, 0u, high.y, 0u, 3u, 32.0), xs[1]);
-    let s1 = dot(nibbles_high(low1.x, 0u, high.x, 2u, 3u, 32.0), xs[2])
-        + dot(nibbles_high(low1.y, 0u, high.y, 2u, 3u, 32.0), xs[3]);
-    let s2 = dot(nibbles_high(low0.x, 4u, high.x, 4u, 3u, 32.0), xs[4])
-        + dot(nibbles_high(low0.y, 4u, high.y, 4u, 3u, 32.0), xs[5]);
-    let s3 = dot(nibbles_high(low1.x, 4u, high.x, 6u, 3u, 32.0), xs[6])
-        + dot(nibbles_high(low1.y, 4u, high.y, 6u, 3u, 32.0), xs[7]);
-    return half_at(b + 208u) * dot(sc, vec4<f32>(s0, s1, s2, s3));
+    let s0 = dot(nibbles_high(w.low0.x, 0u, w.high.x, 0u, 3u, 32.0), xs[0])
+        + dot(nibbles_high(w.low0.y, 0u, w.high.y, 0u, 3u, 32.0), xs[1]);
+    let s1 = dot(nibbles_high(w.low1.x, 0u, w.high.x, 2u, 3u, 32.0), xs[2])
+        + dot(nibbles_high(w.low1.y, 0u, w.high.y, 2u, 3u, 32.0), xs[3]);
+    let s2 = dot(nibbles_high(w.low0.x, 4u, w.high.x, 4u, 3u, 32.0), xs[4])
+        + dot(nibbles_high(w.low0.y, 4u, w.high.y, 4u, 3u, 32.0), xs[5]);
+    let s3 = dot(nibbles_high(w.low1.x, 4u, w.high.x, 6u, 3u, 32.0), xs[6])
+        + dot(nibbles_high(w.low1.y, 4u, w.high.y, 6u, 3u, 32.0), xs[7]);
+    return w.d * dot(sc, vec4<f32>(s0, s1, s2, s3));
 }

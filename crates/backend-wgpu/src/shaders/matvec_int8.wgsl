@@ -222,26 +222,25 @@ fn xs_q6_k(xi: u32, piece: u32) -> Xs_q6_k {
 }
 
 fn dot_q6_k(row: u32, piece: u32, xs: Xs_q6_k) -> f32 {
-    let b = row + (piece >> 3u) * 210u;
     let l = piece & 7u;
-    let h = l >> 2u;
-    let m = l & 3u;
-    let low0 = words2_at(b + 64u * h + 8u * m);
-    let low1 = words2_at(b + 64u * h + 32u + 8u * m);
-    let high = words2_at(b + 128u + 32u * h + 8u * m);
-    let scales = words2_at(b + 192u + 8u * h);
+    return q6_k_dot(q6_k_weights(row + (piece >> 3u) * 210u, l), l, xs);
+}
+
+// Piece l's dot product from its weights (matvec_bits.wgsl; matvec_staged.wgsl reads them
+// from workgroup memory).
+fn q6_k_dot(w: Q6kWeights, l: u32, xs: Xs_q6_k) -> f32 {
     // Set s's scale: byte 2s + m / 2 of the half's 8, as ggml's int8_t.
-    let k = 8u * (m >> 1u);
+    let k = 8u * ((l & 3u) >> 1u);
     let sc = vec4<i32>(
-        bitcast<i32>(scales.x << (24u - k)) >> 24u,
-        bitcast<i32>(scales.x << (8u - k)) >> 24u,
-        bitcast<i32>(scales.y << (24u - k)) >> 24u,
-        bitcast<i32>(scales.y << (8u - k)) >> 24u,
+        bitcast<i32>(w.scales.x << (24u - k)) >> 24u,
+        bitcast<i32>(w.scales.x << (8u - k)) >> 24u,
+        bitcast<i32>(w.scales.y << (24u - k)) >> 24u,
+        bitcast<i32>(w.scales.y << (8u - k)) >> 24u,
     );
-    let s0 = idot8(vec2<u32>(nibbles_high_bytes(low0.x, 0u, high.x, 0u, 3u), nibbles_high_bytes(low0.y, 0u, high.y, 0u, 3u)), xs.q[0]);
-    let s1 = idot8(vec2<u32>(nibbles_high_bytes(low1.x, 0u, high.x, 2u, 3u), nibbles_high_bytes(low1.y, 0u, high.y, 2u, 3u)), xs.q[1]);
-    let s2 = idot8(vec2<u32>(nibbles_high_bytes(low0.x, 4u, high.x, 4u, 3u), nibbles_high_bytes(low0.y, 4u, high.y, 4u, 3u)), xs.q[2]);
-    let s3 = idot8(vec2<u32>(nibbles_high_bytes(low1.x, 4u, high.x, 6u, 3u), nibbles_high_bytes(low1.y, 4u, high.y, 6u, 3u)), xs.q[3]);
+    let s0 = idot8(vec2<u32>(nibbles_high_bytes(w.low0.x, 0u, w.high.x, 0u, 3u), nibbles_high_bytes(w.low0.y, 0u, w.high.y, 0u, 3u)), xs.q[0]);
+    let s1 = idot8(vec2<u32>(nibbles_high_bytes(w.low1.x, 0u, w.high.x, 2u, 3u), nibbles_high_bytes(w.low1.y, 0u, w.high.y, 2u, 3u)), xs.q[1]);
+    let s2 = idot8(vec2<u32>(nibbles_high_bytes(w.low0.x, 4u, w.high.x, 4u, 3u), nibbles_high_bytes(w.low0.y, 4u, w.high.y, 4u, 3u)), xs.q[2]);
+    let s3 = idot8(vec2<u32>(nibbles_high_bytes(w.low1.x, 4u, w.high.x, 6u, 3u), nibbles_high_bytes(w.low1.y, 4u, w.high.y, 6u, 3u)), xs.q[3]);
     let sums = vec4<i32>(s0, s1, s2, s3) - 32 * xs.sums;
-    return half_at(b + 208u) * xs.d * f32(dot(sc, sums));
+    return w.d * xs.d * f32(dot(sc, sums));
 }
