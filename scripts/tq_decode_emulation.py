@@ -150,15 +150,18 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
     acc=np.zeros((n_heads,64*hb))
     for j in range(n):
-        for d in range(64*hb):
-            b,e=d//64,d%64; blk=vals[j][b*vp:]
+        for quad in range(16*hb):  # a thread's four coordinates: codes from two staged bytes
+            b,ve=4*quad//64,4*quad%64; blk=vals[j][b*vp:]
             vn=hf(blk[0]|blk[1]<<8)
-            v=vn*vtab[code_at(blk[8:],e,vl.bits)]
+            bit=ve*vl.bits; cb=8+bit//8; word=(blk[cb]|blk[cb+1]<<8)>>(bit%8)
+            v=[vn*vtab[(word>>(k*vl.bits))&((1<<vl.bits)-1)] for k in range(4)]
             for o in range(2):
                 ix=index_at(vals[j][hb*vp:],vs['index_bit']+(b*2+o)*6)
                 ov=hf(blk[4+2*o]|blk[5+2*o]<<8)*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1)
-                v+= -ov if bin(e&ix).count('1')&1 else ov
-            acc[:,d]+=w[:,j]*v
+                base=bin(ve&ix).count('1')&1
+                for k in range(4):
+                    v[k]+= -ov if base^(bin(k&ix).count('1')&1) else ov
+            for k in range(4): acc[:,4*quad+k]+=w[:,j]*v[k]
     out=acc/ssum[:,None]
     # rotate back R^T per block
     res=np.zeros_like(out)

@@ -439,7 +439,7 @@ __device__ __forceinline__ float query_value(const float* q, u64 index, u32 roun
 // key and value bytes staged (each block's header padded to TQ_HEADER bytes, so that codes and
 // signs are read as words), a thread per (key, block) scores it from the codes (centroids against
 // R q; the sketch's <S R q, s> as total - 2 x the tables' sums over the nibbles of negative
-// signs; the outliers against q), the online softmax, then a thread per coordinate sums the
+// signs; the outliers against q), the online softmax, then a thread per four coordinates sums the
 // values in the rotated basis, the outliers rotated in. Partials as attention_decode_*'s (query
 // heads and chunks alike); attention_combine rotates the merged rows back.
 #define TQ_TILE 64
@@ -455,20 +455,6 @@ __device__ __forceinline__ float query_value(const float* q, u64 index, u32 roun
 #define TQ_Q_LUT (TQ_Q_TOTAL + 16)                       // [2 blocks][TQ_LUT]
 #define TQ_Q_FLOATS (TQ_Q_LUT + 2 * TQ_LUT)
 
-// In-place unnormalized Hadamard transforms of `vectors` blocks of 64 floats, `stride` apart.
-__device__ void tq_hadamard_blocks(float* x, u32 vectors, u32 stride) {
-    for (u32 span = 1; span < TQ_BLOCK; span *= 2) {
-        for (u32 p = threadIdx.x; p < vectors * (TQ_BLOCK / 2); p += blockDim.x) {
-            const u32 pair = p % (TQ_BLOCK / 2);
-            const u32 i = p / (TQ_BLOCK / 2) * stride + pair / span * 2 * span + pair % span;
-            const float a = x[i], b = x[i + span];
-            x[i] = a + b;
-            x[i + span] = a - b;
-        }
-        __syncthreads();
-    }
-}
-
 // The query heads of decode block y (of kv_heads * slices): their KV head, the first and how
 // many.
 struct HeadSlice {
@@ -481,45 +467,68 @@ struct HeadSlice {
     }
 };
 
-// Launch: grid (kv_heads * slices, rows), TQ_THREADS threads. qdata: [rows][kv_heads * slices]
-// of TQ_Q_FLOATS.
-extern "C" __global__ void __launch_bounds__(TQ_THREADS)
+// The unnormalized Hadamard transform of the 64 values a warp holds (lane l: values l and
+// l + 32) in place: butterflies of spans 1, 2, .. 32, each pair (a, b) becoming (a + b, a - b).
+__device__ __forceinline__ void tq_warp_hadamard(float& x0, float& x1, u32 lane) {
+#pragma unroll
+    for (u32 span = 1; span < 32; span *= 2) {
+        const float p0 = __shfl_xor_sync(0xffffffffu, x0, span), p1 = __shfl_xor_sync(0xffffffffu, x1, span);
+        if (lane & span) {
+            x0 = p0 - x0;
+            x1 = p1 - x1;
+        } else {
+            x0 = x0 + p0;
+            x1 = x1 + p1;
+        }
+    }
+    const float a = x0, b = x1;
+    x0 = a + b;
+    x1 = a - b;
+}
+
+// Launch: grid (kv_heads * slices, rows), TQ_QUERY_THREADS threads: warp w takes query head
+// w / 2 of the slice and its block w % 2 (two values a lane), with no block-wide barrier.
+// qdata: [rows][kv_heads * slices] of TQ_Q_FLOATS.
+#define TQ_QUERY_THREADS 512
+extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
     attention_tq_query(const float* q, const i32* step, float* qdata, u32 heads, u32 kv_heads, u32 head_dim,
                        u32 heads_per_block, u32 turbo) {
     pdl_start();
-    __shared__ float rotated[8 * 2 * TQ_QPAD], sketched[8 * 2 * TQ_QPAD];
+    __shared__ float sketched[16][TQ_BLOCK];
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
     if (attention_span(step, h, row) < 0) return;
     const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.x);
-    const u32 first_block = hs.kv_head * (head_dim / TQ_BLOCK);
+    const u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = w >> 1, b = w & 1;
+    const u32 block = hs.kv_head * (head_dim / TQ_BLOCK) + b;
     float* out = qdata + ((u64)row * gridDim.x + blockIdx.x) * TQ_Q_FLOATS;
-    for (u32 i = threadIdx.x; i < 8 * 2 * TQ_BLOCK; i += blockDim.x) {
-        const u32 g = i / (2 * TQ_BLOCK), d = i % (2 * TQ_BLOCK), b = d / TQ_BLOCK, e = d % TQ_BLOCK;
-        const float v = g < hs.count && d < head_dim ? q[((u64)row * heads + hs.first + g) * head_dim + d] : 0.0f;
-        if (d < TQ_TILE_DIM) out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d] = v;
-        const float r = v * 0.125f;
-        rotated[(g * 2 + b) * TQ_QPAD + e] = tq_signs(first_block + b, 0) >> e & 1 ? -r : r;
-    }
-    __syncthreads();
-    tq_hadamard_blocks(rotated, 16, TQ_QPAD);
-    for (u32 i = threadIdx.x; i < 16 * TQ_QPAD; i += blockDim.x) out[TQ_Q_ROTATED + i] = rotated[i];
+    const float* query = q + ((u64)row * heads + hs.first + g) * head_dim;
+    const u32 d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
+    const float x0 = g < hs.count && d0 < head_dim ? query[d0] : 0.0f;
+    const float x1 = g < hs.count && d1 < head_dim ? query[d1] : 0.0f;
+    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d0] = x0;
+    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d1] = x1;
+    const u64 rotation = tq_signs(block, 0);
+    float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
+    if (rotation >> lane & 1) r0 = -r0;
+    if (rotation >> (lane + 32) & 1) r1 = -r1;
+    tq_warp_hadamard(r0, r1, lane);
+    out[TQ_Q_ROTATED + w * TQ_QPAD + lane] = r0;
+    out[TQ_Q_ROTATED + w * TQ_QPAD + lane + 32] = r1;
     if (!(turbo >> 4 & 1)) return;  // keys without the sketch
-    for (u32 i = threadIdx.x; i < 16 * TQ_BLOCK; i += blockDim.x) {
-        const u32 vector = i / TQ_BLOCK, e = i % TQ_BLOCK, at = vector * TQ_QPAD + e;
-        sketched[at] = tq_signs(first_block + vector % 2, 1) >> e & 1 ? -rotated[at] : rotated[at];
-    }
-    __syncthreads();
-    tq_hadamard_blocks(sketched, 16, TQ_QPAD);
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (u32 vector = warp; vector < 16; vector += blockDim.x / 32) {
-        const float* x = sketched + vector * TQ_QPAD;
-        const float total = warp_sum(x[lane] + x[lane + 32]);
-        if (lane == 0) out[TQ_Q_TOTAL + vector % 2 * 8 + vector / 2] = total;
-    }
-    for (u32 i = threadIdx.x; i < 2 * 16 * 8 * 16; i += blockDim.x) {
-        const u32 b = i / (16 * 8 * 16), pos = i / (8 * 16) % 16, g = i / 16 % 8, v = i % 16;
-        const float* x = sketched + (g * 2 + b) * TQ_QPAD + 4 * pos;
+    const u64 sketch = tq_signs(block, 1);
+    float s0 = sketch >> lane & 1 ? -r0 : r0, s1 = sketch >> (lane + 32) & 1 ? -r1 : r1;
+    tq_warp_hadamard(s0, s1, lane);
+    const float total = warp_sum(s0 + s1);
+    if (lane == 0) out[TQ_Q_TOTAL + b * 8 + g] = total;
+    sketched[w][lane] = s0;
+    sketched[w][lane + 32] = s1;
+    __syncwarp();
+    // The tables: entry (position p, value v) sums coordinates 4 p + k over the bits k of v.
+#pragma unroll
+    for (u32 t = 0; t < 8; ++t) {
+        const u32 i = lane + 32 * t, pos = i / 16, v = i % 16;
+        const float* x = sketched[w] + 4 * pos;
         float sum = 0.0f;
 #pragma unroll
         for (u32 k = 0; k < 4; ++k)
@@ -544,9 +553,12 @@ __device__ __forceinline__ i64 tq_staged_source(u32 p, const TqLayout& layout, c
     return block + layout.code_offset() + (off - TQ_HEADER);            // codes, then signs
 }
 
-// Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads (four blocks a
-// multiprocessor: at most 128 registers).
-extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
+// Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads, TQ_MIN_BLOCKS blocks a
+// multiprocessor (4: at most 128 registers; a timing knob).
+#ifndef TQ_MIN_BLOCKS
+#define TQ_MIN_BLOCKS 4
+#endif
+extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     attention_decode_tq_codes(const u8* k_cache, const u8* v_cache, const i32* step, const float* qdata,
                         const float* tables, float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
                         u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks, u32 heads_per_block,
@@ -559,6 +571,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
     __shared__ __align__(16) u8 keys[TQ_TILE * TQ_KEY_BYTES];
     __shared__ __align__(16) u8 values[TQ_TILE * TQ_VALUE_BYTES];
     __shared__ float scores[8][TQ_TILE];
+    __shared__ __align__(16) float weights[TQ_TILE][8];  // the softmax's weights, a key's heads together
     __shared__ float value_norm[TQ_TILE][2];
     __shared__ float value_outlier[TQ_TILE][2][TQ_OUTLIERS];
     __shared__ u32 value_index[TQ_TILE][2][TQ_OUTLIERS];
@@ -602,11 +615,17 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
     }
     const float sketch_factor = tables[TQ_SKETCH_FACTOR];
     // Values: thread tid takes coordinate d of every head, keys part, part + parts, ...
-    const u32 parts = TQ_THREADS / head_dim, d = tid % head_dim, part = tid / head_dim;
-    const u32 vb = d / TQ_BLOCK, ve = d % TQ_BLOCK;
-    float acc[8];
+    // Values: thread tid takes coordinates 4 quad .. 4 quad + 3 of every head (one block's,
+    // codes in neighbouring bits), keys part, part + parts, ...
+    const u32 quads = head_dim / 4, parts = TQ_THREADS / quads, quad = tid % quads, part = tid / quads;
+    const u32 vb = 4 * quad / TQ_BLOCK, ve = 4 * quad % TQ_BLOCK;
+    const u32 code_bit = ve * vl.bits, code_byte = TQ_HEADER + code_bit / 8, code_shift = code_bit % 8;
+    const u32 code_mask = (1u << vl.bits) - 1;
+    float acc[8][4];
 #pragma unroll
-    for (u32 g = 0; g < 8; ++g) acc[g] = 0.0f;
+    for (u32 g = 0; g < 8; ++g)
+#pragma unroll
+        for (u32 k = 0; k < 4; ++k) acc[g][k] = 0.0f;
     // The row offsets of this lane's staged bytes (the same for every key; -1: padding).
     constexpr u32 BATCH = 4, K_PARTS = (TQ_KEY_BYTES + 31) / 32, V_PARTS = (TQ_VALUE_BYTES + 31) / 32;
     i64 k_source[K_PARTS], v_source[V_PARTS];
@@ -742,8 +761,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
             const float w0 = (i32)lane < n ? expf(s0 - new_max) : 0.0f;
             const float w1 = (i32)lane + 32 < n ? expf(s1 - new_max) : 0.0f;
             const float tile_sum = warp_sum(w0 + w1);
-            scores[g][lane] = w0;
-            scores[g][lane + 32] = w1;
+            weights[lane][g] = w0;
+            weights[lane + 32][g] = w1;
             if (lane == 0) {
                 const float factor = old_max == NEG_INF ? 0.0f : expf(old_max - new_max);
                 rescale[g] = factor;
@@ -752,42 +771,64 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, 4)
             }
         }
         __syncthreads();
-        // Values in the rotated basis: coordinate d of every head over keys part, part + parts, ...
+        // Values in the rotated basis (norm x centroid, then each outlier's sign-flipped share,
+        // as the tile decoder adds them), four coordinates a thread.
 #pragma unroll
-        for (u32 g = 0; g < 8; ++g) acc[g] *= g < n_heads ? rescale[g] : 0.0f;
+        for (u32 g = 0; g < 8; ++g) {
+            const float factor = g < n_heads ? rescale[g] : 0.0f;
+#pragma unroll
+            for (u32 k = 0; k < 4; ++k) acc[g][k] *= factor;
+        }
         for (u32 j = part; j < (u32)n; j += parts) {
             const u8* block = values + j * TQ_VALUE_BYTES + vb * v_padded;
-            float v = value_norm[j][vb] * v_table[tq_code(block + TQ_HEADER, ve, vl.bits)];
+            const u32 word = ((u32)block[code_byte] | (u32)block[code_byte + 1] << 8) >> code_shift;
+            const float norm = value_norm[j][vb];
+            float v[4];
+#pragma unroll
+            for (u32 k = 0; k < 4; ++k) v[k] = norm * v_table[word >> (k * vl.bits) & code_mask];
 #pragma unroll
             for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                const u32 flip = (u32)(__popc(ve & value_index[j][vb][o]) & 1) << 31;
-                v += __uint_as_float(__float_as_uint(value_outlier[j][vb][o]) ^ flip);
+                const u32 index = value_index[j][vb][o];
+                const u32 base = __popc(ve & index) & 1;
+                const u32 outlier = __float_as_uint(value_outlier[j][vb][o]);
+#pragma unroll
+                for (u32 k = 0; k < 4; ++k) {
+                    const u32 flip = (base ^ (__popc(k & index) & 1)) << 31;
+                    v[k] += __uint_as_float(outlier ^ flip);
+                }
             }
+            const float4 w0 = *(const float4*)&weights[j][0], w1 = *(const float4*)&weights[j][4];
+            const float p[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
             for (u32 g = 0; g < 8; ++g)
-                if (g < n_heads) acc[g] += scores[g][j] * v;
+                if (g < n_heads)
+#pragma unroll
+                    for (u32 k = 0; k < 4; ++k) acc[g][k] += p[g] * v[k];
         }
         __syncthreads();
     }
-    // Parts of the keys summed (parts > 1 for heads of 64), through the scores' memory.
-    if (parts > 1) {
-        float* sums = &scores[0][0];  // 8 x 64 floats: every head's coordinates
-        for (u32 p = 1; p < parts; ++p) {
-            if (part == p)
+    // The key parts' sums added in part order, through the staging memory (free now).
+    float* sums = (float*)keys;  // 8 x head_dim floats
+    for (u32 p = 1; p < parts; ++p) {
+        if (part == p)
 #pragma unroll
-                for (u32 g = 0; g < 8; ++g) sums[g * head_dim + d] = acc[g];
-            __syncthreads();
-            if (part == 0)
+            for (u32 g = 0; g < 8; ++g)
 #pragma unroll
-                for (u32 g = 0; g < 8; ++g) acc[g] += sums[g * head_dim + d];
-            __syncthreads();
-        }
+                for (u32 k = 0; k < 4; ++k) sums[g * head_dim + 4 * quad + k] = acc[g][k];
+        __syncthreads();
+        if (part == 0)
+#pragma unroll
+            for (u32 g = 0; g < 8; ++g)
+#pragma unroll
+                for (u32 k = 0; k < 4; ++k) acc[g][k] += sums[g * head_dim + 4 * quad + k];
+        __syncthreads();
     }
 #pragma unroll
     for (u32 g = 0; g < 8; ++g) {
         if (g >= n_heads) break;
         const u64 at = ((u64)row * heads + hs.first + g) * chunks + chunk;
-        if (part == 0) part_acc[at * head_dim + d] = acc[g];
+        if (part == 0)
+            *(float4*)(part_acc + at * head_dim + 4 * quad) = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
         if (tid == 0) {
             part_stats[2 * at] = running_max[g];
             part_stats[2 * at + 1] = running_sum[g];

@@ -446,12 +446,14 @@ impl Inputs {
 
     /// [`Inputs::step`] on the GPU inside `begin_step` .. `end_step`, through `run_captured`
     /// (a key's first pass runs op by op, its second is captured, later ones replay the
-    /// graph); `buffers` are q, k, v and out, at fixed addresses.
+    /// graph); `buffers` are q, k, v and out, at fixed addresses. `workspace` keys the
+    /// graph: a run over other buffers must take another.
     fn captured_step(
         &self,
         cuda: &CudaBackend,
         caches: &mut (KvCache, KvCache),
         buffers: &mut (Buffer, Buffer, Buffer, Buffer),
+        workspace: u64,
     ) -> Result<Vec<f32>, BackendError> {
         let (q, k, v, out) = buffers;
         cuda.upload(q, &self.q)?;
@@ -474,7 +476,7 @@ impl Inputs {
             rows_alone: false,
         };
         let key = StepKey {
-            workspace: 11,
+            workspace,
             tokens: rows,
             spans: self.spans.len(),
             logit_rows: rows,
@@ -752,12 +754,13 @@ fn mixes_the_kernels_cannot_do_are_refused() {
 #[test]
 fn a_captured_decode_step_stays_valid_as_sequences_grow() {
     let Some(cuda) = cuda() else { return };
-    captured_steps(&cuda);
-    // And the decode from the codes (its chunks are whole 64-key tiles).
-    captured_steps(&cuda.with_turbo_codes(true));
+    captured_steps(&cuda, 11);
+    // And the decode from the codes (its chunks are whole 64-key tiles), over new buffers: a
+    // graph of its own (the first run's graph, replayed, writes the first run's buffers).
+    captured_steps(&cuda.with_turbo_codes(true), 12);
 }
 
-fn captured_steps(cuda: &CudaBackend) {
+fn captured_steps(cuda: &CudaBackend, workspace: u64) {
     let cpu = reference();
     let mut rng = Rng::new(0xca9e);
     // Two sequences crossing a chunk boundary (position 512) and block boundaries while the
@@ -784,7 +787,7 @@ fn captured_steps(cuda: &CudaBackend) {
             inputs.advance(&mut rng);
         }
         let got = inputs
-            .captured_step(cuda, &mut gpu_caches, &mut buffers)
+            .captured_step(cuda, &mut gpu_caches, &mut buffers, workspace)
             .unwrap_or_else(|e| panic!("step {step}: cuda: {e}"));
         let expected = inputs.step(&cpu, &mut cpu_caches).expect("cpu step");
         check_close(&format!("captured step {step}"), &expected, &got);

@@ -18,7 +18,8 @@ use crate::memory::{buffer_ptr, check_len, kv_ptr};
 use crate::{launch, CudaBackend, StepView};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
-    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_QUERY_FLOATS, TURBO_THREADS,
+    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS,
+    TURBO_THREADS,
 };
 
 const OP: &str = "attention";
@@ -493,7 +494,7 @@ fn decode_turbo(
     let word = kernels.k_rotation;
     let config = LaunchConfig {
         grid_dim: (slices, rows, 1),
-        block_dim: (TURBO_THREADS, 1, 1),
+        block_dim: (TURBO_QUERY_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     launch!(

@@ -33,6 +33,9 @@ pub const CHUNK_ROWS: usize = 4096;
 pub const MIN_CHUNKS_CAP: usize = 64;
 /// Threads of the TurboQuant decode kernels (`TQ_THREADS` in kernels/attention.cu).
 pub const TURBO_THREADS: u32 = 128;
+/// Threads of the TurboQuant query preparation (`TQ_QUERY_THREADS`): a warp per (query head,
+/// block of 64) of a head slice.
+pub const TURBO_QUERY_THREADS: u32 = 512;
 /// Positions of the smallest TurboQuant decode chunk: one tile (`TQ_TILE`).
 pub const TURBO_MIN_CHUNK: usize = 64;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
