@@ -4,10 +4,41 @@
 # of tests/golden with the synthetic model files of models/ (only 64 MiB travel per call).
 #   scripts/gpu_pack.sh tests    # test binaries + golden synthetic models (parity, fidelity, perplexity)
 #   scripts/gpu_pack.sh bench    # runit only (the device makes its own models with `runit synth`)
+#   scripts/gpu_pack.sh slim T.. # runit + the named test binaries (wgpu ones prefixed wgpu_),
+#                                # stripped and xz-packed into device/slim.tar.xz for
+#                                # scripts/gpu_stages.sh (14 MB with eight tests)
 # Then, on the device: scripts/gpu_check.sh tests|bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-tests}
+if [ "$mode" = slim ]; then
+  shift
+  tests=${*:-turbo_gpu turbo_cuda}
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  cargo build --release -p runit-cli --features cuda,wgpu
+  cp "${CARGO_TARGET_DIR:-target}/release/runit" "$stage/"
+  pick_named() {  # prefix: copy the test executables whose prefixed name is in $tests
+    python3 -c '
+import json, shutil, sys
+prefix, want, stage = sys.argv[1], set(sys.argv[2].split()), sys.argv[3]
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        if prefix + m["target"]["name"] in want:
+            shutil.copy(m["executable"], stage + "/" + prefix + m["target"]["name"])
+' "$1" "$tests" "$stage"
+  }
+  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json | pick_named ""
+  case " $tests " in *" wgpu_"*) cargo test --release -p runit-backend-wgpu --no-run --message-format=json | pick_named wgpu_ ;; esac
+  case " $tests " in *" cuda_fault "*) cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json | pick_named "" ;; esac
+  strip "$stage"/*
+  mkdir -p device
+  (cd "$stage" && tar -cf - .) | xz -T2 -6 >device/slim.tar.xz
+  ls "$stage"
+  du -sh device/slim.tar.xz
+  exit 0
+fi
 rm -rf device/bin device/golden && mkdir -p device/bin  # device/llama.cpp.tar.xz (the anchor) stays
 # Both GPU backends in one binary: the wgpu backend runs on the H200 through NVIDIA's Vulkan
 # driver beside CUDA (issue 30 compares them in one call).
