@@ -11,28 +11,40 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-tests}
-if [ "$mode" = slim ]; then
-  shift
-  tests=${*:-turbo_gpu turbo_cuda}
-  stage=$(mktemp -d)
-  trap 'rm -rf "$stage"' EXIT
-  cargo build --release -p runit-cli --features cuda,wgpu
-  cp "${CARGO_TARGET_DIR:-target}/release/runit" "$stage/"
-  pick_named() {  # prefix: copy the test executables whose prefixed name is in $tests
-    python3 -c '
+# pick_tests DIR PREFIX NAMES: copies the test executables cargo's JSON (stdin) names whose
+# PREFIX + name is among NAMES into DIR (the wgpu crate's tests share names with the CUDA crate's).
+pick_tests() {
+  python3 -c '
 import json, shutil, sys
-prefix, want, stage = sys.argv[1], set(sys.argv[2].split()), sys.argv[3]
+into, prefix, want = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         if prefix + m["target"]["name"] in want:
-            shutil.copy(m["executable"], stage + "/" + prefix + m["target"]["name"])
-' "$1" "$tests" "$stage"
-  }
-  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json | pick_named ""
-  case " $tests " in *" wgpu_"*) cargo test --release -p runit-backend-wgpu --no-run --message-format=json | pick_named wgpu_ ;; esac
-  case " $tests " in *" cuda_fault "*) cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json | pick_named "" ;; esac
-  strip "$stage"/*
+            shutil.copy(m["executable"], into + "/" + prefix + m["target"]["name"])
+' "$@"
+}
+# build_into DIR NAMES: runit with both GPU backends (the wgpu backend runs on the GPU through
+# NVIDIA's Vulkan driver beside CUDA: issue 30 compares them in one call) and the named tests.
+build_into() {
+  cargo build --release -p runit-cli --features cuda,wgpu
+  cp "${CARGO_TARGET_DIR:-target}/release/runit" "$1/runit"
+  [ -n "${2// /}" ] && cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null \
+    | pick_tests "$1" "" "$2"
+  case " $2 " in *" wgpu_"*)
+    cargo test --release -p runit-backend-wgpu --no-run --message-format=json 2>/dev/null | pick_tests "$1" wgpu_ "$2" ;;
+  esac
+  case " $2 " in *" cuda_fault "*)
+    cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null \
+      | pick_tests "$1" "" "$2" ;;
+  esac
+  strip "$1"/*
+}
+if [ "$mode" = slim ]; then
+  shift
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  build_into "$stage" "${*:-turbo_gpu turbo_cuda}"
   mkdir -p device
   (cd "$stage" && tar -cf - .) | xz -T2 -6 >device/slim.tar.xz
   ls "$stage"
@@ -40,26 +52,11 @@ for line in sys.stdin:
   exit 0
 fi
 rm -rf device/bin device/golden && mkdir -p device/bin  # device/llama.cpp.tar.xz (the anchor) stays
-# Both GPU backends in one binary: the wgpu backend runs on the H200 through NVIDIA's Vulkan
-# driver beside CUDA (issue 30 compares them in one call).
-cargo build --release -p runit-cli --features cuda,wgpu
-cp "${CARGO_TARGET_DIR:-target}/release/runit" device/bin/runit
-pick_tests() {  # [prefix]: the wgpu crate's tests share names with the CUDA crate's
-  python3 -c '
-import json, sys, shutil
-prefix = sys.argv[1] if len(sys.argv) > 1 else ""
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        name = m["target"]["name"]
-        if name in ("parity", "ops_gpu", "matmul_gpu", "fused_gpu", "moe_gpu", "exact_gpu", "fidelity", "perplexity", "nvrtc", "cuda_fault", "window", "speculative", "errors", "sample_gpu", "turbo_gpu", "turbo_cuda"):
-            shutil.copy(m["executable"], "device/bin/" + prefix + name)
-' "$@"
-}
 if [ "$mode" = tests ]; then
-  cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null | pick_tests
-  cargo test --release -p runit-backend-wgpu --no-run --message-format=json 2>/dev/null | pick_tests wgpu_
-  cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null | pick_tests
+  gpu_tests="parity ops_gpu matmul_gpu fused_gpu moe_gpu exact_gpu fidelity perplexity nvrtc cuda_fault window
+    speculative errors sample_gpu turbo_gpu turbo_cuda"
+  wgpu_tests=$(for t in $gpu_tests; do printf "wgpu_%s " "$t"; done)
+  build_into device/bin "$gpu_tests $wgpu_tests"
   golden=tests/golden
   mkdir -p device/golden/generation device/golden/perplexity device/golden/models
   # The synthetic files llama-quantize made (rebuilt by scripts/make_requants.sh), 27 MB.
@@ -69,6 +66,7 @@ if [ "$mode" = tests ]; then
     [ -f "$golden/generation/$base.json" ] && cp "$golden/generation/$base.json" device/golden/generation/
   done
   cp "$golden"/perplexity/* device/golden/perplexity/
+else
+  build_into device/bin ""
 fi
-strip device/bin/*
 du -sh device

@@ -11,7 +11,6 @@
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNK values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
 #   prof    RUNIT_CUDA_PROFILE=1 per-kernel times of a tq decode (CODES, DEPTH, KV)
-#   pf      the pipelined kernels' MMQP_PREFETCH A/B at --batch (PFS, BATCHES)
 #   batch   runit bench --batch B (BATCHES, MODEL)
 #   ncu     Nsight Compute full set + SASS source counters of KREGEX (ARGS, SKIP, COUNT, TAG)
 #   wgpu    wgpu (int8 activations on/off) beside CUDA on 0.5B Q8_0 and 7B Q4_K_M (WTESTS)
@@ -73,11 +72,6 @@ for stage in "$@"; do
     grep -E "^  [a-z_]+|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|One or More Eligible|Executed Ipc A" $out/ncu-$tag-details.txt | head -60; ls -la $out/ncu-$tag-sass.csv ;;
   batch)
     for b in ${BATCHES:-64}; do printf "B=%s " $b; timeout 200 $B/runit bench --device cuda -m ${MODEL:-$M7} -p 0 -n 32 -d 128 --batch $b --pick-on-device -r 2 2>&1 | grep -E "tg|error" | tail -1; done ;;
-  pf)  # mmqp L2 prefetch distance A/B, alternated twice
-    for round in 1 2; do for pf in ${PFS:-0 2 4}; do for b in ${BATCHES:-64}; do
-      printf "round %s pf=%s B=%s " $round $pf $b
-      RUNIT_CUDA_DEFINES="MMQP_PREFETCH=$pf" timeout 200 $B/runit bench --device cuda -m $M7 -p 0 -n 32 -d 128 --batch $b --pick-on-device -r 2 2>&1 | grep -E "tg|error" | tail -1
-    done; done; done ;;
   wgpu)  # wgpu vs cuda decode; int8 activations on/off; correctness tests on the NVIDIA driver
     export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
     [ -s /tmp/synth/05b-q8.gguf ] || $B/runit synth --shape qwen2.5-0.5b --type Q8_0 /tmp/synth/05b-q8.gguf > $out/synth05.log 2>&1

@@ -30,12 +30,6 @@
 #ifndef MMQP_STAGES
 #define MMQP_STAGES 2
 #endif
-// Stages beyond those in flight whose weight rows are prefetched into L2 (0: none), so that a
-// stage's copy into shared memory waits on L2 rather than on memory without taking more shared
-// memory (a timing knob, `RUNIT_CUDA_DEFINES=MMQP_PREFETCH=N`).
-#ifndef MMQP_PREFETCH
-#define MMQP_PREFETCH 0
-#endif
 // Activation rows of one stage: K f16 (2 K bytes) in 16-byte chunks, placed by mmqp_chunk_at
 // so that the 8 lanes of a load phase (tokens g and g + 1, lanes t 0..3, which read chunks
 // 16 s + 4 t + j) hit 32 distinct banks (any whole number of 128-byte rows).
@@ -195,20 +189,6 @@ __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict_
     }
 }
 
-// Prefetches into L2 the weight windows of stage elements k0 .. k0 + len (a thread a row, its
-// window's 128-byte lines).
-template <class W>
-__device__ __forceinline__ void mmqp_prefetch_weights(const u8* __restrict__ w, u64 row_bytes, u32 n_out,
-                                                      u32 block_row0, u32 k0, u32 len) {
-    const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
-    const u32 bytes = len / W::QK * W::BYTES;
-    for (u32 row = threadIdx.x; row < MMQ_BLOCK_ROWS; row += MMQ_THREADS) {
-        const u64 start = (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0;
-        for (u64 line = start & ~127ull; line < start + bytes; line += 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + line));
-    }
-}
-
 // Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`).
 template <class W, int NT>
 __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
@@ -258,11 +238,6 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
         if (s < stages) mmqp_load_weights<W>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
                                              min((u32)L::K, k_end - k0));
     }
-#pragma unroll
-    for (u32 s = MMQP_STAGES - 1; s < MMQP_STAGES - 1 + MMQP_PREFETCH; s++) {
-        const u32 k0 = k_begin + s * L::K;
-        if (s < stages) mmqp_prefetch_weights<W>(w, row_bytes, n_out, block_row0, k0, min((u32)L::K, k_end - k0));
-    }
     if (wait) pdl_wait();
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
@@ -288,10 +263,6 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
             const u32 len = min((u32)L::K, k_end - k0);
             mmqp_load_weights<W>(slot, w, row_bytes, n_out, block_row0, k0, len);
             mmqp_load_activations<W, NT>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0, len);
-        }
-        if (MMQP_PREFETCH > 0 && ahead + MMQP_PREFETCH < stages) {
-            const u32 k0 = k_begin + (ahead + MMQP_PREFETCH) * L::K;
-            mmqp_prefetch_weights<W>(w, row_bytes, n_out, block_row0, k0, min((u32)L::K, k_end - k0));
         }
         cp_async_commit();
         cp_async_wait<MMQP_STAGES - 1>();
