@@ -8,7 +8,7 @@
 #   prep    qwen2.5-7b Q4_K_M from `runit synth` into /tmp/synth (once per machine)
 #   tqtest  turbo_gpu with RUNIT_CUDA_TURBO_CODES=0/1 (CODES, TQFILTER: test name filters)
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 tile decoder, tq4 from the codes, --tq
-#           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNK values; NOTILE=1, NOTQ=1 skip rows)
+#           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
 #   prof    RUNIT_CUDA_PROFILE=1 per-kernel times of a tq decode (CODES, DEPTH, KV)
 #   batch   runit bench --batch B (BATCHES, MODEL)
@@ -52,7 +52,7 @@ for stage in "$@"; do
       bench f16-d$D -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type f16
       [ -n "${NOTILE:-}" ] || bench tq4-d$D RUNIT_CUDA_TURBO_CODES=0 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
       bench tq4codes-d$D RUNIT_CUDA_TURBO_CODES=1 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
-      for c in ${TQCHUNKS:-}; do bench tq4codes-c$c-d$D RUNIT_CUDA_TURBO_CODES=1 RUNIT_CUDA_TQ_CHUNK=$c -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4; done
+      for c in ${TQCHUNKS:-}; do bench tq4codes-c$c-d$D RUNIT_CUDA_TURBO_CODES=1 RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4; done
       [ -n "${NOTQ:-}" ] || bench tqcodes-d$D RUNIT_CUDA_TURBO_CODES=1 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --tq
     done ;;
   prof)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # Emulates, in numpy, the index logic of kernels/attention.cu's attention_tq_query and
-# attention_decode_tq_codes (staged bytes with padded headers, 4-bit sketch tables, outliers
-# rotated in by a sign flip) on random TurboQuant rows, against a direct computation of the
+# attention_decode_tq_codes (rows staged as 4-byte words of the KV head's blocks and index
+# bytes, 4-bit sketch tables, outliers rotated in by a sign flip) on random TurboQuant rows, against a direct computation of the
 # estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
-# for three layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 with heads of 64). Needs numpy.
+# for three layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 with heads of 64), every KV head of
+# each (so blocks at offsets of 2 mod 4 too). Needs numpy.
 import numpy as np, struct
 rng = np.random.default_rng(7)
 B=64; OUT=2
@@ -28,7 +29,7 @@ class Layout:
     sign_offset=property(lambda s: s.code_offset + 8*s.bits)
     block_bytes=property(lambda s: s.sign_offset + (8 if s.sketch else 0))
     def index_bytes(s,blocks): return (blocks*12+7)//8
-    def row_bytes(s,blocks): return blocks*s.block_bytes + s.index_bytes(blocks)
+    def row_bytes(s,blocks): return (blocks*s.block_bytes + s.index_bytes(blocks) + 3)//4*4
 def make_row(L, blocks):
     """random row: per block norm, rnorm, outliers, codes, signs; returns bytes and decoded fields"""
     out=bytearray(L.row_bytes(blocks)); fields=[]; idxs=[]
@@ -81,14 +82,22 @@ def tq_slice(L,row_blocks,first_block,hb):
     fb=first_block*12; eb=(first_block+hb)*12
     return dict(row_bytes=L.row_bytes(row_blocks), block_offset=first_block*L.block_bytes, block_span=hb*L.block_bytes,
         index_offset=row_blocks*L.block_bytes+fb//8, index_span=(eb+7)//8-fb//8, index_bit=fb%8)
-def staged_source(p,L,sl,padded,hb):
-    if p>=hb*padded:
-        at=p-hb*padded; return sl['index_offset']+at if at<sl['index_span'] else -1
-    b=p//padded; off=p%padded; blk=sl['block_offset']+b*L.block_bytes
-    if off<2: return blk+off
-    if off<4: return blk+off if L.sketch else -1
-    if off<8: return blk+L.header+(off-4)
-    return blk+L.code_offset+(off-8)
+def staging(sl):
+    """TqStaging: the row offsets of the words lanes 0..31 copy (None: none)"""
+    bs=sl['block_offset']&3; bw=(bs+sl['block_span']+3)//4; ish=sl['index_offset']&3; iw=(ish+sl['index_span']+3)//4
+    lanes=[sl['block_offset']-bs+4*l if l<bw else sl['index_offset']-ish+4*(l-bw) if l<bw+iw else None for l in range(32)]
+    return dict(shift=bs, words=bw, index_shift=ish, lanes=lanes)
+def stage(row, st, words):
+    out=bytearray(4*words)
+    for lane,off in enumerate(st['lanes']):
+        if off is not None:
+            assert off%4==0 and off+4<=len(row) and lane<words
+            out[4*lane:4*lane+4]=row[off:off+4]
+    return bytes(out)
+def word_at(bs, at):
+    lo,hi=struct.unpack_from('<2I', bs, at&~3) if (at&3) else (struct.unpack_from('<I', bs, at)[0],0)
+    return ((lo|hi<<32)>>16)&0xffffffff if at&3 else lo
+u16=lambda bs,at: struct.unpack_from('<H',bs,at)[0]
 def index_at(bs,bit):
     sh=bit&7; w=bs[bit>>3]
     if sh+6>8: w|=bs[(bit>>3)+1]<<8
@@ -117,33 +126,30 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
                 for pos in range(16):
                     for v in range(16): lut[b][pos][g][v]=sum(sk[g][b][4*pos+k] for k in range(4) if v>>k&1)
     ks=tq_slice(kl,row_blocks,fb,hb); vs=tq_slice(vl,row_blocks,fb,hb)
-    kp=8+8*kl.bits+(8 if kl.sketch else 0); vp=8+8*vl.bits
-    kbytes=hb*kp+ks['index_span']; vbytes=hb*vp+vs['index_span']
-    assert kbytes<=108 and vbytes<=88, (kbytes,vbytes)
+    kst=staging(ks); vst=staging(vs)
     n=len(krows)
-    keys=[bytes([krows[j][staged_source(p,kl,ks,kp,hb)] if p<kbytes and staged_source(p,kl,ks,kp,hb)>=0 else 0 for p in range(108)]) for j in range(n)]
-    vals=[bytes([vrows[j][staged_source(p,vl,vs,vp,hb)] if p<vbytes and staged_source(p,vl,vs,vp,hb)>=0 else 0 for p in range(88)]) for j in range(n)]
+    keys=[stage(krows[j],kst,27) for j in range(n)]; vals=[stage(vrows[j],vst,22) for j in range(n)]
     ktab=cent4 if kl.bits==4 else cent3; vtab=cent4 if vl.bits==4 else cent3
     scores=np.zeros((n_heads,n))
     for j in range(n):
         for b in range(hb):
-            key=keys[j]; w=struct.unpack('<27I',key)[b*kp//4:]
-            header,outl=w[0],w[1]; norm=hf(header&0xffff)
+            key=keys[j]; at=kst['shift']+b*kl.block_bytes; norm=hf(u16(key,at))
             dot=np.zeros(8)
             for ww in range(8):
-                word=w[2+ww]
+                word=word_at(key, at+kl.code_offset+4*ww)
                 for e in range(8):
                     c=ktab[(word>>(4*e))&15] if kl.bits==4 else None
                     for g in range(n_heads): dot[g]+=c*rot[g][b][8*ww+e]
             part=norm*dot
             if kl.sketch:
-                alpha=sf*hf(header>>16)*norm; lo,hi=w[10],w[11]; neg=np.zeros(8)
+                assert (at+kl.sign_offset)%4==0
+                alpha=sf*hf(u16(key,at+2))*norm; lo,hi=struct.unpack_from('<2I',key,at+kl.sign_offset); neg=np.zeros(8)
                 for pos in range(16):
                     v=((lo>>(4*pos)) if pos<8 else (hi>>(4*pos-32)))&15
                     for g in range(n_heads): neg[g]+=lut[b][pos][g][v]
                 part+=alpha*(tot[b]-2*neg)
             for o in range(2):
-                ix=index_at(key[hb*kp:],ks['index_bit']+(b*2+o)*6); v=hf((outl>>(16*o))&0xffff)
+                ix=index_at(key[4*kst['words']+kst['index_shift']:],ks['index_bit']+(b*2+o)*6); v=hf(u16(key,at+kl.header+2*o))
                 for g in range(n_heads): part[g]+=v*plain[g][b*64+ix]
             scores[:,j]+=part[:n_heads]
     scores*=scale
@@ -151,13 +157,13 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     acc=np.zeros((n_heads,64*hb))
     for j in range(n):
         for quad in range(16*hb):  # a thread's four coordinates: codes from two staged bytes
-            b,ve=4*quad//64,4*quad%64; blk=vals[j][b*vp:]
-            vn=hf(blk[0]|blk[1]<<8)
-            bit=ve*vl.bits; cb=8+bit//8; word=(blk[cb]|blk[cb+1]<<8)>>(bit%8)
+            b,ve=4*quad//64,4*quad%64; val=vals[j]; at=vst['shift']+b*vl.block_bytes
+            vn=hf(u16(val,at))
+            bit=ve*vl.bits; cb=at+vl.code_offset+bit//8; word=(val[cb]|val[cb+1]<<8)>>(bit%8)
             v=[vn*vtab[(word>>(k*vl.bits))&((1<<vl.bits)-1)] for k in range(4)]
             for o in range(2):
-                ix=index_at(vals[j][hb*vp:],vs['index_bit']+(b*2+o)*6)
-                ov=hf(blk[4+2*o]|blk[5+2*o]<<8)*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1)
+                ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6)
+                ov=hf(u16(val,at+vl.header+2*o))*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1)
                 base=bin(ve&ix).count('1')&1
                 for k in range(4):
                     v[k]+= -ov if base^(bin(k&ix).count('1')&1) else ov
@@ -168,14 +174,15 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     for g in range(n_heads):
         for b in range(hb): res[g][b*64:(b+1)*64]=R(fb+b).T@out[g][b*64:(b+1)*64]
     return scores,res
-for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1,3)]:
+for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1,3),(4,False,4,1,3)]:
     kl=Layout(kbits,ksk); vl=Layout(vbits,False)
-    rb=kv_heads*hb; n=20; nh=3; kvh=kv_heads-1
+    rb=kv_heads*hb; n=20; nh=3
     K=[make_row(kl,rb) for _ in range(n)]; V=[make_row(vl,rb) for _ in range(n)]
-    q=[rng.normal(size=64*hb) for _ in range(nh)]
-    sc,res=emulate(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
-    ref=np.array([[ref_score(q[g],K[j][1],kvh,hb,kbits) for j in range(n)] for g in range(nh)])*0.1
-    wr=np.exp(ref-ref.max(1,keepdims=True)); wr/=wr.sum(1,keepdims=True)
-    vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
-    outref=wr@vref
-    print(kbits,ksk,vbits,hb, np.abs(sc-ref).max(), np.abs(res-outref).max())
+    for kvh in range(kv_heads):
+        q=[rng.normal(size=64*hb) for _ in range(nh)]
+        sc,res=emulate(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
+        ref=np.array([[ref_score(q[g],K[j][1],kvh,hb,kbits) for j in range(n)] for g in range(nh)])*0.1
+        wr=np.exp(ref-ref.max(1,keepdims=True)); wr/=wr.sum(1,keepdims=True)
+        vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
+        outref=wr@vref
+        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max())

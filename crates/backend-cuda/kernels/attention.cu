@@ -26,6 +26,7 @@
 #define DECODE_TILE 32
 #define MAX_HEADS_PER_BLOCK 8
 #define MAX_CHUNKS 512
+#define TQ_TILE 64  // keys of a TurboQuant decode tile (plan::TURBO_MIN_CHUNK)
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
@@ -409,17 +410,31 @@ __device__ __forceinline__ i32 first_visible(i32 position, u32 window) {
     return window == 0 ? 0 : max(0, position + 1 - (i32)window);
 }
 
-// The positions [begin, end) of chunk `chunk` (of chunk_len) that decode row `row`'s query
-// sees, and the row's span; begin >= end when none (no span owns the row, the chunk is past
-// `chunks`, or it lies outside [lo, position]).
+// Chunks that follow the row (chunk_len 0, attention_decode_tq_codes): a query seeing `len`
+// positions from `lo` splits them into chunks of this many (whole tiles), chunk c holding
+// [lo + c L, lo + (c + 1) L), so that every chunk of the grid has keys at any depth.
+__device__ __forceinline__ i32 row_chunk_len(i32 len, u32 chunks) {
+    const u32 tiles = ((u32)len + TQ_TILE - 1) / TQ_TILE;
+    return (i32)(TQ_TILE * ((tiles + chunks - 1) / chunks));
+}
+
+// The positions [begin, end) of chunk `chunk` (of chunk_len, or 0: row_chunk_len) that decode
+// row `row`'s query sees, and the row's span; begin >= end when none (no span owns the row,
+// the chunk is past `chunks`, or it lies outside [lo, position]).
 struct DecodeRange {
     i32 span = -1, begin = 0, end = 0;
     __device__ DecodeRange(const i32* step, i32 row, i32 chunk, u32 window, u32 chunk_len, u32 chunks) {
         const StepHeader* h = (const StepHeader*)step;
         span = attention_span(step, h, row);
         if (span < 0 || (u32)chunk >= chunks) return;
-        const i32 position = step[h->positions + row];
-        begin = max(first_visible(position, window), chunk * (i32)chunk_len);
+        const i32 position = step[h->positions + row], lo = first_visible(position, window);
+        if (chunk_len == 0) {
+            const i32 len = row_chunk_len(position + 1 - lo, chunks);
+            begin = lo + chunk * len;
+            end = min(position + 1, begin + len);
+            return;
+        }
+        begin = max(lo, chunk * (i32)chunk_len);
         end = min(position + 1, (chunk + 1) * (i32)chunk_len);
     }
 };
@@ -435,20 +450,16 @@ __device__ __forceinline__ float query_value(const float* q, u64 index, u32 roun
 // block: the two blocks' lanes of a warp read different banks), the plain queries (for the
 // outliers), and for the sketch 4-bit tables of the sketched queries S R q (entry (block,
 // position p, head, v): the sum of coordinates 4 p + k over the bits k of v) with each (block,
-// head)'s total. attention_decode_tq_codes walks its chunk in tiles of TQ_TILE keys: the tile's
-// key and value bytes staged (each block's header padded to TQ_HEADER bytes, so that codes and
-// signs are read as words), a thread per (key, block) scores it from the codes (centroids against
-// R q; the sketch's <S R q, s> as total - 2 x the tables' sums over the nibbles of negative
-// signs; the outliers against q), the online softmax, then a thread per four coordinates sums the
-// values in the rotated basis, the outliers rotated in. Partials as attention_decode_*'s (query
-// heads and chunks alike); attention_combine rotates the merged rows back.
-#define TQ_TILE 64
+// head)'s total. attention_decode_tq_codes walks its chunk in tiles of TQ_TILE keys, the next
+// tile's bytes copied while one is computed: a thread per (key, block) scores it from the codes
+// (centroids against R q; the sketch's <S R q, s> as total - 2 x the tables' sums over the
+// nibbles of negative signs; the outliers against q), the online softmax, then a thread per
+// four coordinates sums the values in the rotated basis, the outliers rotated in. Partials as
+// attention_decode_*'s (query heads and chunks alike); attention_combine rotates the merged
+// rows back.
 #define TQ_THREADS 128
-#define TQ_HEADER 8
 #define TQ_QPAD 68
 #define TQ_LUT 2064         // one block's tables: 16 positions x 8 heads x 16 values, 16 of padding
-#define TQ_KEY_BYTES 108    // a staged key: two padded blocks of at most 48 bytes, index bytes (27 words)
-#define TQ_VALUE_BYTES 88   // a staged value: two padded blocks of at most 40 bytes, index bytes
 #define TQ_Q_ROTATED 0                                   // [8 heads][2 blocks][TQ_QPAD]
 #define TQ_Q_PLAIN (TQ_Q_ROTATED + 8 * 2 * TQ_QPAD)      // [8 heads][TQ_TILE_DIM]
 #define TQ_Q_TOTAL (TQ_Q_PLAIN + 8 * TQ_TILE_DIM)        // [2 blocks][8 heads]
@@ -537,53 +548,91 @@ extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
     }
 }
 
-// Byte p of a staged key or value (blocks padded to `padded` bytes, then the index bytes): its
-// offset in the cache row, or -1 for padding.
-__device__ __forceinline__ i64 tq_staged_source(u32 p, const TqLayout& layout, const TqSlice& slice, u32 padded,
-                                                u32 head_blocks) {
-    if (p >= head_blocks * padded) {
-        const u32 at = p - head_blocks * padded;
-        return at < slice.index_span ? (i64)(slice.index_offset + at) : -1;
-    }
-    const u32 b = p / padded, off = p % padded;
-    const i64 block = (i64)slice.block_offset + (i64)b * layout.block_bytes();
-    if (off < 2) return block + off;                                    // the norm
-    if (off < 4) return layout.sketch ? block + off : -1;               // the residual norm
-    if (off < TQ_HEADER) return block + layout.header() + (off - 4);    // the outliers' values
-    return block + layout.code_offset() + (off - TQ_HEADER);            // codes, then signs
-}
-
-// Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads, TQ_MIN_BLOCKS blocks a
-// multiprocessor (4: at most 128 registers; a timing knob).
+// Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads, TQ_SHARED_WORDS words of
+// dynamic shared memory (plan::TURBO_SHARED_BYTES), at least TQ_MIN_BLOCKS blocks a
+// multiprocessor (a timing knob). chunk_len 0: a row's chunks follow its visible length
+// (tq_chunk_len), so every chunk of the grid holds keys at any depth.
+//
+// A block walks its chunk's tiles as a pipeline of two stages: while a tile is scored and
+// summed, the next tile's key and value bytes are copied into the other stage with cp.async,
+// as they lie in the cache rows (a warp per key, a lane per 4-byte word of the KV head's
+// blocks and index bytes; rows are padded to 4 bytes, TqLayout::row_bytes), and the tile
+// after it's cells are loaded. The prepared query side arrives with the first tile.
 #ifndef TQ_MIN_BLOCKS
-#define TQ_MIN_BLOCKS 4
+#define TQ_MIN_BLOCKS 3
 #endif
+#define TQ_KEY_WORDS 27    // a staged key: its head's blocks and index bytes, 26 words at most (odd: banks)
+#define TQ_VALUE_WORDS 22  // a staged value: the same, 22 words at most
+// Dynamic shared memory, in 4-byte words from its start.
+#define TQ_S_QUERY 0                                              // the prepared query, TQ_Q_FLOATS
+#define TQ_S_KEYS (TQ_S_QUERY + TQ_Q_FLOATS)                      // [2][TQ_TILE][TQ_KEY_WORDS]
+#define TQ_S_VALUES (TQ_S_KEYS + 2 * TQ_TILE * TQ_KEY_WORDS)      // [2][TQ_TILE][TQ_VALUE_WORDS]
+#define TQ_S_SCORES (TQ_S_VALUES + 2 * TQ_TILE * TQ_VALUE_WORDS)  // [8][TQ_TILE]
+#define TQ_S_WEIGHTS (TQ_S_SCORES + 8 * TQ_TILE)                  // [TQ_TILE][8] (16-byte aligned)
+#define TQ_S_VNORM (TQ_S_WEIGHTS + 8 * TQ_TILE)                   // [TQ_TILE][2]
+#define TQ_S_VOUTLIER (TQ_S_VNORM + 2 * TQ_TILE)                  // [TQ_TILE][2][TQ_OUTLIERS]
+#define TQ_S_VINDEX (TQ_S_VOUTLIER + 2 * TQ_OUTLIERS * TQ_TILE)   // [TQ_TILE][2][TQ_OUTLIERS]
+#define TQ_S_SMALL (TQ_S_VINDEX + 2 * TQ_OUTLIERS * TQ_TILE)      // k_table, v_table [16], max, sum, rescale [8]
+#define TQ_SHARED_WORDS (TQ_S_SMALL + 56)
+
+// The 4-byte word of `bytes` (4-byte aligned) that starts at byte `at` (even).
+__device__ __forceinline__ u32 tq_word_at(const u8* bytes, u32 at) {
+    const u32* words = (const u32*)(bytes + (at & ~3u));
+    return at & 3 ? __funnelshift_r(words[0], words[1], 16) : words[0];
+}
+__device__ __forceinline__ float tq_half_at(const u8* bytes, u32 at) { return half_to_float(*(const u16*)(bytes + at)); }
+
+// The words of one KV head's slice of a cache row (blocks, then index bytes) that lane `lane`
+// copies: its offset in the row, or ~0u when the lane copies none.
+struct TqStaging {
+    u32 block_shift, block_words, index_shift, index_words, lane_offset;
+    __device__ TqStaging(const TqSlice& slice, u32 lane) {
+        block_shift = slice.block_offset & 3;
+        block_words = (block_shift + slice.block_span + 3) / 4;
+        index_shift = (u32)(slice.index_offset & 3);
+        index_words = (index_shift + slice.index_span + 3) / 4;
+        lane_offset = lane < block_words                 ? slice.block_offset - block_shift + 4 * lane
+                      : lane < block_words + index_words ? (u32)(slice.index_offset - index_shift) + 4 * (lane - block_words)
+                                                         : ~0u;
+    }
+    // The staged copy's index bytes.
+    __device__ const u8* indices(const u8* staged) const { return staged + 4 * block_words + index_shift; }
+};
+
 extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     attention_decode_tq_codes(const u8* k_cache, const u8* v_cache, const i32* step, const float* qdata,
-                        const float* tables, float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
-                        u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks, u32 heads_per_block,
-                        u32 turbo) {
+                              const float* tables, float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
+                              u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
+                              u32 heads_per_block, u32 turbo) {
     pdl_start();
-    __shared__ __align__(16) float lut[2 * TQ_LUT];
-    __shared__ __align__(16) float rotated[8 * 2 * TQ_QPAD];
-    __shared__ float plain[8 * TQ_TILE_DIM];
-    __shared__ float totals[16];
-    __shared__ __align__(16) u8 keys[TQ_TILE * TQ_KEY_BYTES];
-    __shared__ __align__(16) u8 values[TQ_TILE * TQ_VALUE_BYTES];
-    __shared__ float scores[8][TQ_TILE];
-    __shared__ __align__(16) float weights[TQ_TILE][8];  // the softmax's weights, a key's heads together
-    __shared__ float value_norm[TQ_TILE][2];
-    __shared__ float value_outlier[TQ_TILE][2][TQ_OUTLIERS];
-    __shared__ u32 value_index[TQ_TILE][2][TQ_OUTLIERS];
-    __shared__ i32 cells[TQ_TILE];
-    __shared__ float k_table[16], v_table[16];
-    __shared__ float running_max[8], running_sum[8], rescale[8];
+    extern __shared__ __align__(16) float tq_shared[];
+    u32 shared_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+    if (shared_bytes < 4 * TQ_SHARED_WORDS) __trap();  // plan::TURBO_SHARED_BYTES disagrees
+    const float* query = tq_shared + TQ_S_QUERY;
+    const float* lut = query + TQ_Q_LUT;
+    const float* rotated = query + TQ_Q_ROTATED;
+    const float* plain = query + TQ_Q_PLAIN;
+    const float* totals = query + TQ_Q_TOTAL;
+    u32* key_stage = (u32*)(tq_shared + TQ_S_KEYS);
+    u32* value_stage = (u32*)(tq_shared + TQ_S_VALUES);
+    float(*scores)[TQ_TILE] = (float(*)[TQ_TILE])(tq_shared + TQ_S_SCORES);
+    float(*weights)[8] = (float(*)[8])(tq_shared + TQ_S_WEIGHTS);
+    float(*value_norm)[2] = (float(*)[2])(tq_shared + TQ_S_VNORM);
+    float(*value_outlier)[2][TQ_OUTLIERS] = (float(*)[2][TQ_OUTLIERS])(tq_shared + TQ_S_VOUTLIER);
+    u32(*value_index)[2][TQ_OUTLIERS] = (u32(*)[2][TQ_OUTLIERS])(tq_shared + TQ_S_VINDEX);
+    float* k_table = tq_shared + TQ_S_SMALL;
+    float* v_table = k_table + 16;
+    float* running_max = v_table + 16;
+    float* running_sum = running_max + 8;
+    float* rescale = running_sum + 8;
 
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.z, chunk = blockIdx.x;
     const DecodeRange range(step, row, chunk, window, chunk_len, chunks);
     if (range.begin >= range.end) return;  // attention_combine skips these chunks
     const i32 span = range.span, begin = range.begin, end = range.end;
+    const u32 tiles = (u32)(end - begin + TQ_TILE - 1) / TQ_TILE;
 
     const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.y);
     const u32 n_heads = hs.count;
@@ -592,19 +641,44 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     const u32 row_blocks = kv_heads * head_blocks;
     const TqSlice ks = tq_slice(kl, row_blocks, first_block, head_blocks);
     const TqSlice vs = tq_slice(vl, row_blocks, first_block, head_blocks);
-    const u32 k_padded = TQ_HEADER + 8 * kl.bits + (kl.sketch ? 8 : 0), v_padded = TQ_HEADER + 8 * vl.bits;
-    const u32 k_bytes = head_blocks * k_padded + ks.index_span, v_bytes = head_blocks * v_padded + vs.index_span;
+    const u32 k_block_bytes = kl.block_bytes(), v_block_bytes = vl.block_bytes();
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const TqStaging k_staging(ks, lane), v_staging(vs, lane);
 
-    {
-        const float4* from = (const float4*)(qdata + ((u64)row * gridDim.y + blockIdx.y) * TQ_Q_FLOATS);
-        for (u32 i = tid; i < 16 * TQ_QPAD / 4; i += TQ_THREADS) ((float4*)rotated)[i] = from[TQ_Q_ROTATED / 4 + i];
-        for (u32 i = tid; i < 8 * TQ_TILE_DIM / 4; i += TQ_THREADS) ((float4*)plain)[i] = from[TQ_Q_PLAIN / 4 + i];
-        if (kl.sketch) {
-            for (u32 i = tid; i < 2 * TQ_LUT / 4; i += TQ_THREADS) ((float4*)lut)[i] = from[TQ_Q_LUT / 4 + i];
-            if (tid < 16) totals[tid] = ((const float*)from)[TQ_Q_TOTAL + tid];
+    // Stage `s` of the pipeline: tile `t`'s keys, a warp per key (keys warp, warp + 4, ...;
+    // lane r < 16 holds the cell of key warp + 4 r in `cell`).
+    auto stage_tile = [&](u32 t, u32 s, i32 cell) {
+        const i32 first = begin + (i32)t * TQ_TILE, n = min(TQ_TILE, end - first);
+        u32* keys = key_stage + s * TQ_TILE * TQ_KEY_WORDS;
+        u32* values = value_stage + s * TQ_TILE * TQ_VALUE_WORDS;
+#pragma unroll 4
+        for (u32 r = 0; r < TQ_TILE / 4; ++r) {
+            const u32 j = warp + 4 * r;
+            const i32 c = __shfl_sync(0xffffffffu, cell, r);
+            if ((i32)j >= n) break;
+            if (k_staging.lane_offset != ~0u)
+                cp_async4(shared_address(keys + j * TQ_KEY_WORDS + lane),
+                          k_cache + (u64)c * ks.row_bytes + k_staging.lane_offset);
+            if (v_staging.lane_offset != ~0u)
+                cp_async4(shared_address(values + j * TQ_VALUE_WORDS + lane),
+                          v_cache + (u64)c * vs.row_bytes + v_staging.lane_offset);
         }
+    };
+    // The cells of tile t that lane r < 16 of this warp stages.
+    auto tile_cells = [&](u32 t) -> i32 {
+        const i32 position = begin + (i32)t * TQ_TILE + (i32)(warp + 4 * lane);
+        return lane < TQ_TILE / 4 && position < end ? step_cell(step, h, span, position) : 0;
+    };
+
+    // The prepared query side (qdata: attention_tq_query) with the first tile.
+    {
+        const float* from = qdata + ((u64)row * gridDim.y + blockIdx.y) * TQ_Q_FLOATS;
+        const u32 quads = (kl.sketch ? TQ_Q_FLOATS : TQ_Q_LUT) / 4;
+        for (u32 i = tid; i < quads; i += TQ_THREADS) cp_async16(shared_address(tq_shared + TQ_S_QUERY + 4 * i), from + 4 * i);
     }
+    stage_tile(0, 0, tile_cells(0));
+    cp_async_commit();
+    i32 next_cells = tiles > 1 ? tile_cells(1) : 0;
     if (tid < 16) {
         k_table[tid] = kl.centroids(tables)[tid % (1u << kl.bits)];
         v_table[tid] = vl.centroids(tables)[tid % (1u << vl.bits)];
@@ -614,72 +688,42 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         running_sum[tid] = 0.0f;
     }
     const float sketch_factor = tables[TQ_SKETCH_FACTOR];
-    // Values: thread tid takes coordinate d of every head, keys part, part + parts, ...
     // Values: thread tid takes coordinates 4 quad .. 4 quad + 3 of every head (one block's,
     // codes in neighbouring bits), keys part, part + parts, ...
     const u32 quads = head_dim / 4, parts = TQ_THREADS / quads, quad = tid % quads, part = tid / quads;
     const u32 vb = 4 * quad / TQ_BLOCK, ve = 4 * quad % TQ_BLOCK;
-    const u32 code_bit = ve * vl.bits, code_byte = TQ_HEADER + code_bit / 8, code_shift = code_bit % 8;
-    const u32 code_mask = (1u << vl.bits) - 1;
+    const u32 code_byte = v_staging.block_shift + vb * v_block_bytes + vl.code_offset() + ve * vl.bits / 8;
+    const u32 code_shift = ve * vl.bits % 8, code_mask = (1u << vl.bits) - 1;
     float acc[8][4];
 #pragma unroll
     for (u32 g = 0; g < 8; ++g)
 #pragma unroll
         for (u32 k = 0; k < 4; ++k) acc[g][k] = 0.0f;
-    // The row offsets of this lane's staged bytes (the same for every key; -1: padding).
-    constexpr u32 BATCH = 4, K_PARTS = (TQ_KEY_BYTES + 31) / 32, V_PARTS = (TQ_VALUE_BYTES + 31) / 32;
-    i64 k_source[K_PARTS], v_source[V_PARTS];
-#pragma unroll
-    for (u32 p = 0; p < K_PARTS; ++p)
-        k_source[p] = lane + 32 * p < k_bytes ? tq_staged_source(lane + 32 * p, kl, ks, k_padded, head_blocks) : -1;
-#pragma unroll
-    for (u32 p = 0; p < V_PARTS; ++p)
-        v_source[p] = lane + 32 * p < v_bytes ? tq_staged_source(lane + 32 * p, vl, vs, v_padded, head_blocks) : -1;
 
-    for (i32 tile = begin; tile < end; tile += TQ_TILE) {
-        const i32 n = min(TQ_TILE, end - tile);
-        if ((i32)tid < n) cells[tid] = step_cell(step, h, span, tile + (i32)tid);
+    for (u32 t = 0; t < tiles; ++t) {
+        const u32 s = t & 1;
+        // The next tile's copies go out before this tile's wait; the cells of the one after
+        // are loaded while this tile is computed.
+        if (t + 1 < tiles) stage_tile(t + 1, s ^ 1, next_cells);
+        cp_async_commit();
+        if (t + 2 < tiles) next_cells = tile_cells(t + 2);
+        cp_async_wait<1>();
         __syncthreads();
-        // Stage: a warp per key, lanes over its bytes, four keys' loads in flight.
-        for (u32 first = warp; first < (u32)n; first += (TQ_THREADS / 32) * BATCH) {
-            u8 kb[BATCH][K_PARTS], vbytes[BATCH][V_PARTS];
-#pragma unroll
-            for (u32 r = 0; r < BATCH; ++r) {
-                const u32 j = first + (TQ_THREADS / 32) * r;
-                const i32 cell = cells[min(j, (u32)n - 1)];
-                const u8* krow = k_cache + (u64)cell * ks.row_bytes;
-                const u8* vrow = v_cache + (u64)cell * vs.row_bytes;
-#pragma unroll
-                for (u32 p = 0; p < K_PARTS; ++p) kb[r][p] = j < (u32)n && k_source[p] >= 0 ? krow[k_source[p]] : 0;
-#pragma unroll
-                for (u32 p = 0; p < V_PARTS; ++p)
-                    vbytes[r][p] = j < (u32)n && v_source[p] >= 0 ? vrow[v_source[p]] : 0;
-            }
-#pragma unroll
-            for (u32 r = 0; r < BATCH; ++r) {
-                const u32 j = first + (TQ_THREADS / 32) * r;
-                if (j >= (u32)n) continue;
-#pragma unroll
-                for (u32 p = 0; p < K_PARTS; ++p)
-                    if (lane + 32 * p < TQ_KEY_BYTES) keys[j * TQ_KEY_BYTES + lane + 32 * p] = kb[r][p];
-#pragma unroll
-                for (u32 p = 0; p < V_PARTS; ++p)
-                    if (lane + 32 * p < TQ_VALUE_BYTES) values[j * TQ_VALUE_BYTES + lane + 32 * p] = vbytes[r][p];
-            }
-        }
-        __syncthreads();
+        const i32 n = min(TQ_TILE, end - (begin + (i32)t * TQ_TILE));
+        const u8* keys = (const u8*)(key_stage + s * TQ_TILE * TQ_KEY_WORDS);
+        const u8* values = (const u8*)(value_stage + s * TQ_TILE * TQ_VALUE_WORDS);
         // Each value block's norm and outliers (index, value times d_i / 8), a thread each.
         if (tid < (u32)n * head_blocks) {
             const u32 j = tid / head_blocks, b = tid % head_blocks;
-            const u8* value = values + j * TQ_VALUE_BYTES;
-            const u8* block = value + b * v_padded;
+            const u8* value = values + j * 4 * TQ_VALUE_WORDS;
+            const u32 at = v_staging.block_shift + b * v_block_bytes;
             const u64 rotation = tq_signs(first_block + b, 0);
-            value_norm[j][b] = tq_f16(block);
+            value_norm[j][b] = tq_half_at(value, at);
 #pragma unroll
             for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                const u32 index = tq_index_at(value + head_blocks * v_padded,
-                                              vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                const float v = tq_f16(block + 4 + 2 * o) * 0.125f;
+                const u32 index =
+                    tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                const float v = tq_half_at(value, at + vl.header() + 2 * o) * 0.125f;
                 value_index[j][b][o] = index;
                 value_outlier[j][b][o] = rotation >> index & 1 ? -v : v;
             }
@@ -691,17 +735,17 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #pragma unroll
             for (u32 g = 0; g < 8; ++g) part_score[g] = 0.0f;
             if (j < (u32)n) {
-                const u8* key = keys + j * TQ_KEY_BYTES;
-                const u32* words = (const u32*)(key + b * k_padded);
-                const u32 header = words[0], outliers = words[1];
-                const float norm = half_to_float((u16)header);
+                const u8* key = keys + j * 4 * TQ_KEY_WORDS;
+                const u32 at = k_staging.block_shift + b * k_block_bytes;
+                const float norm = tq_half_at(key, at);
+                const u32 codes = at + kl.code_offset();
                 const float* q = rotated + b * TQ_QPAD;
                 float dot[8];
 #pragma unroll
                 for (u32 g = 0; g < 8; ++g) dot[g] = 0.0f;
 #pragma unroll 2
                 for (u32 w = 0; w < 8; ++w) {  // key codes are 4 bits (tq3 keys too)
-                    const u32 word = words[2 + w];
+                    const u32 word = tq_word_at(key, codes + 4 * w);
 #pragma unroll
                     for (u32 quad = 0; quad < 2; ++quad) {
                         const float c0 = k_table[word >> (16 * quad) & 15], c1 = k_table[word >> (16 * quad + 4) & 15];
@@ -716,9 +760,10 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                 }
 #pragma unroll
                 for (u32 g = 0; g < 8; ++g) part_score[g] = norm * dot[g];
-                if (kl.sketch) {
-                    const float alpha = sketch_factor * half_to_float((u16)(header >> 16)) * norm;
-                    const u32 low = words[10], high = words[11];
+                if (kl.sketch) {  // sketched keys' blocks are 4-byte aligned
+                    const float alpha = sketch_factor * tq_half_at(key, at + 2) * norm;
+                    const u32* signs = (const u32*)(key + at + kl.sign_offset());
+                    const u32 low = signs[0], high = signs[1];
                     const float* table = lut + b * TQ_LUT;
                     float negative[8];
 #pragma unroll
@@ -735,9 +780,9 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                 }
 #pragma unroll
                 for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                    const u32 index = tq_index_at(key + head_blocks * k_padded,
-                                                  ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                    const float v = half_to_float((u16)(outliers >> (16 * o)));
+                    const u32 index =
+                        tq_index_at(k_staging.indices(key), ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    const float v = tq_half_at(key, at + kl.header() + 2 * o);
 #pragma unroll
                     for (u32 g = 0; g < 8; ++g)
                         if (g < n_heads) part_score[g] += v * plain[g * TQ_TILE_DIM + b * TQ_BLOCK + index];
@@ -780,8 +825,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             for (u32 k = 0; k < 4; ++k) acc[g][k] *= factor;
         }
         for (u32 j = part; j < (u32)n; j += parts) {
-            const u8* block = values + j * TQ_VALUE_BYTES + vb * v_padded;
-            const u32 word = ((u32)block[code_byte] | (u32)block[code_byte + 1] << 8) >> code_shift;
+            const u8* value = values + j * 4 * TQ_VALUE_WORDS;
+            const u32 word = ((u32)value[code_byte] | (u32)value[code_byte + 1] << 8) >> code_shift;
             const float norm = value_norm[j][vb];
             float v[4];
 #pragma unroll
@@ -805,10 +850,10 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #pragma unroll
                     for (u32 k = 0; k < 4; ++k) acc[g][k] += p[g] * v[k];
         }
-        __syncthreads();
+        __syncthreads();  // stage s is free for tile t + 2
     }
-    // The key parts' sums added in part order, through the staging memory (free now).
-    float* sums = (float*)keys;  // 8 x head_dim floats
+    // The key parts' sums added in part order, through the key stages (free now).
+    float* sums = (float*)key_stage;  // 8 x head_dim floats
     for (u32 p = 1; p < parts; ++p) {
         if (part == p)
 #pragma unroll
@@ -1015,9 +1060,11 @@ extern "C" __global__ void attention_combine(float* out, const float* part_acc, 
     const i32 row = blockIdx.y;
     const u32 head = blockIdx.x;
     if (attention_span(step, h, row) < 0) return;
-    const i32 position = step[h->positions + row];
-    const u32 first = (u32)first_visible(position, window) / chunk_len;
-    const u32 last = min((u32)position / chunk_len, chunks - 1);
+    const i32 position = step[h->positions + row], lo = first_visible(position, window);
+    // chunk_len 0: chunks that follow the row (DecodeRange), the first from lo.
+    const u32 first = chunk_len == 0 ? 0 : (u32)lo / chunk_len;
+    const u32 last = chunk_len == 0 ? (u32)(position - lo) / (u32)row_chunk_len(position + 1 - lo, chunks)
+                                    : min((u32)position / chunk_len, chunks - 1);
     if (direct && first == last) return;
     // Each chunk's weight exp(max_c - max) / sum, once, in shared memory (chunks <=
     // MAX_CHUNKS: plan::MAX_CHUNKS); thread i takes chunks i, i + blockDim.x, ...

@@ -33,6 +33,33 @@ __device__ __forceinline__ void pdl_start() {
     pdl_wait();
 }
 
+// The shared-memory address of a generic pointer into shared memory (for PTX operands).
+__device__ __forceinline__ u32 shared_address(const void* pointer) {
+    u32 address;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(pointer));
+    return address;
+}
+
+// cp.async (sm_80): copies global bytes into shared memory without registers; a thread's
+// copies form groups (`cp_async_commit`), `cp_async_wait<N>` waits until at most N of its
+// groups are in flight.
+__device__ __forceinline__ void cp_async16(u32 shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared), "l"(global));
+}
+// Zero-fills the 16 shared bytes (no global read).
+__device__ __forceinline__ void cp_async16_zero(u32 shared, const void* global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;" ::"r"(shared), "l"(global));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// Copies 4 bytes (both addresses 4-byte aligned).
+__device__ __forceinline__ void cp_async4(u32 shared, const void* global) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared), "l"(global));
+}
+
 // Asks for the bytes [p, p + bytes) to be brought into L2, one 128-byte line per thread and
 // step (a hint: no value is read, and the address need not be aligned).
 __device__ __forceinline__ void prefetch_l2(const u8* p, u64 bytes) {

@@ -2,12 +2,6 @@
 #pragma once
 #include "common.cuh"
 
-__device__ __forceinline__ u32 shared_address(const void* pointer) {
-    u32 address;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(pointer));
-    return address;
-}
-
 // Four 8x8 b16 matrices from shared memory: lanes 8q .. 8q + 7 give the 16-byte rows of
 // matrix q; lane 4 r + c receives elements (r, 2c .. 2c + 1) of each matrix.
 __device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], u32 address) {

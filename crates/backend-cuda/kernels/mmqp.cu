@@ -141,19 +141,6 @@ struct Frag<Q8_0> {
     }
 };
 
-__device__ __forceinline__ void cp_async16(u32 shared, const void* global) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared), "l"(global));
-}
-// Zero-fills the 16 shared bytes (no global read).
-__device__ __forceinline__ void cp_async16_zero(u32 shared, const void* global) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;" ::"r"(shared), "l"(global));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // Bytes of one row's window in shared memory: a stage's whole blocks plus up to 15 bytes of
 // misalignment before and after.
 template <class W>

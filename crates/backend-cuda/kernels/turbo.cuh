@@ -4,7 +4,8 @@
 //
 // A block of 64 values (TQ_BLOCK) is: the f16 norm, for keys with a sketch the f16 residual
 // norm, the outliers' f16 values, the packed codes (code i at bit i * bits, little-endian),
-// for a sketch the 64 sign bits; a row is its blocks, then the outliers' 6-bit indices.
+// for a sketch the 64 sign bits; a row is its blocks, then the outliers' 6-bit indices, padded
+// to 4 bytes.
 #pragma once
 #include "common.cuh"
 
@@ -29,7 +30,8 @@ struct TqLayout {
     __device__ u32 sign_offset() const { return code_offset() + TQ_BLOCK * bits / 8; }
     __device__ u32 block_bytes() const { return sign_offset() + (sketch ? 8 : 0); }
     __device__ u32 index_bytes(u32 blocks) const { return (blocks * TQ_OUTLIERS * TQ_INDEX_BITS + 7) / 8; }
-    __device__ u64 row_bytes(u32 blocks) const { return (u64)blocks * block_bytes() + index_bytes(blocks); }
+    // Rows are padded to 4 bytes (attention_decode_tq_codes copies them in words).
+    __device__ u64 row_bytes(u32 blocks) const { return ((u64)blocks * block_bytes() + index_bytes(blocks) + 3) & ~3ull; }
     __device__ const float* centroids(const float* tables) const {
         return tables + (bits == 4 ? TQ_CENTROIDS4 : TQ_CENTROIDS3);
     }

@@ -106,6 +106,24 @@ impl Kernels {
             op: format!("loading kernel {name} of kernels/{file}"),
             message: e.to_string(),
         })?;
+        // Every function may take all the shared memory a block can opt into, less its static
+        // share, as dynamic shared memory (a permission: a launch asks for what it uses), so
+        // that no launcher has to raise the 48 KiB default first.
+        use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute_enum as Attribute};
+        let raise = || -> Result<(), cudarc::driver::DriverError> {
+            let optin = self.context.attribute(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?;
+            let fixed = function.shared_size_bytes()?;
+            function.set_attribute(
+                Attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                optin - fixed,
+            )
+        };
+        raise().map_err(|e| CudaError::Driver {
+            op: format!("raising the shared memory of kernel {name} of kernels/{file}"),
+            message: e.to_string(),
+        })?;
         functions.insert((file, name), function.clone());
         Ok(function)
     }

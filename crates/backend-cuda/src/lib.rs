@@ -298,6 +298,16 @@ impl CudaBackend {
         &self.stream
     }
 
+    /// The multiprocessors of the backend's device.
+    pub(crate) fn multiprocessors(&self, op: &'static str) -> Result<usize, BackendError> {
+        use cudarc::driver::sys::CUdevice_attribute;
+        let count = self
+            .context
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| self.driver_error(op, e))?;
+        Ok(count.max(1) as usize)
+    }
+
     /// Kernel `name` of `file`, as a backend error naming `op` on failure.
     pub(crate) fn kernel(
         &self,

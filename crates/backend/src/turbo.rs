@@ -31,7 +31,8 @@
 //!
 //! A row of `n` blocks is the `n` blocks, then the outliers' indices of them all, 6 bits
 //! each (`(n * OUTLIERS * 6).div_ceil(8)` bytes, [`TurboLayout::row_bytes`]): two indices
-//! packed in 12 bits instead of two bytes save half a byte a block.
+//! packed in 12 bits instead of two bytes save half a byte a block. Rows are padded to 4
+//! bytes (none for heads of 128: 8 blocks of 4 KV heads leave 12 index bytes).
 //!
 //! Bytes per block of 64 (with its 1.5 bytes of indices): tq4 keys 49.5 (6.19 bits a value),
 //! tq3 keys 39.5 (4.94), tq4 values 39.5 (4.94), tq3 values 31.5 (3.94); the outliers are
@@ -94,9 +95,10 @@ impl TurboLayout {
         (blocks * self.outliers * INDEX_BITS).div_ceil(8)
     }
 
-    /// Bytes of a row of `blocks` blocks: the blocks, then their outliers' indices.
+    /// Bytes of a row of `blocks` blocks: the blocks, then their outliers' indices, padded to
+    /// 4 bytes (the CUDA decode copies rows in 4-byte words).
     pub const fn row_bytes(self, blocks: usize) -> usize {
-        blocks * self.block_bytes() + self.index_bytes(blocks)
+        (blocks * self.block_bytes() + self.index_bytes(blocks)).next_multiple_of(4)
     }
 
     /// Offset of the packed codes (after the header and the outliers).

@@ -18,7 +18,6 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
 
@@ -57,22 +56,12 @@ pub(super) fn resident_warps(
     let blocks = function
         .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
         .map_err(|e| backend.driver_error(OP, e))?;
-    let warps = (blocks.max(1) as usize) * multiprocessors(backend)? * WARPS;
+    let warps = (blocks.max(1) as usize) * backend.multiprocessors(OP)? * WARPS;
     cache
         .lock()
         .expect("occupancy cache lock")
         .insert(key, warps);
     Ok(warps)
-}
-
-/// The multiprocessors of the backend's device.
-pub(super) fn multiprocessors(backend: &CudaBackend) -> Result<usize, BackendError> {
-    let count = backend
-        .stream()
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(|e| backend.driver_error(OP, e))?;
-    Ok(count.max(1) as usize)
 }
 
 /// Float weights whose rows are at most this many bytes, with at least

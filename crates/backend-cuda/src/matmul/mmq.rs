@@ -233,16 +233,6 @@ pub(super) fn run(
             shared,
             stage,
         } => {
-            if scratch.shared_raised.insert(kernel) {
-                use cudarc::driver::sys::CUfunction_attribute_enum as Attribute;
-                backend
-                    .kernel(OP, PIPE_FILE, kernel)?
-                    .set_attribute(
-                        Attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        shared as i32,
-                    )
-                    .map_err(|e| backend.driver_error(OP, e))?;
-            }
             let x = half_input(backend, op, scratch)?;
             return run_pipe(backend, kernel, (tile, shared, stage), x, op, scratch);
         }
@@ -252,7 +242,7 @@ pub(super) fn run(
         tile,
         op.n_in,
         op.n_out,
-        BLOCKS_PER_MULTIPROCESSOR * super::matvec::multiprocessors(backend)?,
+        BLOCKS_PER_MULTIPROCESSOR * backend.multiprocessors(OP)?,
     );
     let partial = if plan.splits > 1 {
         let values = op.tokens * op.n_out;
@@ -389,7 +379,7 @@ fn run_pipe(
                     .max(1) as usize,
                 blocks => blocks,
             };
-            let resident = per_multiprocessor * super::matvec::multiprocessors(backend)?;
+            let resident = per_multiprocessor * backend.multiprocessors(OP)?;
             scratch.resident.insert(kernel, resident);
             resident
         }

@@ -76,8 +76,6 @@ struct Scratch {
     quantized: Option<Converted>,
     /// What `half_x` holds.
     halved: Option<Converted>,
-    /// Kernels whose dynamic shared memory limit has been raised (`mmq::run`).
-    shared_raised: std::collections::HashSet<&'static str>,
     /// Blocks of each pipelined kernel the device holds at once (`mmq::run`).
     resident: std::collections::HashMap<&'static str, usize>,
 }

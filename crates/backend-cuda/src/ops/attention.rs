@@ -19,7 +19,7 @@ use crate::{launch, CudaBackend, StepView};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
     DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS,
-    TURBO_THREADS,
+    TURBO_SHARED_BYTES, TURBO_THREADS,
 };
 
 const OP: &str = "attention";
@@ -296,7 +296,13 @@ fn attention_blocks(
         return prefill(backend, &call, &step, &plan);
     }
     if turbo && backend.turbo_codes() {
-        let plan = DecodePlan::turbo(capacity(&step, spans)?, group, end_row);
+        let plan = DecodePlan::turbo(
+            capacity(&step, spans)?,
+            group,
+            end_row,
+            params.kv_heads,
+            backend.multiprocessors(OP)?,
+        );
         return decode_turbo(backend, &call, &step, &plan, end_row);
     }
     let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
@@ -515,7 +521,7 @@ fn decode_turbo(
     let config = LaunchConfig {
         grid_dim: (plan.chunks as u32, slices, rows),
         block_dim: (TURBO_THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: TURBO_SHARED_BYTES,
     };
     launch!(
         backend,

@@ -36,8 +36,16 @@ pub const TURBO_THREADS: u32 = 128;
 /// Threads of the TurboQuant query preparation (`TQ_QUERY_THREADS`): a warp per (query head,
 /// block of 64) of a head slice.
 pub const TURBO_QUERY_THREADS: u32 = 512;
-/// Positions of the smallest TurboQuant decode chunk: one tile (`TQ_TILE`).
+/// Positions of a TurboQuant decode tile (`TQ_TILE`): chunks are whole tiles.
 pub const TURBO_MIN_CHUNK: usize = 64;
+/// Blocks of the TurboQuant decode kernel a multiprocessor holds (`TQ_MIN_BLOCKS`: its
+/// registers and [`TURBO_SHARED_BYTES`] allow three).
+pub const TURBO_BLOCKS_PER_MULTIPROCESSOR: usize = 3;
+/// Dynamic shared memory of a TurboQuant decode block (`TQ_SHARED_WORDS` words): the
+/// prepared query, two stages of 64 keys (27 words) and values (22 words), scores, weights,
+/// the values' norms and outliers, tables and softmax state.
+pub const TURBO_SHARED_BYTES: u32 =
+    4 * (TURBO_QUERY_FLOATS + 2 * 64 * (27 + 22) + 8 * 64 * 2 + 2 * 64 * (1 + 2 * 2) + 56) as u32;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
 /// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
 /// sketch's tables (2 blocks × 2,064).
@@ -76,19 +84,34 @@ impl DecodePlan {
         )
     }
 
-    /// The plan of the TurboQuant decode kernel (attention_decode_tq_codes): as
-    /// [`DecodePlan::new`] with chunks of whole 64-key tiles, at least `RUNIT_CUDA_TQ_CHUNK`
-    /// positions (a measuring knob, rounded up to whole tiles; default one tile).
-    pub fn turbo(capacity: usize, group: usize, rows: usize) -> DecodePlan {
-        static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let min_chunk = crate::env_count(&CHUNK, "RUNIT_CUDA_TQ_CHUNK", TURBO_MIN_CHUNK);
-        DecodePlan::with(
-            capacity,
-            group,
-            min_chunk.max(1).next_multiple_of(TURBO_MIN_CHUNK),
-            max_chunks(rows),
-            MAX_HEADS_PER_BLOCK,
-        )
+    /// The plan of the TurboQuant decode kernel (attention_decode_tq_codes): `chunk_len` 0,
+    /// each row's chunks following its visible length (`row_chunk_len` in
+    /// kernels/attention.cu: whole 64-key tiles), so that the grid's blocks all hold keys at
+    /// any depth; `chunks` a row such that the grid fills [`TURBO_BLOCKS_PER_MULTIPROCESSOR`]
+    /// blocks of each of `multiprocessors` once (a block pipelines its tiles), at most one
+    /// tile a chunk at the table's capacity. `RUNIT_CUDA_TQ_CHUNKS` sets the chunks (a
+    /// measuring knob).
+    pub fn turbo(
+        capacity: usize,
+        group: usize,
+        rows: usize,
+        kv_heads: usize,
+        multiprocessors: usize,
+    ) -> DecodePlan {
+        static CHUNKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let mut plan = DecodePlan::with(capacity, group, TURBO_MIN_CHUNK, 1, MAX_HEADS_PER_BLOCK);
+        let blocks = rows.max(1) * kv_heads.max(1) * plan.slices;
+        let fill = (TURBO_BLOCKS_PER_MULTIPROCESSOR * multiprocessors).div_ceil(blocks);
+        let chunks = match crate::env_count(&CHUNKS, "RUNIT_CUDA_TQ_CHUNKS", 0) {
+            0 => fill,
+            knob => knob,
+        };
+        plan.chunks = chunks
+            .min(max_chunks(rows))
+            .min(capacity.max(1).div_ceil(TURBO_MIN_CHUNK))
+            .max(1);
+        plan.chunk_len = 0;
+        plan
     }
 
     /// The plan of the tensor-core decode kernel (attention_decode_mma_*).
@@ -238,6 +261,27 @@ mod tests {
             );
             assert_eq!(plan.chunk_len % MIN_CHUNK, 0);
         }
+    }
+
+    #[test]
+    fn turbo_plans_fill_the_device_once() {
+        // One row of the 7B shape (4 KV heads, groups of 7) on 132 multiprocessors: 99
+        // chunks, so 396 blocks (three a multiprocessor) at any depth.
+        let plan = DecodePlan::turbo(17_000, 7, 1, 4, 132);
+        assert_eq!((plan.chunk_len, plan.chunks), (0, 99));
+        assert_eq!((plan.heads_per_block, plan.slices), (7, 1));
+        // Small tables keep a tile a chunk at least; many rows keep their scratch bounded.
+        assert_eq!(DecodePlan::turbo(100, 7, 1, 4, 132).chunks, 2);
+        assert_eq!(DecodePlan::turbo(1 << 20, 7, 256, 4, 132).chunks, 1);
+        for rows in [1, 3, 64, 4096] {
+            let plan = DecodePlan::turbo(1 << 16, 12, rows, 2, 132);
+            assert!(
+                plan.chunks >= 1 && plan.chunks <= max_chunks(rows),
+                "{rows}"
+            );
+            assert_eq!(plan.slices, 2);
+        }
+        assert!(TURBO_SHARED_BYTES <= 227 * 1024 / TURBO_BLOCKS_PER_MULTIPROCESSOR as u32);
     }
 
     #[test]
