@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 # Emulates, in numpy, the index logic of kernels/attention.cu's attention_tq_query and
 # attention_decode_tq_codes (rows staged as 4-byte words of the KV head's blocks and index
-# bytes, 4-bit sketch tables, the values' outliers summed in the plain basis and rotated in
-# once) on random TurboQuant rows, against a direct computation of the
+# bytes, 4-bit sketch tables, outliers rotated in by a sign flip) on random TurboQuant rows, against a direct computation of the
 # estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
 # for three layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 with heads of 64), every KV head of
 # each (so blocks at offsets of 2 mod 4 too). Needs numpy.
@@ -155,20 +154,20 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
             scores[:,j]+=part[:n_heads]
     scores*=scale
     w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
-    acc=np.zeros((n_heads,64*hb)); plain_sum=np.zeros((n_heads,64*hb))
+    acc=np.zeros((n_heads,64*hb))
     for j in range(n):
         for quad in range(16*hb):  # a thread's four coordinates: codes from two staged bytes
             b,ve=4*quad//64,4*quad%64; val=vals[j]; at=vst['shift']+b*vl.block_bytes
             vn=hf(u16(val,at))
             bit=ve*vl.bits; cb=at+vl.code_offset+bit//8; word=(val[cb]|val[cb+1]<<8)>>(bit%8)
             v=[vn*vtab[(word>>(k*vl.bits))&((1<<vl.bits)-1)] for k in range(4)]
-            for o in range(2):  # TQ_PLAIN_OUTLIERS: the thread whose coordinates hold the index
+            for o in range(2):
                 ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6)
-                if ix&~3==ve: plain_sum[:,b*64+ix]+=w[:,j]*hf(u16(val,at+vl.header+2*o))
+                ov=hf(u16(val,at+vl.header+2*o))*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1)
+                base=bin(ve&ix).count('1')&1
+                for k in range(4):
+                    v[k]+= -ov if base^(bin(k&ix).count('1')&1) else ov
             for k in range(4): acc[:,4*quad+k]+=w[:,j]*v[k]
-    for g in range(n_heads):  # rotated in once: H (d u) / 8 a block
-        for b in range(hb):
-            d=signs(fb+b,0); acc[g][b*64:(b+1)*64]+=H@(d*plain_sum[g][b*64:(b+1)*64]*0.125)
     out=acc/ssum[:,None]
     # rotate back R^T per block
     res=np.zeros_like(out)

@@ -573,15 +573,7 @@ extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
 #define TQ_S_VOUTLIER (TQ_S_VNORM + 2 * TQ_TILE)                  // [TQ_TILE][2][TQ_OUTLIERS]
 #define TQ_S_VINDEX (TQ_S_VOUTLIER + 2 * TQ_OUTLIERS * TQ_TILE)   // [TQ_TILE][2][TQ_OUTLIERS]
 #define TQ_S_SMALL (TQ_S_VINDEX + 2 * TQ_OUTLIERS * TQ_TILE)      // k_table, v_table [16], max, sum, rescale [8]
-#define TQ_S_PLAIN (TQ_S_SMALL + 56)                              // [8][4][TQ_THREADS] (TQ_PLAIN_OUTLIERS)
-#define TQ_SHARED_WORDS (TQ_S_PLAIN + 8 * 4 * TQ_THREADS)
-// 1: the values' outliers are summed in the plain basis, a thread's four coordinates taking
-// the outliers that fall on them, and rotated in once a chunk (a 64-point Hadamard over the
-// block's 16 lanes); 0: each outlier's rotated column is added to every key's four
-// coordinates (a timing knob: RUNIT_CUDA_DEFINES=TQ_PLAIN_OUTLIERS=0).
-#ifndef TQ_PLAIN_OUTLIERS
-#define TQ_PLAIN_OUTLIERS 1
-#endif
+#define TQ_SHARED_WORDS (TQ_S_SMALL + 56)
 
 // The 4-byte word of `bytes` (4-byte aligned) that starts at byte `at` (even).
 __device__ __forceinline__ u32 tq_word_at(const u8* bytes, u32 at) {
@@ -634,7 +626,6 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     float* running_max = v_table + 16;
     float* running_sum = running_max + 8;
     float* rescale = running_sum + 8;
-    float(*plain_sum)[4][TQ_THREADS] = (float(*)[4][TQ_THREADS])(tq_shared + TQ_S_PLAIN);
 
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.z, chunk = blockIdx.x;
@@ -696,11 +687,6 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         running_max[tid] = NEG_INF;
         running_sum[tid] = 0.0f;
     }
-    if (TQ_PLAIN_OUTLIERS)
-#pragma unroll
-        for (u32 g = 0; g < 8; ++g)
-#pragma unroll
-            for (u32 k = 0; k < 4; ++k) plain_sum[g][k][tid] = 0.0f;
     const float sketch_factor = tables[TQ_SKETCH_FACTOR];
     // Values: thread tid takes coordinates 4 quad .. 4 quad + 3 of every head (one block's,
     // codes in neighbouring bits), keys part, part + parts, ...
@@ -726,8 +712,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         const i32 n = min(TQ_TILE, end - (begin + (i32)t * TQ_TILE));
         const u8* keys = (const u8*)(key_stage + s * TQ_TILE * TQ_KEY_WORDS);
         const u8* values = (const u8*)(value_stage + s * TQ_TILE * TQ_VALUE_WORDS);
-        // Each value block's norm and outliers (index, value; unless TQ_PLAIN_OUTLIERS times
-        // d_i / 8), a thread each.
+        // Each value block's norm and outliers (index, value times d_i / 8), a thread each.
         if (tid < (u32)n * head_blocks) {
             const u32 j = tid / head_blocks, b = tid % head_blocks;
             const u8* value = values + j * 4 * TQ_VALUE_WORDS;
@@ -738,9 +723,9 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
                 const u32 index =
                     tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                const float v = tq_half_at(value, at + vl.header() + 2 * o);
+                const float v = tq_half_at(value, at + vl.header() + 2 * o) * 0.125f;
                 value_index[j][b][o] = index;
-                value_outlier[j][b][o] = TQ_PLAIN_OUTLIERS ? v : rotation >> index & 1 ? -0.125f * v : 0.125f * v;
+                value_outlier[j][b][o] = rotation >> index & 1 ? -v : v;
             }
         }
         // Scores: a thread per (key, block); the blocks of a key in neighbouring lanes.
@@ -831,17 +816,13 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             }
         }
         __syncthreads();
-        // Values in the rotated basis (norm x centroid; the outliers in the plain basis, or
-        // each one's sign-flipped share as the tile decoder adds them), four coordinates a
-        // thread.
+        // Values in the rotated basis (norm x centroid, then each outlier's sign-flipped share,
+        // as the tile decoder adds them), four coordinates a thread.
 #pragma unroll
         for (u32 g = 0; g < 8; ++g) {
             const float factor = g < n_heads ? rescale[g] : 0.0f;
 #pragma unroll
             for (u32 k = 0; k < 4; ++k) acc[g][k] *= factor;
-            if (TQ_PLAIN_OUTLIERS && factor != 1.0f && g < n_heads)  // the same for the whole block
-#pragma unroll
-                for (u32 k = 0; k < 4; ++k) plain_sum[g][k][tid] *= factor;
         }
         for (u32 j = part; j < (u32)n; j += parts) {
             const u8* value = values + j * 4 * TQ_VALUE_WORDS;
@@ -850,20 +831,9 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             float v[4];
 #pragma unroll
             for (u32 k = 0; k < 4; ++k) v[k] = norm * v_table[word >> (k * vl.bits) & code_mask];
-            const float4 w0 = *(const float4*)&weights[j][0], w1 = *(const float4*)&weights[j][4];
-            const float p[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
             for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
                 const u32 index = value_index[j][vb][o];
-                if (TQ_PLAIN_OUTLIERS) {
-                    if ((index & ~3u) == ve) {
-                        const float x = value_outlier[j][vb][o];
-#pragma unroll
-                        for (u32 g = 0; g < 8; ++g)
-                            if (g < n_heads) plain_sum[g][index & 3][tid] += p[g] * x;
-                    }
-                    continue;
-                }
                 const u32 base = __popc(ve & index) & 1;
                 const u32 outlier = __float_as_uint(value_outlier[j][vb][o]);
 #pragma unroll
@@ -872,6 +842,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                     v[k] += __uint_as_float(outlier ^ flip);
                 }
             }
+            const float4 w0 = *(const float4*)&weights[j][0], w1 = *(const float4*)&weights[j][4];
+            const float p[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
             for (u32 g = 0; g < 8; ++g)
                 if (g < n_heads)
@@ -879,36 +851,6 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                     for (u32 k = 0; k < 4; ++k) acc[g][k] += p[g] * v[k];
         }
         __syncthreads();  // stage s is free for tile t + 2
-    }
-    if (TQ_PLAIN_OUTLIERS) {
-        // The plain-basis sums rotated in: R u = H (d u) / 8 over the block's 64 coordinates,
-        // coordinate 4 q + k at lane q of the block's 16 (bits 0-1 in the thread, 2-5 across
-        // lanes), butterflies of growing span as tq_warp_hadamard's.
-        const u64 rotation = tq_signs(first_block + vb, 0);
-#pragma unroll
-        for (u32 g = 0; g < 8; ++g) {
-            if (g >= n_heads) break;
-            float x[4];
-#pragma unroll
-            for (u32 k = 0; k < 4; ++k) {
-                const float u = plain_sum[g][k][tid] * 0.125f;
-                x[k] = rotation >> (ve + k) & 1 ? -u : u;
-            }
-            const float a0 = x[0] + x[1], a1 = x[0] - x[1], a2 = x[2] + x[3], a3 = x[2] - x[3];
-            x[0] = a0 + a2;
-            x[1] = a1 + a3;
-            x[2] = a0 - a2;
-            x[3] = a1 - a3;
-#pragma unroll
-            for (u32 span = 1; span < 16; span *= 2)
-#pragma unroll
-                for (u32 k = 0; k < 4; ++k) {
-                    const float other = __shfl_xor_sync(0xffffffffu, x[k], span);
-                    x[k] = lane & span ? other - x[k] : x[k] + other;
-                }
-#pragma unroll
-            for (u32 k = 0; k < 4; ++k) acc[g][k] += x[k];
-        }
     }
     // The key parts' sums added in part order, through the key stages (free now).
     float* sums = (float*)key_stage;  // 8 x head_dim floats
