@@ -6,7 +6,7 @@
 #   CODES=1 DEPTHS=16384 scripts/gpu_stages.sh prep tqtest tq wgpu
 # Stages (environment knobs in parentheses):
 #   prep    qwen2.5-7b Q4_K_M from `runit synth` into /tmp/synth (once per machine)
-#   tqtest  turbo_gpu with RUNIT_CUDA_TURBO_CODES=0/1 (CODES, TQFILTER: test name filters)
+#   tqtest  turbo_gpu with RUNIT_CUDA_TURBO_CODES=0/1 (default 1; CODES, TQFILTER: test name filters)
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 tile decoder, tq4 from the codes, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3

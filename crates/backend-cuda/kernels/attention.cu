@@ -191,8 +191,8 @@ struct BlockKv {
 // S^T s>), plus its outliers rotated (R e_i v = H[., i] d_i v / 8); a value is the same without
 // the sketch. (H s)_i is counted from the sign bits: 64 [i = 0] - 2 popcount(s) + 4 popcount(s
 // & P_i), P_i the coordinates j with i & j of odd parity. attention_tq_query and
-// attention_decode_tq_codes below score the codes without decoding them (behind
-// RUNIT_CUDA_TURBO_CODES=1 until measured on a GPU). Heads of at most TQ_TILE_DIM values
+// attention_decode_tq_codes below score decode rows from the codes without decoding them
+// (RUNIT_CUDA_TURBO_CODES=0 takes attention_decode_tq instead). Heads of at most TQ_TILE_DIM values
 // (kernels/turbo.cu takes larger ones).
 #define TQ_TILE_DIM 128
 // A key's bytes of one head: two blocks of at most 48 bytes and the index bytes of their four
@@ -572,8 +572,9 @@ extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
 #define TQ_S_VNORM (TQ_S_WEIGHTS + 8 * TQ_TILE)                   // [TQ_TILE][2]
 #define TQ_S_VOUTLIER (TQ_S_VNORM + 2 * TQ_TILE)                  // [TQ_TILE][2][TQ_OUTLIERS]
 #define TQ_S_VINDEX (TQ_S_VOUTLIER + 2 * TQ_OUTLIERS * TQ_TILE)   // [TQ_TILE][2][TQ_OUTLIERS]
-#define TQ_S_SMALL (TQ_S_VINDEX + 2 * TQ_OUTLIERS * TQ_TILE)      // k_table, v_table [16], max, sum, rescale [8]
-#define TQ_SHARED_WORDS (TQ_S_SMALL + 56)
+#define TQ_S_PAIRS (TQ_S_VINDEX + 2 * TQ_OUTLIERS * TQ_TILE)      // key and value pair tables, [256] float2 each
+#define TQ_S_SMALL (TQ_S_PAIRS + 2 * 2 * 256)                     // max, sum, rescale [8]
+#define TQ_SHARED_WORDS (TQ_S_SMALL + 24)
 
 // The 4-byte word of `bytes` (4-byte aligned) that starts at byte `at` (even).
 __device__ __forceinline__ u32 tq_word_at(const u8* bytes, u32 at) {
@@ -621,9 +622,10 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     float(*value_norm)[2] = (float(*)[2])(tq_shared + TQ_S_VNORM);
     float(*value_outlier)[2][TQ_OUTLIERS] = (float(*)[2][TQ_OUTLIERS])(tq_shared + TQ_S_VOUTLIER);
     u32(*value_index)[2][TQ_OUTLIERS] = (u32(*)[2][TQ_OUTLIERS])(tq_shared + TQ_S_VINDEX);
-    float* k_table = tq_shared + TQ_S_SMALL;
-    float* v_table = k_table + 16;
-    float* running_max = v_table + 16;
+    // Centroids of two neighbouring codes at once: entry c0 | c1 << bits is (c[c0], c[c1]).
+    float2* k_pairs = (float2*)(tq_shared + TQ_S_PAIRS);
+    float2* v_pairs = k_pairs + 256;
+    float* running_max = tq_shared + TQ_S_SMALL;
     float* running_sum = running_max + 8;
     float* rescale = running_sum + 8;
 
@@ -679,10 +681,16 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     stage_tile(0, 0, tile_cells(0));
     cp_async_commit();
     i32 next_cells = tiles > 1 ? tile_cells(1) : 0;
-    if (tid < 16) {
-        k_table[tid] = kl.centroids(tables)[tid % (1u << kl.bits)];
-        v_table[tid] = vl.centroids(tables)[tid % (1u << vl.bits)];
+    for (u32 i = tid; i < 256; i += TQ_THREADS) {
+        const float* kc = kl.centroids(tables);
+        const float* vc = vl.centroids(tables);
+        const u32 km = (1u << kl.bits) - 1, vm = (1u << vl.bits) - 1;
+        k_pairs[i] = make_float2(kc[i & km], kc[i >> kl.bits & km]);
+        v_pairs[i] = make_float2(vc[i & vm], vc[i >> vl.bits & vm]);
     }
+    // Heads past the slice's count compute on zeros (their prepared queries are zero, their
+    // weights stay zero) rather than test the count at every multiply.
+    for (u32 i = tid; i < TQ_TILE * 8; i += TQ_THREADS) (&weights[0][0])[i] = 0.0f;
     if (tid < 8) {
         running_max[tid] = NEG_INF;
         running_sum[tid] = 0.0f;
@@ -693,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     const u32 quads = head_dim / 4, parts = TQ_THREADS / quads, quad = tid % quads, part = tid / quads;
     const u32 vb = 4 * quad / TQ_BLOCK, ve = 4 * quad % TQ_BLOCK;
     const u32 code_byte = v_staging.block_shift + vb * v_block_bytes + vl.code_offset() + ve * vl.bits / 8;
-    const u32 code_shift = ve * vl.bits % 8, code_mask = (1u << vl.bits) - 1;
+    const u32 code_shift = ve * vl.bits % 8, pair_mask = (1u << 2 * vl.bits) - 1;
     float acc[8][4];
 #pragma unroll
     for (u32 g = 0; g < 8; ++g)
@@ -748,14 +756,12 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                     const u32 word = tq_word_at(key, codes + 4 * w);
 #pragma unroll
                     for (u32 quad = 0; quad < 2; ++quad) {
-                        const float c0 = k_table[word >> (16 * quad) & 15], c1 = k_table[word >> (16 * quad + 4) & 15];
-                        const float c2 = k_table[word >> (16 * quad + 8) & 15], c3 = k_table[word >> (16 * quad + 12) & 15];
+                        const float2 c01 = k_pairs[word >> (16 * quad) & 255], c23 = k_pairs[word >> (16 * quad + 8) & 255];
 #pragma unroll
-                        for (u32 g = 0; g < 8; ++g)
-                            if (g < n_heads) {
-                                const float4 qv = *(const float4*)(q + g * 2 * TQ_QPAD + 8 * w + 4 * quad);
-                                dot[g] += c0 * qv.x + c1 * qv.y + c2 * qv.z + c3 * qv.w;
-                            }
+                        for (u32 g = 0; g < 8; ++g) {
+                            const float4 qv = *(const float4*)(q + g * 2 * TQ_QPAD + 8 * w + 4 * quad);
+                            dot[g] += c01.x * qv.x + c01.y * qv.y + c23.x * qv.z + c23.y * qv.w;
+                        }
                     }
                 }
 #pragma unroll
@@ -772,8 +778,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                     for (u32 pos = 0; pos < 16; ++pos) {
                         const u32 v = (pos < 8 ? low >> (4 * pos) : high >> (4 * pos - 32)) & 15;
 #pragma unroll
-                        for (u32 g = 0; g < 8; ++g)
-                            if (g < n_heads) negative[g] += table[(pos * 8 + g) * 16 + v];
+                        for (u32 g = 0; g < 8; ++g) negative[g] += table[(pos * 8 + g) * 16 + v];
                     }
 #pragma unroll
                     for (u32 g = 0; g < 8; ++g) part_score[g] += alpha * (totals[b * 8 + g] - 2.0f * negative[g]);
@@ -784,8 +789,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                         tq_index_at(k_staging.indices(key), ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
                     const float v = tq_half_at(key, at + kl.header() + 2 * o);
 #pragma unroll
-                    for (u32 g = 0; g < 8; ++g)
-                        if (g < n_heads) part_score[g] += v * plain[g * TQ_TILE_DIM + b * TQ_BLOCK + index];
+                    for (u32 g = 0; g < 8; ++g) part_score[g] += v * plain[g * TQ_TILE_DIM + b * TQ_BLOCK + index];
                 }
             }
             if (head_blocks == 2)
@@ -828,9 +832,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             const u8* value = values + j * 4 * TQ_VALUE_WORDS;
             const u32 word = ((u32)value[code_byte] | (u32)value[code_byte + 1] << 8) >> code_shift;
             const float norm = value_norm[j][vb];
-            float v[4];
-#pragma unroll
-            for (u32 k = 0; k < 4; ++k) v[k] = norm * v_table[word >> (k * vl.bits) & code_mask];
+            const float2 c01 = v_pairs[word & pair_mask], c23 = v_pairs[word >> (2 * vl.bits) & pair_mask];
+            float v[4] = {norm * c01.x, norm * c01.y, norm * c23.x, norm * c23.y};
 #pragma unroll
             for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
                 const u32 index = value_index[j][vb][o];
@@ -846,9 +849,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
             const float p[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
             for (u32 g = 0; g < 8; ++g)
-                if (g < n_heads)
 #pragma unroll
-                    for (u32 k = 0; k < 4; ++k) acc[g][k] += p[g] * v[k];
+                for (u32 k = 0; k < 4; ++k) acc[g][k] += p[g] * v[k];
         }
         __syncthreads();  // stage s is free for tile t + 2
     }

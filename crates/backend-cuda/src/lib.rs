@@ -183,7 +183,7 @@ impl CudaBackend {
                 && profiler.is_none()
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
-            turbo_codes: std::env::var("RUNIT_CUDA_TURBO_CODES").is_ok_and(|v| v == "1"),
+            turbo_codes: std::env::var_os("RUNIT_CUDA_TURBO_CODES").is_none_or(|v| v != "0"),
             exact_angles: exact::ops::AngleTable::default(),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
@@ -204,9 +204,9 @@ impl CudaBackend {
     }
 
     /// Turns on or off the TurboQuant decode that scores the codes without decoding them
-    /// (kernels/attention.cu's `attention_decode_tq_codes`; `RUNIT_CUDA_TURBO_CODES=1` turns it
-    /// on when the backend is opened). Off by default until it has run on a GPU; outside
-    /// exact numerics only.
+    /// (kernels/attention.cu's `attention_decode_tq_codes`), on by default; off, decode rows
+    /// take the tile decoder (`attention_decode_tq`; `RUNIT_CUDA_TURBO_CODES=0` when the
+    /// backend is opened, for comparisons). Outside exact numerics only.
     pub fn with_turbo_codes(mut self, on: bool) -> CudaBackend {
         self.turbo_codes = on;
         self

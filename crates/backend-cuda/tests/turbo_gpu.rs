@@ -3,8 +3,9 @@
 //! `kv_write` stores), and the attention on the codes against the CPU scalar twin (decode
 //! rows of sequences of 1 to 2,101 positions in one batch, prefill spans, GQA groups of 1
 //! to 6, head_dim 64 and 128, centered keys, a sliding window, prefills whose partials take
-//! several launches, a captured decode step replayed as its sequences grow; also the opt-in
-//! decode from the codes, `with_turbo_codes`); mixes the CUDA backend cannot do are refused
+//! several launches, a captured decode step replayed as its sequences grow; decode rows take
+//! the decode from the codes by default, the tile decoder with `with_turbo_codes(false)`);
+//! mixes the CUDA backend cannot do are refused
 //! with an error.
 //!
 //! The row writer repeats the CPU scalar twins' float operations in their order, so the
@@ -598,12 +599,13 @@ fn decode_attention_matches_the_cpu() {
     }
 }
 
-/// The decode that scores the codes without decoding them (`with_turbo_codes`, opt-in): the
-/// same decode rows, windows and head shapes (heads of 64 and 128, groups of 1 to 8).
+/// The tile decoder (`with_turbo_codes(false)`: each tile decoded once in shared memory; the
+/// default decode scores the codes without decoding them): the same decode rows, windows and
+/// head shapes (heads of 64 and 128, groups of 1 to 8).
 #[test]
-fn decode_from_the_codes_matches_the_cpu() {
+fn the_tile_decoder_matches_the_cpu() {
     let Some(cuda) = cuda() else { return };
-    let cuda = cuda.with_turbo_codes(true);
+    let cuda = cuda.with_turbo_codes(false);
     let mut seed = 0xc0de5;
     for types in [TQ4, TQ, TQ3] {
         for shape in [
@@ -755,9 +757,9 @@ fn mixes_the_kernels_cannot_do_are_refused() {
 fn a_captured_decode_step_stays_valid_as_sequences_grow() {
     let Some(cuda) = cuda() else { return };
     captured_steps(&cuda, 11);
-    // And the decode from the codes (its chunks are whole 64-key tiles), over new buffers: a
-    // graph of its own (the first run's graph, replayed, writes the first run's buffers).
-    captured_steps(&cuda.with_turbo_codes(true), 12);
+    // And the tile decoder, over new buffers: a graph of its own (the first run's graph,
+    // replayed, writes the first run's buffers).
+    captured_steps(&cuda.with_turbo_codes(false), 12);
 }
 
 fn captured_steps(cuda: &CudaBackend, workspace: u64) {
