@@ -497,6 +497,48 @@ __device__ __forceinline__ void tq_warp_hadamard(float& x0, float& x1, u32 lane)
     x1 = a - b;
 }
 
+// One warp's share of the prepared query side (query head g of a slice, its block b: the
+// block's rotation `block`) into `out` (TQ_Q_FLOATS floats, global or shared memory): the
+// plain and rotated queries R q, and with the sketch S R q's total and 4-bit tables.
+// `query`: the head's values, or null past the slice's count (zeros); `sketched`: 64 floats
+// of this warp's scratch.
+__device__ __forceinline__ void tq_prepare_query(const float* query, u32 head_dim, u32 block, u32 g, u32 b,
+                                                 u32 lane, float* out, float* sketched, bool sketch) {
+    const u32 w = 2 * g + b, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
+    const float x0 = query && d0 < head_dim ? query[d0] : 0.0f;
+    const float x1 = query && d1 < head_dim ? query[d1] : 0.0f;
+    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d0] = x0;
+    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d1] = x1;
+    const u64 rotation = tq_signs(block, 0);
+    float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
+    if (rotation >> lane & 1) r0 = -r0;
+    if (rotation >> (lane + 32) & 1) r1 = -r1;
+    tq_warp_hadamard(r0, r1, lane);
+    out[TQ_Q_ROTATED + w * TQ_QPAD + lane] = r0;
+    out[TQ_Q_ROTATED + w * TQ_QPAD + lane + 32] = r1;
+    if (!sketch) return;  // keys without the sketch
+    const u64 signs = tq_signs(block, 1);
+    float s0 = signs >> lane & 1 ? -r0 : r0, s1 = signs >> (lane + 32) & 1 ? -r1 : r1;
+    tq_warp_hadamard(s0, s1, lane);
+    const float total = warp_sum(s0 + s1);
+    if (lane == 0) out[TQ_Q_TOTAL + b * 8 + g] = total;
+    sketched[lane] = s0;
+    sketched[lane + 32] = s1;
+    __syncwarp();
+    // The tables: entry (position p, value v) sums coordinates 4 p + k over the bits k of v.
+#pragma unroll
+    for (u32 t = 0; t < 8; ++t) {
+        const u32 i = lane + 32 * t, pos = i / 16, v = i % 16;
+        const float* x = sketched + 4 * pos;
+        float sum = 0.0f;
+#pragma unroll
+        for (u32 k = 0; k < 4; ++k)
+            if (v >> k & 1) sum += x[k];
+        out[TQ_Q_LUT + b * TQ_LUT + (pos * 8 + g) * 16 + v] = sum;
+    }
+    __syncwarp();
+}
+
 // Launch: grid (kv_heads * slices, rows), TQ_QUERY_THREADS threads: warp w takes query head
 // w / 2 of the slice and its block w % 2 (two values a lane), with no block-wide barrier.
 // qdata: [rows][kv_heads * slices] of TQ_Q_FLOATS.
@@ -511,41 +553,9 @@ extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
     if (attention_span(step, h, row) < 0) return;
     const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.x);
     const u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = w >> 1, b = w & 1;
-    const u32 block = hs.kv_head * (head_dim / TQ_BLOCK) + b;
-    float* out = qdata + ((u64)row * gridDim.x + blockIdx.x) * TQ_Q_FLOATS;
-    const float* query = q + ((u64)row * heads + hs.first + g) * head_dim;
-    const u32 d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
-    const float x0 = g < hs.count && d0 < head_dim ? query[d0] : 0.0f;
-    const float x1 = g < hs.count && d1 < head_dim ? query[d1] : 0.0f;
-    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d0] = x0;
-    out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d1] = x1;
-    const u64 rotation = tq_signs(block, 0);
-    float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
-    if (rotation >> lane & 1) r0 = -r0;
-    if (rotation >> (lane + 32) & 1) r1 = -r1;
-    tq_warp_hadamard(r0, r1, lane);
-    out[TQ_Q_ROTATED + w * TQ_QPAD + lane] = r0;
-    out[TQ_Q_ROTATED + w * TQ_QPAD + lane + 32] = r1;
-    if (!(turbo >> 4 & 1)) return;  // keys without the sketch
-    const u64 sketch = tq_signs(block, 1);
-    float s0 = sketch >> lane & 1 ? -r0 : r0, s1 = sketch >> (lane + 32) & 1 ? -r1 : r1;
-    tq_warp_hadamard(s0, s1, lane);
-    const float total = warp_sum(s0 + s1);
-    if (lane == 0) out[TQ_Q_TOTAL + b * 8 + g] = total;
-    sketched[w][lane] = s0;
-    sketched[w][lane + 32] = s1;
-    __syncwarp();
-    // The tables: entry (position p, value v) sums coordinates 4 p + k over the bits k of v.
-#pragma unroll
-    for (u32 t = 0; t < 8; ++t) {
-        const u32 i = lane + 32 * t, pos = i / 16, v = i % 16;
-        const float* x = sketched[w] + 4 * pos;
-        float sum = 0.0f;
-#pragma unroll
-        for (u32 k = 0; k < 4; ++k)
-            if (v >> k & 1) sum += x[k];
-        out[TQ_Q_LUT + b * TQ_LUT + (pos * 8 + g) * 16 + v] = sum;
-    }
+    const float* query = g < hs.count ? q + ((u64)row * heads + hs.first + g) * head_dim : nullptr;
+    tq_prepare_query(query, head_dim, hs.kv_head * (head_dim / TQ_BLOCK) + b, g, b, lane,
+                     qdata + ((u64)row * gridDim.x + blockIdx.x) * TQ_Q_FLOATS, sketched[w], turbo >> 4 & 1);
 }
 
 // Launch: grid (chunks, kv_heads * slices, rows), TQ_THREADS threads, TQ_SHARED_WORDS words of
@@ -602,9 +612,9 @@ struct TqStaging {
 
 extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     attention_decode_tq_codes(const u8* k_cache, const u8* v_cache, const i32* step, const float* qdata,
-                              const float* tables, float* part_acc, float* part_stats, u32 heads, u32 kv_heads,
-                              u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
-                              u32 heads_per_block, u32 turbo) {
+                              const float* q, const float* tables, float* part_acc, float* part_stats, u32 heads,
+                              u32 kv_heads, u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
+                              u32 heads_per_block, u32 turbo, u32 fused) {
     pdl_start();
     extern __shared__ __align__(16) float tq_shared[];
     u32 shared_bytes;
@@ -672,14 +682,25 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         return lane < TQ_TILE / 4 && position < end ? step_cell(step, h, span, position) : 0;
     };
 
-    // The prepared query side (qdata: attention_tq_query) with the first tile.
-    {
+    // The prepared query side: copied with the first tile (qdata: attention_tq_query), or with
+    // `fused` prepared here while the first tile's copies are in flight, a warp per (query head,
+    // block) as attention_tq_query's, the second key stage as scratch (free until tile 1).
+    if (!fused) {
         const float* from = qdata + ((u64)row * gridDim.y + blockIdx.y) * TQ_Q_FLOATS;
         const u32 quads = (kl.sketch ? TQ_Q_FLOATS : TQ_Q_LUT) / 4;
         for (u32 i = tid; i < quads; i += TQ_THREADS) cp_async16(shared_address(tq_shared + TQ_S_QUERY + 4 * i), from + 4 * i);
     }
     stage_tile(0, 0, tile_cells(0));
     cp_async_commit();
+    if (fused) {
+        float* scratch = (float*)(key_stage + TQ_TILE * TQ_KEY_WORDS) + warp * TQ_BLOCK;
+        for (u32 task = warp; task < 16; task += TQ_THREADS / 32) {
+            const u32 g = task >> 1, b = task & 1;
+            const float* query = g < n_heads ? q + ((u64)row * heads + hs.first + g) * head_dim : nullptr;
+            tq_prepare_query(query, head_dim, first_block + b, g, b, lane, tq_shared + TQ_S_QUERY, scratch, kl.sketch);
+        }
+        __syncthreads();  // the scratch is tile 1's stage
+    }
     i32 next_cells = tiles > 1 ? tile_cells(1) : 0;
     for (u32 i = tid; i < 256; i += TQ_THREADS) {
         const float* kc = kl.centroids(tables);

@@ -490,7 +490,15 @@ fn decode_turbo(
         .partial_values(rows, heads, head_dim)
         .next_multiple_of(64);
     let stat_values = plan.stat_values(rows, heads).next_multiple_of(64);
-    let query_values = rows * slices as usize * TURBO_QUERY_FLOATS;
+    // `RUNIT_CUDA_TQ_FUSED_QUERY=1` (a measuring knob): the decode blocks prepare the query
+    // side themselves, without attention_tq_query's launch and scratch.
+    static FUSED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let fused = crate::env_count(&FUSED, "RUNIT_CUDA_TQ_FUSED_QUERY", 0) == 1;
+    let query_values = if fused {
+        0
+    } else {
+        rows * slices as usize * TURBO_QUERY_FLOATS
+    };
     let base = backend.attention_scratch(OP, partial_values + stat_values + query_values)?;
     let partials = base;
     let stats = partials + 4 * partial_values as u64;
@@ -498,26 +506,28 @@ fn decode_turbo(
     let rows = rows as u32; // at most 65 535 (plan::use_prefill)
     let heads_per_block = plan.heads_per_block as u32;
     let word = kernels.k_rotation;
-    let config = LaunchConfig {
-        grid_dim: (slices, rows, 1),
-        block_dim: (TURBO_QUERY_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    launch!(
-        backend,
-        OP,
-        "attention.cu",
-        "attention_tq_query",
-        config,
-        call.q,
-        step.ptr,
-        queries,
-        call.heads,
-        call.kv_heads,
-        call.head_dim,
-        heads_per_block,
-        word
-    )?;
+    if !fused {
+        let config = LaunchConfig {
+            grid_dim: (slices, rows, 1),
+            block_dim: (TURBO_QUERY_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            backend,
+            OP,
+            "attention.cu",
+            "attention_tq_query",
+            config,
+            call.q,
+            step.ptr,
+            queries,
+            call.heads,
+            call.kv_heads,
+            call.head_dim,
+            heads_per_block,
+            word
+        )?;
+    }
     let config = LaunchConfig {
         grid_dim: (plan.chunks as u32, slices, rows),
         block_dim: (TURBO_THREADS, 1, 1),
@@ -533,6 +543,7 @@ fn decode_turbo(
         call.v,
         step.ptr,
         queries,
+        call.q,
         call.tables,
         partials,
         stats,
@@ -544,7 +555,8 @@ fn decode_turbo(
         to_u32(OP, "chunk length", plan.chunk_len)?,
         plan.chunks as u32,
         heads_per_block,
-        word
+        word,
+        u32::from(fused)
     )?;
     combine(
         backend,
