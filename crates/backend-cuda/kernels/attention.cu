@@ -17,6 +17,7 @@
 //   key tiles past the tile's last position are never visited.
 #include "common.cuh"
 #include "turbo.cuh"
+#include "mma.cuh"
 
 #define MAX_HEAD_DIM 256
 #define LANE_DIMS (MAX_HEAD_DIM / 32)
@@ -584,7 +585,26 @@ extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
 #define TQ_S_VINDEX (TQ_S_VOUTLIER + 2 * TQ_OUTLIERS * TQ_TILE)   // [TQ_TILE][2][TQ_OUTLIERS]
 #define TQ_S_PAIRS (TQ_S_VINDEX + 2 * TQ_OUTLIERS * TQ_TILE)      // key and value pair tables, [256] float2 each
 #define TQ_S_SMALL (TQ_S_PAIRS + 2 * 2 * 256)                     // max, sum, rescale [8]
-#define TQ_SHARED_WORDS (TQ_S_SMALL + 24)
+#define TQ_S_MMA (TQ_S_SMALL + 24)  // [4][2][4][32] uint2 B fragments, [2][256] half2 centroid pairs (hi, lo)
+#define TQ_SHARED_WORDS (TQ_S_MMA + 4 * 2 * 4 * 32 * 2 + 2 * 256)
+// 1: scores on the tensor cores (TQ_MMA_SCORES; a timing knob, RUNIT_CUDA_DEFINES): a warp per
+// 16 keys, m16n8k16 f16 mma of the keys' centroids (split hi + lo halves) against R q (hi + lo),
+// and of the sketch's signs (+-1, exact) against S R q (hi + lo), f32 accumulators; the
+// product of the two lo halves (2^-22 relative) is left out.
+#ifndef TQ_MMA_SCORES
+#define TQ_MMA_SCORES 0
+#endif
+
+// x0, x1 as f16x2 hi + lo halves (hi the rounding of x, lo the rounding of what hi leaves).
+__device__ __forceinline__ void tq_split_half2(float x0, float x1, u32& hi, u32& lo) {
+    hi = pack_half2(x0, x1);
+    lo = pack_half2(x0 - half_to_float((u16)(hi & 0xffffu)), x1 - half_to_float((u16)(hi >> 16)));
+}
+// Coordinates c, c + 1 of a sign sketch (bit set: -1) as f16x2 of +-1.
+__device__ __forceinline__ u32 tq_sign_pair(u64 signs, u32 c) {
+    const u32 bits = (u32)(signs >> c) & 3u;
+    return 0x3c003c00u | (bits & 1u) << 15 | (bits & 2u) << 30;
+}
 
 // The 4-byte word of `bytes` (4-byte aligned) that starts at byte `at` (even).
 __device__ __forceinline__ u32 tq_word_at(const u8* bytes, u32 at) {
@@ -638,6 +658,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     float* running_max = tq_shared + TQ_S_SMALL;
     float* running_sum = running_max + 8;
     float* rescale = running_sum + 8;
+    uint2(*b_frags)[2][4][32] = (uint2(*)[2][4][32])(tq_shared + TQ_S_MMA);  // [R q hi, lo, S R q hi, lo]
+    u32(*k_halves)[256] = (u32(*)[256])(tq_shared + TQ_S_MMA + 4 * 2 * 4 * 32 * 2);
 
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.z, chunk = blockIdx.x;
@@ -708,6 +730,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         const u32 km = (1u << kl.bits) - 1, vm = (1u << vl.bits) - 1;
         k_pairs[i] = make_float2(kc[i & km], kc[i >> kl.bits & km]);
         v_pairs[i] = make_float2(vc[i & vm], vc[i >> vl.bits & vm]);
+        if (TQ_MMA_SCORES) tq_split_half2(kc[i & km], kc[i >> kl.bits & km], k_halves[0][i], k_halves[1][i]);
     }
     // Heads past the slice's count compute on zeros (their prepared queries are zero, their
     // weights stay zero) rather than test the count at every multiply.
@@ -757,6 +780,102 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                 value_outlier[j][b][o] = rotation >> index & 1 ? -v : v;
             }
         }
+        // The B fragments of R q and S R q (from the tables: entry (p, g, 1 << k) is
+        // coordinate 4 p + k), once the prepared query is in: lane 4 g + t of k-step kk holds
+        // coordinates 16 kk + 2 t, + 1 and + 8, + 9 of head g.
+        if (TQ_MMA_SCORES && t == 0) {
+            for (u32 e = tid; e < 2 * 4 * 32; e += TQ_THREADS) {
+                const u32 b = e / 128, kk = e / 32 % 4, l = e % 32, g = l >> 2, c = 16 * kk + 2 * (l & 3);
+                const float* r = rotated + (2 * g + b) * TQ_QPAD;
+                uint2 hi, lo;
+                tq_split_half2(r[c], r[c + 1], hi.x, lo.x);
+                tq_split_half2(r[c + 8], r[c + 9], hi.y, lo.y);
+                b_frags[0][b][kk][l] = hi;
+                b_frags[1][b][kk][l] = lo;
+                if (!kl.sketch) continue;
+                auto s = [&](u32 coord) { return lut[b * TQ_LUT + (coord / 4 * 8 + g) * 16 + (1u << coord % 4)]; };
+                tq_split_half2(s(c), s(c + 1), hi.x, lo.x);
+                tq_split_half2(s(c + 8), s(c + 9), hi.y, lo.y);
+                b_frags[2][b][kk][l] = hi;
+                b_frags[3][b][kk][l] = lo;
+            }
+            __syncthreads();
+        }
+        if (TQ_MMA_SCORES) {
+            // Scores on the tensor cores: warp w takes keys 16 w .. 16 w + 15; lane 4 g + t
+            // ends with keys 16 w + g and + 8, heads 2 t and 2 t + 1.
+            const u32 gid = lane >> 2, tig = lane & 3, r0 = 16 * warp + gid, r1 = r0 + 8;
+            if (16 * warp < (u32)n) {
+                const u8* key0 = keys + min(r0, (u32)n - 1) * 4 * TQ_KEY_WORDS;
+                const u8* key1 = keys + min(r1, (u32)n - 1) * 4 * TQ_KEY_WORDS;
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (u32 b = 0; b < head_blocks; ++b) {
+                    const u32 at = k_staging.block_shift + b * k_block_bytes, codes = at + kl.code_offset();
+                    float cd[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    u64 signs0 = 0, signs1 = 0;
+                    if (kl.sketch) {  // sketched keys' blocks are 4-byte aligned
+                        const u32* w0 = (const u32*)(key0 + at + kl.sign_offset());
+                        const u32* w1 = (const u32*)(key1 + at + kl.sign_offset());
+                        signs0 = (u64)w0[0] | (u64)w0[1] << 32;
+                        signs1 = (u64)w1[0] | (u64)w1[1] << 32;
+                    }
+#pragma unroll
+                    for (u32 kk = 0; kk < 4; ++kk) {
+                        const u32 byte = codes + 8 * kk + tig;  // 4-bit codes: coordinates 2 i, 2 i + 1
+                        const u32 p00 = key0[byte], p10 = key1[byte], p01 = key0[byte + 4], p11 = key1[byte + 4];
+                        const u32 a_hi[4] = {k_halves[0][p00], k_halves[0][p10], k_halves[0][p01], k_halves[0][p11]};
+                        const u32 a_lo[4] = {k_halves[1][p00], k_halves[1][p10], k_halves[1][p01], k_halves[1][p11]};
+                        const uint2 q_hi = b_frags[0][b][kk][lane], q_lo = b_frags[1][b][kk][lane];
+                        mma_16816(cd, a_hi, q_hi.x, q_hi.y);
+                        mma_16816(cd, a_lo, q_hi.x, q_hi.y);
+                        mma_16816(cd, a_hi, q_lo.x, q_lo.y);
+                        if (kl.sketch) {
+                            const u32 c = 16 * kk + 2 * tig;
+                            const u32 a_s[4] = {tq_sign_pair(signs0, c), tq_sign_pair(signs1, c),
+                                                tq_sign_pair(signs0, c + 8), tq_sign_pair(signs1, c + 8)};
+                            const uint2 s_hi = b_frags[2][b][kk][lane], s_lo = b_frags[3][b][kk][lane];
+                            mma_16816(sd, a_s, s_hi.x, s_hi.y);
+                            mma_16816(sd, a_s, s_lo.x, s_lo.y);
+                        }
+                    }
+                    const float norm0 = tq_half_at(key0, at), norm1 = tq_half_at(key1, at);
+                    part[0] += norm0 * cd[0];
+                    part[1] += norm0 * cd[1];
+                    part[2] += norm1 * cd[2];
+                    part[3] += norm1 * cd[3];
+                    if (kl.sketch) {
+                        const float alpha0 = sketch_factor * tq_half_at(key0, at + 2) * norm0;
+                        const float alpha1 = sketch_factor * tq_half_at(key1, at + 2) * norm1;
+                        part[0] += alpha0 * sd[0];
+                        part[1] += alpha0 * sd[1];
+                        part[2] += alpha1 * sd[2];
+                        part[3] += alpha1 * sd[3];
+                    }
+                    const float* q0 = plain + 2 * tig * TQ_TILE_DIM + b * TQ_BLOCK;
+#pragma unroll
+                    for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                        const u32 slot = ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS;
+                        const u32 i0 = tq_index_at(k_staging.indices(key0), slot);
+                        const u32 i1 = tq_index_at(k_staging.indices(key1), slot);
+                        const float v0 = tq_half_at(key0, at + kl.header() + 2 * o);
+                        const float v1 = tq_half_at(key1, at + kl.header() + 2 * o);
+                        part[0] += v0 * q0[i0];
+                        part[1] += v0 * q0[TQ_TILE_DIM + i0];
+                        part[2] += v1 * q0[i1];
+                        part[3] += v1 * q0[TQ_TILE_DIM + i1];
+                    }
+                }
+                const u32 h0 = 2 * tig, h1 = h0 + 1;
+                if (r0 < (u32)n) {
+                    if (h0 < n_heads) scores[h0][r0] = part[0] * scale;
+                    if (h1 < n_heads) scores[h1][r0] = part[1] * scale;
+                }
+                if (r1 < (u32)n) {
+                    if (h0 < n_heads) scores[h0][r1] = part[2] * scale;
+                    if (h1 < n_heads) scores[h1][r1] = part[3] * scale;
+                }
+            }
+        } else
         // Scores: a thread per (key, block); the blocks of a key in neighbouring lanes.
         {
             const u32 j = tid / head_blocks, b = tid % head_blocks;

@@ -44,10 +44,17 @@ pub const TURBO_BLOCKS_PER_MULTIPROCESSOR: usize = 3;
 /// Dynamic shared memory of a TurboQuant decode block (`TQ_SHARED_WORDS` words): the
 /// prepared query, two stages of 64 keys (27 words) and values (22 words), scores, weights,
 /// the values' norms and outliers, the key and value centroid-pair tables (256 float2 each)
-/// and softmax state.
+/// and softmax state, and for the tensor-core scores (`TQ_MMA_SCORES`) the query's fragments
+/// (2,048 words) and the key centroid pairs as f16 halves (512 words).
 pub const TURBO_SHARED_BYTES: u32 = 4
-    * (TURBO_QUERY_FLOATS + 2 * 64 * (27 + 22) + 8 * 64 * 2 + 2 * 64 * (1 + 2 * 2) + 2 * 512 + 24)
-        as u32;
+    * (TURBO_QUERY_FLOATS
+        + 2 * 64 * (27 + 22)
+        + 8 * 64 * 2
+        + 2 * 64 * (1 + 2 * 2)
+        + 2 * 512
+        + 24
+        + 2048
+        + 512) as u32;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
 /// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
 /// sketch's tables (2 blocks × 2,064).
