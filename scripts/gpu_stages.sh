@@ -10,6 +10,8 @@
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 tile decoder, tq4 from the codes, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
+#   tqab    tg128 at 16384: f16, tq4 and its knobs (fused query, tensor-core scores, both, 66
+#           and 50 chunks); the first bench gets room to compile every kernel on a fresh machine
 #   prof    RUNIT_CUDA_PROFILE=1 per-kernel times of a tq decode (CODES, DEPTH, KV)
 #   batch   runit bench --batch B (BATCHES, MODEL)
 #   ncu     Nsight Compute full set + SASS source counters of KREGEX (ARGS, SKIP, COUNT, TAG)
@@ -86,6 +88,14 @@ for stage in "$@"; do
   q6k)
     export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
     for v in 1 0; do bench wgpu-q6k$v-7b XDG_RUNTIME_DIR=/tmp/xdg RUNIT_WGPU_Q6K_ALIGNED=$v -- -m $M7 -p 0 -n 64 -r 2 --device wgpu; done ;;
+  tqab)
+    bench warmup-f16 -- -m $M7 -p 0 -n 4 -r 1 -c 2048 --kv-type f16 > /dev/null
+    bench f16-d16384 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type f16
+    bench tq4-d16384 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
+    bench tq4-fused RUNIT_CUDA_TQ_FUSED_QUERY=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
+    bench tq4-mma RUNIT_CUDA_DEFINES=TQ_MMA_SCORES=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
+    bench tq4-fused-mma RUNIT_CUDA_TQ_FUSED_QUERY=1 RUNIT_CUDA_DEFINES=TQ_MMA_SCORES=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
+    for c in 66 50; do bench tq4-c$c RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4; done ;;
   tqmb)
     bench tq4codes-mb3-d16384 RUNIT_CUDA_TURBO_CODES=1 RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
   esac
