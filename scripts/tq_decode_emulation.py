@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 # Emulates, in numpy, the index logic of kernels/attention.cu's attention_tq_query and
 # attention_decode_tq_codes (rows staged as 4-byte words of the KV head's blocks and index
-# bytes, 4-bit sketch tables, outliers rotated in by a sign flip) on random TurboQuant rows, against a direct computation of the
-# estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
-# for three layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 with heads of 64), every KV head of
-# each (so blocks at offsets of 2 mod 4 too). Needs numpy.
+# bytes, 4-bit sketch tables, outliers rotated in by a sign flip) on random TurboQuant rows,
+# against a direct computation of the estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
+# for four layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 and tq3/tq4 with heads of 64), every KV
+# head of each (so blocks at offsets of 2 mod 4 too), and the tensor-core scores (TQ_MMA_SCORES:
+# fragments as mma.cuh lays them out, f16 hi + lo halves) relative to the scores' scale. Needs numpy.
 import numpy as np, struct
 rng = np.random.default_rng(7)
 B=64; OUT=2
@@ -107,6 +108,60 @@ def code_at(bs,i,bits):
     if sh+bits>8: w|=bs[(bit>>3)+1]<<8
     return (w>>sh)&((1<<bits)-1)
 hf=lambda u: float(np.frombuffer(struct.pack('<H',u),dtype=np.float16)[0])
+def halves(x):
+    """TQ_MMA_SCORES's split: f16 hi and f16 lo of what hi leaves"""
+    hi=float(np.float16(x)); return hi, float(np.float16(x-hi))
+def mma_scores(keys,kst,kl,ks,hb,n,n_heads,rot,lut,plain):
+    """TQ_MMA_SCORES: each lane's fragment registers as the kernel fills them, assembled into
+    the m16n8k16 matrices by mma.cuh's layout (lane 4 g + t), multiplied, read back the same way"""
+    cent=cent4  # key codes are 4 bits
+    out=np.zeros((n_heads,n))
+    for warp in range((n+15)//16):
+        part=np.zeros((32,4))
+        for b in range(hb):
+            cd=np.zeros((32,4)); sd=np.zeros((32,4))
+            for kk in range(4):
+                A=np.zeros((2,16,16)); Bq=np.zeros((2,16,8)); Bs=np.zeros((2,16,8)); As=np.zeros((16,16))
+                for lane in range(32):
+                    gid,tig=lane>>2,lane&3; r0=16*warp+gid; r1=r0+8
+                    key=[keys[min(r0,n-1)],keys[min(r1,n-1)]]
+                    at=kst['shift']+b*kl.block_bytes; byte=at+kl.code_offset+8*kk+tig
+                    for row,kb,col in [(0,0,0),(1,0,0),(0,4,8),(1,4,8)]:  # a0..a3: (row g, k 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8)
+                        v=key[row][byte+kb]
+                        for h,nib in enumerate((v&15, v>>4)):
+                            hi,lo=halves(cent[nib]); A[0][gid+8*row][2*tig+col+h]=hi; A[1][gid+8*row][2*tig+col+h]=lo
+                        if kl.sketch:
+                            s=struct.unpack_from('<Q',key[row],at+kl.sign_offset)[0]; c=16*kk+2*tig+col
+                            for h in range(2): As[gid+8*row][2*tig+col+h]= -1.0 if s>>(c+h)&1 else 1.0
+                    g,c=gid,16*kk+2*tig
+                    for off in (0,8):
+                        for h in range(2):
+                            hi,lo=halves(rot[g][b][c+off+h]); Bq[0][2*tig+off+h][g]=hi; Bq[1][2*tig+off+h][g]=lo
+                            coord=c+off+h; sv=lut[b][coord//4][g][1<<(coord%4)]
+                            hi,lo=halves(sv); Bs[0][2*tig+off+h][g]=hi; Bs[1][2*tig+off+h][g]=lo
+                C=A[0]@Bq[0]+A[1]@Bq[0]+A[0]@Bq[1]; S=As@Bs[0]+As@Bs[1]
+                for lane in range(32):
+                    gid,tig=lane>>2,lane&3
+                    cd[lane]+=[C[gid][2*tig],C[gid][2*tig+1],C[gid+8][2*tig],C[gid+8][2*tig+1]]
+                    sd[lane]+=[S[gid][2*tig],S[gid][2*tig+1],S[gid+8][2*tig],S[gid+8][2*tig+1]]
+            for lane in range(32):
+                gid,tig=lane>>2,lane&3; r=[16*warp+gid,16*warp+gid+8]
+                for i,row in enumerate(r):
+                    key=keys[min(row,n-1)]; at=kst['shift']+b*kl.block_bytes; norm=hf(u16(key,at))
+                    for h in range(2):
+                        part[lane][2*i+h]+=norm*cd[lane][2*i+h]
+                        if kl.sketch: part[lane][2*i+h]+=sf*hf(u16(key,at+2))*norm*sd[lane][2*i+h]
+                        g=2*tig+h
+                        for o in range(2):
+                            ix=index_at(key[4*kst['words']+kst['index_shift']:],ks['index_bit']+(b*2+o)*6)
+                            part[lane][2*i+h]+=hf(u16(key,at+kl.header+2*o))*plain[g][b*64+ix]
+        for lane in range(32):
+            gid,tig=lane>>2,lane&3
+            for i,row in enumerate([16*warp+gid,16*warp+gid+8]):
+                for h in range(2):
+                    g=2*tig+h
+                    if row<n and g<n_heads: out[g][row]=part[lane][2*i+h]
+    return out
 def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     n_heads=len(qs_heads); fb=kv_head*hb; row_blocks=kv_heads*hb
     # query kernel
@@ -153,6 +208,7 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
                 for g in range(n_heads): part[g]+=v*plain[g][b*64+ix]
             scores[:,j]+=part[:n_heads]
     scores*=scale
+    mma=mma_scores(keys,kst,kl,ks,hb,n,n_heads,rot,lut,plain)*scale
     w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
     acc=np.zeros((n_heads,64*hb))
     for j in range(n):
@@ -173,16 +229,16 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     res=np.zeros_like(out)
     for g in range(n_heads):
         for b in range(hb): res[g][b*64:(b+1)*64]=R(fb+b).T@out[g][b*64:(b+1)*64]
-    return scores,res
+    return scores,res,mma
 for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1,3),(4,False,4,1,3)]:
     kl=Layout(kbits,ksk); vl=Layout(vbits,False)
     rb=kv_heads*hb; n=20; nh=3
     K=[make_row(kl,rb) for _ in range(n)]; V=[make_row(vl,rb) for _ in range(n)]
     for kvh in range(kv_heads):
         q=[rng.normal(size=64*hb) for _ in range(nh)]
-        sc,res=emulate(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
+        sc,res,mma=emulate(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
         ref=np.array([[ref_score(q[g],K[j][1],kvh,hb,kbits) for j in range(n)] for g in range(nh)])*0.1
         wr=np.exp(ref-ref.max(1,keepdims=True)); wr/=wr.sum(1,keepdims=True)
         vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
         outref=wr@vref
-        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max())
+        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max(), 'mma scores', np.abs(mma-ref).max()/np.abs(ref).max())
