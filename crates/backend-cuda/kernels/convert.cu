@@ -59,24 +59,6 @@ extern "C" __global__ void quantize_q8_cpu(const float* __restrict__ x, i8* __re
     quantize_q8_cpu_range(x, aq, ads, n, mode, warp_id, warps);
 }
 
-// One warp's unit of activation_f16_cpu in the q8 modes (0, 1: 32 values; 2: 256 values):
-// values unit * 32 (or 256) .. of x to out.
-__device__ __forceinline__ void activation_f16_unit(const float* x, u16* __restrict__ out, u64 unit, u32 mode,
-                                                    int lane) {
-    if (mode < 2) {
-        const float v = x[unit * 32 + lane];
-        const float amax = warp_max(fabsf(v));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        const float d16 = half_to_float(float_to_half(amax / 127.0f));
-        out[unit * 32 + lane] = float_to_half(d16 * (float)__float2int_rn(v * id));
-        return;
-    }
-    int q[8];
-    const float d = q8k_group_quants(x + unit * 256, lane, q);
-#pragma unroll
-    for (int k = 0; k < 8; k++) out[unit * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
-}
-
 // f32 [n] to the f16 GEMM operand carrying the values the CPU's matmul would see: the q8
 // activations of quantize_q8_cpu dequantized (modes 0, 1, 2 as there, value = d * q), f16
 // rounding (mode 3, F16 weights) or bf16 rounding (mode 4, BF16 weights). n is a multiple of

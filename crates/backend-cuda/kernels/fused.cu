@@ -3,7 +3,7 @@
 //   add_rms_norm_f32     add_f32 (elementwise.cu) then rms_norm_f32 (norm.cu)
 //   rope_kv_write_f16/32 rope_f32 (rope.cu) of q and of k, then kv_write_f16/32 (kv.cu)
 // The matmul epilogues (bias, SwiGLU) live in the matvec kernels (matvec.cuh, matvec_float.cu).
-#include "common.cuh"
+#include "quantize.cuh"
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
 #pragma unroll
@@ -12,11 +12,12 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 }
 
 // x[r] += delta[r], then out[r] = x[r] / rms(x[r]) * weight for rows r < rows (out does not
-// overlap x or delta). Launch exactly as rms_norm_f32 (ops/norm.rs launch_config): blockDim
+// overlap x or delta); with `half`, also half[r] = activation_f16_cpu's conversion of out[r]
+// in q8 mode `mode` (0-2; width a multiple of its unit) for the batched matmul that reads it. Launch exactly as rms_norm_f32 (ops/norm.rs launch_config): blockDim
 // (threads_x, rows_per_block), one warp per short row or one block per long row, so the sum
 // of squares is reduced in the same order as inverse_rms in norm.cu.
 extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float* out, const float* weight, u32 width,
-                                            float eps, u32 rows) {
+                                            float eps, u32 rows, u16* half, u32 mode) {
     // A thread's first CACHED values (i = threadIdx.x + k * blockDim.x) stay in registers, and
     // their norm weights, which no earlier kernel writes, are read before waiting for it.
     constexpr u32 CACHED = 4;
@@ -67,6 +68,20 @@ extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float*
         if (i < width) dst[i] = kept[k] * scale * scales[k];
     }
     for (u32 i = threadIdx.x + CACHED * blockDim.x; i < width; i += blockDim.x) dst[i] = values[i] * scale * weight[i];
+    if (half == nullptr) return;
+    // The row's values, written by the warp (a warp a row) or the block (a block a row), then
+    // converted unit by unit as activation_f16_cpu converts them.
+    u32 warp = 0, warps = 1;
+    if (blockDim.x == 32) {
+        __syncwarp();
+    } else {
+        __syncthreads();
+        warp = threadIdx.x >> 5;
+        warps = blockDim.x >> 5;
+    }
+    const u32 units = width / (mode == 2 ? 256 : 32);
+    for (u32 unit = warp; unit < units; unit += warps)
+        activation_f16_unit(dst, half + (u64)row * width, unit, mode, threadIdx.x & 31);
 }
 
 // The span owning `row`, or -1 when no span's rows include it (as kv.cu).

@@ -92,3 +92,21 @@ __device__ __forceinline__ void quantize_q8_cpu_range(const float* __restrict__ 
         if ((lane & 3) == 0) ads[group * 8 + lane / 4] = make_float2(d, d * (float)sum);
     }
 }
+
+// One warp's unit of activation_f16_cpu (convert.cu; also written by fused.cu's add + norm) in the q8 modes (0, 1: 32 values; 2: 256 values):
+// values unit * 32 (or 256) .. of x to out.
+__device__ __forceinline__ void activation_f16_unit(const float* x, u16* __restrict__ out, u64 unit, u32 mode,
+                                                    int lane) {
+    if (mode < 2) {
+        const float v = x[unit * 32 + lane];
+        const float amax = warp_max(fabsf(v));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d16 = half_to_float(float_to_half(amax / 127.0f));
+        out[unit * 32 + lane] = float_to_half(d16 * (float)__float2int_rn(v * id));
+        return;
+    }
+    int q[8];
+    const float d = q8k_group_quants(x + unit * 256, lane, q);
+#pragma unroll
+    for (int k = 0; k < 8; k++) out[unit * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
+}

@@ -364,6 +364,72 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
+/// An add + norm over a batch writes its output's f16 conversion for the batched matmul that
+/// reads it (in the q8 mode the last conversion of rows of that length took): the matmul's
+/// result equals add, rms_norm and matmul run as primitives, bit for bit, for each mode (Q8_0:
+/// 0, Q4_1: 1, Q4_K: 2), a warp a row (256) and a block a row (4096), 9 and 33 rows.
+#[test]
+fn add_rms_norm_then_a_batched_matmul_equals_the_primitives() {
+    let Some(cuda) = gpu() else { return };
+    let mut failures = Vec::new();
+    let mut rng = Rng::new(0xadd16);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+        for width in [256, 4096] {
+            let n_out = 384;
+            let w = rng.normal(width * n_out, 0.05);
+            let weight = make_weight(&cuda, "test.w", ty, &[width, n_out], &w).expect("weight");
+            let g = rng.values(width, 0.5, 1.5);
+            let norm_weight =
+                make_weight(&cuda, "test.norm", GgmlType::F32, &[width], &g).expect("norm");
+            let norm = RmsNorm {
+                weight: &norm_weight,
+                eps: 1e-6,
+            };
+            for rows in [9, 33] {
+                let label = format!("{ty} width {width} x {rows}");
+                let len = rows * width;
+                let x0 = rng.values(len, -2.0, 2.0);
+                let delta = buffer(&cuda, &rng.values(len, -2.0, 2.0)).expect("delta");
+                let mut x_fused = buffer(&cuda, &x0).expect("x");
+                let mut x_primitive = buffer(&cuda, &x0).expect("x");
+                let mut normed_fused = cuda.alloc(len).expect("normed");
+                let mut normed_primitive = cuda.alloc(len).expect("normed");
+                let mut fused = cuda.alloc(rows * n_out).expect("out");
+                let mut primitive = cuda.alloc(rows * n_out).expect("out");
+                let mut run = || -> Result<(), BackendError> {
+                    // The primitives first: their matmul's conversion sets the mode.
+                    cuda.add(&mut x_primitive, &delta, len)?;
+                    cuda.rms_norm(&x_primitive, norm, rows, &mut normed_primitive)?;
+                    cuda.matmul(&weight, &normed_primitive, rows, &mut primitive)?;
+                    cuda.add_rms_norm(AddRmsNorm {
+                        x: &mut x_fused,
+                        delta: &delta,
+                        norm,
+                        rows,
+                        out: &mut normed_fused,
+                    })?;
+                    cuda.matmul(&weight, &normed_fused, rows, &mut fused)
+                };
+                if let Err(error) = run() {
+                    failures.push(format!("{label}: {error}"));
+                    continue;
+                }
+                let (f, p) = (
+                    read(&cuda, &normed_fused, len),
+                    read(&cuda, &normed_primitive, len),
+                );
+                expect_same(&format!("{label} norm"), &f, &p, &mut failures);
+                let (f, p) = (
+                    read(&cuda, &fused, rows * n_out),
+                    read(&cuda, &primitive, rows * n_out),
+                );
+                expect_same(&format!("{label} matmul"), &f, &p, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
 #[test]
 fn rope_kv_write_equals_ropes_then_kv_write() {
     let Some(cuda) = gpu() else { return };

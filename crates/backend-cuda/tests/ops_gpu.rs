@@ -423,6 +423,11 @@ fn tensor_core_decode_matches_the_cpu() {
         0,
     );
     compare(&cuda, "mma decode window 64", &setup);
+    // Many rows: few long chunks fill the device (`DecodePlan::mma`), so short rows are
+    // written directly and long ones (past a chunk of thousands of positions) merged.
+    let sequences: Vec<(usize, usize)> = (0..80).map(|i| ((i * 797) % 3100, 1)).collect();
+    let setup = Setup::new(0xdc06, (28, 4, 128), KvType::F16, None, &sequences, 0);
+    compare(&cuda, "mma decode 80 rows", &setup);
 }
 
 /// One decode step of `setup` inside `begin_step` .. `end_step`, captured or replayed.

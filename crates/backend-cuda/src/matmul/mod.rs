@@ -78,6 +78,9 @@ struct Scratch {
     halved: Option<Converted>,
     /// Blocks of each pipelined kernel the device holds at once (`mmq::run`).
     resident: std::collections::HashMap<&'static str, usize>,
+    /// The q8 rounding mode (0-2) of the last f16 conversion of rows of each length: an add +
+    /// norm writes its output's conversion in that mode ([`norm_half_target`]).
+    modes: std::collections::HashMap<usize, u32>,
 }
 
 /// A conversion of a matmul input held in scratch memory.
@@ -324,6 +327,57 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &operands);
     matvec::run_swiglu(backend, &kernels, &operands, up, &mut scratch)
+}
+
+/// Where an add + norm of `rows` rows of `width` values (`ops::fused::add_rms_norm`) writes
+/// the f16 conversion of its output, and in which mode: batches of more rows than the matvecs
+/// take, when the last conversion of rows of `width` values took a q8 mode (the next matmul
+/// over the norm's output is then most likely of the same weight type: Q, K, V and gate, up
+/// share one). `None` otherwise, or with `RUNIT_CUDA_NORM_F16=0` (a measuring knob). The
+/// matmul that reads the output skips its own conversion when [`record_half`] recorded it
+/// and the mode matches; else it converts as ever, so a wrong guess costs one f16 write.
+pub(crate) fn norm_half_target(
+    backend: &CudaBackend,
+    rows: usize,
+    width: usize,
+) -> Result<Option<(u64, u32)>, BackendError> {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled =
+        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_NORM_F16").map_or(true, |v| v != "0"));
+    if !enabled || rows <= MATVEC_MAX_TOKENS || matvec_only() {
+        return Ok(None);
+    }
+    let mut scratch = backend.matmul_state().lock();
+    let Some(&mode) = scratch.modes.get(&width) else {
+        return Ok(None);
+    };
+    let unit = if mode == 2 { 256 } else { 32 };
+    if mode >= 3 || !width.is_multiple_of(unit) {
+        return Ok(None);
+    }
+    let base = ensure(backend, &mut scratch.half_x, rows * width, "f16 activation")?;
+    Ok(Some((base, mode)))
+}
+
+/// Records that `half` holds the mode-`mode` f16 conversion of the `rows` × `width` values at
+/// `x`, written by the launch just made (as [`mmq::half_input`] records its own).
+pub(crate) fn record_half(
+    backend: &CudaBackend,
+    x: u64,
+    rows: usize,
+    width: usize,
+    half: u64,
+    mode: u32,
+) {
+    let mut scratch = backend.matmul_state().lock();
+    scratch.halved = Some(Converted {
+        x,
+        tokens: rows,
+        row_len: width,
+        generation: backend.write_generation(),
+        scratch: half,
+        mode,
+    });
 }
 
 /// True when a matmul of `tokens` rows of `weight` over rows of `row_len` values reads its

@@ -202,7 +202,13 @@ pub fn attention(
     } else {
         let capacity = capacity(&step, spans)?;
         let plan = if mma {
-            DecodePlan::mma(capacity, heads / kv_heads)
+            DecodePlan::mma(
+                capacity,
+                heads / kv_heads,
+                end_row,
+                kv_heads,
+                backend.multiprocessors(OP)?,
+            )
         } else {
             DecodePlan::new(capacity, heads / kv_heads, end_row)
         };

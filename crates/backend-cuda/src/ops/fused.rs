@@ -51,7 +51,10 @@ pub fn add_rms_norm(backend: &CudaBackend, op: AddRmsNorm<'_>) -> Result<(), Bac
     // The launch shape of rms_norm_f32 fixes the order its squares are summed in: the fused
     // kernel uses the very same one.
     let config = super::norm::launch_config(width, rows);
-    let (width, rows) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
+    // The f16 copy the next batched matmul reads, written by the same kernel.
+    let half = crate::matmul::norm_half_target(backend, rows, width)?;
+    let (half_ptr, mode) = half.unwrap_or((0, 0));
+    let (width32, rows32) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
     launch!(
         backend,
         OP,
@@ -62,10 +65,16 @@ pub fn add_rms_norm(backend: &CudaBackend, op: AddRmsNorm<'_>) -> Result<(), Bac
         delta,
         out,
         weight,
-        width,
+        width32,
         eps,
-        rows
-    )
+        rows32,
+        half_ptr,
+        mode
+    )?;
+    if half.is_some() {
+        crate::matmul::record_half(backend, out, rows, width, half_ptr, mode);
+    }
+    Ok(())
 }
 
 /// True when the query and key rotations share one angle table (all but the head count

@@ -19,6 +19,9 @@ pub const MMA_QUERY_TILE: usize = 64;
 pub const MMA_MAX_HEADS_PER_BLOCK: usize = 16;
 /// Positions of the smallest tensor-core decode chunk (one 16-position sub-tile per warp).
 pub const MMA_MIN_CHUNK: usize = 64;
+/// Blocks a multiprocessor the tensor-core decode plan aims at (its blocks hold ~35 KB of
+/// shared memory: six fit).
+pub const MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 4;
 /// Chunks a decode row of the tensor-core kernel is split into at most (longer capacities get
 /// longer chunks; its in-kernel merge holds 64 weights a head).
 pub const MMA_MAX_CHUNKS: usize = 64;
@@ -123,15 +126,40 @@ impl DecodePlan {
         plan
     }
 
-    /// The plan of the tensor-core decode kernel (attention_decode_mma_*).
-    pub fn mma(capacity: usize, group: usize) -> DecodePlan {
-        DecodePlan::with(
+    /// The plan of the tensor-core decode kernel (attention_decode_mma_*) for `rows` rows of
+    /// `kv_heads` KV heads on `multiprocessors`: chunks of at least [`MMA_MIN_CHUNK`]
+    /// positions, as few as still give [`MMA_BLOCKS_PER_MULTIPROCESSOR`] blocks a
+    /// multiprocessor (a block's sub-tiles run one after another, so few rows want many short
+    /// chunks; many rows fill the device with long ones, and a row within one chunk skips the
+    /// merge). `RUNIT_CUDA_MMA_DECODE_FILL=0` (a measuring knob) keeps the shortest chunks
+    /// whatever the rows.
+    pub fn mma(
+        capacity: usize,
+        group: usize,
+        rows: usize,
+        kv_heads: usize,
+        multiprocessors: usize,
+    ) -> DecodePlan {
+        static FILL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let mut plan = DecodePlan::with(
             capacity,
             group,
             MMA_MIN_CHUNK,
             MMA_MAX_CHUNKS,
             MMA_MAX_HEADS_PER_BLOCK,
-        )
+        );
+        let groups = rows.max(1) * kv_heads.max(1) * plan.slices;
+        let wanted = (MMA_BLOCKS_PER_MULTIPROCESSOR * multiprocessors)
+            .div_ceil(groups)
+            .max(1);
+        if wanted < plan.chunks && crate::env_count(&FILL, "RUNIT_CUDA_MMA_DECODE_FILL", 1) != 0 {
+            plan.chunk_len = capacity
+                .max(1)
+                .div_ceil(wanted)
+                .next_multiple_of(MMA_MIN_CHUNK);
+            plan.chunks = capacity.max(1).div_ceil(plan.chunk_len);
+        }
+        plan
     }
 
     fn with(
@@ -295,14 +323,21 @@ mod tests {
 
     #[test]
     fn mma_plans_fit_the_kernels() {
-        let plan = DecodePlan::mma(64 * 16, 7);
+        // One row of 4 KV heads on 132 multiprocessors: the shortest chunks.
+        let plan = DecodePlan::mma(64 * 16, 7, 1, 4, 132);
         assert_eq!((plan.chunk_len, plan.chunks), (64, 16));
+        // 64 rows: three chunks of 384 fill 4 blocks a multiprocessor (768 of 528).
+        let plan = DecodePlan::mma(64 * 16, 7, 64, 4, 132);
+        assert_eq!((plan.chunk_len, plan.chunks), (384, 3));
+        // 1,024 rows at a capacity of 64 positions: one chunk.
+        let plan = DecodePlan::mma(64, 7, 1024, 4, 132);
+        assert_eq!((plan.chunk_len, plan.chunks), (64, 1));
         assert_eq!((plan.heads_per_block, plan.slices), (7, 1));
-        let plan = DecodePlan::mma(1 << 20, 32);
+        let plan = DecodePlan::mma(1 << 20, 32, 1, 8, 132);
         assert!(plan.chunks <= MMA_MAX_CHUNKS && plan.chunks * plan.chunk_len >= 1 << 20);
         assert_eq!((plan.heads_per_block, plan.slices), (16, 2));
         for group in 1..=40 {
-            let plan = DecodePlan::mma(4096, group);
+            let plan = DecodePlan::mma(4096, group, 8, 4, 132);
             assert!(plan.heads_per_block <= MMA_MAX_HEADS_PER_BLOCK, "{group}");
             assert!(plan.heads_per_block * plan.slices >= group, "{group}");
         }
