@@ -335,10 +335,9 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
 // the grid (x) takes units b share .. (b + 1) share, so that every block of a grid sized to
 // what the device holds at once does the same work however many row blocks the matrix has
 // (stream-K). A row block whose stages one grid block takes whole is written to `out` (plus
-// `bias`) by that block; one shared by several grid blocks (`slots` of them) gets their
-// partial sums, in slot (grid block - the row block's first grid block) of `partial`, and once
-// every slot is written each of those blocks adds its share of the row block's values in slot
-// order (`mmqp_fixup`; so results do not depend on timing).
+// `bias`) by that block; one shared by several grid blocks gets their partial sums, in slot
+// (grid block - the row block's first grid block) of `partial`, which `mmqp_merge` adds in
+// slot order (so results do not depend on timing).
 __device__ __forceinline__ u32 mmqp_first_block(u32 row_block, u32 n_stages, u32 share) {
     return row_block * n_stages / share;
 }
@@ -346,116 +345,10 @@ __device__ __forceinline__ u32 mmqp_last_block(u32 row_block, u32 n_stages, u32 
     return ((row_block + 1) * n_stages - 1) / share;
 }
 
-// A row block this grid block shares: which of its slots this block wrote.
-struct MmqpCut {
-    u32 row_block, slot, slots;
-};
-
-__device__ __forceinline__ u32 mmqp_load_acquire(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// Slot `cut.slot` of `cut.slots`'s part of row block `cut.row_block` for the tile's tokens:
-// out[token][row] = the slots' partial sums in slot order (plus bias[row]). The row block's
-// tokens are cut into `slots` runs, one a block; a thread takes four adjacent rows (float4
-// loads where the rows allow), every slot's loads of a run in flight together.
-template <int NT>
-__device__ __forceinline__ void mmqp_fixup_values(const float* __restrict__ partial, MmqpCut cut, u32 tokens,
-                                                  u32 n_out, u32 token0, const float* __restrict__ bias,
-                                                  float* __restrict__ out) {
-    const u64 values = (u64)tokens * n_out;
-    const u32 row0 = cut.row_block * MMQ_BLOCK_ROWS;
-    const u32 rows = min((u32)MMQ_BLOCK_ROWS, n_out - row0);
-    const u32 n_tokens = min((u32)(8 * NT), tokens - token0);
-    const u32 lo = token0 + cut.slot * n_tokens / cut.slots, hi = token0 + (cut.slot + 1) * n_tokens / cut.slots;
-    // A thread: rows row0 + 4 quad .. + 3 of tokens lo + lane_token, + 4, ...
-    constexpr u32 QUADS = MMQ_BLOCK_ROWS / 4, TOKEN_STEP = MMQ_THREADS / QUADS;
-    const u32 quad = threadIdx.x % QUADS, first = lo + threadIdx.x / QUADS;
-    const u32 r = 4 * quad;
-    if (r >= rows) return;
-    const bool vector = (n_out % 4 == 0) && (values % 4 == 0) && r + 4 <= rows;
-    float b[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) b[e] = bias != nullptr && r + e < rows ? bias[row0 + r + e] : 0.0f;
-    for (u32 token = first; token < hi; token += TOKEN_STEP) {
-        const u64 at = (u64)token * n_out + row0 + r;
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (vector) {
-            for (u32 s0 = 0; s0 < cut.slots; s0 += 4) {
-                float4 v[4];
-#pragma unroll
-                for (u32 k = 0; k < 4; k++)
-                    v[k] = s0 + k < cut.slots ? __ldcg((const float4*)(partial + (s0 + k) * values + at))
-                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-                for (u32 k = 0; k < 4; k++) {
-                    if (s0 + k < cut.slots) {
-                        sum[0] += v[k].x;
-                        sum[1] += v[k].y;
-                        sum[2] += v[k].z;
-                        sum[3] += v[k].w;
-                    }
-                }
-            }
-            *(float4*)(out + at) = make_float4(sum[0] + b[0], sum[1] + b[1], sum[2] + b[2], sum[3] + b[3]);
-        } else {
-#pragma unroll
-            for (u32 e = 0; e < 4; e++) {
-                if (r + e >= rows) break;
-                for (u32 s = 0; s < cut.slots; s++) sum[e] += __ldcg(partial + s * values + at + e);
-                out[at + e] = sum[e] + b[e];
-            }
-        }
-    }
-}
-
-// After a grid block's share: it counts itself in for each row block it shares
-// (counters[2 (token tile × row blocks + row block)], zero at rest), waits until all of that
-// row block's blocks have (all of the grid is resident at once: the plan's blocks are at most
-// what the device holds, so a wait never waits on a block that cannot start), adds its part of
-// the slots, and counts itself out (counters[... + 1]); the last out resets both counters.
-template <int NT>
-__device__ __forceinline__ void mmqp_fixup(const float* __restrict__ partial, u32* __restrict__ counters,
-                                           MmqpCut first, MmqpCut second, u32 n_cuts, u32 row_blocks, u32 tokens,
-                                           u32 n_out, u32 token0, const float* __restrict__ bias,
-                                           float* __restrict__ out) {
-    __threadfence();  // this block's partial sums, visible to the blocks that add them
-    __syncthreads();
-    u32* base = counters + 2 * (u64)blockIdx.y * row_blocks;
-    if (threadIdx.x == 0) {
-        atomicAdd(base + 2 * first.row_block, 1u);
-        if (n_cuts > 1) atomicAdd(base + 2 * second.row_block, 1u);
-    }
-#pragma unroll
-    for (u32 c = 0; c < 2; c++) {
-        if (c >= n_cuts) break;
-        const MmqpCut cut = c == 0 ? first : second;
-        u32* arrived = base + 2 * cut.row_block;
-        if (threadIdx.x == 0) {
-            // Bounded: a grid that could not be resident at once traps (a launch error the
-            // backend reports) instead of hanging the device.
-            for (u32 spins = 0; mmqp_load_acquire(arrived) < cut.slots; spins++) {
-                if (spins > (1u << 26)) __trap();
-                __nanosleep(32);
-            }
-        }
-        __syncthreads();
-        mmqp_fixup_values<NT>(partial, cut, tokens, n_out, token0, bias, out);
-        if (threadIdx.x == 0 && atomicAdd(arrived + 1, 1u) == cut.slots - 1) {
-            // Every block of the row block has passed its wait.
-            arrived[0] = 0u;
-            arrived[1] = 0u;
-        }
-    }
-}
-
 template <class W, int NT>
 __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                      const u16* __restrict__ x, u32 tokens, u32 share, float* __restrict__ out,
-                                     const float* __restrict__ bias, float* __restrict__ partial,
-                                     u32* __restrict__ counters) {
+                                     const float* __restrict__ bias, float* __restrict__ partial) {
     using L = MmqpLayout<W>;
     pdl_launch_dependents();
     const u32 n_stages = (n_in + L::K - 1) / L::K;
@@ -466,23 +359,12 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
     u32 unit = blockIdx.x * share;
     const u32 end = min(total, unit + share);
     bool wait = true;
-    // A share cuts at most the row blocks of its first and its last unit.
-    MmqpCut cuts[2] = {{0, 0, 1}, {0, 0, 1}};
-    u32 n_cuts = 0;
     while (unit < end) {
         const u32 row_block = unit / n_stages, first = unit % n_stages;
         const u32 last = min(n_stages, first + (end - unit));
         const u32 first_block = mmqp_first_block(row_block, n_stages, share);
-        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first_block + 1;
-        const bool whole = slots == 1;
-        const u32 slot = blockIdx.x - first_block;
-        if (!whole) {
-            // Fixed indices (no local-memory array): the first cut, then the last one.
-            if (n_cuts == 0) cuts[0] = {row_block, slot, slots};
-            else cuts[1] = {row_block, slot, slots};
-            n_cuts = min(n_cuts + 1, 2u);
-        }
-        float* target = whole ? out : partial + (u64)slot * values;
+        const bool whole = first_block == mmqp_last_block(row_block, n_stages, share);
+        float* target = whole ? out : partial + (u64)(blockIdx.x - first_block) * values;
         mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
                             first * L::K, min(n_in, last * L::K), wait, target,
                             whole ? bias : nullptr);
@@ -490,14 +372,31 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
         unit += last - first;
     }
     if (wait) pdl_wait();
-    if (n_cuts > 0) mmqp_fixup<NT>(partial, counters, cuts[0], cuts[1], n_cuts, row_blocks, tokens, n_out, token0, bias, out);
+}
+
+// out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
+// bias[row]) for the row blocks several grid blocks share; the others are written already.
+// `n_stages`: the stages of a row (its length over the kernel's MmqpLayout::K).
+extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_stages,
+                                      u32 share, const float* __restrict__ bias, float* __restrict__ out) {
+    pdl_start();
+    const u64 values = (u64)tokens * n_out;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
+        const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
+        const u32 first = mmqp_first_block(row_block, n_stages, share);
+        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
+        if (slots == 1) continue;
+        float sum = 0.0f;
+        for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
+        out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    }
 }
 
 #define MMQP_KERNEL(W, name, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmqp_##name##_n##NT(                        \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 share, float* out,   \
-        const float* bias, float* partial, u32* counters) {                                     \
-        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial, counters);   \
+        const float* bias, float* partial) {                                                  \
+        mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \
     }
 
 // Tiles of 16, 32 and 64 token rows.

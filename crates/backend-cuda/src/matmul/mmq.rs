@@ -15,9 +15,8 @@
 //! Matrices with too few row blocks to fill the device split their rows' length into ranges;
 //! `mmq_merge` then adds the ranges' partial sums in a fixed order over the whole device. The
 //! pipelined kernels instead give each of as many blocks as the device holds at once an equal
-//! share of all the row blocks' stages (stream-K, [`PipePlan`]); the blocks that share a row
-//! block cut between them add its partial sums in the kernel once all are written, each a part
-//! of its values (the whole grid is resident at once, so they may wait on each other).
+//! share of all the row blocks' stages (stream-K, [`PipePlan`]); `mmqp_merge` adds the partial
+//! sums of the row blocks cut between them.
 
 use cudarc::driver::LaunchConfig;
 use runit_backend::BackendError;
@@ -321,7 +320,7 @@ impl PipePlan {
     /// (stream-K): each multiprocessor then gets the same work whatever the matrix's shape,
     /// where whole row blocks or ranges of equal splits leave a last wave that keeps a few
     /// multiprocessors busy while the others idle. Its cost: the row blocks cut between grid blocks are
-    /// merged at the kernel's end, and each cut restarts a block's pipeline (counted as two
+    /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
     /// stages below).
     pub fn new(
         tokens: usize,
@@ -369,18 +368,16 @@ fn run_pipe(
     let resident = match scratch.resident.get(kernel) {
         Some(&resident) => resident,
         None => {
-            // `RUNIT_CUDA_MMQP_BLOCKS` (blocks per multiprocessor) lowers the driver's
-            // occupancy for experiments; never above it, since the blocks sharing a row block
-            // wait on each other and must all be resident at once.
+            // `RUNIT_CUDA_MMQP_BLOCKS` (blocks per multiprocessor) overrides the driver's
+            // occupancy for experiments.
             static BLOCKS: OnceLock<usize> = OnceLock::new();
-            let occupancy = backend
-                .kernel(OP, PIPE_FILE, kernel)?
-                .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
-                .map_err(|e| backend.driver_error(OP, e))?
-                .max(1) as usize;
             let per_multiprocessor = match crate::env_count(&BLOCKS, "RUNIT_CUDA_MMQP_BLOCKS", 0) {
-                0 => occupancy,
-                blocks => blocks.min(occupancy),
+                0 => backend
+                    .kernel(OP, PIPE_FILE, kernel)?
+                    .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
+                    .map_err(|e| backend.driver_error(OP, e))?
+                    .max(1) as usize,
+                blocks => blocks,
             };
             let resident = per_multiprocessor * backend.multiprocessors(OP)?;
             scratch.resident.insert(kernel, resident);
@@ -412,16 +409,26 @@ fn run_pipe(
         op.n_out as u32,
     );
     let (tokens, share) = (op.tokens as u32, plan.share as u32);
-    // Two counters per (token tile, row block): the blocks sharing a cut row block count in
-    // and out of its in-kernel merge (mmqp.cu's `mmqp_fixup`).
-    let counters = if plan.slots > 1 {
-        backend.arrival_counters(OP, 2 * plan.token_tiles * op.n_out.div_ceil(BLOCK_ROWS))?
-    } else {
-        0
-    };
     launch_kernel!(
         backend, OP, PIPE_FILE, kernel, config, weight, row_bytes, n_in, n_out, x, tokens, share,
-        op.out, op.bias, partial, counters
+        op.out, op.bias, partial
+    )?;
+    if plan.slots == 1 {
+        return Ok(());
+    }
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge",
+        crate::grid_for(values),
+        partial,
+        tokens,
+        n_out,
+        n_stages as u32,
+        share,
+        op.bias,
+        op.out
     )
 }
 
@@ -494,7 +501,7 @@ mod tests {
         );
     }
 
-    /// Walks a plan as mmqp.cu's `mmqp` and `mmqp_fixup` do: every stage of every row block
+    /// Walks a plan as mmqp.cu's `mmqp` and `mmqp_merge` do: every stage of every row block
     /// is taken by exactly one grid block, whole row blocks are those one grid block takes
     /// alone, and the slots of a cut row block are 0.. in the order of its stages.
     #[test]
