@@ -112,8 +112,11 @@ impl DecodePlan {
     ) -> DecodePlan {
         static CHUNKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let mut plan = DecodePlan::with(capacity, group, TURBO_MIN_CHUNK, 1, MAX_HEADS_PER_BLOCK);
-        let blocks = rows.max(1) * kv_heads.max(1) * plan.slices;
-        let fill = (TURBO_BLOCKS_PER_MULTIPROCESSOR * multiprocessors).div_ceil(blocks);
+        let fill = plan.chunks_to_fill(
+            TURBO_BLOCKS_PER_MULTIPROCESSOR * multiprocessors,
+            rows,
+            kv_heads,
+        );
         let chunks = match crate::env_count(&CHUNKS, "RUNIT_CUDA_TQ_CHUNKS", 0) {
             0 => fill,
             knob => knob,
@@ -148,9 +151,12 @@ impl DecodePlan {
             MMA_MAX_CHUNKS,
             MMA_MAX_HEADS_PER_BLOCK,
         );
-        let groups = rows.max(1) * kv_heads.max(1) * plan.slices;
-        let wanted = (MMA_BLOCKS_PER_MULTIPROCESSOR * multiprocessors)
-            .div_ceil(groups)
+        let wanted = plan
+            .chunks_to_fill(
+                MMA_BLOCKS_PER_MULTIPROCESSOR * multiprocessors,
+                rows,
+                kv_heads,
+            )
             .max(1);
         if wanted < plan.chunks && crate::env_count(&FILL, "RUNIT_CUDA_MMA_DECODE_FILL", 1) != 0 {
             plan.chunk_len = capacity
@@ -160,6 +166,12 @@ impl DecodePlan {
             plan.chunks = capacity.max(1).div_ceil(plan.chunk_len);
         }
         plan
+    }
+
+    /// Chunks a row that give a grid of `rows` rows and `kv_heads` KV heads (each in this
+    /// plan's slices) at least `blocks` blocks.
+    fn chunks_to_fill(&self, blocks: usize, rows: usize, kv_heads: usize) -> usize {
+        blocks.div_ceil(rows.max(1) * kv_heads.max(1) * self.slices)
     }
 
     fn with(
