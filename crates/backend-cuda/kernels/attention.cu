@@ -547,7 +547,11 @@ __device__ __forceinline__ void tq_prepare_query(const float* query, u32 head_di
 extern "C" __global__ void __launch_bounds__(TQ_QUERY_THREADS)
     attention_tq_query(const float* q, const i32* step, float* qdata, u32 heads, u32 kv_heads, u32 head_dim,
                        u32 heads_per_block, u32 turbo) {
-    pdl_start();
+    // Waits before it lets the decode launch: when attention_decode_tq_codes starts, every
+    // kernel before this one (the cache's row writer) is complete, so it may copy its first
+    // tile of the cache before its own wait for this kernel's qdata.
+    pdl_wait();
+    pdl_launch_dependents();
     __shared__ float sketched[16][TQ_BLOCK];
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.y;
@@ -635,7 +639,9 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
                               const float* q, const float* tables, float* part_acc, float* part_stats, u32 heads,
                               u32 kv_heads, u32 head_dim, float scale, u32 window, u32 chunk_len, u32 chunks,
                               u32 heads_per_block, u32 turbo, u32 fused) {
-    pdl_start();
+    // The wait for the kernel before (attention_tq_query's qdata, or with `fused` the cache
+    // writer itself) comes after the first tile's copies unless `fused` (see there).
+    pdl_launch_dependents();
     extern __shared__ __align__(16) float tq_shared[];
     u32 shared_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
@@ -664,7 +670,7 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     const StepHeader* h = (const StepHeader*)step;
     const i32 row = blockIdx.z, chunk = blockIdx.x;
     const DecodeRange range(step, row, chunk, window, chunk_len, chunks);
-    if (range.begin >= range.end) return;  // attention_combine skips these chunks
+    if (range.begin >= range.end) return;  // attention_combine skips these chunks (no wait)
     const i32 span = range.span, begin = range.begin, end = range.end;
     const u32 tiles = (u32)(end - begin + TQ_TILE - 1) / TQ_TILE;
 
@@ -707,12 +713,19 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
     // The prepared query side: copied with the first tile (qdata: attention_tq_query), or with
     // `fused` prepared here while the first tile's copies are in flight, a warp per (query head,
     // block) as attention_tq_query's, the second key stage as scratch (free until tile 1).
+    // Without `fused`, the kernel before is attention_tq_query, which let this one launch only
+    // after its own wait: the cache rows are written, and tile 0's copies go out before this
+    // kernel waits for the prepared query. With `fused`, the kernel before writes the cache.
     if (!fused) {
+        stage_tile(0, 0, tile_cells(0));
+        pdl_wait();
         const float* from = qdata + ((u64)row * gridDim.y + blockIdx.y) * TQ_Q_FLOATS;
         const u32 quads = (kl.sketch ? TQ_Q_FLOATS : TQ_Q_LUT) / 4;
         for (u32 i = tid; i < quads; i += TQ_THREADS) cp_async16(shared_address(tq_shared + TQ_S_QUERY + 4 * i), from + 4 * i);
+    } else {
+        pdl_wait();
+        stage_tile(0, 0, tile_cells(0));
     }
-    stage_tile(0, 0, tile_cells(0));
     cp_async_commit();
     if (fused) {
         float* scratch = (float*)(key_stage + TQ_TILE * TQ_KEY_WORDS) + warp * TQ_BLOCK;

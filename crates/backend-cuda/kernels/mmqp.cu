@@ -19,6 +19,7 @@
 // Q6_K and Q8_0 (`Frag<W>`); the other types go through dequant.cuh's float path.
 // Activations are f16 as convert.cu's activation_f16_cpu rounds them, once per input.
 #include "mmq.cuh"
+#include "quantize.cuh"
 
 // Elements of one stage: 256 for the K-quants (one block), MMQP_SMALL_K (128, or 256) for the
 // types of 32-element blocks, whose 128-element stages take half the shared memory of 256
@@ -389,6 +390,57 @@ extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tok
         float sum = 0.0f;
         for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
         out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    }
+}
+
+// Row `row`'s value of a pipelined matmul's output: `out` for a row block one grid block took
+// whole, else its slots' partial sums in slot order (as mmqp_merge adds them; no bias).
+__device__ __forceinline__ float mmqp_value(const float* out, const float* __restrict__ partial, u64 values, u64 i,
+                                            u32 row, u32 n_stages, u32 share) {
+    const u32 row_block = row / MMQ_BLOCK_ROWS;
+    const u32 first = mmqp_first_block(row_block, n_stages, share);
+    const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
+    if (slots == 1) return out[i];
+    float sum = 0.0f;
+    for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
+    return __fadd_rn(sum, 0.0f);  // mmqp_merge's `sum + 0` (a zero bias): -0 becomes +0 alike
+}
+
+// The batched SwiGLU over the gate's and up's pipelined matmuls, their merges included:
+// gate[i] = silu(g) * u and up[i] = u with g, u the merged values (mmqp_merge's, from
+// `gate_partial` / `up_partial` where a row block was cut; both matmuls have one plan:
+// `n_stages`, `share`, rows of `width`), then out = their activation_f16_cpu conversion in q8
+// mode `mode` (0-2) for the down projection, as silu_mul_f16_cpu (convert.cu) writes it.
+// Modes 0 and 1: one warp per unit of 32 values, a value a lane, launched as
+// activation_f16_cpu. Mode 2: one block of 256 threads per unit of 256 values, a value a
+// thread, then its first warp converts the unit (the merges' loads are where the time goes,
+// so every thread takes one value).
+extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* __restrict__ out, u64 n, u32 mode,
+                                                  u32 width, const float* __restrict__ gate_partial,
+                                                  const float* __restrict__ up_partial, u32 n_stages, u32 share) {
+    pdl_start();
+    const int lane = threadIdx.x & 31;
+    // One value of a unit (units lie in one row of `width` values: width is a multiple of 256).
+    auto merge = [&](u64 i) {
+        const u32 row = (u32)(i % width);
+        const float g = mmqp_value(gate, gate_partial, n, i, row, n_stages, share);
+        const float u = mmqp_value(up, up_partial, n, i, row, n_stages, share);
+        up[i] = u;
+        gate[i] = silu_mul_value(g, u);
+    };
+    if (mode == 2) {
+        for (u64 unit = blockIdx.x; unit < n / 256; unit += gridDim.x) {
+            merge(unit * 256 + threadIdx.x);
+            __syncthreads();  // the unit's values, written by the block, read by its first warp
+            if (threadIdx.x < 32) activation_f16_unit(gate, out, unit, mode, lane);
+        }
+        return;
+    }
+    const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 unit = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; unit < n / 32; unit += warps) {
+        merge(unit * 32 + lane);
+        __syncwarp();  // the unit's values, written by the warp's lanes, read by others
+        activation_f16_unit(gate, out, unit, mode, lane);
     }
 }
 

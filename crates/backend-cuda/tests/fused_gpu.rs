@@ -255,16 +255,20 @@ fn gated_ffn_hidden_equals_two_matmuls_then_silu_mul() {
 }
 
 /// The batched FFN (beyond the matvecs' rows) writes the down projection's f16 input with
-/// the activation (`silu_mul_f16_cpu`): the hidden layer and the output equal the primitive
-/// sequence's bit for bit, for the q8 rounding of each weight type and both batched paths
-/// (pipelined kernels and GEMM).
+/// the activation (`silu_mul_f16_cpu`, or `silu_mul_merge_f16_cpu` adding the pipelined gate
+/// and up matmuls' cut row blocks itself): the hidden layer, up's output and the result equal
+/// the primitive sequence's bit for bit, for the q8 rounding of each weight type and both
+/// batched paths (pipelined kernels and GEMM); rows of 2,048 values cut the gate's and up's
+/// row blocks between grid blocks (stream-K slots), rows of 256 do not.
 #[test]
 fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
     let Some(cuda) = gpu() else { return };
     let mut failures = Vec::new();
-    let (n_embd, n_ff) = (256, 768);
-    for ty in WEIGHT_TYPES {
-        let mut rng = Rng::new(0xd0e + ty.id() as u64 * 31);
+    for (ty, (n_embd, n_ff)) in WEIGHT_TYPES
+        .into_iter()
+        .flat_map(|ty| [(ty, (256, 768)), (ty, (2048, 768))])
+    {
+        let mut rng = Rng::new(0xd0e + ty.id() as u64 * 31 + n_embd as u64);
         let mut load = |name: &str, shape: [usize; 2]| -> Weight {
             let w = rng.normal(shape[0] * shape[1], 0.05);
             make_weight(&cuda, name, ty, &shape, &w).expect("weight")
@@ -275,7 +279,7 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
             load("test.down", [n_ff, n_embd]),
         );
         for tokens in [9, 20, 64, 100] {
-            let label = format!("{ty} x {tokens}");
+            let label = format!("{ty} [{n_embd}, {n_ff}] x {tokens}");
             let x = buffer(&cuda, &rng.values(tokens * n_embd, -3.0, 3.0)).expect("x");
             let (len, out_len) = (tokens * n_ff, tokens * n_embd);
             let mut hidden = cuda.alloc(len).expect("hidden");
@@ -309,6 +313,8 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
             }
             let (h, p) = (read(&cuda, &hidden, len), read(&cuda, &primitive, len));
             expect_same(&format!("{label} hidden"), &h, &p, &mut failures);
+            let (u, p) = (read(&cuda, &up_scratch, len), read(&cuda, &up_out, len));
+            expect_same(&format!("{label} up"), &u, &p, &mut failures);
             let (o, p) = (
                 read(&cuda, &out, out_len),
                 read(&cuda, &primitive_out, out_len),

@@ -355,16 +355,94 @@ impl PipePlan {
     }
 }
 
+/// A pipelined matmul launched without its merge: the partial sums of its cut row blocks at
+/// `partial` (0 when no row block was cut), and its plan's stages and share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Unmerged {
+    pub partial: u64,
+    pub n_stages: u32,
+    pub share: u32,
+}
+
+/// Which scratch buffer holds a launch's partial sums: the gate's and up's of a batched
+/// SwiGLU are merged together after both ran ([`super::gated_ffn_hidden`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Partials {
+    First,
+    Second,
+}
+
 /// Runs pipelined kernel `kernel` (tiles of `tile` tokens, `shared` bytes of dynamic shared
-/// memory, stages of `stage` elements) on f16 activations at `x`.
+/// memory, stages of `stage` elements) on f16 activations at `x`, then its merge.
 fn run_pipe(
+    backend: &CudaBackend,
+    kernel: &'static str,
+    shape: (usize, u32, usize),
+    x: u64,
+    op: &Operands,
+    scratch: &mut Scratch,
+) -> Result<(), BackendError> {
+    let unmerged = launch_pipe(backend, kernel, shape, x, op, scratch, Partials::First)?;
+    if unmerged.partial == 0 {
+        return Ok(());
+    }
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge",
+        crate::grid_for(op.tokens * op.n_out),
+        unmerged.partial,
+        op.tokens as u32,
+        op.n_out as u32,
+        unmerged.n_stages,
+        unmerged.share,
+        op.bias,
+        op.out
+    )
+}
+
+/// The pipelined kernel of `path` for `op` on its f16 input (converted unless held), its
+/// merge left to the caller: `None` when `path` is not a pipelined one.
+pub(super) fn run_unmerged(
+    backend: &CudaBackend,
+    path: Path,
+    op: &Operands,
+    scratch: &mut Scratch,
+    partials: Partials,
+) -> Result<Option<Unmerged>, BackendError> {
+    let Path::Pipe {
+        kernel,
+        tile,
+        shared,
+        stage,
+    } = path
+    else {
+        return Ok(None);
+    };
+    let x = half_input(backend, op, scratch)?;
+    launch_pipe(
+        backend,
+        kernel,
+        (tile, shared, stage),
+        x,
+        op,
+        scratch,
+        partials,
+    )
+    .map(Some)
+}
+
+/// Launches pipelined kernel `kernel` with its partial sums in `partials`.
+fn launch_pipe(
     backend: &CudaBackend,
     kernel: &'static str,
     (tile, shared, stage): (usize, u32, usize),
     x: u64,
     op: &Operands,
     scratch: &mut Scratch,
-) -> Result<(), BackendError> {
+    partials: Partials,
+) -> Result<Unmerged, BackendError> {
     let resident = match scratch.resident.get(kernel) {
         Some(&resident) => resident,
         None => {
@@ -388,12 +466,11 @@ fn run_pipe(
     let plan = PipePlan::new(op.tokens, tile, n_stages, op.n_out, resident);
     let values = op.tokens * op.n_out;
     let partial = if plan.slots > 1 {
-        ensure(
-            backend,
-            &mut scratch.partial,
-            plan.slots * values,
-            "split partial sums",
-        )?
+        let slot = match partials {
+            Partials::First => &mut scratch.partial,
+            Partials::Second => &mut scratch.partial_second,
+        };
+        ensure(backend, slot, plan.slots * values, "split partial sums")?
     } else {
         0
     };
@@ -413,23 +490,11 @@ fn run_pipe(
         backend, OP, PIPE_FILE, kernel, config, weight, row_bytes, n_in, n_out, x, tokens, share,
         op.out, op.bias, partial
     )?;
-    if plan.slots == 1 {
-        return Ok(());
-    }
-    launch_kernel!(
-        backend,
-        OP,
-        PIPE_FILE,
-        "mmqp_merge",
-        crate::grid_for(values),
+    Ok(Unmerged {
         partial,
-        tokens,
-        n_out,
-        n_stages as u32,
+        n_stages: n_stages as u32,
         share,
-        op.bias,
-        op.out
-    )
+    })
 }
 
 /// Converts the activations to f16 with the CPU's rounding for the weight type unless the

@@ -68,6 +68,9 @@ struct Scratch {
     half_x: Option<CudaSlice<u16>>,
     /// Partial sums of the batched kernels' ranges of the row length.
     partial: Option<CudaSlice<f32>>,
+    /// The up projection's partial sums while the gate's wait in `partial` (a batched SwiGLU
+    /// merges both in its activation kernel).
+    partial_second: Option<CudaSlice<f32>>,
     /// f16 dequantized weight rows (GEMM path).
     half_weight: Option<CudaSlice<u16>>,
     blas: Option<cublas::Blas>,
@@ -312,6 +315,12 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
         Activation::GeluTanh => false,
     };
     if !fits || !takes_matvec_rows(gate, tokens) {
+        if matches!(activation, Activation::Silu)
+            && takes_half_input(ffn.down, tokens, gate.rows())
+            && silu_over_unmerged(backend, &ffn, x, tokens, hidden, up)?
+        {
+            return Ok(());
+        }
         matmul(backend, gate, x, tokens, hidden)?;
         matmul(backend, ffn.up, x, tokens, up)?;
         if matches!(activation, Activation::Silu) && takes_half_input(ffn.down, tokens, gate.rows())
@@ -378,6 +387,111 @@ pub(crate) fn record_half(
         scratch: half,
         mode,
     });
+}
+
+/// The batched SwiGLU when gate and up take the pipelined kernels with one plan: both
+/// launched without their merges (`mmqp_merge`), whose sums the activation kernel
+/// (`silu_mul_merge_f16_cpu` in mmqp.cu) adds itself, in the same order, before SiLU, the
+/// product and the down projection's f16 copy: `hidden` and `up` then hold what the two
+/// matmuls and [`silu_mul_half`] leave. False (nothing launched) when the kernels or shapes
+/// differ, or with `RUNIT_CUDA_SILU_MERGE=0` (a measuring knob).
+fn silu_over_unmerged(
+    backend: &CudaBackend,
+    ffn: &runit_backend::GatedFfn<'_>,
+    x: &Buffer,
+    tokens: usize,
+    hidden: &mut Buffer,
+    up: &mut Buffer,
+) -> Result<bool, BackendError> {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled =
+        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_SILU_MERGE").map_or(true, |v| v != "0"));
+    let (gate, up_weight) = (ffn.gate, ffn.up);
+    if !enabled || gate.ty != up_weight.ty || gate.shape != up_weight.shape {
+        return Ok(false);
+    }
+    let width = gate.rows();
+    let mode = activation_mode(ffn.down.ty);
+    let Some(kernels) = names::kernels(gate.ty) else {
+        return Ok(false);
+    };
+    let Some(path) = batched_path(gate.ty, &kernels, tokens, gate.row_len())
+        .filter(|path| matches!(path, mmq::Path::Pipe { .. }))
+    else {
+        return Ok(false);
+    };
+    if takes_matvec(tokens, Some(path)) || mode >= 3 || !width.is_multiple_of(256) {
+        return Ok(false);
+    }
+    let (Some((_, gate_op)), Some((_, up_op))) = (
+        operands(backend, gate, x, tokens, hidden, 0)?,
+        operands(backend, up_weight, x, tokens, up, 0)?,
+    ) else {
+        return Ok(true); // nothing to compute
+    };
+    let mut scratch = backend.matmul_state().lock();
+    forget_overwritten(&mut scratch, &gate_op);
+    forget_overwritten(&mut scratch, &up_op);
+    let launch = |scratch: &mut Scratch, op: &Operands, partials| {
+        mmq::run_unmerged(backend, path, op, scratch, partials)?.ok_or(BackendError::Device {
+            backend: backend.name(),
+            op: OP,
+            message: "the batched SwiGLU's matmul is not a pipelined one".into(),
+        })
+    };
+    let g = launch(&mut scratch, &gate_op, mmq::Partials::First)?;
+    let u = launch(&mut scratch, &up_op, mmq::Partials::Second)?;
+    if (g.n_stages, g.share) != (u.n_stages, u.share) {
+        // Same weights' shape and type, same rows: the plans cannot differ.
+        return Err(BackendError::Device {
+            backend: backend.name(),
+            op: OP,
+            message: format!("gate and up took different plans ({g:?}, {u:?})"),
+        });
+    }
+    let values = tokens * width;
+    let base = ensure(backend, &mut scratch.half_x, values, "f16 activation")?;
+    launch_kernel!(
+        backend,
+        OP,
+        "mmqp.cu",
+        "silu_mul_merge_f16_cpu",
+        silu_merge_grid(values, mode),
+        gate_op.out,
+        up_op.out,
+        base,
+        values as u64,
+        mode,
+        width as u32,
+        g.partial,
+        u.partial,
+        g.n_stages,
+        g.share
+    )?;
+    // After the launch, which counts as a write of activations (as in silu_mul_half).
+    scratch.halved = Some(Converted {
+        x: gate_op.out,
+        tokens,
+        row_len: width,
+        generation: backend.write_generation(),
+        scratch: base,
+        mode,
+    });
+    Ok(true)
+}
+
+/// The launch of `silu_mul_merge_f16_cpu` over `values` values in q8 mode `mode`: as
+/// activation_f16_cpu's in modes 0 and 1 (a warp per 32 values), a block of 256 threads per
+/// 256-value unit in mode 2.
+fn silu_merge_grid(values: usize, mode: u32) -> cudarc::driver::LaunchConfig {
+    if mode != 2 {
+        return gemm::convert_grid(values, mode);
+    }
+    cudarc::driver::LaunchConfig {
+        grid_dim: ((values / 256).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// True when a matmul of `tokens` rows of `weight` over rows of `row_len` values reads its
