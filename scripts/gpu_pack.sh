@@ -24,20 +24,22 @@ for line in sys.stdin:
             shutil.copy(m["executable"], into + "/" + prefix + m["target"]["name"])
 ' "$@"
 }
+# test_binaries DIR PREFIX NAMES CARGO-TEST-ARGS...: pick_tests over `cargo test --no-run` of the
+# named packages. A run that compiled the crates has at times named only some executables, so
+# the build comes first and the (then fresh) JSON listing second.
+test_binaries() {
+  local into=$1 prefix=$2 names=$3; shift 3
+  cargo test --release "$@" --no-run >/dev/null 2>&1 || cargo test --release "$@" --no-run
+  cargo test --release "$@" --no-run --message-format=json 2>/dev/null | pick_tests "$into" "$prefix" "$names"
+}
 # build_into DIR NAMES: runit with both GPU backends (the wgpu backend runs on the GPU through
 # NVIDIA's Vulkan driver beside CUDA: issue 30 compares them in one call) and the named tests.
 build_into() {
   cargo build --release -p runit-cli --features cuda,wgpu
   cp "${CARGO_TARGET_DIR:-target}/release/runit" "$1/runit"
-  [ -n "${2// /}" ] && cargo test --release -p runit-backend-cuda -p runit-engine --no-run --message-format=json 2>/dev/null \
-    | pick_tests "$1" "" "$2"
-  case " $2 " in *" wgpu_"*)
-    cargo test --release -p runit-backend-wgpu --no-run --message-format=json 2>/dev/null | pick_tests "$1" wgpu_ "$2" ;;
-  esac
-  case " $2 " in *" cuda_fault "*)
-    cargo test --release -p runit-cli --features cuda --test cuda_fault --no-run --message-format=json 2>/dev/null \
-      | pick_tests "$1" "" "$2" ;;
-  esac
+  [ -n "${2// /}" ] && test_binaries "$1" "" "$2" -p runit-backend-cuda -p runit-engine
+  case " $2 " in *" wgpu_"*) test_binaries "$1" wgpu_ "$2" -p runit-backend-wgpu ;; esac
+  case " $2 " in *" cuda_fault "*) test_binaries "$1" "" "$2" -p runit-cli --features cuda --test cuda_fault ;; esac
   strip "$1"/*
 }
 if [ "$mode" = slim ]; then
@@ -45,6 +47,9 @@ if [ "$mode" = slim ]; then
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   build_into "$stage" "${*:-turbo_gpu turbo_cuda}"
+  missing=""
+  for name in ${*:-turbo_gpu turbo_cuda}; do [ -e "$stage/$name" ] || missing="$missing $name"; done
+  [ -z "$missing" ] || { echo "gpu_pack.sh: no test executable named:$missing" >&2; exit 1; }
   mkdir -p device
   (cd "$stage" && tar -cf - .) | xz -T2 -6 >device/slim.tar.xz
   ls "$stage"

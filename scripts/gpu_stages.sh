@@ -17,6 +17,7 @@
 #   ncu     Nsight Compute full set + SASS source counters of KREGEX (ARGS, SKIP, COUNT, TAG)
 #   wgpu    wgpu (int8 activations on/off) beside CUDA on 0.5B Q8_0 and 7B Q4_K_M (WTESTS)
 #   q6k     wgpu Q6_K staging on/off on the 7B
+#   wprof   RUNIT_WGPU_PROFILE=1 per-dispatch device times of a wgpu decode, 7B and 0.5B
 # Logs go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +89,13 @@ for stage in "$@"; do
   q6k)
     export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
     for v in 1 0; do bench wgpu-q6k$v-7b XDG_RUNTIME_DIR=/tmp/xdg RUNIT_WGPU_Q6K_ALIGNED=$v -- -m $M7 -p 0 -n 64 -r 2 --device wgpu; done ;;
+  wprof)
+    export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
+    [ -s /tmp/synth/05b-q8.gguf ] || $B/runit synth --shape qwen2.5-0.5b --type Q8_0 /tmp/synth/05b-q8.gguf > $out/synth05.log 2>&1
+    for m in $M7 /tmp/synth/05b-q8.gguf; do
+      RUNIT_WGPU_PROFILE=1 timeout 100 $B/runit bench --device wgpu -m $m -p 0 -n 16 -r 1 > $out/wprof-$(basename $m).log 2>&1
+      echo "== $(basename $m)"; grep -A16 "RUNIT_WGPU_PROFILE" $out/wprof-$(basename $m).log | head -18
+    done ;;
   tqab)
     bench warmup-f16 -- -m $M7 -p 0 -n 4 -r 1 -c 2048 --kv-type f16 > /dev/null
     bench f16-d16384 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type f16
