@@ -181,8 +181,9 @@ pub struct WgpuBackend {
     /// Whether the matrix-vector kernels of Q6_K weights stage each workgroup's rows through
     /// workgroup memory, read in consecutive words by all its invocations, rather than read
     /// each piece's runs where they lie (`matvec_staged.wgsl`: its 210-byte blocks start on
-    /// 2-byte boundaries). `RUNIT_WGPU_Q6K_ALIGNED=0` turns it off, as does
-    /// [`WgpuBackend::with_q6_k_staged`].
+    /// 2-byte boundaries). Off by default: on an H100 through Vulkan the staging made the 7B
+    /// Q4_K_M decode 23% slower (131 against 170 tok/s, session 41); `RUNIT_WGPU_Q6K_ALIGNED=1`
+    /// turns it on, as does [`WgpuBackend::with_q6_k_staged`].
     pub(crate) q6_k_staged: bool,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
@@ -403,7 +404,7 @@ impl WgpuBackend {
                 Ok("plain") => Some(Dot4::Plain),
                 _ => Some(Dot4::Builtin),
             },
-            q6_k_staged: !std::env::var("RUNIT_WGPU_Q6K_ALIGNED").is_ok_and(|v| v == "0"),
+            q6_k_staged: std::env::var("RUNIT_WGPU_Q6K_ALIGNED").is_ok_and(|v| v == "1"),
             rounded_x: Mutex::default(),
             attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
@@ -487,7 +488,7 @@ impl WgpuBackend {
 
     /// This backend with its Q6_K matrix-vector kernels staging their rows through workgroup
     /// memory (`true`) or reading each piece in place (`false`), as `RUNIT_WGPU_Q6K_ALIGNED`
-    /// sets it when the backend opens (`0`: `false`; by default `true`).
+    /// sets it when the backend opens (`1`: `true`; by default `false`).
     pub fn with_q6_k_staged(mut self, staged: bool) -> WgpuBackend {
         self.q6_k_staged = staged;
         self

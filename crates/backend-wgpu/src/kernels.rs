@@ -237,7 +237,7 @@ pub const PLAIN: [(&str, &str); 15] = [
 /// type and variant).
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 /// The matrix-vector kernel's loop over a row's pieces (`partial`): reading the weights where
-/// they lie, or (Q6_K) staged through workgroup memory.
+/// they lie, or (Q6_K under `RUNIT_WGPU_Q6K_ALIGNED=1`) staged through workgroup memory.
 const MATVEC_PIECES: &str = include_str!("shaders/matvec_pieces.wgsl");
 const MATVEC_STAGED: &str = include_str!("shaders/matvec_staged.wgsl");
 /// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`] on f32
