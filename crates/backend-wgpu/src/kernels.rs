@@ -467,6 +467,13 @@ fn matvec_parts_source(
         )
 }
 
+/// rms_norm.wgsl's workgroup size as written (every adapter grants it), and as the backend
+/// writes it where the adapter grants more (`WgpuBackend::norm_threads`).
+pub const NORM_THREADS_PORTABLE: &str = "const THREADS: u32 = 256u;";
+pub fn norm_threads(threads: u32) -> String {
+    format!("const THREADS: u32 = {threads}u;")
+}
+
 /// The kernels that read packed weights, composed per type.
 pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
     ("matmul", include_str!("shaders/matmul.wgsl")),

@@ -44,12 +44,15 @@ fn bits(values: &[f32]) -> Vec<u32> {
 #[test]
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(gpu) = backend() else { return };
+    let gpu = gpu.with_norm_threads(1024);
     let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     let mut rng = Rng::new(31);
     // Widths below, at and past the kernel's 256 invocations a row, and a non-multiple of
-    // it; rows held in registers (widths of a multiple of 4 up to 8,192: one chunk of 1,024
-    // values, and three and a half) and rows looped over (a width not a multiple of 4, one
-    // past 8,192, and every width on a backend that does not hold rows).
+    // it; rows held in registers (widths of a multiple of 4 up to 8,192: with 256
+    // invocations one chunk of 1,024 values, and three and a half; with 1,024 one chunk of
+    // 4,096, and two) and rows looped over (a width not a multiple of 4, one past 8,192, and
+    // every width on a backend that does not hold rows).
     let cases = [
         (48, 3),
         (64, 1),
@@ -61,7 +64,7 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     ];
     for ((width, rows), gpu) in cases
         .into_iter()
-        .flat_map(|case| [(case, &gpu), (case, &looping)])
+        .flat_map(|case| [(case, &gpu), (case, &looping), (case, &portable)])
     {
         let len = width * rows;
         let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
@@ -104,12 +107,18 @@ fn add_rms_norm_equals_add_then_rms_norm() {
 /// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
 /// matmul rounds again. Each step's
 /// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
-/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at a width
-/// of one chunk of the held kernel (1,024 values) and of two, the second part full.
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at widths
+/// of one chunk of the held kernel (4 values an invocation: 4,096 values with 1,024
+/// invocations, 1,024 with 256) and of two, the second part full.
 #[test]
 fn add_rms_norm_rounds_for_the_next_matmul() {
     let Some(gpu) = backend() else { return };
-    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    let gpu = gpu.with_norm_threads(1024);
+    let exact = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_exact_matmul()
+        .with_norm_threads(1024);
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     let types = [
         GgmlType::Q8_0,
         GgmlType::Q4_1,
@@ -119,10 +128,14 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
         GgmlType::F32,
     ];
     let rows_out = 40;
-    for ((gpu, mode), width) in [(&gpu, "fast"), (&exact, "exact")]
+    let wide = [(&gpu, "fast"), (&exact, "exact")]
         .into_iter()
-        .flat_map(|gpu| [(gpu, 512), (gpu, 1280)])
-    {
+        .flat_map(|gpu| [(gpu, 512), (gpu, 1280), (gpu, 5120)]);
+    let narrow = [
+        ((&portable, "fast, 256 invocations"), 512),
+        ((&portable, "fast, 256 invocations"), 1280),
+    ];
+    for ((gpu, mode), width) in wide.chain(narrow) {
         let mut rng = Rng::new(37);
         let others = [GgmlType::F16, GgmlType::Q8_0]
             .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));

@@ -177,16 +177,18 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
 }
 
 /// RMS norms equal the CPU's bit for bit (the goldens need it; the parity suite's bound is
-/// an NMSE) at model widths, rows held in registers and rows looped over (a width past
-/// 8,192, and every width on a backend that does not hold rows): the sums of squares part
-/// from the CPU's f64 order but are float-floats, so the mean rounds to the same f32.
+/// an NMSE) at model widths, rows held in registers by workgroups of 1,024 invocations
+/// (where the adapter grants them) and of 256, and rows looped over (a width past 8,192, and
+/// every width on a backend that does not hold rows): the sums of squares part from the
+/// CPU's f64 order, and from each other, but are float-floats, so the mean rounds to the same
+/// f32.
 #[test]
 fn rms_norm_equals_the_cpu_bit_for_bit() {
     use runit_backend::testing::{make_weight, Rng};
     use runit_backend::{Backend, RmsNorm};
     use runit_quant::GgmlType;
     let gpu = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
+        Ok(backend) => backend.with_norm_threads(1024),
         Err(error) => {
             assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
             println!("NOTICE: no wgpu adapter: {error}");
@@ -194,13 +196,27 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
         }
     };
     let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
+    println!(
+        "norm invocations a workgroup: {} and {}",
+        gpu.norm_threads(),
+        portable.norm_threads()
+    );
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let mut rng = Rng::new(67);
-    for (width, rows) in [(896, 16), (2048, 8), (3584, 8), (4096, 4), (8448, 2)] {
+    for (width, rows) in [
+        (896, 16),
+        (2048, 8),
+        (3584, 8),
+        (4096, 4),
+        (5120, 2),
+        (8192, 2),
+        (8448, 2),
+    ] {
         let x = rng.normal(rows * width, 1.5);
         let w = rng.values(width, 0.5, 1.5);
         let mut outs: Vec<Vec<u32>> = Vec::new();
-        for device in [&gpu as &dyn Backend, &looping, &cpu] {
+        for device in [&gpu as &dyn Backend, &looping, &portable, &cpu] {
             let weight = make_weight(device, "norm", GgmlType::F32, &[width], &w).expect("weight");
             let norm = RmsNorm {
                 weight: &weight,
@@ -216,7 +232,11 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
             device.download(&out, &mut host).expect("download");
             outs.push(host.iter().map(|v| v.to_bits()).collect());
         }
-        assert_eq!(outs[0], outs[2], "held rows, width {width}");
-        assert_eq!(outs[1], outs[2], "looped rows, width {width}");
+        assert_eq!(outs[0], outs[3], "held rows, width {width}");
+        assert_eq!(outs[1], outs[3], "looped rows, width {width}");
+        assert_eq!(
+            outs[2], outs[3],
+            "held rows of 256 invocations, width {width}"
+        );
     }
 }
