@@ -300,6 +300,9 @@ fn rope_kv_write_equals_its_primitives() {
         (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1, [4, 3]),
         (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3, [4, 3]),
         (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1, [5, 4]),
+        // Key rows of 512 pairs and 512 or 1,024 cache words: several steps of a workgroup.
+        (16, 8, 128, RopeStyle::Normal, F16, F32, 5, 2, [3, 1]),
+        (16, 8, 128, RopeStyle::Neox, F32, F16, 40, 1, [3, 1]),
     ];
     for (heads, kv_heads, head_dim, style, keys, values, prefix, rows, dispatches) in cases {
         let case = RopeCase {
