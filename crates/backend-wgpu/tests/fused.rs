@@ -659,6 +659,76 @@ fn matmul_qkv_equals_three_matmuls() {
     }
 }
 
+/// The Q, K and V projections of different types (Q4_K_M's Q4_K Q and K beside a Q6_K V, and
+/// Q8_0 beside F16), which no one dispatch takes: `matmul_qkv` runs a matmul each, then the
+/// biases, equal bit for bit to the primitives (a matmul and its bias each); where the types
+/// round their activations alike it rounds them once, and three biases take one dispatch.
+#[test]
+fn matmul_qkv_of_mixed_types_equals_three_matmuls() {
+    let Some(gpu) = backend() else { return };
+    let n = 256;
+    let rows = [64, 32, 36];
+    // The types, and the roundings of the activations the fused op saves with all three
+    // biases and with K's alone (the primitives round again after each bias; Q4_K and Q6_K
+    // round alike, F16 and Q8_0 do not).
+    let mixes = [
+        ([GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K], [2, 1]),
+        ([GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::F16], [1, 0]),
+    ];
+    for (types, rounds_saved) in mixes {
+        let ws: Vec<Weight> = types
+            .iter()
+            .zip(rows)
+            .map(|(&ty, r)| weights(&gpu, ty, n, &[r], 17).remove(0))
+            .collect();
+        let biases: Vec<Weight> = rows
+            .iter()
+            .map(|&r| {
+                let values = Rng::new(r as u64).values(r, -1.0, 1.0);
+                make_weight(&gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
+            })
+            .collect();
+        for (tokens, all_biases) in [1, 2, 5].into_iter().flat_map(|t| [(t, false), (t, true)]) {
+            let x = upload(&gpu, &Rng::new(11).values(tokens * n, -2.0, 2.0));
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let mut outs: Vec<Buffer> = rows
+                    .iter()
+                    .map(|r| gpu.alloc(tokens * r).expect("alloc"))
+                    .collect();
+                let projections = [0, 1, 2].map(|i| Projection {
+                    weight: &ws[i],
+                    bias: (all_biases || i == 1).then_some(&biases[i]),
+                });
+                let [q, k, v] = &mut outs[..] else {
+                    unreachable!()
+                };
+                let before = gpu.counts().dispatches;
+                match fused {
+                    true => gpu.matmul_qkv(projections, &x, tokens, [q, k, v]),
+                    false => unfused::matmul_qkv(&gpu, projections, &x, tokens, [q, k, v]),
+                }
+                .expect("matmul_qkv");
+                used.push(gpu.counts().dispatches - before);
+                let hosts: Vec<Vec<u32>> = outs
+                    .iter()
+                    .zip(rows)
+                    .map(|(out, r)| bits(&download(&gpu, out, tokens * r)))
+                    .collect();
+                results.push(hosts);
+            }
+            let detail = format!("{types:?} x {tokens}, all biases {all_biases}");
+            assert_eq!(results[0], results[1], "{detail}");
+            // With all three biases, one dispatch of them instead of three.
+            let saved = match all_biases {
+                true => rounds_saved[0] + 2,
+                false => rounds_saved[1],
+            };
+            assert_eq!(used[1] + saved, used[0], "{detail}: dispatches {used:?}");
+        }
+    }
+}
+
 /// The gated FFN's hidden layer by `gated_ffn_hidden` (gate and up in one dispatch) and by
 /// its primitives, for both activations, the hidden and up buffers compared.
 #[test]
