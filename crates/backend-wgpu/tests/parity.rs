@@ -240,3 +240,42 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
         );
     }
 }
+
+/// Embedding rows several steps of the kernel's invocations long (256 a row: a row of
+/// 1,536 values is 6 steps; the parity suite's rows of 256 are one) equal the CPU's
+/// dequantization for a K-quant, a 32-value block type and F16.
+#[test]
+fn embedding_of_wide_rows_matches_the_cpu() {
+    use runit_backend::testing::{make_weight_as, nmse, Rng};
+    use runit_backend::{Backend, WeightRole};
+    use runit_quant::GgmlType;
+    let gpu = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter: {error}");
+            return;
+        }
+    };
+    let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let (width, rows) = (1536, 5);
+    let ids = [4u32, 0, 2];
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+        let table = Rng::new(0x0e3b + ty.id() as u64).normal(width * rows, 0.5);
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for device in [&gpu as &dyn Backend, &cpu] {
+            let role = WeightRole::TokenEmbedding;
+            let weight = make_weight_as(device, role, "token_embd", ty, &[width, rows], &table)
+                .expect("weight");
+            let mut out = device.alloc(ids.len() * width).expect("alloc");
+            device
+                .embedding(&weight, &ids, &mut out)
+                .expect("embedding");
+            let mut host = vec![0.0f32; ids.len() * width];
+            device.download(&out, &mut host).expect("download");
+            outs.push(host);
+        }
+        let error = nmse(&outs[1], &outs[0]);
+        assert!(error <= 1e-12, "{ty:?}: NMSE {error:e}");
+    }
+}
