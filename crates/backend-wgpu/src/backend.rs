@@ -204,8 +204,8 @@ pub struct WgpuBackend {
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
     /// The norm kernels' invocations a workgroup (rms_norm.wgsl's THREADS): 1,024 where the
-    /// adapter grants that many and their workgroup memory ([`norm_threads`]), but for CPU
-    /// adapters, else 256; `RUNIT_WGPU_NORM_THREADS=256` or `=1024` (where granted) or
+    /// adapter grants that many and their workgroup memory ([`norm_threads`]) and is not a
+    /// CPU adapter, else 256; `RUNIT_WGPU_NORM_THREADS=256` or `=1024` (where granted) or
     /// [`WgpuBackend::with_norm_threads`] sets it.
     pub(crate) norm_threads: u32,
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).

@@ -45,7 +45,10 @@ fn bits(values: &[f32]) -> Vec<u32> {
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(gpu) = backend() else { return };
     let gpu = gpu.with_norm_threads(1024);
-    let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let looping = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_held_norms()
+        .with_norm_threads(1024);
     let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     let mut rng = Rng::new(31);
     // Widths below, at and past the kernel's 256 invocations a row, and a non-multiple of
@@ -109,7 +112,8 @@ fn add_rms_norm_equals_add_then_rms_norm() {
 /// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
 /// every rounding mode, with the fast kernels and the exact ones (packed blocks), at widths
 /// of one chunk of the held kernel (4 values an invocation: 4,096 values with 1,024
-/// invocations, 1,024 with 256) and of two, the second part full.
+/// invocations, 1,024 with 256) and of two, the second part full, and looping over a row of
+/// two chunks.
 #[test]
 fn add_rms_norm_rounds_for_the_next_matmul() {
     let Some(gpu) = backend() else { return };
@@ -135,7 +139,13 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
         ((&portable, "fast, 256 invocations"), 512),
         ((&portable, "fast, 256 invocations"), 1280),
     ];
-    for ((gpu, mode), width) in wide.chain(narrow) {
+    // The loop over the row (rows not held), rounding a chunk of 4,096 values a call.
+    let looping = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_held_norms()
+        .with_norm_threads(1024);
+    let looped = [((&looping, "fast, looped"), 5120)];
+    for ((gpu, mode), width) in wide.chain(narrow).chain(looped) {
         let mut rng = Rng::new(37);
         let others = [GgmlType::F16, GgmlType::Q8_0]
             .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
