@@ -135,13 +135,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    // Q6_K at one token with its rows staged through workgroup memory (the default) and read
-    // in place (`RUNIT_WGPU_Q6K_ALIGNED=0`), alternated.
+    // Q6_K at one token with its rows read in place (the default) and staged through
+    // workgroup memory (`RUNIT_WGPU_Q6K_ALIGNED=1`), alternated.
     let in_place = WgpuBackend::new(0)?.with_q6_k_staged(false);
+    let staged = WgpuBackend::new(0)?.with_q6_k_staged(true);
     let ty = GgmlType::Q6_K;
     let bytes = ty.row_bytes(shape[0] as u64).unwrap_or(0) as f64 * shape[1] as f64;
     for round in 0..3 {
-        for (name, backend) in [("in place", &in_place), ("staged", &fast)] {
+        for (name, backend) in [("in place", &in_place), ("staged", &staged)] {
             let seconds = time(backend, ty, shape, 1)?;
             println!(
                 "Q6_K x 1 {name} (round {round}): {:.3} ms ({:.2} GB/s)",

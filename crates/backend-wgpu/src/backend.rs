@@ -181,8 +181,9 @@ pub struct WgpuBackend {
     /// Whether the matrix-vector kernels of Q6_K weights stage each workgroup's rows through
     /// workgroup memory, read in consecutive words by all its invocations, rather than read
     /// each piece's runs where they lie (`matvec_staged.wgsl`: its 210-byte blocks start on
-    /// 2-byte boundaries). `RUNIT_WGPU_Q6K_ALIGNED=0` turns it off, as does
-    /// [`WgpuBackend::with_q6_k_staged`].
+    /// 2-byte boundaries). Off by default: on an H100 through Vulkan the staging made the 7B
+    /// Q4_K_M decode 23% slower (131 against 170 tok/s, session 41); `RUNIT_WGPU_Q6K_ALIGNED=1`
+    /// turns it on, as does [`WgpuBackend::with_q6_k_staged`].
     pub(crate) q6_k_staged: bool,
     /// The staging buffer of the last read-back, reused by the next (`read_bytes`).
     staging: Mutex<Option<wgpu::Buffer>>,
@@ -202,6 +203,11 @@ pub struct WgpuBackend {
     pub(crate) timed: bool,
     /// Whether WGSL's `fma` rounds once on this adapter ([`WgpuBackend::fma_is_fused`]).
     pub(crate) fused_fma: bool,
+    /// The norm kernels' invocations a workgroup (rms_norm.wgsl's THREADS): 1,024 where the
+    /// adapter grants that many and their workgroup memory ([`norm_threads`]) and is not a
+    /// CPU adapter, else 256; `RUNIT_WGPU_NORM_THREADS=256` or `=1024` (where granted) or
+    /// [`WgpuBackend::with_norm_threads`] sets it.
+    pub(crate) norm_threads: u32,
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
@@ -275,6 +281,26 @@ pub struct DispatchCounts {
 /// into two dimensions (at most 65 535 groups a dimension).
 pub(crate) fn grid(threads: usize) -> [u32; 3] {
     rows_grid(threads.div_ceil(64))
+}
+
+/// The norm kernels' invocations a workgroup on every adapter (WebGPU's least limit).
+pub(crate) const PORTABLE_NORM_THREADS: u32 = 256;
+
+/// The norm kernels' invocations a workgroup on an adapter of `limits`: 1,024 where it
+/// grants that many and the workgroup memory they take (the add + norm + rounding kernel's
+/// float-float partials and four quantize_coop.wgsl arrays, 24 bytes an invocation), else
+/// [`PORTABLE_NORM_THREADS`]. A row of up to 4,096 values is then a vec4 an invocation: one
+/// pass of adds and one rounding call, where 256 invocations took four of each for 3,584.
+fn norm_threads(limits: &wgpu::Limits) -> u32 {
+    const WIDE: u32 = 1024;
+    let fits = limits.max_compute_invocations_per_workgroup >= WIDE
+        && limits.max_compute_workgroup_size_x >= WIDE
+        && limits.max_compute_workgroup_storage_size >= 24 * WIDE;
+    if fits {
+        WIDE
+    } else {
+        PORTABLE_NORM_THREADS
+    }
 }
 
 /// `groups` workgroups folded into two dimensions: `[x, y, 1]` with `x * y >= groups`.
@@ -403,7 +429,7 @@ impl WgpuBackend {
                 Ok("plain") => Some(Dot4::Plain),
                 _ => Some(Dot4::Builtin),
             },
-            q6_k_staged: !std::env::var("RUNIT_WGPU_Q6K_ALIGNED").is_ok_and(|v| v == "0"),
+            q6_k_staged: std::env::var("RUNIT_WGPU_Q6K_ALIGNED").is_ok_and(|v| v == "1"),
             rounded_x: Mutex::default(),
             attention_partials: Mutex::default(),
             epoch: AtomicU64::new(0),
@@ -413,6 +439,15 @@ impl WgpuBackend {
             step_clock: Mutex::default(),
             timed: counting(),
             fused_fma: false,
+            norm_threads: match std::env::var("RUNIT_WGPU_NORM_THREADS").as_deref() {
+                Ok("256") => PORTABLE_NORM_THREADS,
+                Ok("1024") => norm_threads(&limits),
+                // lavapipe keeps each invocation's live values in memory across barriers:
+                // 1,024 invocations made its add + norm + rounding of 3,584 values about
+                // twice as slow as 256.
+                _ if info.device_type == wgpu::DeviceType::Cpu => PORTABLE_NORM_THREADS,
+                _ => norm_threads(&limits),
+            },
             profiler,
         };
         backend.fused_fma = backend.fma_is_fused()?;
@@ -487,7 +522,7 @@ impl WgpuBackend {
 
     /// This backend with its Q6_K matrix-vector kernels staging their rows through workgroup
     /// memory (`true`) or reading each piece in place (`false`), as `RUNIT_WGPU_Q6K_ALIGNED`
-    /// sets it when the backend opens (`0`: `false`; by default `true`).
+    /// sets it when the backend opens (`1`: `true`; by default `false`).
     pub fn with_q6_k_staged(mut self, staged: bool) -> WgpuBackend {
         self.q6_k_staged = staged;
         self
@@ -538,6 +573,30 @@ impl WgpuBackend {
     pub fn without_held_norms(mut self) -> WgpuBackend {
         self.held_norms = false;
         self
+    }
+
+    /// This backend with norm kernels of `threads` invocations a workgroup (256, or 1,024
+    /// where the adapter grants it, else 256), as `RUNIT_WGPU_NORM_THREADS` sets it when the
+    /// backend opens (by default the most the adapter grants of the two, 256 on a CPU
+    /// adapter). The two sum a row's squares in different orders; both round the mean as the
+    /// CPU does (tests/parity.rs).
+    pub fn with_norm_threads(mut self, threads: u32) -> WgpuBackend {
+        let limits = self.device.limits();
+        self.norm_threads = match threads {
+            1024 => norm_threads(&limits),
+            _ => PORTABLE_NORM_THREADS,
+        };
+        // Pipelines made before were made with the other count.
+        self.pipelines
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self
+    }
+
+    /// The norm kernels' invocations a workgroup ([`WgpuBackend::with_norm_threads`]).
+    pub fn norm_threads(&self) -> u32 {
+        self.norm_threads
     }
 
     /// This backend with matmul on the generic kernel for every type (`matmul.wgsl`, one
@@ -618,6 +677,10 @@ impl WgpuBackend {
         let mut source = kernel.source();
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
+        }
+        if self.norm_threads != PORTABLE_NORM_THREADS {
+            let threads = kernels::norm_threads(self.norm_threads);
+            source = source.replace(kernels::NORM_THREADS_PORTABLE, &threads);
         }
         // Without naga's loop bounding (a counter and a branch added to every loop, which
         // keeps drivers from unrolling the kernels' fixed loops); bounds checks stay.

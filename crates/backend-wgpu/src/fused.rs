@@ -7,7 +7,8 @@
 //! gated activation with the rounding of its results for down
 //! (`WgpuBackend::gated_activation_rounded`); at decode, the Q, K and V projections in one
 //! matrix-vector dispatch (their three biases in one more), and gate and up in another
-//! (`WgpuBackend::matmul_parts`). Each
+//! (`WgpuBackend::matmul_parts`); where V's type is not Q's and K's, Q and K in one and V
+//! in another, then their biases in one dispatch. Each
 //! result equals the primitive sequence's (`runit_backend::unfused`) bit for bit: the
 //! kernels share those ops' functions (tests/fused.rs compares them).
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
@@ -97,18 +98,32 @@ impl FusedOps for WgpuBackend {
                 return Ok(());
             }
         }
-        if self.fused_ops && self.matmul_parts(&weights, x, tokens, &mut outs, None)? {
-            if let [Some(b0), Some(b1), Some(b2)] = projections.map(|p| p.bias) {
-                return self.add_biases([b0, b1, b2], outs, tokens);
-            }
-            for (projection, out) in projections.iter().zip(outs) {
-                if let Some(bias) = projection.bias {
-                    self.add_bias(out, bias, tokens)?;
-                }
-            }
-            return Ok(());
+        if !self.fused_ops {
+            return unfused::matmul_qkv(self, projections, x, tokens, outs);
         }
-        unfused::matmul_qkv(self, projections, x, tokens, outs)
+        if !self.matmul_parts(&weights, x, tokens, &mut outs, None)? {
+            // Weights no one dispatch takes (Q4_K_M's Q6_K V beside Q4_K Q and K in half the
+            // layers): Q and K in one where they can be, V alone, all before any bias, so
+            // that the activations' rounding the first makes serves the others (a bias
+            // dispatch between two matmuls made the next round them again: two quantize_x a
+            // layer).
+            let [q, k, v] = &mut outs;
+            let mut qk = [&mut **q, &mut **k];
+            if !self.matmul_parts(&weights[..2], x, tokens, &mut qk, None)? {
+                self.matmul(weights[0], x, tokens, qk[0])?;
+                self.matmul(weights[1], x, tokens, qk[1])?;
+            }
+            self.matmul(weights[2], x, tokens, v)?;
+        }
+        if let [Some(b0), Some(b1), Some(b2)] = projections.map(|p| p.bias) {
+            return self.add_biases([b0, b1, b2], outs, tokens);
+        }
+        for (projection, out) in projections.iter().zip(outs) {
+            if let Some(bias) = projection.bias {
+                self.add_bias(out, bias, tokens)?;
+            }
+        }
+        Ok(())
     }
 
     fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {

@@ -237,7 +237,7 @@ pub const PLAIN: [(&str, &str); 15] = [
 /// type and variant).
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 /// The matrix-vector kernel's loop over a row's pieces (`partial`): reading the weights where
-/// they lie, or (Q6_K) staged through workgroup memory.
+/// they lie, or (Q6_K under `RUNIT_WGPU_Q6K_ALIGNED=1`) staged through workgroup memory.
 const MATVEC_PIECES: &str = include_str!("shaders/matvec_pieces.wgsl");
 const MATVEC_STAGED: &str = include_str!("shaders/matvec_staged.wgsl");
 /// `PIECE_TYPE`, `xs_TYPE` and `dot_TYPE` of every type in [`MATVEC_TYPES`] on f32
@@ -465,6 +465,13 @@ fn matvec_parts_source(
             common = matvec_common(ty, reduction, int8, staged),
             last = parts - 1
         )
+}
+
+/// rms_norm.wgsl's workgroup size as written (every adapter grants it), and as the backend
+/// writes it where the adapter grants more (`WgpuBackend::norm_threads`).
+pub const NORM_THREADS_PORTABLE: &str = "const THREADS: u32 = 256u;";
+pub fn norm_threads(threads: u32) -> String {
+    format!("const THREADS: u32 = {threads}u;")
 }
 
 /// The kernels that read packed weights, composed per type.

@@ -32,9 +32,9 @@
 //!   to invocation i % 128, so that a subgroup's loads read neighbouring words; an invocation
 //!   reads a piece's activations once for the 4 rows and has the 4 rows' weight loads in
 //!   flight together. Q4_K, Q5_K and the float types are read as 16-byte vectors, the
-//!   2-byte-aligned blocks as words; Q6_K's (210-byte blocks) stage each workgroup's rows
-//!   through workgroup memory first, read in consecutive runs by all its invocations
-//!   (`matvec_staged.wgsl`; `RUNIT_WGPU_Q6K_ALIGNED=0` reads in place). Q4_0, Q4_1, Q5_0,
+//!   2-byte-aligned blocks as words (Q6_K's 210-byte blocks too: staging a workgroup's rows
+//!   through workgroup memory first, `matvec_staged.wgsl` under `RUNIT_WGPU_Q6K_ALIGNED=1`,
+//!   measured 23% slower on an H100's Vulkan driver). Q4_0, Q4_1, Q5_0,
 //!   Q8_0, Q4_K, Q5_K and Q6_K read their activations as int8 with a scale a block
 //!   (`matvec_int8.wgsl`: the CPU's Q8_0 or Q8_K rounding kept as integers, groups of 256
 //!   values in 288 bytes) and multiply four bytes an instruction (`dot4I8Packed`), the
@@ -105,9 +105,10 @@
 //! `attention_merge.wgsl`).
 //!
 //! RMS norms hold a row of up to 8,192 values in registers (`normalize_held` in
-//! `rms_norm.wgsl`: every load of the row in flight at once), one workgroup a row; wider rows
-//! and rows of a width not a multiple of 4 loop over the row (`RUNIT_WGPU_HELD_NORM=0`: every
-//! width).
+//! `rms_norm.wgsl`: every load of the row in flight at once), one workgroup a row of 1,024
+//! invocations where the adapter grants them (a vec4 an invocation for rows of up to 4,096
+//! values; 256 on CPU adapters and under `RUNIT_WGPU_NORM_THREADS=256`); wider rows and rows
+//! of a width not a multiple of 4 loop over the row (`RUNIT_WGPU_HELD_NORM=0`: every width).
 
 mod attention;
 mod backend;

@@ -19,7 +19,7 @@ fn f(value: f32) -> u32 {
     value.to_bits()
 }
 
-/// Values a norm kernel holds in registers at most (rms_norm.wgsl's HELD · CHUNK).
+/// Values a norm kernel holds in registers at most (rms_norm.wgsl's HELD_VALUES).
 const NORM_HELD_VALUES: usize = 8192;
 
 impl WgpuBackend {

@@ -24,6 +24,10 @@ pub(crate) fn same_angles(a: &RopeParams, b: &RopeParams) -> bool {
     *a == b_with_a_heads
 }
 
+/// rope_kv_write.wgsl's invocations a workgroup: a key row's pairs and cache words a step
+/// (a 7B's 256 of each), and the pairs of the queries a workgroup rotates.
+const ROPE_KV_THREADS: usize = 256;
+
 /// What a RoPE dispatch takes: its parameter words (`rope.wgsl`'s, the last four
 /// rope_kv_write.wgsl's alone), the angles table (cos, sin of each token's pairs) and the
 /// pairs of each buffer.
@@ -101,7 +105,7 @@ impl WgpuBackend {
         };
         let (entries, _) = cache_entries(&write, OP)?;
         let rows = entries.len() / 2;
-        let groups = rows + plan.pairs[0].div_ceil(64);
+        let groups = rows + plan.pairs[0].div_ceil(ROPE_KV_THREADS);
         let [gx, gy, _] = rows_grid(groups);
         let mut words = plan.words;
         words[8..10].copy_from_slice(&[rows as u32, key_width as u32]);

@@ -90,11 +90,16 @@ fn split_attention_matches_the_cpu_at_depth() {
     // Over an f16 cache the CPU rounds its value accumulator to f16 at every key (ggml's
     // one-chunk path) and the split path sums in f32: 4e-5 apart at this depth, within the
     // parity suite's bound.
-    let cases: [(Case, f64); 4] = [
+    // Heads of 256 dims (an invocation's second value dim) and of 66 (a score's last
+    // quarter longer than the others), at a depth of one tile and of a few.
+    let cases: [(Case, f64); 7] = [
         ((32, 8, 128, KvType::F32, None, 2000, 1), F32_BOUND),
         ((32, 8, 128, KvType::F32, None, 2000, 40), F32_BOUND),
         ((16, 2, 64, KvType::F32, Some(500), 1500, 3), F32_BOUND),
         ((32, 8, 128, KvType::F16, None, 2000, 1), ATTENTION_BOUND),
+        ((8, 2, 256, KvType::F32, None, 20, 1), F32_BOUND),
+        ((8, 2, 256, KvType::F32, None, 300, 2), F32_BOUND),
+        ((8, 4, 66, KvType::F32, None, 90, 1), F32_BOUND),
     ];
     for (index, (case, bound)) in cases.into_iter().enumerate() {
         let want = run(&reference, case, 71 + index as u64).expect("cpu");

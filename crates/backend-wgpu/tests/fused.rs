@@ -44,12 +44,18 @@ fn bits(values: &[f32]) -> Vec<u32> {
 #[test]
 fn add_rms_norm_equals_add_then_rms_norm() {
     let Some(gpu) = backend() else { return };
-    let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let gpu = gpu.with_norm_threads(1024);
+    let looping = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_held_norms()
+        .with_norm_threads(1024);
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     let mut rng = Rng::new(31);
     // Widths below, at and past the kernel's 256 invocations a row, and a non-multiple of
-    // it; rows held in registers (widths of a multiple of 4 up to 8,192: one chunk of 1,024
-    // values, and three and a half) and rows looped over (a width not a multiple of 4, one
-    // past 8,192, and every width on a backend that does not hold rows).
+    // it; rows held in registers (widths of a multiple of 4 up to 8,192: with 256
+    // invocations one chunk of 1,024 values, and three and a half; with 1,024 one chunk of
+    // 4,096, and two) and rows looped over (a width not a multiple of 4, one past 8,192, and
+    // every width on a backend that does not hold rows).
     let cases = [
         (48, 3),
         (64, 1),
@@ -61,7 +67,7 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     ];
     for ((width, rows), gpu) in cases
         .into_iter()
-        .flat_map(|case| [(case, &gpu), (case, &looping)])
+        .flat_map(|case| [(case, &gpu), (case, &looping), (case, &portable)])
     {
         let len = width * rows;
         let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
@@ -104,12 +110,19 @@ fn add_rms_norm_equals_add_then_rms_norm() {
 /// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
 /// matmul rounds again. Each step's
 /// sum, norm and product equal the primitives' (add, rms_norm, matmul) bit for bit, for
-/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at a width
-/// of one chunk of the held kernel (1,024 values) and of two, the second part full.
+/// every rounding mode, with the fast kernels and the exact ones (packed blocks), at widths
+/// of one chunk of the held kernel (4 values an invocation: 4,096 values with 1,024
+/// invocations, 1,024 with 256) and of two, the second part full, and looping over a row of
+/// two chunks.
 #[test]
 fn add_rms_norm_rounds_for_the_next_matmul() {
     let Some(gpu) = backend() else { return };
-    let exact = WgpuBackend::new(0).expect("adapter").with_exact_matmul();
+    let gpu = gpu.with_norm_threads(1024);
+    let exact = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_exact_matmul()
+        .with_norm_threads(1024);
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     let types = [
         GgmlType::Q8_0,
         GgmlType::Q4_1,
@@ -119,10 +132,20 @@ fn add_rms_norm_rounds_for_the_next_matmul() {
         GgmlType::F32,
     ];
     let rows_out = 40;
-    for ((gpu, mode), width) in [(&gpu, "fast"), (&exact, "exact")]
+    let wide = [(&gpu, "fast"), (&exact, "exact")]
         .into_iter()
-        .flat_map(|gpu| [(gpu, 512), (gpu, 1280)])
-    {
+        .flat_map(|gpu| [(gpu, 512), (gpu, 1280), (gpu, 5120)]);
+    let narrow = [
+        ((&portable, "fast, 256 invocations"), 512),
+        ((&portable, "fast, 256 invocations"), 1280),
+    ];
+    // The loop over the row (rows not held), rounding a chunk of 4,096 values a call.
+    let looping = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_held_norms()
+        .with_norm_threads(1024);
+    let looped = [((&looping, "fast, looped"), 5120)];
+    for ((gpu, mode), width) in wide.chain(narrow).chain(looped) {
         let mut rng = Rng::new(37);
         let others = [GgmlType::F16, GgmlType::Q8_0]
             .map(|ty| weights(gpu, ty, width, &[rows_out], 41).remove(0));
@@ -287,6 +310,9 @@ fn rope_kv_write_equals_its_primitives() {
         (8, 2, 64, RopeStyle::Neox, Q8_0, F16, 20, 1, [4, 3]),
         (4, 2, 64, RopeStyle::Normal, F16, Q4_0, 0, 3, [4, 3]),
         (2, 1, 128, RopeStyle::Normal, Q8_0, Q8_0, 12, 1, [5, 4]),
+        // Key rows of 512 pairs and 512 or 1,024 cache words: several steps of a workgroup.
+        (16, 8, 128, RopeStyle::Normal, F16, F32, 5, 2, [3, 1]),
+        (16, 8, 128, RopeStyle::Neox, F32, F16, 40, 1, [3, 1]),
     ];
     for (heads, kv_heads, head_dim, style, keys, values, prefix, rows, dispatches) in cases {
         let case = RopeCase {
@@ -639,6 +665,79 @@ fn matmul_qkv_equals_three_matmuls() {
                 };
                 assert!(used[1] + saved <= used[0], "{detail}: dispatches {used:?}");
             }
+        }
+    }
+}
+
+/// The Q, K and V projections of different types (Q4_K_M's Q4_K Q and K beside a Q6_K V, and
+/// Q8_0 beside F16), which no one dispatch takes: `matmul_qkv` runs Q and K in one dispatch
+/// (at decode) and V in another, then the biases, equal bit for bit to the primitives (a
+/// matmul and its bias each); where the types round their activations alike it rounds them
+/// once, and three biases take one dispatch.
+#[test]
+fn matmul_qkv_of_mixed_types_equals_three_matmuls() {
+    let Some(gpu) = backend() else { return };
+    let n = 256;
+    let rows = [64, 32, 36];
+    // The types, and the roundings of the activations the fused op saves with all three
+    // biases and with K's alone (the primitives round again after each bias; Q4_K and Q6_K
+    // round alike, F16 and Q8_0 do not).
+    let mixes = [
+        ([GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K], [2, 1]),
+        ([GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::F16], [1, 0]),
+    ];
+    for (types, rounds_saved) in mixes {
+        let ws: Vec<Weight> = types
+            .iter()
+            .zip(rows)
+            .map(|(&ty, r)| weights(&gpu, ty, n, &[r], 17).remove(0))
+            .collect();
+        let biases: Vec<Weight> = rows
+            .iter()
+            .map(|&r| {
+                let values = Rng::new(r as u64).values(r, -1.0, 1.0);
+                make_weight(&gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
+            })
+            .collect();
+        for (tokens, all_biases) in [1, 2, 5].into_iter().flat_map(|t| [(t, false), (t, true)]) {
+            let x = upload(&gpu, &Rng::new(11).values(tokens * n, -2.0, 2.0));
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let mut outs: Vec<Buffer> = rows
+                    .iter()
+                    .map(|r| gpu.alloc(tokens * r).expect("alloc"))
+                    .collect();
+                let projections = [0, 1, 2].map(|i| Projection {
+                    weight: &ws[i],
+                    bias: (all_biases || i == 1).then_some(&biases[i]),
+                });
+                let [q, k, v] = &mut outs[..] else {
+                    unreachable!()
+                };
+                let before = gpu.counts().dispatches;
+                match fused {
+                    true => gpu.matmul_qkv(projections, &x, tokens, [q, k, v]),
+                    false => unfused::matmul_qkv(&gpu, projections, &x, tokens, [q, k, v]),
+                }
+                .expect("matmul_qkv");
+                used.push(gpu.counts().dispatches - before);
+                let hosts: Vec<Vec<u32>> = outs
+                    .iter()
+                    .zip(rows)
+                    .map(|(out, r)| bits(&download(&gpu, out, tokens * r)))
+                    .collect();
+                results.push(hosts);
+            }
+            let detail = format!("{types:?} x {tokens}, all biases {all_biases}");
+            assert_eq!(results[0], results[1], "{detail}");
+            // With all three biases, one dispatch of them instead of three; at decode (fewer
+            // than 4 tokens), Q and K in one.
+            let decode = u64::from(tokens < 4);
+            let saved = match all_biases {
+                true => rounds_saved[0] + 2 + decode,
+                false => rounds_saved[1] + decode,
+            };
+            assert_eq!(used[1] + saved, used[0], "{detail}: dispatches {used:?}");
         }
     }
 }

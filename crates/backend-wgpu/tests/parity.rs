@@ -177,16 +177,18 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
 }
 
 /// RMS norms equal the CPU's bit for bit (the goldens need it; the parity suite's bound is
-/// an NMSE) at model widths, rows held in registers and rows looped over (a width past
-/// 8,192, and every width on a backend that does not hold rows): the sums of squares part
-/// from the CPU's f64 order but are float-floats, so the mean rounds to the same f32.
+/// an NMSE) at model widths, rows held in registers by workgroups of 1,024 invocations
+/// (where the adapter grants them) and of 256, and rows looped over (a width past 8,192, and
+/// every width on a backend that does not hold rows): the sums of squares part from the
+/// CPU's f64 order, and from each other, but are float-floats, so the mean rounds to the same
+/// f32.
 #[test]
 fn rms_norm_equals_the_cpu_bit_for_bit() {
     use runit_backend::testing::{make_weight, Rng};
     use runit_backend::{Backend, RmsNorm};
     use runit_quant::GgmlType;
     let gpu = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
+        Ok(backend) => backend.with_norm_threads(1024),
         Err(error) => {
             assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
             println!("NOTICE: no wgpu adapter: {error}");
@@ -194,13 +196,27 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
         }
     };
     let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
+    println!(
+        "norm invocations a workgroup: {} and {}",
+        gpu.norm_threads(),
+        portable.norm_threads()
+    );
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let mut rng = Rng::new(67);
-    for (width, rows) in [(896, 16), (2048, 8), (3584, 8), (4096, 4), (8448, 2)] {
+    for (width, rows) in [
+        (896, 16),
+        (2048, 8),
+        (3584, 8),
+        (4096, 4),
+        (5120, 2),
+        (8192, 2),
+        (8448, 2),
+    ] {
         let x = rng.normal(rows * width, 1.5);
         let w = rng.values(width, 0.5, 1.5);
         let mut outs: Vec<Vec<u32>> = Vec::new();
-        for device in [&gpu as &dyn Backend, &looping, &cpu] {
+        for device in [&gpu as &dyn Backend, &looping, &portable, &cpu] {
             let weight = make_weight(device, "norm", GgmlType::F32, &[width], &w).expect("weight");
             let norm = RmsNorm {
                 weight: &weight,
@@ -216,7 +232,50 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
             device.download(&out, &mut host).expect("download");
             outs.push(host.iter().map(|v| v.to_bits()).collect());
         }
-        assert_eq!(outs[0], outs[2], "held rows, width {width}");
-        assert_eq!(outs[1], outs[2], "looped rows, width {width}");
+        assert_eq!(outs[0], outs[3], "held rows, width {width}");
+        assert_eq!(outs[1], outs[3], "looped rows, width {width}");
+        assert_eq!(
+            outs[2], outs[3],
+            "held rows of 256 invocations, width {width}"
+        );
+    }
+}
+
+/// Embedding rows several steps of the kernel's invocations long (256 a row: a row of
+/// 1,536 values is 6 steps; the parity suite's rows of 256 are one) equal the CPU's
+/// dequantization for a K-quant, a 32-value block type and F16.
+#[test]
+fn embedding_of_wide_rows_matches_the_cpu() {
+    use runit_backend::testing::{make_weight_as, nmse, Rng};
+    use runit_backend::{Backend, WeightRole};
+    use runit_quant::GgmlType;
+    let gpu = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter: {error}");
+            return;
+        }
+    };
+    let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
+    let (width, rows) = (1536, 5);
+    let ids = [4u32, 0, 2];
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+        let table = Rng::new(0x0e3b + ty.id() as u64).normal(width * rows, 0.5);
+        let mut outs: Vec<Vec<f32>> = Vec::new();
+        for device in [&gpu as &dyn Backend, &cpu] {
+            let role = WeightRole::TokenEmbedding;
+            let weight = make_weight_as(device, role, "token_embd", ty, &[width, rows], &table)
+                .expect("weight");
+            let mut out = device.alloc(ids.len() * width).expect("alloc");
+            device
+                .embedding(&weight, &ids, &mut out)
+                .expect("embedding");
+            let mut host = vec![0.0f32; ids.len() * width];
+            device.download(&out, &mut host).expect("download");
+            outs.push(host);
+        }
+        let error = nmse(&outs[1], &outs[0]);
+        assert!(error <= 1e-12, "{ty:?}: NMSE {error:e}");
     }
 }

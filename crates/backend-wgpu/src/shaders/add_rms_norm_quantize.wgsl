@@ -2,10 +2,14 @@
 // reads them (`WgpuBackend::add_rms_norm_rows`): one workgroup per row, as
 // add_rms_norm_one.wgsl, then the row's blocks (`p.width` a multiple of the mode's block)
 // rounded into `rounded` as quantize_x_one.wgsl rounds them (quantize_coop.wgsl, a chunk of
-// 4 · THREADS values a call): a held row from the values the invocations hold, the loop's
-// from the values the workgroup wrote to `out` (hence the storage barrier).
+// 4 · THREADS values a call: one call for rows of up to 4,096 values with 1,024 invocations):
+// a held row from the values the invocations hold, the loop's from the values the workgroup
+// wrote to `out` (hence the storage barrier).
 
 @group(0) @binding(5) var<storage, read_write> rounded: array<u32>;
+
+// The norm's invocations round its row, a chunk a call.
+const COOP_LANES: u32 = THREADS;
 
 // quantize_x.wgsl's serial rounding (unused here) reads through it.
 fn round_source(i: u32) -> f32 {

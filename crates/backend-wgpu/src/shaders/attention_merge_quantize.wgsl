@@ -6,6 +6,9 @@
 
 @group(0) @binding(4) var<storage, read_write> rounded: array<u32>;
 
+// The merge's invocations (attention_merge.wgsl's TILE) round the group's values.
+const COOP_LANES: u32 = TILE;
+
 // quantize_block's source (quantize_x.wgsl), unused here.
 fn round_source(i: u32) -> f32 {
     return out[i];

@@ -26,7 +26,9 @@ fn round_source(i: u32) -> f32 {
 }
 
 // A workgroup per 256 values (quantize_coop.wgsl), an invocation per 4.
-@compute @workgroup_size(64)
+const COOP_LANES: u32 = 64u;
+
+@compute @workgroup_size(COOP_LANES)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let first = (wid.x + wid.y * groups.x) * 256u;

@@ -11,7 +11,9 @@
 // Staged, a subgroup's word load reads 256 consecutive bytes (2 to 3 lines, each byte used
 // by the three loads of its run), and a piece then makes 5 reads of 8 bytes (d: 4) from
 // workgroup memory, 2 to 4 bank wavefronts each a subgroup. The docs (perf-wgpu.md,
-// session 38b) count both.
+// session 38b) count both. Measured on an H100's Vulkan driver (session 41), the staging
+// (its barriers a stage) lost: 131 against 170 tok/s on the 7B Q4_K_M, so it runs only under
+// `RUNIT_WGPU_Q6K_ALIGNED=1`.
 //
 // A stage is STAGE blocks of each of the ROWS rows (a block's 8 pieces to 8 invocations:
 // 128 pieces, one an invocation); rows of more blocks take several stages, each between

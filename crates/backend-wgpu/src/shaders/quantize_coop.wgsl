@@ -7,9 +7,10 @@
 // Results equal quantize_block's bit for bit: the reductions are a maximum (the first of
 // equal magnitudes, as the loop keeps) and an integer sum.
 
-// Most invocations a caller's workgroup has (a multiple of 64: blocks of 256 values take 64
-// invocations, of 32 take 8; add_rms_norm_quantize.wgsl's 256 round 1,024 values a call).
-const COOP_LANES: u32 = 256u;
+// COOP_LANES, the invocations of the caller's workgroup (a multiple of 64: blocks of 256
+// values take 64 invocations, of 32 take 8), is the caller's: 64 for quantize_x_one.wgsl,
+// gated_quantize.wgsl and attention_merge_quantize.wgsl, the norm's THREADS for
+// add_rms_norm_quantize.wgsl (256 or 1,024: 1,024 or 4,096 values a call).
 
 var<workgroup> coop_abs: array<f32, COOP_LANES>;
 var<workgroup> coop_value: array<f32, COOP_LANES>;

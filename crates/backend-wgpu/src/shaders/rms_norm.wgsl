@@ -3,7 +3,7 @@
 // (value and error, by two-sums) standing in for ggml's f64 sum, the mean rounded once to f32
 // (`two_sum`: precise.wgsl). The entry points (rms_norm_one.wgsl; add_rms_norm_one.wgsl and
 // add_rms_norm_quantize.wgsl, which first add the residual) declare x and call
-// `normalize_held` (rows of up to HELD · CHUNK values) or `normalize_row` (any other).
+// `normalize_held` (rows of up to HELD_VALUES values) or `normalize_row` (any other).
 
 struct Params {
     width: u32,
@@ -15,7 +15,7 @@ struct Params {
     zero: u32,
     mode: u32, // add_rms_norm_quantize.wgsl's rounding (quantize_x.wgsl's mode)
     // 1: the row is held in registers (`normalize_held`; a width of a multiple of 4 and at
-    // most HELD · CHUNK values), 0: the loop over the row (`normalize_row`). The host sets it
+    // most HELD_VALUES values), 0: the loop over the row (`normalize_row`). The host sets it
     // by the same rule for every norm kernel, so that their sums agree.
     held: u32,
     _pad2: u32,
@@ -25,8 +25,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-// A workgroup's invocations: a 3,584-value row takes 14 values each (with 64, 56 in a row
-// of dependent float-float additions kept a GPU's invocations waiting).
+// A workgroup's invocations: 256, what every adapter grants, as written here; 1,024 where the
+// adapter grants that many (`WgpuBackend::norm_threads` writes it when it makes the kernel).
+// A 3,584-value row then takes a vec4 an invocation (with 256, 14 values: the float-float
+// additions, the stores and the rounding's calls of a held row came four times over).
 const THREADS: u32 = 256u;
 var<workgroup> partial: array<vec2<f32>, THREADS>;
 
@@ -76,8 +78,12 @@ fn row_scale(total: vec2<f32>) -> f32 {
 
 // Values a chunk of a held row: four an invocation.
 const CHUNK: u32 = 4u * THREADS;
-// Chunks a held row has at most (HELD · CHUNK = 8,192 values; `normalize_held` names each).
-const HELD: u32 = 8u;
+// Values a held row has at most, whatever THREADS is (the host's rule, `norm_held`).
+const HELD_VALUES: u32 = 8192u;
+// Chunks a held row has at most: 8 with 256 invocations, 2 with 1,024. `normalize_held`
+// names MAX_HELD chunks; those from HELD on are constant zeros, which the driver drops.
+const HELD: u32 = HELD_VALUES / CHUNK;
+const MAX_HELD: u32 = 8u;
 
 // Chunk c of a held row as invocation `lid` holds it: its values (through the entry point's
 // `row_values`: x, or x plus the residual) and their weights, zero where it holds none.
@@ -88,7 +94,7 @@ struct Held {
 
 fn held_chunk(base: u32, c: u32, lid: u32, live: bool) -> Held {
     let i = c * CHUNK + 4u * lid;
-    if !live || i >= p.width {
+    if c >= HELD || !live || i >= p.width {
         return Held(vec4<f32>(0.0), vec4<f32>(0.0));
     }
     let weights = vec4<f32>(weight[i], weight[i + 1u], weight[i + 2u], weight[i + 3u]);
@@ -98,7 +104,7 @@ fn held_chunk(base: u32, c: u32, lid: u32, live: bool) -> Held {
 // `sum` plus the squares of a held chunk's values, in order (each rounded to f32).
 fn add_squares(sum: vec2<f32>, chunk: Held, c: u32, lid: u32, live: bool) -> vec2<f32> {
     var total = sum;
-    if live && c * CHUNK + 4u * lid < p.width {
+    if c < HELD && live && c * CHUNK + 4u * lid < p.width {
         for (var k = 0u; k < 4u; k++) {
             total = add_ff(total, vec2<f32>(chunk.values[k] * chunk.values[k], 0.0));
         }
@@ -110,7 +116,7 @@ fn add_squares(sum: vec2<f32>, chunk: Held, c: u32, lid: u32, live: bool) -> vec
 // returned.
 fn held_out(base: u32, chunk: Held, scale: f32, c: u32, lid: u32, live: bool) -> vec4<f32> {
     let i = c * CHUNK + 4u * lid;
-    if !live || i >= p.width {
+    if c >= HELD || !live || i >= p.width {
         return vec4<f32>(0.0);
     }
     let at = base + i;
@@ -131,11 +137,14 @@ fn held_out(base: u32, chunk: Held, scale: f32, c: u32, lid: u32, live: bool) ->
 // looped over, so that they are registers whether or not the driver unrolls a loop (an
 // array indexed in a loop it keeps would make each load wait for the last). The loops of
 // `normalize_row` waited on a load at every step (three passes over the row, 14 steps each
-// for 3,584 values): about 40 µs a row on an H100 (session 36). Returns the normalized
+// for 3,584 values): about 40 µs a row on an H100 (session 36); held with 256 invocations,
+// still 40 µs (session 41: four chunks' code and four rounding calls a row, each executed
+// once by a lone workgroup), hence 1,024 invocations where the adapter grants them: a chunk
+// (a vec4 an invocation) for rows of up to 4,096 values. Returns the normalized
 // values, for the caller to round. The same roundings as `normalize_row` (each square
 // rounded to f32, a float-float sum, the same scale and products); the sum's order is its
 // own, the same in every kernel that holds its rows.
-fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, HELD> {
+fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, MAX_HELD> {
     let base = row * p.width;
     let live = row < p.rows;
     let c0 = held_chunk(base, 0u, lid, live);
@@ -163,7 +172,7 @@ fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, HELD> {
         workgroupBarrier();
     }
     let scale = row_scale(partial[0]);
-    return array<vec4<f32>, HELD>(
+    return array<vec4<f32>, MAX_HELD>(
         held_out(base, c0, scale, 0u, lid, live),
         held_out(base, c1, scale, 1u, lid, live),
         held_out(base, c2, scale, 2u, lid, live),
