@@ -590,6 +590,58 @@ fn weights(gpu: &WgpuBackend, ty: GgmlType, n: usize, rows: &[usize], seed: u64)
         .collect()
 }
 
+/// An F32 bias for each of the Q, K and V row counts.
+fn qkv_biases(gpu: &WgpuBackend, rows: [usize; 3]) -> Vec<Weight> {
+    rows.iter()
+        .map(|&r| {
+            let values = Rng::new(r as u64).values(r, -1.0, 1.0);
+            make_weight(gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
+        })
+        .collect()
+}
+
+/// `matmul_qkv` of `ws` (K's bias always, Q's and V's with `all_biases`) over `tokens` rows of
+/// `x`, first as the primitives (`unfused`), then fused: each run's outputs as bits and its
+/// dispatch count.
+fn qkv_both_ways(
+    gpu: &WgpuBackend,
+    ws: &[Weight],
+    biases: &[Weight],
+    rows: [usize; 3],
+    x: &Buffer,
+    tokens: usize,
+    all_biases: bool,
+) -> (Vec<Vec<Vec<u32>>>, Vec<u64>) {
+    let (mut results, mut used) = (Vec::new(), Vec::new());
+    for fused in [false, true] {
+        let mut outs: Vec<Buffer> = rows
+            .iter()
+            .map(|r| gpu.alloc(tokens * r).expect("alloc"))
+            .collect();
+        let projections = [0, 1, 2].map(|i| Projection {
+            weight: &ws[i],
+            bias: (all_biases || i == 1).then_some(&biases[i]),
+        });
+        let [q, k, v] = &mut outs[..] else {
+            unreachable!()
+        };
+        let before = gpu.counts().dispatches;
+        match fused {
+            true => gpu.matmul_qkv(projections, x, tokens, [q, k, v]),
+            false => unfused::matmul_qkv(gpu, projections, x, tokens, [q, k, v]),
+        }
+        .expect("matmul_qkv");
+        used.push(gpu.counts().dispatches - before);
+        let hosts: Vec<Vec<u32>> = outs
+            .iter()
+            .zip(rows)
+            .map(|(out, r)| bits(&download(gpu, out, tokens * r)))
+            .collect();
+        results.push(hosts);
+    }
+    (results, used)
+}
+
 /// The Q, K and V projections (the V rows not a multiple of the kernel's 4 rows a workgroup,
 /// with a bias on K, then on all three as Qwen2's) by `matmul_qkv` and by its primitives, for
 /// every type with a matrix-vector kernel, at 1 to 3 tokens, with subgroup sums and without,
@@ -613,42 +665,11 @@ fn matmul_qkv_equals_three_matmuls() {
         let epilogue = index > 0;
         for ty in MATVEC_TYPES {
             let ws = weights(gpu, ty, n, &rows, 5);
-            let biases: Vec<Weight> = rows
-                .iter()
-                .map(|&r| {
-                    let values = Rng::new(r as u64).values(r, -1.0, 1.0);
-                    make_weight(gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
-                })
-                .collect();
+            let biases = qkv_biases(gpu, rows);
             for (tokens, all_biases) in (1..=3).flat_map(|t| [(t, false), (t, true)]) {
                 let x = upload(gpu, &Rng::new(9).values(tokens * n, -2.0, 2.0));
-                let (mut results, mut used) = (Vec::new(), Vec::new());
-                for fused in [false, true] {
-                    let mut outs: Vec<Buffer> = rows
-                        .iter()
-                        .map(|r| gpu.alloc(tokens * r).expect("alloc"))
-                        .collect();
-                    let projections = [0, 1, 2].map(|i| Projection {
-                        weight: &ws[i],
-                        bias: (all_biases || i == 1).then_some(&biases[i]),
-                    });
-                    let [q, k, v] = &mut outs[..] else {
-                        unreachable!()
-                    };
-                    let before = gpu.counts().dispatches;
-                    match fused {
-                        true => gpu.matmul_qkv(projections, &x, tokens, [q, k, v]),
-                        false => unfused::matmul_qkv(gpu, projections, &x, tokens, [q, k, v]),
-                    }
-                    .expect("matmul_qkv");
-                    used.push(gpu.counts().dispatches - before);
-                    let hosts: Vec<Vec<u32>> = outs
-                        .iter()
-                        .zip(rows)
-                        .map(|(out, r)| bits(&download(gpu, out, tokens * r)))
-                        .collect();
-                    results.push(hosts);
-                }
+                let (results, used) =
+                    qkv_both_ways(gpu, &ws, &biases, rows, &x, tokens, all_biases);
                 let detail = format!(
                     "{ty:?} x {tokens}, subgroups {}, all biases {all_biases}, epilogue \
                      {epilogue}",
@@ -692,42 +713,10 @@ fn matmul_qkv_of_mixed_types_equals_three_matmuls() {
             .zip(rows)
             .map(|(&ty, r)| weights(&gpu, ty, n, &[r], 17).remove(0))
             .collect();
-        let biases: Vec<Weight> = rows
-            .iter()
-            .map(|&r| {
-                let values = Rng::new(r as u64).values(r, -1.0, 1.0);
-                make_weight(&gpu, "bias", GgmlType::F32, &[r], &values).expect("bias")
-            })
-            .collect();
+        let biases = qkv_biases(&gpu, rows);
         for (tokens, all_biases) in [1, 2, 5].into_iter().flat_map(|t| [(t, false), (t, true)]) {
             let x = upload(&gpu, &Rng::new(11).values(tokens * n, -2.0, 2.0));
-            let (mut results, mut used) = (Vec::new(), Vec::new());
-            for fused in [false, true] {
-                let mut outs: Vec<Buffer> = rows
-                    .iter()
-                    .map(|r| gpu.alloc(tokens * r).expect("alloc"))
-                    .collect();
-                let projections = [0, 1, 2].map(|i| Projection {
-                    weight: &ws[i],
-                    bias: (all_biases || i == 1).then_some(&biases[i]),
-                });
-                let [q, k, v] = &mut outs[..] else {
-                    unreachable!()
-                };
-                let before = gpu.counts().dispatches;
-                match fused {
-                    true => gpu.matmul_qkv(projections, &x, tokens, [q, k, v]),
-                    false => unfused::matmul_qkv(&gpu, projections, &x, tokens, [q, k, v]),
-                }
-                .expect("matmul_qkv");
-                used.push(gpu.counts().dispatches - before);
-                let hosts: Vec<Vec<u32>> = outs
-                    .iter()
-                    .zip(rows)
-                    .map(|(out, r)| bits(&download(&gpu, out, tokens * r)))
-                    .collect();
-                results.push(hosts);
-            }
+            let (results, used) = qkv_both_ways(&gpu, &ws, &biases, rows, &x, tokens, all_biases);
             let detail = format!("{types:?} x {tokens}, all biases {all_biases}");
             assert_eq!(results[0], results[1], "{detail}");
             // With all three biases, one dispatch of them instead of three; at decode (fewer
