@@ -109,6 +109,30 @@ impl Converted {
     }
 }
 
+impl Scratch {
+    /// Records that `half` holds the mode-`mode` f16 conversion of the `rows` × `width` values
+    /// at `x`, written by the launch just made. Called after that launch, which counts as a
+    /// write of activations (so every other conversion held is stale).
+    fn hold_half(
+        &mut self,
+        backend: &CudaBackend,
+        x: u64,
+        rows: usize,
+        width: usize,
+        half: u64,
+        mode: u32,
+    ) {
+        self.halved = Some(Converted {
+            x,
+            tokens: rows,
+            row_len: width,
+            generation: backend.write_generation(),
+            scratch: half,
+            mode,
+        });
+    }
+}
+
 impl MatmulState {
     fn lock(&self) -> MutexGuard<'_, Scratch> {
         self.scratch.lock().expect("matmul scratch lock")
@@ -379,14 +403,7 @@ pub(crate) fn record_half(
     mode: u32,
 ) {
     let mut scratch = backend.matmul_state().lock();
-    scratch.halved = Some(Converted {
-        x,
-        tokens: rows,
-        row_len: width,
-        generation: backend.write_generation(),
-        scratch: half,
-        mode,
-    });
+    scratch.hold_half(backend, x, rows, width, half, mode);
 }
 
 /// The batched SwiGLU when gate and up take the pipelined kernels with one plan: both
@@ -468,15 +485,7 @@ fn silu_over_unmerged(
         g.n_stages,
         g.share
     )?;
-    // After the launch, which counts as a write of activations (as in silu_mul_half).
-    scratch.halved = Some(Converted {
-        x: gate_op.out,
-        tokens,
-        row_len: width,
-        generation: backend.write_generation(),
-        scratch: base,
-        mode,
-    });
+    scratch.hold_half(backend, gate_op.out, tokens, width, base, mode);
     Ok(true)
 }
 
@@ -547,16 +556,7 @@ fn silu_mul_half(
         values as u64,
         mode
     )?;
-    // After the launch, which counts as a write of activations (so every other conversion
-    // held is stale).
-    scratch.halved = Some(Converted {
-        x: gate,
-        tokens,
-        row_len: width,
-        generation: backend.write_generation(),
-        scratch: base,
-        mode,
-    });
+    scratch.hold_half(backend, gate, tokens, width, base, mode);
     Ok(())
 }
 
