@@ -375,21 +375,49 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
     if (wait) pdl_wait();
 }
 
-// out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
-// bias[row]) for the row blocks several grid blocks share; the others are written already.
-// `n_stages`: the stages of a row (its length over the kernel's MmqpLayout::K).
+// out[i] (i = token n_out + row) = the sum of the partial sums of the row's row block in slot
+// order (plus bias[row]) when several grid blocks share that row block; the others are written
+// already. `values` = tokens n_out; `n_stages`: the stages of a row (its length over the
+// kernel's MmqpLayout::K).
+__device__ __forceinline__ void mmqp_merge_at(const float* __restrict__ partial, u64 values, u32 n_out, u32 n_stages,
+                                              u32 share, const float* __restrict__ bias, float* __restrict__ out,
+                                              u64 i) {
+    const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
+    const u32 first = mmqp_first_block(row_block, n_stages, share);
+    const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
+    if (slots == 1) return;
+    float sum = 0.0f;
+    for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
+    out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+}
+
+// The merge of one pipelined matmul (mmqp_merge_at over its tokens n_out values).
 extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_stages,
                                       u32 share, const float* __restrict__ bias, float* __restrict__ out) {
     pdl_start();
     const u64 values = (u64)tokens * n_out;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
-        const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
-        const u32 first = mmqp_first_block(row_block, n_stages, share);
-        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
-        if (slots == 1) continue;
-        float sum = 0.0f;
-        for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
-        out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x)
+        mmqp_merge_at(partial, values, n_out, n_stages, share, bias, out, i);
+}
+
+// The merges of three pipelined matmuls of one input (a batched matmul_qkv) in one launch:
+// the grid walks the first's values, then the second's, then the third's; a matmul with no
+// cut row block has no partial sums (nullptr) and is skipped.
+struct MmqpMergeArgs {
+    const float* partial;
+    u32 n_out, n_stages, share;
+    const float* bias;
+    float* out;
+};
+extern "C" __global__ void mmqp_merge3(u32 tokens, MmqpMergeArgs a, MmqpMergeArgs b, MmqpMergeArgs c) {
+    pdl_start();
+    const u64 va = (u64)tokens * a.n_out, vb = (u64)tokens * b.n_out, vc = (u64)tokens * c.n_out;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < va + vb + vc; i += (u64)gridDim.x * blockDim.x) {
+        const bool in_a = i < va, in_b = !in_a && i < va + vb;
+        const MmqpMergeArgs& m = in_a ? a : in_b ? b : c;
+        if (m.partial == nullptr) continue;
+        const u64 j = in_a ? i : in_b ? i - va : i - va - vb;
+        mmqp_merge_at(m.partial, (u64)tokens * m.n_out, m.n_out, m.n_stages, m.share, m.bias, m.out, j);
     }
 }
 

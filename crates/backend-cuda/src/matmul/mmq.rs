@@ -365,11 +365,58 @@ pub(super) struct Unmerged {
 }
 
 /// Which scratch buffer holds a launch's partial sums: the gate's and up's of a batched
-/// SwiGLU are merged together after both ran ([`super::gated_ffn_hidden`]).
+/// SwiGLU are merged together after both ran ([`super::gated_ffn_hidden`]), and Q's, K's and
+/// V's of a batched [`super::matmul_qkv`] by one [`merge3`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Partials {
     First,
     Second,
+    Third,
+}
+
+/// mmqp.cu's `MmqpMergeArgs` (same fields, order and C layout): one matmul of a `mmqp_merge3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MergeArgs {
+    partial: u64,
+    n_out: u32,
+    n_stages: u32,
+    share: u32,
+    bias: u64,
+    out: u64,
+}
+
+/// The merges of three pipelined matmuls launched by [`run_unmerged`] over the same `tokens`
+/// rows, in one `mmqp_merge3` launch: each output as `mmqp_merge` leaves it (the same sums in
+/// the same order). Nothing is launched when no row block of the three was cut.
+pub(super) fn merge3(
+    backend: &CudaBackend,
+    tokens: usize,
+    runs: [(&Operands, Unmerged); 3],
+) -> Result<(), BackendError> {
+    if runs.iter().all(|(_, unmerged)| unmerged.partial == 0) {
+        return Ok(());
+    }
+    let values: usize = runs.iter().map(|(op, _)| tokens * op.n_out).sum();
+    let [a, b, c] = runs.map(|(op, unmerged)| MergeArgs {
+        partial: unmerged.partial,
+        n_out: op.n_out as u32,
+        n_stages: unmerged.n_stages,
+        share: unmerged.share,
+        bias: op.bias,
+        out: op.out,
+    });
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge3",
+        crate::grid_for(values),
+        tokens as u32,
+        a,
+        b,
+        c
+    )
 }
 
 /// Runs pipelined kernel `kernel` (tiles of `tile` tokens, `shared` bytes of dynamic shared
@@ -469,6 +516,7 @@ fn launch_pipe(
         let slot = match partials {
             Partials::First => &mut scratch.partial,
             Partials::Second => &mut scratch.partial_second,
+            Partials::Third => &mut scratch.partial_third,
         };
         ensure(backend, slot, plan.slots * values, "split partial sums")?
     } else {
