@@ -107,6 +107,43 @@ pub struct AttentionOutput<'a> {
     pub out: &'a mut Buffer, // [tokens, embd]
 }
 
+/// The residual add and norm after an op whose output is the residual's delta
+/// ([`crate::FusedOps::attention_output_add_rms_norm`]): [`AddRmsNorm`] of `x`, that output
+/// as `delta` over the op's rows, into `out`.
+pub struct ResidualNorm<'a> {
+    pub x: &'a mut Buffer,
+    pub norm: RmsNorm<'a>,
+    pub out: &'a mut Buffer,
+}
+
+impl<'a> ResidualNorm<'a> {
+    /// The [`AddRmsNorm`] of `rows` rows of `delta`.
+    pub fn over(self, delta: &'a Buffer, rows: usize) -> AddRmsNorm<'a> {
+        AddRmsNorm {
+            x: self.x,
+            delta,
+            norm: self.norm,
+            rows,
+            out: self.out,
+        }
+    }
+}
+
+/// [`crate::FusedOps::gated_ffn_add_rms_norm`]: the dense gated FFN `ffn` over the first
+/// `tokens` rows of `normed` (`[tokens, embd]`) into `delta` (with `up` and `hidden` as in
+/// [`GatedFfnRun`]), then the residual add `x += delta` and `normed = norm(x)`: `normed` is
+/// the FFN's input, then the norm's output.
+pub struct GatedFfnResidual<'a> {
+    pub ffn: GatedFfn<'a>,
+    pub tokens: usize,
+    pub up: &'a mut Buffer,
+    pub hidden: &'a mut Buffer,
+    pub delta: &'a mut Buffer,
+    pub x: &'a mut Buffer,
+    pub norm: RmsNorm<'a>,
+    pub normed: &'a mut Buffer,
+}
+
 /// [`crate::FusedOps::gated_ffn_hidden`] and [`crate::FusedOps::gated_ffn`]: `ffn` over the
 /// first `tokens` rows of `x` (`[tokens, embd]`). `hidden` (`[tokens, ff]`) receives
 /// `act(gate · x) * (up · x)`; `up` (`[tokens, ff]`) is scratch for `up · x` that a fused

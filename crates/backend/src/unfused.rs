@@ -4,8 +4,9 @@
 use crate::moe::{self, Routes};
 use crate::OpResult;
 use crate::{
-    Activation, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, MoeFfnRun, PrimitiveOps, Projection,
-    QkNorms, RmsNorm, RopeKvWrite, ScatterAddRows,
+    Activation, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnResidual, GatedFfnRun,
+    MoeFfnRun, PrimitiveOps, Projection, QkNorms, ResidualNorm, RmsNorm, RopeKvWrite,
+    ScatterAddRows,
 };
 
 /// [`FusedOps::matmul_bias`]: [`PrimitiveOps::matmul`], then [`PrimitiveOps::add_bias`].
@@ -35,6 +36,60 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
         b.matmul_bias(projection, x, tokens, out)?;
     }
     Ok(())
+}
+
+/// [`FusedOps::attention_output_add_rms_norm`]: [`FusedOps::attention_output`], then
+/// [`FusedOps::add_rms_norm`] over its output.
+pub fn attention_output_add_rms_norm<B: FusedOps + ?Sized>(
+    b: &B,
+    op: AttentionOutput<'_>,
+    then: ResidualNorm<'_>,
+) -> OpResult {
+    let AttentionOutput {
+        attention,
+        attn,
+        projection,
+        tokens,
+        out,
+    } = op;
+    b.attention_output(AttentionOutput {
+        attention,
+        attn,
+        projection,
+        tokens,
+        out: &mut *out,
+    })?;
+    b.add_rms_norm(then.over(out, tokens))
+}
+
+/// [`FusedOps::gated_ffn_add_rms_norm`]: [`FusedOps::gated_ffn`] over `normed` into `delta`,
+/// then [`FusedOps::add_rms_norm`] into `normed`.
+pub fn gated_ffn_add_rms_norm<B: FusedOps + ?Sized>(b: &B, op: GatedFfnResidual<'_>) -> OpResult {
+    let GatedFfnResidual {
+        ffn,
+        tokens,
+        up,
+        hidden,
+        delta,
+        x,
+        norm,
+        normed,
+    } = op;
+    let run = GatedFfnRun {
+        ffn,
+        x: &*normed,
+        tokens,
+        up,
+        hidden,
+    };
+    b.gated_ffn(run, &mut *delta)?;
+    b.add_rms_norm(AddRmsNorm {
+        x,
+        delta,
+        norm,
+        rows: tokens,
+        out: normed,
+    })
 }
 
 /// [`FusedOps::add_rms_norm`]: [`PrimitiveOps::add`], then [`PrimitiveOps::rms_norm`].
