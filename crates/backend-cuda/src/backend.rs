@@ -452,36 +452,14 @@ impl FusedOps for CudaBackend {
         matmul::matmul_add_rms_norm(self, op.projection, op.attn, op.tokens, op.out, then)
     }
 
-    fn gated_ffn_add_rms_norm(&self, op: GatedFfnResidual<'_>) -> OpResult {
+    fn gated_ffn_add_rms_norm(&self, mut op: GatedFfnResidual<'_>) -> OpResult {
         if !self.fused_ops() {
             return unfused::gated_ffn_add_rms_norm(self, op);
         }
-        let GatedFfnResidual {
-            ffn,
-            tokens,
-            up,
-            hidden,
-            delta,
-            x,
-            norm,
-            normed,
-        } = op;
-        matmul::gated_ffn_hidden(
-            self,
-            GatedFfnRun {
-                ffn,
-                x: &*normed,
-                tokens,
-                up,
-                hidden: &mut *hidden,
-            },
-        )?;
-        let then = ResidualNorm {
-            x,
-            norm,
-            out: normed,
-        };
-        matmul::matmul_add_rms_norm(self, ffn.down, hidden, tokens, delta, then)
+        let (down, tokens) = (op.ffn.down, op.tokens);
+        matmul::gated_ffn_hidden(self, op.ffn().0)?;
+        let (hidden, delta, then) = op.then();
+        matmul::matmul_add_rms_norm(self, down, hidden, tokens, delta, then)
     }
 
     fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {

@@ -42,54 +42,24 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
 /// [`FusedOps::add_rms_norm`] over its output.
 pub fn attention_output_add_rms_norm<B: FusedOps + ?Sized>(
     b: &B,
-    op: AttentionOutput<'_>,
+    mut op: AttentionOutput<'_>,
     then: ResidualNorm<'_>,
 ) -> OpResult {
-    let AttentionOutput {
-        attention,
-        attn,
-        projection,
-        tokens,
-        out,
-    } = op;
-    b.attention_output(AttentionOutput {
-        attention,
-        attn,
-        projection,
-        tokens,
-        out: &mut *out,
-    })?;
-    b.add_rms_norm(then.over(out, tokens))
+    b.attention_output(op.reborrow())?;
+    b.add_rms_norm(then.over(op.out, op.tokens))
 }
 
 /// [`FusedOps::gated_ffn_add_rms_norm`]: [`FusedOps::gated_ffn`] over `normed` into `delta`,
 /// then [`FusedOps::add_rms_norm`] into `normed`.
-pub fn gated_ffn_add_rms_norm<B: FusedOps + ?Sized>(b: &B, op: GatedFfnResidual<'_>) -> OpResult {
-    let GatedFfnResidual {
-        ffn,
-        tokens,
-        up,
-        hidden,
-        delta,
-        x,
-        norm,
-        normed,
-    } = op;
-    let run = GatedFfnRun {
-        ffn,
-        x: &*normed,
-        tokens,
-        up,
-        hidden,
-    };
-    b.gated_ffn(run, &mut *delta)?;
-    b.add_rms_norm(AddRmsNorm {
-        x,
-        delta,
-        norm,
-        rows: tokens,
-        out: normed,
-    })
+pub fn gated_ffn_add_rms_norm<B: FusedOps + ?Sized>(
+    b: &B,
+    mut op: GatedFfnResidual<'_>,
+) -> OpResult {
+    let tokens = op.tokens;
+    let (run, delta) = op.ffn();
+    b.gated_ffn(run, delta)?;
+    let (_, delta, then) = op.then();
+    b.add_rms_norm(then.over(delta, tokens))
 }
 
 /// [`FusedOps::add_rms_norm`]: [`PrimitiveOps::add`], then [`PrimitiveOps::rms_norm`].
