@@ -262,6 +262,25 @@ fn gated_ffn_hidden_equals_two_matmuls_then_silu_mul() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
+/// Gate, up (`[n_embd, n_ff]`) and down (`[n_ff, n_embd]`) weights of type `ty`.
+fn ffn_weights(
+    cuda: &CudaBackend,
+    ty: GgmlType,
+    n_embd: usize,
+    n_ff: usize,
+    rng: &mut Rng,
+) -> (Weight, Weight, Weight) {
+    let mut load = |name: &str, shape: [usize; 2]| -> Weight {
+        let w = rng.normal(shape[0] * shape[1], 0.05);
+        make_weight(cuda, name, ty, &shape, &w).expect("weight")
+    };
+    (
+        load("test.gate", [n_embd, n_ff]),
+        load("test.up", [n_embd, n_ff]),
+        load("test.down", [n_ff, n_embd]),
+    )
+}
+
 /// The batched FFN (beyond the matvecs' rows) writes the down projection's f16 input with
 /// the activation (`silu_mul_f16_cpu`, or `silu_mul_merge_f16_cpu` adding the pipelined gate
 /// and up matmuls' cut row blocks itself): the hidden layer, up's output and the result equal
@@ -277,15 +296,7 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
         .flat_map(|ty| [(ty, (256, 768)), (ty, (2048, 768))])
     {
         let mut rng = Rng::new(0xd0e + ty.id() as u64 * 31 + n_embd as u64);
-        let mut load = |name: &str, shape: [usize; 2]| -> Weight {
-            let w = rng.normal(shape[0] * shape[1], 0.05);
-            make_weight(&cuda, name, ty, &shape, &w).expect("weight")
-        };
-        let (gate, up, down) = (
-            load("test.gate", [n_embd, n_ff]),
-            load("test.up", [n_embd, n_ff]),
-            load("test.down", [n_ff, n_embd]),
-        );
+        let (gate, up, down) = ffn_weights(&cuda, ty, n_embd, n_ff, &mut rng);
         for tokens in [9, 20, 64, 100] {
             let label = format!("{ty} [{n_embd}, {n_ff}] x {tokens}");
             let x = buffer(&cuda, &rng.values(tokens * n_embd, -3.0, 3.0)).expect("x");
@@ -348,15 +359,7 @@ fn gated_ffn_add_rms_norm_equals_gated_ffn_then_add_rms_norm() {
         .flat_map(|ty| [(ty, (256, 768)), (ty, (1024, 2048))])
     {
         let mut rng = Rng::new(0xf0a + ty.id() as u64 * 13 + n_embd as u64);
-        let mut load = |name: &str, shape: [usize; 2]| -> Weight {
-            let w = rng.normal(shape[0] * shape[1], 0.05);
-            make_weight(&cuda, name, ty, &shape, &w).expect("weight")
-        };
-        let (gate, up, down) = (
-            load("test.gate", [n_embd, n_ff]),
-            load("test.up", [n_embd, n_ff]),
-            load("test.down", [n_ff, n_embd]),
-        );
+        let (gate, up, down) = ffn_weights(&cuda, ty, n_embd, n_ff, &mut rng);
         let w = rng.values(n_embd, 0.5, 1.5);
         let norm_weight = make_weight(&cuda, "test.norm", GgmlType::F32, &[n_embd], &w).expect("w");
         let norm = RmsNorm {
