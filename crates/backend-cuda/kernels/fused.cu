@@ -3,7 +3,6 @@
 //   add_rms_norm_f32     add_f32 (elementwise.cu) then rms_norm_f32 (norm.cu)
 //   rope_kv_write_f16/32 rope_f32 (rope.cu) of q and of k, then kv_write_f16/32 (kv.cu)
 // The matmul epilogues (bias, SwiGLU) live in the matvec kernels (matvec.cuh, matvec_float.cu).
-#include "mmqp_slots.cuh"
 #include "quantize.cuh"
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
@@ -13,16 +12,12 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 }
 
 // x[r] += delta[r], then out[r] = x[r] / rms(x[r]) * weight for rows r < rows (out does not
-// overlap x or delta); with `partial`, delta is a pipelined matmul's output (rows of `width`)
-// whose merge has not run: its cut row blocks' values are summed here (mmqp_merged, the merge's
-// order and bits; `n_stages`, `share`: its plan) and written back to delta as the merge would;
-// with `half`, also half[r] = activation_f16_cpu's conversion of out[r]
+// overlap x or delta); with `half`, also half[r] = activation_f16_cpu's conversion of out[r]
 // in q8 mode `mode` (0-2; width a multiple of its unit) for the batched matmul that reads it. Launch exactly as rms_norm_f32 (ops/norm.rs launch_config): blockDim
 // (threads_x, rows_per_block), one warp per short row or one block per long row, so the sum
 // of squares is reduced in the same order as inverse_rms in norm.cu.
-extern "C" __global__ void add_rms_norm_f32(float* x, float* delta, float* out, const float* weight, u32 width,
-                                            float eps, u32 rows, u16* half, u32 mode, const float* partial,
-                                            u32 n_stages, u32 share) {
+extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float* out, const float* weight, u32 width,
+                                            float eps, u32 rows, u16* half, u32 mode) {
     // A thread's first CACHED values (i = threadIdx.x + k * blockDim.x) stay in registers, and
     // their norm weights, which no earlier kernel writes, are read before waiting for it.
     constexpr u32 CACHED = 4;
@@ -38,31 +33,21 @@ extern "C" __global__ void add_rms_norm_f32(float* x, float* delta, float* out, 
     }
     pdl_wait();
     float* values = x + (u64)row * width;
-    float* d = delta + (u64)row * width;
+    const float* d = delta + (u64)row * width;
     float* dst = out + (u64)row * width;
-    // delta's value i of this row, merged where its matmul left partial sums.
-    const u64 all = (u64)rows * width;
-    auto delta_at = [&](u32 i) {
-        if (partial == nullptr) return d[i];
-        const u32 slots = mmqp_slots(i, n_stages, share);
-        if (slots == 1) return d[i];
-        const float merged = mmqp_slot_sum(partial, all, (u64)row * width + i, slots, nullptr, i);
-        d[i] = merged;
-        return merged;
-    };
     double sum = 0.0;
 #pragma unroll
     for (u32 k = 0; k < CACHED; k++) {
         const u32 i = threadIdx.x + k * blockDim.x;
         if (i < width) {
-            const float value = values[i] + delta_at(i);
+            const float value = values[i] + d[i];
             values[i] = value;
             kept[k] = value;
             sum += (double)__fmul_rn(value, value);
         }
     }
     for (u32 i = threadIdx.x + CACHED * blockDim.x; i < width; i += blockDim.x) {
-        const float value = values[i] + delta_at(i);
+        const float value = values[i] + d[i];
         values[i] = value;
         sum += (double)__fmul_rn(value, value);
     }

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use runit_backend::{
-    unfused, Activation, AddRmsNorm, Attention, AttentionOutput, BackendError, Buffer, BufferCopy,
-    Device, FusedOps, GatedFfnResidual, GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun,
-    Op, OpResult, PrimitiveOps, Projection, ResidualNorm, RmsNorm, RopeKvWrite, RopeParams,
-    ScatterAddRows, StepInputs, StepKey, Weight, WeightSource,
+    unfused, Activation, AddRmsNorm, Attention, BackendError, Buffer, BufferCopy, Device, FusedOps,
+    GatedFfnRun, KvCache, KvRole, KvType, KvWrite, MoeFfnRun, Op, OpResult, PrimitiveOps,
+    Projection, RmsNorm, RopeKvWrite, RopeParams, ScatterAddRows, StepInputs, StepKey, Weight,
+    WeightSource,
 };
 use runit_quant::GgmlType;
 
@@ -438,28 +438,6 @@ impl FusedOps for CudaBackend {
             return unfused::gated_ffn_hidden(self, run);
         }
         matmul::gated_ffn_hidden(self, run)
-    }
-
-    fn attention_output_add_rms_norm(
-        &self,
-        op: AttentionOutput<'_>,
-        then: ResidualNorm<'_>,
-    ) -> OpResult {
-        if !self.fused_ops() {
-            return unfused::attention_output_add_rms_norm(self, op, then);
-        }
-        self.attention(&op.attention, &mut *op.attn)?;
-        matmul::matmul_add_rms_norm(self, op.projection, op.attn, op.tokens, op.out, then)
-    }
-
-    fn gated_ffn_add_rms_norm(&self, mut op: GatedFfnResidual<'_>) -> OpResult {
-        if !self.fused_ops() {
-            return unfused::gated_ffn_add_rms_norm(self, op);
-        }
-        let (down, tokens) = (op.ffn.down, op.tokens);
-        matmul::gated_ffn_hidden(self, op.ffn().0)?;
-        let (hidden, delta, then) = op.then();
-        matmul::matmul_add_rms_norm(self, down, hidden, tokens, delta, then)
     }
 
     fn moe_ffn(&self, run: MoeFfnRun<'_>, out: &mut Buffer) -> OpResult {

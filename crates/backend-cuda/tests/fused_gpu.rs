@@ -1,7 +1,7 @@
 //! The CUDA backend's fused ops against its own primitive sequences, value for value:
 //! `matmul_bias` (= matmul + add_bias), `matmul_qkv` (= three matmul_bias),
 //! `gated_ffn_hidden` (= two matmuls + the SiLU gated activation), `add_rms_norm` (= add +
-//! rms_norm), `gated_ffn_add_rms_norm` (= gated_ffn + add_rms_norm) and `rope_kv_write` (= QK norms, two ropes + kv_write, the caches compared
+//! rms_norm) and `rope_kv_write` (= QK norms, two ropes + kv_write, the caches compared
 //! through attention over them; f16, f32, tq4 and tq3 caches), for every weight type and the shapes that pick each matvec
 //! variant, decode and prompt row counts.
 //!
@@ -12,8 +12,8 @@ use runit_backend::testing::parity::WEIGHT_TYPES;
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
     Activation, AddRmsNorm, Attention, AttentionParams, Backend, BackendError, Buffer, Device,
-    FusedOps, GatedFfn, GatedFfnResidual, GatedFfnRun, KvType, KvWrite, PrimitiveOps, Projection,
-    QkNorms, RmsNorm, RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
+    FusedOps, GatedFfn, GatedFfnRun, KvType, KvWrite, PrimitiveOps, Projection, QkNorms, RmsNorm,
+    RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_cuda::CudaBackend;
 use runit_quant::GgmlType;
@@ -339,96 +339,6 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
                 read(&cuda, &primitive_out, out_len),
             );
             expect_same(&format!("{label} out"), &o, &p, &mut failures);
-        }
-    }
-    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
-}
-
-/// The dense FFN with the residual add and norm after it (`gated_ffn_add_rms_norm`: where down
-/// takes a pipelined kernel, the add + norm kernel sums its cut row blocks) equals
-/// `gated_ffn` then `add_rms_norm`, bit for bit: the FFN's output (`delta`), the residual, the
-/// norm's output and the hidden layer, for every weight type, down matrices of whole and cut
-/// row blocks (1,024 rows of 2,048: eight row blocks of eight stages), decode rows (3) and
-/// batches (9, 33, 64).
-#[test]
-fn gated_ffn_add_rms_norm_equals_gated_ffn_then_add_rms_norm() {
-    let Some(cuda) = gpu() else { return };
-    let mut failures = Vec::new();
-    for (ty, (n_embd, n_ff)) in WEIGHT_TYPES
-        .into_iter()
-        .flat_map(|ty| [(ty, (256, 768)), (ty, (1024, 2048))])
-    {
-        let mut rng = Rng::new(0xf0a + ty.id() as u64 * 13 + n_embd as u64);
-        let (gate, up, down) = ffn_weights(&cuda, ty, n_embd, n_ff, &mut rng);
-        let w = rng.values(n_embd, 0.5, 1.5);
-        let norm_weight = make_weight(&cuda, "test.norm", GgmlType::F32, &[n_embd], &w).expect("w");
-        let norm = RmsNorm {
-            weight: &norm_weight,
-            eps: 1e-6,
-        };
-        let ffn = GatedFfn {
-            gate: &gate,
-            up: &up,
-            down: &down,
-            activation: Activation::Silu,
-        };
-        for tokens in [3, 9, 33, 64] {
-            let label = format!("{ty} [{n_embd}, {n_ff}] x {tokens}");
-            let (len, out_len) = (tokens * n_ff, tokens * n_embd);
-            let input = rng.values(out_len, -3.0, 3.0);
-            let residual = rng.values(out_len, -2.0, 2.0);
-            let alloc = |l: usize| cuda.alloc(l).expect("buffer");
-            let (mut normed, mut normed_p) = (
-                buffer(&cuda, &input).expect("x"),
-                buffer(&cuda, &input).expect("x"),
-            );
-            let (mut x, mut x_p) = (
-                buffer(&cuda, &residual).expect("residual"),
-                buffer(&cuda, &residual).expect("residual"),
-            );
-            let (mut delta, mut delta_p) = (alloc(out_len), alloc(out_len));
-            let (mut hidden, mut hidden_p) = (alloc(len), alloc(len));
-            let (mut up_s, mut up_p) = (alloc(len), alloc(len));
-            let mut run = || -> Result<(), BackendError> {
-                cuda.gated_ffn_add_rms_norm(GatedFfnResidual {
-                    ffn,
-                    tokens,
-                    up: &mut up_s,
-                    hidden: &mut hidden,
-                    delta: &mut delta,
-                    x: &mut x,
-                    norm,
-                    normed: &mut normed,
-                })?;
-                let run = GatedFfnRun {
-                    ffn,
-                    x: &normed_p,
-                    tokens,
-                    up: &mut up_p,
-                    hidden: &mut hidden_p,
-                };
-                cuda.gated_ffn(run, &mut delta_p)?;
-                cuda.add_rms_norm(AddRmsNorm {
-                    x: &mut x_p,
-                    delta: &delta_p,
-                    norm,
-                    rows: tokens,
-                    out: &mut normed_p,
-                })
-            };
-            if let Err(error) = run() {
-                failures.push(format!("{label}: {error}"));
-                continue;
-            }
-            for (what, fused, primitive, l) in [
-                ("delta", &delta, &delta_p, out_len),
-                ("residual", &x, &x_p, out_len),
-                ("norm", &normed, &normed_p, out_len),
-                ("hidden", &hidden, &hidden_p, len),
-            ] {
-                let (f, p) = (read(&cuda, fused, l), read(&cuda, primitive, l));
-                expect_same(&format!("{label} {what}"), &f, &p, &mut failures);
-            }
         }
     }
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));

@@ -362,7 +362,7 @@ impl PipePlan {
 /// A pipelined matmul launched without its merge: the partial sums of its cut row blocks at
 /// `partial` (0 when no row block was cut), and its plan's stages and share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unmerged {
+pub(super) struct Unmerged {
     pub partial: u64,
     pub n_stages: u32,
     pub share: u32,

@@ -27,7 +27,6 @@ mod gemm;
 mod matvec;
 pub(crate) mod mmq;
 
-pub(crate) use mmq::Unmerged;
 pub(crate) mod names;
 
 use std::sync::{Mutex, MutexGuard};
@@ -273,64 +272,6 @@ pub fn matmul_bias(
             len as u64
         )
     }
-}
-
-/// `out = weight · input` for `tokens` rows, then the residual add of `out` and the next norm
-/// (`then`): the two ops of [`runit_backend::FusedOps::attention_output_add_rms_norm`] and
-/// [`runit_backend::FusedOps::gated_ffn_add_rms_norm`] after their first parts. When the
-/// matmul takes a pipelined kernel that cuts row blocks between grid blocks, the add + norm
-/// kernel sums them (`add_rms_norm_merging`: one `mmqp_merge` launch fewer, the same bits;
-/// `RUNIT_CUDA_NORM_MERGE=0` turns it off).
-pub fn matmul_add_rms_norm(
-    backend: &CudaBackend,
-    weight: &Weight,
-    input: &Buffer,
-    tokens: usize,
-    out: &mut Buffer,
-    then: runit_backend::ResidualNorm<'_>,
-) -> Result<(), BackendError> {
-    match unmerged_matmul(backend, weight, input, tokens, out)? {
-        Some(unmerged) => crate::ops::fused::add_rms_norm_merging(
-            backend,
-            then.over(out, tokens),
-            Some(unmerged).filter(|u| u.partial != 0),
-        ),
-        None => {
-            matmul(backend, weight, input, tokens, out)?;
-            crate::ops::fused::add_rms_norm(backend, then.over(out, tokens))
-        }
-    }
-}
-
-/// [`matmul`] of `weight` (no bias) launched without its merge when it takes a pipelined
-/// kernel: `None` (nothing launched) when it takes another path, or with
-/// `RUNIT_CUDA_NORM_MERGE=0`.
-fn unmerged_matmul(
-    backend: &CudaBackend,
-    weight: &Weight,
-    input: &Buffer,
-    tokens: usize,
-    out: &Buffer,
-) -> Result<Option<mmq::Unmerged>, BackendError> {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let enabled =
-        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_NORM_MERGE").map_or(true, |v| v != "0"));
-    let Some(kernels) = names::kernels(weight.ty).filter(|_| enabled) else {
-        return Ok(None);
-    };
-    let batched = batched_path(weight.ty, &kernels, tokens, weight.row_len());
-    let Some(path @ mmq::Path::Pipe { .. }) = batched else {
-        return Ok(None);
-    };
-    if takes_matvec(tokens, batched) {
-        return Ok(None);
-    }
-    let Some((_, op)) = operands(backend, weight, input, tokens, out, 0)? else {
-        return Ok(None);
-    };
-    let mut scratch = backend.matmul_state().lock();
-    forget_overwritten(&mut scratch, &op);
-    mmq::run_unmerged(backend, path, &op, &mut scratch, mmq::Partials::First)
 }
 
 /// Q, K and V projections of one input (`biases` all or none): one decode kernel for all

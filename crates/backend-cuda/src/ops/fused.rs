@@ -19,17 +19,6 @@ use crate::{launch, CudaBackend};
 /// `x += delta` for the first `rows` rows of `norm.weight.row_len()` values, then
 /// `out = norm(x)`.
 pub fn add_rms_norm(backend: &CudaBackend, op: AddRmsNorm<'_>) -> Result<(), BackendError> {
-    add_rms_norm_merging(backend, op, None)
-}
-
-/// [`add_rms_norm`] of a `delta` that a pipelined matmul left unmerged (`unmerged`: its
-/// partial sums and plan, `crate::matmul::matmul_add_rms_norm`): the kernel sums the cut row
-/// blocks' values in the merge's order and writes them back to `delta`, as the merge would.
-pub(crate) fn add_rms_norm_merging(
-    backend: &CudaBackend,
-    op: AddRmsNorm<'_>,
-    unmerged: Option<crate::matmul::Unmerged>,
-) -> Result<(), BackendError> {
     const OP: &str = "add_rms_norm";
     let AddRmsNorm {
         x,
@@ -66,8 +55,6 @@ pub(crate) fn add_rms_norm_merging(
     let half = crate::matmul::norm_half_target(backend, rows, width)?;
     let (half_ptr, mode) = half.unwrap_or((0, 0));
     let (width32, rows32) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
-    let (partial, n_stages, share) =
-        unmerged.map_or((0, 0, 0), |u| (u.partial, u.n_stages, u.share));
     launch!(
         backend,
         OP,
@@ -82,10 +69,7 @@ pub(crate) fn add_rms_norm_merging(
         eps,
         rows32,
         half_ptr,
-        mode,
-        partial,
-        n_stages,
-        share
+        mode
     )?;
     if half.is_some() {
         crate::matmul::record_half(backend, out, rows, width, half_ptr, mode);
