@@ -17,6 +17,8 @@
 #   ncu     Nsight Compute full set + SASS source counters of KREGEX (ARGS, SKIP, COUNT, TAG)
 #   wgpu    wgpu (int8 activations on/off) beside CUDA on 0.5B Q8_0 and 7B Q4_K_M (WTESTS)
 #   q6k     wgpu Q6_K staging on/off on the 7B
+#   sweep   B=64 (BATCHES) step times over the pipelined matmuls' knobs: slots cap, blocks per
+#           multiprocessor, one merge for Q/K/V (the first run compiles the kernels)
 #   wprof   RUNIT_WGPU_PROFILE=1 per-dispatch device times of a wgpu decode, 7B and 0.5B
 # Logs go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -89,6 +91,13 @@ for stage in "$@"; do
   q6k)
     export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
     for v in 1 0; do bench wgpu-q6k$v-7b XDG_RUNTIME_DIR=/tmp/xdg RUNIT_WGPU_Q6K_ALIGNED=$v -- -m $M7 -p 0 -n 64 -r 2 --device wgpu; done ;;
+  sweep)
+    for b in ${BATCHES:-64}; do
+      for e in X=1 RUNIT_CUDA_QKV_MERGE=0 RUNIT_CUDA_MMQP_SLOTS=2 RUNIT_CUDA_MMQP_SLOTS=3 RUNIT_CUDA_MMQP_SLOTS=4 \
+               RUNIT_CUDA_MMQP_SLOTS=8 RUNIT_CUDA_MMQP_BLOCKS=1 "RUNIT_CUDA_MMQP_BLOCKS=1 RUNIT_CUDA_MMQP_SLOTS=4" X=1; do
+        printf "B=%-3s %-48s " $b "$e"; env $e timeout 100 $B/runit bench --device cuda -m ${MODEL:-$M7} -p 0 -n 32 -d 128 --batch $b --pick-on-device -r 2 2>&1 | grep -oE "a step takes [0-9.]+ ms|rror.*" | head -1
+      done
+    done ;;
   wprof)
     export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p /tmp/xdg
     [ -s /tmp/synth/05b-q8.gguf ] || $B/runit synth --shape qwen2.5-0.5b --type Q8_0 /tmp/synth/05b-q8.gguf > $out/synth05.log 2>&1

@@ -4,10 +4,10 @@
 #pragma once
 #include "dequant.cuh"
 #include "mma.cuh"
+#include "mmqp_slots.cuh"  // MMQ_BLOCK_ROWS
 
 #define MMQ_THREADS 128
 #define MMQ_WARP_ROWS 32
-#define MMQ_BLOCK_ROWS 128
 
 // The block's weight bytes never come from an earlier kernel: asks for them in L2 (whole
 // 128-byte lines of each of the block's rows over k_begin..k_end) while that kernel ends,

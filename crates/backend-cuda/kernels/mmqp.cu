@@ -331,21 +331,9 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
     mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
 }
 
-// The row blocks' stages (MmqpLayout::K elements of the rows, the last one shorter when the
-// length is not a multiple) in order, row block by row block, as units of work: block b of
-// the grid (x) takes units b share .. (b + 1) share, so that every block of a grid sized to
-// what the device holds at once does the same work however many row blocks the matrix has
-// (stream-K). A row block whose stages one grid block takes whole is written to `out` (plus
-// `bias`) by that block; one shared by several grid blocks gets their partial sums, in slot
-// (grid block - the row block's first grid block) of `partial`, which `mmqp_merge` adds in
-// slot order (so results do not depend on timing).
-__device__ __forceinline__ u32 mmqp_first_block(u32 row_block, u32 n_stages, u32 share) {
-    return row_block * n_stages / share;
-}
-__device__ __forceinline__ u32 mmqp_last_block(u32 row_block, u32 n_stages, u32 share) {
-    return ((row_block + 1) * n_stages - 1) / share;
-}
-
+// The stages of the rows (MmqpLayout::K elements, the last one shorter when the length is not
+// a multiple) are the units of mmqp_slots.cuh: every block of a grid sized to what the device
+// holds at once does the same work however many row blocks the matrix has.
 template <class W, int NT>
 __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                      const u16* __restrict__ x, u32 tokens, u32 share, float* __restrict__ out,
@@ -375,35 +363,49 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
     if (wait) pdl_wait();
 }
 
-// out[token][row] = the sum of the partial sums of the row's row block in slot order (plus
-// bias[row]) for the row blocks several grid blocks share; the others are written already.
-// `n_stages`: the stages of a row (its length over the kernel's MmqpLayout::K).
+// out[i] (i = token n_out + row) = mmqp_slot_sum where several grid blocks share the row's row
+// block; the others are written already. `values` = tokens n_out; `n_stages`: the stages of a
+// row (its length over the kernel's MmqpLayout::K).
+__device__ __forceinline__ void mmqp_merge_at(const float* __restrict__ partial, u64 values, u32 n_out, u32 n_stages,
+                                              u32 share, const float* __restrict__ bias, float* __restrict__ out,
+                                              u64 i) {
+    const u32 row = (u32)(i % n_out), slots = mmqp_slots(row, n_stages, share);
+    if (slots > 1) out[i] = mmqp_slot_sum(partial, values, i, slots, bias, row);
+}
+
+// The merge of one pipelined matmul (mmqp_merge_at over its tokens n_out values).
 extern "C" __global__ void mmqp_merge(const float* __restrict__ partial, u32 tokens, u32 n_out, u32 n_stages,
                                       u32 share, const float* __restrict__ bias, float* __restrict__ out) {
     pdl_start();
     const u64 values = (u64)tokens * n_out;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x) {
-        const u32 row = (u32)(i % n_out), row_block = row / MMQ_BLOCK_ROWS;
-        const u32 first = mmqp_first_block(row_block, n_stages, share);
-        const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
-        if (slots == 1) continue;
-        float sum = 0.0f;
-        for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
-        out[i] = sum + (bias != nullptr ? bias[row] : 0.0f);
-    }
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < values; i += (u64)gridDim.x * blockDim.x)
+        mmqp_merge_at(partial, values, n_out, n_stages, share, bias, out, i);
 }
 
-// Row `row`'s value of a pipelined matmul's output: `out` for a row block one grid block took
-// whole, else its slots' partial sums in slot order (as mmqp_merge adds them; no bias).
-__device__ __forceinline__ float mmqp_value(const float* out, const float* __restrict__ partial, u64 values, u64 i,
-                                            u32 row, u32 n_stages, u32 share) {
-    const u32 row_block = row / MMQ_BLOCK_ROWS;
-    const u32 first = mmqp_first_block(row_block, n_stages, share);
-    const u32 slots = mmqp_last_block(row_block, n_stages, share) - first + 1;
-    if (slots == 1) return out[i];
-    float sum = 0.0f;
-    for (u32 s = 0; s < slots; s++) sum += __ldcg(partial + s * values + i);
-    return __fadd_rn(sum, 0.0f);  // mmqp_merge's `sum + 0` (a zero bias): -0 becomes +0 alike
+// The merges of three pipelined matmuls of one input (a batched matmul_qkv) in one launch:
+// the grid walks the first's values, then the second's, then the third's; a matmul with no
+// cut row block has no partial sums (nullptr) and is skipped.
+struct MmqpMergeArgs {
+    const float* partial;
+    u32 n_out, n_stages, share;
+    const float* bias;
+    float* out;
+};
+extern "C" __global__ void mmqp_merge3(u32 tokens, MmqpMergeArgs a, MmqpMergeArgs b, MmqpMergeArgs c) {
+    pdl_start();
+    const u64 va = (u64)tokens * a.n_out, vb = (u64)tokens * b.n_out, vc = (u64)tokens * c.n_out;
+    // Each matmul's fields read in a branch of its own (a reference chosen among the three
+    // would copy the parameters to the stack).
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < va + vb + vc; i += (u64)gridDim.x * blockDim.x) {
+        if (i < va) {
+            if (a.partial != nullptr) mmqp_merge_at(a.partial, va, a.n_out, a.n_stages, a.share, a.bias, a.out, i);
+        } else if (i < va + vb) {
+            if (b.partial != nullptr)
+                mmqp_merge_at(b.partial, vb, b.n_out, b.n_stages, b.share, b.bias, b.out, i - va);
+        } else if (c.partial != nullptr) {
+            mmqp_merge_at(c.partial, vc, c.n_out, c.n_stages, c.share, c.bias, c.out, i - va - vb);
+        }
+    }
 }
 
 // The batched SwiGLU over the gate's and up's pipelined matmuls, their merges included:
@@ -423,8 +425,8 @@ extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* _
     // One value of a unit (units lie in one row of `width` values: width is a multiple of 256).
     auto merge = [&](u64 i) {
         const u32 row = (u32)(i % width);
-        const float g = mmqp_value(gate, gate_partial, n, i, row, n_stages, share);
-        const float u = mmqp_value(up, up_partial, n, i, row, n_stages, share);
+        const float g = mmqp_merged(gate, gate_partial, n, i, row, n_stages, share, nullptr);
+        const float u = mmqp_merged(up, up_partial, n, i, row, n_stages, share, nullptr);
         up[i] = u;
         gate[i] = silu_mul_value(g, u);
     };

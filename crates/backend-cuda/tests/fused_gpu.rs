@@ -127,18 +127,24 @@ fn matmul_bias_equals_matmul_then_add_bias() {
 fn matmul_qkv_equals_three_matmul_bias() {
     let Some(cuda) = gpu() else { return };
     let mut failures = Vec::new();
-    for ty in WEIGHT_TYPES {
+    // Every type for all three, and V of another type than Q and K (as Q4_K_M files have
+    // Q6_K values): the batched path then runs kernels of two types and merges them together.
+    let pairs = WEIGHT_TYPES.iter().map(|&ty| (ty, ty)).chain([
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+        (GgmlType::Q4_0, GgmlType::Q8_0),
+    ]);
+    for (ty, v_ty) in pairs {
         // (n_in, n_q, n_kv): short rows, and rows long enough for the Q8_0 long-row variant.
         for (n_in, n_q, n_kv) in [(256, 96, 32), (2048, 256, 64)] {
-            let mut rng = Rng::new(0x9c7 + ty.id() as u64 * 7 + n_in as u64);
-            let weight = |name: &str, rows: usize, rng: &mut Rng| {
+            let mut rng = Rng::new(0x9c7 + ty.id() as u64 * 7 + v_ty.id() as u64 + n_in as u64);
+            let weight = |name: &str, ty: GgmlType, rows: usize, rng: &mut Rng| {
                 let w = rng.normal(n_in * rows, 0.05);
                 make_weight(&cuda, name, ty, &[n_in, rows], &w).expect("weight")
             };
             let (wq, wk, wv) = (
-                weight("test.q", n_q, &mut rng),
-                weight("test.k", n_kv, &mut rng),
-                weight("test.v", n_kv, &mut rng),
+                weight("test.q", ty, n_q, &mut rng),
+                weight("test.k", ty, n_kv, &mut rng),
+                weight("test.v", v_ty, n_kv, &mut rng),
             );
             let bias = |name: &str, rows: usize, rng: &mut Rng| {
                 let b = rng.values(rows, -1.0, 1.0);
@@ -149,10 +155,12 @@ fn matmul_qkv_equals_three_matmul_bias() {
                 bias("test.bk", n_kv, &mut rng),
                 bias("test.bv", n_kv, &mut rng),
             );
-            for tokens in TOKEN_COUNTS {
+            // Past TOKEN_COUNTS: the pipelined kernels' larger tiles (33 and 64 rows).
+            for tokens in TOKEN_COUNTS.into_iter().chain([33, 64]) {
                 for with_bias in [true, false] {
-                    let label =
-                        format!("{ty} [{n_in}] q {n_q} kv {n_kv} x {tokens} bias {with_bias}");
+                    let label = format!(
+                        "{ty}/{v_ty} [{n_in}] q {n_q} kv {n_kv} x {tokens} bias {with_bias}"
+                    );
                     let x = buffer(&cuda, &rng.values(tokens * n_in, -1.0, 1.0)).expect("x");
                     let biases = if with_bias {
                         [Some(&bq), Some(&bk), Some(&bv)]
@@ -254,6 +262,25 @@ fn gated_ffn_hidden_equals_two_matmuls_then_silu_mul() {
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
 }
 
+/// Gate, up (`[n_embd, n_ff]`) and down (`[n_ff, n_embd]`) weights of type `ty`.
+fn ffn_weights(
+    cuda: &CudaBackend,
+    ty: GgmlType,
+    n_embd: usize,
+    n_ff: usize,
+    rng: &mut Rng,
+) -> (Weight, Weight, Weight) {
+    let mut load = |name: &str, shape: [usize; 2]| -> Weight {
+        let w = rng.normal(shape[0] * shape[1], 0.05);
+        make_weight(cuda, name, ty, &shape, &w).expect("weight")
+    };
+    (
+        load("test.gate", [n_embd, n_ff]),
+        load("test.up", [n_embd, n_ff]),
+        load("test.down", [n_ff, n_embd]),
+    )
+}
+
 /// The batched FFN (beyond the matvecs' rows) writes the down projection's f16 input with
 /// the activation (`silu_mul_f16_cpu`, or `silu_mul_merge_f16_cpu` adding the pipelined gate
 /// and up matmuls' cut row blocks itself): the hidden layer, up's output and the result equal
@@ -269,15 +296,7 @@ fn gated_ffn_equals_two_matmuls_silu_mul_then_down() {
         .flat_map(|ty| [(ty, (256, 768)), (ty, (2048, 768))])
     {
         let mut rng = Rng::new(0xd0e + ty.id() as u64 * 31 + n_embd as u64);
-        let mut load = |name: &str, shape: [usize; 2]| -> Weight {
-            let w = rng.normal(shape[0] * shape[1], 0.05);
-            make_weight(&cuda, name, ty, &shape, &w).expect("weight")
-        };
-        let (gate, up, down) = (
-            load("test.gate", [n_embd, n_ff]),
-            load("test.up", [n_embd, n_ff]),
-            load("test.down", [n_ff, n_embd]),
-        );
+        let (gate, up, down) = ffn_weights(&cuda, ty, n_embd, n_ff, &mut rng);
         for tokens in [9, 20, 64, 100] {
             let label = format!("{ty} [{n_embd}, {n_ff}] x {tokens}");
             let x = buffer(&cuda, &rng.values(tokens * n_embd, -3.0, 3.0)).expect("x");

@@ -107,6 +107,82 @@ pub struct AttentionOutput<'a> {
     pub out: &'a mut Buffer, // [tokens, embd]
 }
 
+impl AttentionOutput<'_> {
+    /// The same op, borrowing this one's buffers (for a first op when a second follows).
+    pub fn reborrow(&mut self) -> AttentionOutput<'_> {
+        AttentionOutput {
+            attention: self.attention,
+            attn: self.attn,
+            projection: self.projection,
+            tokens: self.tokens,
+            out: self.out,
+        }
+    }
+}
+
+/// The residual add and norm after an op whose output is the residual's delta
+/// ([`crate::FusedOps::attention_output_add_rms_norm`]): [`AddRmsNorm`] of `x`, that output
+/// as `delta` over the op's rows, into `out`.
+pub struct ResidualNorm<'a> {
+    pub x: &'a mut Buffer,
+    pub norm: RmsNorm<'a>,
+    pub out: &'a mut Buffer,
+}
+
+impl<'a> ResidualNorm<'a> {
+    /// The [`AddRmsNorm`] of `rows` rows of `delta`.
+    pub fn over(self, delta: &'a Buffer, rows: usize) -> AddRmsNorm<'a> {
+        AddRmsNorm {
+            x: self.x,
+            delta,
+            norm: self.norm,
+            rows,
+            out: self.out,
+        }
+    }
+}
+
+/// [`crate::FusedOps::gated_ffn_add_rms_norm`]: the dense gated FFN `ffn` over the first
+/// `tokens` rows of `normed` (`[tokens, embd]`) into `delta` (with `up` and `hidden` as in
+/// [`GatedFfnRun`]), then the residual add `x += delta` and `normed = norm(x)`: `normed` is
+/// the FFN's input, then the norm's output.
+pub struct GatedFfnResidual<'a> {
+    pub ffn: GatedFfn<'a>,
+    pub tokens: usize,
+    pub up: &'a mut Buffer,
+    pub hidden: &'a mut Buffer,
+    pub delta: &'a mut Buffer,
+    pub x: &'a mut Buffer,
+    pub norm: RmsNorm<'a>,
+    pub normed: &'a mut Buffer,
+}
+
+impl<'a> GatedFfnResidual<'a> {
+    /// The FFN's part (`ffn` over `normed` into `hidden`, `up` as scratch) and its output
+    /// buffer `delta`, borrowed from this op.
+    pub fn ffn(&mut self) -> (GatedFfnRun<'_>, &mut Buffer) {
+        let run = GatedFfnRun {
+            ffn: self.ffn,
+            x: &*self.normed,
+            tokens: self.tokens,
+            up: &mut *self.up,
+            hidden: &mut *self.hidden,
+        };
+        (run, &mut *self.delta)
+    }
+
+    /// After the FFN: its hidden layer (down's input), its output `delta`, and the residual
+    /// add and norm of `delta` into `normed`.
+    pub fn then(self) -> (&'a Buffer, &'a mut Buffer, ResidualNorm<'a>) {
+        let then = ResidualNorm {
+            x: self.x,
+            norm: self.norm,
+            out: self.normed,
+        };
+        (self.hidden, self.delta, then)
+    }
+}
+
 /// [`crate::FusedOps::gated_ffn_hidden`] and [`crate::FusedOps::gated_ffn`]: `ffn` over the
 /// first `tokens` rows of `x` (`[tokens, embd]`). `hidden` (`[tokens, ff]`) receives
 /// `act(gate · x) * (up · x)`; `up` (`[tokens, ff]`) is scratch for `up · x` that a fused

@@ -319,15 +319,19 @@ impl PipePlan {
     /// row blocks), else equal shares of all the stages, one grid block per resident block
     /// (stream-K): each multiprocessor then gets the same work whatever the matrix's shape,
     /// where whole row blocks or ranges of equal splits leave a last wave that keeps a few
-    /// multiprocessors busy while the others idle. Its cost: the row blocks cut between grid blocks are
-    /// merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as two
-    /// stages below).
+    /// multiprocessors busy while the others idle. Its cost: the row blocks cut between grid
+    /// blocks are merged by `mmqp_merge`, and each cut restarts a block's pipeline (counted as
+    /// two stages below). Shares are at least `n_stages / max_slots` stages (`usize::MAX`: no
+    /// cap), so that a cut row block has at most about `max_slots` slots to merge (fewer,
+    /// longer grid blocks): `RUNIT_CUDA_MMQP_SLOTS`, a measuring knob for the trade between a
+    /// busier device and the merges' reads.
     pub fn new(
         tokens: usize,
         tile: usize,
         n_stages: usize,
         n_out: usize,
         resident: usize,
+        max_slots: usize,
     ) -> PipePlan {
         let row_blocks = n_out.div_ceil(BLOCK_ROWS);
         let token_tiles = tokens.div_ceil(tile).max(1);
@@ -337,7 +341,7 @@ impl PipePlan {
         let whole = row_blocks.div_ceil(per_tile) * n_stages;
         let even = total.div_ceil(per_tile);
         let share = if 10 * (even + 2) < 9 * whole {
-            even
+            even.max(n_stages.div_ceil(max_slots.max(1)))
         } else {
             n_stages
         };
@@ -365,11 +369,58 @@ pub(super) struct Unmerged {
 }
 
 /// Which scratch buffer holds a launch's partial sums: the gate's and up's of a batched
-/// SwiGLU are merged together after both ran ([`super::gated_ffn_hidden`]).
+/// SwiGLU are merged together after both ran ([`super::gated_ffn_hidden`]), and Q's, K's and
+/// V's of a batched [`super::matmul_qkv`] by one [`merge3`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Partials {
     First,
     Second,
+    Third,
+}
+
+/// mmqp.cu's `MmqpMergeArgs` (same fields, order and C layout): one matmul of a `mmqp_merge3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MergeArgs {
+    partial: u64,
+    n_out: u32,
+    n_stages: u32,
+    share: u32,
+    bias: u64,
+    out: u64,
+}
+
+/// The merges of three pipelined matmuls launched by [`run_unmerged`] over the same `tokens`
+/// rows, in one `mmqp_merge3` launch: each output as `mmqp_merge` leaves it (the same sums in
+/// the same order). Nothing is launched when no row block of the three was cut.
+pub(super) fn merge3(
+    backend: &CudaBackend,
+    tokens: usize,
+    runs: [(&Operands, Unmerged); 3],
+) -> Result<(), BackendError> {
+    if runs.iter().all(|(_, unmerged)| unmerged.partial == 0) {
+        return Ok(());
+    }
+    let values: usize = runs.iter().map(|(op, _)| tokens * op.n_out).sum();
+    let [a, b, c] = runs.map(|(op, unmerged)| MergeArgs {
+        partial: unmerged.partial,
+        n_out: op.n_out as u32,
+        n_stages: unmerged.n_stages,
+        share: unmerged.share,
+        bias: op.bias,
+        out: op.out,
+    });
+    launch_kernel!(
+        backend,
+        OP,
+        PIPE_FILE,
+        "mmqp_merge3",
+        crate::grid_for(values),
+        tokens as u32,
+        a,
+        b,
+        c
+    )
 }
 
 /// Runs pipelined kernel `kernel` (tiles of `tile` tokens, `shared` bytes of dynamic shared
@@ -463,12 +514,18 @@ fn launch_pipe(
         }
     };
     let n_stages = op.n_in.div_ceil(stage);
-    let plan = PipePlan::new(op.tokens, tile, n_stages, op.n_out, resident);
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    let max_slots = match crate::env_count(&SLOTS, "RUNIT_CUDA_MMQP_SLOTS", 0) {
+        0 => usize::MAX,
+        slots => slots,
+    };
+    let plan = PipePlan::new(op.tokens, tile, n_stages, op.n_out, resident, max_slots);
     let values = op.tokens * op.n_out;
     let partial = if plan.slots > 1 {
         let slot = match partials {
             Partials::First => &mut scratch.partial,
             Partials::Second => &mut scratch.partial_second,
+            Partials::Third => &mut scratch.partial_third,
         };
         ensure(backend, slot, plan.slots * values, "split partial sums")?
     } else {
@@ -571,17 +628,20 @@ mod tests {
     /// alone, and the slots of a cut row block are 0.. in the order of its stages.
     #[test]
     fn pipe_plans_take_every_stage_once() {
-        for (tokens, n_in, n_out, resident) in [
-            (64, 3584, 18944, 264),
-            (64, 18944, 3584, 264),
-            (64, 18944, 3584, 132),
-            (64, 3584, 4608, 264),
-            (64, 3584, 151_936, 264),
-            (9, 896, 4864, 528),
-            (33, 4864, 896, 264),
-            (128, 3584, 3584, 264),
-            (64, 384, 128, 264),
-            (16, 128, 1, 8),
+        for (tokens, n_in, n_out, resident, max_slots) in [
+            (64, 3584, 18944, 264, usize::MAX),
+            (64, 18944, 3584, 264, usize::MAX),
+            (64, 18944, 3584, 132, usize::MAX),
+            (64, 3584, 4608, 264, usize::MAX),
+            (64, 3584, 151_936, 264, usize::MAX),
+            (9, 896, 4864, 528, usize::MAX),
+            (33, 4864, 896, 264, usize::MAX),
+            (128, 3584, 3584, 264, usize::MAX),
+            (64, 384, 128, 264, usize::MAX),
+            (16, 128, 1, 8, usize::MAX),
+            (64, 3584, 3584, 264, 2),
+            (64, 3584, 512, 264, 3),
+            (64, 18944, 3584, 264, 4),
         ] {
             let n_stages: usize = usize::div_ceil(n_in, 256);
             let plan = PipePlan::new(
@@ -590,7 +650,11 @@ mod tests {
                 n_stages,
                 n_out,
                 resident,
+                max_slots,
             );
+            if max_slots < usize::MAX {
+                assert!(plan.slots <= max_slots + 1, "{max_slots} slots: {plan:?}");
+            }
             let row_blocks = n_out.div_ceil(BLOCK_ROWS);
             let total = row_blocks * n_stages;
             let mut taken = vec![Vec::new(); row_blocks];
@@ -619,9 +683,9 @@ mod tests {
             assert!(plan.blocks * plan.token_tiles <= resident.max(row_blocks * plan.token_tiles));
         }
         // qwen2.5-7b's gate at 64 rows, two blocks per multiprocessor: equal shares.
-        let plan = PipePlan::new(64, 64, 14, 18944, 264);
+        let plan = PipePlan::new(64, 64, 14, 18944, 264, usize::MAX);
         assert_eq!((plan.blocks, plan.share), (259, 8));
         // The output matrix's 1,187 row blocks fill the device whole.
-        assert_eq!(PipePlan::new(64, 64, 14, 151_936, 264).slots, 1);
+        assert_eq!(PipePlan::new(64, 64, 14, 151_936, 264, usize::MAX).slots, 1);
     }
 }

@@ -26,6 +26,7 @@ pub(crate) mod experts;
 mod gemm;
 mod matvec;
 pub(crate) mod mmq;
+
 pub(crate) mod names;
 
 use std::sync::{Mutex, MutexGuard};
@@ -71,6 +72,9 @@ struct Scratch {
     /// The up projection's partial sums while the gate's wait in `partial` (a batched SwiGLU
     /// merges both in its activation kernel).
     partial_second: Option<CudaSlice<f32>>,
+    /// V's partial sums while Q's and K's wait in the two above (a batched Q/K/V projection
+    /// merges the three in one launch).
+    partial_third: Option<CudaSlice<f32>>,
     /// f16 dequantized weight rows (GEMM path).
     half_weight: Option<CudaSlice<u16>>,
     blas: Option<cublas::Blas>,
@@ -317,7 +321,96 @@ pub fn matmul_qkv(
             }
         }
     }
+    if qkv_over_unmerged(backend, projections, x, tokens, &outs)? {
+        return Ok(());
+    }
     runit_backend::unfused::matmul_qkv(backend, projections, x, tokens, outs)
+}
+
+/// The batched Q/K/V projections when all three take the pipelined kernels: the three
+/// launched without their merges, then one `mmqp_merge3` for the row blocks cut in any of
+/// them (two merge launches fewer than three [`matmul_bias`], the same sums in the same
+/// order). False (nothing launched) when a projection takes another path or a bias is not of
+/// its weight's row count, or with `RUNIT_CUDA_QKV_MERGE=0` (a measuring knob).
+fn qkv_over_unmerged(
+    backend: &CudaBackend,
+    projections: [Projection<'_>; 3],
+    x: &Buffer,
+    tokens: usize,
+    outs: &[&mut Buffer; 3],
+) -> Result<bool, BackendError> {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled =
+        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_QKV_MERGE").map_or(true, |v| v != "0"));
+    if !enabled {
+        return Ok(false);
+    }
+    let mut paths = [None; 3];
+    for (path, projection) in paths.iter_mut().zip(&projections) {
+        let weight = projection.weight;
+        if projection
+            .bias
+            .is_some_and(|b| b.row_len() != weight.rows())
+        {
+            return Ok(false);
+        }
+        let Some(kernels) = names::kernels(weight.ty) else {
+            return Ok(false);
+        };
+        let batched = batched_path(weight.ty, &kernels, tokens, weight.row_len());
+        match batched {
+            Some(found @ mmq::Path::Pipe { .. }) if !takes_matvec(tokens, batched) => {
+                *path = Some(found)
+            }
+            _ => return Ok(false),
+        }
+    }
+    let mut ops = Vec::with_capacity(3);
+    for (projection, out) in projections.iter().zip(outs) {
+        let bias = match projection.bias {
+            Some(bias) => crate::ops::elementwise::f32_weight(
+                backend,
+                OP,
+                "bias",
+                bias,
+                projection.weight.rows(),
+            )?,
+            None => 0,
+        };
+        // The outputs are written through their addresses only (`operands` reads `out`'s).
+        match operands(backend, projection.weight, x, tokens, out, bias)? {
+            Some((_, op)) => ops.push(op),
+            None => return Ok(false),
+        }
+    }
+    let mut scratch = backend.matmul_state().lock();
+    for op in &ops {
+        forget_overwritten(&mut scratch, op);
+    }
+    let slots = [
+        mmq::Partials::First,
+        mmq::Partials::Second,
+        mmq::Partials::Third,
+    ];
+    let mut runs = Vec::with_capacity(3);
+    for ((op, path), partials) in ops.iter().zip(paths).zip(slots) {
+        let path = path.expect("every projection has its pipelined path");
+        let unmerged = mmq::run_unmerged(backend, path, op, &mut scratch, partials)?.ok_or(
+            BackendError::Device {
+                backend: backend.name(),
+                op: OP,
+                message: "a batched Q/K/V matmul is not a pipelined one".into(),
+            },
+        )?;
+        runs.push(unmerged);
+    }
+    drop(scratch);
+    mmq::merge3(
+        backend,
+        tokens,
+        [(&ops[0], runs[0]), (&ops[1], runs[1]), (&ops[2], runs[2])],
+    )?;
+    Ok(true)
 }
 
 /// `hidden[t] = silu(gate · x[t]) * (up · x[t])`: up to [`MATVEC_MAX_TOKENS`] rows in one
