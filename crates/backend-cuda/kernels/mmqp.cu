@@ -411,38 +411,54 @@ extern "C" __global__ void mmqp_merge3(u32 tokens, MmqpMergeArgs a, MmqpMergeArg
 // The batched SwiGLU over the gate's and up's pipelined matmuls, their merges included:
 // gate[i] = silu(g) * u and up[i] = u with g, u the merged values (mmqp_merge's, from
 // `gate_partial` / `up_partial` where a row block was cut; both matmuls have one plan:
-// `n_stages`, `share`, rows of `width`), then out = their activation_f16_cpu conversion in q8
-// mode `mode` (0-2) for the down projection, as silu_mul_f16_cpu (convert.cu) writes it.
-// Modes 0 and 1: one warp per unit of 32 values, a value a lane, launched as
-// activation_f16_cpu. Mode 2: one block of 256 threads per unit of 256 values, a value a
-// thread, then its first warp converts the unit (the merges' loads are where the time goes,
-// so every thread takes one value).
+// `n_stages`, `share`, rows of `width`, a multiple of 256), then out = their
+// activation_f16_cpu conversion in q8 mode `mode` (0-2) for the down projection, as
+// silu_mul_f16_cpu (convert.cu) writes it. One warp per group of 256 values, eight
+// consecutive values a lane (one row block's, so the slot count is worked out once a lane),
+// read and written as float4; the conversion from registers (activation_f16_lane8).
 extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* __restrict__ out, u64 n, u32 mode,
                                                   u32 width, const float* __restrict__ gate_partial,
                                                   const float* __restrict__ up_partial, u32 n_stages, u32 share) {
     pdl_start();
     const int lane = threadIdx.x & 31;
-    // One value of a unit (units lie in one row of `width` values: width is a multiple of 256).
-    auto merge = [&](u64 i) {
-        const u32 row = (u32)(i % width);
-        const float g = mmqp_merged(gate, gate_partial, n, i, row, n_stages, share, nullptr);
-        const float u = mmqp_merged(up, up_partial, n, i, row, n_stages, share, nullptr);
-        up[i] = u;
-        gate[i] = silu_mul_value(g, u);
-    };
-    if (mode == 2) {
-        for (u64 unit = blockIdx.x; unit < n / 256; unit += gridDim.x) {
-            merge(unit * 256 + threadIdx.x);
-            __syncthreads();  // the unit's values, written by the block, read by its first warp
-            if (threadIdx.x < 32) activation_f16_unit(gate, out, unit, mode, lane);
-        }
-        return;
-    }
     const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
-    for (u64 unit = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; unit < n / 32; unit += warps) {
-        merge(unit * 32 + lane);
-        __syncwarp();  // the unit's values, written by the warp's lanes, read by others
-        activation_f16_unit(gate, out, unit, mode, lane);
+    for (u64 group = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; group < n / 256; group += warps) {
+        const u64 i = group * 256 + 8 * lane;
+        const u32 slots = mmqp_slots((u32)(i % width), n_stages, share);
+        float g[8], u[8];
+        auto load8 = [](const float* p, float (&v)[8]) {
+            const float4 x = __ldcg((const float4*)p), y = __ldcg((const float4*)(p + 4));
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+        };
+        if (slots == 1) {
+            load8(gate + i, g);
+            load8(up + i, u);
+        } else {
+            // mmqp_slot_sum's order: the slots' partial sums in turn from 0, then + 0.
+#pragma unroll
+            for (int k = 0; k < 8; k++) g[k] = u[k] = 0.0f;
+#pragma unroll 2
+            for (u32 s = 0; s < slots; s++) {
+                float pg[8], pu[8];
+                load8(gate_partial + s * n + i, pg);
+                load8(up_partial + s * n + i, pu);
+#pragma unroll
+                for (int k = 0; k < 8; k++) g[k] += pg[k], u[k] += pu[k];
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) g[k] = __fadd_rn(g[k], 0.0f), u[k] = __fadd_rn(u[k], 0.0f);
+        }
+        float h[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) h[k] = silu_mul_value(g[k], u[k]);
+        *(float4*)(up + i) = make_float4(u[0], u[1], u[2], u[3]);
+        *(float4*)(up + i + 4) = make_float4(u[4], u[5], u[6], u[7]);
+        *(float4*)(gate + i) = make_float4(h[0], h[1], h[2], h[3]);
+        *(float4*)(gate + i + 4) = make_float4(h[4], h[5], h[6], h[7]);
+        u16 q[8];
+        activation_f16_lane8(h, lane, mode, q);
+        *(uint4*)(out + i) = make_uint4(q[0] | (u32)q[1] << 16, q[2] | (u32)q[3] << 16, q[4] | (u32)q[5] << 16,
+                                        q[6] | (u32)q[7] << 16);
     }
 }
 

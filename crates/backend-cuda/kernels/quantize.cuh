@@ -11,15 +11,14 @@
 #pragma once
 #include "dequant.cuh"
 
-// The Q8_K scale search of quantize_row_q8_K over the 256 values at src, by one warp: lane l
-// loads values l*8 .. l*8+7 into v and every lane gets the signed value of largest magnitude
-// (the first of equal magnitudes, as on the CPU), or 0 when all are 0.
-__device__ __forceinline__ float q8k_group_max(const float* __restrict__ src, int lane, float v[8]) {
+// The Q8_K scale search of quantize_row_q8_K over 256 values held by one warp, lane l's
+// values l*8 .. l*8+7 in v: every lane gets the signed value of largest magnitude (the first
+// of equal magnitudes, as on the CPU), or 0 when all are 0.
+__device__ __forceinline__ float q8k_max_of(const float (&v)[8], int lane) {
     float amax = 0.0f, max = 0.0f;
     int index = 1 << 30;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        v[k] = src[lane * 8 + k];
         if (fabsf(v[k]) > amax) {
             amax = fabsf(v[k]);
             max = v[k];
@@ -40,15 +39,23 @@ __device__ __forceinline__ float q8k_group_max(const float* __restrict__ src, in
     return max;
 }
 
-// quantize_row_q8_K of the 256 values at src by one warp: lane l's quants of values
-// l*8 .. l*8+7 into q, the block scale d returned (0 with zero quants for an all-zero group).
-__device__ __forceinline__ float q8k_group_quants(const float* __restrict__ src, int lane, int q[8]) {
-    float v[8];
-    const float max = q8k_group_max(src, lane, v);
+// quantize_row_q8_K of 256 values held by one warp (v as in q8k_max_of): lane l's quants of
+// values l*8 .. l*8+7 into q, the block scale d returned (0 with zero quants for an all-zero
+// group).
+__device__ __forceinline__ float q8k_quants_of(const float (&v)[8], int lane, int q[8]) {
+    const float max = q8k_max_of(v, lane);
     const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) q[k] = max != 0.0f ? min(127, __float2int_rn(iscale * v[k])) : 0;
     return max != 0.0f ? 1.0f / iscale : 0.0f;
+}
+
+// q8k_quants_of the 256 values at src (lane l loads values l*8 .. l*8+7).
+__device__ __forceinline__ float q8k_group_quants(const float* __restrict__ src, int lane, int q[8]) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = src[lane * 8 + k];
+    return q8k_quants_of(v, lane, q);
 }
 
 // Values [0, n) of x (n a multiple of 32, of 256 for mode 2), by warps warp_id, warp_id +
@@ -109,4 +116,26 @@ __device__ __forceinline__ void activation_f16_unit(const float* x, u16* __restr
     const float d = q8k_group_quants(x + unit * 256, lane, q);
 #pragma unroll
     for (int k = 0; k < 8; k++) out[unit * 256 + lane * 8 + k] = float_to_half(d * (float)q[k]);
+}
+
+// activation_f16_cpu's conversion (q8 modes 0-2) of 256 values held by one warp, lane l's
+// values l*8 .. l*8+7 in v, into h: in mode 2 the group is one Q8_K block; in modes 0 and 1
+// lanes 4b .. 4b+3 hold block b of 32 (activation_f16_unit's values, bit for bit).
+__device__ __forceinline__ void activation_f16_lane8(const float (&v)[8], int lane, u32 mode, u16 (&h)[8]) {
+    if (mode == 2) {
+        int q[8];
+        const float d = q8k_quants_of(v, lane, q);
+#pragma unroll
+        for (int k = 0; k < 8; k++) h[k] = float_to_half(d * (float)q[k]);
+        return;
+    }
+    float amax = fabsf(v[0]);
+#pragma unroll
+    for (int k = 1; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d16 = half_to_float(float_to_half(amax / 127.0f));
+#pragma unroll
+    for (int k = 0; k < 8; k++) h[k] = float_to_half(d16 * (float)__float2int_rn(v[k] * id));
 }

@@ -539,6 +539,9 @@ fn silu_over_unmerged(
     ) else {
         return Ok(true); // nothing to compute
     };
+    if gate_op.out % 16 != 0 || up_op.out % 16 != 0 {
+        return Ok(false); // the kernel reads and writes float4s
+    }
     let mut scratch = backend.matmul_state().lock();
     forget_overwritten(&mut scratch, &gate_op);
     forget_overwritten(&mut scratch, &up_op);
@@ -566,7 +569,8 @@ fn silu_over_unmerged(
         OP,
         "mmqp.cu",
         "silu_mul_merge_f16_cpu",
-        silu_merge_grid(values, mode),
+        // A warp per 256 values in every mode (activation_f16_cpu's grid in mode 2).
+        gemm::convert_grid(values, 2),
         gate_op.out,
         up_op.out,
         base,
@@ -580,20 +584,6 @@ fn silu_over_unmerged(
     )?;
     scratch.hold_half(backend, gate_op.out, tokens, width, base, mode);
     Ok(true)
-}
-
-/// The launch of `silu_mul_merge_f16_cpu` over `values` values in q8 mode `mode`: as
-/// activation_f16_cpu's in modes 0 and 1 (a warp per 32 values), a block of 256 threads per
-/// 256-value unit in mode 2.
-fn silu_merge_grid(values: usize, mode: u32) -> cudarc::driver::LaunchConfig {
-    if mode != 2 {
-        return gemm::convert_grid(values, mode);
-    }
-    cudarc::driver::LaunchConfig {
-        grid_dim: ((values / 256).clamp(1, 65_535) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// True when a matmul of `tokens` rows of `weight` over rows of `row_len` values reads its
