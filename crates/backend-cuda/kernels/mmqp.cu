@@ -162,26 +162,46 @@ __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
 
 // Issues the copies of the weight windows of stage elements k0 .. k0 + len into `wsm`. A window
 // ends at the 16-byte boundary after its last block: at most 15 bytes past the weight's end,
-// inside the same aligned 16 bytes (and so the same page) as its last byte.
+// inside the same aligned 16 bytes (and so the same page) as its last byte. Copy i (of the
+// rows' W_CHUNKS chunks, row by row) is thread i % MMQ_THREADS's: in a row block that lies
+// inside the matrix a thread steps from its row, chunk and byte offset to the next ones by
+// additions (no division or 64-bit product a copy); a row block past the last row clamps its
+// rows to it.
 template <class W>
 __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
                                                   u32 block_row0, u32 k0, u32 len) {
     using L = MmqpLayout<W>;
+    constexpr u32 ROW_STEP = MMQ_THREADS / L::W_CHUNKS, CHUNK_STEP = MMQ_THREADS % L::W_CHUNKS;
     const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
     const u32 bytes = len / W::QK * W::BYTES;
+    // The copy of `chunk` of `row`, whose window starts at byte `start` of w.
+    auto copy = [&](u32 row, u32 chunk, u64 start) {
+        const u32 misalign = (u32)start & 15;
+        if (16 * chunk < ((misalign + bytes + 15) & ~15u))
+            cp_async16(wsm + row * L::W_STRIDE + 16 * chunk, w + (start - misalign) + 16 * chunk);
+    };
+    if (block_row0 + MMQ_BLOCK_ROWS <= n_out) {
+        u32 row = threadIdx.x / L::W_CHUNKS, chunk = threadIdx.x % L::W_CHUNKS;
+        u64 start = (u64)(block_row0 + row) * row_bytes + byte0;
+        const u64 rows_step = ROW_STEP * row_bytes;
+        for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += MMQ_THREADS) {
+            copy(row, chunk, start);
+            row += ROW_STEP, chunk += CHUNK_STEP, start += rows_step;
+            if (chunk >= L::W_CHUNKS) chunk -= L::W_CHUNKS, row++, start += row_bytes;
+        }
+        return;
+    }
     for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += MMQ_THREADS) {
         const u32 row = i / L::W_CHUNKS, chunk = i % L::W_CHUNKS;
-        const u64 start = (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0;
-        const u64 first = start & ~15ull, end = (start + bytes + 15) & ~15ull;
-        if (first + 16 * chunk < end) cp_async16(wsm + row * L::W_STRIDE + 16 * chunk, w + first + 16 * chunk);
+        copy(row, chunk, (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0);
     }
 }
 
-// Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`).
+// Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`),
+// `chunks` = len / 8 16-byte chunks a token row.
 template <class W, int NT>
-__device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
-                                                      u32 token0, u32 k0, u32 len) {
-    const u32 chunks = len / 8;
+__device__ __forceinline__ void mmqp_load_activation_chunks(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
+                                                            u32 token0, u32 k0, u32 chunks) {
     for (u32 i = threadIdx.x; i < 8 * NT * chunks; i += MMQ_THREADS) {
         const u32 r = i / chunks, j = i % chunks;
         const u32 at = xsm + r * MmqpLayout<W>::X_ROW_BYTES + 16 * mmqp_chunk_at(j, r);
@@ -191,6 +211,19 @@ __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __rest
         else
             cp_async16_zero(at, x);
     }
+}
+
+// mmqp_load_activation_chunks of a stage: a whole one (every stage but a row's last when the
+// length is not a multiple of K) with its chunk count known at compile time, so that the
+// loop's divisions are shifts (about 11 instructions a copy instead of 18 on sm_90).
+template <class W, int NT>
+__device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
+                                                      u32 token0, u32 k0, u32 len) {
+    constexpr u32 K = MmqpLayout<W>::K;
+    if (len == K)
+        mmqp_load_activation_chunks<W, NT>(xsm, x, n_in, tokens, token0, k0, K / 8);
+    else
+        mmqp_load_activation_chunks<W, NT>(xsm, x, n_in, tokens, token0, k0, len / 8);
 }
 
 // One segment of a block's work: rows block_row0 .. + MMQ_BLOCK_ROWS, tokens token0 .. + 8 NT,
