@@ -56,13 +56,14 @@ __device__ __forceinline__ u32 h2_fma(u32 a, u32 b, u32 c) {
 }
 // A float as the f16 pair (x, x).
 __device__ __forceinline__ u32 h2_splat(float x) { return pack_half2(x, x); }
-// Bytes 0 and 1 of `word` (q values below 1024) as the f16 pair (1024 + q0, 1024 + q1), then
-// minus `bias` (an f16 pair): exact small integers.
-__device__ __forceinline__ u32 h2_bytes01(u32 word, u32 mask, u32 bias) {
-    return h2_sub((__byte_perm(word, 0u, 0x4140) & mask) | 0x64006400u, bias);
+// Bytes 0 and 1 of `word` (each a q below 256) as the f16 pair (1024 + q0, 1024 + q1) (one
+// byte_perm that takes 0x64, the f16 1024's high byte, from a second word), then minus `bias`
+// (an f16 pair): exact small integers.
+__device__ __forceinline__ u32 h2_bytes01(u32 word, u32 bias) {
+    return h2_sub(__byte_perm(word, 0x64646464u, 0x4140), bias);
 }
-__device__ __forceinline__ u32 h2_bytes23(u32 word, u32 mask, u32 bias) {
-    return h2_sub((__byte_perm(word, 0u, 0x4342) & mask) | 0x64006400u, bias);
+__device__ __forceinline__ u32 h2_bytes23(u32 word, u32 bias) {
+    return h2_sub(__byte_perm(word, 0x64646464u, 0x4342), bias);
 }
 
 // The fast fragment decoders: `scales(block, offset)` once per row and lane sub-block (the
@@ -88,12 +89,12 @@ struct Frag<Q4_K> {
     static __device__ __forceinline__ void values(const u8* b, u32 offset, int j, FragScales s, u32 (&out)[4]) {
         const u8* qs = b + 16 + 32 * (offset / 64) + 8 * j;
         const u32 shift = 4 * ((offset / 32) & 1);
-        const u32 w0 = load_u32_a4(qs) >> shift, w1 = load_u32_a4(qs + 4) >> shift;
+        const u32 w0 = (load_u32_a4(qs) >> shift) & 0x0F0F0F0Fu, w1 = (load_u32_a4(qs + 4) >> shift) & 0x0F0F0F0Fu;
         const u32 bias = 0x64006400u;  // 1024
-        out[0] = h2_fma(h2_bytes01(w0, 0x000F000Fu, bias), s.a, s.b);
-        out[1] = h2_fma(h2_bytes23(w0, 0x000F000Fu, bias), s.a, s.b);
-        out[2] = h2_fma(h2_bytes01(w1, 0x000F000Fu, bias), s.a, s.b);
-        out[3] = h2_fma(h2_bytes23(w1, 0x000F000Fu, bias), s.a, s.b);
+        out[0] = h2_fma(h2_bytes01(w0, bias), s.a, s.b);
+        out[1] = h2_fma(h2_bytes23(w0, bias), s.a, s.b);
+        out[2] = h2_fma(h2_bytes01(w1, bias), s.a, s.b);
+        out[3] = h2_fma(h2_bytes23(w1, bias), s.a, s.b);
     }
 };
 
@@ -119,8 +120,8 @@ struct Frag<Q6_K> {
         for (int k = 0; k < 2; k++) {
             const u32 q = ((load_u32_a2(ql + 4 * k) >> low_shift) & 0x0F0F0F0Fu) |
                           (((load_u32_a2(qh + 4 * k) >> high_shift) & 0x03030303u) << 4);
-            out[2 * k] = h2_mul(h2_bytes01(q, 0xFFFFFFFFu, bias), scale);
-            out[2 * k + 1] = h2_mul(h2_bytes23(q, 0xFFFFFFFFu, bias), scale);
+            out[2 * k] = h2_mul(h2_bytes01(q, bias), scale);
+            out[2 * k + 1] = h2_mul(h2_bytes23(q, bias), scale);
         }
     }
 };
@@ -136,8 +137,8 @@ struct Frag<Q8_0> {
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const u32 q = load_u32_a2(qs + 4 * k) ^ 0x80808080u;
-            out[2 * k] = h2_mul(h2_bytes01(q, 0xFFFFFFFFu, bias), s.a);
-            out[2 * k + 1] = h2_mul(h2_bytes23(q, 0xFFFFFFFFu, bias), s.a);
+            out[2 * k] = h2_mul(h2_bytes01(q, bias), s.a);
+            out[2 * k + 1] = h2_mul(h2_bytes23(q, bias), s.a);
         }
     }
 };
