@@ -31,6 +31,19 @@
 #ifndef MMQP_STAGES
 #define MMQP_STAGES 2
 #endif
+// Warps that only copy (mmqp_segment_producers) beside the four that compute, or 0: every warp
+// copies its share and computes (mmqp_segment). The host reads the same define for the
+// block's threads (matmul/mmq.rs `pipe_threads`).
+#ifndef MMQP_PRODUCERS
+#define MMQP_PRODUCERS 0
+#endif
+#define MMQP_THREADS (MMQ_THREADS + 32 * MMQP_PRODUCERS)
+#if MMQP_PRODUCERS > 0
+// Two blocks a multiprocessor, as shared memory allows: at most 170 registers a thread.
+#define MMQP_BOUNDS __launch_bounds__(MMQP_THREADS, 2)
+#else
+#define MMQP_BOUNDS __launch_bounds__(MMQ_THREADS)
+#endif
 // Activation rows of one stage: K f16 (2 K bytes) in 16-byte chunks, placed by mmqp_chunk_at
 // so that the 8 lanes of a load phase (tokens g and g + 1, lanes t 0..3, which read chunks
 // 16 s + 4 t + j) hit 32 distinct banks (any whole number of 128-byte rows).
@@ -168,11 +181,11 @@ __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
 // inside the matrix a thread steps from its row, chunk and byte offset to the next ones by
 // additions (no division or 64-bit product a copy); a row block past the last row clamps its
 // rows to it.
-template <class W>
+template <class W, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
-                                                  u32 block_row0, u32 k0, u32 len) {
+                                                  u32 block_row0, u32 k0, u32 len, u32 tid) {
     using L = MmqpLayout<W>;
-    constexpr u32 ROW_STEP = MMQ_THREADS / L::W_CHUNKS, CHUNK_STEP = MMQ_THREADS % L::W_CHUNKS;
+    constexpr u32 ROW_STEP = THREADS / L::W_CHUNKS, CHUNK_STEP = THREADS % L::W_CHUNKS;
     const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
     const u32 bytes = len / W::QK * W::BYTES;
     // The copy of `chunk` of `row`, whose window starts at byte `start` of w.
@@ -182,17 +195,17 @@ __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict_
             cp_async16(wsm + row * L::W_STRIDE + 16 * chunk, w + (start - misalign) + 16 * chunk);
     };
     if (block_row0 + MMQ_BLOCK_ROWS <= n_out) {
-        u32 row = threadIdx.x / L::W_CHUNKS, chunk = threadIdx.x % L::W_CHUNKS;
+        u32 row = tid / L::W_CHUNKS, chunk = tid % L::W_CHUNKS;
         u64 start = (u64)(block_row0 + row) * row_bytes + byte0;
         const u64 rows_step = ROW_STEP * row_bytes;
-        for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += MMQ_THREADS) {
+        for (u32 i = tid; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += THREADS) {
             copy(row, chunk, start);
             row += ROW_STEP, chunk += CHUNK_STEP, start += rows_step;
             if (chunk >= L::W_CHUNKS) chunk -= L::W_CHUNKS, row++, start += row_bytes;
         }
         return;
     }
-    for (u32 i = threadIdx.x; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += MMQ_THREADS) {
+    for (u32 i = tid; i < MMQ_BLOCK_ROWS * L::W_CHUNKS; i += THREADS) {
         const u32 row = i / L::W_CHUNKS, chunk = i % L::W_CHUNKS;
         copy(row, chunk, (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0);
     }
@@ -200,10 +213,10 @@ __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict_
 
 // Issues the copies of the activations of stage elements k0 .. k0 + len (zeros past `tokens`),
 // `chunks` = len / 8 16-byte chunks a token row.
-template <class W, int NT>
+template <class W, int NT, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_activation_chunks(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
-                                                            u32 token0, u32 k0, u32 chunks) {
-    for (u32 i = threadIdx.x; i < 8 * NT * chunks; i += MMQ_THREADS) {
+                                                            u32 token0, u32 k0, u32 chunks, u32 tid) {
+    for (u32 i = tid; i < 8 * NT * chunks; i += THREADS) {
         const u32 r = i / chunks, j = i % chunks;
         const u32 at = xsm + r * MmqpLayout<W>::X_ROW_BYTES + 16 * mmqp_chunk_at(j, r);
         const u32 token = token0 + r;
@@ -217,20 +230,95 @@ __device__ __forceinline__ void mmqp_load_activation_chunks(u32 xsm, const u16* 
 // mmqp_load_activation_chunks of a stage: a whole one (every stage but a row's last when the
 // length is not a multiple of K) with its chunk count known at compile time, so that the
 // loop's divisions are shifts (about 11 instructions a copy instead of 18 on sm_90).
-template <class W, int NT>
+template <class W, int NT, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
-                                                      u32 token0, u32 k0, u32 len) {
+                                                      u32 token0, u32 k0, u32 len, u32 tid) {
     constexpr u32 K = MmqpLayout<W>::K;
     if (len == K)
-        mmqp_load_activation_chunks<W, NT>(xsm, x, n_in, tokens, token0, k0, K / 8);
+        mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, K / 8, tid);
     else
-        mmqp_load_activation_chunks<W, NT>(xsm, x, n_in, tokens, token0, k0, len / 8);
+        mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, len / 8, tid);
+}
+
+// The products of one stage (elements k0 .. k0 + len, its weights at wsm in shared memory,
+// the activations after them) added to a consumer warp's accumulators: rows row0 .. + 32 of
+// the warp (row_at: the shared offsets of this lane's four rows).
+template <class W, int NT>
+__device__ __forceinline__ void mmqp_stage_products(float (&acc)[2][NT][4], const u8* wsm, u32 k0, u32 len,
+                                                    const u32 (&row_at)[2][2], u32 row0, u64 row_bytes, u32 n_out,
+                                                    int g, int t) {
+    using L = MmqpLayout<W>;
+    const u8* xsm = wsm + MMQ_BLOCK_ROWS * L::W_STRIDE;
+    // Each row's window starts at its first block's address rounded down to 16 bytes.
+    const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
+    u32 misalign[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            misalign[m][h] =
+                (u32)(((u64)min(row0 + 16 * m + 8 * h + g, n_out - 1) * row_bytes + byte0) & 15);
+
+    for (u32 span = 0; span < len / 128; span++) {
+        // This lane's 32 elements of the span: block e / QK from byte `at`, at `offset` in it.
+        const u32 e = 128 * span + 32 * t;
+        const u32 at = e / W::QK * W::BYTES, offset = e % W::QK;
+        const u8* rows[2][2];
+        FragScales scales[2][2];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                rows[m][h] = wsm + row_at[m][h] + misalign[m][h] + at;
+                if constexpr (Frag<W>::FAST) scales[m][h] = Frag<W>::scales(rows[m][h], offset);
+            }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            u32 a[2][2][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                u32 p[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if constexpr (Frag<W>::FAST) {
+                        Frag<W>::values(rows[m][h], offset, j, scales[m][h], p[h]);
+                    } else {
+                        // Elements offset + 8 j .. of the row's block (a block of 32 when
+                        // QK is 32: offset is 0 there).
+                        float v[8];
+                        W::dequant8(rows[m][h], (int)((offset + 8 * j) / 8), v);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) p[h][i] = pack_half2(v[2 * i], v[2 * i + 1]);
+                    }
+                }
+                a[m][0][0] = p[0][0];
+                a[m][0][1] = p[1][0];
+                a[m][0][2] = p[0][1];
+                a[m][0][3] = p[1][1];
+                a[m][1][0] = p[0][2];
+                a[m][1][1] = p[1][2];
+                a[m][1][2] = p[0][3];
+                a[m][1][3] = p[1][3];
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const u32 r = 8 * n + g;
+                const uint4 b =
+                    *(const uint4*)(xsm + r * L::X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    mma_16816(acc[m][n], a[m][0], b.x, b.y);
+                    mma_16816(acc[m][n], a[m][1], b.z, b.w);
+                }
+            }
+        }
+    }
 }
 
 // One segment of a block's work: rows block_row0 .. + MMQ_BLOCK_ROWS, tokens token0 .. + 8 NT,
 // elements k_begin .. k_end of the rows, written to target[token][row] (plus `bias` when
 // given). The first segment of a block starts its weight copies before the programmatic-launch
-// wait (`wait` true), the others after.
+// wait (`wait` true), the others after. Every thread copies and computes (MMQP_PRODUCERS 0).
 template <class W, int NT>
 __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                              const u16* __restrict__ x, u32 tokens, u32 block_row0, u32 token0,
@@ -257,16 +345,17 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
         const u32 k0 = k_begin + s * L::K;
-        if (s < stages) mmqp_load_weights<W>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
-                                             min((u32)L::K, k_end - k0));
+        if (s < stages)
+            mmqp_load_weights<W, MMQ_THREADS>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
+                                              min((u32)L::K, k_end - k0), threadIdx.x);
     }
     if (wait) pdl_wait();
 #pragma unroll
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
         const u32 k0 = k_begin + s * L::K;
         if (s < stages)
-            mmqp_load_activations<W, NT>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0,
-                                      min((u32)L::K, k_end - k0));
+            mmqp_load_activations<W, NT, MMQ_THREADS>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in,
+                                                      tokens, token0, k0, min((u32)L::K, k_end - k0), threadIdx.x);
         cp_async_commit();
     }
 
@@ -283,86 +372,93 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
         if (ahead < stages) {
             const u32 slot = base + (ahead % MMQP_STAGES) * STAGE, k0 = k_begin + ahead * L::K;
             const u32 len = min((u32)L::K, k_end - k0);
-            mmqp_load_weights<W>(slot, w, row_bytes, n_out, block_row0, k0, len);
-            mmqp_load_activations<W, NT>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0, k0, len);
+            mmqp_load_weights<W, MMQ_THREADS>(slot, w, row_bytes, n_out, block_row0, k0, len, threadIdx.x);
+            mmqp_load_activations<W, NT, MMQ_THREADS>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0,
+                                                      k0, len, threadIdx.x);
         }
         cp_async_commit();
         cp_async_wait<MMQP_STAGES - 1>();
         __syncthreads();
-
         const u32 k0 = k_begin + s * L::K;
-        const u32 len = min((u32)L::K, k_end - k0);
-        const u8* wsm = smem + (s % MMQP_STAGES) * STAGE;
-        const u8* xsm = wsm + MMQ_BLOCK_ROWS * L::W_STRIDE;
-        // Each row's window starts at its first block's address rounded down to 16 bytes.
-        const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
-        u32 misalign[2][2];
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                misalign[m][h] =
-                    (u32)(((u64)min(row0 + 16 * m + 8 * h + g, n_out - 1) * row_bytes + byte0) & 15);
-
-        for (u32 span = 0; span < len / 128; span++) {
-            // This lane's 32 elements of the span: block e / QK from byte `at`, at `offset` in it.
-            const u32 e = 128 * span + 32 * t;
-            const u32 at = e / W::QK * W::BYTES, offset = e % W::QK;
-            const u8* rows[2][2];
-            FragScales scales[2][2];
-#pragma unroll
-            for (int m = 0; m < 2; m++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    rows[m][h] = wsm + row_at[m][h] + misalign[m][h] + at;
-                    if constexpr (Frag<W>::FAST) scales[m][h] = Frag<W>::scales(rows[m][h], offset);
-                }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                u32 a[2][2][4];
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    u32 p[2][4];
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        if constexpr (Frag<W>::FAST) {
-                            Frag<W>::values(rows[m][h], offset, j, scales[m][h], p[h]);
-                        } else {
-                            // Elements offset + 8 j .. of the row's block (a block of 32 when
-                            // QK is 32: offset is 0 there).
-                            float v[8];
-                            W::dequant8(rows[m][h], (int)((offset + 8 * j) / 8), v);
-#pragma unroll
-                            for (int i = 0; i < 4; i++) p[h][i] = pack_half2(v[2 * i], v[2 * i + 1]);
-                        }
-                    }
-                    a[m][0][0] = p[0][0];
-                    a[m][0][1] = p[1][0];
-                    a[m][0][2] = p[0][1];
-                    a[m][0][3] = p[1][1];
-                    a[m][1][0] = p[0][2];
-                    a[m][1][1] = p[1][2];
-                    a[m][1][2] = p[0][3];
-                    a[m][1][3] = p[1][3];
-                }
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    const u32 r = 8 * n + g;
-                    const uint4 b =
-                        *(const uint4*)(xsm + r * L::X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        mma_16816(acc[m][n], a[m][0], b.x, b.y);
-                        mma_16816(acc[m][n], a[m][1], b.z, b.w);
-                    }
-                }
-            }
-        }
+        mmqp_stage_products<W, NT>(acc, smem + (s % MMQP_STAGES) * STAGE, k0, min((u32)L::K, k_end - k0), row_at,
+                                   row0, row_bytes, n_out, g, t);
         __syncthreads();
     }
     cp_async_wait<0>();
 
     mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
+}
+
+// mmqp_segment with MMQP_PRODUCERS copying warps (warps 4 ..) beside the four computing ones:
+// the producers copy stage s + 1 into the other slot while the consumers compute stage s,
+// then wait for their copies; one barrier a stage (two slots: MMQP_STAGES 2). The consumers
+// issue no copy, so their instructions are the products' alone.
+template <class W, int NT>
+__device__ __forceinline__ void mmqp_segment_producers(const u8* __restrict__ w, u64 row_bytes, u32 n_in,
+                                                       u32 n_out, const u16* __restrict__ x, u32 tokens,
+                                                       u32 block_row0, u32 token0, u32 k_begin, u32 k_end, bool wait,
+                                                       float* target, const float* __restrict__ bias) {
+    static_assert(MMQP_STAGES == 2, "producer warps fill the one slot the consumers do not read");
+    using L = MmqpLayout<W>;
+    constexpr u32 PRODUCER_THREADS = 32 * MMQP_PRODUCERS;
+    extern __shared__ __align__(16) u8 smem[];
+    constexpr u32 STAGE = mmqp_stage_bytes<W, NT>();
+    const bool producer = threadIdx.x >= MMQ_THREADS;
+    const u32 tid = threadIdx.x - MMQ_THREADS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const u32 row0 = block_row0 + warp * MMQ_WARP_ROWS;
+    const u32 base = shared_address(smem);
+    const u32 stages = (k_end - k_begin + L::K - 1) / L::K;
+    // Stage s's copies into its slot (committed as one group).
+    auto copy = [&](u32 s, bool weights, bool activations) {
+        const u32 slot = base + (s % 2) * STAGE, k0 = k_begin + s * L::K;
+        const u32 len = min((u32)L::K, k_end - k0);
+        if (weights) mmqp_load_weights<W, PRODUCER_THREADS>(slot, w, row_bytes, n_out, block_row0, k0, len, tid);
+        if (activations)
+            mmqp_load_activations<W, NT, PRODUCER_THREADS>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens,
+                                                           token0, k0, len, tid);
+    };
+    if (producer) {
+        // The weights never come from an earlier kernel: stage 0's start before the wait.
+        copy(0, true, false);
+        if (wait) pdl_wait();
+        copy(0, false, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else if (wait) {
+        pdl_wait();
+    }
+    __syncthreads();
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
+    u32 row_at[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) row_at[m][h] = (warp * MMQ_WARP_ROWS + 16 * m + 8 * h + g) * L::W_STRIDE;
+
+    for (u32 s = 0; s < stages; s++) {
+        if (producer) {
+            if (s + 1 < stages) {
+                copy(s + 1, true, true);
+                cp_async_commit();
+                cp_async_wait<0>();
+            }
+        } else {
+            const u32 k0 = k_begin + s * L::K;
+            mmqp_stage_products<W, NT>(acc, smem + (s % 2) * STAGE, k0, min((u32)L::K, k_end - k0), row_at, row0,
+                                       row_bytes, n_out, g, t);
+        }
+        __syncthreads();
+    }
+    if (!producer) mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
 }
 
 // The stages of the rows (MmqpLayout::K elements, the last one shorter when the length is not
@@ -388,9 +484,13 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
         const u32 first_block = mmqp_first_block(row_block, n_stages, share);
         const bool whole = first_block == mmqp_last_block(row_block, n_stages, share);
         float* target = whole ? out : partial + (u64)(blockIdx.x - first_block) * values;
-        mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
-                            first * L::K, min(n_in, last * L::K), wait, target,
-                            whole ? bias : nullptr);
+        if constexpr (MMQP_PRODUCERS > 0)
+            mmqp_segment_producers<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
+                                          first * L::K, min(n_in, last * L::K), wait, target,
+                                          whole ? bias : nullptr);
+        else
+            mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
+                                first * L::K, min(n_in, last * L::K), wait, target, whole ? bias : nullptr);
         wait = false;
         unit += last - first;
     }
@@ -497,7 +597,7 @@ extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* _
 }
 
 #define MMQP_KERNEL(W, name, NT)                                                                             \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS) mmqp_##name##_n##NT(                        \
+    extern "C" __global__ void MMQP_BOUNDS mmqp_##name##_n##NT(                                                \
         const u8* w, u64 row_bytes, u32 n_in, u32 n_out, const u16* x, u32 tokens, u32 share, float* out,   \
         const float* bias, float* partial) {                                                  \
         mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \

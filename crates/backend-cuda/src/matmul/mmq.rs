@@ -96,6 +96,13 @@ fn pipe_stage(ty: GgmlType) -> usize {
     }
 }
 
+/// Threads of a pipelined kernel's block: the four computing warps (`MMQ_THREADS`) and
+/// `MMQP_PRODUCERS` copying warps (mmqp.cu; 0 unless set in `RUNIT_CUDA_DEFINES`).
+fn pipe_threads() -> u32 {
+    static PRODUCERS: OnceLock<usize> = OnceLock::new();
+    THREADS + 32 * *PRODUCERS.get_or_init(|| kernel_define("MMQP_PRODUCERS", 0)) as u32
+}
+
 /// Dynamic shared memory of a pipelined kernel for weights of `ty` and tiles of `tile`
 /// tokens: per stage, each of the block's rows' window (the stage's whole blocks plus up to
 /// 15 bytes of misalignment on each side, whole 16-byte chunks: `MmqpLayout` in mmqp.cu)
@@ -503,7 +510,11 @@ fn launch_pipe(
             let per_multiprocessor = match crate::env_count(&BLOCKS, "RUNIT_CUDA_MMQP_BLOCKS", 0) {
                 0 => backend
                     .kernel(OP, PIPE_FILE, kernel)?
-                    .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
+                    .occupancy_max_active_blocks_per_multiprocessor(
+                        pipe_threads(),
+                        shared as usize,
+                        None,
+                    )
                     .map_err(|e| backend.driver_error(OP, e))?
                     .max(1) as usize,
                 blocks => blocks,
@@ -533,7 +544,7 @@ fn launch_pipe(
     };
     let config = LaunchConfig {
         grid_dim: (plan.blocks as u32, plan.token_tiles as u32, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (pipe_threads(), 1, 1),
         shared_mem_bytes: shared,
     };
     let (weight, row_bytes, n_in, n_out) = (
