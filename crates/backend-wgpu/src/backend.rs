@@ -243,6 +243,28 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 ";
 
+/// The kernel of [`WgpuBackend::rounded_on_device`]: `div_from` and `sqrt_from` (precise.wgsl)
+/// of each pair, started `p.shift` ulps off the driver's quotient and root.
+const ROUNDED_PROBE: &str = "
+struct Params { count: u32, zero: u32, shift: i32, _pad0: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inputs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * 64u;
+    if i < p.count {
+        let a = inputs[2u * i];
+        let b = inputs[2u * i + 1u];
+        let q = bitcast<f32>(bitcast<i32>(opaque(a / b)) + p.shift);
+        out[2u * i] = div_from(q, a, b);
+        let x = abs(a);
+        let s = bitcast<f32>(bitcast<i32>(opaque(sqrt(x))) + p.shift);
+        out[2u * i + 1u] = sqrt_from(s, x);
+    }
+}
+";
+
 /// Whether `RUNIT_WGPU_COUNTS=1` asks for the host's costs.
 fn counting() -> bool {
     std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1")
@@ -485,6 +507,34 @@ impl WgpuBackend {
         self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
         let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
         Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// `div_rn` and `sqrt_rn` (precise.wgsl: a / b and sqrt(|a|) rounded to nearest whatever
+    /// the driver's `/` and `sqrt`) of each pair, their corrections started `shift` ulps off
+    /// the driver's results, as `[quotient, root]` per pair: for tests that compare them with
+    /// the CPU's correctly rounded ones.
+    #[doc(hidden)]
+    pub fn rounded_on_device(
+        &self,
+        pairs: &[(f32, f32)],
+        shift: i32,
+    ) -> Result<Vec<[f32; 2]>, BackendError> {
+        const OP: &str = "rounding probe";
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inputs: Vec<f32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
+        let kernel = KernelSource::Probe("rounded_probe", &[ROUNDED_PROBE, kernels::PRECISE]);
+        let params = [pairs.len() as u32, 0, shift as u32];
+        let bindings = [batch::table(&inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(pairs.len()))?;
+        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
+        let values: &[f32] = bytemuck::cast_slice(&bytes);
+        Ok(values
+            .chunks_exact(2)
+            .map(|pair| [pair[0], pair[1]])
+            .collect())
     }
 
     /// This backend making a bind group for every dispatch instead of reusing those of

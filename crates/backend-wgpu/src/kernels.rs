@@ -484,7 +484,7 @@ pub const WEIGHT_KERNELS: [(&str, &str); 3] = [
 /// The exact matmul of the weights paired with Q8_0 activations (`matmul_q0.wgsl`).
 const MATMUL_Q0: &str = include_str!("shaders/matmul_q0.wgsl");
 /// Float arithmetic kept from the shader compiler's algebra, an exact fused multiply-add.
-const PRECISE: &str = include_str!("shaders/precise.wgsl");
+pub(crate) const PRECISE: &str = include_str!("shaders/precise.wgsl");
 /// precise.wgsl's switch, as written and as the backend sets it where the adapter's `fma`
 /// rounds once (`WgpuBackend::fma_is_fused`).
 pub const FMA_UNFUSED: &str = "const FMA_FUSED: bool = false;";
@@ -636,7 +636,8 @@ const ATTENTION_MERGE_PLAIN: &str = include_str!("shaders/attention_merge_plain.
 const ATTENTION_MERGE_QUANTIZE: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/quantize_coop.wgsl"),
-    include_str!("shaders/attention_merge_quantize.wgsl")
+    include_str!("shaders/attention_merge_quantize.wgsl"),
+    include_str!("shaders/precise.wgsl")
 );
 /// `expf` as glibc computes it (the CPU backend calls libm's), with the exact float
 /// helpers it needs.

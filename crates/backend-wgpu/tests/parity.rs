@@ -120,6 +120,76 @@ fn wgpu_expf_matches_libm() {
     );
 }
 
+/// `div_rn` and `sqrt_rn` (precise.wgsl), the divisions and square roots of the norm and of
+/// the activations' rounding, equal the CPU's correctly rounded `a / b` and `sqrt(|a|)` when
+/// their corrections start up to three ulps off the driver's results (drivers may be that far
+/// off: Vulkan allows 2.5 ulps, and lavapipe's are exact, so the offsets stand in for a GPU's):
+/// quotients and roots across magnitudes, the rounding's 127 / amax and amax / 127, powers of
+/// two (whose neighbour below is half an ulp away) and exact quotients.
+#[test]
+fn wgpu_division_and_root_round_to_nearest() {
+    let backend = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter, division and root not checked: {error}");
+            return;
+        }
+    };
+    let mut pairs: Vec<(f32, f32)> = Vec::new();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..4000 {
+        let bits = next();
+        let magnitude = |e: u64| 2f32.powi((e % 60) as i32 - 30);
+        let a = (1.0 + (bits & 0xff_ffff) as f32 / 16_777_216.0) * magnitude(bits >> 24);
+        let b = (1.0 + ((bits >> 32) & 0xff_ffff) as f32 / 16_777_216.0) * magnitude(bits >> 56);
+        pairs.push((
+            if bits & 1 == 0 { a } else { -a },
+            if bits & 2 == 0 { b } else { -b },
+        ));
+    }
+    for k in 1..600 {
+        let amax = k as f32 * 0.0173;
+        pairs.push((127.0, amax));
+        pairs.push((amax, 127.0));
+        pairs.push((-127.0, -amax));
+        pairs.push((1.0, -127.0 / amax));
+    }
+    for e in -20..20 {
+        let two = 2f32.powi(e);
+        pairs.push((two, 1.0));
+        pairs.push((two * 3.0, 3.0));
+        pairs.push((1.0, two));
+        pairs.push((two, 1.0 + f32::EPSILON));
+    }
+    for shift in [-3, -2, -1, 0, 1, 2, 3] {
+        let device = backend
+            .rounded_on_device(&pairs, shift)
+            .expect("division and root on the device");
+        let differing: Vec<_> = pairs
+            .iter()
+            .zip(&device)
+            .filter(|((a, b), [q, s])| {
+                (a / b).to_bits() != q.to_bits() || a.abs().sqrt().to_bits() != s.to_bits()
+            })
+            .map(|(&(a, b), &[q, s])| (a, b, a / b, q, a.abs().sqrt(), s))
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "start {shift} ulps off: {} of {} differ (a, b, a / b, device, sqrt(|a|), device): {:?}",
+            differing.len(),
+            pairs.len(),
+            &differing[..differing.len().min(6)]
+        );
+    }
+}
+
 /// The activations' rounding (a workgroup over 256 values, quantize_coop.wgsl) where its
 /// reductions could part from the CPU's loops: Q8_K blocks whose largest magnitude occurs
 /// twice with both signs (the first one sets the scale), all-zero blocks of 32 and of 256,

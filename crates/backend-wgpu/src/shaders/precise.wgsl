@@ -70,3 +70,79 @@ fn add_odd(a: f32, b: f32) -> f32 {
     let sum = two_sum(a, b);
     return round_odd(sum.x, sum.y);
 }
+
+/// `a / b` rounded to nearest (ties to even), as the CPU divides: a driver's `/` may be a few
+/// ulps off (Vulkan allows 2.5 ulps; a constant divisor may become a reciprocal's product).
+/// The driver's quotient is moved an ulp at a time while the exact remainder `a - q b`
+/// (`fma_exact`) says a neighbour is nearer. Operands or quotients outside [2^-100, 2^100]
+/// in magnitude (zeros, infinities and NaNs among them) keep the driver's quotient.
+fn div_rn(a: f32, b: f32) -> f32 {
+    return div_from(opaque(a / b), a, b);
+}
+
+/// `div_rn` from the quotient `start` (a few ulps from a / b; tests start it off on purpose).
+fn div_from(start: f32, a: f32, b: f32) -> f32 {
+    var q = start;
+    let lo = 7.8886e-31; // 2^-100
+    let hi = 1.2676e30; // 2^100
+    if !(abs(q) >= lo && abs(q) <= hi && abs(a) >= lo && abs(a) <= hi && abs(b) >= lo && abs(b) <= hi) {
+        return q;
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let r = fma_exact(-q, b, a);
+        if r == 0.0 {
+            break;
+        }
+        let bits = bitcast<u32>(q);
+        // Whether the exact quotient lies away from zero from q (else toward zero).
+        let away = ((r > 0.0) == (b > 0.0)) == (q > 0.0);
+        let ulp = bitcast<f32>((bits & 0x7f800000u) - (23u << 23u));
+        // The neighbour toward zero of a power of two is half an ulp away.
+        let gap = select(ulp, 0.5 * ulp, !away && (bits & 0x7fffffu) == 0u);
+        let half = abs(b) * gap * 0.5;
+        if abs(r) < half || (abs(r) == half && (bits & 1u) == 0u) {
+            break;
+        }
+        q = bitcast<f32>(select(bits - 1u, bits + 1u, away));
+    }
+    return q;
+}
+
+/// `sqrt(x)` rounded to nearest, as the CPU's `sqrtf`: a driver's may be ulps off. The
+/// driver's root s is moved an ulp at a time while `x` lies past the midpoint to a neighbour
+/// (x - (s ± g/2)² = (x - s²) ± s g - g²/4, with x - s² from Dekker's exact square). `x`
+/// outside [2^-60, 2^60] keeps the driver's root.
+fn sqrt_rn(x: f32) -> f32 {
+    return sqrt_from(opaque(sqrt(x)), x);
+}
+
+/// `sqrt_rn` from the root `start` (a few ulps from sqrt(x)).
+fn sqrt_from(start: f32, x: f32) -> f32 {
+    var s = start;
+    if !(x >= 8.6736e-19 && x <= 1.1529e18) {
+        return s;
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let square = two_product(s, s);
+        let r = opaque(x - square.x) - square.y; // x - s², x - s².hi exact (Sterbenz)
+        if r == 0.0 {
+            break;
+        }
+        let bits = bitcast<u32>(s);
+        let ulp = bitcast<f32>((bits & 0x7f800000u) - (23u << 23u));
+        if r > 0.0 {
+            if opaque(r - s * ulp) <= 0.25 * ulp * ulp {
+                break;
+            }
+            s = bitcast<f32>(bits + 1u);
+        } else {
+            let gap = select(ulp, 0.5 * ulp, (bits & 0x7fffffu) == 0u);
+            if opaque(r + s * gap) >= 0.25 * gap * gap {
+                break;
+            }
+            s = bitcast<f32>(bits - 1u);
+        }
+    }
+    return s;
+}
+

@@ -100,8 +100,8 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
                     }
                 }
             } else {
-                let iscale = -127.0 / block_max_value;
-                let d = 1.0 / iscale;
+                let iscale = div_rn(-127.0, block_max_value);
+                let d = div_rn(1.0, iscale);
                 if grouped {
                     var bytes = 0u;
                     for (var k = 0u; k < 4u; k++) {
@@ -131,9 +131,9 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
         }
     } else {
         // Modes 0, 4, 6 and 7: blocks of 32.
-        let unrounded = block_amax / 127.0;
+        let unrounded = div_rn(block_amax, 127.0);
         let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
-        let id = select(0.0, 127.0 / block_amax, block_amax != 0.0);
+        let id = select(0.0, div_rn(127.0, block_amax), block_amax != 0.0);
         var sum = 0;
         var bytes = 0u;
         for (var k = 0u; k < 4u; k++) {

@@ -61,8 +61,8 @@ fn quantize_block(block: u32, mode: u32) {
         q8_0_packed(base, group * 72u + 64u + block % 8u, group * 72u + 8u * (block % 8u), amax, false);
         return;
     }
-    let d = unpack2x16float(pack2x16float(vec2<f32>(amax / 127.0, 0.0))).x;
-    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    let d = unpack2x16float(pack2x16float(vec2<f32>(div_rn(amax, 127.0), 0.0))).x;
+    let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
         rounded[base + j] = bitcast<u32>(d * round(round_source(base + j) * id));
     }
@@ -92,8 +92,8 @@ fn q8_k(base: u32, d_at: u32, q_at: u32, packed: bool) {
         }
         return;
     }
-    let iscale = -127.0 / max_value;
-    let d = 1.0 / iscale;
+    let iscale = div_rn(-127.0, max_value);
+    let d = div_rn(1.0, iscale);
     if packed {
         rounded[d_at] = bitcast<u32>(d);
         for (var word = 0u; word < 64u; word++) {
@@ -114,9 +114,9 @@ fn q8_k(base: u32, d_at: u32, q_at: u32, packed: bool) {
 // A Q8_0 block (`with_sum`: Q8_1, its s = f16(d · sum(q)) with the unrounded d at word
 // `d_at` + 1): its scale at word `d_at`, its 32 bytes from word `q_at`.
 fn q8_0_packed(base: u32, d_at: u32, q_at: u32, amax: f32, with_sum: bool) {
-    let unrounded = amax / 127.0;
+    let unrounded = div_rn(amax, 127.0);
     let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
-    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
     rounded[d_at] = bitcast<u32>(d);
     var sum = 0;
     for (var word = 0u; word < 8u; word++) {

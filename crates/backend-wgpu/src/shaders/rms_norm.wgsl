@@ -70,10 +70,10 @@ fn normalize_row(row: u32, lid: u32) {
 // the quotient of the high part, corrected by the remainder.
 fn row_scale(total: vec2<f32>) -> f32 {
     let n = f32(p.width);
-    let q = total.x / n;
+    let q = div_rn(total.x, n);
     let remainder = fma_exact(-q, n, total.x) + total.y;
-    let mean = q + remainder / n;
-    return 1.0 / sqrt(mean + p.eps);
+    let mean = q + div_rn(remainder, n);
+    return div_rn(1.0, sqrt_rn(mean + p.eps));
 }
 
 // Values a chunk of a held row: four an invocation.
