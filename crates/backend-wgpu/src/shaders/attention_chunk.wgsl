@@ -107,8 +107,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             query[d] = f16_round(x);
         } else if quantized_keys {
             let amax = block_scale[d / 32u];
-            let id = select(0.0, 127.0 / amax, amax != 0.0);
-            query[d] = f16_round(amax / 127.0) * round(x * id);
+            let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
+            query[d] = f16_round(div_rn(amax, 127.0)) * round(x * id);
         } else {
             query[d] = x;
         }
@@ -171,7 +171,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    let inverse = select(1.0 / l, 0.0, l == 0.0);
+    let inverse = select(div_rn(1.0, l), 0.0, l == 0.0);
     for (var j = 0u; j < DIMS_PER_THREAD; j++) {
         let d = lid + j * TILE;
         if d < p.head_dim {

@@ -30,7 +30,7 @@ fn activated(i: u32, x: f32, u: f32) -> f32 {
         } else {
             e = expf(0.0 - x);
         }
-        return x / (1.0 + e) * u;
+        return div_rn(x, 1.0 + e) * u;
     } else if x >= 10.0 {
         return x * u;
     }
