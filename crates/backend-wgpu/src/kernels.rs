@@ -611,7 +611,10 @@ const ATTENTION_CACHE: &str = include_str!("shaders/attention_cache.wgsl");
 /// The cache writer, for every element type, and its entry points: the write alone, and
 /// RoPE of queries and keys first.
 const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
-const KV_WRITE_ONE: &str = include_str!("shaders/kv_write_one.wgsl");
+const KV_WRITE_ONE: &str = concat!(
+    include_str!("shaders/kv_write_one.wgsl"),
+    include_str!("shaders/precise.wgsl")
+);
 const ROPE_KV_WRITE: &str = concat!(
     include_str!("shaders/rope.wgsl"),
     include_str!("shaders/rope_kv_write.wgsl"),

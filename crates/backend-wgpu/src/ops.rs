@@ -316,6 +316,7 @@ impl PrimitiveOps for WgpuBackend {
             len_v as u32,
             k_cache.width as u32,
             v_cache.width as u32,
+            0, // zero
         ];
         let bindings = [
             k_source.into(),

@@ -31,8 +31,8 @@ fn write_q8_0(at: u32, dst: u32) {
     for (var j = 0u; j < 32u; j++) {
         amax = max(amax, abs(src(at + j)));
     }
-    let d = amax / 127.0;
-    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    let d = div_rn(amax, 127.0);
+    let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
     store(dst, pack2x16float(vec2<f32>(d, 0.0)));
     for (var word = 0u; word < 8u; word++) {
         var packed = 0u;
@@ -56,8 +56,8 @@ fn write_q4_0(at: u32, dst: u32) {
             max_value = v;
         }
     }
-    let d = max_value / -8.0;
-    let id = select(0.0, 1.0 / d, d != 0.0);
+    let d = div_rn(max_value, -8.0);
+    let id = select(0.0, div_rn(1.0, d), d != 0.0);
     store(dst, pack2x16float(vec2<f32>(d, 0.0)));
     for (var word = 0u; word < 4u; word++) {
         var packed = 0u;

@@ -6,6 +6,10 @@ struct Params {
     len_v: u32, // the values'
     width_k: u32,
     width_v: u32,
+    zero: u32, // always 0 (`opaque` in precise.wgsl: the roundings' divisions)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
