@@ -228,24 +228,9 @@ fn main() {
 }
 ";
 
-/// The kernel of [`WgpuBackend::expf_on_device`]: `expf.wgsl` on each input.
-const EXPF_PROBE: &str = "
-struct Params { count: u32, zero: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> inputs: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * 64u;
-    if i < p.count {
-        out[i] = expf(inputs[i]);
-    }
-}
-";
-
-/// The kernel of [`WgpuBackend::rounded_on_device`]: `div_from` and `sqrt_from` (precise.wgsl)
-/// of each pair, started `p.shift` ulps off the driver's quotient and root.
-const ROUNDED_PROBE: &str = "
+/// The parameters, bindings and entry point of the probes over many inputs (`expf_on_device`,
+/// `rounded_on_device`): item `i` of `p.count` is `probe(i)`, which the probe's source defines.
+const PROBE_ENTRY: &str = "
 struct Params { count: u32, zero: u32, shift: i32, _pad0: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> inputs: array<f32>;
@@ -254,14 +239,29 @@ struct Params { count: u32, zero: u32, shift: i32, _pad0: u32 }
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * 64u;
     if i < p.count {
-        let a = inputs[2u * i];
-        let b = inputs[2u * i + 1u];
-        let q = bitcast<f32>(bitcast<i32>(opaque(a / b)) + p.shift);
-        out[2u * i] = div_from(q, a, b);
-        let x = abs(a);
-        let s = bitcast<f32>(bitcast<i32>(opaque(sqrt(x))) + p.shift);
-        out[2u * i + 1u] = sqrt_from(s, x);
+        probe(i);
     }
+}
+";
+
+/// The probe of [`WgpuBackend::expf_on_device`]: `expf.wgsl` on each input.
+const EXPF_PROBE: &str = "
+fn probe(i: u32) {
+    out[i] = expf(inputs[i]);
+}
+";
+
+/// The probe of [`WgpuBackend::rounded_on_device`]: `div_from` and `sqrt_from` (precise.wgsl)
+/// of each pair, started `p.shift` ulps off the driver's quotient and root.
+const ROUNDED_PROBE: &str = "
+fn probe(i: u32) {
+    let a = inputs[2u * i];
+    let b = inputs[2u * i + 1u];
+    let q = bitcast<f32>(bitcast<i32>(opaque(a / b)) + p.shift);
+    out[2u * i] = div_from(q, a, b);
+    let x = abs(a);
+    let s = bitcast<f32>(bitcast<i32>(opaque(sqrt(x))) + p.shift);
+    out[2u * i + 1u] = sqrt_from(s, x);
 }
 ";
 
@@ -501,7 +501,7 @@ impl WgpuBackend {
             return Ok(Vec::new());
         }
         let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
-        let kernel = KernelSource::Probe("expf_probe", &[EXPF_PROBE, kernels::EXPF]);
+        let kernel = KernelSource::Probe("expf_probe", &[PROBE_ENTRY, EXPF_PROBE, kernels::EXPF]);
         let params = [inputs.len() as u32, 0];
         let bindings = [batch::table(inputs), (&out).into()];
         self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
@@ -525,7 +525,10 @@ impl WgpuBackend {
         }
         let inputs: Vec<f32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
-        let kernel = KernelSource::Probe("rounded_probe", &[ROUNDED_PROBE, kernels::PRECISE]);
+        let kernel = KernelSource::Probe(
+            "rounded_probe",
+            &[PROBE_ENTRY, ROUNDED_PROBE, kernels::PRECISE],
+        );
         let params = [pairs.len() as u32, 0, shift as u32];
         let bindings = [batch::table(&inputs), (&out).into()];
         self.dispatch_ranges(OP, kernel, &params, &bindings, grid(pairs.len()))?;
