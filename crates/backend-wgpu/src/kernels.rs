@@ -181,6 +181,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "rms_norm",
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/norm_sum_shared.wgsl"),
             include_str!("shaders/rms_norm_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -189,6 +190,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "add_rms_norm",
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/norm_sum_shared.wgsl"),
             include_str!("shaders/add_rms_norm.wgsl"),
             include_str!("shaders/add_rms_norm_one.wgsl"),
             include_str!("shaders/precise.wgsl")
@@ -198,6 +200,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "add_rms_norm_quantize",
         concat!(
             include_str!("shaders/rms_norm.wgsl"),
+            include_str!("shaders/norm_sum_shared.wgsl"),
             include_str!("shaders/add_rms_norm.wgsl"),
             include_str!("shaders/quantize_x.wgsl"),
             include_str!("shaders/quantize_coop.wgsl"),
@@ -470,6 +473,10 @@ fn matvec_parts_source(
 /// rms_norm.wgsl's workgroup size as written (every adapter grants it), and as the backend
 /// writes it where the adapter grants more (`WgpuBackend::norm_threads`).
 pub const NORM_THREADS_PORTABLE: &str = "const THREADS: u32 = 256u;";
+/// The norms' workgroup sum as written (workgroup memory, every adapter) and on subgroups
+/// (`WgpuBackend::with_norm_subgroups`), which the backend puts in its place.
+pub const NORM_SUM_SHARED: &str = include_str!("shaders/norm_sum_shared.wgsl");
+pub const NORM_SUM_SUBGROUP: &str = include_str!("shaders/norm_sum_subgroup.wgsl");
 pub fn norm_threads(threads: u32) -> String {
     format!("const THREADS: u32 = {threads}u;")
 }

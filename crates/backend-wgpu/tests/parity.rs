@@ -267,10 +267,21 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
     };
     let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
     let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
+    // The sums on subgroups, held and looped (where the adapter's subgroups serve; else the
+    // same as the first two).
+    let subgroups = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_norm_threads(1024)
+        .with_norm_subgroups(true);
+    let subgroups_looping = WgpuBackend::new(0)
+        .expect("adapter")
+        .without_held_norms()
+        .with_norm_subgroups(true);
     println!(
-        "norm invocations a workgroup: {} and {}",
+        "norm invocations a workgroup: {} and {}; on subgroups: {}",
         gpu.norm_threads(),
-        portable.norm_threads()
+        portable.norm_threads(),
+        subgroups.norm_subgroups()
     );
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let mut rng = Rng::new(67);
@@ -286,7 +297,14 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
         let x = rng.normal(rows * width, 1.5);
         let w = rng.values(width, 0.5, 1.5);
         let mut outs: Vec<Vec<u32>> = Vec::new();
-        for device in [&gpu as &dyn Backend, &looping, &portable, &cpu] {
+        for device in [
+            &gpu as &dyn Backend,
+            &looping,
+            &portable,
+            &cpu,
+            &subgroups,
+            &subgroups_looping,
+        ] {
             let weight = make_weight(device, "norm", GgmlType::F32, &[width], &w).expect("weight");
             let norm = RmsNorm {
                 weight: &weight,
@@ -308,6 +326,8 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
             outs[2], outs[3],
             "held rows of 256 invocations, width {width}"
         );
+        assert_eq!(outs[4], outs[3], "held rows on subgroups, width {width}");
+        assert_eq!(outs[5], outs[3], "looped rows on subgroups, width {width}");
     }
 }
 

@@ -49,18 +49,11 @@ fn normalize_row(row: u32, lid: u32) {
             sum = add_ff(sum, vec2<f32>(square, 0.0));
         }
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var span = THREADS / 2u; span > 0u; span >>= 1u) {
-        if lid < span {
-            partial[lid] = add_ff(partial[lid], partial[lid + span]);
-        }
-        workgroupBarrier();
-    }
+    let total = norm_sum(sum, lid);
     if row >= p.rows {
         return;
     }
-    let scale = row_scale(partial[0]);
+    let scale = row_scale(total);
     for (var i = lid; i < p.width; i += THREADS) {
         out[base + i] = x[base + i] * scale * weight[i];
     }
@@ -163,15 +156,7 @@ fn normalize_held(row: u32, lid: u32) -> array<vec4<f32>, MAX_HELD> {
     sum = add_squares(sum, c5, 5u, lid, live);
     sum = add_squares(sum, c6, 6u, lid, live);
     sum = add_squares(sum, c7, 7u, lid, live);
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var span = THREADS / 2u; span > 0u; span >>= 1u) {
-        if lid < span {
-            partial[lid] = add_ff(partial[lid], partial[lid + span]);
-        }
-        workgroupBarrier();
-    }
-    let scale = row_scale(partial[0]);
+    let scale = row_scale(norm_sum(sum, lid));
     return array<vec4<f32>, MAX_HELD>(
         held_out(base, c0, scale, 0u, lid, live),
         held_out(base, c1, scale, 1u, lid, live),
