@@ -131,8 +131,19 @@ pub use kernels::{Dot4, MATVEC_INT8_TYPES, MATVEC_TYPES};
 /// Every WGSL kernel source as the backend compiles it (name, source), for validation and
 /// translation tests.
 pub fn kernel_sources() -> Vec<(String, String)> {
-    kernels::all()
+    let mut sources: Vec<(String, String)> = kernels::all()
         .into_iter()
         .map(|kernel| (kernel.name(), kernel.source()))
-        .collect()
+        .collect();
+    // The norms as the backend rewrites them to sum on subgroups.
+    let subgroup_norms: Vec<(String, String)> = sources
+        .iter()
+        .filter(|(_, source)| source.contains(kernels::NORM_SUM_SHARED))
+        .map(|(name, source)| {
+            let source = source.replace(kernels::NORM_SUM_SHARED, kernels::NORM_SUM_SUBGROUP);
+            (format!("{name} (norm sum on subgroups)"), source)
+        })
+        .collect();
+    sources.extend(subgroup_norms);
+    sources
 }
