@@ -208,12 +208,12 @@ pub struct WgpuBackend {
     /// CPU adapter, else 256; `RUNIT_WGPU_NORM_THREADS=256` or `=1024` (where granted) or
     /// [`WgpuBackend::with_norm_threads`] sets it.
     pub(crate) norm_threads: u32,
-    /// Whether the norms sum a row on subgroups (`norm_sum_subgroup.wgsl`, one barrier) rather
-    /// than in workgroup memory (a barrier at each of the tree's levels): only where the
-    /// matrix-vector kernels take subgroups ([`Reduction::Subgroup`]), with
-    /// `RUNIT_WGPU_NORM_SUBGROUPS=1` or [`WgpuBackend::with_norm_subgroups`]; off by default
-    /// until measured on a GPU.
-    pub(crate) norm_subgroups: bool,
+    /// Whether the norms' sums and the roundings' block reductions run on subgroups
+    /// (`norm_sum_subgroup.wgsl`, `coop_reduce_subgroup.wgsl`: a barrier each) rather than in
+    /// workgroup memory (a barrier at each level of a tree): only where the matrix-vector
+    /// kernels take subgroups ([`Reduction::Subgroup`]), with `RUNIT_WGPU_SUBGROUP_REDUCE=1` or
+    /// [`WgpuBackend::with_subgroup_reductions`]; off by default until measured on a GPU.
+    pub(crate) subgroup_reductions: bool,
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
@@ -477,10 +477,10 @@ impl WgpuBackend {
                 _ => norm_threads(&limits),
             },
             profiler,
-            norm_subgroups: false,
+            subgroup_reductions: false,
         };
-        backend.norm_subgroups = backend.reduction == Reduction::Subgroup
-            && std::env::var("RUNIT_WGPU_NORM_SUBGROUPS").is_ok_and(|v| v == "1");
+        backend.subgroup_reductions = backend.reduction == Reduction::Subgroup
+            && std::env::var("RUNIT_WGPU_SUBGROUP_REDUCE").is_ok_and(|v| v == "1");
         backend.fused_fma = backend.fma_is_fused()?;
         Ok(backend)
     }
@@ -656,13 +656,14 @@ impl WgpuBackend {
         self
     }
 
-    /// This backend with its norms summing a row on subgroups (`true`: one barrier instead of
-    /// one a level of a tree; only where the adapter's subgroups serve the matrix-vector
-    /// kernels, else it stays `false`) or in workgroup memory (`false`), as
-    /// `RUNIT_WGPU_NORM_SUBGROUPS=1` sets it when the backend opens. Both round the mean as
+    /// This backend with the norms' sums and the roundings' block reductions on subgroups
+    /// (`true`: a barrier each instead of one a level of a tree; only where the adapter's
+    /// subgroups serve the matrix-vector kernels, else it stays `false`) or in workgroup memory
+    /// (`false`), as `RUNIT_WGPU_SUBGROUP_REDUCE=1` sets it when the backend opens. The
+    /// roundings are the same bit for bit; the norms sum in another order and round the mean as
     /// the CPU does (tests/parity.rs).
-    pub fn with_norm_subgroups(mut self, subgroups: bool) -> WgpuBackend {
-        self.norm_subgroups = subgroups && self.reduction == Reduction::Subgroup;
+    pub fn with_subgroup_reductions(mut self, subgroups: bool) -> WgpuBackend {
+        self.subgroup_reductions = subgroups && self.reduction == Reduction::Subgroup;
         self.pipelines
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
@@ -670,9 +671,9 @@ impl WgpuBackend {
         self
     }
 
-    /// Whether the norms sum on subgroups ([`WgpuBackend::with_norm_subgroups`]).
-    pub fn norm_subgroups(&self) -> bool {
-        self.norm_subgroups
+    /// Whether the reductions run on subgroups ([`WgpuBackend::with_subgroup_reductions`]).
+    pub fn subgroup_reductions(&self) -> bool {
+        self.subgroup_reductions
     }
 
     /// The norm kernels' invocations a workgroup ([`WgpuBackend::with_norm_threads`]).
@@ -763,8 +764,8 @@ impl WgpuBackend {
             let threads = kernels::norm_threads(self.norm_threads);
             source = source.replace(kernels::NORM_THREADS_PORTABLE, &threads);
         }
-        if self.norm_subgroups {
-            source = source.replace(kernels::NORM_SUM_SHARED, kernels::NORM_SUM_SUBGROUP);
+        if self.subgroup_reductions {
+            source = kernels::on_subgroups(&source);
         }
         // Without naga's loop bounding (a counter and a branch added to every loop, which
         // keeps drivers from unrolling the kernels' fixed loops); bounds checks stay.

@@ -167,6 +167,7 @@ pub const PLAIN: [(&str, &str); 15] = [
             include_str!("shaders/gated.wgsl"),
             include_str!("shaders/quantize_x.wgsl"),
             include_str!("shaders/quantize_coop.wgsl"),
+            include_str!("shaders/coop_reduce_shared.wgsl"),
             include_str!("shaders/gated_quantize.wgsl"),
             include_str!("shaders/precise.wgsl"),
             include_str!("shaders/expf.wgsl")
@@ -204,6 +205,7 @@ pub const PLAIN: [(&str, &str); 15] = [
             include_str!("shaders/add_rms_norm.wgsl"),
             include_str!("shaders/quantize_x.wgsl"),
             include_str!("shaders/quantize_coop.wgsl"),
+            include_str!("shaders/coop_reduce_shared.wgsl"),
             include_str!("shaders/add_rms_norm_quantize.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -230,6 +232,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         concat!(
             include_str!("shaders/quantize_x.wgsl"),
             include_str!("shaders/quantize_coop.wgsl"),
+            include_str!("shaders/coop_reduce_shared.wgsl"),
             include_str!("shaders/quantize_x_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -473,10 +476,20 @@ fn matvec_parts_source(
 /// rms_norm.wgsl's workgroup size as written (every adapter grants it), and as the backend
 /// writes it where the adapter grants more (`WgpuBackend::norm_threads`).
 pub const NORM_THREADS_PORTABLE: &str = "const THREADS: u32 = 256u;";
-/// The norms' workgroup sum as written (workgroup memory, every adapter) and on subgroups
-/// (`WgpuBackend::with_norm_subgroups`), which the backend puts in its place.
+/// The norms' workgroup sum and the roundings' block reductions as written (workgroup memory,
+/// every adapter) and on subgroups (`WgpuBackend::with_subgroup_reductions`), which the
+/// backend puts in their place.
 pub const NORM_SUM_SHARED: &str = include_str!("shaders/norm_sum_shared.wgsl");
 pub const NORM_SUM_SUBGROUP: &str = include_str!("shaders/norm_sum_subgroup.wgsl");
+pub const COOP_REDUCE_SHARED: &str = include_str!("shaders/coop_reduce_shared.wgsl");
+pub const COOP_REDUCE_SUBGROUP: &str = include_str!("shaders/coop_reduce_subgroup.wgsl");
+
+/// `source` with its workgroup-memory reductions replaced by their subgroup twins.
+pub fn on_subgroups(source: &str) -> String {
+    source
+        .replace(NORM_SUM_SHARED, NORM_SUM_SUBGROUP)
+        .replace(COOP_REDUCE_SHARED, COOP_REDUCE_SUBGROUP)
+}
 pub fn norm_threads(threads: u32) -> String {
     format!("const THREADS: u32 = {threads}u;")
 }
@@ -646,6 +659,7 @@ const ATTENTION_MERGE_PLAIN: &str = include_str!("shaders/attention_merge_plain.
 const ATTENTION_MERGE_QUANTIZE: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/quantize_coop.wgsl"),
+    include_str!("shaders/coop_reduce_shared.wgsl"),
     include_str!("shaders/attention_merge_quantize.wgsl"),
     include_str!("shaders/precise.wgsl")
 );

@@ -135,13 +135,18 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         .into_iter()
         .map(|kernel| (kernel.name(), kernel.source()))
         .collect();
-    // The norms as the backend rewrites them to sum on subgroups.
+    // The kernels as the backend rewrites them to reduce on subgroups.
     let subgroup_norms: Vec<(String, String)> = sources
         .iter()
-        .filter(|(_, source)| source.contains(kernels::NORM_SUM_SHARED))
+        .filter(|(_, source)| {
+            source.contains(kernels::NORM_SUM_SHARED)
+                || source.contains(kernels::COOP_REDUCE_SHARED)
+        })
         .map(|(name, source)| {
-            let source = source.replace(kernels::NORM_SUM_SHARED, kernels::NORM_SUM_SUBGROUP);
-            (format!("{name} (norm sum on subgroups)"), source)
+            (
+                format!("{name} (reductions on subgroups)"),
+                kernels::on_subgroups(source),
+            )
         })
         .collect();
     sources.extend(subgroup_norms);

@@ -208,6 +208,11 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
             return;
         }
     };
+    // The same roundings with their block reductions on subgroups (where the adapter's serve).
+    let subgroups = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_exact_matmul()
+        .with_subgroup_reductions(true);
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let mut rng = Rng::new(61);
     for width in [256usize, 512] {
@@ -231,7 +236,7 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
             let rows_out = 8;
             let values = rng.values(width * rows_out, -1.0, 1.0);
             let mut outs: Vec<Vec<u32>> = Vec::new();
-            for device in [&gpu as &dyn Backend, &cpu] {
+            for device in [&gpu as &dyn Backend, &cpu, &subgroups] {
                 let w = make_weight(device, "w", ty, &[width, rows_out], &values).expect("weight");
                 let mut input: Buffer = device.alloc(x.len()).expect("alloc");
                 device.upload(&mut input, &x).expect("upload");
@@ -242,6 +247,10 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
                 outs.push(host.iter().map(|v| v.to_bits()).collect());
             }
             assert_eq!(outs[0], outs[1], "{ty:?}, width {width}");
+            assert_eq!(
+                outs[2], outs[1],
+                "{ty:?}, width {width}, reductions on subgroups"
+            );
         }
     }
 }
@@ -272,16 +281,16 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
     let subgroups = WgpuBackend::new(0)
         .expect("adapter")
         .with_norm_threads(1024)
-        .with_norm_subgroups(true);
+        .with_subgroup_reductions(true);
     let subgroups_looping = WgpuBackend::new(0)
         .expect("adapter")
         .without_held_norms()
-        .with_norm_subgroups(true);
+        .with_subgroup_reductions(true);
     println!(
         "norm invocations a workgroup: {} and {}; on subgroups: {}",
         gpu.norm_threads(),
         portable.norm_threads(),
-        subgroups.norm_subgroups()
+        subgroups.subgroup_reductions()
     );
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let mut rng = Rng::new(67);

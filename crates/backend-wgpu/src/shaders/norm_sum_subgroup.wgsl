@@ -1,5 +1,5 @@
 // norm_sum_shared.wgsl's total with subgroup operations and one barrier (`WgpuBackend::
-// with_norm_subgroups`): a butterfly of shuffles in each subgroup (add_ff is commutative bit
+// with_subgroup_reductions`): a butterfly of shuffles in each subgroup (add_ff is commutative bit
 // for bit, so every lane ends with the same sum), the subgroups' sums through workgroup
 // memory, then in every subgroup lane l adds those of subgroups l, l + size, ... in turn and a
 // second butterfly sums the lanes. A workgroup's subgroups are its invocations in order, as

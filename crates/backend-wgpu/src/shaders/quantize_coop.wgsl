@@ -43,30 +43,9 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
             }
         }
     }
-    coop_abs[lane] = amax;
-    coop_value[lane] = max_value;
-    coop_index[lane] = index;
-    for (var stride = seg / 2u; stride > 0u; stride /= 2u) {
-        workgroupBarrier();
-        if lane % seg < stride {
-            let other = lane + stride;
-            let mine = coop_abs[lane];
-            let theirs = coop_abs[other];
-            if k_mode {
-                if theirs > mine || (theirs == mine && coop_index[other] < coop_index[lane]) {
-                    coop_abs[lane] = theirs;
-                    coop_value[lane] = coop_value[other];
-                    coop_index[lane] = coop_index[other];
-                }
-            } else {
-                coop_abs[lane] = max(mine, theirs);
-            }
-        }
-    }
-    workgroupBarrier();
-    let head = lane - lane % seg;
-    let block_amax = coop_abs[head];
-    let block_max_value = coop_value[head];
+    let block_max = coop_block_max(amax, max_value, index, lane, seg, k_mode);
+    let block_amax = block_max.x;
+    let block_max_value = block_max.y;
     let word = lane % seg;  // this invocation's word of the block's packed bytes
     if mode == 1u || mode == 2u {
         if live {
@@ -162,16 +141,9 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
             }
         }
         if mode == 6u {
-            coop_sum[lane] = select(0, sum, live);
-            for (var stride = seg / 2u; stride > 0u; stride /= 2u) {
-                workgroupBarrier();
-                if lane % seg < stride {
-                    coop_sum[lane] += coop_sum[lane + stride];
-                }
-            }
-            workgroupBarrier();
+            let block_sum = coop_block_sum(select(0, sum, live), lane, seg);
             if live && word == 0u {
-                let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(coop_sum[head]), 0.0))).x;
+                let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(block_sum), 0.0))).x;
                 rounded[block * 10u + 1u] = bitcast<u32>(s);
             }
         }
