@@ -189,14 +189,21 @@ __device__ __forceinline__ void copy_rows(u32 destination, const u16* cache, con
     }
 }
 
-// The cells of the keys each copy slot of copy_rows covers, for keys first .. first + rows.
+// The cells of the keys each copy slot of copy_rows covers, for keys first .. first + rows:
+// slot i's key is THREADS / (D / 8) keys past slot i - 1's, so the cells are walked by
+// additions (CellWalk) rather than a division each.
 template <int D, int LOADS, int THREADS>
 __device__ __forceinline__ void slot_cells(i32 (&cells)[LOADS], const i32* step, const StepHeader* h, i32 span,
                                            i32 first, i32 end, u32 index) {
+    static_assert(THREADS % (D / 8) == 0, "a slot's key is a whole number of keys past the last");
+    constexpr i32 KEYS_A_SLOT = THREADS / (D / 8);
+    i32 position = first + (i32)(index / (D / 8));
+    CellWalk walk(step, h, span, position);
 #pragma unroll
     for (int i = 0; i < LOADS; ++i) {
-        const i32 position = first + (i32)((index + (u32)i * THREADS) / (D / 8));
-        cells[i] = position < end ? step_cell(step, h, span, position) : -1;
+        cells[i] = position < end ? walk.cell() : -1;
+        position += KEYS_A_SLOT;
+        walk.advance(KEYS_A_SLOT);
     }
 }
 

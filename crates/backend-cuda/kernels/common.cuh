@@ -146,6 +146,24 @@ __device__ __forceinline__ i32 step_cell(const i32* step, const StepHeader* h, i
     return table[pos / h->block_size] * h->block_size + pos % h->block_size;
 }
 
+// step_cell of positions first, first + stride, ... (first >= 0) by additions: one division
+// for the first position, then the offset in the block carried over into the next block.
+struct CellWalk {
+    const i32* table;
+    i32 block_size, block, offset;
+    __device__ __forceinline__ CellWalk(const i32* step, const StepHeader* h, i32 span, i32 first)
+        : table(step + h->block_tables + span * h->table_stride), block_size(h->block_size) {
+        block = (i32)((u32)first / (u32)block_size);
+        offset = first - block * block_size;
+    }
+    // The cell of the current position (its block's table entry read now).
+    __device__ __forceinline__ i32 cell() const { return table[block] * block_size + offset; }
+    __device__ __forceinline__ void advance(i32 stride) {
+        offset += stride;
+        while (offset >= block_size) offset -= block_size, block++;
+    }
+};
+
 // Orthonormal Walsh-Hadamard transform of each chunk of `n` values of x[0 .. width) in
 // shared memory, as ggml-cpu computes it: scaled by 1/sqrt(n), then butterflies of growing
 // span (llama.cpp's rotation of quantized caches). All threads of the block take part.
