@@ -4,10 +4,7 @@
 //! overrides one to save launches or passes over memory; its result must equal its own
 //! primitive sequence value for value.
 
-use crate::args::{
-    AddRmsNorm, AttentionOutput, GatedFfnResidual, GatedFfnRun, MoeFfnRun, ResidualNorm,
-    RopeKvWrite,
-};
+use crate::args::{AddRmsNorm, AttentionOutput, GatedFfnRun, MoeFfnRun, RopeKvWrite};
 use crate::OpResult;
 use crate::{unfused, Buffer, PrimitiveOps, Projection};
 
@@ -64,24 +61,6 @@ pub trait FusedOps: PrimitiveOps {
     fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
         self.attention(&op.attention, &mut *op.attn)?;
         self.matmul(op.projection, op.attn, op.tokens, op.out)
-    }
-
-    /// [`FusedOps::attention_output`], then the residual add of its output and the next norm
-    /// (`then`: [`FusedOps::add_rms_norm`] over `op.out`'s `op.tokens` rows). `op.out` holds
-    /// the projection's output afterwards.
-    fn attention_output_add_rms_norm(
-        &self,
-        op: AttentionOutput<'_>,
-        then: ResidualNorm<'_>,
-    ) -> OpResult {
-        unfused::attention_output_add_rms_norm(self, op, then)
-    }
-
-    /// The dense gated FFN with the residual add and norm after it ([`GatedFfnResidual`]):
-    /// [`FusedOps::gated_ffn`] over `normed` into `delta`, then [`FusedOps::add_rms_norm`]
-    /// into `normed`. `delta` and `hidden` hold what those ops leave.
-    fn gated_ffn_add_rms_norm(&self, op: GatedFfnResidual<'_>) -> OpResult {
-        unfused::gated_ffn_add_rms_norm(self, op)
     }
 
     /// The dense gated FFN into `out` (`[tokens, embd]`): [`FusedOps::gated_ffn_hidden`],

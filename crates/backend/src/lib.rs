@@ -34,8 +34,8 @@ pub mod turbo;
 pub mod unfused;
 
 pub use args::{
-    AddRmsNorm, Attention, AttentionOutput, BufferCopy, GatedFfnResidual, GatedFfnRun, KvWrite,
-    MoeFfnRun, ResidualNorm, RopeKvWrite, ScatterAddRows,
+    AddRmsNorm, Attention, AttentionOutput, BufferCopy, GatedFfnRun, KvWrite, MoeFfnRun,
+    RopeKvWrite, ScatterAddRows,
 };
 pub use buffer::{
     Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight,

@@ -4,9 +4,8 @@
 use crate::moe::{self, Routes};
 use crate::OpResult;
 use crate::{
-    Activation, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnResidual, GatedFfnRun,
-    MoeFfnRun, PrimitiveOps, Projection, QkNorms, ResidualNorm, RmsNorm, RopeKvWrite,
-    ScatterAddRows,
+    Activation, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, MoeFfnRun, PrimitiveOps, Projection,
+    QkNorms, RmsNorm, RopeKvWrite, ScatterAddRows,
 };
 
 /// [`FusedOps::matmul_bias`]: [`PrimitiveOps::matmul`], then [`PrimitiveOps::add_bias`].
@@ -36,30 +35,6 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
         b.matmul_bias(projection, x, tokens, out)?;
     }
     Ok(())
-}
-
-/// [`FusedOps::attention_output_add_rms_norm`]: [`FusedOps::attention_output`], then
-/// [`FusedOps::add_rms_norm`] over its output.
-pub fn attention_output_add_rms_norm<B: FusedOps + ?Sized>(
-    b: &B,
-    mut op: AttentionOutput<'_>,
-    then: ResidualNorm<'_>,
-) -> OpResult {
-    b.attention_output(op.reborrow())?;
-    b.add_rms_norm(then.over(op.out, op.tokens))
-}
-
-/// [`FusedOps::gated_ffn_add_rms_norm`]: [`FusedOps::gated_ffn`] over `normed` into `delta`,
-/// then [`FusedOps::add_rms_norm`] into `normed`.
-pub fn gated_ffn_add_rms_norm<B: FusedOps + ?Sized>(
-    b: &B,
-    mut op: GatedFfnResidual<'_>,
-) -> OpResult {
-    let tokens = op.tokens;
-    let (run, delta) = op.ffn();
-    b.gated_ffn(run, delta)?;
-    let (_, delta, then) = op.then();
-    b.add_rms_norm(then.over(delta, tokens))
 }
 
 /// [`FusedOps::add_rms_norm`]: [`PrimitiveOps::add`], then [`PrimitiveOps::rms_norm`].

@@ -11,9 +11,9 @@
 
 use runit_backend::{
     AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer,
-    FusedOps, GatedFfn, GatedFfnResidual, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick,
-    Projection, QkNorms, ResidualNorm, RmsNorm, RopeKvWrite, RopeParams, RowSampling, Sampled,
-    SequenceSpan, StepInputs, StepKey, Weight,
+    FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection, QkNorms,
+    RmsNorm, RopeKvWrite, RopeParams, RowSampling, Sampled, SequenceSpan, StepInputs, StepKey,
+    Weight,
 };
 
 use crate::observer::{LayerObserver, Observed, PassRows};
@@ -237,11 +237,7 @@ impl Model {
             &mut s.normed,
         )?;
         for i in 0..last {
-            // Without a post-attention norm the residual add and the FFN norm follow the
-            // output projection in one fused op.
-            let ffn_norm =
-                Some(&w.layers[i].ffn_norm).filter(|_| w.layers[i].post_attention_norm.is_none());
-            self.attention(b, i, batch, kv, s, ffn_norm)?;
+            self.attention(b, i, batch, kv, s)?;
             let residual = Residual {
                 rows: tokens,
                 x: &mut s.x,
@@ -249,11 +245,9 @@ impl Model {
                 normed: &mut s.normed,
             };
             let next_norm = &w.layers[i + 1].attn_norm;
-            let added = ffn_norm.is_some();
-            self.feed_forward_block(b, &w.layers[i], next_norm, residual, added, &mut s.ffn)?;
+            self.feed_forward_block(b, &w.layers[i], next_norm, residual, &mut s.ffn)?;
         }
-        // The last layer's FFN half runs on the logit rows only (`last_rows`).
-        self.attention(b, last, batch, kv, s, None)?;
+        self.attention(b, last, batch, kv, s)?;
         // Without logits wanted (a prompt chunk before the last), the keys and values were
         // all this pass had to make.
         if !batch.logit_rows.is_empty() {
@@ -283,7 +277,7 @@ impl Model {
             normed: &mut s.normed,
         };
         let output_norm = &self.weights.output_norm;
-        self.feed_forward_block(b, last, output_norm, residual, false, &mut s.ffn)?;
+        self.feed_forward_block(b, last, output_norm, residual, &mut s.ffn)?;
         b.matmul(
             &self.weights.output,
             &s.normed,
@@ -316,8 +310,7 @@ impl Model {
 
     /// Layer `index`'s attention block over every row of `s.normed`, into `s.proj`: the Q, K
     /// and V projections, the QK norms, RoPE and the cache write, attention and its output
-    /// projection; with `ffn_norm`, then the residual add `s.x += s.proj` and
-    /// `s.normed = ffn_norm(s.x)`.
+    /// projection.
     fn attention(
         &self,
         b: &dyn FusedOps,
@@ -325,7 +318,6 @@ impl Model {
         batch: &Batch<'_>,
         kv: &mut KvState,
         s: &mut Scratch,
-        ffn_norm: Option<&Weight>,
     ) -> Result<(), BackendError> {
         let layer = &self.weights.layers[index];
         let config = self.config.layer(index);
@@ -382,38 +374,25 @@ impl Model {
             spans,
             params: &shape.params,
         };
-        let op = AttentionOutput {
+        b.attention_output(AttentionOutput {
             attention,
             attn: &mut s.attn,
             projection: &layer.attn_output,
             tokens,
             out: &mut s.proj,
-        };
-        match ffn_norm {
-            Some(norm) => {
-                let then = ResidualNorm {
-                    x: &mut s.x,
-                    norm: self.norm(norm),
-                    out: &mut s.normed,
-                };
-                b.attention_output_add_rms_norm(op, then)
-            }
-            None => b.attention_output(op),
-        }
+        })
     }
 
     /// The FFN half of `layer` over the rows of `residual`: the residual add of the
-    /// attention's output (after its post-norm, in a row that has one) with the FFN norm
-    /// (unless `added`: the attention block did it), the FFN into `residual.delta` (and its
-    /// post-norm), and its residual add with `next_norm` (the next layer's attention norm, or
-    /// the output norm) into `residual.normed`: one fused op with a dense FFN and no post-norm.
+    /// attention's output (after its post-norm, in a row that has one) with the FFN norm, the
+    /// FFN into `residual.delta` (and its post-norm), and its residual add with `next_norm`
+    /// (the next layer's attention norm, or the output norm) into `residual.normed`.
     fn feed_forward_block(
         &self,
         b: &dyn FusedOps,
         layer: &LayerWeights,
         next_norm: &Weight,
         residual: Residual<'_>,
-        added: bool,
         ffn: &mut FfnScratch,
     ) -> Result<(), BackendError> {
         let Residual {
@@ -422,35 +401,16 @@ impl Model {
             delta,
             normed,
         } = residual;
-        if !added {
-            if let Some(post) = &layer.post_attention_norm {
-                b.rms_norm_in_place(delta, self.norm(post), rows)?;
-            }
-            b.add_rms_norm(AddRmsNorm {
-                x: &mut *x,
-                delta,
-                norm: self.norm(&layer.ffn_norm),
-                rows,
-                out: &mut *normed,
-            })?;
+        if let Some(post) = &layer.post_attention_norm {
+            b.rms_norm_in_place(delta, self.norm(post), rows)?;
         }
-        if let (FfnWeights::Dense { gate, up, down }, None) = (&layer.ffn, &layer.post_ffn_norm) {
-            return b.gated_ffn_add_rms_norm(GatedFfnResidual {
-                ffn: GatedFfn {
-                    gate,
-                    up,
-                    down,
-                    activation: self.activation,
-                },
-                tokens: rows,
-                up: &mut ffn.up,
-                hidden: &mut ffn.hidden,
-                delta,
-                x,
-                norm: self.norm(next_norm),
-                normed,
-            });
-        }
+        b.add_rms_norm(AddRmsNorm {
+            x: &mut *x,
+            delta,
+            norm: self.norm(&layer.ffn_norm),
+            rows,
+            out: &mut *normed,
+        })?;
         self.feed_forward(b, layer, normed, rows, ffn, delta)?;
         if let Some(post) = &layer.post_ffn_norm {
             b.rms_norm_in_place(delta, self.norm(post), rows)?;
