@@ -271,6 +271,15 @@ fn probe(i: u32) {
 }
 ";
 
+/// The probe of [`WgpuBackend::f16_rounded_on_device`]: `f16_bits_rn` (precise.wgsl) and the
+/// driver's own `pack2x16float` of each input.
+const F16_PROBE: &str = "
+fn probe(i: u32) {
+    out[2u * i] = bitcast<f32>(f16_bits_rn(inputs[i]));
+    out[2u * i + 1u] = bitcast<f32>(pack2x16float(vec2<f32>(inputs[i], 0.0)) & 0xffffu);
+}
+";
+
 /// Whether `RUNIT_WGPU_COUNTS=1` asks for the host's costs.
 fn counting() -> bool {
     std::env::var("RUNIT_WGPU_COUNTS").is_ok_and(|v| v == "1")
@@ -546,6 +555,28 @@ impl WgpuBackend {
         Ok(values
             .chunks_exact(2)
             .map(|pair| [pair[0], pair[1]])
+            .collect())
+    }
+
+    /// `[f16_bits_rn(x), pack2x16float(x)]` on the device for each input: the f16 bits of
+    /// precise.wgsl's round-to-nearest conversion and of the driver's (whose rounding WGSL
+    /// leaves to the implementation), for tests that compare them with the CPU's.
+    #[doc(hidden)]
+    pub fn f16_rounded_on_device(&self, inputs: &[f32]) -> Result<Vec<[u16; 2]>, BackendError> {
+        const OP: &str = "f16 probe";
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.new_buffer(OP, inputs.len() as u64 * 8)?;
+        let kernel = KernelSource::Probe("f16_probe", &[PROBE_ENTRY, F16_PROBE, kernels::PRECISE]);
+        let params = [inputs.len() as u32, 0];
+        let bindings = [batch::table(inputs), (&out).into()];
+        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
+        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 8)?;
+        let words: &[u32] = bytemuck::cast_slice(&bytes);
+        Ok(words
+            .chunks_exact(2)
+            .map(|pair| [pair[0] as u16, pair[1] as u16])
             .collect())
     }
 

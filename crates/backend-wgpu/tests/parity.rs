@@ -190,6 +190,93 @@ fn wgpu_division_and_root_round_to_nearest() {
     }
 }
 
+/// `f16_bits_rn` (precise.wgsl), the f16 rounding of the activations' scales, the f16 cache
+/// and the exact kernels' f16 sums, equals the CPU's round-to-nearest-even conversion
+/// (`half`, as F16C) on ties, subnormals, overflow, NaN and random values; how often the
+/// driver's own `pack2x16float` (rounding left to the implementation) differs is printed.
+#[test]
+fn wgpu_f16_conversion_rounds_to_nearest_even() {
+    let backend = match WgpuBackend::new(0) {
+        Ok(backend) => backend,
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter, f16 conversion not checked: {error}");
+            return;
+        }
+    };
+    let mut inputs: Vec<f32> = Vec::new();
+    for h in 0..=0xffffu16 {
+        // Every f16, its midpoint to the next (a tie) and points just either side of it.
+        let x = half::f16::from_bits(h).to_f32();
+        if !x.is_finite() {
+            continue;
+        }
+        let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+        inputs.push(x);
+        if next.is_finite() && next.abs() > x.abs() {
+            let mid = (x as f64 + next as f64) / 2.0;
+            inputs.push(mid as f32);
+            inputs.push(f32::from_bits((mid as f32).to_bits() + 1));
+            inputs.push(f32::from_bits((mid as f32).to_bits() - 1));
+        }
+    }
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let x = f32::from_bits(state as u32);
+        if x.is_finite() {
+            inputs.push(x);
+        }
+    }
+    inputs.extend([
+        65504.0,
+        65519.99,
+        65520.0,
+        1e6,
+        -1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+    ]);
+    inputs.extend([
+        1e-10,
+        -3e-8,
+        2f32.powi(-25),
+        2f32.powi(-25) * 1.0001,
+        2f32.powi(-24) * 1.5,
+    ]);
+    let device = backend.f16_rounded_on_device(&inputs).expect("f16 probe");
+    let wrong: Vec<_> = inputs
+        .iter()
+        .zip(&device)
+        .filter(|(x, [ours, _])| half::f16::from_f32(**x).to_bits() != *ours)
+        .map(|(x, [ours, _])| (*x, half::f16::from_f32(*x).to_bits(), *ours))
+        .collect();
+    let driver = inputs
+        .iter()
+        .zip(&device)
+        .filter(|(x, [_, theirs])| half::f16::from_f32(**x).to_bits() != *theirs)
+        .count();
+    println!(
+        "NOTICE: the driver's pack2x16float differs from round-to-nearest-even on {driver} of {} inputs",
+        inputs.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {} differ (x, CPU bits, device bits): {:?}",
+        wrong.len(),
+        inputs.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+    let nan = backend
+        .f16_rounded_on_device(&[f32::NAN])
+        .expect("f16 probe");
+    assert!(half::f16::from_bits(nan[0][0]).is_nan());
+}
+
 /// The activations' rounding (a workgroup over 256 values, quantize_coop.wgsl) where its
 /// reductions could part from the CPU's loops: Q8_K blocks whose largest magnitude occurs
 /// twice with both signs (the first one sets the scale), all-zero blocks of 32 and of 256,

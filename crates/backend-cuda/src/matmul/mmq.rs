@@ -103,15 +103,30 @@ fn pipe_threads() -> u32 {
     THREADS + 32 * *PRODUCERS.get_or_init(|| kernel_define("MMQP_PRODUCERS", 0)) as u32
 }
 
-/// Dynamic shared memory of a pipelined kernel for weights of `ty` and tiles of `tile`
-/// tokens: per stage, each of the block's rows' window (the stage's whole blocks plus up to
-/// 15 bytes of misalignment on each side, whole 16-byte chunks: `MmqpLayout` in mmqp.cu)
-/// and the tile's f16 activations.
-pub fn pipe_shared_bytes(ty: GgmlType, tile: usize) -> u32 {
+/// Bytes between two rows' windows of a stage in shared memory (`MmqpLayout::W_STRIDE` in
+/// mmqp.cu, whose comment says why): the stage's blocks after their first byte's misalignment
+/// (a multiple of the largest power of two, up to 16, dividing the bytes of the 128-element
+/// chunks or super-blocks rows are made of), in 16-byte chunks, rounded up to an odd count.
+pub fn pipe_row_stride(ty: GgmlType) -> usize {
     let stage = pipe_stage(ty);
     let stage_bytes = stage / ty.block_size() * ty.type_size();
-    let window = (stage_bytes + 30).next_multiple_of(16);
-    (pipe_stages() * (BLOCK_ROWS * window + tile * stage * 2)) as u32
+    let row_unit = if ty.block_size() >= 256 { 256 } else { 128 };
+    let unit_bytes = stage.min(row_unit) / ty.block_size() * ty.type_size();
+    let align = (1 << unit_bytes.trailing_zeros()).min(16);
+    let window = (16 - align + stage_bytes).next_multiple_of(16);
+    if (window / 16) % 2 == 1 {
+        window
+    } else {
+        window + 16
+    }
+}
+
+/// Dynamic shared memory of a pipelined kernel for weights of `ty` and tiles of `tile`
+/// tokens: per stage, each of the block's rows' window ([`pipe_row_stride`]) and the tile's
+/// f16 activations.
+pub fn pipe_shared_bytes(ty: GgmlType, tile: usize) -> u32 {
+    let stage = pipe_stage(ty);
+    (pipe_stages() * (BLOCK_ROWS * pipe_row_stride(ty) + tile * stage * 2)) as u32
 }
 
 /// The batched kernel that takes a matmul of `tokens` rows of `n_in` elements of a `ty`
@@ -152,14 +167,16 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
 /// Quantized weights take the pipelined kernels for up to [`PIPE_MAX_TOKENS`] rows (or
 /// `RUNIT_CUDA_MMQP_MAX`) unless `RUNIT_CUDA_MMQP=0`. On an H200 (qwen2.5-7b Q4_K_M,
 /// docs/perf-cuda.md, session 28) they decoded 64 rows 1.55x faster than the GEMM path and 16
-/// rows 1.6x faster than the f16 kernels of mmq.cu; at 128 rows the GEMM path was 4% faster.
+/// rows 1.6x faster than the f16 kernels of mmq.cu; on an H100 (session 43), after sessions
+/// 41-42's kernel work, 128 rows 1.51x (11.35 against 17.10 ms a step) and 256 rows 1.02x.
 fn pipe_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQP").map_or(true, |v| v != "0"))
 }
 
-/// Most token rows the pipelined kernels take by default (one tile of 64).
-pub const PIPE_MAX_TOKENS: usize = 64;
+/// Most token rows the pipelined kernels take by default (four tiles of 64); more take the
+/// GEMM path.
+pub const PIPE_MAX_TOKENS: usize = 256;
 
 fn pipe_max_tokens() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
@@ -603,6 +620,46 @@ pub(super) fn half_input(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every stage of every row starts its blocks within `pipe_row_stride` of the 16-byte
+    /// boundary before them, for row lengths of every granularity the pipelined kernels take;
+    /// the strides are odd chunk counts; Q8_0 tiles of 64 tokens fit three blocks in an
+    /// H100's or H200's 228 KB of shared memory a multiprocessor (1 KB reserved a block).
+    #[test]
+    fn pipe_windows_hold_every_stage() {
+        use GgmlType::*;
+        for ty in [
+            Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,
+        ] {
+            let stride = pipe_row_stride(ty);
+            assert_eq!(stride % 32, 16, "{ty:?}: odd chunk count");
+            let stage = pipe_stage(ty);
+            let stage_bytes = stage / ty.block_size() * ty.type_size();
+            let unit = if ty.block_size() >= 256 { 256 } else { CHUNK };
+            for n_in in (1..=9).map(|k| k * unit) {
+                let row_bytes = n_in / ty.block_size() * ty.type_size();
+                for row in 0..32 {
+                    for start in (0..n_in).step_by(stage) {
+                        let at = row * row_bytes + start / ty.block_size() * ty.type_size();
+                        let bytes = stage.min(n_in - start) / ty.block_size() * ty.type_size();
+                        let window = (at % 16 + bytes).next_multiple_of(16);
+                        assert!(
+                            window <= stride,
+                            "{ty:?} n_in {n_in} row {row}: {window} > {stride}"
+                        );
+                    }
+                }
+            }
+            assert!(
+                stride <= (stage_bytes + 30).next_multiple_of(16) + 16,
+                "{ty:?}"
+            );
+        }
+        assert_eq!(pipe_row_stride(Q8_0), 144);
+        assert_eq!(pipe_row_stride(Q4_K), 144);
+        assert_eq!(pipe_row_stride(Q6_K), 240);
+        assert!(3 * (pipe_shared_bytes(Q8_0, 64) as usize + 1024) <= 228 * 1024);
+    }
 
     #[test]
     fn plans_cover_rows_tokens_and_length() {

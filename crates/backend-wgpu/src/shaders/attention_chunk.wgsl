@@ -37,10 +37,6 @@ var<workgroup> scores: array<f32, TILE>;
 var<workgroup> tile_cells: array<u32, TILE>;
 var<workgroup> bounds: vec2<u32>;
 
-fn f16_round(x: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
-}
-
 /// ggml's native f16 `ggml_vec_dot_f16` body over the first `body` dims of the key at `key`:
 /// element i goes by an f16 fused multiply-add into lane i % 128; lanes j, j + 32, j + 64,
 /// j + 96 combine as (j + (j + 64)) + ((j + 32) + (j + 96)), then `_mm512_reduce_add_ph`.
@@ -52,18 +48,18 @@ fn half_dot_body(key: u32, body: u32) -> f32 {
             let lane = j + 32u * r;
             var a = 0.0;
             for (var i = lane; i < body; i += HALF_STEP) {
-                a = f16_round(fma_odd(query[i], cache_value(key + i, true), a));
+                a = f16_rn(fma_odd(query[i], cache_value(key + i, true), a));
             }
             acc[r] = a;
         }
-        lanes[j] = f16_round(add_odd(f16_round(add_odd(acc[0], acc[2])), f16_round(add_odd(acc[1], acc[3]))));
+        lanes[j] = f16_rn(add_odd(f16_rn(add_odd(acc[0], acc[2])), f16_rn(add_odd(acc[1], acc[3]))));
     }
     for (var width = 16u; width >= 4u; width >>= 1u) {
         for (var j = 0u; j < width; j++) {
-            lanes[j] = f16_round(add_odd(lanes[j], lanes[j + width]));
+            lanes[j] = f16_rn(add_odd(lanes[j], lanes[j + width]));
         }
     }
-    return f16_round(add_odd(f16_round(add_odd(lanes[0], lanes[2])), f16_round(add_odd(lanes[1], lanes[3]))));
+    return f16_rn(add_odd(f16_rn(add_odd(lanes[0], lanes[2])), f16_rn(add_odd(lanes[1], lanes[3]))));
 }
 
 /// The score's dot product: the f32 rounding of the exact sum of the products, the body of
@@ -104,11 +100,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var d = lid; d < p.head_dim; d += TILE) {
         let x = q[q_base + d];
         if f16_keys {
-            query[d] = f16_round(x);
+            query[d] = f16_rn(x);
         } else if quantized_keys {
             let amax = block_scale[d / 32u];
             let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
-            query[d] = f16_round(div_rn(amax, 127.0)) * round(x * id);
+            query[d] = f16_rn(div_rn(amax, 127.0)) * round(x * id);
         } else {
             query[d] = x;
         }
@@ -143,9 +139,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 for (var j = 0u; j < DIMS_PER_THREAD; j++) {
                     let d = lid + j * TILE;
                     if f16_values && d < v_body {
-                        acc[j] = f16_round(acc[j] * f16_round(rescale));
+                        acc[j] = f16_rn(acc[j] * f16_rn(rescale));
                     } else if f16_values {
-                        acc[j] = f16_round(acc[j] * rescale);
+                        acc[j] = f16_rn(acc[j] * rescale);
                     } else {
                         acc[j] *= rescale;
                     }
@@ -159,9 +155,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if d < p.head_dim {
                     let v = cache_value(value + d, false);
                     if f16_values && d < v_body {
-                        acc[j] = f16_round(fma_odd(v, f16_round(weight), acc[j]));
+                        acc[j] = f16_rn(fma_odd(v, f16_rn(weight), acc[j]));
                     } else if f16_values {
-                        acc[j] = f16_round(fma_exact(v, weight, acc[j]));
+                        acc[j] = f16_rn(fma_exact(v, weight, acc[j]));
                     } else {
                         acc[j] = fma_exact(v, weight, acc[j]);
                     }

@@ -14,7 +14,7 @@ fn gelu(x: f32) -> f32 {
     if x >= 10.0 {
         return x;
     }
-    let bits = pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+    let bits = f16_bits_rn(x);
     let word = gelu_table[bits >> 1u] >> ((bits & 1u) * 16u);
     return unpack2x16float(word & 0xffffu).x;
 }

@@ -33,7 +33,7 @@ fn write_q8_0(at: u32, dst: u32) {
     }
     let d = div_rn(amax, 127.0);
     let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
-    store(dst, pack2x16float(vec2<f32>(d, 0.0)));
+    store(dst, f16_bits_rn(d));
     for (var word = 0u; word < 8u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
@@ -58,7 +58,7 @@ fn write_q4_0(at: u32, dst: u32) {
     }
     let d = div_rn(max_value, -8.0);
     let id = select(0.0, div_rn(1.0, d), d != 0.0);
-    store(dst, pack2x16float(vec2<f32>(d, 0.0)));
+    store(dst, f16_bits_rn(d));
     for (var word = 0u; word < 4u; word++) {
         var packed = 0u;
         for (var b = 0u; b < 4u; b++) {
@@ -93,7 +93,7 @@ fn write_unit(i: u32, ty: u32, width: u32) {
         let entry = i / row_words;
         let j = i % row_words;
         let at = pairs[2u * entry] * width + 2u * j;
-        store(pairs[2u * entry + 1u] * row_words + j, pack2x16float(vec2<f32>(src(at), src(at + 1u))));
+        store(pairs[2u * entry + 1u] * row_words + j, pack_f16_rn(src(at), src(at + 1u)));
     } else {
         let blocks = width / 32u;
         let entry = i / blocks;

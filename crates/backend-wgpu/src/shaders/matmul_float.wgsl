@@ -69,10 +69,6 @@ fn reduce16(lanes: array<f32, 16>) -> f32 {
     return ((eight[0] + eight[4]) + (eight[2] + eight[6])) + ((eight[1] + eight[5]) + (eight[3] + eight[7]));
 }
 
-fn f16_round(v: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
-}
-
 // ggml's native f16 `ggml_vec_dot_f16` body over the first `body` values (attention_chunk's
 // `half_dot_body` over a weight row).
 fn half_dot_body(word: u32, xt: u32, body: u32) -> f32 {
@@ -82,18 +78,18 @@ fn half_dot_body(word: u32, xt: u32, body: u32) -> f32 {
         for (var r = 0u; r < 4u; r++) {
             var a = 0.0;
             for (var i = j + 32u * r; i < body; i += HALF_STEP) {
-                a = f16_round(fma_odd(weight(word, i), x[xt + i], a));
+                a = f16_rn(fma_odd(weight(word, i), x[xt + i], a));
             }
             acc[r] = a;
         }
-        lanes[j] = f16_round(add_odd(f16_round(add_odd(acc[0], acc[2])), f16_round(add_odd(acc[1], acc[3]))));
+        lanes[j] = f16_rn(add_odd(f16_rn(add_odd(acc[0], acc[2])), f16_rn(add_odd(acc[1], acc[3]))));
     }
     for (var width = 16u; width >= 4u; width >>= 1u) {
         for (var j = 0u; j < width; j++) {
-            lanes[j] = f16_round(add_odd(lanes[j], lanes[j + width]));
+            lanes[j] = f16_rn(add_odd(lanes[j], lanes[j + width]));
         }
     }
-    return f16_round(add_odd(f16_round(add_odd(lanes[0], lanes[2])), f16_round(add_odd(lanes[1], lanes[3]))));
+    return f16_rn(add_odd(f16_rn(add_odd(lanes[0], lanes[2])), f16_rn(add_odd(lanes[1], lanes[3]))));
 }
 
 @compute @workgroup_size(64)

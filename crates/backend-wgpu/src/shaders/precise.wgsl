@@ -71,6 +71,11 @@ fn add_odd(a: f32, b: f32) -> f32 {
     return round_odd(sum.x, sum.y);
 }
 
+/// Most ulps `div_rn` and `sqrt_rn` move a start: the driver's error plus the tests' shift of
+/// up to three (on NVIDIA's 580 driver 3-ulp starts ended one ulp short after four steps). The
+/// loop stops once it holds the nearest value, so the bound costs nothing when starts are near.
+const STEPS_RN: u32 = 8u;
+
 /// `a / b` rounded to nearest (ties to even), as the CPU divides: a driver's `/` may be a few
 /// ulps off (Vulkan allows 2.5 ulps; a constant divisor may become a reciprocal's product).
 /// The driver's quotient is moved an ulp at a time while the exact remainder `a - q b`
@@ -88,7 +93,7 @@ fn div_from(start: f32, a: f32, b: f32) -> f32 {
     if !(abs(q) >= lo && abs(q) <= hi && abs(a) >= lo && abs(a) <= hi && abs(b) >= lo && abs(b) <= hi) {
         return q;
     }
-    for (var i = 0u; i < 4u; i++) {
+    for (var i = 0u; i < STEPS_RN; i++) {
         let r = fma_exact(-q, b, a);
         if r == 0.0 {
             break;
@@ -122,7 +127,7 @@ fn sqrt_from(start: f32, x: f32) -> f32 {
     if !(x >= 8.6736e-19 && x <= 1.1529e18) {
         return s;
     }
-    for (var i = 0u; i < 4u; i++) {
+    for (var i = 0u; i < STEPS_RN; i++) {
         let square = two_product(s, s);
         let r = opaque(x - square.x) - square.y; // x - s², x - s².hi exact (Sterbenz)
         if r == 0.0 {
@@ -146,3 +151,45 @@ fn sqrt_from(start: f32, x: f32) -> f32 {
     return s;
 }
 
+
+/// The bits of `x` rounded to the nearest f16 (ties to even), as the CPU converts (F16C, and
+/// ggml's scalar code): WGSL leaves `pack2x16float`'s rounding to the implementation, and
+/// NVIDIA's Vulkan driver (580) did not round f16 scales to nearest where lavapipe does.
+/// Magnitudes from 65520 give infinity; NaNs stay NaNs.
+fn f16_bits_rn(x: f32) -> u32 {
+    let bits = bitcast<u32>(x);
+    let sign = (bits >> 16u) & 0x8000u;
+    let a = bits & 0x7fffffffu;
+    if a >= 0x7f800000u {
+        return sign | select(0x7c00u, 0x7e00u | ((a >> 13u) & 0x3ffu), a > 0x7f800000u);
+    }
+    if a >= 0x477ff000u {
+        return sign | 0x7c00u;
+    }
+    if a >= 0x38800000u {
+        // A normal f16: the exponent rebased by 127 - 15, the mantissa rounded to 10 bits.
+        let m = a - 0x38000000u;
+        return sign | ((m + 0xfffu + ((m >> 13u) & 1u)) >> 13u);
+    }
+    // Below 2^-14: a subnormal f16 in units of 2^-24 (zero at or below 2^-25).
+    let e = a >> 23u;
+    if e < 102u {
+        return sign;
+    }
+    let mantissa = (a & 0x7fffffu) | 0x800000u;
+    let shift = 126u - e;
+    let q = mantissa >> shift;
+    let rest = mantissa & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    return sign | (q + select(0u, 1u, rest > half || (rest == half && (q & 1u) == 1u)));
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as an f32.
+fn f16_rn(x: f32) -> f32 {
+    return unpack2x16float(f16_bits_rn(x)).x;
+}
+
+/// `a` and `b` rounded to the nearest f16s, packed as `pack2x16float` packs them.
+fn pack_f16_rn(a: f32, b: f32) -> u32 {
+    return f16_bits_rn(a) | (f16_bits_rn(b) << 16u);
+}

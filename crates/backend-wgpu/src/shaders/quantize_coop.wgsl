@@ -54,7 +54,7 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
                     let bits = bitcast<u32>(values[k]);
                     rounded[at + k] = (bits + 0x7fffu + ((bits >> 16u) & 1u)) & 0xffff0000u;
                 } else {
-                    rounded[at + k] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(values[k], 0.0))).x);
+                    rounded[at + k] = bitcast<u32>(f16_rn(values[k]));
                 }
             }
         }
@@ -111,7 +111,7 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
     } else {
         // Modes 0, 4, 6 and 7: blocks of 32.
         let unrounded = div_rn(block_amax, 127.0);
-        let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
+        let d = f16_rn(unrounded);
         let id = select(0.0, div_rn(127.0, block_amax), block_amax != 0.0);
         var sum = 0;
         var bytes = 0u;
@@ -143,7 +143,7 @@ fn quantize_coop(first: u32, lane: u32, values: vec4<f32>, live: bool, mode: u32
         if mode == 6u {
             let block_sum = coop_block_sum(select(0, sum, live), lane, seg);
             if live && word == 0u {
-                let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(block_sum), 0.0))).x;
+                let s = f16_rn(unrounded * f32(block_sum));
                 rounded[block * 10u + 1u] = bitcast<u32>(s);
             }
         }

@@ -40,7 +40,7 @@ fn quantize_block(block: u32, mode: u32) {
     }
     if mode == 1u {
         for (var j = 0u; j < 32u; j++) {
-            rounded[base + j] = bitcast<u32>(unpack2x16float(pack2x16float(vec2<f32>(round_source(base + j), 0.0))).x);
+            rounded[base + j] = bitcast<u32>(f16_rn(round_source(base + j)));
         }
         return;
     }
@@ -61,7 +61,7 @@ fn quantize_block(block: u32, mode: u32) {
         q8_0_packed(base, group * 72u + 64u + block % 8u, group * 72u + 8u * (block % 8u), amax, false);
         return;
     }
-    let d = unpack2x16float(pack2x16float(vec2<f32>(div_rn(amax, 127.0), 0.0))).x;
+    let d = f16_rn(div_rn(amax, 127.0));
     let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
     for (var j = 0u; j < 32u; j++) {
         rounded[base + j] = bitcast<u32>(d * round(round_source(base + j) * id));
@@ -115,7 +115,7 @@ fn q8_k(base: u32, d_at: u32, q_at: u32, packed: bool) {
 // `d_at` + 1): its scale at word `d_at`, its 32 bytes from word `q_at`.
 fn q8_0_packed(base: u32, d_at: u32, q_at: u32, amax: f32, with_sum: bool) {
     let unrounded = div_rn(amax, 127.0);
-    let d = unpack2x16float(pack2x16float(vec2<f32>(unrounded, 0.0))).x;
+    let d = f16_rn(unrounded);
     let id = select(0.0, div_rn(127.0, amax), amax != 0.0);
     rounded[d_at] = bitcast<u32>(d);
     var sum = 0;
@@ -129,7 +129,7 @@ fn q8_0_packed(base: u32, d_at: u32, q_at: u32, amax: f32, with_sum: bool) {
         rounded[q_at + word] = packed;
     }
     if with_sum {
-        let s = unpack2x16float(pack2x16float(vec2<f32>(unrounded * f32(sum), 0.0))).x;
+        let s = f16_rn(unrounded * f32(sum));
         rounded[d_at + 1u] = bitcast<u32>(s);
     }
 }
