@@ -160,11 +160,12 @@ struct Frag<Q8_0> {
 // of their first byte. Weights start 256-byte aligned (one allocation each) and a stage starts
 // a whole number of UNIT_BYTES into them (rows and stream-K runs are whole 128-element chunks,
 // or super-blocks), so the misalignment is a multiple of ALIGN, the largest power of two
-// dividing UNIT_BYTES (at most 16): Q8_0 stages (136 bytes) start 0 or 8 bytes into 16, Q4_K
-// super-blocks (144) at 0. W_STRIDE rounds the window up to an odd number of 16-byte chunks,
-// so that the eight rows a fragment load reads start in eight different groups of 4 banks.
-// Tighter windows than "15 bytes either side" fit more blocks a multiprocessor: Q8_0 with
-// tiles of 64 tokens 77.8 -> 69.6 KB, three blocks on an H100/H200 instead of two.
+// dividing UNIT_BYTES (at most 16): Q4_K super-blocks (144 bytes) start at 0. For the
+// super-block types W_STRIDE is that window rounded up to an odd number of 16-byte chunks;
+// blocks of 32 keep a window of up to 15 bytes either side. On an H100 (session 43) the tight
+// window decoded 8 rows of qwen2.5-7b Q4_K_M 2.3% faster (4.28 against 4.38 ms a step: four
+// blocks a multiprocessor instead of three) and 64 rows the same, but Q8_0's (176 -> 144
+// bytes: three blocks of 64-token tiles a multiprocessor instead of two) 3-9% slower.
 // (matmul/mmq.rs `pipe_row_stride` computes the same on the host.)
 template <class W>
 struct MmqpLayout {
@@ -175,13 +176,13 @@ struct MmqpLayout {
     static constexpr int UNIT_BYTES = (K < ROW_UNIT ? K : ROW_UNIT) / W::QK * W::BYTES;
     static constexpr int ALIGN = (UNIT_BYTES & -UNIT_BYTES) < 16 ? (UNIT_BYTES & -UNIT_BYTES) : 16;
     static constexpr int WINDOW = (16 - ALIGN + STAGE_BYTES + 15) / 16 * 16;
-    static constexpr int W_STRIDE = (WINDOW / 16) % 2 == 1 ? WINDOW : WINDOW + 16;
-    // 16-byte chunks copied a row (the window's).
-    static constexpr int W_CHUNKS = WINDOW / 16;
+    static constexpr int W_STRIDE = W::QK < 256 ? (STAGE_BYTES + 30 + 15) / 16 * 16
+                                    : (WINDOW / 16) % 2 == 1 ? WINDOW : WINDOW + 16;
+    static constexpr int W_CHUNKS = W_STRIDE / 16;
 };
 #if MMQP_SMALL_K == 128
 // The host's twin (matmul/mmq.rs `pipe_row_stride`) asserts the same values in its tests.
-static_assert(MmqpLayout<Q8_0>::W_STRIDE == 144 && MmqpLayout<Q4_K>::W_STRIDE == 144 && MmqpLayout<Q6_K>::W_STRIDE == 240,
+static_assert(MmqpLayout<Q8_0>::W_STRIDE == 176 && MmqpLayout<Q4_K>::W_STRIDE == 144 && MmqpLayout<Q6_K>::W_STRIDE == 240,
               "mmqp row strides");
 #endif
 

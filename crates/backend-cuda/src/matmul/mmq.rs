@@ -104,15 +104,17 @@ fn pipe_threads() -> u32 {
 }
 
 /// Bytes between two rows' windows of a stage in shared memory (`MmqpLayout::W_STRIDE` in
-/// mmqp.cu, whose comment says why): the stage's blocks after their first byte's misalignment
-/// (a multiple of the largest power of two, up to 16, dividing the bytes of the 128-element
-/// chunks or super-blocks rows are made of), in 16-byte chunks, rounded up to an odd count.
+/// mmqp.cu, whose comment says why and what it measured): for the super-block types, the
+/// stage's blocks after their first byte's misalignment (a multiple of the largest power of
+/// two, up to 16, dividing the bytes of the super-blocks rows are made of) in 16-byte chunks,
+/// rounded up to an odd count; for blocks of 32, up to 15 bytes of misalignment either side.
 pub fn pipe_row_stride(ty: GgmlType) -> usize {
     let stage = pipe_stage(ty);
     let stage_bytes = stage / ty.block_size() * ty.type_size();
-    let row_unit = if ty.block_size() >= 256 { 256 } else { 128 };
-    let unit_bytes = stage.min(row_unit) / ty.block_size() * ty.type_size();
-    let align = (1 << unit_bytes.trailing_zeros()).min(16);
+    if ty.block_size() < 256 {
+        return (stage_bytes + 30).next_multiple_of(16);
+    }
+    let align = (1 << ty.type_size().trailing_zeros()).min(16);
     let window = (16 - align + stage_bytes).next_multiple_of(16);
     if (window / 16) % 2 == 1 {
         window
@@ -168,15 +170,17 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
 /// `RUNIT_CUDA_MMQP_MAX`) unless `RUNIT_CUDA_MMQP=0`. On an H200 (qwen2.5-7b Q4_K_M,
 /// docs/perf-cuda.md, session 28) they decoded 64 rows 1.55x faster than the GEMM path and 16
 /// rows 1.6x faster than the f16 kernels of mmq.cu; on an H100 (session 43), after sessions
-/// 41-42's kernel work, 128 rows 1.51x (11.35 against 17.10 ms a step) and 256 rows 1.02x.
+/// 41-42's kernel work, 128 rows 1.51x (11.35 against 17.10 ms a step) and 256 rows 1.02x,
+/// and 128-token prompts 1.41x (pp128 12,427 against 8,783 tok/s), but 256-token prompts
+/// 0.95x: the GEMM path keeps 129 rows and more.
 fn pipe_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQP").map_or(true, |v| v != "0"))
 }
 
-/// Most token rows the pipelined kernels take by default (four tiles of 64); more take the
+/// Most token rows the pipelined kernels take by default (two tiles of 64); more take the
 /// GEMM path.
-pub const PIPE_MAX_TOKENS: usize = 256;
+pub const PIPE_MAX_TOKENS: usize = 128;
 
 fn pipe_max_tokens() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
@@ -623,8 +627,9 @@ mod tests {
 
     /// Every stage of every row starts its blocks within `pipe_row_stride` of the 16-byte
     /// boundary before them, for row lengths of every granularity the pipelined kernels take;
-    /// the strides are odd chunk counts; Q8_0 tiles of 64 tokens fit three blocks in an
-    /// H100's or H200's 228 KB of shared memory a multiprocessor (1 KB reserved a block).
+    /// the super-block types' strides are odd chunk counts, and Q4_K's tiles of 16 tokens fit
+    /// four blocks in an H100's or H200's 228 KB of shared memory a multiprocessor (1 KB
+    /// reserved a block).
     #[test]
     fn pipe_windows_hold_every_stage() {
         use GgmlType::*;
@@ -632,7 +637,9 @@ mod tests {
             Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,
         ] {
             let stride = pipe_row_stride(ty);
-            assert_eq!(stride % 32, 16, "{ty:?}: odd chunk count");
+            if ty.block_size() >= 256 {
+                assert_eq!(stride % 32, 16, "{ty:?}: odd chunk count");
+            }
             let stage = pipe_stage(ty);
             let stage_bytes = stage / ty.block_size() * ty.type_size();
             let unit = if ty.block_size() >= 256 { 256 } else { CHUNK };
@@ -655,10 +662,10 @@ mod tests {
                 "{ty:?}"
             );
         }
-        assert_eq!(pipe_row_stride(Q8_0), 144);
+        assert_eq!(pipe_row_stride(Q8_0), 176);
         assert_eq!(pipe_row_stride(Q4_K), 144);
         assert_eq!(pipe_row_stride(Q6_K), 240);
-        assert!(3 * (pipe_shared_bytes(Q8_0, 64) as usize + 1024) <= 228 * 1024);
+        assert!(4 * (pipe_shared_bytes(Q4_K, 16) as usize + 1024) <= 228 * 1024);
     }
 
     #[test]
