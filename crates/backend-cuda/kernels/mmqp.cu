@@ -622,8 +622,17 @@ extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* _
         mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \
     }
 
-// Tiles of 16, 32 and 64 token rows.
+// Tiles of 16, 32 and 64 token rows, and of 8 with MMQP_TILE8=1 (the host reads the same
+// define: matmul/mmq.rs `tile8_enabled`).
+#ifndef MMQP_TILE8
+#define MMQP_TILE8 0
+#endif
+#if MMQP_TILE8
+#define MMQP_ENTRIES(W, name) \
+    MMQP_KERNEL(W, name, 1) MMQP_KERNEL(W, name, 2) MMQP_KERNEL(W, name, 4) MMQP_KERNEL(W, name, 8)
+#else
 #define MMQP_ENTRIES(W, name) MMQP_KERNEL(W, name, 2) MMQP_KERNEL(W, name, 4) MMQP_KERNEL(W, name, 8)
+#endif
 
 MMQP_ENTRIES(Q4_0, q4_0)
 MMQP_ENTRIES(Q4_1, q4_1)

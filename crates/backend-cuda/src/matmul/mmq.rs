@@ -38,6 +38,9 @@ const BLOCK_ROWS: usize = 128;
 const TILE_TOKENS: usize = 16;
 /// Token rows of the int8 kernels' tiles (`mmq8_*_n2`, `_n4`, `_n8`).
 const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
+/// Token rows of the pipelined kernels' smallest tile (`mmqp_<type>_n1`), for 2-8 rows when
+/// [`tile8_enabled`].
+const TILE8_MIN: usize = 8;
 /// Threads of one block (`MMQ_THREADS`).
 const THREADS: u32 = 128;
 /// Blocks per multiprocessor the split aims for, so that every multiprocessor streams weights.
@@ -96,6 +99,14 @@ fn pipe_stage(ty: GgmlType) -> usize {
     }
 }
 
+/// `RUNIT_CUDA_DEFINES=MMQP_TILE8=1`: 2-8 rows take pipelined kernels with tiles of 8 tokens
+/// (`mmqp_<type>_n1`, compiled only then) instead of 16: half the tensor-core products and
+/// activation copies, fewer registers. Off by default until measured (written in session 43).
+fn tile8_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| kernel_define("MMQP_TILE8", 0) == 1)
+}
+
 /// Threads of a pipelined kernel's block: the four computing warps (`MMQ_THREADS`) and
 /// `MMQP_PRODUCERS` copying warps (mmqp.cu; 0 unless set in `RUNIT_CUDA_DEFINES`).
 fn pipe_threads() -> u32 {
@@ -151,6 +162,17 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
         .mmqp
         .filter(|_| pipe_enabled() && tokens <= pipe_max_tokens())
     {
+        if let Some(kernel) = kernels
+            .mmqp_tile8
+            .filter(|_| tokens <= TILE8_MIN && tile8_enabled())
+        {
+            return Some(Path::Pipe {
+                kernel,
+                tile: TILE8_MIN,
+                shared: pipe_shared_bytes(ty, TILE8_MIN),
+                stage: pipe_stage(ty),
+            });
+        }
         let variant = tile_variant(tokens);
         let tile = TILE8_TOKENS[variant];
         return Some(Path::Pipe {

@@ -60,6 +60,9 @@ pub struct TypeKernels {
     /// Quantized types: `mmqp.cu`'s pipelined f16 tensor-core kernels (`mmqp_<type>_n<NT>`:
     /// tiles of 16, 32 and 64 token rows).
     pub mmqp: Option<[&'static str; 3]>,
+    /// Quantized types: the pipelined kernel with tiles of 8 token rows (`mmqp_<type>_n1`,
+    /// built only with `MMQP_TILE8=1` in `RUNIT_CUDA_DEFINES`: matmul/mmq.rs `tile8_enabled`).
+    pub mmqp_tile8: Option<&'static str>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
     /// `embedding.cu` kernel.
@@ -118,6 +121,7 @@ macro_rules! quantized {
             mmq: by_tile!($name),
             mmq8: by_tiles!("mmq8_", $name),
             mmqp: by_tiles!("mmqp_", $name),
+            mmqp_tile8: Some(concat!("mmqp_", $name, "_n1")),
             dequant_f16: Some(concat!("dequant_f16_", $name)),
             embedding: concat!("embedding_", $name),
         }
@@ -148,6 +152,7 @@ macro_rules! float {
             mmq: by_tile!($name),
             mmq8: None,
             mmqp: None,
+            mmqp_tile8: None,
             dequant_f16: $dequant,
             embedding: concat!("embedding_", $name),
         }
