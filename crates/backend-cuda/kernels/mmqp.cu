@@ -200,10 +200,32 @@ __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
 // inside the matrix a thread steps from its row, chunk and byte offset to the next ones by
 // additions (no division or 64-bit product a copy); a row block past the last row clamps its
 // rows to it.
+//
+// MMQP_ROW_COPY=1 (an experiment, off by default): two adjacent threads take a row, its even
+// and odd chunks (each 32-byte sector read by one instruction), THREADS / 2 rows at a time: a
+// 64-bit product and a window check per row, then copies at compile-time offsets (a compare
+// and a cp.async each) instead of ~25 instructions a copy.
+#ifndef MMQP_ROW_COPY
+#define MMQP_ROW_COPY 0
+#endif
 template <class W, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
                                                   u32 block_row0, u32 k0, u32 len, u32 tid) {
     using L = MmqpLayout<W>;
+    if constexpr (MMQP_ROW_COPY != 0) {
+        const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
+        const u32 bytes = len / W::QK * W::BYTES, half = tid & 1;
+        for (u32 row = tid / 2; row < MMQ_BLOCK_ROWS; row += THREADS / 2) {
+            const u64 start = (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0;
+            const u32 misalign = (u32)start & 15, chunks = (misalign + bytes + 15) / 16;
+            const u8* src = w + (start - misalign) + 16 * half;
+            const u32 dst = wsm + row * L::W_STRIDE + 16 * half;
+#pragma unroll
+            for (u32 c = 0; c + half < (u32)L::W_CHUNKS; c += 2)
+                if (c + half < chunks) cp_async16(dst + 16 * c, src + 16 * c);
+        }
+        return;
+    }
     constexpr u32 ROW_STEP = THREADS / L::W_CHUNKS, CHUNK_STEP = THREADS % L::W_CHUNKS;
     const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
     const u32 bytes = len / W::QK * W::BYTES;
