@@ -13,16 +13,24 @@ fn require_wgpu() -> bool {
     std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1")
 }
 
+/// Adapter 0, or `None` with a notice that `what` (the test's check) did not run; a failure
+/// to open one when `RUNIT_REQUIRE_WGPU=1`.
+fn adapter(what: &str) -> Option<WgpuBackend> {
+    match WgpuBackend::new(0) {
+        Ok(backend) => Some(backend),
+        Err(error) => {
+            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            println!("NOTICE: no wgpu adapter, {what}: {error}");
+            None
+        }
+    }
+}
+
 /// The suite on adapter 0, with subgroup sums where the adapter grants them or not, and
 /// matmul on the exact kernels (the CPU's arithmetic) or the fast ones.
 fn parity(subgroups: bool, exact: bool) {
-    let backend = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter, parity not run: {error}");
-            return;
-        }
+    let Some(backend) = adapter("parity not run") else {
+        return;
     };
     let backend = if subgroups {
         backend
@@ -85,13 +93,8 @@ fn wgpu_expf_matches_libm() {
         println!("NOTICE: libm is not glibc's, expf not compared");
         return;
     }
-    let backend = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter, expf not checked: {error}");
-            return;
-        }
+    let Some(backend) = adapter("expf not checked") else {
+        return;
     };
     let mut inputs: Vec<f32> = vec![f32::from_bits(0xc08c_3956), 0.0, -1.0];
     inputs.extend(
@@ -128,13 +131,8 @@ fn wgpu_expf_matches_libm() {
 /// two (whose neighbour below is half an ulp away) and exact quotients.
 #[test]
 fn wgpu_division_and_root_round_to_nearest() {
-    let backend = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter, division and root not checked: {error}");
-            return;
-        }
+    let Some(backend) = adapter("division and root not checked") else {
+        return;
     };
     let mut pairs: Vec<(f32, f32)> = Vec::new();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -196,13 +194,8 @@ fn wgpu_division_and_root_round_to_nearest() {
 /// driver's own `pack2x16float` (rounding left to the implementation) differs is printed.
 #[test]
 fn wgpu_f16_conversion_rounds_to_nearest_even() {
-    let backend = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter, f16 conversion not checked: {error}");
-            return;
-        }
+    let Some(backend) = adapter("f16 conversion not checked") else {
+        return;
     };
     let mut inputs: Vec<f32> = Vec::new();
     for h in 0..=0xffffu16 {
@@ -287,14 +280,10 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
     use runit_backend::testing::{make_weight, Rng};
     use runit_backend::{Backend, Buffer};
     use runit_quant::GgmlType;
-    let gpu = match WgpuBackend::new(0) {
-        Ok(backend) => backend.with_exact_matmul(),
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter: {error}");
-            return;
-        }
+    let Some(gpu) = adapter("not checked") else {
+        return;
     };
+    let gpu = gpu.with_exact_matmul();
     // The same roundings with their block reductions on subgroups (where the adapter's serve).
     let subgroups = WgpuBackend::new(0)
         .expect("adapter")
@@ -353,14 +342,10 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
     use runit_backend::testing::{make_weight, Rng};
     use runit_backend::{Backend, RmsNorm};
     use runit_quant::GgmlType;
-    let gpu = match WgpuBackend::new(0) {
-        Ok(backend) => backend.with_norm_threads(1024),
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter: {error}");
-            return;
-        }
+    let Some(gpu) = adapter("not checked") else {
+        return;
     };
+    let gpu = gpu.with_norm_threads(1024);
     let looping = WgpuBackend::new(0).expect("adapter").without_held_norms();
     let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
     // The sums on subgroups, held and looped (where the adapter's subgroups serve; else the
@@ -435,13 +420,8 @@ fn embedding_of_wide_rows_matches_the_cpu() {
     use runit_backend::testing::{make_weight_as, nmse, Rng};
     use runit_backend::{Backend, WeightRole};
     use runit_quant::GgmlType;
-    let gpu = match WgpuBackend::new(0) {
-        Ok(backend) => backend,
-        Err(error) => {
-            assert!(!require_wgpu(), "RUNIT_REQUIRE_WGPU=1 but: {error}");
-            println!("NOTICE: no wgpu adapter: {error}");
-            return;
-        }
+    let Some(gpu) = adapter("not checked") else {
+        return;
     };
     let cpu = CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend");
     let (width, rows) = (1536, 5);
