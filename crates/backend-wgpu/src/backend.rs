@@ -510,21 +510,37 @@ impl WgpuBackend {
         Ok(value == 2f32.powi(-24))
     }
 
+    /// Runs probe kernel `kernel` (PROBE_ENTRY's `probe(i)` for i below `count`, with
+    /// `shift` in its parameters) over `inputs` and returns the `words` 32-bit words a probe
+    /// writes per i.
+    fn run_probe(
+        &self,
+        op: &'static str,
+        kernel: KernelSource,
+        inputs: &[f32],
+        count: usize,
+        shift: i32,
+        words: usize,
+    ) -> Result<Vec<u32>, BackendError> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = (count * words * 4) as u64;
+        let out = self.new_buffer(op, bytes)?;
+        let params = [count as u32, 0, shift as u32];
+        let bindings = [batch::table(inputs), (&out).into()];
+        self.dispatch_ranges(op, kernel, &params, &bindings, grid(count))?;
+        let read = self.read_bytes(op, &out, bytes)?;
+        Ok(bytemuck::cast_slice(&read).to_vec())
+    }
+
     /// `expf.wgsl` (the exponential of attention's softmax and of SiLU's last values, which
     /// repeats glibc's `expf`) on each of `inputs`, for tests that compare it with libm's.
     #[doc(hidden)]
     pub fn expf_on_device(&self, inputs: &[f32]) -> Result<Vec<f32>, BackendError> {
-        const OP: &str = "expf probe";
-        if inputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
         let kernel = KernelSource::Probe("expf_probe", &[PROBE_ENTRY, EXPF_PROBE, kernels::EXPF]);
-        let params = [inputs.len() as u32, 0];
-        let bindings = [batch::table(inputs), (&out).into()];
-        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
-        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+        let words = self.run_probe("expf probe", kernel, inputs, inputs.len(), 0, 1)?;
+        Ok(words.into_iter().map(f32::from_bits).collect())
     }
 
     /// `div_rn` and `sqrt_rn` (precise.wgsl: a / b and sqrt(|a|) rounded to nearest whatever
@@ -537,24 +553,15 @@ impl WgpuBackend {
         pairs: &[(f32, f32)],
         shift: i32,
     ) -> Result<Vec<[f32; 2]>, BackendError> {
-        const OP: &str = "rounding probe";
-        if pairs.is_empty() {
-            return Ok(Vec::new());
-        }
         let inputs: Vec<f32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let out = self.new_buffer(OP, inputs.len() as u64 * 4)?;
         let kernel = KernelSource::Probe(
             "rounded_probe",
             &[PROBE_ENTRY, ROUNDED_PROBE, kernels::PRECISE],
         );
-        let params = [pairs.len() as u32, 0, shift as u32];
-        let bindings = [batch::table(&inputs), (&out).into()];
-        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(pairs.len()))?;
-        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 4)?;
-        let values: &[f32] = bytemuck::cast_slice(&bytes);
-        Ok(values
+        let words = self.run_probe("rounding probe", kernel, &inputs, pairs.len(), shift, 2)?;
+        Ok(words
             .chunks_exact(2)
-            .map(|pair| [pair[0], pair[1]])
+            .map(|pair| [f32::from_bits(pair[0]), f32::from_bits(pair[1])])
             .collect())
     }
 
@@ -563,17 +570,8 @@ impl WgpuBackend {
     /// leaves to the implementation), for tests that compare them with the CPU's.
     #[doc(hidden)]
     pub fn f16_rounded_on_device(&self, inputs: &[f32]) -> Result<Vec<[u16; 2]>, BackendError> {
-        const OP: &str = "f16 probe";
-        if inputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let out = self.new_buffer(OP, inputs.len() as u64 * 8)?;
         let kernel = KernelSource::Probe("f16_probe", &[PROBE_ENTRY, F16_PROBE, kernels::PRECISE]);
-        let params = [inputs.len() as u32, 0];
-        let bindings = [batch::table(inputs), (&out).into()];
-        self.dispatch_ranges(OP, kernel, &params, &bindings, grid(inputs.len()))?;
-        let bytes = self.read_bytes(OP, &out, inputs.len() as u64 * 8)?;
-        let words: &[u32] = bytemuck::cast_slice(&bytes);
+        let words = self.run_probe("f16 probe", kernel, inputs, inputs.len(), 0, 2)?;
         Ok(words
             .chunks_exact(2)
             .map(|pair| [pair[0] as u16, pair[1] as u16])
