@@ -271,11 +271,37 @@ __device__ __forceinline__ void mmqp_load_activation_chunks(u32 xsm, const u16* 
 // mmqp_load_activation_chunks of a stage: a whole one (every stage but a row's last when the
 // length is not a multiple of K) with its chunk count known at compile time, so that the
 // loop's divisions are shifts (about 11 instructions a copy instead of 18 on sm_90).
+// MMQP_ROW_COPY=1: a whole stage's activations by token rows, T = THREADS / (8 NT) adjacent
+// threads a row (at least one), each its chunks h, h + T, ... at compile-time offsets from the
+// row's start: one bounds check a row instead of one a copy.
+template <class W, int NT, u32 THREADS>
+__device__ __forceinline__ void mmqp_load_activation_rows(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
+                                                          u32 token0, u32 k0, u32 tid) {
+    constexpr u32 CHUNKS = MmqpLayout<W>::K / 8, ROWS = 8 * NT;
+    constexpr u32 T = THREADS / ROWS >= 1 ? (THREADS / ROWS < CHUNKS ? THREADS / ROWS : CHUNKS) : 1;
+    const u32 h = tid % T;
+    for (u32 r = tid / T; r < ROWS; r += THREADS / T) {
+        const u32 token = token0 + r, at = xsm + r * MmqpLayout<W>::X_ROW_BYTES;
+        const u16* src = x + (u64)min(token, tokens - 1) * n_in + k0 + 8 * h;
+        const bool live = token < tokens;
+#pragma unroll
+        for (u32 i = 0; i < CHUNKS / T; i++) {
+            const u32 dst = at + 16 * mmqp_chunk_at(h + T * i, r);
+            if (live)
+                cp_async16(dst, src + 8 * T * i);
+            else
+                cp_async16_zero(dst, x);
+        }
+    }
+}
+
 template <class W, int NT, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
                                                       u32 token0, u32 k0, u32 len, u32 tid) {
     constexpr u32 K = MmqpLayout<W>::K;
-    if (len == K)
+    if (MMQP_ROW_COPY != 0 && len == K)
+        mmqp_load_activation_rows<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, tid);
+    else if (len == K)
         mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, K / 8, tid);
     else
         mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, len / 8, tid);
