@@ -202,9 +202,18 @@ impl WgpuBackend {
                     kernel(AttentionPath::Split, false)?,
                     kernel(AttentionPath::Merge, rounded.is_some())?,
                 ];
+                // One chunk a query: the first pass writes the output (and rounds it where
+                // the mode's blocks lie within a head), no merge.
+                let whole_heads = words[9] == 1;
+                let final_kernel = match (self.split_final, rounded.is_some()) {
+                    (true, false) => Some(kernel(AttentionPath::SplitFinal, false)?),
+                    (true, true) if whole_heads => Some(kernel(AttentionPath::SplitFinal, true)?),
+                    _ => None,
+                };
                 let buffers = [q, &k.buffer, &v.buffer, out];
                 let split = Split {
                     kernels,
+                    final_kernel,
                     words,
                     cells: &cells,
                     buffers,
@@ -252,6 +261,9 @@ impl WgpuBackend {
 struct Split<'a> {
     /// The first pass and the merge.
     kernels: [KernelSource; 2],
+    /// The first pass that writes the output itself, for queries whose keys are one chunk
+    /// (attention_split_final.wgsl), where it serves.
+    final_kernel: Option<KernelSource>,
     /// The one-chunk kernel's parameters (attention_params.wgsl); the chunks are set here.
     words: [u32; 10],
     /// The position -> cell tables of the sequences.
@@ -287,10 +299,31 @@ impl WgpuBackend {
                 .min(SPLIT_GROUPS.div_ceil(count * heads))
                 .min(per_binding / count)
                 .max(1);
-            let bytes = (count * heads * chunks * record_bytes) as u64;
-            let partials = self.attention_partials(bytes)?;
             let mut words = split.words;
             words[8] = chunks as u32;
+            if let Some(kernel) = split.final_kernel.filter(|_| chunks == 1) {
+                let mut bindings = [
+                    q.into(),
+                    k.into(),
+                    v.into(),
+                    batch::table(split.cells),
+                    batch::table(part),
+                    out.into(),
+                    out.into(),
+                ];
+                let bound = match split.rounded {
+                    Some(rounded) => {
+                        bindings[6] = rounded.into();
+                        &bindings[..]
+                    }
+                    None => &bindings[..6],
+                };
+                let groups = [1, heads as u32, count as u32];
+                self.dispatch_ranges(OP, kernel, &words, bound, groups)?;
+                continue;
+            }
+            let bytes = (count * heads * chunks * record_bytes) as u64;
+            let partials = self.attention_partials(bytes)?;
             let bindings = [
                 q.into(),
                 k.into(),

@@ -131,6 +131,10 @@ pub struct WgpuBackend {
     /// the one-chunk path). `RUNIT_WGPU_SPLIT_ATTENTION=0` turns it off, as does
     /// [`WgpuBackend::without_split_attention`].
     pub(crate) split_attention: bool,
+    /// Decode attention whose keys are one chunk a query takes one dispatch
+    /// (attention_split_final.wgsl) instead of the first pass and the merge
+    /// (`RUNIT_WGPU_SPLIT_FINAL=0` keeps the two, for measuring).
+    pub(crate) split_final: bool,
     /// Whether the Q/K/V dispatch adds Qwen2's three biases in its epilogue
     /// (`kernels::matvec_parts`' `biased`) instead of a dispatch of its own (`add_bias3`):
     /// `RUNIT_WGPU_BIAS_EPILOGUE=0` turns it off.
@@ -442,6 +446,7 @@ impl WgpuBackend {
             generic_matmul: false,
             exact_matmul: std::env::var("RUNIT_WGPU_EXACT").is_ok_and(|v| v == "1"),
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
+            split_final: !std::env::var("RUNIT_WGPU_SPLIT_FINAL").is_ok_and(|v| v == "0"),
             held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
             bias_epilogue: !std::env::var("RUNIT_WGPU_BIAS_EPILOGUE").is_ok_and(|v| v == "0"),
             joined_biases: Mutex::default(),
@@ -640,6 +645,14 @@ impl WgpuBackend {
     /// opens (for comparisons: one workgroup a head, ggml's roundings).
     pub fn without_split_attention(mut self) -> WgpuBackend {
         self.split_attention = false;
+        self
+    }
+
+    /// This backend running one-chunk decode attention as the split path's two passes (the
+    /// first pass's records, then the merge) instead of one (`RUNIT_WGPU_SPLIT_FINAL=0` sets
+    /// it when the backend opens).
+    pub fn without_split_final(mut self) -> WgpuBackend {
+        self.split_final = false;
         self
     }
 

@@ -98,6 +98,7 @@ impl KernelSource {
                     AttentionPath::Tiled => "attention",
                     AttentionPath::OneChunk => "attention_chunk",
                     AttentionPath::Split => "attention_split",
+                    AttentionPath::SplitFinal => "attention_split_final",
                     AttentionPath::Merge => "attention_merge",
                 };
                 let rounding = if rounds { "_quantize" } else { "" };
@@ -647,6 +648,17 @@ const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_PARAMS: &str = include_str!("shaders/attention_params.wgsl");
 const ATTENTION_CHUNK: &str = include_str!("shaders/attention_chunk.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("shaders/attention_split.wgsl");
+/// The split path's first pass ends: a record for the merge, or (one chunk) the output.
+const ATTENTION_SPLIT_RECORD: &str = include_str!("shaders/attention_split_record.wgsl");
+const ATTENTION_SPLIT_FINAL: &str = include_str!("shaders/attention_split_final.wgsl");
+const ATTENTION_SPLIT_PLAIN: &str = include_str!("shaders/attention_split_plain.wgsl");
+const ATTENTION_SPLIT_QUANTIZE: &str = concat!(
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/quantize_coop.wgsl"),
+    include_str!("shaders/coop_reduce_shared.wgsl"),
+    include_str!("shaders/attention_split_quantize.wgsl"),
+    include_str!("shaders/precise.wgsl")
+);
 const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
 /// The one-chunk path's end and the merge's: the output as it is, or rounded for the next
 /// matmul.
@@ -726,6 +738,9 @@ pub enum AttentionPath {
     OneChunk,
     /// `attention_split.wgsl`: the keys cut into chunks, a workgroup each (pass 1).
     Split,
+    /// `attention_split.wgsl` where a query's keys are one chunk: the output itself (and its
+    /// rounding), no merge.
+    SplitFinal,
     /// `attention_merge.wgsl`: the chunks of each query and head combined (pass 2).
     Merge,
 }
@@ -741,7 +756,12 @@ pub fn attention(
 ) -> Option<KernelSource> {
     cache_code(keys)?;
     cache_code(values)?;
-    if rounds && !matches!(path, AttentionPath::OneChunk | AttentionPath::Merge) {
+    if rounds
+        && !matches!(
+            path,
+            AttentionPath::OneChunk | AttentionPath::Merge | AttentionPath::SplitFinal
+        )
+    {
         return None;
     }
     Some(KernelSource::Attention(keys, values, path, rounds))
@@ -761,8 +781,17 @@ fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: b
                 "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{end}\n{EXPF}"
             )
         }
-        (AttentionPath::Split, _) => {
-            format!("{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n")
+        (AttentionPath::Split, _) => format!(
+            "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n{ATTENTION_SPLIT_RECORD}\n"
+        ),
+        (AttentionPath::SplitFinal, _) => {
+            let end = match rounds {
+                true => ATTENTION_SPLIT_QUANTIZE,
+                false => ATTENTION_SPLIT_PLAIN,
+            };
+            format!(
+                "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n{ATTENTION_SPLIT_FINAL}\n{end}\n"
+            )
         }
         (AttentionPath::Merge, _) => {
             let end = match rounds {
@@ -877,6 +906,7 @@ pub fn all() -> Vec<KernelSource> {
                 AttentionPath::Tiled,
                 AttentionPath::OneChunk,
                 AttentionPath::Split,
+                AttentionPath::SplitFinal,
                 AttentionPath::Merge,
             ] {
                 for rounds in [false, true] {

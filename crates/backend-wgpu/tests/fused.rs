@@ -343,8 +343,11 @@ fn rope_kv_write_equals_its_primitives() {
 /// projection equal bit for bit, and the rounding's dispatch saved exactly where the kernel
 /// takes it: one-chunk spans covering the rows in order, no value rotation (q8_0 and q4_0
 /// value caches rotate the output afterwards), the mode's blocks within a head, or, on the
-/// split path (fast kernels), blocks of whole heads (Q8_K blocks of 256 values from heads of
-/// 64 or 128, as qwen2.5-7b's) where the heads divide into them.
+/// split path (fast kernels) when a query's keys are several chunks, blocks of whole heads
+/// (Q8_K blocks of 256 values from heads of 64 or 128, as qwen2.5-7b's) where the heads
+/// divide into them: the merge rounds them. Keys of one chunk (5 cached positions) take one
+/// dispatch either way (attention_split_final.wgsl: the output, rounded where the blocks lie
+/// within a head), several (40) the first pass and the merge.
 #[test]
 fn attention_output_rounds_for_the_projection() {
     let Some(gpu) = backend() else { return };
@@ -356,26 +359,60 @@ fn attention_output_rounds_for_the_projection() {
     use GgmlType::{BF16, F16 as H, F32 as S, Q4_1, Q4_K, Q8_0};
     use KvType::{F16, F32};
     // (heads, kv_heads, head_dim, key and value caches, projection type, rows of each span,
-    // whether the attention rounds with the fast kernels and with the exact ones, which the
-    // one-chunk path shares)
+    // whether the fused call saves the rounding's dispatch with the fast kernels at one key
+    // chunk and at several, and with the exact ones, which the one-chunk path shares)
     let cases = [
-        (8, 2, 64, F16, F16, Q8_0, vec![1], [true, true]),
-        (8, 2, 64, KvType::Q8_0, F16, BF16, vec![1], [true, true]),
-        (4, 4, 32, F32, F32, H, vec![2, 1], [true, true]),
-        (2, 1, 256, F16, F16, Q4_K, vec![1], [true, true]),
-        (2, 1, 64, F16, F16, Q4_1, vec![3], [true, true]),
-        (8, 2, 64, F16, F16, Q4_K, vec![1], [true, false]),
-        (4, 2, 128, F16, F16, Q4_K, vec![2, 1], [true, false]),
-        (8, 2, 64, F16, KvType::Q8_0, Q8_0, vec![1], [false, false]),
-        (4, 4, 32, F16, F16, Q8_0, vec![64], [false, false]),
-        (8, 2, 64, F16, F16, S, vec![1], [false, false]),
+        (8, 2, 64, F16, F16, Q8_0, vec![1], [true, true, true]),
+        (
+            8,
+            2,
+            64,
+            KvType::Q8_0,
+            F16,
+            BF16,
+            vec![1],
+            [true, true, true],
+        ),
+        (4, 4, 32, F32, F32, H, vec![2, 1], [true, true, true]),
+        (2, 1, 256, F16, F16, Q4_K, vec![1], [true, true, true]),
+        (2, 1, 64, F16, F16, Q4_1, vec![3], [true, true, true]),
+        (8, 2, 64, F16, F16, Q4_K, vec![1], [false, true, false]),
+        (4, 2, 128, F16, F16, Q4_K, vec![2, 1], [false, true, false]),
+        (
+            8,
+            2,
+            64,
+            F16,
+            KvType::Q8_0,
+            Q8_0,
+            vec![1],
+            [false, false, false],
+        ),
+        (4, 4, 32, F16, F16, Q8_0, vec![64], [false, false, false]),
+        (8, 2, 64, F16, F16, S, vec![1], [false, false, false]),
     ];
-    for (gpu, mode) in [(&gpu, "fast"), (&exact, "exact"), (&one_chunk, "one-chunk")] {
-        for (heads, kv_heads, head_dim, keys, values, ty, span_rows, rounds) in cases.clone() {
-            let rounds = rounds[usize::from(mode != "fast")];
+    // The fast kernels with one-chunk keys as two passes (records, then the merge): the
+    // one-pass kernel's output and rounding must equal theirs bit for bit.
+    let two_pass = WgpuBackend::new(0).expect("adapter").without_split_final();
+    let mut fast_results = std::collections::HashMap::new();
+    let modes = [
+        (&gpu, "fast"),
+        (&two_pass, "two-pass"),
+        (&exact, "exact"),
+        (&one_chunk, "one-chunk"),
+    ];
+    for ((gpu, mode), prefix) in modes.into_iter().flat_map(|m| [(m, 5), (m, 40)]) {
+        for (case, (heads, kv_heads, head_dim, keys, values, ty, span_rows, saves)) in
+            cases.clone().into_iter().enumerate()
+        {
+            let rounds = match (mode, prefix) {
+                ("fast", 5) => saves[0],
+                ("fast" | "two-pass", _) => saves[1],
+                _ => saves[2],
+            };
             let mut rng = Rng::new(47);
             let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
-            let (block_size, prefix) = (16, 5);
+            let block_size = 16;
             let per_sequence = (prefix + 64usize).div_ceil(block_size);
             let cells = per_sequence * block_size * span_rows.len();
             let mut k_cache = gpu
@@ -458,9 +495,20 @@ fn attention_output_rounds_for_the_projection() {
                 ]);
             }
             let detail = format!(
-                "{mode} h{heads}/{kv_heads} d{head_dim} {keys:?}/{values:?} {ty:?} {span_rows:?}"
+                "{mode} prefix {prefix} h{heads}/{kv_heads} d{head_dim} {keys:?}/{values:?} {ty:?} {span_rows:?}"
             );
             assert_eq!(results[0], results[1], "{detail}");
+            match mode {
+                "fast" => {
+                    fast_results.insert((case, prefix), results[1].clone());
+                }
+                "two-pass" => assert_eq!(
+                    fast_results[&(case, prefix)],
+                    results[1],
+                    "one pass against two: {detail}"
+                ),
+                _ => {}
+            }
             assert_eq!(
                 used[0] - used[1],
                 u64::from(rounds),

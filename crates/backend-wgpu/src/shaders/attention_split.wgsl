@@ -25,7 +25,9 @@
 @group(0) @binding(3) var<storage, read> v_cache: array<u32>;
 @group(0) @binding(4) var<storage, read> cells: array<u32>;
 @group(0) @binding(5) var<storage, read> queries: array<Query>;
-@group(0) @binding(6) var<storage, read_write> partials: array<f32>;
+// Binding 6 and `finish` come from the tail: attention_split_record.wgsl (the chunk's record
+// in `partials`) or attention_split_final.wgsl (a query's keys in one chunk: the output
+// itself, as the merge would write it, and its rounding for the output projection).
 
 const THREADS: u32 = 128u;
 const TILE: u32 = 32u;
@@ -181,15 +183,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    let record = ((wid.z * p.heads + head) * p.chunks + wid.x) * (p.head_dim + 2u);
-    if lid == 0u {
-        partials[record] = m;
-        partials[record + 1u] = sums.l;
-    }
-    for (var j = 0u; j < DIMS_PER_THREAD; j++) {
-        let d = lid + j * THREADS;
-        if d < p.head_dim {
-            partials[record + 2u + d] = sums.acc[j];
-        }
-    }
+    finish(wid, head, q_base, lid, m, sums);
 }
