@@ -9,7 +9,7 @@ use runit_backend::{
     hadamard, Attention, BackendError, Buffer, KvRole, KvType, OpResult, SequenceSpan, Weight,
 };
 
-use crate::batch;
+use crate::batch::{self, Binding};
 use crate::device::{at_least, buffer, kv};
 use crate::kernels::{self, AttentionPath, KernelSource};
 use crate::ops::MAX_GROUPS;
@@ -232,13 +232,7 @@ impl WgpuBackend {
                     out.into(),
                     q.into(),
                 ];
-                let bound = match &rounded {
-                    Some(rounded) => {
-                        bindings[6] = rounded.into();
-                        &bindings[..]
-                    }
-                    None => &bindings[..6],
-                };
+                let bound = with_rounding(&mut bindings, rounded.as_ref());
                 let groups = [(part.len() / 4) as u32, heads as u32, 1];
                 let kernel = kernel(path, rounded.is_some())?;
                 self.dispatch_ranges(OP, kernel, &words, bound, groups)?;
@@ -254,6 +248,22 @@ impl WgpuBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// `bindings` with its last slot (a placeholder) bound to the rounding target where the
+/// kernel rounds its output for the next matmul, else without that slot.
+fn with_rounding<'a, 'b>(
+    bindings: &'b mut [Binding<'a>],
+    rounded: Option<&'a wgpu::Buffer>,
+) -> &'b [Binding<'a>] {
+    let last = bindings.len() - 1;
+    match rounded {
+        Some(rounded) => {
+            bindings[last] = rounded.into();
+            bindings
+        }
+        None => &bindings[..last],
     }
 }
 
@@ -311,13 +321,7 @@ impl WgpuBackend {
                     out.into(),
                     out.into(),
                 ];
-                let bound = match split.rounded {
-                    Some(rounded) => {
-                        bindings[6] = rounded.into();
-                        &bindings[..]
-                    }
-                    None => &bindings[..6],
-                };
+                let bound = with_rounding(&mut bindings, split.rounded);
                 let groups = [1, heads as u32, count as u32];
                 self.dispatch_ranges(OP, kernel, &words, bound, groups)?;
                 continue;
@@ -340,13 +344,7 @@ impl WgpuBackend {
                 out.into(),
                 out.into(),
             ];
-            let bound = match split.rounded {
-                Some(rounded) => {
-                    bindings[3] = rounded.into();
-                    &bindings[..]
-                }
-                None => &bindings[..3],
-            };
+            let bound = with_rounding(&mut bindings, split.rounded);
             let merge_heads = words[9] as usize;
             let groups = [count as u32, (heads / merge_heads) as u32, 1];
             self.dispatch_ranges(OP, split.kernels[1], &words, bound, groups)?;
