@@ -5,7 +5,7 @@
 //! where that fails. Every case must run and pass: a weight type without a kernel would show
 //! as skipped and fail the test.
 
-use runit_backend::testing::run_parity;
+use runit_backend::testing::{run_parity, Rng};
 use runit_backend_cpu::{CpuBackend, SimdLevel};
 use runit_backend_wgpu::WgpuBackend;
 
@@ -135,15 +135,9 @@ fn wgpu_division_and_root_round_to_nearest() {
         return;
     };
     let mut pairs: Vec<(f32, f32)> = Vec::new();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for _ in 0..4000 {
-        let bits = next();
+        let bits = rng.next_u64();
         let magnitude = |e: u64| 2f32.powi((e % 60) as i32 - 30);
         let a = (1.0 + (bits & 0xff_ffff) as f32 / 16_777_216.0) * magnitude(bits >> 24);
         let b = (1.0 + ((bits >> 32) & 0xff_ffff) as f32 / 16_777_216.0) * magnitude(bits >> 56);
@@ -213,12 +207,9 @@ fn wgpu_f16_conversion_rounds_to_nearest_even() {
             inputs.push(f32::from_bits((mid as f32).to_bits() - 1));
         }
     }
-    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     for _ in 0..20_000 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let x = f32::from_bits(state as u32);
+        let x = f32::from_bits(rng.next_u64() as u32);
         if x.is_finite() {
             inputs.push(x);
         }
@@ -277,7 +268,7 @@ fn wgpu_f16_conversion_rounds_to_nearest_even() {
 /// packed mode (Q8_0, Q4_1, Q4_K: modes 4, 6, 5) equal the CPU's bit for bit.
 #[test]
 fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
-    use runit_backend::testing::{make_weight, Rng};
+    use runit_backend::testing::make_weight;
     use runit_backend::{Backend, Buffer};
     use runit_quant::GgmlType;
     let Some(gpu) = adapter("not checked") else {
@@ -339,7 +330,7 @@ fn exact_matmul_rounds_edge_blocks_as_the_cpu() {
 /// f32.
 #[test]
 fn rms_norm_equals_the_cpu_bit_for_bit() {
-    use runit_backend::testing::{make_weight, Rng};
+    use runit_backend::testing::make_weight;
     use runit_backend::{Backend, RmsNorm};
     use runit_quant::GgmlType;
     let Some(gpu) = adapter("not checked") else {
@@ -417,7 +408,7 @@ fn rms_norm_equals_the_cpu_bit_for_bit() {
 /// dequantization for a K-quant, a 32-value block type and F16.
 #[test]
 fn embedding_of_wide_rows_matches_the_cpu() {
-    use runit_backend::testing::{make_weight_as, nmse, Rng};
+    use runit_backend::testing::{make_weight_as, nmse};
     use runit_backend::{Backend, WeightRole};
     use runit_quant::GgmlType;
     let Some(gpu) = adapter("not checked") else {
