@@ -158,9 +158,9 @@ struct Frag<Q8_0> {
 
 // Bytes of one row's window in shared memory: a stage's whole blocks after the misalignment
 // of their first byte. Weights start 256-byte aligned (one allocation each) and a stage starts
-// a whole number of UNIT_BYTES into them (rows and stream-K runs are whole 128-element chunks,
-// or super-blocks), so the misalignment is a multiple of ALIGN, the largest power of two
-// dividing UNIT_BYTES (at most 16): Q4_K super-blocks (144 bytes) start at 0. For the
+// a whole number of super-blocks into them for the super-block types (rows and stream-K runs
+// are whole super-blocks), so the misalignment is a multiple of ALIGN, the largest power of
+// two dividing a super-block's bytes (at most 16): Q4_K's (144 bytes) start at 0. For the
 // super-block types W_STRIDE is that window rounded up to an odd number of 16-byte chunks;
 // blocks of 32 keep a window of up to 15 bytes either side. On an H100 (session 43) the tight
 // window decoded 8 rows of qwen2.5-7b Q4_K_M 2.3% faster (4.28 against 4.38 ms a step: four
@@ -172,9 +172,8 @@ struct MmqpLayout {
     static constexpr u32 K = W::QK >= 256 ? 256 : MMQP_SMALL_K;
     static constexpr u32 X_ROW_BYTES = 2 * K;
     static constexpr int STAGE_BYTES = K / W::QK * W::BYTES;
-    static constexpr u32 ROW_UNIT = W::QK >= 256 ? 256 : 128;  // elements rows and runs are whole multiples of
-    static constexpr int UNIT_BYTES = (K < ROW_UNIT ? K : ROW_UNIT) / W::QK * W::BYTES;
-    static constexpr int ALIGN = (UNIT_BYTES & -UNIT_BYTES) < 16 ? (UNIT_BYTES & -UNIT_BYTES) : 16;
+    // Super-blocks start a whole number of BYTES into the weight: their misalignment's unit.
+    static constexpr int ALIGN = (W::BYTES & -W::BYTES) < 16 ? (W::BYTES & -W::BYTES) : 16;
     static constexpr int WINDOW = (16 - ALIGN + STAGE_BYTES + 15) / 16 * 16;
     static constexpr int W_STRIDE = W::QK < 256 ? (STAGE_BYTES + 30 + 15) / 16 * 16
                                     : (WINDOW / 16) % 2 == 1 ? WINDOW : WINDOW + 16;
