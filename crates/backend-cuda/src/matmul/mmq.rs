@@ -162,21 +162,18 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
         .mmqp
         .filter(|_| pipe_enabled() && tokens <= pipe_max_tokens())
     {
-        if let Some(kernel) = kernels
+        let tile8 = kernels
             .mmqp_tile8
-            .filter(|_| tokens <= TILE8_MIN && tile8_enabled())
-        {
-            return Some(Path::Pipe {
-                kernel,
-                tile: TILE8_MIN,
-                shared: pipe_shared_bytes(ty, TILE8_MIN),
-                stage: pipe_stage(ty),
-            });
-        }
-        let variant = tile_variant(tokens);
-        let tile = TILE8_TOKENS[variant];
+            .filter(|_| tokens <= TILE8_MIN && tile8_enabled());
+        let (kernel, tile) = match tile8 {
+            Some(kernel) => (kernel, TILE8_MIN),
+            None => {
+                let variant = tile_variant(tokens);
+                (names[variant], TILE8_TOKENS[variant])
+            }
+        };
         return Some(Path::Pipe {
-            kernel: names[variant],
+            kernel,
             tile,
             shared: pipe_shared_bytes(ty, tile),
             stage: pipe_stage(ty),
