@@ -198,33 +198,12 @@ __device__ __forceinline__ constexpr u32 mmqp_stage_bytes() {
 // rows' W_CHUNKS chunks, row by row) is thread i % MMQ_THREADS's: in a row block that lies
 // inside the matrix a thread steps from its row, chunk and byte offset to the next ones by
 // additions (no division or 64-bit product a copy); a row block past the last row clamps its
-// rows to it.
-//
-// MMQP_ROW_COPY=1 (an experiment, off by default): two adjacent threads take a row, its even
-// and odd chunks (each 32-byte sector read by one instruction), THREADS / 2 rows at a time: a
-// 64-bit product and a window check per row, then copies at compile-time offsets (a compare
-// and a cp.async each) instead of ~25 instructions a copy.
-#ifndef MMQP_ROW_COPY
-#define MMQP_ROW_COPY 0
-#endif
+// rows to it. (Session 44 measured two adjacent threads a row at compile-time offsets, with the
+// activations copied by token rows: fewer instructions, yet 10-24% slower steps at 8-128 rows.)
 template <class W, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_weights(u32 wsm, const u8* __restrict__ w, u64 row_bytes, u32 n_out,
                                                   u32 block_row0, u32 k0, u32 len, u32 tid) {
     using L = MmqpLayout<W>;
-    if constexpr (MMQP_ROW_COPY != 0) {
-        const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
-        const u32 bytes = len / W::QK * W::BYTES, half = tid & 1;
-        for (u32 row = tid / 2; row < MMQ_BLOCK_ROWS; row += THREADS / 2) {
-            const u64 start = (u64)min(block_row0 + row, n_out - 1) * row_bytes + byte0;
-            const u32 misalign = (u32)start & 15, chunks = (misalign + bytes + 15) / 16;
-            const u8* src = w + (start - misalign) + 16 * half;
-            const u32 dst = wsm + row * L::W_STRIDE + 16 * half;
-#pragma unroll
-            for (u32 c = 0; c + half < (u32)L::W_CHUNKS; c += 2)
-                if (c + half < chunks) cp_async16(dst + 16 * c, src + 16 * c);
-        }
-        return;
-    }
     constexpr u32 ROW_STEP = THREADS / L::W_CHUNKS, CHUNK_STEP = THREADS % L::W_CHUNKS;
     const u64 byte0 = (u64)(k0 / W::QK) * W::BYTES;
     const u32 bytes = len / W::QK * W::BYTES;
@@ -270,37 +249,11 @@ __device__ __forceinline__ void mmqp_load_activation_chunks(u32 xsm, const u16* 
 // mmqp_load_activation_chunks of a stage: a whole one (every stage but a row's last when the
 // length is not a multiple of K) with its chunk count known at compile time, so that the
 // loop's divisions are shifts (about 11 instructions a copy instead of 18 on sm_90).
-// MMQP_ROW_COPY=1: a whole stage's activations by token rows, T = THREADS / (8 NT) adjacent
-// threads a row (at least one), each its chunks h, h + T, ... at compile-time offsets from the
-// row's start: one bounds check a row instead of one a copy.
-template <class W, int NT, u32 THREADS>
-__device__ __forceinline__ void mmqp_load_activation_rows(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
-                                                          u32 token0, u32 k0, u32 tid) {
-    constexpr u32 CHUNKS = MmqpLayout<W>::K / 8, ROWS = 8 * NT;
-    constexpr u32 T = THREADS / ROWS >= 1 ? (THREADS / ROWS < CHUNKS ? THREADS / ROWS : CHUNKS) : 1;
-    const u32 h = tid % T;
-    for (u32 r = tid / T; r < ROWS; r += THREADS / T) {
-        const u32 token = token0 + r, at = xsm + r * MmqpLayout<W>::X_ROW_BYTES;
-        const u16* src = x + (u64)min(token, tokens - 1) * n_in + k0 + 8 * h;
-        const bool live = token < tokens;
-#pragma unroll
-        for (u32 i = 0; i < CHUNKS / T; i++) {
-            const u32 dst = at + 16 * mmqp_chunk_at(h + T * i, r);
-            if (live)
-                cp_async16(dst, src + 8 * T * i);
-            else
-                cp_async16_zero(dst, x);
-        }
-    }
-}
-
 template <class W, int NT, u32 THREADS>
 __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __restrict__ x, u32 n_in, u32 tokens,
                                                       u32 token0, u32 k0, u32 len, u32 tid) {
     constexpr u32 K = MmqpLayout<W>::K;
-    if (MMQP_ROW_COPY != 0 && len == K)
-        mmqp_load_activation_rows<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, tid);
-    else if (len == K)
+    if (len == K)
         mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, K / 8, tid);
     else
         mmqp_load_activation_chunks<W, NT, THREADS>(xsm, x, n_in, tokens, token0, k0, len / 8, tid);
@@ -669,17 +622,9 @@ extern "C" __global__ void silu_mul_merge_f16_cpu(float* gate, float* up, u16* _
         mmqp<W, NT>(w, row_bytes, n_in, n_out, x, tokens, share, out, bias, partial);              \
     }
 
-// Tiles of 16, 32 and 64 token rows, and of 8 with MMQP_TILE8=1 (the host reads the same
-// define: matmul/mmq.rs `tile8_enabled`).
-#ifndef MMQP_TILE8
-#define MMQP_TILE8 0
-#endif
-#if MMQP_TILE8
+// Tiles of 8 (2-8 rows: matmul/mmq.rs `tile8_enabled`), 16, 32 and 64 token rows.
 #define MMQP_ENTRIES(W, name) \
     MMQP_KERNEL(W, name, 1) MMQP_KERNEL(W, name, 2) MMQP_KERNEL(W, name, 4) MMQP_KERNEL(W, name, 8)
-#else
-#define MMQP_ENTRIES(W, name) MMQP_KERNEL(W, name, 2) MMQP_KERNEL(W, name, 4) MMQP_KERNEL(W, name, 8)
-#endif
 
 MMQP_ENTRIES(Q4_0, q4_0)
 MMQP_ENTRIES(Q4_1, q4_1)

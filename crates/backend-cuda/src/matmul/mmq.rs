@@ -6,8 +6,8 @@
 //! [`PIPE_MAX_TOKENS`] rows: raw weight blocks and f16 activations copied into shared memory
 //! with cp.async, two stages in flight, each lane decoding its tensor-core fragments from the
 //! raw bytes (integer tricks and f16x2 arithmetic for Q4_K, Q6_K and Q8_0, dequant.cuh's float
-//! path for the other types), tiles of 16, 32 or 64 token rows, the smallest that holds the
-//! batch. Float weights take the f16 kernels (`mmq_*` in kernels/mmq.cu, each warp
+//! path for the other types), tiles of 8, 16, 32 or 64 token rows, the smallest that holds
+//! the batch. Float weights take the f16 kernels (`mmq_*` in kernels/mmq.cu, each warp
 //! dequantizing its rows into shared memory) for up to [`MMQ_MAX_TOKENS`] rows. With
 //! `RUNIT_CUDA_MMQ8=1` quantized weights take the int8 kernels (`mmq8_*` in kernels/mmq8.cu,
 //! slower: see `int8_enabled`) instead. Larger batches take the GEMM path.
@@ -38,8 +38,8 @@ const BLOCK_ROWS: usize = 128;
 const TILE_TOKENS: usize = 16;
 /// Token rows of the int8 kernels' tiles (`mmq8_*_n2`, `_n4`, `_n8`).
 const TILE8_TOKENS: [usize; 3] = [16, 32, 64];
-/// Token rows of the pipelined kernels' smallest tile (`mmqp_<type>_n1`), for 2-8 rows when
-/// [`tile8_enabled`].
+/// Token rows of the pipelined kernels' smallest tile (`mmqp_<type>_n1`), for 2-8 rows unless
+/// [`tile8_enabled`] says otherwise.
 const TILE8_MIN: usize = 8;
 /// Threads of one block (`MMQ_THREADS`).
 const THREADS: u32 = 128;
@@ -99,12 +99,26 @@ fn pipe_stage(ty: GgmlType) -> usize {
     }
 }
 
-/// `RUNIT_CUDA_DEFINES=MMQP_TILE8=1`: 2-8 rows take pipelined kernels with tiles of 8 tokens
-/// (`mmqp_<type>_n1`, compiled only then) instead of 16: half the tensor-core products and
-/// activation copies, fewer registers. Off by default until measured (written in session 43).
+/// 2-8 rows take the pipelined kernels with tiles of 8 tokens (`mmqp_<type>_n1`) instead of
+/// 16: half the tensor-core products and activation copies. On an H100 (session 44, 8 rows,
+/// ms a step) 7B Q4_K_M 4.244 / 4.240 -> 3.996 / 3.982, 7B Q8_0 5.027 / 5.027 -> 4.992 / 4.997.
+/// `RUNIT_CUDA_MMQP_TILE8=0` keeps tiles of 16 (for measuring).
 fn tile8_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| kernel_define("MMQP_TILE8", 0) == 1)
+    *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_MMQP_TILE8").map_or(true, |v| v != "0"))
+}
+
+/// The largest tile of the pipelined kernels: 64 token rows, or `RUNIT_CUDA_MMQP_TILE` (16 or
+/// 32: more token tiles, each weight block read once a tile; for measuring).
+fn pipe_max_tile() -> usize {
+    static TILE: OnceLock<usize> = OnceLock::new();
+    *TILE.get_or_init(|| {
+        std::env::var("RUNIT_CUDA_MMQP_TILE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|tile| TILE8_TOKENS.contains(tile))
+            .unwrap_or(TILE8_TOKENS[TILE8_TOKENS.len() - 1])
+    })
 }
 
 /// Threads of a pipelined kernel's block: the four computing warps (`MMQ_THREADS`) and
@@ -168,7 +182,7 @@ pub fn path(ty: GgmlType, kernels: &TypeKernels, tokens: usize, n_in: usize) -> 
         let (kernel, tile) = match tile8 {
             Some(kernel) => (kernel, TILE8_MIN),
             None => {
-                let variant = tile_variant(tokens);
+                let variant = tile_variant(tokens.min(pipe_max_tile()));
                 (names[variant], TILE8_TOKENS[variant])
             }
         };

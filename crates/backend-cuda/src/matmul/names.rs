@@ -60,8 +60,8 @@ pub struct TypeKernels {
     /// Quantized types: `mmqp.cu`'s pipelined f16 tensor-core kernels (`mmqp_<type>_n<NT>`:
     /// tiles of 16, 32 and 64 token rows).
     pub mmqp: Option<[&'static str; 3]>,
-    /// Quantized types: the pipelined kernel with tiles of 8 token rows (`mmqp_<type>_n1`,
-    /// built only with `MMQP_TILE8=1` in `RUNIT_CUDA_DEFINES`: matmul/mmq.rs `tile8_enabled`).
+    /// Quantized types: the pipelined kernel with tiles of 8 token rows (`mmqp_<type>_n1`, for
+    /// 2-8 rows: matmul/mmq.rs `tile8_enabled`).
     pub mmqp_tile8: Option<&'static str>,
     /// `convert.cu` kernel dequantizing rows to f16 (none for F32 and F16, used directly).
     pub dequant_f16: Option<&'static str>,
