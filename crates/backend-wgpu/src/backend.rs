@@ -212,6 +212,11 @@ pub struct WgpuBackend {
     /// CPU adapter, else 256; `RUNIT_WGPU_NORM_THREADS=256` or `=1024` (where granted) or
     /// [`WgpuBackend::with_norm_threads`] sets it.
     pub(crate) norm_threads: u32,
+    /// Rows of at most this many values take the norm kernels at 256 invocations even where
+    /// [`WgpuBackend::norm_threads`] is more ([`WgpuBackend::norm_kernel`]): [`NARROW_NORM_ROWS`]
+    /// by default, 0 where `RUNIT_WGPU_NORM_THREADS` or [`WgpuBackend::with_norm_threads`] sets
+    /// the count for every row.
+    pub(crate) narrow_norm_rows: usize,
     /// Whether the norms' sums and the roundings' block reductions run on subgroups
     /// (`norm_sum_subgroup.wgsl`, `coop_reduce_subgroup.wgsl`: a barrier each) rather than in
     /// workgroup memory (a barrier at each level of a tree): only where the matrix-vector
@@ -326,6 +331,13 @@ pub(crate) fn grid(threads: usize) -> [u32; 3] {
 
 /// The norm kernels' invocations a workgroup on every adapter (WebGPU's least limit).
 pub(crate) const PORTABLE_NORM_THREADS: u32 = 256;
+
+/// The widest rows the norms take at [`PORTABLE_NORM_THREADS`] invocations where the adapter
+/// grants more (a vec4 an invocation at most): on an H100 (NVIDIA Vulkan, session 44) the
+/// 0.5B's rows of 896 values decoded 4% faster at 256 invocations than at 1,024 (475.9 /
+/// 476.7 against 458.7 / 456.6 tok/s), where the 7B's rows of 3,584 took the add + norm +
+/// rounding in 26.2 µs at 1,024 against 52.9 at 256 (session 42).
+pub(crate) const NARROW_NORM_ROWS: usize = 1024;
 
 /// The norm kernels' invocations a workgroup on an adapter of `limits`: 1,024 where it
 /// grants that many and the workgroup memory they take (the add + norm + rounding kernel's
@@ -481,6 +493,10 @@ impl WgpuBackend {
             step_clock: Mutex::default(),
             timed: counting(),
             fused_fma: false,
+            narrow_norm_rows: match std::env::var("RUNIT_WGPU_NORM_THREADS") {
+                Ok(_) => 0,
+                Err(_) => NARROW_NORM_ROWS,
+            },
             norm_threads: match std::env::var("RUNIT_WGPU_NORM_THREADS").as_deref() {
                 Ok("256") => PORTABLE_NORM_THREADS,
                 Ok("1024") => norm_threads(&limits),
@@ -690,6 +706,7 @@ impl WgpuBackend {
             1024 => norm_threads(&limits),
             _ => PORTABLE_NORM_THREADS,
         };
+        self.narrow_norm_rows = 0;
         // Pipelines made before were made with the other count.
         self.pipelines
             .get_mut()
@@ -716,6 +733,15 @@ impl WgpuBackend {
     /// Whether the reductions run on subgroups ([`WgpuBackend::with_subgroup_reductions`]).
     pub fn subgroup_reductions(&self) -> bool {
         self.subgroup_reductions
+    }
+
+    /// This backend taking the norm kernels at 256 invocations for rows of at most `rows`
+    /// values where [`WgpuBackend::norm_threads`] is more (the default on a GPU adapter, with
+    /// [`NARROW_NORM_ROWS`]; 0: every row at `norm_threads`, as after
+    /// [`WgpuBackend::with_norm_threads`]).
+    pub fn with_narrow_norm_rows(mut self, rows: usize) -> WgpuBackend {
+        self.narrow_norm_rows = rows;
+        self
     }
 
     /// The norm kernels' invocations a workgroup ([`WgpuBackend::with_norm_threads`]).
@@ -802,7 +828,8 @@ impl WgpuBackend {
         if self.fused_fma {
             source = source.replace(kernels::FMA_UNFUSED, kernels::FMA_FUSED);
         }
-        if self.norm_threads != PORTABLE_NORM_THREADS {
+        if self.norm_threads != PORTABLE_NORM_THREADS && !matches!(kernel, KernelSource::Narrow(_))
+        {
             let threads = kernels::norm_threads(self.norm_threads);
             source = source.replace(kernels::NORM_THREADS_PORTABLE, &threads);
         }
@@ -901,6 +928,17 @@ impl WgpuBackend {
     /// The compiled-on-demand kernel sources, for the pipeline cache.
     pub(crate) fn plain(name: &'static str) -> KernelSource {
         kernels::plain(name)
+    }
+
+    /// The norm kernel `name` (rms_norm.wgsl's) for rows of `width` values: at 256
+    /// invocations for rows of at most [`WgpuBackend::narrow_norm_rows`] values, else at
+    /// [`WgpuBackend::norm_threads`]. Every norm of one width takes the same count, so the
+    /// plain and fused norms sum a row in the same order.
+    pub(crate) fn norm_kernel(&self, name: &'static str, width: usize) -> KernelSource {
+        match width <= self.narrow_norm_rows && self.norm_threads != PORTABLE_NORM_THREADS {
+            true => KernelSource::Narrow(name),
+            false => kernels::plain(name),
+        }
     }
 }
 

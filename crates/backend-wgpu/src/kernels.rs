@@ -48,6 +48,10 @@ pub enum KernelSource {
     RopeKvWrite(KvType, KvType),
     /// A one-off kernel (the backend's probes): its name and the parts of its source.
     Probe(&'static str, &'static [&'static str]),
+    /// One of the norm kernels of [`PLAIN`] at its portable 256 invocations a workgroup
+    /// ([`NORM_THREADS_PORTABLE`]) whatever the adapter grants: for short rows
+    /// (`WgpuBackend::norm_kernel`).
+    Narrow(&'static str),
 }
 
 impl KernelSource {
@@ -55,6 +59,7 @@ impl KernelSource {
     pub fn name(&self) -> String {
         match *self {
             KernelSource::Plain(name) | KernelSource::Probe(name, _) => name.to_string(),
+            KernelSource::Narrow(name) => format!("{name}_narrow"),
             KernelSource::Weight(name, ty) => format!("{name}_{}", suffix(ty)),
             KernelSource::MatVec {
                 ty,
@@ -110,7 +115,7 @@ impl KernelSource {
     /// The kernel's whole WGSL source.
     pub fn source(&self) -> String {
         match *self {
-            KernelSource::Plain(name) => plain_body(name).to_string(),
+            KernelSource::Plain(name) | KernelSource::Narrow(name) => plain_body(name).to_string(),
             KernelSource::Probe(_, parts) => parts.join("\n"),
             KernelSource::Weight(name, ty) => weight_source(name, ty),
             KernelSource::MatVec {

@@ -107,7 +107,8 @@
 //! RMS norms hold a row of up to 8,192 values in registers (`normalize_held` in
 //! `rms_norm.wgsl`: every load of the row in flight at once), one workgroup a row of 1,024
 //! invocations where the adapter grants them (a vec4 an invocation for rows of up to 4,096
-//! values; 256 on CPU adapters and under `RUNIT_WGPU_NORM_THREADS=256`); wider rows and rows
+//! values; 256 for rows of at most 1,024 values, on CPU adapters and under
+//! `RUNIT_WGPU_NORM_THREADS=256`: `WgpuBackend::norm_kernel`); wider rows and rows
 //! of a width not a multiple of 4 loop over the row (`RUNIT_WGPU_HELD_NORM=0`: every width).
 
 mod attention;

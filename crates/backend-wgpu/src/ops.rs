@@ -231,7 +231,8 @@ impl PrimitiveOps for WgpuBackend {
         let [gx, gy, _] = rows_grid(rows);
         let held = self.norm_held(width);
         let params = [width as u32, rows as u32, f(norm.eps), gx, 0, 0, held];
-        self.dispatch(OP, Self::plain(OP), &params, &[x, w, out], [gx, gy, 1])
+        let kernel = self.norm_kernel(OP, width);
+        self.dispatch(OP, kernel, &params, &[x, w, out], [gx, gy, 1])
     }
 
     fn rms_norm_in_place(&self, x: &mut Buffer, norm: RmsNorm<'_>, rows: usize) -> OpResult {

@@ -226,14 +226,20 @@ impl WgpuBackend {
                 let rounded = self.rounded_buffer(&mut scratch, len)?;
                 let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, mode, held];
                 let buffers = [x, w, out, delta, &rounded];
-                let kernel = Self::plain("add_rms_norm_quantize");
+                let kernel = self.norm_kernel("add_rms_norm_quantize", width);
                 self.dispatch(OP, kernel, &params, &buffers, [gx, gy, 1])?;
                 scratch.holds(out, len, mode, self.epoch.load(Ordering::Relaxed));
             }
             None => {
                 let params = [width as u32, rows as u32, eps.to_bits(), gx, 0, 0, held];
                 let buffers = [x, w, out, delta];
-                self.dispatch(OP, Self::plain(OP), &params, &buffers, [gx, gy, 1])?;
+                self.dispatch(
+                    OP,
+                    self.norm_kernel(OP, width),
+                    &params,
+                    &buffers,
+                    [gx, gy, 1],
+                )?;
             }
         }
         scratch.last_norm = Some(NormOutput {

@@ -105,6 +105,70 @@ fn add_rms_norm_equals_add_then_rms_norm() {
     }
 }
 
+/// Short rows take the norms at 256 invocations on a backend of 1,024 (`norm_kernel`: rows
+/// of at most 1,024 values): a pipeline of their own, and every output equal bit for bit to
+/// a backend of 256 for every row; longer rows equal to a backend of 1,024.
+#[test]
+fn short_rows_take_the_narrow_norms() {
+    let Some(gpu) = backend() else { return };
+    let wide = gpu.with_norm_threads(1024);
+    if wide.norm_threads() != 1024 {
+        println!("NOTICE: the adapter grants no norm of 1,024 invocations");
+        return;
+    }
+    let mixed = WgpuBackend::new(0)
+        .expect("adapter")
+        .with_norm_threads(1024)
+        .with_narrow_norm_rows(1024);
+    let portable = WgpuBackend::new(0).expect("adapter").with_norm_threads(256);
+    let mut rng = Rng::new(53);
+    for (width, rows) in [(3584, 2), (576, 3), (896, 2), (1024, 1), (1028, 2)] {
+        let len = width * rows;
+        let (x, delta) = (rng.normal(len, 3.0), rng.normal(len, 1.0));
+        let weight_values = rng.values(width, 0.5, 1.5);
+        let mut results = Vec::new();
+        for gpu in [&mixed, &portable, &wide] {
+            let weight = make_weight(gpu, "norm", GgmlType::F32, &[width], &weight_values)
+                .expect("norm weight");
+            let norm = RmsNorm {
+                weight: &weight,
+                eps: 1e-6,
+            };
+            let (mut x_buffer, delta_buffer) = (upload(gpu, &x), upload(gpu, &delta));
+            let mut out = gpu.alloc(len).expect("alloc");
+            let made = gpu.counts().pipelines_made;
+            gpu.add_rms_norm(AddRmsNorm {
+                x: &mut x_buffer,
+                delta: &delta_buffer,
+                norm,
+                rows,
+                out: &mut out,
+            })
+            .expect("add_rms_norm");
+            let mut plain = gpu.alloc(len).expect("alloc");
+            gpu.rms_norm(&x_buffer, norm, rows, &mut plain)
+                .expect("rms_norm");
+            results.push((
+                bits(&download(gpu, &out, len)),
+                bits(&download(gpu, &plain, len)),
+                gpu.counts().pipelines_made - made,
+            ));
+        }
+        let [mixed, portable, wide] = [&results[0], &results[1], &results[2]];
+        let like = if width <= 1024 { portable } else { wide };
+        assert_eq!(mixed.0, like.0, "add + norm, width {width}");
+        assert_eq!(mixed.1, like.1, "norm, width {width}");
+        assert_eq!(mixed.0, mixed.1, "add + norm against norm, width {width}");
+        // The first short width compiles the two narrow kernels beside the wide ones.
+        if width == 576 {
+            assert_eq!(mixed.2, 2, "narrow pipelines made at width {width}");
+        }
+        if width == 3584 {
+            assert!(mixed.2 >= 2, "wide pipelines made at width {width}");
+        }
+    }
+}
+
 /// `add_rms_norm` then a matmul of its results, three steps: the first teaches the norm the
 /// matmul's rounding, the second rounds in the norm's dispatch, the third has the matmul take
 /// a weight of another rounding (F16, or Q8_0 after F16), so the guess is wrong and the
