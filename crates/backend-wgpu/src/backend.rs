@@ -696,9 +696,9 @@ impl WgpuBackend {
     }
 
     /// This backend with norm kernels of `threads` invocations a workgroup (256, or 1,024
-    /// where the adapter grants it, else 256), as `RUNIT_WGPU_NORM_THREADS` sets it when the
-    /// backend opens (by default the most the adapter grants of the two, 256 on a CPU
-    /// adapter). The two sum a row's squares in different orders; both round the mean as the
+    /// where the adapter grants it, else 256) for every row, as `RUNIT_WGPU_NORM_THREADS`
+    /// sets it when the backend opens (by default the most the adapter grants of the two, 256
+    /// on a CPU adapter and for rows of at most [`NARROW_NORM_ROWS`] values). The two sum a row's squares in different orders; both round the mean as the
     /// CPU does (tests/parity.rs).
     pub fn with_norm_threads(mut self, threads: u32) -> WgpuBackend {
         let limits = self.device.limits();
