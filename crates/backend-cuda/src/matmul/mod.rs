@@ -488,6 +488,29 @@ pub(crate) fn norm_half_target(
     Ok(Some((base, mode)))
 }
 
+/// Where the tensor-core decode attention over `rows` rows of `width` (heads × head_dim)
+/// values writes the f16 conversion of its output for the output projection, and in which
+/// mode, with `RUNIT_CUDA_ATTN_F16=1` (off by default: written in session 44, not yet run on
+/// a GPU): as [`norm_half_target`], for the q8 modes whose units of 32 values lie within a
+/// head (0 and 1; a Q8_K unit of 256 spans heads of different blocks). Saves the projection's
+/// `activation_f16_cpu` launch a layer.
+pub(crate) fn attention_half_target(
+    backend: &CudaBackend,
+    rows: usize,
+    width: usize,
+) -> Result<Option<(u64, u32)>, BackendError> {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled =
+        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_ATTN_F16").is_ok_and(|v| v == "1"));
+    if !enabled {
+        return Ok(None);
+    }
+    match norm_half_target(backend, rows, width)? {
+        Some((base, mode)) if mode < 2 => Ok(Some((base, mode))),
+        _ => Ok(None),
+    }
+}
+
 /// Records that `half` holds the mode-`mode` f16 conversion of the `rows` × `width` values at
 /// `x`, written by the launch just made (as [`mmq::half_input`] records its own).
 pub(crate) fn record_half(
