@@ -637,7 +637,8 @@ fn decode_mma(
     let counters = backend.arrival_counters(OP, grid_dim.1 as usize * grid_dim.2 as usize)?;
     // The output projection's f16 input, written by the kernel (`RUNIT_CUDA_ATTN_F16=1`).
     let (rows, width) = (grid_dim.2 as usize, (call.heads * call.head_dim) as usize);
-    let half = crate::matmul::attention_half_target(backend, rows, width)?;
+    let half =
+        crate::matmul::half_target(backend, crate::matmul::HalfWriter::Attention, rows, width)?;
     let (half_ptr, mode) = half.unwrap_or((0, 0));
     macro_rules! kernel {
         ($name:literal) => {
