@@ -443,6 +443,7 @@ impl WgpuBackend {
             contents: bytemuck::cast_slice(table),
             usage: wgpu::BufferUsages::STORAGE,
         });
+        let norm_env = std::env::var("RUNIT_WGPU_NORM_THREADS").ok();
         let mut backend = WgpuBackend {
             ordinal,
             adapter: summary,
@@ -493,13 +494,14 @@ impl WgpuBackend {
             step_clock: Mutex::default(),
             timed: counting(),
             fused_fma: false,
-            narrow_norm_rows: match std::env::var("RUNIT_WGPU_NORM_THREADS") {
-                Ok(_) => 0,
-                Err(_) => NARROW_NORM_ROWS,
+            // A count set for the norms holds for every row.
+            narrow_norm_rows: match norm_env {
+                Some(_) => 0,
+                None => NARROW_NORM_ROWS,
             },
-            norm_threads: match std::env::var("RUNIT_WGPU_NORM_THREADS").as_deref() {
-                Ok("256") => PORTABLE_NORM_THREADS,
-                Ok("1024") => norm_threads(&limits),
+            norm_threads: match norm_env.as_deref() {
+                Some("256") => PORTABLE_NORM_THREADS,
+                Some("1024") => norm_threads(&limits),
                 // lavapipe keeps each invocation's live values in memory across barriers:
                 // 1,024 invocations made its add + norm + rounding of 3,584 values about
                 // twice as slow as 256.
@@ -698,8 +700,9 @@ impl WgpuBackend {
     /// This backend with norm kernels of `threads` invocations a workgroup (256, or 1,024
     /// where the adapter grants it, else 256) for every row, as `RUNIT_WGPU_NORM_THREADS`
     /// sets it when the backend opens (by default the most the adapter grants of the two, 256
-    /// on a CPU adapter and for rows of at most [`NARROW_NORM_ROWS`] values). The two sum a row's squares in different orders; both round the mean as the
-    /// CPU does (tests/parity.rs).
+    /// on a CPU adapter and for rows of at most [`NARROW_NORM_ROWS`] values). The two sum a
+    /// row's squares in different orders; both round the mean as the CPU does
+    /// (tests/parity.rs).
     pub fn with_norm_threads(mut self, threads: u32) -> WgpuBackend {
         let limits = self.device.limits();
         self.norm_threads = match threads {

@@ -775,13 +775,12 @@ pub fn attention(
 fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: bool) -> String {
     let (k, v) = cache_codes(keys, values);
     let types = format!("const K_TYPE: u32 = {k}u;\nconst V_TYPE: u32 = {v}u;");
+    // The tail of a kernel that may round its output for the next matmul.
+    let end = |quantize, plain| if rounds { quantize } else { plain };
     match (path, rounds) {
         (AttentionPath::Tiled, _) => format!("{types}\n{ATTENTION}\n{ATTENTION_CACHE}\n"),
         (AttentionPath::OneChunk, _) => {
-            let end = match rounds {
-                true => ATTENTION_CHUNK_QUANTIZE,
-                false => ATTENTION_CHUNK_PLAIN,
-            };
+            let end = end(ATTENTION_CHUNK_QUANTIZE, ATTENTION_CHUNK_PLAIN);
             format!(
                 "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_CHUNK}\n{ATTENTION_CACHE}\n{end}\n{EXPF}"
             )
@@ -790,10 +789,7 @@ fn attention_source(keys: KvType, values: KvType, path: AttentionPath, rounds: b
             "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n{ATTENTION_SPLIT_RECORD}\n"
         ),
         (AttentionPath::SplitFinal, _) => {
-            let end = match rounds {
-                true => ATTENTION_SPLIT_QUANTIZE,
-                false => ATTENTION_SPLIT_PLAIN,
-            };
+            let end = end(ATTENTION_SPLIT_QUANTIZE, ATTENTION_SPLIT_PLAIN);
             format!(
                 "{types}\n{ATTENTION_PARAMS}\n{ATTENTION_SPLIT}\n{ATTENTION_CACHE}\n{ATTENTION_SPLIT_FINAL}\n{end}\n"
             )
