@@ -6,7 +6,7 @@
 #   CODES=1 DEPTHS=16384 scripts/gpu_stages.sh prep tqtest tq wgpu
 # Stages (environment knobs in parentheses):
 #   prep    qwen2.5-7b Q4_K_M from `runit synth` into /tmp/synth (once per machine)
-#   tqtest  turbo_gpu with RUNIT_CUDA_TURBO_CODES=0/1 (default 1; CODES, TQFILTER: test name filters)
+#   tqtest  turbo_gpu with RUNIT_CUDA_TQ_DECODE=tiles/codes/mma (default all three; CODES, TQFILTER: test name filters)
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 tile decoder, tq4 from the codes, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
@@ -45,24 +45,25 @@ for stage in "$@"; do
   prep)
     [ -s $M7 ] || /usr/bin/time -f "synth 7b %e s" $B/runit synth --shape qwen2.5-7b --type Q4_K_M $M7 > $out/synth.log 2>&1; tail -1 $out/synth.log ;;
   tqtest)
-    for codes in ${CODES:-0 1}; do
-      echo "== turbo_gpu codes=$codes"
+    for codes in ${CODES:-tiles codes mma}; do
+      echo "== turbo_gpu decode=$codes"
       for f in ${TQFILTER:-""}; do
-      RUNIT_CUDA_TURBO_CODES=$codes timeout 150 $B/turbo_gpu $f --nocapture --test-threads 1 > $out/turbo_gpu-$codes.log 2>&1
+      RUNIT_CUDA_TQ_DECODE=$codes timeout 150 $B/turbo_gpu $f --nocapture --test-threads 1 > $out/turbo_gpu-$codes.log 2>&1
       echo rc=$?; grep -E "^test |test result|panicked|FAILED" $out/turbo_gpu-$codes.log | head -12; grep -E "max" $out/turbo_gpu-$codes.log | sort -t'|' -k2 | tail -2
       done
     done ;;
   tq)
     for D in ${DEPTHS:-4096 16384}; do
       bench f16-d$D -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type f16
-      [ -n "${NOTILE:-}" ] || bench tq4-d$D RUNIT_CUDA_TURBO_CODES=0 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
-      bench tq4codes-d$D RUNIT_CUDA_TURBO_CODES=1 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
-      for c in ${TQCHUNKS:-}; do bench tq4codes-c$c-d$D RUNIT_CUDA_TURBO_CODES=1 RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4; done
-      [ -n "${NOTQ:-}" ] || bench tqcodes-d$D RUNIT_CUDA_TURBO_CODES=1 -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --tq
+      [ -n "${NOTILE:-}" ] || bench tq4-d$D RUNIT_CUDA_TQ_DECODE=tiles -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
+      bench tq4codes-d$D RUNIT_CUDA_TQ_DECODE=codes -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
+      bench tq4mma-d$D RUNIT_CUDA_TQ_DECODE=mma -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4
+      for c in ${TQCHUNKS:-}; do bench tq4mma-c$c-d$D RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --kv-type tq4; done
+      [ -n "${NOTQ:-}" ] || bench tq-d$D -- -m $M7 -p 0 -n 128 -d $D -r 1 -c 17000 --tq
     done ;;
   prof)
-    for codes in ${CODES:-0 1}; do
-      RUNIT_CUDA_PROFILE=1 RUNIT_CUDA_TURBO_CODES=$codes timeout 250 $B/runit bench --device cuda -m $M7 -p 0 -n 32 -d ${DEPTH:-16384} -r 1 -c 17000 --kv-type ${KV:-tq4} > $out/prof-$codes.log 2>&1
+    for codes in ${CODES:-codes mma}; do
+      RUNIT_CUDA_PROFILE=1 RUNIT_CUDA_TQ_DECODE=$codes timeout 250 $B/runit bench --device cuda -m $M7 -p 0 -n 32 -d ${DEPTH:-16384} -r 1 -c 17000 --kv-type ${KV:-tq4} > $out/prof-$codes.log 2>&1
       echo "== profile codes=$codes"; grep -A14 "RUNIT_CUDA_PROFILE" $out/prof-$codes.log | head -16
     done ;;
   ncu)  # KREGEX kernel regex, ARGS bench args; full set, details + SASS source counters into $out
@@ -114,6 +115,6 @@ for stage in "$@"; do
     bench tq4-fused-mma RUNIT_CUDA_TQ_FUSED_QUERY=1 RUNIT_CUDA_DEFINES=TQ_MMA_SCORES=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
     for c in 66 50; do bench tq4-c$c RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4; done ;;
   tqmb)
-    bench tq4codes-mb3-d16384 RUNIT_CUDA_TURBO_CODES=1 RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
+    bench tq4codes-mb3-d16384 RUNIT_CUDA_TQ_DECODE=codes RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
   esac
 done

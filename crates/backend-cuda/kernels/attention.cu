@@ -17,7 +17,7 @@
 //   key tiles past the tile's last position are never visited.
 #include "common.cuh"
 #include "turbo.cuh"
-#include "mma.cuh"
+#include "flash_mma.cuh"
 
 #define MAX_HEAD_DIM 256
 #define LANE_DIMS (MAX_HEAD_DIM / 32)
@@ -28,7 +28,6 @@
 #define MAX_HEADS_PER_BLOCK 8
 #define MAX_CHUNKS 512
 #define TQ_TILE 64  // keys of a TurboQuant decode tile (plan::TURBO_MIN_CHUNK)
-#define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float kv_value(const u16* cache, u64 index) { return half_to_float(cache[index]); }
 __device__ __forceinline__ float kv_value(const float* cache, u64 index) { return cache[index]; }
@@ -1035,6 +1034,405 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// TurboQuant decode on the tensor cores (RUNIT_CUDA_TQ_MMA=0 takes attention_decode_tq_codes
+// instead): attention_decode_mma's shape over the codes. A block serves (chunk, KV head, slice
+// of at most 8 query heads, row) with TQ_MMA_WARPS warps; each warp walks its own sub-tiles of
+// 16 keys (positions begin + 16 (warp + TQ_MMA_WARPS i)), copying a sub-tile's key and value
+// bytes as they lie in the cache rows (TqStaging) while the one before is computed. A
+// sub-tile's keys are decoded once into f16 tiles in shared memory, the rotated basis's
+// |x| c (centroid pairs looked up by code byte, times the block's norm) and, with the sketch,
+// alpha (+-1) (alpha = sqrt(pi/2) / 64 |r| |x|, signs by nibble); the scores are R q against
+// the first plus S R q against the second (mma.m16n8k16, the query heads as the 16 rows,
+// rounded to f16 as the f16 cache's queries are), plus each key's outliers against the plain
+// queries. After the online softmax (flash_softmax_step) the values are decoded into the same
+// tile (|x| c) and summed by mma; their outliers are summed in the plain basis (a warp's own
+// accumulator, shared-memory atomics, rescaled with the running max) and rotated in once, when
+// the warps merge. Partials as attention_decode_*'s; attention_combine rotates the merged rows
+// back.
+#define TQ_MMA_WARPS 4
+#define TQ_MMA_THREADS (TQ_MMA_WARPS * 32)
+#define TQ_MMA_SUB 16                 // keys of a warp's sub-tile
+#define TQ_MMA_STRIDE (TQ_TILE_DIM + 8)  // halves of a decoded row (16-byte rows, no bank conflicts)
+#define TQ_MMA_RAW (TQ_KEY_WORDS + TQ_VALUE_WORDS)  // words of a staged key and value
+// Dynamic shared memory, in 4-byte words: the block's part, then each warp's.
+#define TQM_QROT 0                                                // [8][TQ_MMA_STRIDE] f16: R q
+#define TQM_QSKETCH (TQM_QROT + 4 * TQ_MMA_STRIDE)                // [8][TQ_MMA_STRIDE] f16: S R q
+#define TQM_QPLAIN (TQM_QSKETCH + 4 * TQ_MMA_STRIDE)              // [8][TQ_TILE_DIM] f32: q
+#define TQM_KPAIRS (TQM_QPLAIN + 8 * TQ_TILE_DIM)                 // [256] f16x2: key centroid pairs
+#define TQM_VPAIRS (TQM_KPAIRS + 256)                             // [256] f16x2: value centroid pairs
+#define TQM_SIGNS (TQM_VPAIRS + 256)                              // [16] 4 f16 of +-1 by nibble
+#define TQM_WMAX (TQM_SIGNS + 32)                                 // [TQ_MMA_WARPS][8]
+#define TQM_WSUM (TQM_WMAX + 8 * TQ_MMA_WARPS)                    // [TQ_MMA_WARPS][8]
+#define TQM_WARPS (TQM_WSUM + 8 * TQ_MMA_WARPS)                   // first warp's part
+#define TQMW_RAW 0                                                // [2][TQ_MMA_SUB][TQ_MMA_RAW]
+#define TQMW_TILE (TQMW_RAW + 2 * TQ_MMA_SUB * TQ_MMA_RAW)        // [TQ_MMA_SUB][TQ_MMA_STRIDE] f16: keys, then values
+#define TQMW_SKETCH (TQMW_TILE + TQ_MMA_SUB * TQ_MMA_STRIDE / 2)  // [TQ_MMA_SUB][TQ_MMA_STRIDE] f16: signs
+#define TQMW_PLAIN (TQMW_SKETCH + TQ_MMA_SUB * TQ_MMA_STRIDE / 2) // [8][TQ_TILE_DIM] f32: value outliers
+#define TQMW_WEIGHTS (TQMW_PLAIN + 8 * TQ_TILE_DIM)               // [TQ_MMA_SUB][8] f32
+#define TQMW_BIAS (TQMW_WEIGHTS + 8 * TQ_MMA_SUB)                 // [TQ_MMA_SUB][8] f32: key outliers' scores
+#define TQMW_WORDS (TQMW_BIAS + 8 * TQ_MMA_SUB)
+#define TQ_MMA_SHARED_WORDS (TQM_WARPS + TQ_MMA_WARPS * TQMW_WORDS)  // plan::TURBO_MMA_SHARED_BYTES / 4
+static_assert(TQMW_PLAIN - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
+
+__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// The 4 bytes of `bytes` (4-byte aligned) from byte `at` on, at any offset.
+__device__ __forceinline__ u32 tq_bytes_at(const u8* bytes, u32 at) {
+    const u32* words = (const u32*)(bytes + (at & ~3u));
+    return __funnelshift_r(words[0], words[1], 8 * (at & 3));
+}
+__device__ __forceinline__ void store_shared_16(u32 address, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+template <int D>
+__device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cache, const i32* step, const float* q,
+                                              const float* tables, float* part_acc, float* part_stats, u32 heads,
+                                              u32 kv_heads, float scale, u32 window, u32 chunks,
+                                              u32 heads_per_block, u32 turbo) {
+    static_assert(D % TQ_BLOCK == 0 && D <= TQ_TILE_DIM, "heads of whole blocks, at most TQ_TILE_DIM");
+    constexpr u32 BLOCKS = D / TQ_BLOCK, GROUPS = D / 8;  // blocks of a head, groups of 8 coordinates
+    extern __shared__ __align__(16) float tqm_shared[];
+    u32 shared_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+    if (shared_bytes < 4 * TQ_MMA_SHARED_WORDS) __trap();  // plan::TURBO_MMA_SHARED_BYTES disagrees
+    u32* words = (u32*)tqm_shared;
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+    const StepHeader* h = (const StepHeader*)step;
+    const i32 row = blockIdx.z;
+    const DecodeRange range(step, row, blockIdx.x, window, 0, chunks);
+    if (range.begin >= range.end) return;  // attention_combine skips these chunks
+    const i32 span = range.span, begin = range.begin, end = range.end;
+    const HeadSlice hs(heads, kv_heads, heads_per_block, blockIdx.y);
+    const TqLayout kl = tq_key_layout(turbo), vl = tq_value_layout(turbo);
+    const u32 first_block = hs.kv_head * BLOCKS, row_blocks = kv_heads * BLOCKS;
+    const TqSlice ks = tq_slice(kl, row_blocks, first_block, BLOCKS);
+    const TqSlice vs = tq_slice(vl, row_blocks, first_block, BLOCKS);
+    const TqStaging k_staging(ks, lane), v_staging(vs, lane);
+    const u32 kbb = kl.block_bytes(), vbb = vl.block_bytes();
+
+    u32* warp_words = words + TQM_WARPS + warp * TQMW_WORDS;
+    u32* raw = warp_words + TQMW_RAW;
+    float* plain_acc = (float*)(warp_words + TQMW_PLAIN);
+    float(*weights)[8] = (float(*)[8])(warp_words + TQMW_WEIGHTS);
+    float(*bias)[8] = (float(*)[8])(warp_words + TQMW_BIAS);
+    const u32 tile_at = shared_address(warp_words + TQMW_TILE), sketch_at = shared_address(warp_words + TQMW_SKETCH);
+    const float* qplain = tqm_shared + TQM_QPLAIN;
+
+    // Stage sub-tile `sub`'s raw key and value bytes into stage `s` (rows past `end`: zeros, so
+    // that they decode to zeros).
+    auto stage = [&](i32 sub, u32 s) {
+        const i32 position = sub + (i32)lane;
+        const i32 cell = lane < TQ_MMA_SUB && position < end ? step_cell(step, h, span, position) : -1;
+        u32* keys = raw + s * TQ_MMA_SUB * TQ_MMA_RAW;
+#pragma unroll 4
+        for (u32 j = 0; j < TQ_MMA_SUB; ++j) {
+            const i32 c = __shfl_sync(0xffffffffu, cell, j);
+            u32* key = keys + j * TQ_MMA_RAW;
+            if (c >= 0) {
+                if (k_staging.lane_offset != ~0u)
+                    cp_async4(shared_address(key + lane), k_cache + (u64)c * ks.row_bytes + k_staging.lane_offset);
+                if (v_staging.lane_offset != ~0u)
+                    cp_async4(shared_address(key + TQ_KEY_WORDS + lane), v_cache + (u64)c * vs.row_bytes + v_staging.lane_offset);
+            } else {
+                if (lane < TQ_KEY_WORDS) key[lane] = 0u;
+                if (lane < TQ_VALUE_WORDS) key[TQ_KEY_WORDS + lane] = 0u;
+            }
+        }
+    };
+    i32 sub = begin + (i32)warp * TQ_MMA_SUB;
+    const i32 step_keys = TQ_MMA_WARPS * TQ_MMA_SUB;
+    if (sub < end) stage(sub, 0);
+    cp_async_commit();
+    if (sub + step_keys < end) stage(sub + step_keys, 1);
+    cp_async_commit();
+
+    // The tables, the queries (a warp per (query head, block): plain, R q = H D q / 8 and
+    // S R q = H D' R q, as tq_prepare_query), this warp's outlier accumulator.
+    for (u32 i = tid; i < 256; i += TQ_MMA_THREADS) {
+        const float* kc = kl.centroids(tables);
+        const float* vc = vl.centroids(tables);
+        const u32 km = (1u << kl.bits) - 1, vm = (1u << vl.bits) - 1;
+        words[TQM_KPAIRS + i] = pack_half2(kc[i & km], kc[i >> kl.bits & km]);
+        words[TQM_VPAIRS + i] = pack_half2(vc[i & vm], vc[i >> vl.bits & vm]);
+    }
+    if (tid < 16) {
+        const u32 one = 0x3c00u, minus = 0xbc00u;
+        words[TQM_SIGNS + 2 * tid] = (tid & 1 ? minus : one) | (tid & 2 ? minus : one) << 16;
+        words[TQM_SIGNS + 2 * tid + 1] = (tid & 4 ? minus : one) | (tid & 8 ? minus : one) << 16;
+    }
+    for (u32 task = warp; task < 8 * BLOCKS; task += TQ_MMA_WARPS) {
+        const u32 hq = task / BLOCKS, b = task % BLOCKS, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
+        const float* query = hq < hs.count ? q + ((u64)row * heads + hs.first + hq) * D : nullptr;
+        const float x0 = query ? query[d0] : 0.0f, x1 = query ? query[d1] : 0.0f;
+        tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d0] = x0;
+        tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d1] = x1;
+        const u64 rotation = tq_signs(first_block + b, 0);
+        float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
+        if (rotation >> lane & 1) r0 = -r0;
+        if (rotation >> (lane + 32) & 1) r1 = -r1;
+        tq_warp_hadamard(r0, r1, lane);
+        u16* qrot = (u16*)(words + TQM_QROT) + hq * TQ_MMA_STRIDE;
+        qrot[d0] = float_to_half(r0);
+        qrot[d1] = float_to_half(r1);
+        const u64 signs = tq_signs(first_block + b, 1);
+        float s0 = signs >> lane & 1 ? -r0 : r0, s1 = signs >> (lane + 32) & 1 ? -r1 : r1;
+        tq_warp_hadamard(s0, s1, lane);
+        u16* qsketch = (u16*)(words + TQM_QSKETCH) + hq * TQ_MMA_STRIDE;
+        qsketch[d0] = float_to_half(s0);
+        qsketch[d1] = float_to_half(s1);
+    }
+    for (u32 i = lane; i < 8 * D; i += 32) plain_acc[i / D * TQ_TILE_DIM + i % D] = 0.0f;
+    __syncthreads();
+
+    // A fragments of the warp's 16 rows: query heads g (rows g + 8 are zero).
+    u32 qa[D / 16][4], qs[D / 16][4];
+    {
+        const u32* qrot = words + TQM_QROT + g * TQ_MMA_STRIDE / 2;
+        const u32* qsketch = words + TQM_QSKETCH + g * TQ_MMA_STRIDE / 2;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qa[kk][0] = qrot[kk * 8 + t];
+            qa[kk][2] = qrot[kk * 8 + t + 4];
+            qs[kk][0] = qsketch[kk * 8 + t];
+            qs[kk][2] = qsketch[kk * 8 + t + 4];
+            qa[kk][1] = qa[kk][3] = qs[kk][1] = qs[kk][3] = 0u;
+        }
+    }
+    const float scale_log2 = scale * LOG2E, sketch_factor = tables[TQ_SKETCH_FACTOR];
+    float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    for (u32 s = 0; sub < end; sub += step_keys, s ^= 1) {
+        cp_async_wait<1>();  // this sub-tile's bytes
+        __syncwarp();
+        const u8* keys = (const u8*)(raw + s * TQ_MMA_SUB * TQ_MMA_RAW);
+        // Keys into the tiles: a lane per (key, group of 8 coordinates), 8 each.
+#pragma unroll 2
+        for (u32 unit = lane; unit < TQ_MMA_SUB * GROUPS; unit += 32) {
+            const u32 j = unit / GROUPS, group = unit % GROUPS, b = group / 8, within = group % 8;
+            const u8* key = keys + j * 4 * TQ_MMA_RAW;
+            const u32 at = k_staging.block_shift + b * kbb;
+            const u32 norm = tq_word_at(key, at) & 0xffffu;
+            const u32 norms = norm | norm << 16;
+            const u32 codes = tq_word_at(key, at + kl.code_offset() + 4 * within);  // 4-bit key codes
+            const u32 address = tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2;
+            store_shared_16(address, hmul2(words[TQM_KPAIRS + (codes & 255)], norms),
+                            hmul2(words[TQM_KPAIRS + (codes >> 8 & 255)], norms),
+                            hmul2(words[TQM_KPAIRS + (codes >> 16 & 255)], norms),
+                            hmul2(words[TQM_KPAIRS + (codes >> 24)], norms));
+            if (kl.sketch) {
+                const float alpha = sketch_factor * tq_half_at(key, at + 2) * half_to_float((u16)norm);
+                const u32 alphas = pack_half2(alpha, alpha);
+                const u32 byte = key[at + kl.sign_offset() + within];
+                const u32* low = words + TQM_SIGNS + 2 * (byte & 15);
+                const u32* high = words + TQM_SIGNS + 2 * (byte >> 4);
+                store_shared_16(sketch_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, hmul2(low[0], alphas),
+                                hmul2(low[1], alphas), hmul2(high[0], alphas), hmul2(high[1], alphas));
+            }
+        }
+        // Each key's outliers against the plain queries: a lane per (key, block).
+        {
+            float part[8];
+#pragma unroll
+            for (u32 hq = 0; hq < 8; ++hq) part[hq] = 0.0f;
+            const u32 j = lane / BLOCKS, b = lane % BLOCKS;
+            if (j < TQ_MMA_SUB) {
+                const u8* key = keys + j * 4 * TQ_MMA_RAW;
+                const u32 at = k_staging.block_shift + b * kbb;
+#pragma unroll
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                    const u32 index = tq_index_at(k_staging.indices(key), ks.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    const float v = tq_half_at(key, at + kl.header() + 2 * o);
+#pragma unroll
+                    for (u32 hq = 0; hq < 8; ++hq) part[hq] += v * qplain[hq * TQ_TILE_DIM + b * TQ_BLOCK + index];
+                }
+            }
+#pragma unroll
+            for (u32 hq = 0; hq < 8; ++hq) {
+                if (BLOCKS == 2) part[hq] += __shfl_xor_sync(0xffffffffu, part[hq], 1);
+                if (j < TQ_MMA_SUB && b == 0) bias[j][hq] = part[hq];
+            }
+        }
+        __syncwarp();
+        // Scores: R q against the centroid tile, S R q against the sign tile.
+        float sc[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+        {
+            const u32 i = lane >> 3, r = lane & 7;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const u32 offset = (((i >> 1) * 8 + r) * TQ_MMA_STRIDE + kk * 16 + (i & 1) * 8) * 2;
+                u32 b[4];
+                load_matrix_x4(b, tile_at + offset);
+                mma_16816(sc[0], qa[kk], b[0], b[1]);
+                mma_16816(sc[1], qa[kk], b[2], b[3]);
+                if (kl.sketch) {
+                    load_matrix_x4(b, sketch_at + offset);
+                    mma_16816(sc[0], qs[kk], b[0], b[1]);
+                    mma_16816(sc[1], qs[kk], b[2], b[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 j = n * 8 + 2 * t + (e & 1);
+                sc[n][e] = e < 2 && sub + (i32)j < end ? (sc[n][e] + bias[j][g]) * scale_log2 : NEG_INF;
+            }
+        const float old_max = running_max[0];
+        u32 p[1][4];
+        flash_softmax_step<2, D / 8>(sc, running_max, sum, acc, p);
+        // This warp's value outliers follow its running max (flash_softmax_step's factor).
+        const float factor = fast_exp2(old_max - (running_max[0] == NEG_INF ? 0.0f : running_max[0]));
+        if (__any_sync(0xffffffffu, factor != 1.0f)) {
+#pragma unroll
+            for (u32 hq = 0; hq < 8; ++hq) {
+                const float f = __shfl_sync(0xffffffffu, factor, 4 * hq);
+                for (u32 d = lane; d < D; d += 32) plain_acc[hq * TQ_TILE_DIM + d] *= f;
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            weights[n * 8 + 2 * t][g] = sc[n][0];
+            weights[n * 8 + 2 * t + 1][g] = sc[n][1];
+        }
+        __syncwarp();  // the key tile is read, the weights are written
+        // Values into the tile (|x| c), and their outliers into the plain accumulator.
+        const u32 pair_bits = 2 * vl.bits, pair_mask = (1u << pair_bits) - 1;
+#pragma unroll 2
+        for (u32 unit = lane; unit < TQ_MMA_SUB * GROUPS; unit += 32) {
+            const u32 j = unit / GROUPS, group = unit % GROUPS, b = group / 8, within = group % 8;
+            const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
+            const u32 at = v_staging.block_shift + b * vbb;
+            const u32 norm = tq_word_at(value, at) & 0xffffu;
+            const u32 norms = norm | norm << 16;
+            const u32 codes = tq_bytes_at(value, at + vl.code_offset() + vl.bits * within);
+            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2,
+                            hmul2(words[TQM_VPAIRS + (codes & pair_mask)], norms),
+                            hmul2(words[TQM_VPAIRS + (codes >> pair_bits & pair_mask)], norms),
+                            hmul2(words[TQM_VPAIRS + (codes >> 2 * pair_bits & pair_mask)], norms),
+                            hmul2(words[TQM_VPAIRS + (codes >> 3 * pair_bits & pair_mask)], norms));
+        }
+        {
+            const u32 j = lane / BLOCKS, b = lane % BLOCKS;
+            if (j < TQ_MMA_SUB) {
+                const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
+                const u32 at = v_staging.block_shift + b * vbb;
+#pragma unroll
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                    const u32 index =
+                        tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    const float v = tq_half_at(value, at + vl.header() + 2 * o);
+                    if (v != 0.0f)
+#pragma unroll
+                        for (u32 hq = 0; hq < 8; ++hq)
+                            atomicAdd(plain_acc + hq * TQ_TILE_DIM + b * TQ_BLOCK + index, weights[j][hq] * v);
+                }
+            }
+        }
+        __syncwarp();
+        flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
+        __syncwarp();  // stage s and the tile are free
+        if (sub + 2 * step_keys < end) stage(sub + 2 * step_keys, s);
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+
+    // Merge the warps: a common max per head; each warp's accumulator rescaled into its tiles'
+    // space, its outlier accumulator in place; the outliers summed over warps and rotated in.
+    float* wmax = tqm_shared + TQM_WMAX;
+    float* wsum = tqm_shared + TQM_WSUM;
+    if (t == 0) {
+        wmax[warp * 8 + g] = running_max[0];
+        wsum[warp * 8 + g] = sum[0];
+    }
+    __syncthreads();
+    float block_max = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < TQ_MMA_WARPS; ++w) block_max = fmaxf(block_max, wmax[w * 8 + g]);
+    {
+        const float f = fast_exp2(running_max[0] - (block_max == NEG_INF ? 0.0f : block_max));
+        float* merged = (float*)(warp_words + TQMW_TILE) + g * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) *(float2*)(merged + n * 8) = make_float2(acc[n][0] * f, acc[n][1] * f);
+#pragma unroll
+        for (u32 hq = 0; hq < 8; ++hq) {
+            const float fh = __shfl_sync(0xffffffffu, f, 4 * hq);
+            for (u32 d = lane; d < D; d += 32) plain_acc[hq * TQ_TILE_DIM + d] *= fh;
+        }
+    }
+    __syncthreads();
+    float* outliers = (float*)(words + TQM_WARPS + TQMW_PLAIN);  // warp 0's, the sum
+    for (u32 i = tid; i < 8 * D; i += TQ_MMA_THREADS) {
+        const u32 at = i / D * TQ_TILE_DIM + i % D;
+        float total = outliers[at];
+#pragma unroll
+        for (int w = 1; w < TQ_MMA_WARPS; ++w) total += ((float*)(words + TQM_WARPS + w * TQMW_WORDS + TQMW_PLAIN))[at];
+        outliers[at] = total;
+    }
+    __syncthreads();
+    for (u32 task = warp; task < hs.count * BLOCKS; task += TQ_MMA_WARPS) {
+        const u32 hq = task / BLOCKS, b = task % BLOCKS;
+        float* x = outliers + hq * TQ_TILE_DIM + b * TQ_BLOCK;
+        const u64 rotation = tq_signs(first_block + b, 0);
+        float r0 = x[lane] * 0.125f, r1 = x[lane + 32] * 0.125f;
+        if (rotation >> lane & 1) r0 = -r0;
+        if (rotation >> (lane + 32) & 1) r1 = -r1;
+        tq_warp_hadamard(r0, r1, lane);
+        x[lane] = r0;
+        x[lane + 32] = r1;
+    }
+    __syncthreads();
+    for (u32 i = tid; i < hs.count * D; i += TQ_MMA_THREADS) {
+        const u32 hq = i / D, d = i % D;
+        float head_max = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < TQ_MMA_WARPS; ++w) head_max = fmaxf(head_max, wmax[w * 8 + hq]);
+        const float base = head_max == NEG_INF ? 0.0f : head_max;
+        float total = 0.0f, value = outliers[hq * TQ_TILE_DIM + d];
+#pragma unroll
+        for (int w = 0; w < TQ_MMA_WARPS; ++w) {
+            total += wsum[w * 8 + hq] * fast_exp2(wmax[w * 8 + hq] - base);
+            value += ((float*)(words + TQM_WARPS + w * TQMW_WORDS + TQMW_TILE))[hq * D + d];
+        }
+        const u64 part = ((u64)row * heads + hs.first + hq) * chunks + blockIdx.x;
+        part_acc[part * D + d] = value;
+        if (d == 0) {
+            part_stats[2 * part] = base * LN2;  // natural-log units, as attention_combine reads them
+            part_stats[2 * part + 1] = total;
+        }
+    }
+}
+
+// Launch: grid (chunks, kv_heads * slices, rows), TQ_MMA_THREADS threads, TQ_MMA_SHARED_WORDS
+// words of dynamic shared memory; chunk_len 0 (row_chunk_len); heads_per_block <= 8.
+#define TQ_MMA_KERNEL(name, d)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(TQ_MMA_THREADS)                                                \
+        name(const u8* k_cache, const u8* v_cache, const i32* step, const float* q, const float* tables,        \
+             float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window, u32 chunks,  \
+             u32 heads_per_block, u32 turbo) {                                                                  \
+        pdl_start();                                                                                            \
+        decode_tq_mma<d>(k_cache, v_cache, step, q, tables, part_acc, part_stats, heads, kv_heads, scale,       \
+                         window, chunks, heads_per_block, turbo);                                               \
+    }
+TQ_MMA_KERNEL(attention_decode_tq_mma_d64, 64)
+TQ_MMA_KERNEL(attention_decode_tq_mma_d128, 128)
 
 // ---------------------------------------------------------------------------------------
 // Decode. grid (chunks, kv_heads * slices, rows), DECODE_THREADS threads; dynamic shared

@@ -15,7 +15,7 @@
 //   whose visible range lies in one chunk is written to `out` directly (attention_combine
 //   skips it); otherwise the chunk's (max, sum, accumulator) go to the partials.
 #include "common.cuh"
-#include "mma.cuh"
+#include "flash_mma.cuh"
 #include "quantize.cuh"
 
 #define MMA_WARPS 4
@@ -24,17 +24,8 @@
 #define QUERY_TILE (MMA_WARPS * 16)
 #define SUB_TILE 16
 #define ROW_PAD 8
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define NEG_INF (-__int_as_float(0x7f800000))
 
 // ----- PTX helpers ---------------------------------------------------------------------------
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 __device__ __forceinline__ void copy_async_16(u32 destination, const void* source) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
@@ -87,89 +78,6 @@ __device__ __forceinline__ void load_queries(u32 (&fragment)[D / 16][4], const f
         fragment[ks][1] = pack_half2(b.x, b.y);
         fragment[ks][2] = pack_half2(c8.x, c8.y);
         fragment[ks][3] = pack_half2(d8.x, d8.y);
-    }
-}
-
-// One online-softmax step for a warp's 16 rows over N n-tiles of scores (already in log2
-// units, masked keys at -inf): rescales `out` and `sum`, turns `s` into probabilities and
-// returns them as A fragments (pairs of n-tiles per 16-key k-step).
-template <int N, int DT>
-__device__ __forceinline__ void softmax_step(float (&s)[N][4], float (&running_max)[2], float (&sum)[2],
-                                             float (&out)[DT][4], u32 (&p)[N / 2][4]) {
-    float tile_max[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
-    }
-    float base[2], factor[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-        const float new_max = fmaxf(running_max[r], tile_max[r]);
-        base[r] = new_max == NEG_INF ? 0.0f : new_max;  // no visible key yet: every p is 0
-        factor[r] = fast_exp2(running_max[r] - base[r]);
-        running_max[r] = new_max;
-        sum[r] *= factor[r];
-    }
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            s[n][e] = fast_exp2(s[n][e] - base[e >> 1]);
-            sum[e >> 1] += s[n][e];
-        }
-    }
-#pragma unroll
-    for (int n = 0; n < DT; ++n) {
-        out[n][0] *= factor[0];
-        out[n][1] *= factor[0];
-        out[n][2] *= factor[1];
-        out[n][3] *= factor[1];
-    }
-#pragma unroll
-    for (int k = 0; k < N / 2; ++k) {
-        p[k][0] = pack_half2(s[2 * k][0], s[2 * k][1]);
-        p[k][1] = pack_half2(s[2 * k][2], s[2 * k][3]);
-        p[k][2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
-        p[k][3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
-    }
-}
-
-// s[n] = Q · K^T for 16 * N2 keys stored row-major (stride STRIDE halves) from `keys`.
-template <int D, int STRIDE, int N2>
-__device__ __forceinline__ void scores(float (&s)[2 * N2][4], const u32 (&q)[D / 16][4], u32 keys) {
-    const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int n = 0; n < 2 * N2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-        for (int np = 0; np < N2; ++np) {
-            u32 b[4];
-            const u32 key = np * 16 + (i >> 1) * 8 + r, dim = ks * 16 + (i & 1) * 8;
-            load_matrix_x4(b, keys + (key * STRIDE + dim) * 2);
-            mma_16816(s[2 * np], q[ks], b[0], b[1]);
-            mma_16816(s[2 * np + 1], q[ks], b[2], b[3]);
-        }
-    }
-}
-
-// out += P · V for 16 * K2 keys stored row-major (stride STRIDE halves) from `values`.
-template <int D, int STRIDE, int K2>
-__device__ __forceinline__ void accumulate(float (&out)[D / 8][4], const u32 (&p)[K2][4], u32 values) {
-    const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int kk = 0; kk < K2; ++kk) {
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-            u32 b[4];
-            const u32 key = kk * 16 + (i & 1) * 8 + r, dim = dp * 16 + (i >> 1) * 8;
-            load_matrix_x4_trans(b, values + (key * STRIDE + dim) * 2);
-            mma_16816(out[2 * dp], p[kk], b[0], b[1]);
-            mma_16816(out[2 * dp + 1], p[kk], b[2], b[3]);
-        }
     }
 }
 
@@ -301,7 +209,7 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
         float s[KEY_TILE / 8][4];
         copy_async_wait_one();  // this tile's keys
         __syncthreads();
-        if (active) scores<D, STRIDE, KEY_TILE / 16>(s, query, keys_at);
+        if (active) flash_scores<D, STRIDE, KEY_TILE / 16>(s, query, keys_at);
         __syncthreads();  // the keys are consumed: load the next tile's
         if (next < block_end) {
             slot_cells<D, LOADS, MMA_THREADS>(cells, step, h, span, next, block_end, threadIdx.x);
@@ -320,11 +228,11 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
                     s[n][e] = visible ? s[n][e] * scale_log2 : NEG_INF;
                 }
             }
-            softmax_step<KEY_TILE / 8, D / 8>(s, running_max, sum, acc, p);
+            flash_softmax_step<KEY_TILE / 8, D / 8>(s, running_max, sum, acc, p);
         }
         copy_async_wait_one();  // this tile's values
         __syncthreads();
-        if (active) accumulate<D, STRIDE, KEY_TILE / 16>(acc, p, values_at);
+        if (active) flash_accumulate<D, STRIDE, KEY_TILE / 16>(acc, p, values_at);
         __syncthreads();  // the values are consumed: load the next tile's
         if (next < block_end)
             copy_rows<D, STRIDE, LOADS, MMA_THREADS>(values_at, v_cache, cells, kv_width, kv_offset, threadIdx.x);
@@ -447,7 +355,7 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
         copy_async_wait_one();  // this sub-tile's keys
         __syncwarp();
         float s[SUB_TILE / 8][4];
-        scores<D, STRIDE, SUB_TILE / 16>(s, query, keys_at);
+        flash_scores<D, STRIDE, SUB_TILE / 16>(s, query, keys_at);
         __syncwarp();
         if (next < end) {
             slot_cells<D, LOADS, 32>(cells, step, h, span, next, end, lane);
@@ -460,10 +368,10 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
             for (int e = 0; e < 4; ++e)
                 s[n][e] = sub + n * 8 + 2 * (i32)t + (e & 1) < end ? s[n][e] * scale_log2 : NEG_INF;
         u32 p[SUB_TILE / 16][4];
-        softmax_step<SUB_TILE / 8, D / 8>(s, running_max, sum, acc, p);
+        flash_softmax_step<SUB_TILE / 8, D / 8>(s, running_max, sum, acc, p);
         copy_async_wait_one();  // this sub-tile's values
         __syncwarp();
-        accumulate<D, STRIDE, SUB_TILE / 16>(acc, p, values_at);
+        flash_accumulate<D, STRIDE, SUB_TILE / 16>(acc, p, values_at);
         __syncwarp();
         if (next < end) copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
         copy_async_commit();

@@ -34,6 +34,7 @@ pub const HEADERS: &[KernelSource] = &[
     source!("quantize.cuh"),
     source!("matvec.cuh"),
     source!("mma.cuh"),
+    source!("flash_mma.cuh"),
     source!("mmqp_slots.cuh"),
     source!("mmq.cuh"),
     source!("exact_dot.cuh"),

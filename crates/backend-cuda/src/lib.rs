@@ -59,6 +59,34 @@ macro_rules! launch {
 }
 pub(crate) use launch;
 
+/// The kernels that decode rows (a few query rows a sequence) over TurboQuant caches outside
+/// exact numerics; prefill spans take `attention_prefill_tq` whatever this is. All three
+/// work in the caches' rotated basis and rotate the merged rows back once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurboDecode {
+    /// `attention_decode_tq_mma_*` (heads of 64 and 128 values): each 16-key sub-tile's codes
+    /// decoded once into f16 tiles, scores and values on the tensor cores, queries and
+    /// probabilities rounded to f16 as over an f16 cache. Other head sizes take [`Self::Codes`].
+    TensorCores,
+    /// `attention_decode_tq_codes`: scores and values summed from the codes in f32.
+    Codes,
+    /// `attention_decode_tq`: each tile decoded to f32 in shared memory, then the float
+    /// cache's flash-decoding.
+    Tiles,
+}
+
+impl TurboDecode {
+    /// [`Self::TensorCores`] unless `RUNIT_CUDA_TQ_DECODE` names `codes` or `tiles` (for
+    /// comparisons).
+    pub fn from_env() -> TurboDecode {
+        match std::env::var("RUNIT_CUDA_TQ_DECODE").as_deref() {
+            Ok("codes") => TurboDecode::Codes,
+            Ok("tiles") => TurboDecode::Tiles,
+            _ => TurboDecode::TensorCores,
+        }
+    }
+}
+
 /// A CUDA device with its context, stream, compiled kernels and step state.
 pub struct CudaBackend {
     ordinal: usize,
@@ -96,8 +124,8 @@ pub struct CudaBackend {
     programmatic_launch: bool,
     /// Exact numerics (see [`CudaBackend::with_exact_numerics`]).
     exact: bool,
-    /// TurboQuant decode from the codes (see [`CudaBackend::with_turbo_codes`]).
-    turbo_codes: bool,
+    /// Which kernel decodes rows over TurboQuant caches ([`CudaBackend::with_turbo_decode`]).
+    turbo_decode: TurboDecode,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
     /// The pass under way computes every row as if alone (`StepInputs::rows_alone`, set
@@ -183,7 +211,7 @@ impl CudaBackend {
                 && profiler.is_none()
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
-            turbo_codes: std::env::var_os("RUNIT_CUDA_TURBO_CODES").is_none_or(|v| v != "0"),
+            turbo_decode: TurboDecode::from_env(),
             exact_angles: exact::ops::AngleTable::default(),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
@@ -203,19 +231,16 @@ impl CudaBackend {
         self
     }
 
-    /// Turns on or off the TurboQuant decode that scores the codes without decoding them
-    /// (kernels/attention.cu's `attention_decode_tq_codes`), on by default; off, decode rows
-    /// take the tile decoder (`attention_decode_tq`; `RUNIT_CUDA_TURBO_CODES=0` when the
-    /// backend is opened, for comparisons). Outside exact numerics only.
-    pub fn with_turbo_codes(mut self, on: bool) -> CudaBackend {
-        self.turbo_codes = on;
+    /// Chooses the kernel that decodes rows over TurboQuant caches outside exact numerics
+    /// ([`TurboDecode`]; [`TurboDecode::from_env`] when the backend is opened).
+    pub fn with_turbo_decode(mut self, decode: TurboDecode) -> CudaBackend {
+        self.turbo_decode = decode;
         self
     }
 
-    /// True when decode rows over TurboQuant caches take the decode from the codes
-    /// ([`CudaBackend::with_turbo_codes`]).
-    pub fn turbo_codes(&self) -> bool {
-        self.turbo_codes
+    /// The kernel that decodes rows over TurboQuant caches ([`CudaBackend::with_turbo_decode`]).
+    pub fn turbo_decode(&self) -> TurboDecode {
+        self.turbo_decode
     }
 
     /// True in exact-numerics mode ([`CudaBackend::with_exact_numerics`]).

@@ -15,11 +15,11 @@ use runit_backend::{hadamard, Attention, AttentionParams, BackendError, Buffer, 
 use super::elementwise::{product, to_u32};
 use super::kv::attended_end_row;
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
-use crate::{launch, CudaBackend, StepView};
+use crate::{launch, CudaBackend, StepView, TurboDecode};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
-    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS,
-    TURBO_SHARED_BYTES, TURBO_THREADS,
+    DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_MMA_SHARED_BYTES, TURBO_MMA_THREADS,
+    TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS, TURBO_SHARED_BYTES, TURBO_THREADS,
 };
 
 const OP: &str = "attention";
@@ -301,15 +301,21 @@ fn attention_blocks(
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    if turbo && backend.turbo_codes() {
-        let plan = DecodePlan::turbo(
-            capacity(&step, spans)?,
-            group,
-            end_row,
-            params.kv_heads,
-            backend.multiprocessors(OP)?,
-        );
-        return decode_turbo(backend, &call, &step, &plan, end_row);
+    let tensor_cores = matches!(head_dim, 64 | 128);
+    match backend.turbo_decode() {
+        TurboDecode::TensorCores | TurboDecode::Codes if turbo => {
+            let mma = tensor_cores && backend.turbo_decode() == TurboDecode::TensorCores;
+            let plan = DecodePlan::turbo(
+                capacity(&step, spans)?,
+                group,
+                end_row,
+                params.kv_heads,
+                backend.multiprocessors(OP)?,
+                mma,
+            );
+            return decode_turbo(backend, &call, &step, &plan, end_row, mma);
+        }
+        _ => {}
     }
     let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
     decode(backend, &call, &step, &plan, end_row, false)
@@ -472,16 +478,17 @@ fn combine(
     )
 }
 
-/// TurboQuant decode from the codes ([`CudaBackend::with_turbo_codes`]): the query side
-/// prepared once per (row, KV head, slice of its query heads) by attention_tq_query, the
-/// chunk partials scored from the codes by attention_decode_tq_codes, then the combine, which
-/// rotates the merged rows back.
+/// TurboQuant decode from the codes ([`TurboDecode`]): the chunk partials of
+/// attention_decode_tq_mma_* (`mma`), or of attention_decode_tq_codes after attention_tq_query
+/// prepared the query side once per (row, KV head, slice of its query heads); then the
+/// combine, which rotates the merged rows back.
 fn decode_turbo(
     backend: &CudaBackend,
     call: &Call,
     step: &StepView,
     plan: &DecodePlan,
     rows: usize,
+    mma: bool,
 ) -> Result<(), BackendError> {
     let Some(kernels) = call.blocks else {
         return Err(crate::kv_type_refused(KvType::Tq4, OP));
@@ -500,7 +507,7 @@ fn decode_turbo(
     // side themselves, without attention_tq_query's launch and scratch.
     static FUSED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let fused = crate::env_count(&FUSED, "RUNIT_CUDA_TQ_FUSED_QUERY", 0) == 1;
-    let query_values = if fused {
+    let query_values = if fused || mma {
         0
     } else {
         rows * slices as usize * TURBO_QUERY_FLOATS
@@ -512,58 +519,92 @@ fn decode_turbo(
     let rows = rows as u32; // at most 65 535 (plan::use_prefill)
     let heads_per_block = plan.heads_per_block as u32;
     let word = kernels.k_rotation;
-    if !fused {
+    if mma {
         let config = LaunchConfig {
-            grid_dim: (slices, rows, 1),
-            block_dim: (TURBO_QUERY_THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            grid_dim: (plan.chunks as u32, slices, rows),
+            block_dim: (TURBO_MMA_THREADS, 1, 1),
+            shared_mem_bytes: TURBO_MMA_SHARED_BYTES,
+        };
+        let name = if call.head_dim == 64 {
+            "attention_decode_tq_mma_d64"
+        } else {
+            "attention_decode_tq_mma_d128"
         };
         launch!(
             backend,
             OP,
             "attention.cu",
-            "attention_tq_query",
+            name,
             config,
-            call.q,
+            call.k,
+            call.v,
             step.ptr,
-            queries,
+            call.q,
+            call.tables,
+            partials,
+            stats,
             call.heads,
             call.kv_heads,
-            call.head_dim,
+            call.scale,
+            call.window,
+            plan.chunks as u32,
             heads_per_block,
             word
         )?;
+    } else {
+        if !fused {
+            let config = LaunchConfig {
+                grid_dim: (slices, rows, 1),
+                block_dim: (TURBO_QUERY_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            launch!(
+                backend,
+                OP,
+                "attention.cu",
+                "attention_tq_query",
+                config,
+                call.q,
+                step.ptr,
+                queries,
+                call.heads,
+                call.kv_heads,
+                call.head_dim,
+                heads_per_block,
+                word
+            )?;
+        }
+        let config = LaunchConfig {
+            grid_dim: (plan.chunks as u32, slices, rows),
+            block_dim: (TURBO_THREADS, 1, 1),
+            shared_mem_bytes: TURBO_SHARED_BYTES,
+        };
+        launch!(
+            backend,
+            OP,
+            "attention.cu",
+            "attention_decode_tq_codes",
+            config,
+            call.k,
+            call.v,
+            step.ptr,
+            queries,
+            call.q,
+            call.tables,
+            partials,
+            stats,
+            call.heads,
+            call.kv_heads,
+            call.head_dim,
+            call.scale,
+            call.window,
+            to_u32(OP, "chunk length", plan.chunk_len)?,
+            plan.chunks as u32,
+            heads_per_block,
+            word,
+            u32::from(fused)
+        )?;
     }
-    let config = LaunchConfig {
-        grid_dim: (plan.chunks as u32, slices, rows),
-        block_dim: (TURBO_THREADS, 1, 1),
-        shared_mem_bytes: TURBO_SHARED_BYTES,
-    };
-    launch!(
-        backend,
-        OP,
-        "attention.cu",
-        "attention_decode_tq_codes",
-        config,
-        call.k,
-        call.v,
-        step.ptr,
-        queries,
-        call.q,
-        call.tables,
-        partials,
-        stats,
-        call.heads,
-        call.kv_heads,
-        call.head_dim,
-        call.scale,
-        call.window,
-        to_u32(OP, "chunk length", plan.chunk_len)?,
-        plan.chunks as u32,
-        heads_per_block,
-        word,
-        u32::from(fused)
-    )?;
     combine(
         backend,
         call,

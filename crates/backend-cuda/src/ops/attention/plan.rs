@@ -58,6 +58,20 @@ pub const TURBO_SHARED_BYTES: u32 = 4
         + 24
         + 2048
         + 512) as u32;
+/// Threads of the TurboQuant tensor-core decode (`TQ_MMA_THREADS`: four warps).
+pub const TURBO_MMA_THREADS: u32 = 128;
+/// Blocks of the TurboQuant tensor-core decode a multiprocessor holds: its 195 registers a
+/// thread (head_dim 128) and [`TURBO_MMA_SHARED_BYTES`] allow two.
+pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
+/// Dynamic shared memory of a TurboQuant tensor-core decode block (`TQ_MMA_SHARED_WORDS`
+/// words): the queries (R q and S R q as f16 rows of 136, plain as 8 × 128 f32), the key and
+/// value centroid-pair tables (256 words each), the signs by nibble (32), the warps' maxima
+/// and sums (2 × 4 × 8); then each of the four warps' two stages of 16 raw keys and values
+/// (49 words each), its key/value and sign tiles (16 rows of 136 f16 each), its outlier
+/// accumulator (8 × 128 f32) and its weights and key outliers' scores (16 × 8 f32 each).
+pub const TURBO_MMA_SHARED_BYTES: u32 = 4
+    * ((2 * 4 * 136 + 8 * 128 + 2 * 256 + 32 + 2 * 4 * 8)
+        + 4 * (2 * 16 * 49 + 2 * 16 * 136 / 2 + 8 * 128 + 2 * 16 * 8)) as u32;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
 /// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
 /// sketch's tables (2 blocks × 2,064).
@@ -101,22 +115,25 @@ impl DecodePlan {
     /// kernels/attention.cu: whole 64-key tiles), so that the grid's blocks all hold keys at
     /// any depth; `chunks` a row such that the grid fills [`TURBO_BLOCKS_PER_MULTIPROCESSOR`]
     /// blocks of each of `multiprocessors` once (a block pipelines its tiles), at most one
-    /// tile a chunk at the table's capacity. `RUNIT_CUDA_TQ_CHUNKS` sets the chunks (a
-    /// measuring knob).
+    /// tile a chunk at the table's capacity. With `mma` the same for the tensor-core decode
+    /// (attention_decode_tq_mma_*, [`TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR`] blocks a
+    /// multiprocessor). `RUNIT_CUDA_TQ_CHUNKS` sets the chunks (a measuring knob).
     pub fn turbo(
         capacity: usize,
         group: usize,
         rows: usize,
         kv_heads: usize,
         multiprocessors: usize,
+        mma: bool,
     ) -> DecodePlan {
         static CHUNKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let mut plan = DecodePlan::with(capacity, group, TURBO_MIN_CHUNK, 1, MAX_HEADS_PER_BLOCK);
-        let fill = plan.chunks_to_fill(
-            TURBO_BLOCKS_PER_MULTIPROCESSOR * multiprocessors,
-            rows,
-            kv_heads,
-        );
+        let blocks = if mma {
+            TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR
+        } else {
+            TURBO_BLOCKS_PER_MULTIPROCESSOR
+        };
+        let fill = plan.chunks_to_fill(blocks * multiprocessors, rows, kv_heads);
         let chunks = match crate::env_count(&CHUNKS, "RUNIT_CUDA_TQ_CHUNKS", 0) {
             0 => fill,
             knob => knob,
@@ -316,14 +333,17 @@ mod tests {
     fn turbo_plans_fill_the_device_once() {
         // One row of the 7B shape (4 KV heads, groups of 7) on 132 multiprocessors: 99
         // chunks, so 396 blocks (three a multiprocessor) at any depth.
-        let plan = DecodePlan::turbo(17_000, 7, 1, 4, 132);
+        let plan = DecodePlan::turbo(17_000, 7, 1, 4, 132, false);
         assert_eq!((plan.chunk_len, plan.chunks), (0, 99));
         assert_eq!((plan.heads_per_block, plan.slices), (7, 1));
+        // The tensor-core decode: two blocks a multiprocessor.
+        let plan = DecodePlan::turbo(17_000, 7, 1, 4, 132, true);
+        assert_eq!((plan.chunk_len, plan.chunks), (0, 66));
         // Small tables keep a tile a chunk at least; many rows keep their scratch bounded.
-        assert_eq!(DecodePlan::turbo(100, 7, 1, 4, 132).chunks, 2);
-        assert_eq!(DecodePlan::turbo(1 << 20, 7, 256, 4, 132).chunks, 1);
+        assert_eq!(DecodePlan::turbo(100, 7, 1, 4, 132, false).chunks, 2);
+        assert_eq!(DecodePlan::turbo(1 << 20, 7, 256, 4, 132, true).chunks, 1);
         for rows in [1, 3, 64, 4096] {
-            let plan = DecodePlan::turbo(1 << 16, 12, rows, 2, 132);
+            let plan = DecodePlan::turbo(1 << 16, 12, rows, 2, 132, rows % 2 == 0);
             assert!(
                 plan.chunks >= 1 && plan.chunks <= max_chunks(rows),
                 "{rows}"
@@ -331,6 +351,7 @@ mod tests {
             assert_eq!(plan.slices, 2);
         }
         assert!(TURBO_SHARED_BYTES <= 227 * 1024 / TURBO_BLOCKS_PER_MULTIPROCESSOR as u32);
+        assert!(TURBO_MMA_SHARED_BYTES <= 227 * 1024 / TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR as u32);
     }
 
     #[test]
