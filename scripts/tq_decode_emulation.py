@@ -230,6 +230,67 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     for g in range(n_heads):
         for b in range(hb): res[g][b*64:(b+1)*64]=R(fb+b).T@out[g][b*64:(b+1)*64]
     return scores,res,mma
+def bytes_at(bs, at):
+    """tq_bytes_at: the 4 bytes from `at` on, any offset"""
+    return struct.unpack_from('<I', bytes(bs)+bytes(8), at)[0]
+def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
+    """attention_decode_tq_mma_*'s index logic: f16 rows of R q and S R q, a sub-tile's keys
+    decoded by group of 8 coordinates (centroid pairs by code byte times the norm, signs by
+    nibble times alpha, f16 products), the outliers' scores, the values decoded alike, their
+    outliers summed in the plain basis and rotated in (R: x / 8, signs, H)"""
+    n_heads=len(qs_heads); fb=kv_head*hb; row_blocks=kv_heads*hb; D=64*hb
+    h16=lambda x: np.float16(x).astype(float)
+    plain=np.zeros((8,D)); qrot=np.zeros((8,D)); qsk=np.zeros((8,D))
+    for g in range(n_heads):
+        plain[g]=qs_heads[g]
+        for b in range(hb):
+            r=R(fb+b)@qs_heads[g][b*64:(b+1)*64]; qrot[g][b*64:(b+1)*64]=r
+            qsk[g][b*64:(b+1)*64]=S(fb+b)@r
+    qrot=h16(qrot); qsk=h16(qsk)
+    ks=tq_slice(kl,row_blocks,fb,hb); vs=tq_slice(vl,row_blocks,fb,hb); kst=staging(ks); vst=staging(vs)
+    n=len(krows)
+    raw=[stage(krows[j],kst,27)+stage(vrows[j],vst,22) for j in range(n)]
+    kc=cent4; vc=cent4 if vl.bits==4 else cent3; vm=(1<<vl.bits)-1
+    Kt=np.zeros((n,D)); St=np.zeros((n,D)); Vt=np.zeros((n,D)); bias=np.zeros((n,8))
+    for j in range(n):
+        key=raw[j][:108]; val=raw[j][108:]
+        for group in range(D//8):
+            b,within=group//8,group%8
+            at=kst['shift']+b*kl.block_bytes; norm=hf(u16(key,at))
+            codes=word_at(key,at+kl.code_offset+4*within)
+            for p_ in range(4):
+                byte=codes>>(8*p_)&255
+                Kt[j][group*8+2*p_]=h16(h16(kc[byte&15])*norm); Kt[j][group*8+2*p_+1]=h16(h16(kc[byte>>4])*norm)
+            if kl.sketch:
+                alpha=h16(sf*hf(u16(key,at+2))*norm); byte=key[at+kl.sign_offset+within]
+                for e in range(8): St[j][group*8+e]=-alpha if byte>>e&1 else alpha
+            vat=vst['shift']+b*vl.block_bytes; vn=hf(u16(val,vat))
+            codes=bytes_at(val,vat+vl.code_offset+vl.bits*within)
+            for p_ in range(4):
+                i=codes>>(2*vl.bits*p_)&((1<<2*vl.bits)-1)
+                Vt[j][group*8+2*p_]=h16(h16(vc[i&vm])*vn); Vt[j][group*8+2*p_+1]=h16(h16(vc[i>>vl.bits&vm])*vn)
+        for b in range(hb):
+            at=kst['shift']+b*kl.block_bytes
+            for o in range(2):
+                ix=index_at(key[4*kst['words']+kst['index_shift']:],ks['index_bit']+(b*2+o)*6); v=hf(u16(key,at+kl.header+2*o))
+                for g in range(8): bias[j][g]+=v*plain[g][b*64+ix]
+    scores=(qrot@Kt.T+qsk@St.T+bias.T)[:n_heads]*scale
+    w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
+    acc=w@Vt
+    outl=np.zeros((n_heads,D))
+    for j in range(n):
+        val=raw[j][108:]
+        for b in range(hb):
+            vat=vst['shift']+b*vl.block_bytes
+            for o in range(2):
+                ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6); v=hf(u16(val,vat+vl.header+2*o))
+                outl[:,b*64+ix]+=w[:,j]*v
+    for b in range(hb): acc[:,b*64:(b+1)*64]+=outl[:,b*64:(b+1)*64]@R(fb+b).T
+    out=acc/ssum[:,None]
+    res=np.zeros_like(out)
+    for g in range(n_heads):
+        for b in range(hb): res[g][b*64:(b+1)*64]=R(fb+b).T@out[g][b*64:(b+1)*64]
+    return scores,res
 for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1,3),(4,False,4,1,3)]:
     kl=Layout(kbits,ksk); vl=Layout(vbits,False)
     rb=kv_heads*hb; n=20; nh=3
@@ -241,4 +302,6 @@ for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1
         wr=np.exp(ref-ref.max(1,keepdims=True)); wr/=wr.sum(1,keepdims=True)
         vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
         outref=wr@vref
-        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max(), 'mma scores', np.abs(mma-ref).max()/np.abs(ref).max())
+        msc,mres=emulate_mma(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
+        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max(), 'mma scores', np.abs(mma-ref).max()/np.abs(ref).max(),
+              'tensor-core decode: scores', np.abs(msc-ref).max()/np.abs(ref).max(), 'outputs', np.abs(mres-outref).max()/np.abs(outref).max())
