@@ -37,19 +37,9 @@
 #ifndef MMQP_PRODUCERS
 #define MMQP_PRODUCERS 0
 #endif
-// MMQP_TOKEN_WARPS=2 (an experiment, off by default): tiles of 16 tokens and more take eight
-// warps a block, two for each group of 32 rows, each owning half the tile's tokens (fewer
-// accumulators a thread and twice the warps a multiprocessor to hide the latency of the
-// shared-memory loads and the tensor-core products, for converting each weight fragment
-// twice). The host reads the same define (matmul/mmq.rs `pipe_threads`).
-#ifndef MMQP_TOKEN_WARPS
-#define MMQP_TOKEN_WARPS 1
-#endif
-static_assert(MMQP_TOKEN_WARPS == 1 || (MMQP_TOKEN_WARPS == 2 && MMQP_PRODUCERS == 0),
-              "token warps: 1, or 2 without copying warps");
-#define MMQP_THREADS (MMQ_THREADS * MMQP_TOKEN_WARPS + 32 * MMQP_PRODUCERS)
-#if MMQP_PRODUCERS > 0 || MMQP_TOKEN_WARPS > 1
-// Two blocks a multiprocessor, as shared memory allows: at most 170 (128) registers a thread.
+#define MMQP_THREADS (MMQ_THREADS + 32 * MMQP_PRODUCERS)
+#if MMQP_PRODUCERS > 0
+// Two blocks a multiprocessor, as shared memory allows: at most 170 registers a thread.
 #define MMQP_BOUNDS __launch_bounds__(MMQP_THREADS, 2)
 #else
 #define MMQP_BOUNDS __launch_bounds__(MMQ_THREADS)
@@ -271,12 +261,11 @@ __device__ __forceinline__ void mmqp_load_activations(u32 xsm, const u16* __rest
 
 // The products of one stage (elements k0 .. k0 + len, its weights at wsm in shared memory,
 // the activations after them) added to a consumer warp's accumulators: rows row0 .. + 32 of
-// the warp (row_at: the shared offsets of this lane's four rows), the tile's token rows r0 ..
-// r0 + 8 NT.
+// the warp (row_at: the shared offsets of this lane's four rows).
 template <class W, int NT>
 __device__ __forceinline__ void mmqp_stage_products(float (&acc)[2][NT][4], const u8* wsm, u32 k0, u32 len,
                                                     const u32 (&row_at)[2][2], u32 row0, u64 row_bytes, u32 n_out,
-                                                    int g, int t, u32 r0 = 0) {
+                                                    int g, int t) {
     using L = MmqpLayout<W>;
     const u8* xsm = wsm + MMQ_BLOCK_ROWS * L::W_STRIDE;
     // Each row's window starts at its first block's address rounded down to 16 bytes.
@@ -332,7 +321,7 @@ __device__ __forceinline__ void mmqp_stage_products(float (&acc)[2][NT][4], cons
             }
 #pragma unroll
             for (int n = 0; n < NT; n++) {
-                const u32 r = r0 + 8 * n + g;
+                const u32 r = 8 * n + g;
                 const uint4 b =
                     *(const uint4*)(xsm + r * L::X_ROW_BYTES + 16 * mmqp_chunk_at(16 * span + 4 * t + j, r));
 #pragma unroll
@@ -349,32 +338,23 @@ __device__ __forceinline__ void mmqp_stage_products(float (&acc)[2][NT][4], cons
 // elements k_begin .. k_end of the rows, written to target[token][row] (plus `bias` when
 // given). The first segment of a block starts its weight copies before the programmatic-launch
 // wait (`wait` true), the others after. Every thread copies and computes (MMQP_PRODUCERS 0).
-//
-// With SPLIT = 2 (MMQP_TOKEN_WARPS, tiles of 16 tokens and more) the block has eight warps:
-// warp w takes rows (w % 4) 32 .. + 32 of the row block and tokens (w / 4) 4 NT .. + 4 NT of
-// the tile, with all eight copying.
-template <class W, int NT, int SPLIT = 1>
+template <class W, int NT>
 __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_bytes, u32 n_in, u32 n_out,
                                              const u16* __restrict__ x, u32 tokens, u32 block_row0, u32 token0,
                                              u32 k_begin, u32 k_end, bool wait, float* target,
                                              const float* __restrict__ bias) {
-    static_assert(SPLIT == 1 || (SPLIT == 2 && NT % 2 == 0), "a tile's tokens split in halves");
     using L = MmqpLayout<W>;
-    constexpr int WNT = NT / SPLIT;
-    constexpr u32 THREADS = MMQ_THREADS * SPLIT;
     extern __shared__ __align__(16) u8 smem[];
     constexpr u32 STAGE = mmqp_stage_bytes<W, NT>();
-    const int warp_index = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int warp = SPLIT == 1 ? warp_index : warp_index % (int)(MMQ_THREADS / 32);
-    const u32 r0 = SPLIT == 1 ? 0 : (u32)(warp_index / (int)(MMQ_THREADS / 32)) * 8 * WNT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const u32 row0 = block_row0 + warp * MMQ_WARP_ROWS;
     const u32 base = shared_address(smem);
-    float acc[2][WNT][4];
+    float acc[2][NT][4];
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
-        for (int n = 0; n < WNT; n++)
+        for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.0f;
 
@@ -385,7 +365,7 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
         const u32 k0 = k_begin + s * L::K;
         if (s < stages)
-            mmqp_load_weights<W, THREADS>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
+            mmqp_load_weights<W, MMQ_THREADS>(base + s * STAGE, w, row_bytes, n_out, block_row0, k0,
                                               min((u32)L::K, k_end - k0), threadIdx.x);
     }
     if (wait) pdl_wait();
@@ -393,7 +373,7 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
     for (u32 s = 0; s < MMQP_STAGES - 1; s++) {
         const u32 k0 = k_begin + s * L::K;
         if (s < stages)
-            mmqp_load_activations<W, NT, THREADS>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in,
+            mmqp_load_activations<W, NT, MMQ_THREADS>(base + s * STAGE + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in,
                                                       tokens, token0, k0, min((u32)L::K, k_end - k0), threadIdx.x);
         cp_async_commit();
     }
@@ -411,21 +391,21 @@ __device__ __forceinline__ void mmqp_segment(const u8* __restrict__ w, u64 row_b
         if (ahead < stages) {
             const u32 slot = base + (ahead % MMQP_STAGES) * STAGE, k0 = k_begin + ahead * L::K;
             const u32 len = min((u32)L::K, k_end - k0);
-            mmqp_load_weights<W, THREADS>(slot, w, row_bytes, n_out, block_row0, k0, len, threadIdx.x);
-            mmqp_load_activations<W, NT, THREADS>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0,
+            mmqp_load_weights<W, MMQ_THREADS>(slot, w, row_bytes, n_out, block_row0, k0, len, threadIdx.x);
+            mmqp_load_activations<W, NT, MMQ_THREADS>(slot + MMQ_BLOCK_ROWS * L::W_STRIDE, x, n_in, tokens, token0,
                                                       k0, len, threadIdx.x);
         }
         cp_async_commit();
         cp_async_wait<MMQP_STAGES - 1>();
         __syncthreads();
         const u32 k0 = k_begin + s * L::K;
-        mmqp_stage_products<W, WNT>(acc, smem + (s % MMQP_STAGES) * STAGE, k0, min((u32)L::K, k_end - k0), row_at,
-                                    row0, row_bytes, n_out, g, t, r0);
+        mmqp_stage_products<W, NT>(acc, smem + (s % MMQP_STAGES) * STAGE, k0, min((u32)L::K, k_end - k0), row_at,
+                                   row0, row_bytes, n_out, g, t);
         __syncthreads();
     }
     cp_async_wait<0>();
 
-    mmq_store<WNT>(acc, target, bias, row0, token0 + r0, tokens, n_out, g, t);
+    mmq_store<NT>(acc, target, bias, row0, token0, tokens, n_out, g, t);
 }
 
 // mmqp_segment with MMQP_PRODUCERS copying warps (warps 4 ..) beside the four computing ones:
@@ -527,9 +507,6 @@ __device__ __forceinline__ void mmqp(const u8* __restrict__ w, u64 row_bytes, u3
             mmqp_segment_producers<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
                                           first * L::K, min(n_in, last * L::K), wait, target,
                                           whole ? bias : nullptr);
-        else if constexpr (MMQP_TOKEN_WARPS == 2 && NT % 2 == 0)
-            mmqp_segment<W, NT, 2>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
-                                   first * L::K, min(n_in, last * L::K), wait, target, whole ? bias : nullptr);
         else
             mmqp_segment<W, NT>(w, row_bytes, n_in, n_out, x, tokens, row_block * MMQ_BLOCK_ROWS, token0,
                                 first * L::K, min(n_in, last * L::K), wait, target, whole ? bias : nullptr);

@@ -121,20 +121,11 @@ fn pipe_max_tile() -> usize {
     })
 }
 
-/// Threads of a pipelined kernel's block with tiles of `tile` tokens: the four computing
-/// warps (`MMQ_THREADS`), times `MMQP_TOKEN_WARPS` for tiles of 16 tokens and more (two warps
-/// each group of 32 rows, each half the tile's tokens), plus `MMQP_PRODUCERS` copying warps
-/// (mmqp.cu; 1 and 0 unless set in `RUNIT_CUDA_DEFINES`).
-fn pipe_threads(tile: usize) -> u32 {
-    static DEFINES: OnceLock<(usize, usize)> = OnceLock::new();
-    let (producers, token_warps) = *DEFINES.get_or_init(|| {
-        (
-            kernel_define("MMQP_PRODUCERS", 0),
-            kernel_define("MMQP_TOKEN_WARPS", 1),
-        )
-    });
-    let split = if tile >= 16 { token_warps as u32 } else { 1 };
-    THREADS * split + 32 * producers as u32
+/// Threads of a pipelined kernel's block: the four computing warps (`MMQ_THREADS`) and
+/// `MMQP_PRODUCERS` copying warps (mmqp.cu; 0 unless set in `RUNIT_CUDA_DEFINES`).
+fn pipe_threads() -> u32 {
+    static PRODUCERS: OnceLock<usize> = OnceLock::new();
+    THREADS + 32 * *PRODUCERS.get_or_init(|| kernel_define("MMQP_PRODUCERS", 0)) as u32
 }
 
 /// Bytes between two rows' windows of a stage in shared memory (`MmqpLayout::W_STRIDE` in
@@ -574,7 +565,7 @@ fn launch_pipe(
                 0 => backend
                     .kernel(OP, PIPE_FILE, kernel)?
                     .occupancy_max_active_blocks_per_multiprocessor(
-                        pipe_threads(tile),
+                        pipe_threads(),
                         shared as usize,
                         None,
                     )
@@ -607,7 +598,7 @@ fn launch_pipe(
     };
     let config = LaunchConfig {
         grid_dim: (plan.blocks as u32, plan.token_tiles as u32, 1),
-        block_dim: (pipe_threads(tile), 1, 1),
+        block_dim: (pipe_threads(), 1, 1),
         shared_mem_bytes: shared,
     };
     let (weight, row_bytes, n_in, n_out) = (
