@@ -466,7 +466,8 @@ pub(crate) enum HalfWriter {
     /// The tensor-core decode attention, for its output projection, in the q8 modes whose
     /// units of 32 values lie within a head (0 and 1; a Q8_K unit of 256 spans heads of
     /// different blocks): saves the projection's `activation_f16_cpu` launch a layer. On only
-    /// with `RUNIT_CUDA_ATTN_F16=1` (written in session 44, not yet run on a GPU).
+    /// with `RUNIT_CUDA_ATTN_F16=1`: correct, no faster (session 45, H100: 7B Q8_0 at 8 rows
+    /// 4.923 ms a step off, 4.933-4.947 on).
     Attention,
 }
 
