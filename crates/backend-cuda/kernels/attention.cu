@@ -1075,6 +1075,17 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #define TQMW_WORDS (TQMW_BIAS + 8 * TQ_MMA_SUB)
 #define TQ_MMA_SHARED_WORDS (TQM_WARPS + TQ_MMA_WARPS * TQMW_WORDS)  // plan::TURBO_MMA_SHARED_BYTES / 4
 static_assert(TQMW_PLAIN - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
+static_assert(8 * TQ_MMA_SUB >= 2 * TQ_MMA_SUB * 2 * TQ_OUTLIERS, "TQ_MMA_ORDERED's pairs in the key outliers' space");
+// Measuring knobs (RUNIT_CUDA_DEFINES), both off: TQ_MMA_ORDERED=1 sums the value outliers a
+// lane per (query head, block), key after key, instead of by shared-memory float atomics (which
+// compile to compare-and-swap loops, and whose order is the hardware's); TQ_MMA_EARLY_CELLS=1
+// loads the cells of the sub-tile after next before a sub-tile's work.
+#ifndef TQ_MMA_ORDERED
+#define TQ_MMA_ORDERED 0
+#endif
+#ifndef TQ_MMA_EARLY_CELLS
+#define TQ_MMA_EARLY_CELLS 0
+#endif
 
 __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
     u32 r;
@@ -1125,11 +1136,14 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     const u32 tile_at = shared_address(warp_words + TQMW_TILE), sketch_at = shared_address(warp_words + TQMW_SKETCH);
     const float* qplain = tqm_shared + TQM_QPLAIN;
 
-    // Stage sub-tile `sub`'s raw key and value bytes into stage `s` (rows past `end`: zeros, so
-    // that they decode to zeros).
-    auto stage = [&](i32 sub, u32 s) {
+    // The cell of key `lane` of the sub-tile at `sub` (lanes 0-15; -1 past `end`).
+    auto sub_cell = [&](i32 sub) {
         const i32 position = sub + (i32)lane;
-        const i32 cell = lane < TQ_MMA_SUB && position < end ? step_cell(step, h, span, position) : -1;
+        return lane < TQ_MMA_SUB && position < end ? step_cell(step, h, span, position) : -1;
+    };
+    // Stage sub-tile `sub`'s raw key and value bytes (key j's cell in lane j's `cell`) into
+    // stage `s` (rows past `end`: zeros, so that they decode to zeros).
+    auto stage = [&](i32 cell, u32 s) {
         u32* keys = raw + s * TQ_MMA_SUB * TQ_MMA_RAW;
 #pragma unroll 4
         for (u32 j = 0; j < TQ_MMA_SUB; ++j) {
@@ -1148,9 +1162,9 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     };
     i32 sub = begin + (i32)warp * TQ_MMA_SUB;
     const i32 step_keys = TQ_MMA_WARPS * TQ_MMA_SUB;
-    if (sub < end) stage(sub, 0);
+    if (sub < end) stage(sub_cell(sub), 0);
     cp_async_commit();
-    if (sub + step_keys < end) stage(sub + step_keys, 1);
+    if (sub + step_keys < end) stage(sub_cell(sub + step_keys), 1);
     cp_async_commit();
 
     // The tables, the queries (a warp per (query head, block): plain, R q = H D q / 8 and
@@ -1212,6 +1226,9 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     for (u32 s = 0; sub < end; sub += step_keys, s ^= 1) {
+        // TQ_MMA_EARLY_CELLS: the cells of the sub-tile after next loaded now, not after this
+        // sub-tile's work (where the copies wait for them).
+        const i32 early_cell = TQ_MMA_EARLY_CELLS ? sub_cell(sub + 2 * step_keys) : -1;
         cp_async_wait<1>();  // this sub-tile's bytes
         __syncwarp();
         const u8* keys = (const u8*)(raw + s * TQ_MMA_SUB * TQ_MMA_RAW);
@@ -1326,7 +1343,36 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         }
         {
             const u32 j = lane / BLOCKS, b = lane % BLOCKS;
-            if (j < TQ_MMA_SUB) {
+            if (TQ_MMA_ORDERED) {
+                // Each key's (index, value) pairs first (the key outliers' scores are read: their
+                // space is free), then lane (head, block) adds its row's shares key after key.
+                u32* indices = warp_words + TQMW_BIAS;
+                float* values = (float*)(indices + TQ_MMA_SUB * BLOCKS * TQ_OUTLIERS);
+                if (j < TQ_MMA_SUB) {
+                    const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
+                    const u32 at = v_staging.block_shift + b * vbb;
+#pragma unroll
+                    for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                        const u32 slot = (j * BLOCKS + b) * TQ_OUTLIERS + o;
+                        indices[slot] =
+                            tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                        values[slot] = tq_half_at(value, at + vl.header() + 2 * o);
+                    }
+                }
+                __syncwarp();
+                if (lane < 8 * BLOCKS) {
+                    const u32 hq = lane / BLOCKS, bb = lane % BLOCKS;
+                    float* row_acc = plain_acc + hq * TQ_TILE_DIM + bb * TQ_BLOCK;
+                    for (u32 k = 0; k < TQ_MMA_SUB; ++k) {
+                        const float w = weights[k][hq];
+#pragma unroll
+                        for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                            const u32 slot = (k * BLOCKS + bb) * TQ_OUTLIERS + o;
+                            row_acc[indices[slot]] += w * values[slot];
+                        }
+                    }
+                }
+            } else if (j < TQ_MMA_SUB) {
                 const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
                 const u32 at = v_staging.block_shift + b * vbb;
 #pragma unroll
@@ -1344,7 +1390,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         __syncwarp();
         flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
         __syncwarp();  // stage s and the tile are free
-        if (sub + 2 * step_keys < end) stage(sub + 2 * step_keys, s);
+        if (sub + 2 * step_keys < end) stage(TQ_MMA_EARLY_CELLS ? early_cell : sub_cell(sub + 2 * step_keys), s);
         cp_async_commit();
     }
     cp_async_wait<0>();
