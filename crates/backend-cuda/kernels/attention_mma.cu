@@ -16,7 +16,6 @@
 //   skips it); otherwise the chunk's (max, sum, accumulator) go to the partials.
 #include "common.cuh"
 #include "flash_mma.cuh"
-#include "quantize.cuh"
 
 #define MMA_WARPS 4
 #define MMA_THREADS (MMA_WARPS * 32)
@@ -269,23 +268,6 @@ attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cach
 }
 
 // ----- decode ----------------------------------------------------------------------------------
-// With `half` (RUNIT_CUDA_ATTN_F16=1: the output projection reads f16 activations in q8 mode
-// `mode`, 0 or 1, whose units of 32 values lie within a head), the block that writes a row's
-// heads also writes their activation_f16_cpu conversion (activation_f16_unit, a warp a unit),
-// so that the projection needs no conversion launch of its own.
-template <int D>
-__device__ __forceinline__ void decode_mma_half(const float* out, u16* half, u32 mode, u32 row, u32 heads,
-                                                u32 first_head, u32 n_heads, u32 warp, u32 lane) {
-    static_assert(D % 32 == 0, "units of 32 within a head");
-    if (half == nullptr) return;  // uniform over the grid
-    __syncthreads();              // the block's stores to out, visible to its warps
-    const u64 width = (u64)heads * D;
-    const float* row_out = out + (u64)row * width;
-    u16* row_half = half + (u64)row * width;
-    const u32 first = first_head * (D / 32), units = n_heads * (D / 32);
-    for (u32 u = warp; u < units; u += MMA_WARPS) activation_f16_unit(row_out, row_half, first + u, mode, lane);
-}
-
 // grid (chunks, kv_heads * slices, rows), MMA_THREADS threads; heads_per_block <= 16. Partials
 // as attention_decode_* writes them ([rows, heads, chunks] of (max, sum) and head_dim values).
 // A row whose visible range lies in one chunk is written to `out` directly. Otherwise the last
@@ -296,7 +278,7 @@ template <int D>
 __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, const u16* v_cache, const i32* step,
                                            float* out, float* part_acc, float* part_stats, u32 heads,
                                            u32 kv_heads, float scale, u32 window, u32 chunk_len, u32 chunks,
-                                           u32 heads_per_block, u32* counters, u16* half, u32 mode) {
+                                           u32 heads_per_block, u32* counters) {
     constexpr int STRIDE = D + ROW_PAD;
     constexpr int LOADS = SUB_TILE * (D / 8) / 32;
     constexpr int WARP_HALVES = 2 * SUB_TILE * STRIDE;  // a warp's keys, then its values
@@ -430,10 +412,7 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
             }
         }
     }
-    if (direct) {
-        decode_mma_half<D>(out, half, mode, (u32)row, heads, first_head, n_heads, warp, lane);
-        return;
-    }
+    if (direct) return;
     // Publish this block's partials, then count it; the last block of the group merges.
     __threadfence();
     __syncthreads();
@@ -471,21 +450,20 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
         for (u32 c = 0; c < n; ++c) value += __ldcg(acc_c + (u64)c * D) * weights[head_row][c];
         out[row_head * D + d] = value;
     }
-    decode_mma_half<D>(out, half, mode, (u32)row, heads, first_head, n_heads, warp, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                          float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                         u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters, u16* half, u32 mode) { pdl_start();
+                         u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<64>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
-                   chunks, heads_per_block, counters, half, mode);
+                   chunks, heads_per_block, counters);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                           float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                          u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters, u16* half, u32 mode) { pdl_start();
+                          u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<128>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
-                    chunks, heads_per_block, counters, half, mode);
+                    chunks, heads_per_block, counters);
 }

@@ -455,63 +455,27 @@ pub fn gated_ffn_hidden(backend: &CudaBackend, run: GatedFfnRun<'_>) -> Result<(
     matvec::run_swiglu(backend, &kernels, &operands, up, &mut scratch)
 }
 
-/// A kernel that writes the f16 input of the batched matmul after it ([`half_target`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HalfWriter {
-    /// An add + norm (`ops::fused::add_rms_norm`). Until session 44 only over batches past
-    /// the matvecs' 8 rows, so 2-8 rows converted the norms' outputs in launches of their
-    /// own (7B Q8_0, 8 rows, H100: 4.998 -> 4.894 ms a step). Off with
-    /// `RUNIT_CUDA_NORM_F16=0` (a measuring knob).
-    Norm,
-    /// The tensor-core decode attention, for its output projection, in the q8 modes whose
-    /// units of 32 values lie within a head (0 and 1; a Q8_K unit of 256 spans heads of
-    /// different blocks): saves the projection's `activation_f16_cpu` launch a layer. On only
-    /// with `RUNIT_CUDA_ATTN_F16=1`: correct, no faster (session 45, H100: 7B Q8_0 at 8 rows
-    /// 4.923 ms a step off, 4.933-4.947 on).
-    Attention,
-}
-
-impl HalfWriter {
-    fn enabled(self) -> bool {
-        static NORM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        static ATTENTION: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        // A switch on by default goes off with 0, one off by default on with 1.
-        let switch = |name: &str, default: bool| match std::env::var(name) {
-            Ok(value) if default => value != "0",
-            Ok(value) => value == "1",
-            Err(_) => default,
-        };
-        match self {
-            HalfWriter::Norm => *NORM.get_or_init(|| switch("RUNIT_CUDA_NORM_F16", true)),
-            HalfWriter::Attention => {
-                *ATTENTION.get_or_init(|| switch("RUNIT_CUDA_ATTN_F16", false))
-            }
-        }
-    }
-
-    fn takes(self, mode: u32) -> bool {
-        match self {
-            HalfWriter::Norm => true,
-            HalfWriter::Attention => mode < 2,
-        }
-    }
-}
-
-/// Where `writer`, over `rows` rows of `width` values, writes the f16 conversion of its
-/// output for the next batched matmul, and in which mode: batches of at least
-/// [`pipe_min_rows`] rows (quantized weights take the batched kernels from there), when the
-/// last conversion of rows of `width` values took a q8 mode the writer takes (the next matmul
+/// Where an add + norm (`ops::fused::add_rms_norm`) over `rows` rows of `width` values writes
+/// the f16 conversion of its output for the next batched matmul, and in which mode: batches
+/// of at least [`pipe_min_rows`] rows (quantized weights take the batched kernels from there),
+/// when the last conversion of rows of `width` values took q8 mode 0, 1 or 2 (the next matmul
 /// over the output is then most likely of the same weight type: Q, K, V and gate, up share
 /// one; O likewise in a model of one type). `None` otherwise. The matmul that reads the
 /// output skips its own conversion when [`record_half`] recorded it and the mode matches;
 /// else it converts as ever, so a wrong guess costs one f16 write.
+///
+/// Until session 44 only batches past the matvecs' 8 rows took it, so 2-8 rows converted the
+/// norms' outputs in launches of their own (7B Q8_0, 8 rows, H100: 4.998 -> 4.894 ms a step).
+/// Off with `RUNIT_CUDA_NORM_F16=0` (a measuring knob).
 pub(crate) fn half_target(
     backend: &CudaBackend,
-    writer: HalfWriter,
     rows: usize,
     width: usize,
 ) -> Result<Option<(u64, u32)>, BackendError> {
-    if !writer.enabled() || rows < pipe_min_rows() || matvec_only() {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled =
+        *ENABLED.get_or_init(|| std::env::var("RUNIT_CUDA_NORM_F16").map_or(true, |v| v != "0"));
+    if !enabled || rows < pipe_min_rows() || matvec_only() {
         return Ok(None);
     }
     let mut scratch = backend.matmul_state().lock();
@@ -519,7 +483,7 @@ pub(crate) fn half_target(
         return Ok(None);
     };
     let unit = if mode == 2 { 256 } else { 32 };
-    if mode >= 3 || !writer.takes(mode) || !width.is_multiple_of(unit) {
+    if mode >= 3 || !width.is_multiple_of(unit) {
         return Ok(None);
     }
     let base = ensure(backend, &mut scratch.half_x, rows * width, "f16 activation")?;

@@ -676,11 +676,6 @@ fn decode_mma(
     let (chunk_len, chunks) = (plan.chunk_len as u32, plan.chunks as u32);
     let heads_per_block = plan.heads_per_block as u32;
     let counters = backend.arrival_counters(OP, grid_dim.1 as usize * grid_dim.2 as usize)?;
-    // The output projection's f16 input, written by the kernel (`RUNIT_CUDA_ATTN_F16=1`).
-    let (rows, width) = (grid_dim.2 as usize, (call.heads * call.head_dim) as usize);
-    let half =
-        crate::matmul::half_target(backend, crate::matmul::HalfWriter::Attention, rows, width)?;
-    let (half_ptr, mode) = half.unwrap_or((0, 0));
     macro_rules! kernel {
         ($name:literal) => {
             launch!(
@@ -703,21 +698,15 @@ fn decode_mma(
                 chunk_len,
                 chunks,
                 heads_per_block,
-                counters,
-                half_ptr,
-                mode
+                counters
             )
         };
     }
     if call.head_dim == 64 {
-        kernel!("attention_decode_mma_d64")?;
+        kernel!("attention_decode_mma_d64")
     } else {
-        kernel!("attention_decode_mma_d128")?;
+        kernel!("attention_decode_mma_d128")
     }
-    if half.is_some() {
-        crate::matmul::record_half(backend, call.out, rows, width, half_ptr, mode);
-    }
-    Ok(())
 }
 
 /// The tensor-core prefill (head_dim 64 or 128, f16 cache) straight into `out`.

@@ -52,7 +52,7 @@ pub fn add_rms_norm(backend: &CudaBackend, op: AddRmsNorm<'_>) -> Result<(), Bac
     // kernel uses the very same one.
     let config = super::norm::launch_config(width, rows);
     // The f16 copy the next batched matmul reads, written by the same kernel.
-    let half = crate::matmul::half_target(backend, crate::matmul::HalfWriter::Norm, rows, width)?;
+    let half = crate::matmul::half_target(backend, rows, width)?;
     let (half_ptr, mode) = half.unwrap_or((0, 0));
     let (width32, rows32) = (to_u32(OP, "row length", width)?, to_u32(OP, "rows", rows)?);
     launch!(
