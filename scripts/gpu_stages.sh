@@ -7,7 +7,7 @@
 # Stages (environment knobs in parentheses):
 #   prep    qwen2.5-7b Q4_K_M from `runit synth` into /tmp/synth (once per machine)
 #   tqtest  turbo_gpu with RUNIT_CUDA_TQ_DECODE=tiles/codes/mma (default all three; CODES, TQFILTER: test name filters)
-#   tq      tg128 at DEPTHS (4096 16384): f16, tq4 tile decoder, tq4 from the codes, --tq
+#   tq      tg128 at DEPTHS (4096 16384): f16, tq4 by the tile decoder, the codes and the tensor cores, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
 #   tqab    tg128 at 16384: f16, tq4 and its knobs (fused query, tensor-core scores, both, 66
