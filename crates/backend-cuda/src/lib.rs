@@ -77,12 +77,18 @@ pub enum TurboDecode {
 
 impl TurboDecode {
     /// [`Self::TensorCores`] unless `RUNIT_CUDA_TQ_DECODE` names `codes` or `tiles` (for
-    /// comparisons).
+    /// comparisons); another value keeps the default with a warning.
     pub fn from_env() -> TurboDecode {
         match std::env::var("RUNIT_CUDA_TQ_DECODE").as_deref() {
             Ok("codes") => TurboDecode::Codes,
             Ok("tiles") => TurboDecode::Tiles,
-            _ => TurboDecode::TensorCores,
+            Ok("mma") | Err(_) => TurboDecode::TensorCores,
+            Ok(other) => {
+                tracing::warn!(
+                    "RUNIT_CUDA_TQ_DECODE={other:?} is not mma, codes or tiles: the tensor cores' decode is used"
+                );
+                TurboDecode::TensorCores
+            }
         }
     }
 }
