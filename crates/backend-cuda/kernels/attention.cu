@@ -497,6 +497,24 @@ __device__ __forceinline__ void tq_warp_hadamard(float& x0, float& x1, u32 lane)
     x1 = a - b;
 }
 
+// R x = H D x / 8 (the cache's rotation of block `block`) of the 64 values a warp holds
+// (lane l: values l and l + 32), in place.
+__device__ __forceinline__ void tq_warp_rotate(float& x0, float& x1, u32 block, u32 lane) {
+    const u64 rotation = tq_signs(block, 0);
+    x0 *= 0.125f;
+    x1 *= 0.125f;
+    if (rotation >> lane & 1) x0 = -x0;
+    if (rotation >> (lane + 32) & 1) x1 = -x1;
+    tq_warp_hadamard(x0, x1, lane);
+}
+// S y = H D' y (the sketch of block `block`) likewise.
+__device__ __forceinline__ void tq_warp_sketch(float& x0, float& x1, u32 block, u32 lane) {
+    const u64 signs = tq_signs(block, 1);
+    if (signs >> lane & 1) x0 = -x0;
+    if (signs >> (lane + 32) & 1) x1 = -x1;
+    tq_warp_hadamard(x0, x1, lane);
+}
+
 // One warp's share of the prepared query side (query head g of a slice, its block b: the
 // block's rotation `block`) into `out` (TQ_Q_FLOATS floats, global or shared memory): the
 // plain and rotated queries R q, and with the sketch S R q's total and 4-bit tables.
@@ -509,17 +527,13 @@ __device__ __forceinline__ void tq_prepare_query(const float* query, u32 head_di
     const float x1 = query && d1 < head_dim ? query[d1] : 0.0f;
     out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d0] = x0;
     out[TQ_Q_PLAIN + g * TQ_TILE_DIM + d1] = x1;
-    const u64 rotation = tq_signs(block, 0);
-    float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
-    if (rotation >> lane & 1) r0 = -r0;
-    if (rotation >> (lane + 32) & 1) r1 = -r1;
-    tq_warp_hadamard(r0, r1, lane);
+    float r0 = x0, r1 = x1;
+    tq_warp_rotate(r0, r1, block, lane);
     out[TQ_Q_ROTATED + w * TQ_QPAD + lane] = r0;
     out[TQ_Q_ROTATED + w * TQ_QPAD + lane + 32] = r1;
     if (!sketch) return;  // keys without the sketch
-    const u64 signs = tq_signs(block, 1);
-    float s0 = signs >> lane & 1 ? -r0 : r0, s1 = signs >> (lane + 32) & 1 ? -r1 : r1;
-    tq_warp_hadamard(s0, s1, lane);
+    float s0 = r0, s1 = r1;
+    tq_warp_sketch(s0, s1, block, lane);
     const float total = warp_sum(s0 + s1);
     if (lane == 0) out[TQ_Q_TOTAL + b * 8 + g] = total;
     sketched[lane] = s0;
@@ -1187,17 +1201,13 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         const float x0 = query ? query[d0] : 0.0f, x1 = query ? query[d1] : 0.0f;
         tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d0] = x0;
         tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d1] = x1;
-        const u64 rotation = tq_signs(first_block + b, 0);
-        float r0 = x0 * 0.125f, r1 = x1 * 0.125f;
-        if (rotation >> lane & 1) r0 = -r0;
-        if (rotation >> (lane + 32) & 1) r1 = -r1;
-        tq_warp_hadamard(r0, r1, lane);
+        float r0 = x0, r1 = x1;
+        tq_warp_rotate(r0, r1, first_block + b, lane);
         u16* qrot = (u16*)(words + TQM_QROT) + hq * TQ_MMA_STRIDE;
         qrot[d0] = float_to_half(r0);
         qrot[d1] = float_to_half(r1);
-        const u64 signs = tq_signs(first_block + b, 1);
-        float s0 = signs >> lane & 1 ? -r0 : r0, s1 = signs >> (lane + 32) & 1 ? -r1 : r1;
-        tq_warp_hadamard(s0, s1, lane);
+        float s0 = r0, s1 = r1;
+        tq_warp_sketch(s0, s1, first_block + b, lane);
         u16* qsketch = (u16*)(words + TQM_QSKETCH) + hq * TQ_MMA_STRIDE;
         qsketch[d0] = float_to_half(s0);
         qsketch[d1] = float_to_half(s1);
@@ -1436,11 +1446,8 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     for (u32 task = warp; task < hs.count * BLOCKS; task += TQ_MMA_WARPS) {
         const u32 hq = task / BLOCKS, b = task % BLOCKS;
         float* x = outliers + hq * TQ_TILE_DIM + b * TQ_BLOCK;
-        const u64 rotation = tq_signs(first_block + b, 0);
-        float r0 = x[lane] * 0.125f, r1 = x[lane + 32] * 0.125f;
-        if (rotation >> lane & 1) r0 = -r0;
-        if (rotation >> (lane + 32) & 1) r1 = -r1;
-        tq_warp_hadamard(r0, r1, lane);
+        float r0 = x[lane], r1 = x[lane + 32];
+        tq_warp_rotate(r0, r1, first_block + b, lane);
         x[lane] = r0;
         x[lane + 32] = r1;
     }

@@ -301,21 +301,18 @@ fn attention_blocks(
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    let tensor_cores = matches!(head_dim, 64 | 128);
-    match backend.turbo_decode() {
-        TurboDecode::TensorCores | TurboDecode::Codes if turbo => {
-            let mma = tensor_cores && backend.turbo_decode() == TurboDecode::TensorCores;
-            let plan = DecodePlan::turbo(
-                capacity(&step, spans)?,
-                group,
-                end_row,
-                params.kv_heads,
-                backend.multiprocessors(OP)?,
-                mma,
-            );
-            return decode_turbo(backend, &call, &step, &plan, end_row, mma);
-        }
-        _ => {}
+    let decoder = backend.turbo_decode();
+    if turbo && decoder != TurboDecode::Tiles {
+        let mma = decoder == TurboDecode::TensorCores && matches!(head_dim, 64 | 128);
+        let plan = DecodePlan::turbo(
+            capacity(&step, spans)?,
+            group,
+            end_row,
+            params.kv_heads,
+            backend.multiprocessors(OP)?,
+            mma,
+        );
+        return decode_turbo(backend, &call, &step, &plan, end_row, mma);
     }
     let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
     decode(backend, &call, &step, &plan, end_row, false)
