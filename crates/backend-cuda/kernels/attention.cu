@@ -1063,8 +1063,8 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 // queries. After the online softmax (flash_softmax_step) the values are decoded into the same
 // tile (|x| c) and summed by mma; their outliers are summed in the plain basis (a warp's own
 // accumulator, shared-memory atomics, rescaled with the running max) and rotated in once, when
-// the warps merge. Partials as attention_decode_*'s; attention_combine rotates the merged rows
-// back.
+// the warps merge. Partials as attention_decode_*'s; the last block of a (row, head slice)
+// merges them into the output and rotates it back (tq_mma_merge): no combine kernel.
 #define TQ_MMA_WARPS 4
 #define TQ_MMA_THREADS (TQ_MMA_WARPS * 32)
 #define TQ_MMA_SUB 16                 // keys of a warp's sub-tile
@@ -1115,11 +1115,78 @@ __device__ __forceinline__ void store_shared_16(u32 address, u32 a, u32 b, u32 c
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
+// R^T x = D H x / 8 (the inverse of tq_warp_rotate) of the 64 values a warp holds, in place.
+__device__ __forceinline__ void tq_warp_unrotate(float& x0, float& x1, u32 block, u32 lane) {
+    tq_warp_hadamard(x0, x1, lane);
+    const u64 rotation = tq_signs(block, 0);
+    x0 *= 0.125f;
+    x1 *= 0.125f;
+    if (rotation >> lane & 1) x0 = -x0;
+    if (rotation >> (lane + 32) & 1) x1 = -x1;
+}
+
+// The last block of a (row, head slice) of attention_decode_tq_mma_*: merges the slice's `n`
+// chunk partials (rotated basis) into `out`, rotated back, as attention_combine does (each
+// chunk's weight exp(m_c - max) / sum_c(s_c exp(m_c - max)), then the weighted values). Its
+// dynamic shared memory is free: the weights, then the merged rows.
+template <int D>
+__device__ __forceinline__ void tq_mma_merge(float* out, const float* part_acc, const float* part_stats, i32 row,
+                                          u32 heads, const HeadSlice& hs, u32 chunks, u32 n, u32 first_block) {
+    extern __shared__ __align__(16) float tqm_shared[];
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float* weights = tqm_shared;                                  // [hs.count][n]
+    float* merged = tqm_shared + (hs.count * n + 3) / 4 * 4;  // [hs.count][D]
+    const u64 first_part = ((u64)row * heads + hs.first) * chunks;
+    for (u32 hq = warp; hq < hs.count; hq += TQ_MMA_WARPS) {
+        const float* stats = part_stats + 2 * (first_part + hq * chunks);
+        float max_all = NEG_INF;
+        for (u32 c = lane; c < n; c += 32) max_all = fmaxf(max_all, __ldcg(stats + 2 * c));
+        max_all = warp_max(max_all);
+        float total = 0.0f;
+        for (u32 c = lane; c < n; c += 32) {
+            const float weight = expf(__ldcg(stats + 2 * c) - max_all);
+            weights[hq * n + c] = weight;
+            total += __ldcg(stats + 2 * c + 1) * weight;
+        }
+        total = warp_sum(total);
+        const float inverse = total == 0.0f ? 0.0f : 1.0f / total;
+        for (u32 c = lane; c < n; c += 32) weights[hq * n + c] *= inverse;
+    }
+    __syncthreads();
+    // A thread per (head, 4 coordinates), many chunks' loads in flight.
+    for (u32 i = tid; i < hs.count * (D / 4); i += TQ_MMA_THREADS) {
+        const u32 hq = i / (D / 4), d = 4 * (i % (D / 4));
+        const float4* acc_c = (const float4*)(part_acc + (first_part + hq * chunks) * D + d);
+        const float* w = weights + hq * n;
+        float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (u32 c = 0; c < n; ++c) {
+            const float4 a = __ldcg(acc_c + (u64)c * (D / 4));
+            const float wc = w[c];
+            value.x += a.x * wc;
+            value.y += a.y * wc;
+            value.z += a.z * wc;
+            value.w += a.w * wc;
+        }
+        *(float4*)(merged + hq * D + d) = value;
+    }
+    __syncthreads();
+    for (u32 task = warp; task < hs.count * (D / TQ_BLOCK); task += TQ_MMA_WARPS) {
+        const u32 hq = task / (D / TQ_BLOCK), b = task % (D / TQ_BLOCK);
+        const float* x = merged + hq * D + b * TQ_BLOCK;
+        float r0 = x[lane], r1 = x[lane + 32];
+        tq_warp_unrotate(r0, r1, first_block + b, lane);
+        float* o = out + ((u64)row * heads + hs.first + hq) * D + b * TQ_BLOCK;
+        o[lane] = r0;
+        o[lane + 32] = r1;
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cache, const i32* step, const float* q,
-                                              const float* tables, float* part_acc, float* part_stats, u32 heads,
-                                              u32 kv_heads, float scale, u32 window, u32 chunks,
-                                              u32 heads_per_block, u32 turbo) {
+                                              const float* tables, float* out, float* part_acc, float* part_stats,
+                                              u32 heads, u32 kv_heads, float scale, u32 window, u32 chunks,
+                                              u32 heads_per_block, u32 turbo, u32* counters) {
     static_assert(D % TQ_BLOCK == 0 && D <= TQ_TILE_DIM, "heads of whole blocks, at most TQ_TILE_DIM");
     constexpr u32 BLOCKS = D / TQ_BLOCK, GROUPS = D / 8;  // blocks of a head, groups of 8 coordinates
     extern __shared__ __align__(16) float tqm_shared[];
@@ -1471,6 +1538,25 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
             part_stats[2 * part + 1] = total;
         }
     }
+
+    // Publish this block's partials, then count it: the last of the (row, head slice)'s chunks
+    // to finish (counted in counters[row][blockIdx.y], zero at rest: that block resets it)
+    // merges them into `out` as attention_combine would, so no combine kernel follows.
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last_block;
+    const i32 position = step[h->positions + row], lo = first_visible(position, window);
+    const u32 n = (u32)(position - lo) / (u32)row_chunk_len(position + 1 - lo, chunks) + 1;  // chunks with keys
+    if (tid == 0) {
+        u32* counter = counters + (u64)row * gridDim.y + blockIdx.y;
+        const u32 done = atomicAdd(counter, 1u);
+        last_block = done == n - 1;
+        if (last_block) *counter = 0u;  // every other block of the slice has counted
+    }
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    tq_mma_merge<D>(out, part_acc, part_stats, row, heads, hs, chunks, n, first_block);
 }
 
 // Launch: grid (chunks, kv_heads * slices, rows), TQ_MMA_THREADS threads, TQ_MMA_SHARED_WORDS
@@ -1478,11 +1564,11 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
 #define TQ_MMA_KERNEL(name, d)                                                                                  \
     extern "C" __global__ void __launch_bounds__(TQ_MMA_THREADS)                                                \
         name(const u8* k_cache, const u8* v_cache, const i32* step, const float* q, const float* tables,        \
-             float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window, u32 chunks,  \
-             u32 heads_per_block, u32 turbo) {                                                                  \
+             float* out, float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,  \
+             u32 chunks, u32 heads_per_block, u32 turbo, u32* counters) {                                       \
         pdl_start();                                                                                            \
-        decode_tq_mma<d>(k_cache, v_cache, step, q, tables, part_acc, part_stats, heads, kv_heads, scale,       \
-                         window, chunks, heads_per_block, turbo);                                               \
+        decode_tq_mma<d>(k_cache, v_cache, step, q, tables, out, part_acc, part_stats, heads, kv_heads, scale,  \
+                         window, chunks, heads_per_block, turbo, counters);                                     \
     }
 TQ_MMA_KERNEL(attention_decode_tq_mma_d64, 64)
 TQ_MMA_KERNEL(attention_decode_tq_mma_d128, 128)

@@ -475,9 +475,10 @@ fn combine(
     )
 }
 
-/// TurboQuant decode from the codes ([`TurboDecode`]): the chunk partials of
-/// attention_decode_tq_mma_* (`mma`), or of attention_decode_tq_codes after attention_tq_query
-/// prepared the query side once per (row, KV head, slice of its query heads); then the
+/// TurboQuant decode from the codes ([`TurboDecode`]): attention_decode_tq_mma_* (`mma`),
+/// whose last block of each (row, head slice) merges the chunk partials into `out` and rotates
+/// them back; or the chunk partials of attention_decode_tq_codes after attention_tq_query
+/// prepared the query side once per (row, KV head, slice of its query heads), then the
 /// combine, which rotates the merged rows back.
 fn decode_turbo(
     backend: &CudaBackend,
@@ -517,17 +518,19 @@ fn decode_turbo(
     let heads_per_block = plan.heads_per_block as u32;
     let word = kernels.k_rotation;
     if mma {
+        // The last block of each (row, head slice) merges its chunks: no combine kernel.
         let config = LaunchConfig {
             grid_dim: (plan.chunks as u32, slices, rows),
             block_dim: (TURBO_MMA_THREADS, 1, 1),
             shared_mem_bytes: TURBO_MMA_SHARED_BYTES,
         };
+        let counters = backend.arrival_counters(OP, slices as usize * rows as usize)?;
         let name = if call.head_dim == 64 {
             "attention_decode_tq_mma_d64"
         } else {
             "attention_decode_tq_mma_d128"
         };
-        launch!(
+        return launch!(
             backend,
             OP,
             "attention.cu",
@@ -538,6 +541,7 @@ fn decode_turbo(
             step.ptr,
             call.q,
             call.tables,
+            call.out,
             partials,
             stats,
             call.heads,
@@ -546,62 +550,62 @@ fn decode_turbo(
             call.window,
             plan.chunks as u32,
             heads_per_block,
-            word
-        )?;
-    } else {
-        if !fused {
-            let config = LaunchConfig {
-                grid_dim: (slices, rows, 1),
-                block_dim: (TURBO_QUERY_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            launch!(
-                backend,
-                OP,
-                "attention.cu",
-                "attention_tq_query",
-                config,
-                call.q,
-                step.ptr,
-                queries,
-                call.heads,
-                call.kv_heads,
-                call.head_dim,
-                heads_per_block,
-                word
-            )?;
-        }
+            word,
+            counters
+        );
+    }
+    if !fused {
         let config = LaunchConfig {
-            grid_dim: (plan.chunks as u32, slices, rows),
-            block_dim: (TURBO_THREADS, 1, 1),
-            shared_mem_bytes: TURBO_SHARED_BYTES,
+            grid_dim: (slices, rows, 1),
+            block_dim: (TURBO_QUERY_THREADS, 1, 1),
+            shared_mem_bytes: 0,
         };
         launch!(
             backend,
             OP,
             "attention.cu",
-            "attention_decode_tq_codes",
+            "attention_tq_query",
             config,
-            call.k,
-            call.v,
+            call.q,
             step.ptr,
             queries,
-            call.q,
-            call.tables,
-            partials,
-            stats,
             call.heads,
             call.kv_heads,
             call.head_dim,
-            call.scale,
-            call.window,
-            to_u32(OP, "chunk length", plan.chunk_len)?,
-            plan.chunks as u32,
             heads_per_block,
-            word,
-            u32::from(fused)
+            word
         )?;
     }
+    let config = LaunchConfig {
+        grid_dim: (plan.chunks as u32, slices, rows),
+        block_dim: (TURBO_THREADS, 1, 1),
+        shared_mem_bytes: TURBO_SHARED_BYTES,
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        "attention_decode_tq_codes",
+        config,
+        call.k,
+        call.v,
+        step.ptr,
+        queries,
+        call.q,
+        call.tables,
+        partials,
+        stats,
+        call.heads,
+        call.kv_heads,
+        call.head_dim,
+        call.scale,
+        call.window,
+        to_u32(OP, "chunk length", plan.chunk_len)?,
+        plan.chunks as u32,
+        heads_per_block,
+        word,
+        u32::from(fused)
+    )?;
     combine(
         backend,
         call,
