@@ -1050,26 +1050,30 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 }
 
 // ---------------------------------------------------------------------------------------
-// TurboQuant decode on the tensor cores (RUNIT_CUDA_TQ_MMA=0 takes attention_decode_tq_codes
-// instead): attention_decode_mma's shape over the codes. A block serves (chunk, KV head, slice
-// of at most 8 query heads, row) with TQ_MMA_WARPS warps; each warp walks its own sub-tiles of
-// 16 keys (positions begin + 16 (warp + TQ_MMA_WARPS i)), copying a sub-tile's key and value
-// bytes as they lie in the cache rows (TqStaging) while the one before is computed. A
-// sub-tile's keys are decoded once into f16 tiles in shared memory, the rotated basis's
-// |x| c (centroid pairs looked up by code byte, times the block's norm) and, with the sketch,
-// alpha (+-1) (alpha = sqrt(pi/2) / 64 |r| |x|, signs by nibble); the scores are R q against
-// the first plus S R q against the second (mma.m16n8k16, the query heads as the 16 rows,
-// rounded to f16 as the f16 cache's queries are), plus each key's outliers against the plain
-// queries. After the online softmax (flash_softmax_step) the values are decoded into the same
-// tile (|x| c) and summed by mma; their outliers are summed in the plain basis (a warp's own
-// accumulator, shared-memory atomics, rescaled with the running max) and rotated in once, when
-// the warps merge. Partials as attention_decode_*'s; the last block of a (row, head slice)
-// merges them into the output and rotates it back (tq_mma_merge): no combine kernel.
+// TurboQuant decode on the tensor cores (RUNIT_CUDA_TQ_DECODE=codes takes
+// attention_decode_tq_codes instead): attention_decode_mma's shape over the codes. A block
+// serves (chunk, KV head, slice of at most 8 query heads, row) with TQ_MMA_WARPS warps; each
+// warp walks its own sub-tiles of 16 keys (positions begin + 16 (warp + TQ_MMA_WARPS i)),
+// copying a sub-tile's key and value bytes as they lie in the cache rows (TqStaging) while the
+// one before is computed. A sub-tile's keys are decoded once into f16 tiles in shared memory,
+// the rotated basis's |x| c (centroid pairs looked up by code byte, times the block's norm)
+// and, with the sketch, alpha (+-1) (alpha = sqrt(pi/2) / 64 |r| |x|, signs by nibble); the
+// scores are R q against the first plus S R q against the second (mma.m16n8k16, the query
+// heads as the 16 rows, rounded to f16 as the f16 cache's queries are), plus each key's
+// outliers against the plain queries. After the online softmax (flash_softmax_step) the
+// values are decoded into the same tile and summed by mma: |x| c plus their outliers rotated
+// in as attention_decode_tq_codes adds them (R e_i v = H[., i] D_i v / 8: for coordinates
+// 8 w + e, +-v / 8 times (-1)^parity(w & i >> 3) times row i & 7 of the 8-point Hadamard
+// matrix). Partials as attention_decode_*'s; the last block of a (row, head slice) merges
+// them into the output and rotates it back (tq_mma_merge): no combine kernel.
 #define TQ_MMA_WARPS 4
 #define TQ_MMA_THREADS (TQ_MMA_WARPS * 32)
 #define TQ_MMA_SUB 16                 // keys of a warp's sub-tile
 #define TQ_MMA_STRIDE (TQ_TILE_DIM + 8)  // halves of a decoded row (16-byte rows, no bank conflicts)
 #define TQ_MMA_RAW (TQ_KEY_WORDS + TQ_VALUE_WORDS)  // words of a staged key and value
+#ifndef TQ_MMA_MIN_BLOCKS
+#define TQ_MMA_MIN_BLOCKS 3  // blocks a multiprocessor (plan::TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR)
+#endif
 // Dynamic shared memory, in 4-byte words: the block's part, then each warp's.
 #define TQM_QROT 0                                                // [8][TQ_MMA_STRIDE] f16: R q
 #define TQM_QSKETCH (TQM_QROT + 4 * TQ_MMA_STRIDE)                // [8][TQ_MMA_STRIDE] f16: S R q
@@ -1077,26 +1081,20 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #define TQM_KPAIRS (TQM_QPLAIN + 8 * TQ_TILE_DIM)                 // [256] f16x2: key centroid pairs
 #define TQM_VPAIRS (TQM_KPAIRS + 256)                             // [256] f16x2: value centroid pairs
 #define TQM_SIGNS (TQM_VPAIRS + 256)                              // [16] 4 f16 of +-1 by nibble
-#define TQM_WMAX (TQM_SIGNS + 32)                                 // [TQ_MMA_WARPS][8]
+#define TQM_H8 (TQM_SIGNS + 32)                                   // [8] 4 f16x2: rows of the 8-point Hadamard
+#define TQM_WMAX (TQM_H8 + 32)                                    // [TQ_MMA_WARPS][8]
 #define TQM_WSUM (TQM_WMAX + 8 * TQ_MMA_WARPS)                    // [TQ_MMA_WARPS][8]
 #define TQM_WARPS (TQM_WSUM + 8 * TQ_MMA_WARPS)                   // first warp's part
 #define TQMW_RAW 0                                                // [2][TQ_MMA_SUB][TQ_MMA_RAW]
 #define TQMW_TILE (TQMW_RAW + 2 * TQ_MMA_SUB * TQ_MMA_RAW)        // [TQ_MMA_SUB][TQ_MMA_STRIDE] f16: keys, then values
 #define TQMW_SKETCH (TQMW_TILE + TQ_MMA_SUB * TQ_MMA_STRIDE / 2)  // [TQ_MMA_SUB][TQ_MMA_STRIDE] f16: signs
-#define TQMW_PLAIN (TQMW_SKETCH + TQ_MMA_SUB * TQ_MMA_STRIDE / 2) // [8][TQ_TILE_DIM] f32: value outliers
-#define TQMW_WEIGHTS (TQMW_PLAIN + 8 * TQ_TILE_DIM)               // [TQ_MMA_SUB][8] f32
-#define TQMW_BIAS (TQMW_WEIGHTS + 8 * TQ_MMA_SUB)                 // [TQ_MMA_SUB][8] f32: key outliers' scores
+#define TQMW_VOUT (TQMW_SKETCH + TQ_MMA_SUB * TQ_MMA_STRIDE / 2)  // [TQ_MMA_SUB][2][TQ_OUTLIERS]: index << 16 | f16 +-v/8
+#define TQMW_BIAS (TQMW_VOUT + TQ_MMA_SUB * 2 * TQ_OUTLIERS)      // [TQ_MMA_SUB][8] f32: key outliers' scores
 #define TQMW_WORDS (TQMW_BIAS + 8 * TQ_MMA_SUB)
 #define TQ_MMA_SHARED_WORDS (TQM_WARPS + TQ_MMA_WARPS * TQMW_WORDS)  // plan::TURBO_MMA_SHARED_BYTES / 4
-static_assert(TQMW_PLAIN - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
-static_assert(8 * TQ_MMA_SUB >= 2 * TQ_MMA_SUB * 2 * TQ_OUTLIERS, "TQ_MMA_ORDERED's pairs in the key outliers' space");
-// Measuring knobs (RUNIT_CUDA_DEFINES), both off: TQ_MMA_ORDERED=1 sums the value outliers a
-// lane per (query head, block), key after key, instead of by shared-memory float atomics (which
-// compile to compare-and-swap loops, and whose order is the hardware's); TQ_MMA_EARLY_CELLS=1
-// loads the cells of the sub-tile after next before a sub-tile's work.
-#ifndef TQ_MMA_ORDERED
-#define TQ_MMA_ORDERED 0
-#endif
+static_assert(TQMW_VOUT - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
+// A measuring knob (RUNIT_CUDA_DEFINES), off: TQ_MMA_EARLY_CELLS=1 loads the cells of the
+// sub-tile after next before a sub-tile's work.
 #ifndef TQ_MMA_EARLY_CELLS
 #define TQ_MMA_EARLY_CELLS 0
 #endif
@@ -1104,6 +1102,11 @@ static_assert(8 * TQ_MMA_SUB >= 2 * TQ_MMA_SUB * 2 * TQ_OUTLIERS, "TQ_MMA_ORDERE
 __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
     u32 r;
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
 // The 4 bytes of `bytes` (4-byte aligned) from byte `at` on, at any offset.
@@ -1211,8 +1214,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
 
     u32* warp_words = words + TQM_WARPS + warp * TQMW_WORDS;
     u32* raw = warp_words + TQMW_RAW;
-    float* plain_acc = (float*)(warp_words + TQMW_PLAIN);
-    float(*weights)[8] = (float(*)[8])(warp_words + TQMW_WEIGHTS);
+    u32* value_outliers = warp_words + TQMW_VOUT;
     float(*bias)[8] = (float(*)[8])(warp_words + TQMW_BIAS);
     const u32 tile_at = shared_address(warp_words + TQMW_TILE), sketch_at = shared_address(warp_words + TQMW_SKETCH);
     const float* qplain = tqm_shared + TQM_QPLAIN;
@@ -1262,6 +1264,10 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         words[TQM_SIGNS + 2 * tid] = (tid & 1 ? minus : one) | (tid & 2 ? minus : one) << 16;
         words[TQM_SIGNS + 2 * tid + 1] = (tid & 4 ? minus : one) | (tid & 8 ? minus : one) << 16;
     }
+    if (tid < 32) {  // row r's entries 2 k and 2 k + 1: (-1)^parity(e & r)
+        const u32 one = 0x3c00u, minus = 0xbc00u, r = tid / 4, e = 2 * (tid % 4);
+        words[TQM_H8 + tid] = (__popc(e & r) & 1 ? minus : one) | (__popc((e + 1) & r) & 1 ? minus : one) << 16;
+    }
     for (u32 task = warp; task < 8 * BLOCKS; task += TQ_MMA_WARPS) {
         const u32 hq = task / BLOCKS, b = task % BLOCKS, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
         const float* query = hq < hs.count ? q + ((u64)row * heads + hs.first + hq) * D : nullptr;
@@ -1279,7 +1285,6 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         qsketch[d0] = float_to_half(s0);
         qsketch[d1] = float_to_half(s1);
     }
-    for (u32 i = lane; i < 8 * D; i += 32) plain_acc[i / D * TQ_TILE_DIM + i % D] = 0.0f;
     __syncthreads();
 
     // A fragments of the warp's 16 rows: query heads g (rows g + 8 are zero).
@@ -1355,6 +1360,20 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
                 if (BLOCKS == 2) part[hq] += __shfl_xor_sync(0xffffffffu, part[hq], 1);
                 if (j < TQ_MMA_SUB && b == 0) bias[j][hq] = part[hq];
             }
+            // The value's outliers of this (key, block) for the value tile: index and D_i v / 8.
+            if (j < TQ_MMA_SUB) {
+                const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
+                const u32 at = v_staging.block_shift + b * vbb;
+                const u64 rotation = tq_signs(first_block + b, 0);
+#pragma unroll
+                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                    const u32 index =
+                        tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
+                    const float v = tq_half_at(value, at + vl.header() + 2 * o) * 0.125f;
+                    value_outliers[(j * 2 + b) * TQ_OUTLIERS + o] =
+                        index << 16 | float_to_half(rotation >> index & 1 ? -v : v);
+                }
+            }
         }
         __syncwarp();
         // Scores: R q against the centroid tile, S R q against the sign tile.
@@ -1384,25 +1403,11 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
                 const u32 j = n * 8 + 2 * t + (e & 1);
                 sc[n][e] = e < 2 && sub + (i32)j < end ? (sc[n][e] + bias[j][g]) * scale_log2 : NEG_INF;
             }
-        const float old_max = running_max[0];
         u32 p[1][4];
         flash_softmax_step<2, D / 8>(sc, running_max, sum, acc, p);
-        // This warp's value outliers follow its running max (flash_softmax_step's factor).
-        const float factor = fast_exp2(old_max - (running_max[0] == NEG_INF ? 0.0f : running_max[0]));
-        if (__any_sync(0xffffffffu, factor != 1.0f)) {
-#pragma unroll
-            for (u32 hq = 0; hq < 8; ++hq) {
-                const float f = __shfl_sync(0xffffffffu, factor, 4 * hq);
-                for (u32 d = lane; d < D; d += 32) plain_acc[hq * TQ_TILE_DIM + d] *= f;
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-            weights[n * 8 + 2 * t][g] = sc[n][0];
-            weights[n * 8 + 2 * t + 1][g] = sc[n][1];
-        }
-        __syncwarp();  // the key tile is read, the weights are written
-        // Values into the tile (|x| c), and their outliers into the plain accumulator.
+        __syncwarp();  // the key tile is read
+        // Values into the tile: |x| c, plus the outliers rotated in (8 coordinates d = 8 within
+        // + e: +-v / 8 times (-1)^parity(within & i >> 3) times row i & 7 of the 8-point H).
         const u32 pair_bits = 2 * vl.bits, pair_mask = (1u << pair_bits) - 1;
 #pragma unroll 2
         for (u32 unit = lane; unit < TQ_MMA_SUB * GROUPS; unit += 32) {
@@ -1412,57 +1417,22 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
             const u32 norm = tq_word_at(value, at) & 0xffffu;
             const u32 norms = norm | norm << 16;
             const u32 codes = tq_bytes_at(value, at + vl.code_offset() + vl.bits * within);
-            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2,
-                            hmul2(words[TQM_VPAIRS + (codes & pair_mask)], norms),
-                            hmul2(words[TQM_VPAIRS + (codes >> pair_bits & pair_mask)], norms),
-                            hmul2(words[TQM_VPAIRS + (codes >> 2 * pair_bits & pair_mask)], norms),
-                            hmul2(words[TQM_VPAIRS + (codes >> 3 * pair_bits & pair_mask)], norms));
-        }
-        {
-            const u32 j = lane / BLOCKS, b = lane % BLOCKS;
-            if (TQ_MMA_ORDERED) {
-                // Each key's (index, value) pairs first (the key outliers' scores are read: their
-                // space is free), then lane (head, block) adds its row's shares key after key.
-                u32* indices = warp_words + TQMW_BIAS;
-                float* values = (float*)(indices + TQ_MMA_SUB * BLOCKS * TQ_OUTLIERS);
-                if (j < TQ_MMA_SUB) {
-                    const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
-                    const u32 at = v_staging.block_shift + b * vbb;
+            u32 w0 = hmul2(words[TQM_VPAIRS + (codes & pair_mask)], norms);
+            u32 w1 = hmul2(words[TQM_VPAIRS + (codes >> pair_bits & pair_mask)], norms);
+            u32 w2 = hmul2(words[TQM_VPAIRS + (codes >> 2 * pair_bits & pair_mask)], norms);
+            u32 w3 = hmul2(words[TQM_VPAIRS + (codes >> 3 * pair_bits & pair_mask)], norms);
 #pragma unroll
-                    for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                        const u32 slot = (j * BLOCKS + b) * TQ_OUTLIERS + o;
-                        indices[slot] =
-                            tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                        values[slot] = tq_half_at(value, at + vl.header() + 2 * o);
-                    }
-                }
-                __syncwarp();
-                if (lane < 8 * BLOCKS) {
-                    const u32 hq = lane / BLOCKS, bb = lane % BLOCKS;
-                    float* row_acc = plain_acc + hq * TQ_TILE_DIM + bb * TQ_BLOCK;
-                    for (u32 k = 0; k < TQ_MMA_SUB; ++k) {
-                        const float w = weights[k][hq];
-#pragma unroll
-                        for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                            const u32 slot = (k * BLOCKS + bb) * TQ_OUTLIERS + o;
-                            row_acc[indices[slot]] += w * values[slot];
-                        }
-                    }
-                }
-            } else if (j < TQ_MMA_SUB) {
-                const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
-                const u32 at = v_staging.block_shift + b * vbb;
-#pragma unroll
-                for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                    const u32 index =
-                        tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                    const float v = tq_half_at(value, at + vl.header() + 2 * o);
-                    if (v != 0.0f)
-#pragma unroll
-                        for (u32 hq = 0; hq < 8; ++hq)
-                            atomicAdd(plain_acc + hq * TQ_TILE_DIM + b * TQ_BLOCK + index, weights[j][hq] * v);
-                }
+            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                const u32 outlier = value_outliers[(j * 2 + b) * TQ_OUTLIERS + o], index = outlier >> 16;
+                const u32 half = (outlier & 0xffffu) ^ (__popc(within & index >> 3) & 1) << 15;
+                const u32 halves = half | half << 16;
+                const uint4 row = *(const uint4*)(words + TQM_H8 + 4 * (index & 7));
+                w0 = hfma2(row.x, halves, w0);
+                w1 = hfma2(row.y, halves, w1);
+                w2 = hfma2(row.z, halves, w2);
+                w3 = hfma2(row.w, halves, w3);
             }
+            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, w0, w1, w2, w3);
         }
         __syncwarp();
         flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
@@ -1478,7 +1448,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     }
 
     // Merge the warps: a common max per head; each warp's accumulator rescaled into its tiles'
-    // space, its outlier accumulator in place; the outliers summed over warps and rotated in.
+    // space.
     float* wmax = tqm_shared + TQM_WMAX;
     float* wsum = tqm_shared + TQM_WSUM;
     if (t == 0) {
@@ -1494,29 +1464,6 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         float* merged = (float*)(warp_words + TQMW_TILE) + g * D + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) *(float2*)(merged + n * 8) = make_float2(acc[n][0] * f, acc[n][1] * f);
-#pragma unroll
-        for (u32 hq = 0; hq < 8; ++hq) {
-            const float fh = __shfl_sync(0xffffffffu, f, 4 * hq);
-            for (u32 d = lane; d < D; d += 32) plain_acc[hq * TQ_TILE_DIM + d] *= fh;
-        }
-    }
-    __syncthreads();
-    float* outliers = (float*)(words + TQM_WARPS + TQMW_PLAIN);  // warp 0's, the sum
-    for (u32 i = tid; i < 8 * D; i += TQ_MMA_THREADS) {
-        const u32 at = i / D * TQ_TILE_DIM + i % D;
-        float total = outliers[at];
-#pragma unroll
-        for (int w = 1; w < TQ_MMA_WARPS; ++w) total += ((float*)(words + TQM_WARPS + w * TQMW_WORDS + TQMW_PLAIN))[at];
-        outliers[at] = total;
-    }
-    __syncthreads();
-    for (u32 task = warp; task < hs.count * BLOCKS; task += TQ_MMA_WARPS) {
-        const u32 hq = task / BLOCKS, b = task % BLOCKS;
-        float* x = outliers + hq * TQ_TILE_DIM + b * TQ_BLOCK;
-        float r0 = x[lane], r1 = x[lane + 32];
-        tq_warp_rotate(r0, r1, first_block + b, lane);
-        x[lane] = r0;
-        x[lane + 32] = r1;
     }
     __syncthreads();
     for (u32 i = tid; i < hs.count * D; i += TQ_MMA_THREADS) {
@@ -1525,7 +1472,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
 #pragma unroll
         for (int w = 0; w < TQ_MMA_WARPS; ++w) head_max = fmaxf(head_max, wmax[w * 8 + hq]);
         const float base = head_max == NEG_INF ? 0.0f : head_max;
-        float total = 0.0f, value = outliers[hq * TQ_TILE_DIM + d];
+        float total = 0.0f, value = 0.0f;
 #pragma unroll
         for (int w = 0; w < TQ_MMA_WARPS; ++w) {
             total += wsum[w * 8 + hq] * fast_exp2(wmax[w * 8 + hq] - base);
@@ -1562,7 +1509,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
 // Launch: grid (chunks, kv_heads * slices, rows), TQ_MMA_THREADS threads, TQ_MMA_SHARED_WORDS
 // words of dynamic shared memory; chunk_len 0 (row_chunk_len); heads_per_block <= 8.
 #define TQ_MMA_KERNEL(name, d)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(TQ_MMA_THREADS)                                                \
+    extern "C" __global__ void __launch_bounds__(TQ_MMA_THREADS, TQ_MMA_MIN_BLOCKS)                            \
         name(const u8* k_cache, const u8* v_cache, const i32* step, const float* q, const float* tables,        \
              float* out, float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,  \
              u32 chunks, u32 heads_per_block, u32 turbo, u32* counters) {                                       \

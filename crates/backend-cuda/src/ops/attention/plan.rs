@@ -60,18 +60,18 @@ pub const TURBO_SHARED_BYTES: u32 = 4
         + 512) as u32;
 /// Threads of the TurboQuant tensor-core decode (`TQ_MMA_THREADS`: four warps).
 pub const TURBO_MMA_THREADS: u32 = 128;
-/// Blocks of the TurboQuant tensor-core decode a multiprocessor holds: its 195 registers a
-/// thread (head_dim 128) and [`TURBO_MMA_SHARED_BYTES`] allow two.
-pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
+/// Blocks of the TurboQuant tensor-core decode a multiprocessor holds (`TQ_MMA_MIN_BLOCKS`:
+/// its registers, at most 168 a thread, and [`TURBO_MMA_SHARED_BYTES`] allow three).
+pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 3;
 /// Dynamic shared memory of a TurboQuant tensor-core decode block (`TQ_MMA_SHARED_WORDS`
 /// words): the queries (R q and S R q as f16 rows of 136, plain as 8 × 128 f32), the key and
-/// value centroid-pair tables (256 words each), the signs by nibble (32), the warps' maxima
-/// and sums (2 × 4 × 8); then each of the four warps' two stages of 16 raw keys and values
-/// (49 words each), its key/value and sign tiles (16 rows of 136 f16 each), its outlier
-/// accumulator (8 × 128 f32) and its weights and key outliers' scores (16 × 8 f32 each).
+/// value centroid-pair tables (256 words each), the signs by nibble (32), the 8-point Hadamard
+/// rows (32), the warps' maxima and sums (2 × 4 × 8); then each of the four warps' two stages
+/// of 16 raw keys and values (49 words each), its key/value and sign tiles (16 rows of 136 f16
+/// each), its values' outliers (16 × 2 × 2) and its key outliers' scores (16 × 8 f32).
 pub const TURBO_MMA_SHARED_BYTES: u32 = 4
-    * ((2 * 4 * 136 + 8 * 128 + 2 * 256 + 32 + 2 * 4 * 8)
-        + 4 * (2 * 16 * 49 + 2 * 16 * 136 / 2 + 8 * 128 + 2 * 16 * 8)) as u32;
+    * ((2 * 4 * 136 + 8 * 128 + 2 * 256 + 32 + 32 + 2 * 4 * 8)
+        + 4 * (2 * 16 * 49 + 2 * 16 * 136 / 2 + 16 * 2 * 2 + 16 * 8)) as u32;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
 /// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
 /// sketch's tables (2 blocks × 2,064).
