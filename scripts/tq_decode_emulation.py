@@ -236,8 +236,8 @@ def bytes_at(bs, at):
 def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     """attention_decode_tq_mma_*'s index logic: f16 rows of R q and S R q, a sub-tile's keys
     decoded by group of 8 coordinates (centroid pairs by code byte times the norm, signs by
-    nibble times alpha, f16 products), the outliers' scores, the values decoded alike, their
-    outliers summed in the plain basis and rotated in (R: x / 8, signs, H)"""
+    nibble times alpha, f16 products), the outliers' scores, the values decoded alike with their
+    outliers rotated into the f16 tile (+-v/8 by the signs, H's row i & 7 per 8 coordinates)"""
     n_heads=len(qs_heads); fb=kv_head*hb; row_blocks=kv_heads*hb; D=64*hb
     h16=lambda x: np.float16(x).astype(float)
     plain=np.zeros((8,D)); qrot=np.zeros((8,D)); qsk=np.zeros((8,D))
@@ -269,6 +269,13 @@ def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
             for p_ in range(4):
                 i=codes>>(2*vl.bits*p_)&((1<<2*vl.bits)-1)
                 Vt[j][group*8+2*p_]=h16(h16(vc[i&vm])*vn); Vt[j][group*8+2*p_+1]=h16(h16(vc[i>>vl.bits&vm])*vn)
+            for o in range(2):  # the value's outliers rotated into the tile: f16 fma of +-v/8 by H's row
+                ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6)
+                h=h16(hf(u16(val,vat+vl.header+2*o))*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1))
+                if bin(within&(ix>>3)).count('1')&1: h=-h
+                for e in range(8):
+                    sg=-1 if bin(e&(ix&7)).count('1')&1 else 1
+                    Vt[j][group*8+e]=h16(sg*h+Vt[j][group*8+e])
         for b in range(hb):
             at=kst['shift']+b*kl.block_bytes
             for o in range(2):
@@ -277,15 +284,6 @@ def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     scores=(qrot@Kt.T+qsk@St.T+bias.T)[:n_heads]*scale
     w=np.exp(scores-scores.max(1,keepdims=True)); ssum=w.sum(1)
     acc=w@Vt
-    outl=np.zeros((n_heads,D))
-    for j in range(n):
-        val=raw[j][108:]
-        for b in range(hb):
-            vat=vst['shift']+b*vl.block_bytes
-            for o in range(2):
-                ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6); v=hf(u16(val,vat+vl.header+2*o))
-                outl[:,b*64+ix]+=w[:,j]*v
-    for b in range(hb): acc[:,b*64:(b+1)*64]+=outl[:,b*64:(b+1)*64]@R(fb+b).T
     out=acc/ssum[:,None]
     res=np.zeros_like(out)
     for g in range(n_heads):
