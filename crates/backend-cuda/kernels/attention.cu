@@ -1071,8 +1071,10 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #define TQ_MMA_SUB 16                 // keys of a warp's sub-tile
 #define TQ_MMA_STRIDE (TQ_TILE_DIM + 8)  // halves of a decoded row (16-byte rows, no bank conflicts)
 #define TQ_MMA_RAW (TQ_KEY_WORDS + TQ_VALUE_WORDS)  // words of a staged key and value
+// Blocks a multiprocessor (plan::TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR). A measuring knob
+// (RUNIT_CUDA_DEFINES, with RUNIT_CUDA_TQ_CHUNKS): 3 caps the registers at 168, which spills.
 #ifndef TQ_MMA_MIN_BLOCKS
-#define TQ_MMA_MIN_BLOCKS 3  // blocks a multiprocessor (plan::TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR)
+#define TQ_MMA_MIN_BLOCKS 2
 #endif
 // Dynamic shared memory, in 4-byte words: the block's part, then each warp's.
 #define TQM_QROT 0                                                // [8][TQ_MMA_STRIDE] f16: R q

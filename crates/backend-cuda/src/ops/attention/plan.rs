@@ -60,9 +60,10 @@ pub const TURBO_SHARED_BYTES: u32 = 4
         + 512) as u32;
 /// Threads of the TurboQuant tensor-core decode (`TQ_MMA_THREADS`: four warps).
 pub const TURBO_MMA_THREADS: u32 = 128;
-/// Blocks of the TurboQuant tensor-core decode a multiprocessor holds (`TQ_MMA_MIN_BLOCKS`:
-/// its registers, at most 168 a thread, and [`TURBO_MMA_SHARED_BYTES`] allow three).
-pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 3;
+/// Blocks of the TurboQuant tensor-core decode a multiprocessor holds (`TQ_MMA_MIN_BLOCKS`):
+/// two. Its [`TURBO_MMA_SHARED_BYTES`] would allow three, but 168 registers a thread spill
+/// (session 46, H100: 199 against 230 tok/s at depth 16384).
+pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
 /// Dynamic shared memory of a TurboQuant tensor-core decode block (`TQ_MMA_SHARED_WORDS`
 /// words): the queries (R q and S R q as f16 rows of 136, plain as 8 × 128 f32), the key and
 /// value centroid-pair tables (256 words each), the signs by nibble (32), the 8-point Hadamard
