@@ -1120,6 +1120,97 @@ __device__ __forceinline__ void store_shared_16(u32 address, u32 a, u32 b, u32 c
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
+// The tensor-core kernels' shared tables, filled by a block's threads: the centroid pairs of
+// the key and value codebooks by code byte (f16x2, `kpairs`/`vpairs`, 256 words each), the
+// signs +-1 by nibble (`signs`: 16 x 4 f16) and the rows of the 8-point Hadamard matrix
+// (`h8`: 8 x 4 f16x2, row r's entries 2 k and 2 k + 1 (-1)^parity(e & r) in word 4 r + k).
+template <u32 THREADS>
+__device__ __forceinline__ void tq_mma_tables(u32* kpairs, u32* vpairs, u32* signs, u32* h8, const TqLayout& kl,
+                                              const TqLayout& vl, const float* tables) {
+    const u32 tid = threadIdx.x;
+    for (u32 i = tid; i < 256; i += THREADS) {
+        const float* kc = kl.centroids(tables);
+        const float* vc = vl.centroids(tables);
+        const u32 km = (1u << kl.bits) - 1, vm = (1u << vl.bits) - 1;
+        kpairs[i] = pack_half2(kc[i & km], kc[i >> kl.bits & km]);
+        vpairs[i] = pack_half2(vc[i & vm], vc[i >> vl.bits & vm]);
+    }
+    const u32 one = 0x3c00u, minus = 0xbc00u;
+    if (tid < 16) {
+        signs[2 * tid] = (tid & 1 ? minus : one) | (tid & 2 ? minus : one) << 16;
+        signs[2 * tid + 1] = (tid & 4 ? minus : one) | (tid & 8 ? minus : one) << 16;
+    }
+    if (tid < 32) {
+        const u32 r = tid / 4, e = 2 * (tid % 4);
+        h8[tid] = (__popc(e & r) & 1 ? minus : one) | (__popc((e + 1) & r) & 1 ? minus : one) << 16;
+    }
+}
+
+// 8 coordinates' |x| c as 4 f16x2 pairs: `codes` holds their 8 codes of `bits` bits from bit
+// 0, looked up two at a time in `pairs`, times the block's norm (f16 bits).
+__device__ __forceinline__ void tq_centroids8(u32 (&w)[4], const u32* pairs, u32 codes, u32 bits, u32 norm) {
+    const u32 norms = norm | norm << 16, pair_bits = 2 * bits, mask = (1u << pair_bits) - 1;
+#pragma unroll
+    for (u32 k = 0; k < 4; ++k) w[k] = hmul2(pairs[codes >> k * pair_bits & mask], norms);
+}
+
+// An outlier of a block for tq_add_outliers: its index and R's sign times v / 8, as f16.
+__device__ __forceinline__ u32 tq_outlier_word(u32 index, float v, u64 rotation) {
+    const float x = v * 0.125f;
+    return index << 16 | float_to_half(rotation >> index & 1 ? -x : x);
+}
+
+// Adds a block's outliers (TQ_OUTLIERS words of tq_outlier_word) rotated, R e_i v = H[., i]
+// D_i v / 8, to the pairs of coordinates 8 within + e: +-v / 8 times (-1)^parity(within &
+// i >> 3) times row i & 7 of the 8-point Hadamard matrix (`h8`, tq_mma_tables).
+__device__ __forceinline__ void tq_add_outliers(u32 (&w)[4], const u32* outliers, u32 within, const u32* h8) {
+#pragma unroll
+    for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+        const u32 outlier = outliers[o], index = outlier >> 16;
+        const u32 half = (outlier & 0xffffu) ^ (__popc(within & index >> 3) & 1) << 15;
+        const u32 halves = half | half << 16;
+        const uint4 row = *(const uint4*)(h8 + 4 * (index & 7));
+        w[0] = hfma2(row.x, halves, w[0]);
+        w[1] = hfma2(row.y, halves, w[1]);
+        w[2] = hfma2(row.z, halves, w[2]);
+        w[3] = hfma2(row.w, halves, w[3]);
+    }
+}
+
+// A warp's copies of 16 keys' and values' words of one KV head (TqStaging's, a word a lane)
+// into TQ_MMA_RAW words each by cp.async: key j's cell in lane j's `cell` (-1: zeros, which
+// decode to zeros).
+struct TqRowStager {
+    const u8 *k_cache, *v_cache;
+    u64 k_row_bytes, v_row_bytes;
+    u32 k_offset, v_offset;  // this lane's word of a row (~0u: none)
+    __device__ __forceinline__ void stage16(u32* rows, i32 cell, u32 lane) const {
+#pragma unroll 4
+        for (u32 j = 0; j < 16; ++j) {
+            const i32 c = __shfl_sync(0xffffffffu, cell, j);
+            u32* row = rows + j * TQ_MMA_RAW;
+            if (c >= 0) {
+                if (k_offset != ~0u) cp_async4(shared_address(row + lane), k_cache + (u64)c * k_row_bytes + k_offset);
+                if (v_offset != ~0u)
+                    cp_async4(shared_address(row + TQ_KEY_WORDS + lane), v_cache + (u64)c * v_row_bytes + v_offset);
+            } else {
+                if (lane < TQ_KEY_WORDS) row[lane] = 0u;
+                if (lane < TQ_VALUE_WORDS) row[TQ_KEY_WORDS + lane] = 0u;
+            }
+        }
+    }
+};
+
+// The sketch's alpha (+-1) of 8 coordinates (sign bits `byte`, looked up by nibble in
+// `signs`) as 4 f16x2 pairs, stored at shared address `address`.
+__device__ __forceinline__ void tq_store_signs8(u32 address, const u32* signs, u32 byte, float alpha) {
+    const u32 alphas = pack_half2(alpha, alpha);
+    const u32* low = signs + 2 * (byte & 15);
+    const u32* high = signs + 2 * (byte >> 4);
+    store_shared_16(address, hmul2(low[0], alphas), hmul2(low[1], alphas), hmul2(high[0], alphas),
+                    hmul2(high[1], alphas));
+}
+
 // R^T x = D H x / 8 (the inverse of tq_warp_rotate) of the 64 values a warp holds, in place.
 __device__ __forceinline__ void tq_warp_unrotate(float& x0, float& x1, u32 block, u32 lane) {
     tq_warp_hadamard(x0, x1, lane);
@@ -1228,23 +1319,8 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     };
     // Stage sub-tile `sub`'s raw key and value bytes (key j's cell in lane j's `cell`) into
     // stage `s` (rows past `end`: zeros, so that they decode to zeros).
-    auto stage = [&](i32 cell, u32 s) {
-        u32* keys = raw + s * TQ_MMA_SUB * TQ_MMA_RAW;
-#pragma unroll 4
-        for (u32 j = 0; j < TQ_MMA_SUB; ++j) {
-            const i32 c = __shfl_sync(0xffffffffu, cell, j);
-            u32* key = keys + j * TQ_MMA_RAW;
-            if (c >= 0) {
-                if (k_staging.lane_offset != ~0u)
-                    cp_async4(shared_address(key + lane), k_cache + (u64)c * ks.row_bytes + k_staging.lane_offset);
-                if (v_staging.lane_offset != ~0u)
-                    cp_async4(shared_address(key + TQ_KEY_WORDS + lane), v_cache + (u64)c * vs.row_bytes + v_staging.lane_offset);
-            } else {
-                if (lane < TQ_KEY_WORDS) key[lane] = 0u;
-                if (lane < TQ_VALUE_WORDS) key[TQ_KEY_WORDS + lane] = 0u;
-            }
-        }
-    };
+    const TqRowStager stager{k_cache, v_cache, ks.row_bytes, vs.row_bytes, k_staging.lane_offset, v_staging.lane_offset};
+    auto stage = [&](i32 cell, u32 s) { stager.stage16(raw + s * TQ_MMA_SUB * TQ_MMA_RAW, cell, lane); };
     i32 sub = begin + (i32)warp * TQ_MMA_SUB;
     const i32 step_keys = TQ_MMA_WARPS * TQ_MMA_SUB;
     if (sub < end) stage(sub_cell(sub), 0);
@@ -1254,22 +1330,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
 
     // The tables, the queries (a warp per (query head, block): plain, R q = H D q / 8 and
     // S R q = H D' R q, as tq_prepare_query), this warp's outlier accumulator.
-    for (u32 i = tid; i < 256; i += TQ_MMA_THREADS) {
-        const float* kc = kl.centroids(tables);
-        const float* vc = vl.centroids(tables);
-        const u32 km = (1u << kl.bits) - 1, vm = (1u << vl.bits) - 1;
-        words[TQM_KPAIRS + i] = pack_half2(kc[i & km], kc[i >> kl.bits & km]);
-        words[TQM_VPAIRS + i] = pack_half2(vc[i & vm], vc[i >> vl.bits & vm]);
-    }
-    if (tid < 16) {
-        const u32 one = 0x3c00u, minus = 0xbc00u;
-        words[TQM_SIGNS + 2 * tid] = (tid & 1 ? minus : one) | (tid & 2 ? minus : one) << 16;
-        words[TQM_SIGNS + 2 * tid + 1] = (tid & 4 ? minus : one) | (tid & 8 ? minus : one) << 16;
-    }
-    if (tid < 32) {  // row r's entries 2 k and 2 k + 1: (-1)^parity(e & r)
-        const u32 one = 0x3c00u, minus = 0xbc00u, r = tid / 4, e = 2 * (tid % 4);
-        words[TQM_H8 + tid] = (__popc(e & r) & 1 ? minus : one) | (__popc((e + 1) & r) & 1 ? minus : one) << 16;
-    }
+    tq_mma_tables<TQ_MMA_THREADS>(words + TQM_KPAIRS, words + TQM_VPAIRS, words + TQM_SIGNS, words + TQM_H8, kl, vl, tables);
     for (u32 task = warp; task < 8 * BLOCKS; task += TQ_MMA_WARPS) {
         const u32 hq = task / BLOCKS, b = task % BLOCKS, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
         const float* query = hq < hs.count ? q + ((u64)row * heads + hs.first + hq) * D : nullptr;
@@ -1323,21 +1384,13 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
             const u8* key = keys + j * 4 * TQ_MMA_RAW;
             const u32 at = k_staging.block_shift + b * kbb;
             const u32 norm = tq_word_at(key, at) & 0xffffu;
-            const u32 norms = norm | norm << 16;
-            const u32 codes = tq_word_at(key, at + kl.code_offset() + 4 * within);  // 4-bit key codes
-            const u32 address = tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2;
-            store_shared_16(address, hmul2(words[TQM_KPAIRS + (codes & 255)], norms),
-                            hmul2(words[TQM_KPAIRS + (codes >> 8 & 255)], norms),
-                            hmul2(words[TQM_KPAIRS + (codes >> 16 & 255)], norms),
-                            hmul2(words[TQM_KPAIRS + (codes >> 24)], norms));
+            u32 w[4];
+            tq_centroids8(w, words + TQM_KPAIRS, tq_word_at(key, at + kl.code_offset() + 4 * within), 4, norm);
+            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, w[0], w[1], w[2], w[3]);
             if (kl.sketch) {
                 const float alpha = sketch_factor * tq_half_at(key, at + 2) * half_to_float((u16)norm);
-                const u32 alphas = pack_half2(alpha, alpha);
-                const u32 byte = key[at + kl.sign_offset() + within];
-                const u32* low = words + TQM_SIGNS + 2 * (byte & 15);
-                const u32* high = words + TQM_SIGNS + 2 * (byte >> 4);
-                store_shared_16(sketch_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, hmul2(low[0], alphas),
-                                hmul2(low[1], alphas), hmul2(high[0], alphas), hmul2(high[1], alphas));
+                tq_store_signs8(sketch_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, words + TQM_SIGNS,
+                                key[at + kl.sign_offset() + within], alpha);
             }
         }
         // Each key's outliers against the plain queries: a lane per (key, block).
@@ -1371,9 +1424,8 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
                 for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
                     const u32 index =
                         tq_index_at(v_staging.indices(value), vs.index_bit + (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS);
-                    const float v = tq_half_at(value, at + vl.header() + 2 * o) * 0.125f;
                     value_outliers[(j * 2 + b) * TQ_OUTLIERS + o] =
-                        index << 16 | float_to_half(rotation >> index & 1 ? -v : v);
+                        tq_outlier_word(index, tq_half_at(value, at + vl.header() + 2 * o), rotation);
                 }
             }
         }
@@ -1410,31 +1462,16 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         __syncwarp();  // the key tile is read
         // Values into the tile: |x| c, plus the outliers rotated in (8 coordinates d = 8 within
         // + e: +-v / 8 times (-1)^parity(within & i >> 3) times row i & 7 of the 8-point H).
-        const u32 pair_bits = 2 * vl.bits, pair_mask = (1u << pair_bits) - 1;
 #pragma unroll 2
         for (u32 unit = lane; unit < TQ_MMA_SUB * GROUPS; unit += 32) {
             const u32 j = unit / GROUPS, group = unit % GROUPS, b = group / 8, within = group % 8;
             const u8* value = keys + j * 4 * TQ_MMA_RAW + 4 * TQ_KEY_WORDS;
             const u32 at = v_staging.block_shift + b * vbb;
-            const u32 norm = tq_word_at(value, at) & 0xffffu;
-            const u32 norms = norm | norm << 16;
-            const u32 codes = tq_bytes_at(value, at + vl.code_offset() + vl.bits * within);
-            u32 w0 = hmul2(words[TQM_VPAIRS + (codes & pair_mask)], norms);
-            u32 w1 = hmul2(words[TQM_VPAIRS + (codes >> pair_bits & pair_mask)], norms);
-            u32 w2 = hmul2(words[TQM_VPAIRS + (codes >> 2 * pair_bits & pair_mask)], norms);
-            u32 w3 = hmul2(words[TQM_VPAIRS + (codes >> 3 * pair_bits & pair_mask)], norms);
-#pragma unroll
-            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
-                const u32 outlier = value_outliers[(j * 2 + b) * TQ_OUTLIERS + o], index = outlier >> 16;
-                const u32 half = (outlier & 0xffffu) ^ (__popc(within & index >> 3) & 1) << 15;
-                const u32 halves = half | half << 16;
-                const uint4 row = *(const uint4*)(words + TQM_H8 + 4 * (index & 7));
-                w0 = hfma2(row.x, halves, w0);
-                w1 = hfma2(row.y, halves, w1);
-                w2 = hfma2(row.z, halves, w2);
-                w3 = hfma2(row.w, halves, w3);
-            }
-            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, w0, w1, w2, w3);
+            u32 w[4];
+            tq_centroids8(w, words + TQM_VPAIRS, tq_bytes_at(value, at + vl.code_offset() + vl.bits * within),
+                          vl.bits, tq_word_at(value, at) & 0xffffu);
+            tq_add_outliers(w, value_outliers + (j * 2 + b) * TQ_OUTLIERS, within, words + TQM_H8);
+            store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, w[0], w[1], w[2], w[3]);
         }
         __syncwarp();
         flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
@@ -1521,6 +1558,229 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     }
 TQ_MMA_KERNEL(attention_decode_tq_mma_d64, 64)
 TQ_MMA_KERNEL(attention_decode_tq_mma_d128, 128)
+
+// ---------------------------------------------------------------------------------------
+// TurboQuant prefill on the tensor cores: attention_prefill_mma's flash-attention 2 over the
+// codes. A block serves (tile of 64 query rows of one span, head) with TQ_MMA_WARPS warps of
+// 16 rows each. The warps rotate their rows (R q and S R q as f16 rows); each 64-key tile's
+// key and value words are staged by cp.async one tile ahead (TqRowStager) and decoded once
+// per block into f16 tiles in the rotated basis: keys |x| c plus their outliers rotated in
+// (tq_add_outliers), the sketch's alpha (+-1) beside them, values |x| c plus theirs. Scores
+// R q · K + S R q · (alpha s) and P · V on mma.m16n8k16 with the online softmax
+// (flash_mma.cuh); each output row is rotated back (R^T) into `out`.
+#define TQP_KEYS 64                                           // keys of a tile (query rows of a block alike)
+#define TQP_ROW (TQ_MMA_STRIDE / 2)                           // words of an f16 tile row
+// Dynamic shared memory, in 4-byte words:
+#define TQP_QSKETCH 0                                         // [64][TQP_ROW]: S R q rows
+#define TQP_KTILE (TQP_QSKETCH + TQP_KEYS * TQP_ROW)          // [64][TQP_ROW]: keys (first the R q rows)
+#define TQP_STILE (TQP_KTILE + TQP_KEYS * TQP_ROW)            // [64][TQP_ROW]: alpha (+-1)
+#define TQP_VTILE (TQP_STILE + TQP_KEYS * TQP_ROW)            // [64][TQP_ROW]: values
+#define TQP_RAW (TQP_VTILE + TQP_KEYS * TQP_ROW)              // [2][64][TQ_MMA_RAW]: staged words
+#define TQP_KOUT (TQP_RAW + 2 * TQP_KEYS * TQ_MMA_RAW)         // [64][2][TQ_OUTLIERS]: tq_outlier_word
+#define TQP_VOUT (TQP_KOUT + TQP_KEYS * 2 * TQ_OUTLIERS)       // the same for the values
+#define TQP_KPAIRS (TQP_VOUT + TQP_KEYS * 2 * TQ_OUTLIERS)     // tq_mma_tables
+#define TQP_VPAIRS (TQP_KPAIRS + 256)
+#define TQP_SIGNS (TQP_VPAIRS + 256)
+#define TQP_H8 (TQP_SIGNS + 32)
+#define TQP_SHARED_WORDS (TQP_H8 + 32)  // plan::TURBO_PREFILL_SHARED_BYTES / 4
+static_assert(2 * TQP_KEYS * TQP_ROW >= TQP_KEYS * TQ_TILE_DIM, "the output rows fit the key and sign tiles");
+static_assert(TQ_MMA_WARPS * 16 == TQP_KEYS, "a block's query rows (plan::MMA_QUERY_TILE)");
+static_assert(TQP_H8 % 4 == 0, "the Hadamard rows are read as 16 bytes");
+
+template <int D>
+__device__ __forceinline__ void prefill_tq_mma(const u8* k_cache, const u8* v_cache, const i32* step, const float* q,
+                                               const float* tables, float* out, u32 heads, u32 kv_heads, float scale,
+                                               u32 window, u32 turbo) {
+    static_assert(D % TQ_BLOCK == 0 && D <= TQ_TILE_DIM, "heads of whole blocks, at most TQ_TILE_DIM");
+    constexpr u32 BLOCKS = D / TQ_BLOCK, GROUPS = D / 8;
+    extern __shared__ __align__(16) float tqp_shared[];
+    u32 shared_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+    if (shared_bytes < 4 * TQP_SHARED_WORDS) __trap();  // plan::TURBO_PREFILL_SHARED_BYTES disagrees
+    u32* words = (u32*)tqp_shared;
+    __shared__ i32 warp_begin[TQ_MMA_WARPS], warp_end[TQ_MMA_WARPS];
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+    const StepHeader* h = (const StepHeader*)step;
+    // This block's span and tile; the last tiles (the longest rows) start first.
+    const PrefillTile tile_of(step, gridDim.x - 1 - blockIdx.x, TQP_KEYS);
+    const i32 span = tile_of.span, span_end = tile_of.span_end;
+    if (span < 0) return;  // block-uniform
+    const u32 head = blockIdx.y, kv_head = head / (heads / kv_heads);
+    const i32 warp_first = tile_of.first_row + (i32)(warp * 16);
+    const MmaPrefillRows rr(step, warp_first, span_end, window);
+    if (lane == 0) {
+        warp_begin[warp] = rr.begin;
+        warp_end[warp] = rr.end;
+    }
+    const TqLayout kl = tq_key_layout(turbo), vl = tq_value_layout(turbo);
+    const u32 first_block = kv_head * BLOCKS, row_blocks = kv_heads * BLOCKS;
+    const TqSlice ks = tq_slice(kl, row_blocks, first_block, BLOCKS);
+    const TqSlice vs = tq_slice(vl, row_blocks, first_block, BLOCKS);
+    const TqStaging k_staging(ks, lane), v_staging(vs, lane);
+    const u32 kbb = kl.block_bytes(), vbb = vl.block_bytes();
+    tq_mma_tables<TQ_MMA_THREADS>(words + TQP_KPAIRS, words + TQP_VPAIRS, words + TQP_SIGNS, words + TQP_H8, kl, vl,
+                                  tables);
+
+    // The warp's rows rotated (zeros past the span): R q into the key tile's rows, S R q into
+    // TQP_QSKETCH, as f16; the R q rows become the A fragments.
+    for (u32 task = 0; task < 16 * BLOCKS; ++task) {
+        const u32 r = task / BLOCKS, b = task % BLOCKS, at = (warp * 16 + r) * TQ_MMA_STRIDE + b * TQ_BLOCK;
+        const i32 row = warp_first + (i32)r;
+        const float* query = row < span_end ? q + ((u64)row * heads + head) * D + b * TQ_BLOCK : nullptr;
+        float x0 = query ? query[lane] : 0.0f, x1 = query ? query[lane + 32] : 0.0f;
+        tq_warp_rotate(x0, x1, first_block + b, lane);
+        u16* rotated = (u16*)(words + TQP_KTILE) + at;
+        rotated[lane] = float_to_half(x0);
+        rotated[lane + 32] = float_to_half(x1);
+        if (kl.sketch) {
+            tq_warp_sketch(x0, x1, first_block + b, lane);
+            u16* sketched = (u16*)(words + TQP_QSKETCH) + at;
+            sketched[lane] = float_to_half(x0);
+            sketched[lane + 32] = float_to_half(x1);
+        }
+    }
+    __syncwarp();
+    // Lane l addresses row l & 15 and column 8 (l >> 4) of each 16 x 16 A tile.
+    const u32 a_offset = ((warp * 16 + (lane & 15)) * TQ_MMA_STRIDE + (lane >> 4) * 8) * 2;
+    u32 query[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) load_matrix_x4(query[kk], shared_address(words + TQP_KTILE) + a_offset + kk * 32);
+    __syncthreads();  // the warps' ranges; every R q row is read before the first keys land
+    i32 block_begin = 0x7fffffff, block_end = 0;
+#pragma unroll
+    for (int w = 0; w < TQ_MMA_WARPS; ++w) {
+        block_begin = min(block_begin, warp_begin[w]);
+        block_end = max(block_end, warp_end[w]);
+    }
+    if (block_begin >= block_end) return;  // block-uniform (no valid row)
+
+    const TqRowStager stager{k_cache, v_cache, ks.row_bytes, vs.row_bytes, k_staging.lane_offset, v_staging.lane_offset};
+    // Stage tile `tile`'s keys (warp w: keys 16 w .. 16 w + 15) into stage `s`.
+    auto stage = [&](i32 tile, u32 s) {
+        const i32 position = tile + (i32)(warp * 16 + lane);
+        const i32 cell = lane < 16 && position < block_end ? step_cell(step, h, span, position) : -1;
+        stager.stage16(words + TQP_RAW + (s * TQP_KEYS + warp * 16) * TQ_MMA_RAW, cell, lane);
+    };
+    stage(block_begin, 0);
+    cp_async_commit();
+
+    const float scale_log2 = scale * LOG2E, sketch_factor = tables[TQ_SKETCH_FACTOR];
+    const u32 ktile_at = shared_address(words + TQP_KTILE), stile_at = shared_address(words + TQP_STILE);
+    const u32 vtile_at = shared_address(words + TQP_VTILE);
+    float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    u32 s = 0;
+    for (i32 tile = block_begin; tile < block_end; tile += TQP_KEYS, s ^= 1) {
+        const i32 next = tile + TQP_KEYS;
+        if (next < block_end) stage(next, s ^ 1);  // its stage was last read before the last scores
+        cp_async_commit();
+        cp_async_wait<1>();  // this tile's words
+        __syncthreads();     // every thread's copies landed; every warp is done with the tiles
+        const u8* raw = (const u8*)(words + TQP_RAW + s * TQP_KEYS * TQ_MMA_RAW);
+        // Each (key, block)'s outliers, keys' and values', as tq_outlier_word.
+        if (tid < TQP_KEYS * BLOCKS) {
+            const u32 j = tid / BLOCKS, b = tid % BLOCKS;
+            const u8* key = raw + j * 4 * TQ_MMA_RAW;
+            const u8* value = key + 4 * TQ_KEY_WORDS;
+            const u64 rotation = tq_signs(first_block + b, 0);
+#pragma unroll
+            for (u32 o = 0; o < TQ_OUTLIERS; ++o) {
+                const u32 slot = (j * 2 + b) * TQ_OUTLIERS + o, bit = (b * TQ_OUTLIERS + o) * TQ_INDEX_BITS;
+                words[TQP_KOUT + slot] =
+                    tq_outlier_word(tq_index_at(k_staging.indices(key), ks.index_bit + bit),
+                                    tq_half_at(key, k_staging.block_shift + b * kbb + kl.header() + 2 * o), rotation);
+                words[TQP_VOUT + slot] =
+                    tq_outlier_word(tq_index_at(v_staging.indices(value), vs.index_bit + bit),
+                                    tq_half_at(value, v_staging.block_shift + b * vbb + vl.header() + 2 * o), rotation);
+            }
+        }
+        __syncthreads();
+        // The tiles: a thread per (key, 8 coordinates), its key (and sketch) and its value.
+        for (u32 unit = tid; unit < TQP_KEYS * GROUPS; unit += TQ_MMA_THREADS) {
+            const u32 j = unit / GROUPS, group = unit % GROUPS, b = group / 8, within = group % 8;
+            const u8* key = raw + j * 4 * TQ_MMA_RAW;
+            const u8* value = key + 4 * TQ_KEY_WORDS;
+            const u32 offset = (j * TQ_MMA_STRIDE + 8 * group) * 2, slot = (j * 2 + b) * TQ_OUTLIERS;
+            const u32 at = k_staging.block_shift + b * kbb, norm = tq_word_at(key, at) & 0xffffu;
+            u32 w[4];
+            tq_centroids8(w, words + TQP_KPAIRS, tq_word_at(key, at + kl.code_offset() + 4 * within), 4, norm);
+            tq_add_outliers(w, words + TQP_KOUT + slot, within, words + TQP_H8);
+            store_shared_16(ktile_at + offset, w[0], w[1], w[2], w[3]);
+            if (kl.sketch)
+                tq_store_signs8(stile_at + offset, words + TQP_SIGNS, key[at + kl.sign_offset() + within],
+                                sketch_factor * tq_half_at(key, at + 2) * half_to_float((u16)norm));
+            const u32 vat = v_staging.block_shift + b * vbb;
+            tq_centroids8(w, words + TQP_VPAIRS, tq_bytes_at(value, vat + vl.code_offset() + vl.bits * within), vl.bits,
+                          tq_word_at(value, vat) & 0xffffu);
+            tq_add_outliers(w, words + TQP_VOUT + slot, within, words + TQP_H8);
+            store_shared_16(vtile_at + offset, w[0], w[1], w[2], w[3]);
+        }
+        __syncthreads();
+        // Warp-uniform: does this tile meet the warp's rows?
+        if (tile < rr.end && next > rr.begin) {
+            float sc[TQP_KEYS / 8][4];
+            flash_scores<D, TQ_MMA_STRIDE, TQP_KEYS / 16>(sc, query, ktile_at);
+            if (kl.sketch) {
+                u32 sketched[D / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk)
+                    load_matrix_x4(sketched[kk], shared_address(words + TQP_QSKETCH) + a_offset + kk * 32);
+                flash_scores<D, TQ_MMA_STRIDE, TQP_KEYS / 16, true>(sc, sketched, stile_at);
+            }
+            rr.mask<TQP_KEYS / 8>(sc, tile, scale_log2);
+            u32 p[TQP_KEYS / 16][4];
+            flash_softmax_step<TQP_KEYS / 8, D / 8>(sc, running_max, sum, acc, p);
+            flash_accumulate<D, TQ_MMA_STRIDE, TQP_KEYS / 16>(acc, p, vtile_at);
+        }
+    }
+    cp_async_wait<0>();
+
+    // The rows normalized into the key and sign tiles' space (f32, D a row), then rotated
+    // back by a warp per (row, block).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+    __syncthreads();  // every warp is done with the tiles
+    float* rows_out = tqp_shared + TQP_KTILE;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float inverse = sum[r] == 0.0f ? 0.0f : 1.0f / sum[r];
+        float* destination = rows_out + (warp * 16 + g + 8 * r) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *(float2*)(destination + n * 8) = make_float2(acc[n][2 * r] * inverse, acc[n][2 * r + 1] * inverse);
+    }
+    __syncwarp();
+    for (u32 task = 0; task < 16 * BLOCKS; ++task) {
+        const u32 r = task / BLOCKS, b = task % BLOCKS;
+        const i32 row = warp_first + (i32)r;
+        if (row >= span_end) break;  // warp-uniform; rows in order
+        const float* x = rows_out + (warp * 16 + r) * D + b * TQ_BLOCK;
+        float r0 = x[lane], r1 = x[lane + 32];
+        tq_warp_unrotate(r0, r1, first_block + b, lane);
+        float* o = out + ((u64)row * heads + head) * D + b * TQ_BLOCK;
+        o[lane] = r0;
+        o[lane + 32] = r1;
+    }
+}
+
+// Launch: grid (tiles, heads) with tiles >= Σ ceil(rows_s / 64) over spans, TQ_MMA_THREADS
+// threads, TQP_SHARED_WORDS words of dynamic shared memory.
+#define TQ_PREFILL_KERNEL(name, d)                                                                           \
+    extern "C" __global__ void __launch_bounds__(TQ_MMA_THREADS)                                             \
+        name(const u8* k_cache, const u8* v_cache, const i32* step, const float* q, const float* tables,     \
+             float* out, u32 heads, u32 kv_heads, float scale, u32 window, u32 turbo) {                      \
+        pdl_start();                                                                                         \
+        prefill_tq_mma<d>(k_cache, v_cache, step, q, tables, out, heads, kv_heads, scale, window, turbo);    \
+    }
+TQ_PREFILL_KERNEL(attention_prefill_tq_mma_d64, 64)
+TQ_PREFILL_KERNEL(attention_prefill_tq_mma_d128, 128)
 
 // ---------------------------------------------------------------------------------------
 // Decode. grid (chunks, kv_heads * slices, rows), DECODE_THREADS threads; dynamic shared

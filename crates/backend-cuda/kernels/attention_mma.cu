@@ -128,19 +128,8 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
 
     const StepHeader* h = (const StepHeader*)step;
     // This block's span and tile; the last tiles (the longest rows) start first.
-    i32 span = -1, first_row = 0, span_end = 0;
-    u32 index = gridDim.x - 1 - blockIdx.x;
-    for (i32 s = 0; s < h->spans; ++s) {
-        const i32* info = step + h->span_info + s * 4;
-        const u32 tiles = ((u32)info[1] + QUERY_TILE - 1) / QUERY_TILE;
-        if (index < tiles) {
-            span = s;
-            first_row = info[0] + (i32)(index * QUERY_TILE);
-            span_end = min(info[0] + info[1], h->tokens);
-            break;
-        }
-        index -= tiles;
-    }
+    const PrefillTile tile_of(step, gridDim.x - 1 - blockIdx.x, QUERY_TILE);
+    const i32 span = tile_of.span, span_end = tile_of.span_end;
     if (span < 0) return;  // block-uniform
 
     const u32 head = blockIdx.y;
@@ -149,34 +138,17 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
     const u64 kv_offset = (u64)kv_head * D;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 
-    // The thread's two rows: g and g + 8 of the warp's 16.
-    i32 rows[2], positions[2], lows[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        rows[r] = first_row + (i32)(warp * 16 + g + 8 * r);
-        const bool valid = rows[r] < span_end;
-        positions[r] = valid ? step[h->positions + rows[r]] : -1;  // -1: no key is visible
-        lows[r] = valid ? mma_first_visible(positions[r], window) : 0x7fffffff;
-    }
-    // The warp's key range, and the range every one of its rows sees entirely.
-    i32 begin = min(lows[0], lows[1]), end = max(positions[0], positions[1]) + 1;
-    i32 full_begin = max(lows[0] == 0x7fffffff ? 0 : lows[0], lows[1] == 0x7fffffff ? 0 : lows[1]);
-    i32 full_end = min(positions[0], positions[1]) + 1;
-#pragma unroll
-    for (int offset = 4; offset < 32; offset <<= 1) {
-        begin = min(begin, __shfl_xor_sync(0xffffffffu, begin, offset));
-        end = max(end, __shfl_xor_sync(0xffffffffu, end, offset));
-        full_begin = max(full_begin, __shfl_xor_sync(0xffffffffu, full_begin, offset));
-        full_end = min(full_end, __shfl_xor_sync(0xffffffffu, full_end, offset));
-    }
+    // The thread's two rows (g and g + 8 of the warp's 16), the warp's key ranges.
+    const MmaPrefillRows rr(step, tile_of.first_row + (i32)(warp * 16), span_end, window);
+    const i32 begin = rr.begin, end = rr.end;
     if (lane == 0) {
         warp_begin[warp] = begin;
         warp_end[warp] = end;
     }
 
     u32 query[D / 16][4];
-    load_queries<D>(query, rows[0] < span_end ? q + ((u64)rows[0] * heads + head) * D : nullptr,
-                    rows[1] < span_end ? q + ((u64)rows[1] * heads + head) * D : nullptr);
+    load_queries<D>(query, rr.rows[0] < span_end ? q + ((u64)rr.rows[0] * heads + head) * D : nullptr,
+                    rr.rows[1] < span_end ? q + ((u64)rr.rows[1] * heads + head) * D : nullptr);
     __syncthreads();
     i32 block_begin = 0x7fffffff, block_end = 0;
 #pragma unroll
@@ -202,9 +174,8 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
 
     for (i32 tile = block_begin; tile < block_end; tile += KEY_TILE) {
         const i32 next = tile + KEY_TILE;
-        // Warp-uniform: does this tile meet the warp's rows, and must it be masked?
+        // Warp-uniform: does this tile meet the warp's rows?
         const bool active = tile < end && next > begin;
-        const bool masked = !(tile >= full_begin && next <= full_end);
         float s[KEY_TILE / 8][4];
         copy_async_wait_one();  // this tile's keys
         __syncthreads();
@@ -217,16 +188,7 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
         copy_async_commit();
         u32 p[KEY_TILE / 16][4];
         if (active) {
-#pragma unroll
-            for (int n = 0; n < KEY_TILE / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const i32 key = tile + n * 8 + 2 * (i32)t + (e & 1);
-                    const int r = e >> 1;
-                    const bool visible = !masked || (key >= lows[r] && key <= positions[r]);
-                    s[n][e] = visible ? s[n][e] * scale_log2 : NEG_INF;
-                }
-            }
+            rr.mask<KEY_TILE / 8>(s, tile, scale_log2);
             flash_softmax_step<KEY_TILE / 8, D / 8>(s, running_max, sum, acc, p);
         }
         copy_async_wait_one();  // this tile's values
@@ -246,9 +208,9 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        if (rows[r] >= span_end) continue;
+        if (rr.rows[r] >= span_end) continue;
         const float inverse = sum[r] == 0.0f ? 0.0f : 1.0f / sum[r];
-        float* destination = out + ((u64)rows[r] * heads + head) * D + 2 * t;
+        float* destination = out + ((u64)rr.rows[r] * heads + head) * D + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
             *(float2*)(destination + n * 8) = make_float2(acc[n][2 * r] * inverse, acc[n][2 * r + 1] * inverse);

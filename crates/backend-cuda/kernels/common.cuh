@@ -146,6 +146,26 @@ __device__ __forceinline__ i32 step_cell(const i32* step, const StepHeader* h, i
     return table[pos / h->block_size] * h->block_size + pos % h->block_size;
 }
 
+// The query tile of a prefill block: tiles of `tile_rows` rows, each span's in turn, tile
+// `index` overall (span -1: none, the block returns).
+struct PrefillTile {
+    i32 span = -1, first_row = 0, span_end = 0;
+    __device__ PrefillTile(const i32* step, u32 index, u32 tile_rows) {
+        const StepHeader* h = (const StepHeader*)step;
+        for (i32 s = 0; s < h->spans; ++s) {
+            const i32* info = step + h->span_info + s * 4;
+            const u32 tiles = ((u32)info[1] + tile_rows - 1) / tile_rows;
+            if (index < tiles) {
+                span = s;
+                first_row = info[0] + (i32)(index * tile_rows);
+                span_end = min(info[0] + info[1], h->tokens);
+                return;
+            }
+            index -= tiles;
+        }
+    }
+};
+
 // step_cell of positions first, first + stride, ... (first >= 0) by additions: one division
 // for the first position, then the offset in the block carried over into the next block.
 struct CellWalk {

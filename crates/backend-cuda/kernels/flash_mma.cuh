@@ -64,11 +64,13 @@ __device__ __forceinline__ void flash_softmax_step(float (&s)[N][4], float (&run
 }
 
 // s[n] = Q · K^T for 16 * N2 keys stored row-major (stride STRIDE halves) from `keys`.
-template <int D, int STRIDE, int N2>
+// With ADD, s[n] += Q · K^T.
+template <int D, int STRIDE, int N2, bool ADD = false>
 __device__ __forceinline__ void flash_scores(float (&s)[2 * N2][4], const u32 (&q)[D / 16][4], u32 keys) {
     const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
+    if (!ADD)
 #pragma unroll
-    for (int n = 0; n < 2 * N2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < 2 * N2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
@@ -98,3 +100,48 @@ __device__ __forceinline__ void flash_accumulate(float (&out)[D / 8][4], const u
         }
     }
 }
+
+// A tensor-core prefill warp's rows (g and g + 8 of its 16, from `first_row`) below
+// `span_end`: their positions (-1 past the span: no key visible) and first visible keys, the
+// warp's key range [begin, end) and the range [full_begin, full_end) all its rows see whole.
+struct MmaPrefillRows {
+    i32 rows[2], positions[2], lows[2], begin, end, full_begin, full_end;
+    __device__ __forceinline__ MmaPrefillRows(const i32* step, i32 first_row, i32 span_end, u32 window) {
+        const StepHeader* h = (const StepHeader*)step;
+        const u32 lane = threadIdx.x & 31, g = lane >> 2;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            rows[r] = first_row + (i32)(g + 8 * r);
+            const bool valid = rows[r] < span_end;
+            positions[r] = valid ? step[h->positions + rows[r]] : -1;
+            lows[r] = valid ? (window == 0 ? 0 : max(0, positions[r] + 1 - (i32)window)) : 0x7fffffff;
+        }
+        begin = min(lows[0], lows[1]);
+        end = max(positions[0], positions[1]) + 1;
+        full_begin = max(lows[0] == 0x7fffffff ? 0 : lows[0], lows[1] == 0x7fffffff ? 0 : lows[1]);
+        full_end = min(positions[0], positions[1]) + 1;
+#pragma unroll
+        for (int offset = 4; offset < 32; offset <<= 1) {
+            begin = min(begin, __shfl_xor_sync(0xffffffffu, begin, offset));
+            end = max(end, __shfl_xor_sync(0xffffffffu, end, offset));
+            full_begin = max(full_begin, __shfl_xor_sync(0xffffffffu, full_begin, offset));
+            full_end = min(full_end, __shfl_xor_sync(0xffffffffu, full_end, offset));
+        }
+    }
+    // Log2-unit scores of key tile `tile` (16 N keys) masked: keys outside a row's range at -inf.
+    template <int N>
+    __device__ __forceinline__ void mask(float (&s)[N][4], i32 tile, float scale_log2) const {
+        const u32 t = threadIdx.x & 3;
+        const bool masked = !(tile >= full_begin && tile + 8 * N <= full_end);
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const i32 key = tile + n * 8 + 2 * (i32)t + (e & 1);
+                const int r = e >> 1;
+                const bool visible = !masked || (key >= lows[r] && key <= positions[r]);
+                s[n][e] = visible ? s[n][e] * scale_log2 : NEG_INF;
+            }
+        }
+    }
+};

@@ -5,7 +5,8 @@
 //! to 6, head_dim 64 and 128, centered keys, a sliding window, prefills whose partials take
 //! several launches, a captured decode step replayed as its sequences grow; decode rows take
 //! each of the three decoders of [`TurboDecode`]: the tensor cores' (the default), the f32
-//! decode from the codes and the tile decoder);
+//! decode from the codes and the tile decoder; prefill rows the tensor cores' and the tile
+//! decoder's kernel);
 //! mixes the CUDA backend cannot do are refused
 //! with an error.
 //!
@@ -19,8 +20,8 @@
 //! differ by one f16 ulp; outliers and their indices are chosen before any rounding and
 //! must be equal. An attention output may move by at most 1e-3 of the outputs' scale (the
 //! largest magnitude of the CPU's), which a handful of such flips stays well below. The
-//! tensor-core decode rounds to f16 what the f16 cache's tensor-core decode rounds (queries,
-//! here rotated and sketched, the decoded keys and values, the probabilities), so it is held
+//! tensor-core kernels round to f16 what the f16 cache's tensor-core kernels round (queries,
+//! here rotated and sketched, the decoded keys and values, the probabilities), so they are held
 //! to the parity suite's attention bound (NMSE 5e-4, llama.cpp's for `flash_attn_ext`) and to
 //! 1e-2 of the scale.
 //!
@@ -663,9 +664,17 @@ fn windows_and_groups_match_the_cpu(cuda: &CudaBackend) {
     }
 }
 
+/// Prefill rows on the tensor cores (the default, `attention_prefill_tq_mma_*`) and on the
+/// tile decoder's kernel (`attention_prefill_tq`, which `Codes` and `Tiles` take).
 #[test]
 fn prefill_attention_matches_the_cpu() {
-    let Some(cuda) = cuda() else { return };
+    for decode in [TurboDecode::Tiles, TurboDecode::TensorCores] {
+        let Some(cuda) = cuda() else { return };
+        prefill_rows_match_the_cpu(&cuda.with_turbo_decode(decode));
+    }
+}
+
+fn prefill_rows_match_the_cpu(cuda: &CudaBackend) {
     // A prompt of 17 rows, one of 300, a chunk of 600 rows after 1,500 cached positions
     // beside a short one (rows over five chunks of keys), and a decode row batched with a
     // prefill.
@@ -687,7 +696,7 @@ fn prefill_attention_matches_the_cpu() {
                     sequences,
                     centered: true,
                 };
-                compare_attention(&cuda, seed, &case);
+                compare_attention(cuda, seed, &case);
             }
         }
     }
@@ -695,7 +704,13 @@ fn prefill_attention_matches_the_cpu() {
 
 #[test]
 fn sliding_windows_and_long_prefills_match_the_cpu() {
-    let Some(cuda) = cuda() else { return };
+    for decode in [TurboDecode::Tiles, TurboDecode::TensorCores] {
+        let Some(cuda) = cuda() else { return };
+        windows_and_long_prefills_match_the_cpu(&cuda.with_turbo_decode(decode));
+    }
+}
+
+fn windows_and_long_prefills_match_the_cpu(cuda: &CudaBackend) {
     // A window of 40 and one of 700 (two chunks of a window), decode and prefill rows.
     for (index, window) in [40, 700].into_iter().enumerate() {
         let case = Case {
@@ -705,7 +720,7 @@ fn sliding_windows_and_long_prefills_match_the_cpu() {
             sequences: &[(1000, 1), (20, 70), (1200, 300)],
             centered: true,
         };
-        compare_attention(&cuda, 0x5117 + index as u64, &case);
+        compare_attention(cuda, 0x5117 + index as u64, &case);
     }
     // 900 rows of 16 heads over 2,100 positions: 16 × 5 chunks × 258 partial values a row,
     // so the rows' partials take two launches (64 MiB of scratch at most).
@@ -716,7 +731,7 @@ fn sliding_windows_and_long_prefills_match_the_cpu() {
         sequences: &[(1200, 900)],
         centered: true,
     };
-    compare_attention(&cuda, 0x1009, &case);
+    compare_attention(cuda, 0x1009, &case);
 }
 
 #[test]

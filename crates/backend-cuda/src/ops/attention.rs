@@ -19,7 +19,8 @@ use crate::{launch, CudaBackend, StepView, TurboDecode};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
     DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_MMA_SHARED_BYTES, TURBO_MMA_THREADS,
-    TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS, TURBO_SHARED_BYTES, TURBO_THREADS,
+    TURBO_PREFILL_SHARED_BYTES, TURBO_QUERY_FLOATS, TURBO_QUERY_THREADS, TURBO_SHARED_BYTES,
+    TURBO_THREADS,
 };
 
 const OP: &str = "attention";
@@ -297,22 +298,27 @@ fn attention_blocks(
     };
     let tables = if turbo { backend.turbo_tables()? } else { 0 };
     let call = Call::new(attention, out, false, false, Some(kernels), tables)?;
+    let decoder = backend.turbo_decode();
+    // The tensor cores take TurboQuant heads of 64 and 128 values (decode and prefill).
+    let tensor_cores = turbo && decoder == TurboDecode::TensorCores && matches!(head_dim, 64 | 128);
     if use_prefill(total_rows, end_row, spans.len()) {
+        if tensor_cores {
+            let tiles = mma_prefill_tiles(total_rows, spans.len());
+            return prefill_turbo_mma(backend, &call, &step, tiles);
+        }
         let plan = PrefillPlan::new(head_dim, total_rows, spans.len());
         return prefill(backend, &call, &step, &plan);
     }
-    let decoder = backend.turbo_decode();
     if turbo && decoder != TurboDecode::Tiles {
-        let mma = decoder == TurboDecode::TensorCores && matches!(head_dim, 64 | 128);
         let plan = DecodePlan::turbo(
             capacity(&step, spans)?,
             group,
             end_row,
             params.kv_heads,
             backend.multiprocessors(OP)?,
-            mma,
+            tensor_cores,
         );
-        return decode_turbo(backend, &call, &step, &plan, end_row, mma);
+        return decode_turbo(backend, &call, &step, &plan, end_row, tensor_cores);
     }
     let plan = DecodePlan::new(capacity(&step, spans)?, group, end_row);
     decode(backend, &call, &step, &plan, end_row, false)
@@ -614,6 +620,47 @@ fn decode_turbo(
         plan,
         rows,
         (0, kernels.v_rotation),
+    )
+}
+
+/// The TurboQuant prefill on the tensor cores (attention_prefill_tq_mma_*, heads of 64 or
+/// 128 values) straight into `out`: 64 query rows of one span and one head a block.
+fn prefill_turbo_mma(
+    backend: &CudaBackend,
+    call: &Call,
+    step: &StepView,
+    tiles: usize,
+) -> Result<(), BackendError> {
+    let Some(kernels) = call.blocks else {
+        return Err(crate::kv_type_refused(KvType::Tq4, OP));
+    };
+    let config = LaunchConfig {
+        grid_dim: (to_u32(OP, "query tiles", tiles)?, call.heads, 1),
+        block_dim: (TURBO_MMA_THREADS, 1, 1),
+        shared_mem_bytes: TURBO_PREFILL_SHARED_BYTES,
+    };
+    let name = if call.head_dim == 64 {
+        "attention_prefill_tq_mma_d64"
+    } else {
+        "attention_prefill_tq_mma_d128"
+    };
+    launch!(
+        backend,
+        OP,
+        "attention.cu",
+        name,
+        config,
+        call.k,
+        call.v,
+        step.ptr,
+        call.q,
+        call.tables,
+        call.out,
+        call.heads,
+        call.kv_heads,
+        call.scale,
+        call.window,
+        kernels.k_rotation
     )
 }
 

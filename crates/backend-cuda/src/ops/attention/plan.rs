@@ -73,6 +73,13 @@ pub const TURBO_MMA_BLOCKS_PER_MULTIPROCESSOR: usize = 2;
 pub const TURBO_MMA_SHARED_BYTES: u32 = 4
     * ((2 * 4 * 136 + 8 * 128 + 2 * 256 + 32 + 32 + 2 * 4 * 8)
         + 4 * (2 * 16 * 49 + 2 * 16 * 136 / 2 + 16 * 2 * 2 + 16 * 8)) as u32;
+/// Dynamic shared memory of a TurboQuant tensor-core prefill block (`TQP_SHARED_WORDS`
+/// words): the S R q rows and the key, sign and value tiles (64 rows of 136 f16 each), two
+/// stages of 64 staged keys and values (49 words each), the keys' and values' outliers (64 × 2
+/// × 2 each), the centroid-pair tables (256 words each), the signs by nibble (32) and the
+/// 8-point Hadamard rows (32).
+pub const TURBO_PREFILL_SHARED_BYTES: u32 =
+    4 * (4 * 64 * 136 / 2 + 2 * 64 * 49 + 2 * 64 * 2 * 2 + 2 * 256 + 32 + 32) as u32;
 /// f32 values of one (row, KV head, head slice)'s prepared queries (`TQ_Q_FLOATS`): rotated
 /// queries (8 heads × 2 blocks × 68), plain queries (8 × 128), the tables' totals (16) and the
 /// sketch's tables (2 blocks × 2,064).
