@@ -60,8 +60,8 @@ macro_rules! launch {
 pub(crate) use launch;
 
 /// The kernels that decode rows (a few query rows a sequence) over TurboQuant caches outside
-/// exact numerics; prefill spans take `attention_prefill_tq` whatever this is. All three
-/// work in the caches' rotated basis and rotate the merged rows back once.
+/// exact numerics; prefill spans take [`TurboPrefill`]'s. All three work in the caches'
+/// rotated basis and rotate the merged rows back once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TurboDecode {
     /// `attention_decode_tq_mma_*` (heads of 64 and 128 values): each 16-key sub-tile's codes
@@ -88,6 +88,36 @@ impl TurboDecode {
                     "RUNIT_CUDA_TQ_DECODE={other:?} is not mma, codes or tiles: the tensor cores' decode is used"
                 );
                 TurboDecode::TensorCores
+            }
+        }
+    }
+}
+
+/// The kernels that run prefill spans over TurboQuant caches outside exact numerics, in the
+/// caches' rotated basis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurboPrefill {
+    /// `attention_prefill_tq`: each tile of keys and values decoded to f32 in shared memory,
+    /// then the float caches' tiled prefill.
+    Tiles,
+    /// `attention_prefill_tq_mma_*` (heads of 64 and 128 values; others take [`Self::Tiles`]):
+    /// 64 query rows a block, each 64-key tile decoded once into f16 tiles, scores and values on
+    /// the tensor cores. Not yet the default: written in session 46, not yet run on a GPU.
+    TensorCores,
+}
+
+impl TurboPrefill {
+    /// [`Self::Tiles`] unless `RUNIT_CUDA_TQ_PREFILL=mma`; another value keeps the default
+    /// with a warning.
+    pub fn from_env() -> TurboPrefill {
+        match std::env::var("RUNIT_CUDA_TQ_PREFILL").as_deref() {
+            Ok("mma") => TurboPrefill::TensorCores,
+            Ok("tiles") | Err(_) => TurboPrefill::Tiles,
+            Ok(other) => {
+                tracing::warn!(
+                    "RUNIT_CUDA_TQ_PREFILL={other:?} is not mma or tiles: the tile prefill is used"
+                );
+                TurboPrefill::Tiles
             }
         }
     }
@@ -132,6 +162,8 @@ pub struct CudaBackend {
     exact: bool,
     /// Which kernel decodes rows over TurboQuant caches ([`CudaBackend::with_turbo_decode`]).
     turbo_decode: TurboDecode,
+    /// Which kernel runs prefill spans over TurboQuant caches ([`CudaBackend::with_turbo_prefill`]).
+    turbo_prefill: TurboPrefill,
     /// Exact mode's RoPE angles, computed on the host (exact/ops.rs).
     exact_angles: exact::ops::AngleTable,
     /// The pass under way computes every row as if alone (`StepInputs::rows_alone`, set
@@ -218,6 +250,7 @@ impl CudaBackend {
                 && std::env::var("RUNIT_CUDA_PDL").map_or(true, |v| v != "0"),
             exact: std::env::var("RUNIT_CUDA_EXACT").is_ok_and(|v| v == "1"),
             turbo_decode: TurboDecode::from_env(),
+            turbo_prefill: TurboPrefill::from_env(),
             exact_angles: exact::ops::AngleTable::default(),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
             gelu_table,
@@ -247,6 +280,19 @@ impl CudaBackend {
     /// The kernel that decodes rows over TurboQuant caches ([`CudaBackend::with_turbo_decode`]).
     pub fn turbo_decode(&self) -> TurboDecode {
         self.turbo_decode
+    }
+
+    /// Chooses the kernel that runs prefill spans over TurboQuant caches outside exact
+    /// numerics ([`TurboPrefill`]; [`TurboPrefill::from_env`] when the backend is opened).
+    pub fn with_turbo_prefill(mut self, prefill: TurboPrefill) -> CudaBackend {
+        self.turbo_prefill = prefill;
+        self
+    }
+
+    /// The kernel that runs prefill spans over TurboQuant caches
+    /// ([`CudaBackend::with_turbo_prefill`]).
+    pub fn turbo_prefill(&self) -> TurboPrefill {
+        self.turbo_prefill
     }
 
     /// True in exact-numerics mode ([`CudaBackend::with_exact_numerics`]).

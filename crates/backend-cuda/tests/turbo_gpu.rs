@@ -5,8 +5,7 @@
 //! to 6, head_dim 64 and 128, centered keys, a sliding window, prefills whose partials take
 //! several launches, a captured decode step replayed as its sequences grow; decode rows take
 //! each of the three decoders of [`TurboDecode`]: the tensor cores' (the default), the f32
-//! decode from the codes and the tile decoder; prefill rows the tensor cores' and the tile
-//! decoder's kernel);
+//! decode from the codes and the tile decoder; prefill rows each kernel of [`TurboPrefill`]);
 //! mixes the CUDA backend cannot do are refused
 //! with an error.
 //!
@@ -38,7 +37,7 @@ use runit_backend::{
     KvTypes, KvWrite, PrimitiveOps, SequenceSpan, StepInputs, StepKey,
 };
 use runit_backend_cpu::{CpuBackend, SimdLevel};
-use runit_backend_cuda::{CudaBackend, TurboDecode};
+use runit_backend_cuda::{CudaBackend, TurboDecode, TurboPrefill};
 
 const BLOCK_SIZE: usize = 16;
 /// Codes that may differ from the CPU's, as a share of all codes (see the module's notes).
@@ -541,10 +540,11 @@ fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
 }
 
 /// Fails unless `got` is within [`ATTENTION_RELATIVE_ERROR`] of `expected`'s scale (with
-/// `cuda`'s tensor-core decode: [`TENSOR_CORE_RELATIVE_ERROR`], and an NMSE within
+/// `cuda`'s tensor-core kernels: [`TENSOR_CORE_RELATIVE_ERROR`], and an NMSE within
 /// [`ATTENTION_BOUND`]); returns the relative error.
 fn check_close(cuda: &CudaBackend, name: &str, expected: &[f32], got: &[f32]) -> f32 {
-    let tensor_cores = cuda.turbo_decode() == TurboDecode::TensorCores;
+    let tensor_cores = cuda.turbo_decode() == TurboDecode::TensorCores
+        || cuda.turbo_prefill() == TurboPrefill::TensorCores;
     let bound = if tensor_cores {
         TENSOR_CORE_RELATIVE_ERROR
     } else {
@@ -664,13 +664,20 @@ fn windows_and_groups_match_the_cpu(cuda: &CudaBackend) {
     }
 }
 
-/// Prefill rows on the tensor cores (the default, `attention_prefill_tq_mma_*`) and on the
-/// tile decoder's kernel (`attention_prefill_tq`, which `Codes` and `Tiles` take).
+/// The two prefill kernels ([`TurboPrefill`]), each beside the decoder of its arithmetic.
+const PREFILLS: [(TurboDecode, TurboPrefill); 2] = [
+    (TurboDecode::Tiles, TurboPrefill::Tiles),
+    (TurboDecode::TensorCores, TurboPrefill::TensorCores),
+];
+
+/// Prefill rows on the tile prefill (`attention_prefill_tq`) and on the tensor cores
+/// (`attention_prefill_tq_mma_*`).
 #[test]
 fn prefill_attention_matches_the_cpu() {
-    for decode in [TurboDecode::Tiles, TurboDecode::TensorCores] {
+    for (decode, prefill) in PREFILLS {
         let Some(cuda) = cuda() else { return };
-        prefill_rows_match_the_cpu(&cuda.with_turbo_decode(decode));
+        let cuda = cuda.with_turbo_decode(decode).with_turbo_prefill(prefill);
+        prefill_rows_match_the_cpu(&cuda);
     }
 }
 
@@ -704,9 +711,10 @@ fn prefill_rows_match_the_cpu(cuda: &CudaBackend) {
 
 #[test]
 fn sliding_windows_and_long_prefills_match_the_cpu() {
-    for decode in [TurboDecode::Tiles, TurboDecode::TensorCores] {
+    for (decode, prefill) in PREFILLS {
         let Some(cuda) = cuda() else { return };
-        windows_and_long_prefills_match_the_cpu(&cuda.with_turbo_decode(decode));
+        let cuda = cuda.with_turbo_decode(decode).with_turbo_prefill(prefill);
+        windows_and_long_prefills_match_the_cpu(&cuda);
     }
 }
 

@@ -15,7 +15,7 @@ use runit_backend::{hadamard, Attention, AttentionParams, BackendError, Buffer, 
 use super::elementwise::{product, to_u32};
 use super::kv::attended_end_row;
 use crate::memory::{buffer_ptr, check_len, kv_ptr};
-use crate::{launch, CudaBackend, StepView, TurboDecode};
+use crate::{launch, CudaBackend, StepView, TurboDecode, TurboPrefill};
 use plan::{
     mma_prefill_tiles, round_queries, use_mma, use_prefill, DecodePlan, PrefillPlan,
     DECODE_THREADS, MAX_HEAD_DIM, MMA_THREADS, TURBO_MMA_SHARED_BYTES, TURBO_MMA_THREADS,
@@ -298,11 +298,12 @@ fn attention_blocks(
     };
     let tables = if turbo { backend.turbo_tables()? } else { 0 };
     let call = Call::new(attention, out, false, false, Some(kernels), tables)?;
+    // The tensor cores take TurboQuant heads of 64 and 128 values.
+    let mma_shape = turbo && matches!(head_dim, 64 | 128);
     let decoder = backend.turbo_decode();
-    // The tensor cores take TurboQuant heads of 64 and 128 values (decode and prefill).
-    let tensor_cores = turbo && decoder == TurboDecode::TensorCores && matches!(head_dim, 64 | 128);
+    let tensor_cores = mma_shape && decoder == TurboDecode::TensorCores;
     if use_prefill(total_rows, end_row, spans.len()) {
-        if tensor_cores {
+        if mma_shape && backend.turbo_prefill() == TurboPrefill::TensorCores {
             let tiles = mma_prefill_tiles(total_rows, spans.len());
             return prefill_turbo_mma(backend, &call, &step, tiles);
         }
