@@ -5,7 +5,9 @@
 # against a direct computation of the estimate (runit_backend::turbo's algorithm). Prints the largest score and output differences
 # for four layouts (tq4/tq4, tq3 keys/tq3 values, tq4/tq3 and tq3/tq4 with heads of 64), every KV
 # head of each (so blocks at offsets of 2 mod 4 too), and the tensor-core scores (TQ_MMA_SCORES:
-# fragments as mma.cuh lays them out, f16 hi + lo halves) relative to the scores' scale. Needs numpy.
+# fragments as mma.cuh lays them out, f16 hi + lo halves) relative to the scores' scale, the
+# tensor-core decode's and the tensor-core prefill's (keys' outliers rotated into the key tile)
+# scores and outputs relative to theirs. Needs numpy.
 import numpy as np, struct
 rng = np.random.default_rng(7)
 B=64; OUT=2
@@ -233,11 +235,13 @@ def emulate(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
 def bytes_at(bs, at):
     """tq_bytes_at: the 4 bytes from `at` on, any offset"""
     return struct.unpack_from('<I', bytes(bs)+bytes(8), at)[0]
-def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
+def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale, prefill=False):
     """attention_decode_tq_mma_*'s index logic: f16 rows of R q and S R q, a sub-tile's keys
     decoded by group of 8 coordinates (centroid pairs by code byte times the norm, signs by
     nibble times alpha, f16 products), the outliers' scores, the values decoded alike with their
-    outliers rotated into the f16 tile (+-v/8 by the signs, H's row i & 7 per 8 coordinates)"""
+    outliers rotated into the f16 tile (+-v/8 by the signs, H's row i & 7 per 8 coordinates).
+    With `prefill`, attention_prefill_tq_mma_*'s: the keys' outliers rotated into the key tile
+    as the values' are, no scores of their own"""
     n_heads=len(qs_heads); fb=kv_head*hb; row_blocks=kv_heads*hb; D=64*hb
     h16=lambda x: np.float16(x).astype(float)
     plain=np.zeros((8,D)); qrot=np.zeros((8,D)); qsk=np.zeros((8,D))
@@ -251,6 +255,16 @@ def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
     n=len(krows)
     raw=[stage(krows[j],kst,27)+stage(vrows[j],vst,22) for j in range(n)]
     kc=cent4; vc=cent4 if vl.bits==4 else cent3; vm=(1<<vl.bits)-1
+    def rotate_in(row, bs, st, sl, L, b, within, group):
+        """tq_add_outliers: a block's outliers rotated into 8 coordinates of an f16 tile row"""
+        at=st['shift']+b*L.block_bytes
+        for o in range(2):
+            ix=index_at(bs[4*st['words']+st['index_shift']:],sl['index_bit']+(b*2+o)*6)
+            h=h16(hf(u16(bs,at+L.header+2*o))*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1))
+            if bin(within&(ix>>3)).count('1')&1: h=-h
+            for e in range(8):
+                sg=-1 if bin(e&(ix&7)).count('1')&1 else 1
+                row[group*8+e]=h16(sg*h+row[group*8+e])
     Kt=np.zeros((n,D)); St=np.zeros((n,D)); Vt=np.zeros((n,D)); bias=np.zeros((n,8))
     for j in range(n):
         key=raw[j][:108]; val=raw[j][108:]
@@ -261,6 +275,7 @@ def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
             for p_ in range(4):
                 byte=codes>>(8*p_)&255
                 Kt[j][group*8+2*p_]=h16(h16(kc[byte&15])*norm); Kt[j][group*8+2*p_+1]=h16(h16(kc[byte>>4])*norm)
+            if prefill: rotate_in(Kt[j], key, kst, ks, kl, b, within, group)
             if kl.sketch:
                 alpha=h16(sf*hf(u16(key,at+2))*norm); byte=key[at+kl.sign_offset+within]
                 for e in range(8): St[j][group*8+e]=-alpha if byte>>e&1 else alpha
@@ -269,14 +284,8 @@ def emulate_mma(qs_heads, krows, vrows, kl, vl, kv_heads, kv_head, hb, scale):
             for p_ in range(4):
                 i=codes>>(2*vl.bits*p_)&((1<<2*vl.bits)-1)
                 Vt[j][group*8+2*p_]=h16(h16(vc[i&vm])*vn); Vt[j][group*8+2*p_+1]=h16(h16(vc[i>>vl.bits&vm])*vn)
-            for o in range(2):  # the value's outliers rotated into the tile: f16 fma of +-v/8 by H's row
-                ix=index_at(val[4*vst['words']+vst['index_shift']:],vs['index_bit']+(b*2+o)*6)
-                h=h16(hf(u16(val,vat+vl.header+2*o))*0.125*(-1 if splitmix(fb+b,0)>>ix&1 else 1))
-                if bin(within&(ix>>3)).count('1')&1: h=-h
-                for e in range(8):
-                    sg=-1 if bin(e&(ix&7)).count('1')&1 else 1
-                    Vt[j][group*8+e]=h16(sg*h+Vt[j][group*8+e])
-        for b in range(hb):
+            rotate_in(Vt[j], val, vst, vs, vl, b, within, group)
+        for b in range(hb if not prefill else 0):
             at=kst['shift']+b*kl.block_bytes
             for o in range(2):
                 ix=index_at(key[4*kst['words']+kst['index_shift']:],ks['index_bit']+(b*2+o)*6); v=hf(u16(key,at+kl.header+2*o))
@@ -301,5 +310,8 @@ for (kbits,ksk,vbits,hb,kv_heads) in [(4,True,4,2,4),(4,False,3,2,2),(4,True,3,1
         vref=np.array([ref_value(V[j][1],kvh,hb,vbits) for j in range(n)])
         outref=wr@vref
         msc,mres=emulate_mma(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1)
-        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max(), 'mma scores', np.abs(mma-ref).max()/np.abs(ref).max(),
-              'tensor-core decode: scores', np.abs(msc-ref).max()/np.abs(ref).max(), 'outputs', np.abs(mres-outref).max()/np.abs(outref).max())
+        psc,pres=emulate_mma(q,[k[0] for k in K],[v[0] for v in V],kl,vl,kv_heads,kvh,hb,0.1,prefill=True)
+        rel=lambda a,b: np.abs(a-b).max()/np.abs(b).max()
+        print(kbits,ksk,vbits,hb,kvh, np.abs(sc-ref).max(), np.abs(res-outref).max(), 'mma scores', rel(mma,ref),
+              'tensor-core decode: scores', rel(msc,ref), 'outputs', rel(mres,outref),
+              'prefill: scores', rel(psc,ref), 'outputs', rel(pres,outref))
