@@ -1331,10 +1331,22 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     // The tables, the queries (a warp per (query head, block): plain, R q = H D q / 8 and
     // S R q = H D' R q, as tq_prepare_query), this warp's outlier accumulator.
     tq_mma_tables<TQ_MMA_THREADS>(words + TQM_KPAIRS, words + TQM_VPAIRS, words + TQM_SIGNS, words + TQM_H8, kl, vl, tables);
-    for (u32 task = warp; task < 8 * BLOCKS; task += TQ_MMA_WARPS) {
-        const u32 hq = task / BLOCKS, b = task % BLOCKS, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
+    // A warp's tasks (query head, block): every value loaded first (all in flight), then each
+    // task rotated and sketched.
+    constexpr u32 TASKS = 8 * BLOCKS / TQ_MMA_WARPS;
+    float values[TASKS][2];
+#pragma unroll
+    for (u32 i = 0; i < TASKS; ++i) {
+        const u32 task = warp + i * TQ_MMA_WARPS, hq = task / BLOCKS, d0 = task % BLOCKS * TQ_BLOCK + lane;
         const float* query = hq < hs.count ? q + ((u64)row * heads + hs.first + hq) * D : nullptr;
-        const float x0 = query ? query[d0] : 0.0f, x1 = query ? query[d1] : 0.0f;
+        values[i][0] = query ? query[d0] : 0.0f;
+        values[i][1] = query ? query[d0 + 32] : 0.0f;
+    }
+#pragma unroll
+    for (u32 i = 0; i < TASKS; ++i) {
+        const u32 task = warp + i * TQ_MMA_WARPS;
+        const u32 hq = task / BLOCKS, b = task % BLOCKS, d0 = b * TQ_BLOCK + lane, d1 = d0 + 32;
+        const float x0 = values[i][0], x1 = values[i][1];
         tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d0] = x0;
         tqm_shared[TQM_QPLAIN + hq * TQ_TILE_DIM + d1] = x1;
         float r0 = x0, r1 = x1;
@@ -1623,21 +1635,34 @@ __device__ __forceinline__ void prefill_tq_mma(const u8* k_cache, const u8* v_ca
                                   tables);
 
     // The warp's rows rotated (zeros past the span): R q into the key tile's rows, S R q into
-    // TQP_QSKETCH, as f16; the R q rows become the A fragments.
-    for (u32 task = 0; task < 16 * BLOCKS; ++task) {
-        const u32 r = task / BLOCKS, b = task % BLOCKS, at = (warp * 16 + r) * TQ_MMA_STRIDE + b * TQ_BLOCK;
-        const i32 row = warp_first + (i32)r;
-        const float* query = row < span_end ? q + ((u64)row * heads + head) * D + b * TQ_BLOCK : nullptr;
-        float x0 = query ? query[lane] : 0.0f, x1 = query ? query[lane + 32] : 0.0f;
-        tq_warp_rotate(x0, x1, first_block + b, lane);
-        u16* rotated = (u16*)(words + TQP_KTILE) + at;
-        rotated[lane] = float_to_half(x0);
-        rotated[lane + 32] = float_to_half(x1);
-        if (kl.sketch) {
-            tq_warp_sketch(x0, x1, first_block + b, lane);
-            u16* sketched = (u16*)(words + TQP_QSKETCH) + at;
-            sketched[lane] = float_to_half(x0);
-            sketched[lane + 32] = float_to_half(x1);
+    // TQP_QSKETCH, as f16; the R q rows become the A fragments. Eight (row, block) tasks at a
+    // time, their values loaded first (all in flight).
+    constexpr u32 TASKS = 8;
+    for (u32 first = 0; first < 16 * BLOCKS; first += TASKS) {
+        float values[TASKS][2];
+#pragma unroll
+        for (u32 i = 0; i < TASKS; ++i) {
+            const u32 task = first + i, b = task % BLOCKS;
+            const i32 row = warp_first + (i32)(task / BLOCKS);
+            const float* query = row < span_end ? q + ((u64)row * heads + head) * D + b * TQ_BLOCK : nullptr;
+            values[i][0] = query ? query[lane] : 0.0f;
+            values[i][1] = query ? query[lane + 32] : 0.0f;
+        }
+#pragma unroll
+        for (u32 i = 0; i < TASKS; ++i) {
+            const u32 task = first + i, r = task / BLOCKS, b = task % BLOCKS;
+            const u32 at = (warp * 16 + r) * TQ_MMA_STRIDE + b * TQ_BLOCK;
+            float x0 = values[i][0], x1 = values[i][1];
+            tq_warp_rotate(x0, x1, first_block + b, lane);
+            u16* rotated = (u16*)(words + TQP_KTILE) + at;
+            rotated[lane] = float_to_half(x0);
+            rotated[lane + 32] = float_to_half(x1);
+            if (kl.sketch) {
+                tq_warp_sketch(x0, x1, first_block + b, lane);
+                u16* sketched = (u16*)(words + TQP_QSKETCH) + at;
+                sketched[lane] = float_to_half(x0);
+                sketched[lane + 32] = float_to_half(x1);
+            }
         }
     }
     __syncwarp();
