@@ -1672,12 +1672,8 @@ __device__ __forceinline__ void prefill_tq_mma(const u8* k_cache, const u8* v_ca
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) load_matrix_x4(query[kk], shared_address(words + TQP_KTILE) + a_offset + kk * 32);
     __syncthreads();  // the warps' ranges; every R q row is read before the first keys land
-    i32 block_begin = 0x7fffffff, block_end = 0;
-#pragma unroll
-    for (int w = 0; w < TQ_MMA_WARPS; ++w) {
-        block_begin = min(block_begin, warp_begin[w]);
-        block_end = max(block_end, warp_end[w]);
-    }
+    const int2 block_range = mma_block_range<TQ_MMA_WARPS>(warp_begin, warp_end);
+    const i32 block_begin = block_range.x, block_end = block_range.y;
     if (block_begin >= block_end) return;  // block-uniform (no valid row)
 
     const TqRowStager stager{k_cache, v_cache, ks.row_bytes, vs.row_bytes, k_staging.lane_offset, v_staging.lane_offset};
@@ -2049,20 +2045,9 @@ __device__ __forceinline__ void prefill_tile(const float* q, KC k_cache, VC v_ca
     __shared__ i32 key_begin, key_end;
 
     const StepHeader* h = (const StepHeader*)step;
-    // Find this block's span and tile within it.
-    i32 span = -1, first_row = 0, span_end = 0;
-    u32 index = blockIdx.x;
-    for (i32 s = 0; s < h->spans; ++s) {
-        const i32* info = step + h->span_info + s * 4;
-        const u32 tiles = ((u32)info[1] + tile_rows - 1) / tile_rows;
-        if (index < tiles) {
-            span = s;
-            first_row = info[0] + (i32)(index * tile_rows);
-            span_end = min(info[0] + info[1], h->tokens);
-            break;
-        }
-        index -= tiles;
-    }
+    // This block's span and tile within it.
+    const PrefillTile tile_of(step, blockIdx.x, tile_rows);
+    const i32 span = tile_of.span, first_row = tile_of.first_row, span_end = tile_of.span_end;
     if (span < 0) return;  // block-uniform
 
     const u32 head = blockIdx.y;

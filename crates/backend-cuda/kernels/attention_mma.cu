@@ -150,12 +150,8 @@ __device__ __forceinline__ void prefill_mma(const float* q, const u16* k_cache, 
     load_queries<D>(query, rr.rows[0] < span_end ? q + ((u64)rr.rows[0] * heads + head) * D : nullptr,
                     rr.rows[1] < span_end ? q + ((u64)rr.rows[1] * heads + head) * D : nullptr);
     __syncthreads();
-    i32 block_begin = 0x7fffffff, block_end = 0;
-#pragma unroll
-    for (int w = 0; w < MMA_WARPS; ++w) {
-        block_begin = min(block_begin, warp_begin[w]);
-        block_end = max(block_end, warp_end[w]);
-    }
+    const int2 block_range = mma_block_range<MMA_WARPS>(warp_begin, warp_end);
+    const i32 block_begin = block_range.x, block_end = block_range.y;
     if (block_begin >= block_end) return;  // block-uniform (no valid row)
 
     const float scale_log2 = scale * LOG2E;

@@ -145,3 +145,16 @@ struct MmaPrefillRows {
         }
     }
 };
+
+// A tensor-core prefill block's key range, the union of its WARPS warps' [begin, end) as they
+// published them in shared memory before a barrier (begin >= end: no valid row).
+template <int WARPS>
+__device__ __forceinline__ int2 mma_block_range(const i32* warp_begin, const i32* warp_end) {
+    int2 range = make_int2(0x7fffffff, 0);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        range.x = min(range.x, warp_begin[w]);
+        range.y = max(range.y, warp_end[w]);
+    }
+    return range;
+}
