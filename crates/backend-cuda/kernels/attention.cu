@@ -1677,14 +1677,18 @@ __device__ __forceinline__ void prefill_tq_mma(const u8* k_cache, const u8* v_ca
     if (block_begin >= block_end) return;  // block-uniform (no valid row)
 
     const TqRowStager stager{k_cache, v_cache, ks.row_bytes, vs.row_bytes, k_staging.lane_offset, v_staging.lane_offset};
-    // Stage tile `tile`'s keys (warp w: keys 16 w .. 16 w + 15) into stage `s`.
-    auto stage = [&](i32 tile, u32 s) {
+    // The cell of this lane's key of tile `tile` (warp w: keys 16 w .. 16 w + 15; lanes 0-15,
+    // -1 past the end), loaded a tile before its copies need it; the copies into stage `s`.
+    auto tile_cell = [&](i32 tile) {
         const i32 position = tile + (i32)(warp * 16 + lane);
-        const i32 cell = lane < 16 && position < block_end ? step_cell(step, h, span, position) : -1;
+        return lane < 16 && position < block_end ? step_cell(step, h, span, position) : -1;
+    };
+    auto stage = [&](i32 cell, u32 s) {
         stager.stage16(words + TQP_RAW + (s * TQP_KEYS + warp * 16) * TQ_MMA_RAW, cell, lane);
     };
-    stage(block_begin, 0);
+    stage(tile_cell(block_begin), 0);
     cp_async_commit();
+    i32 next_cell = tile_cell(block_begin + TQP_KEYS);
 
     const float scale_log2 = scale * LOG2E, sketch_factor = tables[TQ_SKETCH_FACTOR];
     const u32 ktile_at = shared_address(words + TQP_KTILE), stile_at = shared_address(words + TQP_STILE);
@@ -1697,8 +1701,9 @@ __device__ __forceinline__ void prefill_tq_mma(const u8* k_cache, const u8* v_ca
     u32 s = 0;
     for (i32 tile = block_begin; tile < block_end; tile += TQP_KEYS, s ^= 1) {
         const i32 next = tile + TQP_KEYS;
-        if (next < block_end) stage(next, s ^ 1);  // its stage was last read before the last scores
+        if (next < block_end) stage(next_cell, s ^ 1);  // its stage was last read before the last scores
         cp_async_commit();
+        if (next + TQP_KEYS < block_end) next_cell = tile_cell(next + TQP_KEYS);
         cp_async_wait<1>();  // this tile's words
         __syncthreads();     // every thread's copies landed; every warp is done with the tiles
         const u8* raw = (const u8*)(words + TQP_RAW + s * TQP_KEYS * TQ_MMA_RAW);
