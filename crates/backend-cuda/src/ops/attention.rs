@@ -2,8 +2,9 @@
 //! (chunk partials, then a combine) for batches of few rows per sequence, and a tiled
 //! flash-attention kernel for prefill. f16 caches with head_dim 64 or 128 take the
 //! tensor-core kernels of kernels/attention_mma.cu; the others kernels/attention.cu's, and
-//! so do TurboQuant caches outside exact numerics (their codes decoded a tile at a time in the
-//! rotated basis, [`super::turbo::fast`]); in exact numerics and for heads over 128 values
+//! so do TurboQuant caches outside exact numerics (in the rotated basis, [`super::turbo::fast`]:
+//! their codes decoded into f16 tiles for the tensor cores, [`TurboDecode`] and
+//! [`TurboPrefill`], or scored in f32); in exact numerics and for heads over 128 values
 //! TurboQuant takes [`super::turbo`]'s kernels (kernels/turbo.cu). Positions,
 //! spans and block tables are read from the step buffer; see [`plan`] for the launch shapes.
 
