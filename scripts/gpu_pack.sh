@@ -4,7 +4,8 @@
 # of tests/golden with the synthetic model files of models/ (only 64 MiB travel per call).
 #   scripts/gpu_pack.sh tests    # test binaries + golden synthetic models (parity, fidelity, perplexity)
 #   scripts/gpu_pack.sh bench    # runit only (the device makes its own models with `runit synth`)
-#   scripts/gpu_pack.sh slim T.. # runit + the named test binaries (wgpu ones prefixed wgpu_),
+#   scripts/gpu_pack.sh slim T.. # runit + the named test binaries (wgpu ones prefixed wgpu_,
+#                                # the CUDA crate's examples by name: *_bench),
 #                                # stripped and xz-packed into device/slim.tar.xz for
 #                                # scripts/gpu_stages.sh (14 MB with eight tests)
 # Then, on the device: scripts/gpu_check.sh tests|bench
@@ -40,6 +41,13 @@ build_into() {
   [ -n "${2// /}" ] && test_binaries "$1" "" "$2" -p runit-backend-cuda -p runit-engine
   case " $2 " in *" wgpu_"*) test_binaries "$1" wgpu_ "$2" -p runit-backend-wgpu ;; esac
   case " $2 " in *" cuda_fault "*) test_binaries "$1" "" "$2" -p runit-cli --features cuda --test cuda_fault ;; esac
+  # The CUDA crate's examples (matmul_bench, attention_bench) by name.
+  for name in $2; do
+    case "$name" in *_bench)
+      cargo build --release -p runit-backend-cuda --example "$name"
+      cp "${CARGO_TARGET_DIR:-target}/release/examples/$name" "$1/$name" ;;
+    esac
+  done
   strip "$1"/*
 }
 if [ "$mode" = slim ]; then
