@@ -1249,22 +1249,36 @@ __device__ __forceinline__ void tq_mma_merge(float* out, const float* part_acc, 
         for (u32 c = lane; c < n; c += 32) weights[hq * n + c] *= inverse;
     }
     __syncthreads();
-    // A thread per (head, 4 coordinates), many chunks' loads in flight.
-    for (u32 i = tid; i < hs.count * (D / 4); i += TQ_MMA_THREADS) {
+    // A thread per (head, 4 coordinates), at most TASKS of them (8 heads at most), summed
+    // together so that both tasks' loads of many chunks are in flight at once.
+    constexpr u32 TASKS = (8 * (D / 4) + TQ_MMA_THREADS - 1) / TQ_MMA_THREADS;
+    const float4* acc_c[TASKS];
+    const float* w[TASKS];
+    float4 value[TASKS];
+#pragma unroll
+    for (u32 k = 0; k < TASKS; ++k) {
+        const u32 i = min(tid + k * TQ_MMA_THREADS, hs.count * (D / 4) - 1);  // past the end: a copy
         const u32 hq = i / (D / 4), d = 4 * (i % (D / 4));
-        const float4* acc_c = (const float4*)(part_acc + (first_part + hq * chunks) * D + d);
-        const float* w = weights + hq * n;
-        float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc_c[k] = (const float4*)(part_acc + (first_part + hq * chunks) * D + d);
+        w[k] = weights + hq * n;
+        value[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
 #pragma unroll 8
-        for (u32 c = 0; c < n; ++c) {
-            const float4 a = __ldcg(acc_c + (u64)c * (D / 4));
-            const float wc = w[c];
-            value.x += a.x * wc;
-            value.y += a.y * wc;
-            value.z += a.z * wc;
-            value.w += a.w * wc;
+    for (u32 c = 0; c < n; ++c) {
+#pragma unroll
+        for (u32 k = 0; k < TASKS; ++k) {
+            const float4 a = __ldcg(acc_c[k] + (u64)c * (D / 4));
+            const float wc = w[k][c];
+            value[k].x += a.x * wc;
+            value[k].y += a.y * wc;
+            value[k].z += a.z * wc;
+            value[k].w += a.w * wc;
         }
-        *(float4*)(merged + hq * D + d) = value;
+    }
+#pragma unroll
+    for (u32 k = 0; k < TASKS; ++k) {
+        const u32 i = tid + k * TQ_MMA_THREADS;
+        if (i < hs.count * (D / 4)) *(float4*)(merged + i / (D / 4) * D + 4 * (i % (D / 4))) = value[k];
     }
     __syncthreads();
     for (u32 task = warp; task < hs.count * (D / TQ_BLOCK); task += TQ_MMA_WARPS) {
