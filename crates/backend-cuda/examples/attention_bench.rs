@@ -14,6 +14,8 @@
 //! ([`TurboDecode`]) and prefill ([`TurboPrefill`]). `RUNIT_BENCH_KV=f16,tq4` picks the
 //! caches (f16, q8_0, tq4, tq (tq4 keys, tq3 values), tq3).
 
+mod common;
+
 use std::time::Instant;
 
 use runit_backend::{
@@ -86,6 +88,25 @@ fn fill(
     cuda.synchronize()
 }
 
+/// One attention call of `q`'s rows over `caches`.
+fn attend(
+    cuda: &CudaBackend,
+    q: &Buffer,
+    (k_cache, v_cache): &(KvCache, KvCache),
+    spans: &[SequenceSpan],
+    params: &AttentionParams,
+    out: &mut Buffer,
+) -> Result<(), BackendError> {
+    let attention = Attention {
+        q,
+        k_cache,
+        v_cache,
+        spans,
+        params,
+    };
+    cuda.attention(&attention, out)
+}
+
 /// Seconds per decode attention call of one row at position `depth`, from replays of a graph
 /// of back-to-back calls.
 fn time_decode(
@@ -114,34 +135,14 @@ fn time_decode(
         spans: 1,
         logit_rows: 1,
     };
-    let (k_cache, v_cache) = caches;
     let mut body = || {
         for _ in 0..calls {
-            let attention = Attention {
-                q: &q,
-                k_cache,
-                v_cache,
-                spans: &spans,
-                params,
-            };
-            cuda.attention(&attention, &mut out)?;
+            attend(cuda, &q, caches, &spans, params, &mut out)?;
         }
         Ok(())
     };
     cuda.begin_step(&inputs)?;
-    let result = (|| {
-        // Once op by op, captured, then replayed once more to warm up.
-        for _ in 0..3 {
-            cuda.run_captured(key, &mut body)?;
-        }
-        cuda.synchronize()?;
-        let start = Instant::now();
-        for _ in 0..replays {
-            cuda.run_captured(key, &mut body)?;
-        }
-        cuda.synchronize()?;
-        Ok(start.elapsed().as_secs_f64() / (replays * calls) as f64)
-    })();
+    let result = common::graph_seconds(cuda, key, calls, replays, &mut body);
     cuda.end_step()?;
     result
 }
@@ -160,17 +161,7 @@ fn time_prefill(
     let q = buffer(cuda, &random_values(rows * HEADS * HEAD_DIM, 0x7a11))?;
     let mut out = cuda.alloc(rows * HEADS * HEAD_DIM)?;
     let spans = [span(rows, depth, table)];
-    let (k_cache, v_cache) = caches;
-    let mut call = || {
-        let attention = Attention {
-            q: &q,
-            k_cache,
-            v_cache,
-            spans: &spans,
-            params,
-        };
-        cuda.attention(&attention, &mut out)
-    };
+    let mut call = || attend(cuda, &q, caches, &spans, params, &mut out);
     call()?;
     cuda.synchronize()?;
     let start = Instant::now();

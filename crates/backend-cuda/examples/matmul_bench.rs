@@ -15,6 +15,8 @@
 //! the 512-row GEMM. Weights are random bytes (the speed of these kernels does not depend on
 //! the values).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -73,17 +75,7 @@ fn time_graph(
         }
         Ok(())
     };
-    // Run once op by op, capture, then replay once more to warm up.
-    for _ in 0..3 {
-        cuda.run_captured(key, &mut body)?;
-    }
-    cuda.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..replays {
-        cuda.run_captured(key, &mut body)?;
-    }
-    cuda.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / (replays * calls) as f64)
+    common::graph_seconds(cuda, key, calls, replays, &mut body)
 }
 
 /// A weight of random bytes.
