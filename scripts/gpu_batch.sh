@@ -17,7 +17,7 @@ mode=${1:-runit}
 shift || true
 batches=${*:-"16 32 64 128 256"}
 read -r -a specs <<<"${SPECS:-qwen2.5-7b:Q4_K_M}"
-runit=$PWD/device/bin/runit
+runit=${RUNIT:-$PWD/device/bin/runit}  # RUNIT=/tmp/bin/runit after gpu_stages.sh unpacked slim
 models=()
 for spec in "${specs[@]}"; do models+=("/tmp/synth/${spec%%:*}-${spec##*:}.gguf"); done
 synth() {
