@@ -10,8 +10,8 @@
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 by the tile decoder, the codes and the tensor cores, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
-#   tqab    tg128 at 16384: f16, tq4 and its knobs (fused query, tensor-core scores, both, 66
-#           and 50 chunks); the first bench gets room to compile every kernel on a fresh machine
+#   tqab    tg at 16384: f16, then tq4 under each knob set of TQAB ("label:VAR=V,VAR=V;..."),
+#           ROUNDS rounds alternated; a short f16 bench first compiles the kernels
 #   prof    RUNIT_CUDA_PROFILE=1 per-kernel times of a tq decode (CODES, DEPTH, KV)
 #   batch   runit bench --batch B (BATCHES, MODEL)
 #   ncu     Nsight Compute full set + SASS source counters of KREGEX (ARGS, SKIP, COUNT, TAG)
@@ -110,27 +110,17 @@ for stage in "$@"; do
       RUNIT_WGPU_PROFILE=1 timeout 100 $B/runit bench --device wgpu -m $m -p 0 -n 16 -r 1 > $out/wprof-$(basename $m).log 2>&1
       echo "== $(basename $m)"; grep -A16 "RUNIT_WGPU_PROFILE" $out/wprof-$(basename $m).log | head -18
     done ;;
-  tqab)
+  tqab)  # tg at 16384 (TQN tokens, default 64): f16, then tq4 under each entry of TQAB
+          # ("label:VAR=V,VAR=V;label2:..."), the whole round ROUNDS times (alternated)
     bench warmup-f16 -- -m $M7 -p 0 -n 4 -r 1 -c 2048 --kv-type f16 > /dev/null
-    bench f16-d16384 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type f16
-    bench tq4-d16384 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
-    bench tq4-fused RUNIT_CUDA_TQ_FUSED_QUERY=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
-    bench tq4-mma RUNIT_CUDA_DEFINES=TQ_MMA_SCORES=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
-    bench tq4-fused-mma RUNIT_CUDA_TQ_FUSED_QUERY=1 RUNIT_CUDA_DEFINES=TQ_MMA_SCORES=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4
-    for c in 66 50; do bench tq4-c$c RUNIT_CUDA_TQ_CHUNKS=$c -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4; done ;;
-  tests)
-    for t in ${TESTS:-turbo_gpu parity fused_gpu turbo_cuda}; do [ -x $B/$t ] || { echo "$t: not packed"; continue; }
-      timeout ${TESTTO:-240} $B/$t --test-threads 1 > $out/$t.log 2>&1
-      echo "$t rc=$? $(grep 'test result' $out/$t.log | tail -1)"; grep -E "panicked|FAILED|failures:" $out/$t.log | head -6
+    IFS=';' read -ra entries <<< "${TQAB:-default:X=1}"
+    for round in $(seq ${ROUNDS:-1}); do
+      bench f16-r$round -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type f16
+      for e in "${entries[@]}"; do
+        IFS=',' read -ra envs <<< "${e#*:}"
+        bench "tq4-${e%%:*}-r$round" "${envs[@]}" -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type tq4
+      done
     done ;;
-  tqpre)
-    bench warmup-f16 -- -m $M7 -p 0 -n 4 -r 1 -c 2048 --kv-type f16 > /dev/null
-    for kv in f16 tq4-tiles tq4-mma; do
-      pre=${kv#tq4-}; [ "$pre" = f16 ] && pre=tiles
-      bench fill16k-$kv RUNIT_CUDA_TQ_PREFILL=$pre -- -m $M7 -p 512 -n 32 -d 16384 -r 1 -c 17000 --kv-type ${kv%-*}
-    done ;;
-  attn)
-    [ -x $B/attention_bench ] && timeout 200 $B/attention_bench ${ATTNARGS:-16384 512} 2>&1 | tee $out/attention_bench.log | tail -30 ;;
   tqmb)
     bench tq4codes-mb3-d16384 RUNIT_CUDA_TQ_DECODE=codes RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
   esac
