@@ -59,7 +59,8 @@ if [ "$mode" = slim ]; then
   for name in ${*:-turbo_gpu turbo_cuda}; do [ -e "$stage/$name" ] || missing="$missing $name"; done
   [ -z "$missing" ] || { echo "gpu_pack.sh: no test executable named:$missing" >&2; exit 1; }
   mkdir -p device
-  (cd "$stage" && tar -cf - .) | xz -T2 -6 >device/slim.tar.xz
+  (cd "$stage" && tar -cf - .) | xz -T2 -6 >device/slim.tar.xz.part  # a device call meanwhile carries the old one
+  mv device/slim.tar.xz.part device/slim.tar.xz
   ls "$stage"
   du -sh device/slim.tar.xz
   exit 0

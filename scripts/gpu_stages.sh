@@ -10,7 +10,7 @@
 #   tq      tg128 at DEPTHS (4096 16384): f16, tq4 by the tile decoder, the codes and the tensor cores, --tq
 #           (TQCHUNKS: RUNIT_CUDA_TQ_CHUNKS values; NOTILE=1, NOTQ=1 skip rows)
 #   tqmb    tq4 from the codes at 16384 with TQ_MIN_BLOCKS=3
-#   tqab    tg at 16384: f16, then tq4 under each knob set of TQAB ("label:VAR=V,VAR=V;..."),
+#   tqab    tg at 16384: f16, then tq4 (f16 for labels f16...) under each knob set of TQAB ("label:VAR=V,VAR=V;..."),
 #           ROUNDS rounds alternated; a short f16 bench first compiles the kernels
 #   prof    RUNIT_CUDA_PROFILE=1 per-kernel times of a tq decode (CODES, DEPTH, KV)
 #   batch   runit bench --batch B (BATCHES, MODEL)
@@ -118,7 +118,8 @@ for stage in "$@"; do
       bench f16-r$round -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type f16
       for e in "${entries[@]}"; do
         IFS=',' read -ra envs <<< "${e#*:}"
-        bench "tq4-${e%%:*}-r$round" "${envs[@]}" -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type tq4
+        kv=tq4; case ${e%%:*} in f16*) kv=f16 ;; esac  # labels f16...: the f16 cache
+        bench "$kv-${e%%:*}-r$round" "${envs[@]}" -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type $kv
       done
     done ;;
   tqmb)
