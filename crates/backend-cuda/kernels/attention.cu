@@ -1097,16 +1097,6 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 static_assert(TQMW_VOUT - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
 // A measuring knob (RUNIT_CUDA_DEFINES), off: TQ_MMA_EARLY_CELLS=1 loads the cells of the
 // sub-tile after next before a sub-tile's work.
-// A measuring knob, off: TQ_MMA_VT=1 sums the values transposed (flash_accumulate_t: the
-// query heads as the 8 columns), half the accumulator's registers and mma.
-#ifndef TQ_MMA_VT
-#define TQ_MMA_VT 0
-#endif
-// A measuring knob, off: TQ_MMA_QSHARED=1 loads the query fragments from shared memory at
-// each sub-tile (ldmatrix) instead of holding them in 32 registers.
-#ifndef TQ_MMA_QSHARED
-#define TQ_MMA_QSHARED 0
-#endif
 #ifndef TQ_MMA_EARLY_CELLS
 #define TQ_MMA_EARLY_CELLS 0
 #endif
@@ -1387,9 +1377,8 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     __syncthreads();
 
     // A fragments of the warp's 16 rows: query heads g (rows g + 8 are zero).
-    constexpr int QTILES = TQ_MMA_QSHARED ? 1 : D / 16;
-    u32 qa[QTILES][4], qs[QTILES][4];
-    if constexpr (!TQ_MMA_QSHARED) {
+    u32 qa[D / 16][4], qs[D / 16][4];
+    {
         const u32* qrot = words + TQM_QROT + g * TQ_MMA_STRIDE / 2;
         const u32* qsketch = words + TQM_QSKETCH + g * TQ_MMA_STRIDE / 2;
 #pragma unroll
@@ -1403,12 +1392,9 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     }
     const float scale_log2 = scale * LOG2E, sketch_factor = tables[TQ_SKETCH_FACTOR];
     float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
-    // The accumulator: rows g (query heads) by coordinates (flash_accumulate), or with
-    // TQ_MMA_VT coordinates 16 m + g (+ 8) by heads 2t, 2t + 1 (flash_accumulate_t).
-    constexpr int ACC_TILES = TQ_MMA_VT ? D / 16 : D / 8;
-    float acc[ACC_TILES][4];
+    float acc[D / 8][4];
 #pragma unroll
-    for (int n = 0; n < ACC_TILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     for (u32 s = 0; sub < end; sub += step_keys, s ^= 1) {
         // TQ_MMA_EARLY_CELLS: the cells of the sub-tile after next loaded now, not after this
@@ -1476,29 +1462,17 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
         {
             const u32 i = lane >> 3, r = lane & 7;
-            const u32 qrot_at = shared_address(words + TQM_QROT), qsketch_at = shared_address(words + TQM_QSKETCH);
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 const u32 offset = (((i >> 1) * 8 + r) * TQ_MMA_STRIDE + kk * 16 + (i & 1) * 8) * 2;
-                // TQ_MMA_QSHARED: rows 0-7 of the query tiles (lanes 0-15 address them).
-                const u32 qoffset = (r * TQ_MMA_STRIDE + kk * 16 + (i & 1) * 8) * 2;
-                const int qk = TQ_MMA_QSHARED ? 0 : kk;
-                if constexpr (TQ_MMA_QSHARED) {
-                    load_matrix_x2(qa[0][0], qa[0][2], qrot_at + qoffset);
-                    qa[0][1] = qa[0][3] = 0u;
-                }
                 u32 b[4];
                 load_matrix_x4(b, tile_at + offset);
-                mma_16816(sc[0], qa[qk], b[0], b[1]);
-                mma_16816(sc[1], qa[qk], b[2], b[3]);
+                mma_16816(sc[0], qa[kk], b[0], b[1]);
+                mma_16816(sc[1], qa[kk], b[2], b[3]);
                 if (kl.sketch) {
-                    if constexpr (TQ_MMA_QSHARED) {
-                        load_matrix_x2(qs[0][0], qs[0][2], qsketch_at + qoffset);
-                        qs[0][1] = qs[0][3] = 0u;
-                    }
                     load_matrix_x4(b, sketch_at + offset);
-                    mma_16816(sc[0], qs[qk], b[0], b[1]);
-                    mma_16816(sc[1], qs[qk], b[2], b[3]);
+                    mma_16816(sc[0], qs[kk], b[0], b[1]);
+                    mma_16816(sc[1], qs[kk], b[2], b[3]);
                 }
             }
         }
@@ -1510,22 +1484,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
                 sc[n][e] = e < 2 && sub + (i32)j < end ? (sc[n][e] + bias[j][g]) * scale_log2 : NEG_INF;
             }
         u32 p[1][4];
-        if constexpr (TQ_MMA_VT) {
-            // Heads 2t and 2t + 1's factors, from the lanes of fragment rows 2t and 2t + 1.
-            float factor[2];
-            flash_softmax_probs<2>(sc, running_max, sum, factor, p);
-            const float fa = __shfl_sync(0xffffffffu, factor[0], 8 * t);
-            const float fb = __shfl_sync(0xffffffffu, factor[0], 8 * t + 4);
-#pragma unroll
-            for (int m = 0; m < ACC_TILES; ++m) {
-                acc[m][0] *= fa;
-                acc[m][1] *= fb;
-                acc[m][2] *= fa;
-                acc[m][3] *= fb;
-            }
-        } else {
-            flash_softmax_step<2, ACC_TILES>(sc, running_max, sum, acc, p);
-        }
+        flash_softmax_step<2, D / 8>(sc, running_max, sum, acc, p);
         __syncwarp();  // the key tile is read
         // Values into the tile: |x| c, plus the outliers rotated in (8 coordinates d = 8 within
         // + e: +-v / 8 times (-1)^parity(within & i >> 3) times row i & 7 of the 8-point H).
@@ -1541,8 +1500,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
             store_shared_16(tile_at + (j * TQ_MMA_STRIDE + 8 * group) * 2, w[0], w[1], w[2], w[3]);
         }
         __syncwarp();
-        if constexpr (TQ_MMA_VT) flash_accumulate_t<D, TQ_MMA_STRIDE>(acc, p[0][0], p[0][2], tile_at);
-        else flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
+        flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
         __syncwarp();  // stage s and the tile are free
         if (sub + 2 * step_keys < end) stage(TQ_MMA_EARLY_CELLS ? early_cell : sub_cell(sub + 2 * step_keys), s);
         cp_async_commit();
@@ -1563,34 +1521,14 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         wsum[warp * 8 + g] = sum[0];
     }
     __syncthreads();
-    if constexpr (TQ_MMA_VT) {
-        // Heads 2t and 2t + 1 (their running max from the lanes of fragment rows 2t, 2t + 1).
-        float f[2];
+    float block_max = NEG_INF;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            const u32 hq = 2 * t + c;
-            float block_max = NEG_INF;
-#pragma unroll
-            for (int w = 0; w < TQ_MMA_WARPS; ++w) block_max = fmaxf(block_max, wmax[w * 8 + hq]);
-            const float own = __shfl_sync(0xffffffffu, running_max[0], 4 * hq);
-            f[c] = fast_exp2(own - (block_max == NEG_INF ? 0.0f : block_max));
-        }
-        float* merged = (float*)(warp_words + TQMW_TILE) + 2 * t * D + g;
-#pragma unroll
-        for (int m = 0; m < ACC_TILES; ++m) {
-            merged[16 * m] = acc[m][0] * f[0];
-            merged[D + 16 * m] = acc[m][1] * f[1];
-            merged[16 * m + 8] = acc[m][2] * f[0];
-            merged[D + 16 * m + 8] = acc[m][3] * f[1];
-        }
-    } else {
-        float block_max = NEG_INF;
-#pragma unroll
-        for (int w = 0; w < TQ_MMA_WARPS; ++w) block_max = fmaxf(block_max, wmax[w * 8 + g]);
+    for (int w = 0; w < TQ_MMA_WARPS; ++w) block_max = fmaxf(block_max, wmax[w * 8 + g]);
+    {
         const float f = fast_exp2(running_max[0] - (block_max == NEG_INF ? 0.0f : block_max));
         float* merged = (float*)(warp_words + TQMW_TILE) + g * D + 2 * t;
 #pragma unroll
-        for (int n = 0; n < ACC_TILES; ++n) *(float2*)(merged + n * 8) = make_float2(acc[n][0] * f, acc[n][1] * f);
+        for (int n = 0; n < D / 8; ++n) *(float2*)(merged + n * 8) = make_float2(acc[n][0] * f, acc[n][1] * f);
     }
     __syncthreads();
     for (u32 i = tid; i < hs.count * D; i += TQ_MMA_THREADS) {

@@ -226,12 +226,6 @@ attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cach
 }
 
 // ----- decode ----------------------------------------------------------------------------------
-// A measuring knob (RUNIT_CUDA_DEFINES), off: MMA_DECODE_VT=1 sums the values transposed
-// (flash_accumulate_t: the query heads as the mma's 8 columns, half the accumulator's
-// registers and mma); blocks of at most 8 query heads only (a larger block traps).
-#ifndef MMA_DECODE_VT
-#define MMA_DECODE_VT 0
-#endif
 // grid (chunks, kv_heads * slices, rows), MMA_THREADS threads; heads_per_block <= 16. Partials
 // as attention_decode_* writes them ([rows, heads, chunks] of (max, sum) and head_dim values).
 // A row whose visible range lies in one chunk is written to `out` directly. Otherwise the last
@@ -280,14 +274,9 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
 
     const float scale_log2 = scale * LOG2E;
     float running_max[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
-    // The accumulator: rows g, g + 8 (query heads) by coordinates, or with MMA_DECODE_VT
-    // coordinates 16 m + g (+ 8) by heads 2t, 2t + 1.
-    static_assert(!MMA_DECODE_VT || SUB_TILE == 16, "flash_accumulate_t sums 16 keys");
-    if (MMA_DECODE_VT && heads_per_block > 8) __trap();
-    constexpr int ACC_TILES = MMA_DECODE_VT ? D / 16 : D / 8;
-    float acc[ACC_TILES][4];
+    float acc[D / 8][4];
 #pragma unroll
-    for (int n = 0; n < ACC_TILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     // Each warp walks its own sub-tiles: positions begin + 16 * (warp + 4 * i).
     const u32 keys_at = shared_address(buffers + warp * WARP_HALVES);
@@ -319,26 +308,10 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
             for (int e = 0; e < 4; ++e)
                 s[n][e] = sub + n * 8 + 2 * (i32)t + (e & 1) < end ? s[n][e] * scale_log2 : NEG_INF;
         u32 p[SUB_TILE / 16][4];
-        if constexpr (MMA_DECODE_VT) {
-            // Heads 2t and 2t + 1's factors, from the lanes of fragment rows 2t and 2t + 1.
-            float factor[2];
-            flash_softmax_probs<SUB_TILE / 8>(s, running_max, sum, factor, p);
-            const float fa = __shfl_sync(0xffffffffu, factor[0], 8 * t);
-            const float fb = __shfl_sync(0xffffffffu, factor[0], 8 * t + 4);
-#pragma unroll
-            for (int m = 0; m < ACC_TILES; ++m) {
-                acc[m][0] *= fa;
-                acc[m][1] *= fb;
-                acc[m][2] *= fa;
-                acc[m][3] *= fb;
-            }
-        } else {
-            flash_softmax_step<SUB_TILE / 8, ACC_TILES>(s, running_max, sum, acc, p);
-        }
+        flash_softmax_step<SUB_TILE / 8, D / 8>(s, running_max, sum, acc, p);
         copy_async_wait_one();  // this sub-tile's values
         __syncwarp();
-        if constexpr (MMA_DECODE_VT) flash_accumulate_t<D, STRIDE>(acc, p[0][0], p[0][2], values_at);
-        else flash_accumulate<D, STRIDE, SUB_TILE / 16>(acc, p, values_at);
+        flash_accumulate<D, STRIDE, SUB_TILE / 16>(acc, p, values_at);
         __syncwarp();
         if (next < end) copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
         copy_async_commit();
@@ -360,23 +333,6 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
     }
     __syncthreads();
     float* merged = (float*)buffers;  // [MMA_WARPS][16][D]
-    if constexpr (MMA_DECODE_VT) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            const u32 head_row = 2 * t + c;
-            float block_max = NEG_INF;
-#pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) block_max = fmaxf(block_max, warp_max[w][head_row]);
-            const float own = __shfl_sync(0xffffffffu, running_max[0], 4 * head_row);
-            const float factor = fast_exp2(own - (block_max == NEG_INF ? 0.0f : block_max));
-            float* destination = merged + (warp * 16 + head_row) * D + g;
-#pragma unroll
-            for (int m = 0; m < ACC_TILES; ++m) {
-                destination[16 * m] = acc[m][c] * factor;
-                destination[16 * m + 8] = acc[m][2 + c] * factor;
-            }
-        }
-    } else
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const u32 head_row = g + 8 * r;

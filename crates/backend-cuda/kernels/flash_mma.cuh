@@ -17,18 +17,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 // One online-softmax step for a warp's 16 rows over N n-tiles of scores (already in log2
-// units, masked keys at -inf): rescales `sum`, turns `s` into probabilities, returns them as
-// A fragments (pairs of n-tiles per 16-key k-step) and each row's factor for its accumulator.
-template <int N>
-__device__ __forceinline__ void flash_softmax_probs(float (&s)[N][4], float (&running_max)[2], float (&sum)[2],
-                                                    float (&factor)[2], u32 (&p)[N / 2][4]) {
+// units, masked keys at -inf): rescales `out` and `sum`, turns `s` into probabilities and
+// returns them as A fragments (pairs of n-tiles per 16-key k-step).
+template <int N, int DT>
+__device__ __forceinline__ void flash_softmax_step(float (&s)[N][4], float (&running_max)[2], float (&sum)[2],
+                                             float (&out)[DT][4], u32 (&p)[N / 2][4]) {
     float tile_max[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int n = 0; n < N; ++n) {
         tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
         tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
     }
-    float base[2];
+    float base[2], factor[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
@@ -48,26 +48,18 @@ __device__ __forceinline__ void flash_softmax_probs(float (&s)[N][4], float (&ru
         }
     }
 #pragma unroll
-    for (int k = 0; k < N / 2; ++k) {
-        p[k][0] = pack_half2(s[2 * k][0], s[2 * k][1]);
-        p[k][1] = pack_half2(s[2 * k][2], s[2 * k][3]);
-        p[k][2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
-        p[k][3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
-    }
-}
-
-// flash_softmax_probs, then `out` (the rows' accumulators, C fragments) rescaled.
-template <int N, int DT>
-__device__ __forceinline__ void flash_softmax_step(float (&s)[N][4], float (&running_max)[2], float (&sum)[2],
-                                                   float (&out)[DT][4], u32 (&p)[N / 2][4]) {
-    float factor[2];
-    flash_softmax_probs<N>(s, running_max, sum, factor, p);
-#pragma unroll
     for (int n = 0; n < DT; ++n) {
         out[n][0] *= factor[0];
         out[n][1] *= factor[0];
         out[n][2] *= factor[1];
         out[n][3] *= factor[1];
+    }
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+        p[k][0] = pack_half2(s[2 * k][0], s[2 * k][1]);
+        p[k][1] = pack_half2(s[2 * k][2], s[2 * k][3]);
+        p[k][2] = pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]);
+        p[k][3] = pack_half2(s[2 * k + 1][2], s[2 * k + 1][3]);
     }
 }
 
@@ -106,24 +98,6 @@ __device__ __forceinline__ void flash_accumulate(float (&out)[D / 8][4], const u
             mma_16816(out[2 * dp], p[kk], b[0], b[1]);
             mma_16816(out[2 * dp + 1], p[kk], b[2], b[3]);
         }
-    }
-}
-
-// The transposed out^T += V^T · P^T for 16 keys stored row-major (stride STRIDE halves) from
-// `values`, for warps whose rows g + 8 are empty (the decode's query heads, at most 8): V^T is
-// the A operand (16 coordinates a tile), P^T the B operand, whose fragment is P's row g as
-// flash_softmax_probs returns it (`p0` = p[k][0]: keys 2t.., `p1` = p[k][2]: keys 2t + 8..).
-// out[m] holds coordinates 16 m + g (c0, c1) and 16 m + g + 8 (c2, c3) of rows (columns here)
-// 2t and 2t + 1: half the registers and mma of flash_accumulate.
-template <int D, int STRIDE>
-__device__ __forceinline__ void flash_accumulate_t(float (&out)[D / 16][4], u32 p0, u32 p1, u32 values) {
-    const u32 lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int m = 0; m < D / 16; ++m) {
-        u32 a[4];
-        const u32 key = (i >> 1) * 8 + r, dim = m * 16 + (i & 1) * 8;
-        load_matrix_x4_trans(a, values + (key * STRIDE + dim) * 2);
-        mma_16816(out[m], a, p0, p1);
     }
 }
 

@@ -10,11 +10,6 @@ __device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], u32 address) {
                  : "r"(address));
 }
 
-// Two 8x8 b16 matrices from shared memory: lanes 8q .. 8q + 7 (q < 2) give matrix q's rows.
-__device__ __forceinline__ void load_matrix_x2(u32& r0, u32& r1, u32 address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(address));
-}
-
 // load_matrix_x4 with each matrix transposed.
 __device__ __forceinline__ void load_matrix_x4_trans(u32 (&r)[4], u32 address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
