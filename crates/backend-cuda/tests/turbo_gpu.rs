@@ -52,8 +52,23 @@ fn cuda() -> Option<CudaBackend> {
     common::cuda_or_notice("TurboQuant GPU tests")
 }
 
+/// The CPU's scalar twins on every core (the GPU machine has 16: the long prefill cases'
+/// references dominate the suite's time).
 fn reference() -> CpuBackend {
-    CpuBackend::with_simd(1, SimdLevel::Scalar).expect("scalar backend")
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    CpuBackend::with_simd(threads, SimdLevel::Scalar).expect("scalar backend")
+}
+
+/// A CUDA backend per kernel choice of `choices` (`set` applies it), compared with one CPU
+/// reference per case; `None` without a GPU (as [`cuda`]).
+fn variants<T: Copy>(
+    choices: &[T],
+    set: impl Fn(CudaBackend, T) -> CudaBackend,
+) -> Option<Vec<CudaBackend>> {
+    choices
+        .iter()
+        .map(|&choice| cuda().map(|c| set(c, choice)))
+        .collect()
 }
 
 fn buffer(backend: &dyn Backend, values: &[f32]) -> Result<Buffer, BackendError> {
@@ -523,8 +538,9 @@ impl Inputs {
     }
 }
 
-/// Runs `case` on the GPU and the CPU scalar twin; returns the relative error.
-fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
+/// Runs `case` on the CPU scalar twin once and on each of `cudas` (their kernel choices in
+/// the name); returns the largest relative error.
+fn compare_attention(cudas: &[CudaBackend], seed: u64, case: &Case) -> f32 {
     let name = format!(
         "{} {:?} window {:?} centered {} {:?}",
         case.types, case.shape, case.window, case.centered, case.sequences
@@ -533,10 +549,19 @@ fn compare_attention(cuda: &CudaBackend, seed: u64, case: &Case) -> f32 {
     let expected = inputs
         .run(&reference(), case.types)
         .unwrap_or_else(|e| panic!("{name}: cpu: {e}"));
-    let got = inputs
-        .run(cuda, case.types)
-        .unwrap_or_else(|e| panic!("{name}: cuda: {e}"));
-    check_close(cuda, &name, &expected, &got)
+    let mut worst = 0.0f32;
+    for cuda in cudas {
+        let name = format!(
+            "{name} [{:?} decode, {:?} prefill]",
+            cuda.turbo_decode(),
+            cuda.turbo_prefill()
+        );
+        let got = inputs
+            .run(cuda, case.types)
+            .unwrap_or_else(|e| panic!("{name}: cuda: {e}"));
+        worst = worst.max(check_close(cuda, &name, &expected, &got));
+    }
+    worst
 }
 
 /// Fails unless `got` is within [`ATTENTION_RELATIVE_ERROR`] of `expected`'s scale (with
@@ -602,13 +627,14 @@ const DECODE: &[(usize, usize)] = &[(0, 1), (16, 1), (299, 1), (2100, 1)];
 /// default; head_dim 64 and 128 both take it).
 #[test]
 fn decode_attention_matches_the_cpu() {
-    for decode in [TurboDecode::Codes, TurboDecode::TensorCores] {
-        let Some(cuda) = cuda() else { return };
-        decode_rows_match_the_cpu(&cuda.with_turbo_decode(decode));
-    }
+    let decoders = [TurboDecode::Codes, TurboDecode::TensorCores];
+    let Some(cudas) = variants(&decoders, CudaBackend::with_turbo_decode) else {
+        return;
+    };
+    decode_rows_match_the_cpu(&cudas);
 }
 
-fn decode_rows_match_the_cpu(cuda: &CudaBackend) {
+fn decode_rows_match_the_cpu(cudas: &[CudaBackend]) {
     let mut seed = 0xdec0;
     for types in [TQ4, TQ, TQ3] {
         // GQA 4, MHA, GQA 6 (two slices of heads: 4 and 2), MQA over 8 heads.
@@ -622,7 +648,7 @@ fn decode_rows_match_the_cpu(cuda: &CudaBackend) {
                     sequences: DECODE,
                     centered,
                 };
-                compare_attention(cuda, seed, &case);
+                compare_attention(cudas, seed, &case);
             }
         }
     }
@@ -633,13 +659,14 @@ fn decode_rows_match_the_cpu(cuda: &CudaBackend) {
 /// groups of 1 to 8).
 #[test]
 fn the_tile_decoder_matches_the_cpu() {
-    for decode in [TurboDecode::Tiles, TurboDecode::TensorCores] {
-        let Some(cuda) = cuda() else { return };
-        windows_and_groups_match_the_cpu(&cuda.with_turbo_decode(decode));
-    }
+    let decoders = [TurboDecode::Tiles, TurboDecode::TensorCores];
+    let Some(cudas) = variants(&decoders, CudaBackend::with_turbo_decode) else {
+        return;
+    };
+    windows_and_groups_match_the_cpu(&cudas);
 }
 
-fn windows_and_groups_match_the_cpu(cuda: &CudaBackend) {
+fn windows_and_groups_match_the_cpu(cudas: &[CudaBackend]) {
     let mut seed = 0xc0de5;
     for types in [TQ4, TQ, TQ3] {
         for shape in [
@@ -658,7 +685,7 @@ fn windows_and_groups_match_the_cpu(cuda: &CudaBackend) {
                     sequences: DECODE,
                     centered,
                 };
-                compare_attention(cuda, seed, &case);
+                compare_attention(cudas, seed, &case);
             }
         }
     }
@@ -674,14 +701,20 @@ const PREFILLS: [(TurboDecode, TurboPrefill); 2] = [
 /// (`attention_prefill_tq_mma_*`).
 #[test]
 fn prefill_attention_matches_the_cpu() {
-    for (decode, prefill) in PREFILLS {
-        let Some(cuda) = cuda() else { return };
-        let cuda = cuda.with_turbo_decode(decode).with_turbo_prefill(prefill);
-        prefill_rows_match_the_cpu(&cuda);
-    }
+    let Some(cudas) = variants(&PREFILLS, prefill_variant) else {
+        return;
+    };
+    prefill_rows_match_the_cpu(&cudas);
 }
 
-fn prefill_rows_match_the_cpu(cuda: &CudaBackend) {
+fn prefill_variant(
+    cuda: CudaBackend,
+    (decode, prefill): (TurboDecode, TurboPrefill),
+) -> CudaBackend {
+    cuda.with_turbo_decode(decode).with_turbo_prefill(prefill)
+}
+
+fn prefill_rows_match_the_cpu(cudas: &[CudaBackend]) {
     // A prompt of 17 rows, one of 300, a chunk of 600 rows after 1,500 cached positions
     // beside a short one (rows over five chunks of keys), and a decode row batched with a
     // prefill.
@@ -703,7 +736,7 @@ fn prefill_rows_match_the_cpu(cuda: &CudaBackend) {
                     sequences,
                     centered: true,
                 };
-                compare_attention(cuda, seed, &case);
+                compare_attention(cudas, seed, &case);
             }
         }
     }
@@ -711,14 +744,13 @@ fn prefill_rows_match_the_cpu(cuda: &CudaBackend) {
 
 #[test]
 fn sliding_windows_and_long_prefills_match_the_cpu() {
-    for (decode, prefill) in PREFILLS {
-        let Some(cuda) = cuda() else { return };
-        let cuda = cuda.with_turbo_decode(decode).with_turbo_prefill(prefill);
-        windows_and_long_prefills_match_the_cpu(&cuda);
-    }
+    let Some(cudas) = variants(&PREFILLS, prefill_variant) else {
+        return;
+    };
+    windows_and_long_prefills_match_the_cpu(&cudas);
 }
 
-fn windows_and_long_prefills_match_the_cpu(cuda: &CudaBackend) {
+fn windows_and_long_prefills_match_the_cpu(cudas: &[CudaBackend]) {
     // A window of 40 and one of 700 (two chunks of a window), decode and prefill rows.
     for (index, window) in [40, 700].into_iter().enumerate() {
         let case = Case {
@@ -728,7 +760,7 @@ fn windows_and_long_prefills_match_the_cpu(cuda: &CudaBackend) {
             sequences: &[(1000, 1), (20, 70), (1200, 300)],
             centered: true,
         };
-        compare_attention(cuda, 0x5117 + index as u64, &case);
+        compare_attention(cudas, 0x5117 + index as u64, &case);
     }
     // 900 rows of 16 heads over 2,100 positions: 16 × 5 chunks × 258 partial values a row,
     // so the rows' partials take two launches (64 MiB of scratch at most).
@@ -739,7 +771,7 @@ fn windows_and_long_prefills_match_the_cpu(cuda: &CudaBackend) {
         sequences: &[(1200, 900)],
         centered: true,
     };
-    compare_attention(cuda, 0x1009, &case);
+    compare_attention(cudas, 0x1009, &case);
 }
 
 #[test]
