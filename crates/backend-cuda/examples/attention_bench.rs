@@ -16,8 +16,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use runit_backend::{
     Attention, AttentionParams, BackendError, Buffer, Device, KvCache, KvRole, KvType, KvWrite,
     PrimitiveOps, SequenceSpan, StepInputs, StepKey,
@@ -161,15 +159,9 @@ fn time_prefill(
     let q = buffer(cuda, &random_values(rows * HEADS * HEAD_DIM, 0x7a11))?;
     let mut out = cuda.alloc(rows * HEADS * HEAD_DIM)?;
     let spans = [span(rows, depth, table)];
-    let mut call = || attend(cuda, &q, caches, &spans, params, &mut out);
-    call()?;
-    cuda.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..runs {
-        call()?;
-    }
-    cuda.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / runs as f64)
+    common::wall_seconds(cuda, runs, || {
+        attend(cuda, &q, caches, &spans, params, &mut out)
+    })
 }
 
 /// The caches the bench runs: (name, keys, values).

@@ -18,7 +18,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use runit_backend::testing::parity::WEIGHT_TYPES;
 use runit_backend::{
@@ -39,24 +38,6 @@ fn random_bytes(len: usize, mut state: u64) -> Vec<u8> {
     }
     bytes.truncate(len);
     bytes
-}
-
-/// Seconds per call of `body`, over `runs` calls after three warm-up calls.
-fn time(
-    backend: &CudaBackend,
-    runs: usize,
-    mut body: impl FnMut() -> Result<(), BackendError>,
-) -> Result<f64, BackendError> {
-    for _ in 0..3 {
-        body()?;
-    }
-    backend.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..runs {
-        body()?;
-    }
-    backend.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / runs as f64)
 }
 
 /// Seconds per matmul of `tokens` rows, from replays of a graph of `calls` back-to-back calls.
@@ -226,10 +207,10 @@ fn shape_table(
     );
     for ty in WEIGHT_TYPES {
         let (weight, len) = random_weight(cuda, ty, n_in, n_out)?;
-        let matvec = time(cuda, runs, || cuda.matmul(&weight, &x, 1, &mut out))?;
-        let eight = time(cuda, runs, || cuda.matmul(&weight, &x, 8, &mut out))?;
+        let matvec = common::wall_seconds(cuda, runs, || cuda.matmul(&weight, &x, 1, &mut out))?;
+        let eight = common::wall_seconds(cuda, runs, || cuda.matmul(&weight, &x, 8, &mut out))?;
         let gemm_runs = (runs / 10).max(5);
-        let gemm = time(cuda, gemm_runs, || {
+        let gemm = common::wall_seconds(cuda, gemm_runs, || {
             cuda.matmul(&weight, &x, prompt_tokens, &mut out)
         })?;
         let flops = 2.0 * prompt_tokens as f64 * n_in as f64 * n_out as f64;

@@ -25,3 +25,21 @@ pub fn graph_seconds(
     cuda.synchronize()?;
     Ok(start.elapsed().as_secs_f64() / (replays * calls) as f64)
 }
+
+/// Seconds per call of `body`, over `runs` calls after three warm-up calls.
+pub fn wall_seconds(
+    backend: &CudaBackend,
+    runs: usize,
+    mut body: impl FnMut() -> Result<(), BackendError>,
+) -> Result<f64, BackendError> {
+    for _ in 0..3 {
+        body()?;
+    }
+    backend.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..runs {
+        body()?;
+    }
+    backend.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() / runs as f64)
+}
