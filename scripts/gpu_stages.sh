@@ -122,6 +122,19 @@ for stage in "$@"; do
         bench "$kv-${e%%:*}-r$round" "${envs[@]}" -- -m $M7 -p 0 -n ${TQN:-64} -d 16384 -r 1 -c 17000 --kv-type $kv
       done
     done ;;
+  tests)
+    for t in ${TESTS:-turbo_gpu parity fused_gpu turbo_cuda}; do [ -x $B/$t ] || { echo "$t: not packed"; continue; }
+      timeout ${TESTTO:-240} $B/$t --test-threads 1 > $out/$t.log 2>&1
+      echo "$t rc=$? $(grep 'test result' $out/$t.log | tail -1)"; grep -E "panicked|FAILED|failures:" $out/$t.log | head -6
+    done ;;
+  tqpre)
+    bench warmup-f16 -- -m $M7 -p 0 -n 4 -r 1 -c 2048 --kv-type f16 > /dev/null
+    for kv in f16 tq4-tiles tq4-mma; do
+      pre=${kv#tq4-}; [ "$pre" = f16 ] && pre=tiles
+      bench fill16k-$kv RUNIT_CUDA_TQ_PREFILL=$pre -- -m $M7 -p 512 -n 32 -d 16384 -r 1 -c 17000 --kv-type ${kv%-*}
+    done ;;
+  attn)
+    [ -x $B/attention_bench ] && timeout 200 $B/attention_bench ${ATTNARGS:-16384 512} 2>&1 | tee $out/attention_bench.log | tail -30 ;;
   tqmb)
     bench tq4codes-mb3-d16384 RUNIT_CUDA_TQ_DECODE=codes RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
   esac
