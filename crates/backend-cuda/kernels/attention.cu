@@ -1100,6 +1100,11 @@ static_assert(TQMW_VOUT - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp
 #ifndef TQ_MMA_EARLY_CELLS
 #define TQ_MMA_EARLY_CELLS 0
 #endif
+// Chunks whose partials a merging thread loads at once (tq_mma_merge; a measuring knob,
+// RUNIT_CUDA_DEFINES: 8 as the loop's unrolling was before).
+#ifndef TQ_MMA_MERGE_UNROLL
+#define TQ_MMA_MERGE_UNROLL 8
+#endif
 
 __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
     u32 r;
@@ -1263,18 +1268,30 @@ __device__ __forceinline__ void tq_mma_merge(float* out, const float* part_acc, 
         w[k] = weights + hq * n;
         value[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#pragma unroll 8
-    for (u32 c = 0; c < n; ++c) {
+    // TQ_MMA_MERGE_UNROLL chunks' loads of every task in flight at once, then their sums in
+    // chunk order; the rest one chunk at a time.
+    auto add_chunk = [&](u32 c, u32 k, float4 a) {
+        const float wc = w[k][c];
+        value[k].x += a.x * wc;
+        value[k].y += a.y * wc;
+        value[k].z += a.z * wc;
+        value[k].w += a.w * wc;
+    };
+    u32 c = 0;
+    for (; c + TQ_MMA_MERGE_UNROLL <= n; c += TQ_MMA_MERGE_UNROLL) {
+        float4 a[TQ_MMA_MERGE_UNROLL][TASKS];
 #pragma unroll
-        for (u32 k = 0; k < TASKS; ++k) {
-            const float4 a = __ldcg(acc_c[k] + (u64)c * (D / 4));
-            const float wc = w[k][c];
-            value[k].x += a.x * wc;
-            value[k].y += a.y * wc;
-            value[k].z += a.z * wc;
-            value[k].w += a.w * wc;
-        }
+        for (u32 u = 0; u < TQ_MMA_MERGE_UNROLL; ++u)
+#pragma unroll
+            for (u32 k = 0; k < TASKS; ++k) a[u][k] = __ldcg(acc_c[k] + (u64)(c + u) * (D / 4));
+#pragma unroll
+        for (u32 u = 0; u < TQ_MMA_MERGE_UNROLL; ++u)
+#pragma unroll
+            for (u32 k = 0; k < TASKS; ++k) add_chunk(c + u, k, a[u][k]);
     }
+    for (; c < n; ++c)
+#pragma unroll
+        for (u32 k = 0; k < TASKS; ++k) add_chunk(c, k, __ldcg(acc_c[k] + (u64)c * (D / 4)));
 #pragma unroll
     for (u32 k = 0; k < TASKS; ++k) {
         const u32 i = tid + k * TQ_MMA_THREADS;
