@@ -1100,6 +1100,12 @@ static_assert(TQMW_VOUT - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp
 #ifndef TQ_MMA_EARLY_CELLS
 #define TQ_MMA_EARLY_CELLS 0
 #endif
+// A measuring knob (RUNIT_CUDA_DEFINES), off: TQ_MMA_PRE_WAIT=1 reads the step, the tables and
+// the first two sub-tiles' rows before waiting for the kernel before (pdl_wait), where those
+// rows lie before the first position this step writes (written by earlier steps).
+#ifndef TQ_MMA_PRE_WAIT
+#define TQ_MMA_PRE_WAIT 0
+#endif
 // Chunks whose partials a merging thread loads at once (tq_mma_merge; a measuring knob,
 // RUNIT_CUDA_DEFINES: 8 as the loop's unrolling was before).
 #ifndef TQ_MMA_MERGE_UNROLL
@@ -1354,14 +1360,23 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     auto stage = [&](i32 cell, u32 s) { stager.stage16(raw + s * TQ_MMA_SUB * TQ_MMA_RAW, cell, lane); };
     i32 sub = begin + (i32)warp * TQ_MMA_SUB;
     const i32 step_keys = TQ_MMA_WARPS * TQ_MMA_SUB;
-    if (sub < end) stage(sub_cell(sub), 0);
-    cp_async_commit();
-    if (sub + step_keys < end) stage(sub_cell(sub + step_keys), 1);
-    cp_async_commit();
+    // The first two sub-tiles' rows, before the wait where an earlier step wrote them all
+    // (the kernel before may be writing this step's: from the span's start position on).
+    auto stage_first = [&]() {
+        if (sub < end) stage(sub_cell(sub), 0);
+        cp_async_commit();
+        if (sub + step_keys < end) stage(sub_cell(sub + step_keys), 1);
+        cp_async_commit();
+    };
+    const i32 written = step[h->span_info + 4 * span + 2];
+    const bool early = !TQ_MMA_PRE_WAIT || min(sub + 2 * step_keys, end) <= written;
+    if (early) stage_first();
 
     // The tables, the queries (a warp per (query head, block): plain, R q = H D q / 8 and
     // S R q = H D' R q, as tq_prepare_query), this warp's outlier accumulator.
     tq_mma_tables<TQ_MMA_THREADS>(words + TQM_KPAIRS, words + TQM_VPAIRS, words + TQM_SIGNS, words + TQM_H8, kl, vl, tables);
+    if (TQ_MMA_PRE_WAIT) pdl_wait();  // the queries, this step's rows
+    if (!early) stage_first();
     // A warp's tasks (query head, block): every value loaded first (all in flight), then each
     // task rotated and sketched.
     constexpr u32 TASKS = 8 * BLOCKS / TQ_MMA_WARPS;
@@ -1595,7 +1610,8 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         name(const u8* k_cache, const u8* v_cache, const i32* step, const float* q, const float* tables,        \
              float* out, float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,  \
              u32 chunks, u32 heads_per_block, u32 turbo, u32* counters) {                                       \
-        pdl_start();                                                                                            \
+        pdl_launch_dependents();                                                                                \
+        if (!TQ_MMA_PRE_WAIT) pdl_wait();                                                                       \
         decode_tq_mma<d>(k_cache, v_cache, step, q, tables, out, part_acc, part_stats, heads, kv_heads, scale,  \
                          window, chunks, heads_per_block, turbo, counters);                                     \
     }
