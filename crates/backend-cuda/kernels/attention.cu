@@ -1095,21 +1095,12 @@ extern "C" __global__ void __launch_bounds__(TQ_THREADS, TQ_MIN_BLOCKS)
 #define TQMW_WORDS (TQMW_BIAS + 8 * TQ_MMA_SUB)
 #define TQ_MMA_SHARED_WORDS (TQM_WARPS + TQ_MMA_WARPS * TQMW_WORDS)  // plan::TURBO_MMA_SHARED_BYTES / 4
 static_assert(TQMW_VOUT - TQMW_TILE >= 8 * TQ_TILE_DIM, "the merge reuses a warp's tiles");
-// A measuring knob (RUNIT_CUDA_DEFINES), off: TQ_MMA_EARLY_CELLS=1 loads the cells of the
-// sub-tile after next before a sub-tile's work.
-#ifndef TQ_MMA_EARLY_CELLS
-#define TQ_MMA_EARLY_CELLS 0
-#endif
-// A measuring knob (RUNIT_CUDA_DEFINES), off: TQ_MMA_PRE_WAIT=1 reads the step, the tables and
-// the first two sub-tiles' rows before waiting for the kernel before (pdl_wait), where those
-// rows lie before the first position this step writes (written by earlier steps).
+// The step, the tables and the first two sub-tiles' rows are read before waiting for the
+// kernel before (pdl_wait), where those rows lie before the first position this step writes
+// (earlier steps wrote them). A measuring knob (RUNIT_CUDA_DEFINES): TQ_MMA_PRE_WAIT=0 waits
+// first, as every kernel's pdl_start.
 #ifndef TQ_MMA_PRE_WAIT
-#define TQ_MMA_PRE_WAIT 0
-#endif
-// Chunks whose partials a merging thread loads at once (tq_mma_merge; a measuring knob,
-// RUNIT_CUDA_DEFINES: 8 as the loop's unrolling was before).
-#ifndef TQ_MMA_MERGE_UNROLL
-#define TQ_MMA_MERGE_UNROLL 8
+#define TQ_MMA_PRE_WAIT 1
 #endif
 
 __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
@@ -1274,30 +1265,18 @@ __device__ __forceinline__ void tq_mma_merge(float* out, const float* part_acc, 
         w[k] = weights + hq * n;
         value[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    // TQ_MMA_MERGE_UNROLL chunks' loads of every task in flight at once, then their sums in
-    // chunk order; the rest one chunk at a time.
-    auto add_chunk = [&](u32 c, u32 k, float4 a) {
-        const float wc = w[k][c];
-        value[k].x += a.x * wc;
-        value[k].y += a.y * wc;
-        value[k].z += a.z * wc;
-        value[k].w += a.w * wc;
-    };
-    u32 c = 0;
-    for (; c + TQ_MMA_MERGE_UNROLL <= n; c += TQ_MMA_MERGE_UNROLL) {
-        float4 a[TQ_MMA_MERGE_UNROLL][TASKS];
+#pragma unroll 8
+    for (u32 c = 0; c < n; ++c) {
 #pragma unroll
-        for (u32 u = 0; u < TQ_MMA_MERGE_UNROLL; ++u)
-#pragma unroll
-            for (u32 k = 0; k < TASKS; ++k) a[u][k] = __ldcg(acc_c[k] + (u64)(c + u) * (D / 4));
-#pragma unroll
-        for (u32 u = 0; u < TQ_MMA_MERGE_UNROLL; ++u)
-#pragma unroll
-            for (u32 k = 0; k < TASKS; ++k) add_chunk(c + u, k, a[u][k]);
+        for (u32 k = 0; k < TASKS; ++k) {
+            const float4 a = __ldcg(acc_c[k] + (u64)c * (D / 4));
+            const float wc = w[k][c];
+            value[k].x += a.x * wc;
+            value[k].y += a.y * wc;
+            value[k].z += a.z * wc;
+            value[k].w += a.w * wc;
+        }
     }
-    for (; c < n; ++c)
-#pragma unroll
-        for (u32 k = 0; k < TASKS; ++k) add_chunk(c, k, __ldcg(acc_c[k] + (u64)c * (D / 4)));
 #pragma unroll
     for (u32 k = 0; k < TASKS; ++k) {
         const u32 i = tid + k * TQ_MMA_THREADS;
@@ -1429,9 +1408,6 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     for (u32 s = 0; sub < end; sub += step_keys, s ^= 1) {
-        // TQ_MMA_EARLY_CELLS: the cells of the sub-tile after next loaded now, not after this
-        // sub-tile's work (where the copies wait for them).
-        const i32 early_cell = TQ_MMA_EARLY_CELLS ? sub_cell(sub + 2 * step_keys) : -1;
         cp_async_wait<1>();  // this sub-tile's bytes
         __syncwarp();
         const u8* keys = (const u8*)(raw + s * TQ_MMA_SUB * TQ_MMA_RAW);
@@ -1534,7 +1510,7 @@ __device__ __forceinline__ void decode_tq_mma(const u8* k_cache, const u8* v_cac
         __syncwarp();
         flash_accumulate<D, TQ_MMA_STRIDE, 1>(acc, p, tile_at);
         __syncwarp();  // stage s and the tile are free
-        if (sub + 2 * step_keys < end) stage(TQ_MMA_EARLY_CELLS ? early_cell : sub_cell(sub + 2 * step_keys), s);
+        if (sub + 2 * step_keys < end) stage(sub_cell(sub + 2 * step_keys), s);
         cp_async_commit();
     }
     cp_async_wait<0>();

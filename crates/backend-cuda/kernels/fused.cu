@@ -4,6 +4,7 @@
 //   rope_kv_write_f16/32 rope_f32 (rope.cu) of q and of k, then kv_write_f16/32 (kv.cu)
 // The matmul epilogues (bias, SwiGLU) live in the matvec kernels (matvec.cuh, matvec_float.cu).
 #include "quantize.cuh"
+#include "rope.cuh"
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
 #pragma unroll
@@ -143,19 +144,8 @@ __device__ __forceinline__ void rope_kv_write(float* q, float* k, const float* v
     }
     if (rotate) {
         const float position = (float)(u32)step[h->positions + token];
-        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x) {
-            float theta = position;
-            for (u32 i = 0; i < pair; ++i) theta = __fmul_rn(theta, theta_scale);
-            const float factor = has_factors ? factors[pair] : 1.0f;
-            const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, factor));
-            float s, c;
-            sincosf(angle, &s, &c);
-            const u32 first = neox ? pair : 2 * pair;
-            const u32 second = neox ? pair + pairs : 2 * pair + 1;
-            const float x0 = values[first], x1 = values[second];
-            values[first] = fmaf(x0, c, -__fmul_rn(x1, s));
-            values[second] = fmaf(x0, s, __fmul_rn(x1, c));
-        }
+        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
+            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
     }
     if (!key) return;
     // The rotated key head, written by this block's threads, is read below.

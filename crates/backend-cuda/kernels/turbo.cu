@@ -9,6 +9,7 @@
 // Multiply-adds are written as fmaf and this module is compiled with --fmad=false, so no
 // other multiply and add are fused. The layout: kernels/turbo.cuh.
 #include "turbo.cuh"
+#include "rope.cuh"
 
 // Keys of one chunk (backend-cpu's KEY_CHUNK) and query heads of one chunk block (MAX_HEADS).
 #define TQ_KEY_CHUNK 512
@@ -89,23 +90,24 @@ __device__ __forceinline__ float tq_exp(float x) {
 // block of 64 values at a time. Shared memory: per warp 64 floats and 64 code bytes, then
 // two index bytes per block of the row.
 //
-// Launch: grid.x = rows, blockDim.x = 32 * warps; dynamic shared memory
-// warps * (64 * 4 + 64) + blocks * 2 bytes.
-extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32* step, const float* tables,
-                                          const float* mean, u32 width, u32 rows, u64 n_cells, u32 bits,
-                                          u32 sketch) {
-    pdl_start();
-    extern __shared__ float shared[];
+// The cell batch row `row` (of `rows`) writes, or -1: no span owns the row, or its cell lies
+// outside the cache's n_cells.
+__device__ __forceinline__ i32 turbo_row_cell(const i32* step, i32 row, u32 rows, u64 n_cells) {
     const StepHeader* h = (const StepHeader*)step;
-    const i32 row = blockIdx.x;
-    if ((u32)row >= rows || row >= h->tokens) return;
+    if ((u32)row >= rows || row >= h->tokens) return -1;
     const i32 span = step[h->row_span + row];
-    if (span < 0 || span >= h->spans) return;
+    if (span < 0 || span >= h->spans) return -1;
     const i32* info = step + h->span_info + span * 4;
-    if (row < info[0] || row >= info[0] + info[1]) return;
+    if (row < info[0] || row >= info[0] + info[1]) return -1;
     const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    if (cell < 0 || (u64)cell >= n_cells) return;
+    return cell < 0 || (u64)cell >= n_cells ? -1 : cell;
+}
 
+// Encodes the row at `src_row` (`width` values) into cell `cell` of `cache`. All threads of
+// the block call it.
+__device__ void turbo_encode_row(u8* cache, const float* src_row, i32 cell, const float* tables, const float* mean,
+                                 u32 width, u32 bits, u32 sketch) {
+    extern __shared__ float shared[];
     const TqLayout layout = {bits, sketch};
     const u32 blocks = width / TQ_BLOCK;
     const u32 warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -118,7 +120,7 @@ extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32
     const u32 levels = 1u << bits;
 
     for (u32 b = warp; b < blocks; b += warps) {
-        const float* in = src + (u64)row * width + b * TQ_BLOCK;
+        const float* in = src_row + b * TQ_BLOCK;
         for (u32 i = lane; i < TQ_BLOCK; i += 32)
             y[i] = mean ? __fsub_rn(in[i], mean[b * TQ_BLOCK + i]) : in[i];
         __syncwarp();
@@ -206,6 +208,59 @@ extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32
         }
         indices[j] = (u8)byte;
     }
+}
+
+// Launch: grid.x = rows, blockDim.x = 32 * warps; dynamic shared memory
+// warps * (64 * 4 + 64) + blocks * 2 bytes.
+extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32* step, const float* tables,
+                                          const float* mean, u32 width, u32 rows, u64 n_cells, u32 bits,
+                                          u32 sketch) {
+    pdl_start();
+    const i32 row = blockIdx.x;
+    const i32 cell = turbo_row_cell(step, row, rows, n_cells);
+    if (cell < 0) return;
+    turbo_encode_row(cache, src + (u64)row * width, cell, tables, mean, width, bits, sketch);
+}
+
+// RoPE of q and k, then k and v written into their TurboQuant caches, in one launch: exactly
+// rope_f32 (rope.cu, no YaRN) of q and of k followed by kv_write_turbo of each (the per-element
+// arithmetic is theirs). grid.x = max(tokens, kv_rows), grid.y = q_heads + 2: blocks y <
+// q_heads rotate that head of row x of q ([tokens, q_heads, head_dim]); block q_heads rotates
+// every head of row x of k ([tokens, width]) in place, then encodes it into k_cache; block
+// q_heads + 1 encodes row x of v into v_cache. Rows past `tokens` are not rotated, rows past
+// `kv_rows` not written. blockDim.x and dynamic shared memory as kv_write_turbo's for the
+// caches' width.
+extern "C" __global__ void rope_kv_write_turbo(float* q, float* k, const float* v, u8* k_cache, u8* v_cache,
+                                               const i32* step, const float* tables, const float* k_mean,
+                                               const float* v_mean, const float* factors, u32 has_factors,
+                                               u32 q_heads, u32 k_heads, u32 head_dim, u32 rotary_dim,
+                                               float theta_scale, float freq_scale, u32 neox, u32 tokens, u32 width,
+                                               u32 kv_rows, u64 k_cells, u64 v_cells, u32 k_bits, u32 k_sketch,
+                                               u32 v_bits, u32 v_sketch) {
+    pdl_start();
+    const StepHeader* h = (const StepHeader*)step;
+    const u32 token = blockIdx.x, slot = blockIdx.y, pairs = rotary_dim / 2;
+    const bool rotate = token < tokens && (i32)token < h->tokens;  // uniform over the block
+    const float position = rotate ? (float)(u32)step[h->positions + token] : 0.0f;
+    if (slot < q_heads) {
+        if (!rotate) return;
+        float* values = q + ((u64)token * q_heads + slot) * head_dim;
+        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
+            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
+        return;
+    }
+    const bool key = slot == q_heads;
+    if (key && rotate) {
+        float* row = k + (u64)token * width;
+        for (u32 i = threadIdx.x; i < k_heads * pairs; i += blockDim.x)
+            rope_pair(row + (u64)(i / pairs) * head_dim, i % pairs, position, factors, has_factors, rotary_dim,
+                      theta_scale, freq_scale, neox);
+        __syncthreads();  // the rotated row, written by this block's threads, is read below
+    }
+    const i32 cell = turbo_row_cell(step, (i32)token, kv_rows, key ? k_cells : v_cells);
+    if (cell < 0) return;
+    turbo_encode_row(key ? k_cache : v_cache, (key ? k : v) + (u64)token * width, cell, tables, key ? k_mean : v_mean,
+                     width, key ? k_bits : v_bits, key ? k_sketch : v_sketch);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ pub const HEADERS: &[KernelSource] = &[
     source!("exact_gemm.cuh"),
     source!("exact_math.cuh"),
     source!("turbo.cuh"),
+    source!("rope.cuh"),
 ];
 
 /// Every kernel module, in the order CI compiles them.

@@ -102,22 +102,22 @@ pub enum TurboPrefill {
     Tiles,
     /// `attention_prefill_tq_mma_*` (heads of 64 and 128 values; others take [`Self::Tiles`]):
     /// 64 query rows a block, each 64-key tile decoded once into f16 tiles, scores and values on
-    /// the tensor cores. Not yet the default: written in session 46, not yet run on a GPU.
+    /// the tensor cores. The default.
     TensorCores,
 }
 
 impl TurboPrefill {
-    /// [`Self::Tiles`] unless `RUNIT_CUDA_TQ_PREFILL=mma`; another value keeps the default
-    /// with a warning.
+    /// [`Self::TensorCores`] unless `RUNIT_CUDA_TQ_PREFILL=tiles`; another value keeps the
+    /// default with a warning.
     pub fn from_env() -> TurboPrefill {
         match std::env::var("RUNIT_CUDA_TQ_PREFILL").as_deref() {
-            Ok("mma") => TurboPrefill::TensorCores,
-            Ok("tiles") | Err(_) => TurboPrefill::Tiles,
+            Ok("tiles") => TurboPrefill::Tiles,
+            Ok("mma") | Err(_) => TurboPrefill::TensorCores,
             Ok(other) => {
                 tracing::warn!(
-                    "RUNIT_CUDA_TQ_PREFILL={other:?} is not mma or tiles: the tile prefill is used"
+                    "RUNIT_CUDA_TQ_PREFILL={other:?} is not mma or tiles: the tensor-core prefill is used"
                 );
-                TurboPrefill::Tiles
+                TurboPrefill::TensorCores
             }
         }
     }

@@ -503,7 +503,7 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
         scale: 1.0 / (head_dim as f32).sqrt(),
         sliding_window: None,
     };
-    // TurboQuant caches take the primitive path inside `rope_kv_write`: the same values.
+    // TurboQuant caches take rope_kv_write_turbo (one launch): the same values.
     for kv_type in [KvType::F16, KvType::F32, KvType::Tq4, KvType::Tq3] {
         for (style, rotary_dim, with_factors, with_norms, full_width) in [
             (RopeStyle::Neox, 64, false, false, false),

@@ -100,13 +100,21 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     let (q_params, k_params) = (op.q_rope, op.k_rope);
     let (head_dim, rotary_dim) = (k_params.head_dim, k_params.rotary_dim);
     let width = k_params.heads.saturating_mul(head_dim);
-    let fused = same_rotation(q_params, k_params)
+    let rotation_fits = same_rotation(q_params, k_params)
         && op.k_cache.width == width
         && op.v_cache.width == width
-        && op.k_cache.ty == op.v_cache.ty
-        && matches!(op.k_cache.ty, KvType::F16 | KvType::F32)
         && rotary_dim.is_multiple_of(2)
         && rotary_dim <= head_dim;
+    let fused = rotation_fits
+        && op.k_cache.ty == op.v_cache.ty
+        && matches!(op.k_cache.ty, KvType::F16 | KvType::F32);
+    // TurboQuant caches (any pair of types): rope_kv_write_turbo, the q/k norms run first.
+    // `RUNIT_CUDA_TQ_ROPE_WRITE=0` (a measuring knob) runs the primitives instead.
+    static TURBO_FUSED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let turbo = rotation_fits
+        && op.k_cache.ty.is_turbo()
+        && op.v_cache.ty.is_turbo()
+        && crate::env_count(&TURBO_FUSED, "RUNIT_CUDA_TQ_ROPE_WRITE", 1) != 0;
     // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
     let in_kernel = |w: &Weight| w.ty == GgmlType::F32 && w.shape == [head_dim];
     let norms_in_kernel = fused
@@ -117,7 +125,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     if !norms_in_kernel {
         unfused::qk_norms_in_place(backend, &mut op)?;
     }
-    if !fused {
+    if !fused && !turbo {
         backend.rope(op.q, op.positions, q_params, op.freq_factors)?;
         backend.rope(op.k, op.positions, k_params, op.freq_factors)?;
         return backend.kv_write(op.kv_write());
@@ -157,18 +165,6 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     let q_ptr = buffer_ptr(OP, "q", q)?;
     let k_ptr = buffer_ptr(OP, "k", k)?;
     let v_ptr = buffer_ptr(OP, "v", v)?;
-    let k_cells = kv_ptr(OP, "k", k_cache)?;
-    let v_cells = kv_ptr(OP, "v", v_cache)?;
-    // One block per (row, head); a thread per rotary pair (and per two cache elements).
-    let config = LaunchConfig {
-        grid_dim: (
-            to_u32(OP, "rows", blocks)?,
-            to_u32(OP, "heads", q_params.heads + k_params.heads)?,
-            1,
-        ),
-        block_dim: (threads_for(head_dim.div_ceil(2), 256), 1, 1),
-        shared_mem_bytes: 0,
-    };
     // As ops/rope.rs computes it.
     let theta_scale = k_params.theta.powf(-2.0 / rotary_dim as f32);
     let step = backend.step_inputs(OP, None, Some(positions), Some(spans), None)?;
@@ -181,6 +177,58 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         to_u32(OP, "rotary_dim", rotary_dim)?,
     );
     let neox = u32::from(k_params.style == RopeStyle::Neox);
+    if turbo {
+        let (k_cells, k_mean, k_n, k_bits, k_sketch) = super::turbo::cache_args(OP, k_cache)?;
+        let (v_cells, v_mean, v_n, v_bits, v_sketch) = super::turbo::cache_args(OP, v_cache)?;
+        // The row writer's blocks; a query head's block rotates with as many threads.
+        let config = super::turbo::writer_config(OP, width, blocks, q_params.heads + 2)?;
+        return launch!(
+            backend,
+            OP,
+            "turbo.cu",
+            "rope_kv_write_turbo",
+            config,
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            k_cells,
+            v_cells,
+            step.ptr,
+            backend.turbo_tables()?,
+            k_mean,
+            v_mean,
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+            args.4,
+            args.5,
+            theta_scale,
+            k_params.freq_scale,
+            neox,
+            to_u32(OP, "tokens", tokens)?,
+            to_u32(OP, "cache width", width)?,
+            to_u32(OP, "rows", kv_rows)?,
+            k_n,
+            v_n,
+            k_bits,
+            k_sketch,
+            v_bits,
+            v_sketch
+        );
+    }
+    let k_cells = kv_ptr(OP, "k", k_cache)?;
+    let v_cells = kv_ptr(OP, "v", v_cache)?;
+    // One block per (row, head); a thread per rotary pair (and per two cache elements).
+    let config = LaunchConfig {
+        grid_dim: (
+            to_u32(OP, "rows", blocks)?,
+            to_u32(OP, "heads", q_params.heads + k_params.heads)?,
+            1,
+        ),
+        block_dim: (threads_for(head_dim.div_ceil(2), 256), 1, 1),
+        shared_mem_bytes: 0,
+    };
     let tokens = to_u32(OP, "tokens", tokens)?;
     let width = to_u32(OP, "cache width", width)?;
     let kv_rows = to_u32(OP, "rows", kv_rows)?;

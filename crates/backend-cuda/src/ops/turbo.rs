@@ -164,35 +164,66 @@ pub fn kv_write(
     step: &StepView,
     rows: usize,
 ) -> OpResult {
-    let layout = layout(cache.ty, cache.role);
-    let blocks = cache.width / turbo::BLOCK;
+    let (cells, mean, n_cells, bits, sketch) = cache_args(op, cache)?;
+    launch!(
+        backend,
+        op,
+        "turbo.cu",
+        "kv_write_turbo",
+        writer_config(op, cache.width, rows, 1)?,
+        cells,
+        src,
+        step.ptr,
+        backend.turbo_tables()?,
+        mean,
+        to_u32(op, "cache width", cache.width)?,
+        rows as u32,
+        n_cells,
+        bits,
+        sketch
+    )
+}
+
+/// The row writer's launch (`kv_write_turbo`, and the writing blocks of `rope_kv_write_turbo`)
+/// for rows of `width` values: grid (`rows`, `grid_y`), a warp per block of 64 values up to
+/// [`WRITE_WARPS`], and their shared memory.
+pub(crate) fn writer_config(
+    op: &'static str,
+    width: usize,
+    rows: usize,
+    grid_y: usize,
+) -> Result<LaunchConfig, BackendError> {
+    let blocks = width / turbo::BLOCK;
     let warps = blocks.clamp(1, WRITE_WARPS);
-    let config = LaunchConfig {
-        grid_dim: (to_u32(op, "rows", rows)?, 1, 1),
+    Ok(LaunchConfig {
+        grid_dim: (
+            to_u32(op, "rows", rows)?,
+            to_u32(op, "grid rows", grid_y)?,
+            1,
+        ),
         block_dim: (32 * warps as u32, 1, 1),
         shared_mem_bytes: to_u32(
             op,
             "row writer shared memory",
             warps * (turbo::BLOCK * 4 + turbo::BLOCK) + blocks * turbo::OUTLIERS,
         )?,
-    };
-    launch!(
-        backend,
-        op,
-        "turbo.cu",
-        "kv_write_turbo",
-        config,
+    })
+}
+
+/// A TurboQuant cache's arguments to the row writer: its cells, its mean row (0: none), its
+/// cell count, code bits and whether it keeps the sketch.
+pub(crate) fn cache_args(
+    op: &'static str,
+    cache: &KvCache,
+) -> Result<(u64, u64, u64, u32, u32), BackendError> {
+    let layout = layout(cache.ty, cache.role);
+    Ok((
         kv_ptr(op, "cache", cache)?,
-        src,
-        step.ptr,
-        backend.turbo_tables()?,
         kv_mean_ptr(op, "cache", cache)?,
-        to_u32(op, "cache width", cache.width)?,
-        rows as u32,
         cache.n_cells as u64,
         layout.code_bits as u32,
-        u32::from(layout.sketch)
-    )
+        u32::from(layout.sketch),
+    ))
 }
 
 /// Attention of every span's query rows over TurboQuant caches; see
