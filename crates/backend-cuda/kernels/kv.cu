@@ -4,6 +4,7 @@
 //
 // Launch: one block per row (grid.x = rows), any block size.
 #include "common.cuh"
+#include "rope.cuh"
 
 // The span owning `row`, or -1 when no span's rows include it.
 __device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h, i32 row) {
@@ -101,4 +102,47 @@ extern "C" __global__ void kv_write_q8_0(u8* cache, const float* src, const i32*
 
 extern "C" __global__ void kv_write_q4_0(u8* cache, const float* src, const i32* step, u32 width, u32 rows, u64 n_cells, u32 rotation) { pdl_start();
     kv_write_blocks<false>(cache, src, step, width, rows, n_cells, rotation);
+}
+
+// RoPE of q and k, then k and v written into caches of blocks (each Q8_0 or Q4_0: `k_q8`,
+// `v_q8`), in one launch: exactly rope_f32 (rope.cu, no YaRN) of q and of k followed by
+// kv_write_q8_0/q4_0 of each (their per-element arithmetic). grid.x = max(tokens, kv_rows),
+// grid.y = q_heads + 2: blocks y < q_heads rotate that head of row x of q ([tokens, q_heads,
+// head_dim]); block q_heads rotates every head of row x of k ([tokens, width]) in place, then
+// writes it into k_cache; block q_heads + 1 writes row x of v into v_cache. Rows past `tokens`
+// are not rotated, rows past `kv_rows` not written. Shared memory of `width` floats.
+extern "C" __global__ void rope_kv_write_blocks(float* q, float* k, const float* v, u8* k_cache, u8* v_cache,
+                                                const i32* step, const float* factors, u32 has_factors, u32 q_heads,
+                                                u32 k_heads, u32 head_dim, u32 rotary_dim, float theta_scale,
+                                                float freq_scale, u32 neox, u32 tokens, u32 width, u32 kv_rows,
+                                                u64 k_cells, u64 v_cells, u32 k_q8, u32 v_q8, u32 k_rotation,
+                                                u32 v_rotation) {
+    pdl_start();
+    const StepHeader* h = (const StepHeader*)step;
+    const u32 token = blockIdx.x, slot = blockIdx.y, pairs = rotary_dim / 2;
+    const bool rotate = token < tokens && (i32)token < h->tokens;  // uniform over the block
+    const float position = rotate ? (float)(u32)step[h->positions + token] : 0.0f;
+    if (slot < q_heads) {
+        if (!rotate) return;
+        float* values = q + ((u64)token * q_heads + slot) * head_dim;
+        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
+            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
+        return;
+    }
+    const bool key = slot == q_heads;
+    if (key && rotate) {
+        float* row = k + (u64)token * width;
+        for (u32 i = threadIdx.x; i < k_heads * pairs; i += blockDim.x)
+            rope_pair(row + (u64)(i / pairs) * head_dim, i % pairs, position, factors, has_factors, rotary_dim,
+                      theta_scale, freq_scale, neox);
+        __syncthreads();  // the rotated row, written by this block's threads, is read below
+    }
+    u8* cache = key ? k_cache : v_cache;
+    const float* src = key ? k : v;
+    const u64 n_cells = key ? k_cells : v_cells;
+    const u32 rotation = key ? k_rotation : v_rotation;
+    if (key ? k_q8 : v_q8)
+        kv_write_blocks<true>(cache, src, step, width, kv_rows, n_cells, rotation);
+    else
+        kv_write_blocks<false>(cache, src, step, width, kv_rows, n_cells, rotation);
 }

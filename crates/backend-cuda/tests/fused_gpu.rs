@@ -503,8 +503,16 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
         scale: 1.0 / (head_dim as f32).sqrt(),
         sliding_window: None,
     };
-    // TurboQuant caches take rope_kv_write_turbo (one launch): the same values.
-    for kv_type in [KvType::F16, KvType::F32, KvType::Tq4, KvType::Tq3] {
+    // TurboQuant caches take rope_kv_write_turbo (one launch), Q8_0 and Q4_0 caches
+    // rope_kv_write_blocks under RUNIT_CUDA_BLOCK_ROPE_WRITE=1: the same values.
+    for kv_type in [
+        KvType::F16,
+        KvType::F32,
+        KvType::Tq4,
+        KvType::Tq3,
+        KvType::Q8_0,
+        KvType::Q4_0,
+    ] {
         for (style, rotary_dim, with_factors, with_norms, full_width) in [
             (RopeStyle::Neox, 64, false, false, false),
             (RopeStyle::Normal, 64, true, false, false),

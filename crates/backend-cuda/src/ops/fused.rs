@@ -115,6 +115,14 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         && op.k_cache.ty.is_turbo()
         && op.v_cache.ty.is_turbo()
         && crate::env_count(&TURBO_FUSED, "RUNIT_CUDA_TQ_ROPE_WRITE", 1) != 0;
+    // Caches of blocks (Q8_0 or Q4_0 each): rope_kv_write_blocks, opt-in until it has run on
+    // a GPU (`RUNIT_CUDA_BLOCK_ROPE_WRITE=1`); else the primitives.
+    static BLOCKS_FUSED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let of_blocks = |ty: KvType| matches!(ty, KvType::Q8_0 | KvType::Q4_0);
+    let blocks_fused = rotation_fits
+        && of_blocks(op.k_cache.ty)
+        && of_blocks(op.v_cache.ty)
+        && crate::env_count(&BLOCKS_FUSED, "RUNIT_CUDA_BLOCK_ROPE_WRITE", 0) != 0;
     // Per-head norms of f32 weights of head_dim values run inside the kernel; others first.
     let in_kernel = |w: &Weight| w.ty == GgmlType::F32 && w.shape == [head_dim];
     let norms_in_kernel = fused
@@ -125,7 +133,7 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     if !norms_in_kernel {
         unfused::qk_norms_in_place(backend, &mut op)?;
     }
-    if !fused && !turbo {
+    if !fused && !turbo && !blocks_fused {
         backend.rope(op.q, op.positions, q_params, op.freq_factors)?;
         backend.rope(op.k, op.positions, k_params, op.freq_factors)?;
         return backend.kv_write(op.kv_write());
@@ -219,6 +227,54 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
     }
     let k_cells = kv_ptr(OP, "k", k_cache)?;
     let v_cells = kv_ptr(OP, "v", v_cache)?;
+    if blocks_fused {
+        // A row writer's block (kv_write_q8_0/q4_0's shape); a query head's rotates with as
+        // many threads.
+        let config = LaunchConfig {
+            grid_dim: (
+                to_u32(OP, "rows", blocks)?,
+                to_u32(OP, "heads", q_params.heads + 2)?,
+                1,
+            ),
+            block_dim: (threads_for(width, 256), 1, 1),
+            shared_mem_bytes: to_u32(OP, "row bytes", width * 4)?,
+        };
+        let rotation = |cache: &runit_backend::KvCache| {
+            runit_backend::hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim)
+                .unwrap_or(0) as u32
+        };
+        return launch!(
+            backend,
+            OP,
+            "kv.cu",
+            "rope_kv_write_blocks",
+            config,
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            k_cells,
+            v_cells,
+            step.ptr,
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+            args.4,
+            args.5,
+            theta_scale,
+            k_params.freq_scale,
+            neox,
+            to_u32(OP, "tokens", tokens)?,
+            to_u32(OP, "cache width", width)?,
+            to_u32(OP, "rows", kv_rows)?,
+            k_cache.n_cells as u64,
+            v_cache.n_cells as u64,
+            u32::from(k_cache.ty == KvType::Q8_0),
+            u32::from(v_cache.ty == KvType::Q8_0),
+            rotation(k_cache),
+            rotation(v_cache)
+        );
+    }
     // One block per (row, head); a thread per rotary pair (and per two cache elements).
     let config = LaunchConfig {
         grid_dim: (
