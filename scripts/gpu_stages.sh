@@ -24,6 +24,8 @@
 #           one thread each, TESTTO seconds each (default 240)
 #   tqpre   a 16k fill + tg32: f16, tq4 with the tile prefill and with the tensor cores' prefill
 #   attn    attention_bench on the 7B shape (ATTNARGS, default "16384 512")
+#   kvq8    q8_0 caches at 16384, tg128: runit (four launches, then RUNIT_CUDA_BLOCK_ROPE_WRITE=1's
+#           one) beside llama-bench -ctk q8_0 -ctv q8_0 (after `scripts/gpu_batch.sh build`), ROUNDS rounds
 # Logs go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +137,14 @@ for stage in "$@"; do
     done ;;
   attn)
     [ -x $B/attention_bench ] && timeout 200 $B/attention_bench ${ATTNARGS:-16384 512} 2>&1 | tee $out/attention_bench.log | tail -30 ;;
+  kvq8)
+    L=/tmp/llama/build/bin/llama-bench; [ -x $L ] || { echo "llama-bench not built (scripts/gpu_batch.sh build)"; continue; }
+    for round in $(seq ${ROUNDS:-2}); do
+      bench q8-r$round -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type q8_0
+      bench q8one-r$round RUNIT_CUDA_BLOCK_ROPE_WRITE=1 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type q8_0
+      printf "%-40s " llama-q8-r$round
+      timeout 200 $L -m $M7 -ngl 99 -fa 1 -n 128 -p 0 -d 16384 -r 1 -ctk q8_0 -ctv q8_0 2>&1 | grep -E "tg128" | tr '\n' ' '; echo
+    done ;;
   tqmb)
     bench tq4codes-mb3-d16384 RUNIT_CUDA_TQ_DECODE=codes RUNIT_CUDA_DEFINES=TQ_MIN_BLOCKS=3 -- -m $M7 -p 0 -n 128 -d 16384 -r 1 -c 17000 --kv-type tq4 ;;
   esac
