@@ -118,25 +118,10 @@ extern "C" __global__ void rope_kv_write_blocks(float* q, float* k, const float*
                                                 u64 k_cells, u64 v_cells, u32 k_q8, u32 v_q8, u32 k_rotation,
                                                 u32 v_rotation) {
     pdl_start();
-    const StepHeader* h = (const StepHeader*)step;
-    const u32 token = blockIdx.x, slot = blockIdx.y, pairs = rotary_dim / 2;
-    const bool rotate = token < tokens && (i32)token < h->tokens;  // uniform over the block
-    const float position = rotate ? (float)(u32)step[h->positions + token] : 0.0f;
-    if (slot < q_heads) {
-        if (!rotate) return;
-        float* values = q + ((u64)token * q_heads + slot) * head_dim;
-        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
-            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
+    if (rope_qk_rows(q, k, step, factors, has_factors, q_heads, k_heads, head_dim, rotary_dim, theta_scale, freq_scale,
+                     neox, tokens, width))
         return;
-    }
-    const bool key = slot == q_heads;
-    if (key && rotate) {
-        float* row = k + (u64)token * width;
-        for (u32 i = threadIdx.x; i < k_heads * pairs; i += blockDim.x)
-            rope_pair(row + (u64)(i / pairs) * head_dim, i % pairs, position, factors, has_factors, rotary_dim,
-                      theta_scale, freq_scale, neox);
-        __syncthreads();  // the rotated row, written by this block's threads, is read below
-    }
+    const bool key = blockIdx.y == q_heads;
     u8* cache = key ? k_cache : v_cache;
     const float* src = key ? k : v;
     const u64 n_cells = key ? k_cells : v_cells;

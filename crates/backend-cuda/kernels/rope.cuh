@@ -24,3 +24,34 @@ __device__ __forceinline__ void rope_pair(float* values, u32 pair, float positio
     values[first] = fmaf(x0, c, -__fmul_rn(x1, s));
     values[second] = fmaf(x0, s, __fmul_rn(x1, c));
 }
+
+// The rotation part of the one-launch RoPE + cache write kernels over caches written a row at a
+// time (turbo.cu's rope_kv_write_turbo, kv.cu's rope_kv_write_blocks): grid.x = rows,
+// grid.y = q_heads + 2. Block y < q_heads rotates head y of row x of q ([tokens, q_heads,
+// head_dim]) and returns true: it is done. Block q_heads rotates every head of row x of k
+// ([tokens, width]) in place, synchronized so that the block then reads the rotated row; block
+// q_heads + 1 rotates nothing. Rows past `tokens` are not rotated. Uniform over the block.
+__device__ __forceinline__ bool rope_qk_rows(float* q, float* k, const i32* step, const float* factors,
+                                             u32 has_factors, u32 q_heads, u32 k_heads, u32 head_dim,
+                                             u32 rotary_dim, float theta_scale, float freq_scale, u32 neox,
+                                             u32 tokens, u32 width) {
+    const StepHeader* h = (const StepHeader*)step;
+    const u32 token = blockIdx.x, slot = blockIdx.y, pairs = rotary_dim / 2;
+    const bool rotate = token < tokens && (i32)token < h->tokens;
+    const float position = rotate ? (float)(u32)step[h->positions + token] : 0.0f;
+    if (slot < q_heads) {
+        if (!rotate) return true;
+        float* values = q + ((u64)token * q_heads + slot) * head_dim;
+        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
+            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
+        return true;
+    }
+    if (slot == q_heads && rotate) {
+        float* row = k + (u64)token * width;
+        for (u32 i = threadIdx.x; i < k_heads * pairs; i += blockDim.x)
+            rope_pair(row + (u64)(i / pairs) * head_dim, i % pairs, position, factors, has_factors, rotary_dim,
+                      theta_scale, freq_scale, neox);
+        __syncthreads();  // the rotated row, written by this block's threads, is read next
+    }
+    return false;
+}

@@ -229,34 +229,20 @@ extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32
 // every head of row x of k ([tokens, width]) in place, then encodes it into k_cache; block
 // q_heads + 1 encodes row x of v into v_cache. Rows past `tokens` are not rotated, rows past
 // `kv_rows` not written. blockDim.x and dynamic shared memory as kv_write_turbo's for the
-// caches' width.
+// caches' width. The parameters up to v_cells are rope_kv_write_f16/32's (fused.cu).
 extern "C" __global__ void rope_kv_write_turbo(float* q, float* k, const float* v, u8* k_cache, u8* v_cache,
-                                               const i32* step, const float* tables, const float* k_mean,
-                                               const float* v_mean, const float* factors, u32 has_factors,
-                                               u32 q_heads, u32 k_heads, u32 head_dim, u32 rotary_dim,
-                                               float theta_scale, float freq_scale, u32 neox, u32 tokens, u32 width,
-                                               u32 kv_rows, u64 k_cells, u64 v_cells, u32 k_bits, u32 k_sketch,
-                                               u32 v_bits, u32 v_sketch) {
+                                               const i32* step, const float* factors, u32 has_factors, u32 q_heads,
+                                               u32 k_heads, u32 head_dim, u32 rotary_dim, float theta_scale,
+                                               float freq_scale, u32 neox, u32 tokens, u32 width, u32 kv_rows,
+                                               u64 k_cells, u64 v_cells, const float* tables, const float* k_mean,
+                                               const float* v_mean, u32 k_bits, u32 k_sketch, u32 v_bits,
+                                               u32 v_sketch) {
     pdl_start();
-    const StepHeader* h = (const StepHeader*)step;
-    const u32 token = blockIdx.x, slot = blockIdx.y, pairs = rotary_dim / 2;
-    const bool rotate = token < tokens && (i32)token < h->tokens;  // uniform over the block
-    const float position = rotate ? (float)(u32)step[h->positions + token] : 0.0f;
-    if (slot < q_heads) {
-        if (!rotate) return;
-        float* values = q + ((u64)token * q_heads + slot) * head_dim;
-        for (u32 pair = threadIdx.x; pair < pairs; pair += blockDim.x)
-            rope_pair(values, pair, position, factors, has_factors, rotary_dim, theta_scale, freq_scale, neox);
+    if (rope_qk_rows(q, k, step, factors, has_factors, q_heads, k_heads, head_dim, rotary_dim, theta_scale, freq_scale,
+                     neox, tokens, width))
         return;
-    }
-    const bool key = slot == q_heads;
-    if (key && rotate) {
-        float* row = k + (u64)token * width;
-        for (u32 i = threadIdx.x; i < k_heads * pairs; i += blockDim.x)
-            rope_pair(row + (u64)(i / pairs) * head_dim, i % pairs, position, factors, has_factors, rotary_dim,
-                      theta_scale, freq_scale, neox);
-        __syncthreads();  // the rotated row, written by this block's threads, is read below
-    }
+    const u32 token = blockIdx.x;
+    const bool key = blockIdx.y == q_heads;
     const i32 cell = turbo_row_cell(step, (i32)token, kv_rows, key ? k_cells : v_cells);
     if (cell < 0) return;
     turbo_encode_row(key ? k_cache : v_cache, (key ? k : v) + (u64)token * width, cell, tables, key ? k_mean : v_mean,

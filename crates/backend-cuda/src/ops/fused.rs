@@ -185,48 +185,65 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         to_u32(OP, "rotary_dim", rotary_dim)?,
     );
     let neox = u32::from(k_params.style == RopeStyle::Neox);
+    let k_cells = kv_ptr(OP, "k", k_cache)?;
+    let v_cells = kv_ptr(OP, "v", v_cache)?;
+    let tokens = to_u32(OP, "tokens", tokens)?;
+    let width32 = to_u32(OP, "cache width", width)?;
+    let kv_rows = to_u32(OP, "rows", kv_rows)?;
+    let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
+    // The launch of rope_kv_write_f16/f32 (fused.cu), rope_kv_write_turbo (turbo.cu) or
+    // rope_kv_write_blocks (kv.cu): the same parameters up to the caches' cell counts, then
+    // each kernel's own.
+    macro_rules! launch_rope_kv {
+        ($file:expr, $name:expr, $config:expr, $($own:expr),+) => {
+            launch!(
+                backend,
+                OP,
+                $file,
+                $name,
+                $config,
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                k_cells,
+                v_cells,
+                step.ptr,
+                args.0,
+                args.1,
+                args.2,
+                args.3,
+                args.4,
+                args.5,
+                theta_scale,
+                k_params.freq_scale,
+                neox,
+                tokens,
+                width32,
+                kv_rows,
+                k_n,
+                v_n,
+                $($own),+
+            )
+        };
+    }
     if turbo {
-        let (k_cells, k_mean, k_n, k_bits, k_sketch) = super::turbo::cache_args(OP, k_cache)?;
-        let (v_cells, v_mean, v_n, v_bits, v_sketch) = super::turbo::cache_args(OP, v_cache)?;
+        let (_, k_mean, _, k_bits, k_sketch) = super::turbo::cache_args(OP, k_cache)?;
+        let (_, v_mean, _, v_bits, v_sketch) = super::turbo::cache_args(OP, v_cache)?;
         // The row writer's blocks; a query head's block rotates with as many threads.
         let config = super::turbo::writer_config(OP, width, blocks, q_params.heads + 2)?;
-        return launch!(
-            backend,
-            OP,
+        return launch_rope_kv!(
             "turbo.cu",
             "rope_kv_write_turbo",
             config,
-            q_ptr,
-            k_ptr,
-            v_ptr,
-            k_cells,
-            v_cells,
-            step.ptr,
             backend.turbo_tables()?,
             k_mean,
             v_mean,
-            args.0,
-            args.1,
-            args.2,
-            args.3,
-            args.4,
-            args.5,
-            theta_scale,
-            k_params.freq_scale,
-            neox,
-            to_u32(OP, "tokens", tokens)?,
-            to_u32(OP, "cache width", width)?,
-            to_u32(OP, "rows", kv_rows)?,
-            k_n,
-            v_n,
             k_bits,
             k_sketch,
             v_bits,
             v_sketch
         );
     }
-    let k_cells = kv_ptr(OP, "k", k_cache)?;
-    let v_cells = kv_ptr(OP, "v", v_cache)?;
     if blocks_fused {
         // A row writer's block (kv_write_q8_0/q4_0's shape); a query head's rotates with as
         // many threads.
@@ -243,32 +260,10 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
             runit_backend::hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim)
                 .unwrap_or(0) as u32
         };
-        return launch!(
-            backend,
-            OP,
+        return launch_rope_kv!(
             "kv.cu",
             "rope_kv_write_blocks",
             config,
-            q_ptr,
-            k_ptr,
-            v_ptr,
-            k_cells,
-            v_cells,
-            step.ptr,
-            args.0,
-            args.1,
-            args.2,
-            args.3,
-            args.4,
-            args.5,
-            theta_scale,
-            k_params.freq_scale,
-            neox,
-            to_u32(OP, "tokens", tokens)?,
-            to_u32(OP, "cache width", width)?,
-            to_u32(OP, "rows", kv_rows)?,
-            k_cache.n_cells as u64,
-            v_cache.n_cells as u64,
             u32::from(k_cache.ty == KvType::Q8_0),
             u32::from(v_cache.ty == KvType::Q8_0),
             rotation(k_cache),
@@ -285,10 +280,6 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         block_dim: (threads_for(head_dim.div_ceil(2), 256), 1, 1),
         shared_mem_bytes: 0,
     };
-    let tokens = to_u32(OP, "tokens", tokens)?;
-    let width = to_u32(OP, "cache width", width)?;
-    let kv_rows = to_u32(OP, "rows", kv_rows)?;
-    let (k_n, v_n) = (k_cache.n_cells as u64, v_cache.n_cells as u64);
     let (q_norm, k_norm, norm_eps) = match kernel_norms {
         Some(n) => (
             weight_ptr(OP, "q norm", n.q)?,
@@ -302,32 +293,10 @@ pub fn rope_kv_write(backend: &CudaBackend, mut op: RopeKvWrite<'_>) -> Result<(
         KvType::F32 => "rope_kv_write_f32",
         other => return Err(crate::kv_type_refused(other, OP)),
     };
-    launch!(
-        backend,
-        OP,
+    launch_rope_kv!(
         "fused.cu",
         name,
         config,
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        k_cells,
-        v_cells,
-        step.ptr,
-        args.0,
-        args.1,
-        args.2,
-        args.3,
-        args.4,
-        args.5,
-        theta_scale,
-        k_params.freq_scale,
-        neox,
-        tokens,
-        width,
-        kv_rows,
-        k_n,
-        v_n,
         q_norm,
         k_norm,
         u32::from(kernel_norms.is_some()),
