@@ -226,12 +226,6 @@ attention_prefill_mma_d128(const float* q, const u16* k_cache, const u16* v_cach
 }
 
 // ----- decode ----------------------------------------------------------------------------------
-// A measuring knob (RUNIT_CUDA_DEFINES), off: MMA_DECODE_PRE_WAIT=1 copies each warp's first
-// sub-tile before waiting for the kernel before, where earlier steps wrote its rows (as the
-// TurboQuant decode's TQ_MMA_PRE_WAIT).
-#ifndef MMA_DECODE_PRE_WAIT
-#define MMA_DECODE_PRE_WAIT 0
-#endif
 // grid (chunks, kv_heads * slices, rows), MMA_THREADS threads; heads_per_block <= 16. Partials
 // as attention_decode_* writes them ([rows, heads, chunks] of (max, sum) and head_dim values).
 // A row whose visible range lies in one chunk is written to `out` directly. Otherwise the last
@@ -273,26 +267,6 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
     const u64 kv_offset = (u64)kv_head * D;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 
-    // The first sub-tile's keys and values, before waiting for the kernel before where an
-    // earlier step wrote them all (MMA_DECODE_PRE_WAIT; that kernel may be writing this step's
-    // rows, from the span's start position on).
-    const u32 keys_at = shared_address(buffers + warp * WARP_HALVES);
-    const u32 values_at = keys_at + SUB_TILE * STRIDE * 2;
-    i32 cells[LOADS];
-    i32 sub = begin + (i32)warp * SUB_TILE;
-    auto copy_first = [&]() {
-        if (sub < end) {
-            slot_cells<D, LOADS, 32>(cells, step, h, span, sub, end, lane);
-            copy_rows<D, STRIDE, LOADS, 32>(keys_at, k_cache, cells, kv_width, kv_offset, lane);
-            copy_async_commit();
-            copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
-            copy_async_commit();
-        }
-    };
-    const bool early = MMA_DECODE_PRE_WAIT && min(sub + SUB_TILE, end) <= step[h->span_info + 4 * span + 2];
-    if (early) copy_first();
-    if (MMA_DECODE_PRE_WAIT) pdl_wait();
-
     // The fragment's rows are the block's query heads (g and g + 8), zero past n_heads.
     u32 query[D / 16][4];
     const float* q_row = q + ((u64)row * heads + first_head) * D;
@@ -305,7 +279,17 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     // Each warp walks its own sub-tiles: positions begin + 16 * (warp + 4 * i).
-    if (!early) copy_first();
+    const u32 keys_at = shared_address(buffers + warp * WARP_HALVES);
+    const u32 values_at = keys_at + SUB_TILE * STRIDE * 2;
+    i32 cells[LOADS];
+    i32 sub = begin + (i32)warp * SUB_TILE;
+    if (sub < end) {
+        slot_cells<D, LOADS, 32>(cells, step, h, span, sub, end, lane);
+        copy_rows<D, STRIDE, LOADS, 32>(keys_at, k_cache, cells, kv_width, kv_offset, lane);
+        copy_async_commit();
+        copy_rows<D, STRIDE, LOADS, 32>(values_at, v_cache, cells, kv_width, kv_offset, lane);
+        copy_async_commit();
+    }
     for (; sub < end; sub += MMA_WARPS * SUB_TILE) {
         const i32 next = sub + MMA_WARPS * SUB_TILE;
         copy_async_wait_one();  // this sub-tile's keys
@@ -429,9 +413,7 @@ __device__ __forceinline__ void decode_mma(const float* q, const u16* k_cache, c
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                          float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                         u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) {
-    pdl_launch_dependents();
-    if (!MMA_DECODE_PRE_WAIT) pdl_wait();
+                         u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<64>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
                    chunks, heads_per_block, counters);
 }
@@ -439,9 +421,7 @@ attention_decode_mma_d64(const float* q, const u16* k_cache, const u16* v_cache,
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 attention_decode_mma_d128(const float* q, const u16* k_cache, const u16* v_cache, const i32* step, float* out,
                           float* part_acc, float* part_stats, u32 heads, u32 kv_heads, float scale, u32 window,
-                          u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) {
-    pdl_launch_dependents();
-    if (!MMA_DECODE_PRE_WAIT) pdl_wait();
+                          u32 chunk_len, u32 chunks, u32 heads_per_block, u32* counters) { pdl_start();
     decode_mma<128>(q, k_cache, v_cache, step, out, part_acc, part_stats, heads, kv_heads, scale, window, chunk_len,
                     chunks, heads_per_block, counters);
 }

@@ -146,6 +146,26 @@ __device__ __forceinline__ i32 step_cell(const i32* step, const StepHeader* h, i
     return table[pos / h->block_size] * h->block_size + pos % h->block_size;
 }
 
+// The span owning `row`, or -1 when no span's rows include it.
+__device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h, i32 row) {
+    if (row >= h->tokens) return -1;
+    const i32 span = step[h->row_span + row];
+    if (span < 0 || span >= h->spans) return -1;
+    const i32* info = step + h->span_info + span * 4;
+    return row >= info[0] && row < info[0] + info[1] ? span : -1;
+}
+
+// The cache cell that batch row `row` (of `rows`) is written to, or -1 when no span owns the row or the
+// cell lies outside the cache.
+__device__ __forceinline__ i64 row_cell(const i32* step, i32 row, u32 rows, u64 n_cells) {
+    const StepHeader* h = (const StepHeader*)step;
+    if ((u32)row >= rows) return -1;
+    const i32 span = owning_span(step, h, row);
+    if (span < 0) return -1;
+    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
+    return cell < 0 || (u64)cell >= n_cells ? -1 : cell;
+}
+
 // The query tile of a prefill block: tiles of `tile_rows` rows, each span's in turn, tile
 // `index` overall (span -1: none, the block returns).
 struct PrefillTile {

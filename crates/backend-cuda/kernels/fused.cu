@@ -85,15 +85,6 @@ extern "C" __global__ void add_rms_norm_f32(float* x, const float* delta, float*
         activation_f16_unit(dst, half + (u64)row * width, unit, mode, threadIdx.x & 31);
 }
 
-// The span owning `row`, or -1 when no span's rows include it (as kv.cu).
-__device__ __forceinline__ i32 owning_span(const i32* step, const StepHeader* h, i32 row) {
-    if (row >= h->tokens) return -1;
-    const i32 span = step[h->row_span + row];
-    if (span < 0 || span >= h->spans) return -1;
-    const i32* info = step + h->span_info + span * 4;
-    return row >= info[0] && row < info[0] + info[1] ? span : -1;
-}
-
 __device__ __forceinline__ void store_cell(u16* out, float value) { *out = float_to_half(value); }
 __device__ __forceinline__ void store_cell(float* out, float value) { *out = value; }
 

@@ -90,22 +90,9 @@ __device__ __forceinline__ float tq_exp(float x) {
 // block of 64 values at a time. Shared memory: per warp 64 floats and 64 code bytes, then
 // two index bytes per block of the row.
 //
-// The cell batch row `row` (of `rows`) writes, or -1: no span owns the row, or its cell lies
-// outside the cache's n_cells.
-__device__ __forceinline__ i32 turbo_row_cell(const i32* step, i32 row, u32 rows, u64 n_cells) {
-    const StepHeader* h = (const StepHeader*)step;
-    if ((u32)row >= rows || row >= h->tokens) return -1;
-    const i32 span = step[h->row_span + row];
-    if (span < 0 || span >= h->spans) return -1;
-    const i32* info = step + h->span_info + span * 4;
-    if (row < info[0] || row >= info[0] + info[1]) return -1;
-    const i32 cell = step_cell(step, h, span, step[h->positions + row]);
-    return cell < 0 || (u64)cell >= n_cells ? -1 : cell;
-}
-
 // Encodes the row at `src_row` (`width` values) into cell `cell` of `cache`. All threads of
 // the block call it.
-__device__ void turbo_encode_row(u8* cache, const float* src_row, i32 cell, const float* tables, const float* mean,
+__device__ void turbo_encode_row(u8* cache, const float* src_row, i64 cell, const float* tables, const float* mean,
                                  u32 width, u32 bits, u32 sketch) {
     extern __shared__ float shared[];
     const TqLayout layout = {bits, sketch};
@@ -217,7 +204,7 @@ extern "C" __global__ void kv_write_turbo(u8* cache, const float* src, const i32
                                           u32 sketch) {
     pdl_start();
     const i32 row = blockIdx.x;
-    const i32 cell = turbo_row_cell(step, row, rows, n_cells);
+    const i64 cell = row_cell(step, row, rows, n_cells);
     if (cell < 0) return;
     turbo_encode_row(cache, src + (u64)row * width, cell, tables, mean, width, bits, sketch);
 }
@@ -243,7 +230,7 @@ extern "C" __global__ void rope_kv_write_turbo(float* q, float* k, const float* 
         return;
     const u32 token = blockIdx.x;
     const bool key = blockIdx.y == q_heads;
-    const i32 cell = turbo_row_cell(step, (i32)token, kv_rows, key ? k_cells : v_cells);
+    const i64 cell = row_cell(step, (i32)token, kv_rows, key ? k_cells : v_cells);
     if (cell < 0) return;
     turbo_encode_row(key ? k_cache : v_cache, (key ? k : v) + (u64)token * width, cell, tables, key ? k_mean : v_mean,
                      width, key ? k_bits : v_bits, key ? k_sketch : v_sketch);
