@@ -316,6 +316,10 @@ impl PrimitiveOps for CpuBackend {
 
 /// The CPU's fused ops; `matmul_bias` and `add_rms_norm` keep the default sequences.
 impl FusedOps for CpuBackend {
+    fn norms_in_matmuls(&self) -> bool {
+        self.norms_in_matmuls
+    }
+
     fn matmul_qkv(
         &self,
         projections: [Projection<'_>; 3],

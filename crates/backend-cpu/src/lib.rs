@@ -59,6 +59,9 @@ pub struct CpuBackend {
     /// The pass between `begin_step` and `end_step` computes every row as if alone
     /// (`StepInputs::rows_alone`).
     pub(crate) rows_alone: std::sync::atomic::AtomicBool,
+    /// `FusedOps::norms_in_matmuls`: off (the add-and-norm order) unless a test asks for
+    /// the other order ([`CpuBackend::with_norms_in_matmuls`]).
+    pub(crate) norms_in_matmuls: bool,
 }
 
 impl CpuBackend {
@@ -101,7 +104,16 @@ impl CpuBackend {
             matmul_scratch: std::sync::Mutex::new(Vec::new()),
             prepared_scratch: std::sync::Mutex::new(Vec::new()),
             rows_alone: std::sync::atomic::AtomicBool::new(false),
+            norms_in_matmuls: false,
         })
+    }
+
+    /// This backend asking the decoder for its residual-in-matmul order
+    /// (`FusedOps::norms_in_matmuls`), which the CPU gains nothing from: the decoder's two
+    /// orders are checked against each other on it, value for value.
+    pub fn with_norms_in_matmuls(mut self, on: bool) -> CpuBackend {
+        self.norms_in_matmuls = on;
+        self
     }
 
     /// True while the current pass computes every row as it would be computed alone

@@ -67,6 +67,31 @@ pub struct AddRmsNorm<'a> {
     pub out: &'a mut Buffer,
 }
 
+/// [`crate::FusedOps::norm_matmul_qkv`]: the norm of the residual stream `x` (its first
+/// `rows` rows) into `normed`, which the Q, K and V projections then read. `normed` holds the
+/// norm afterwards; it may not alias `x`.
+pub struct NormInput<'a> {
+    pub x: &'a Buffer,
+    pub norm: RmsNorm<'a>,
+    pub rows: usize,
+    pub normed: &'a mut Buffer,
+}
+
+/// [`crate::FusedOps::norm_gated_ffn_residual`]: the FFN half of a layer without post-norms
+/// over the first `tokens` rows of the residual stream `x`: `normed = norm(x)`, the gated
+/// FFN `ffn` of `normed` into `delta` (with `up` and `hidden` as [`GatedFfnRun`]'s), then
+/// `x += delta`. `normed`, `hidden` and `delta` hold those values afterwards.
+pub struct NormFfnResidual<'a> {
+    pub x: &'a mut Buffer,
+    pub norm: RmsNorm<'a>,
+    pub normed: &'a mut Buffer,
+    pub ffn: GatedFfn<'a>,
+    pub tokens: usize,
+    pub up: &'a mut Buffer,
+    pub hidden: &'a mut Buffer,
+    pub delta: &'a mut Buffer,
+}
+
 /// [`crate::FusedOps::rope_kv_write`]: the QK norms when given, RoPE of the queries `q` with
 /// `q_rope` and of the keys `k` with `k_rope` (one row per position of `positions`, the same
 /// frequency factors), then the keys and the values `v` into the caches.

@@ -4,7 +4,9 @@
 //! overrides one to save launches or passes over memory; its result must equal its own
 //! primitive sequence value for value.
 
-use crate::args::{AddRmsNorm, AttentionOutput, GatedFfnRun, MoeFfnRun, RopeKvWrite};
+use crate::args::{
+    AddRmsNorm, AttentionOutput, GatedFfnRun, MoeFfnRun, NormFfnResidual, NormInput, RopeKvWrite,
+};
 use crate::OpResult;
 use crate::{unfused, Buffer, PrimitiveOps, Projection};
 
@@ -61,6 +63,40 @@ pub trait FusedOps: PrimitiveOps {
     fn attention_output(&self, op: AttentionOutput<'_>) -> OpResult {
         self.attention(&op.attention, &mut *op.attn)?;
         self.matmul(op.projection, op.attn, op.tokens, op.out)
+    }
+
+    /// Whether the decoder hands this backend each layer's residual adds and norms inside
+    /// the ops around them ([`FusedOps::norm_matmul_qkv`],
+    /// [`FusedOps::attention_output_residual`], [`FusedOps::norm_gated_ffn_residual`]) rather
+    /// than as [`FusedOps::add_rms_norm`] between them, where a model's layers allow it
+    /// (dense FFNs, no post-norms). Both orders compute the same values; a backend says yes
+    /// where its kernels take the norm into the matmul that reads it and the add into the one
+    /// that makes the addend, so that neither costs a launch of its own.
+    fn norms_in_matmuls(&self) -> bool {
+        false
+    }
+
+    /// The norm of the residual stream and the Q, K and V projections of it ([`NormInput`]):
+    /// [`PrimitiveOps::rms_norm`] into `input.normed`, then [`FusedOps::matmul_qkv`] over it.
+    fn norm_matmul_qkv(
+        &self,
+        input: NormInput<'_>,
+        projections: [Projection<'_>; 3],
+        outs: [&mut Buffer; 3],
+    ) -> OpResult {
+        unfused::norm_matmul_qkv(self, input, projections, outs)
+    }
+
+    /// [`FusedOps::attention_output`], then the residual add of its output: `x += op.out`
+    /// over `op.tokens` rows. `op.out` holds the projection afterwards.
+    fn attention_output_residual(&self, op: AttentionOutput<'_>, x: &mut Buffer) -> OpResult {
+        unfused::attention_output_residual(self, op, x)
+    }
+
+    /// The FFN half of a layer without post-norms ([`NormFfnResidual`]):
+    /// [`PrimitiveOps::rms_norm`], [`FusedOps::gated_ffn`], then [`PrimitiveOps::add`].
+    fn norm_gated_ffn_residual(&self, op: NormFfnResidual<'_>) -> OpResult {
+        unfused::norm_gated_ffn_residual(self, op)
     }
 
     /// The dense gated FFN into `out` (`[tokens, embd]`): [`FusedOps::gated_ffn_hidden`],

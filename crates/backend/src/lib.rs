@@ -35,7 +35,7 @@ pub mod unfused;
 
 pub use args::{
     AddRmsNorm, Attention, AttentionOutput, BufferCopy, GatedFfnRun, KvWrite, MoeFfnRun,
-    RopeKvWrite, ScatterAddRows,
+    NormFfnResidual, NormInput, RopeKvWrite, ScatterAddRows,
 };
 pub use buffer::{
     Buffer, GgmlLayout, HostMemory, KvCache, KvRole, KvType, KvTypeError, KvTypes, Weight,

@@ -4,8 +4,9 @@
 use crate::moe::{self, Routes};
 use crate::OpResult;
 use crate::{
-    Activation, AddRmsNorm, Buffer, FusedOps, GatedFfnRun, MoeFfnRun, PrimitiveOps, Projection,
-    QkNorms, RmsNorm, RopeKvWrite, ScatterAddRows,
+    Activation, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, MoeFfnRun,
+    NormFfnResidual, NormInput, PrimitiveOps, Projection, QkNorms, RmsNorm, RopeKvWrite,
+    ScatterAddRows,
 };
 
 /// [`FusedOps::matmul_bias`]: [`PrimitiveOps::matmul`], then [`PrimitiveOps::add_bias`].
@@ -41,6 +42,75 @@ pub fn matmul_qkv<B: FusedOps + ?Sized>(
 pub fn add_rms_norm<B: PrimitiveOps + ?Sized>(b: &B, op: AddRmsNorm<'_>) -> OpResult {
     b.add(op.x, op.delta, op.rows * op.norm.weight.row_len())?;
     b.rms_norm(op.x, op.norm, op.rows, op.out)
+}
+
+/// [`FusedOps::norm_matmul_qkv`]: [`PrimitiveOps::rms_norm`] into `input.normed`, then
+/// [`FusedOps::matmul_qkv`] over it.
+pub fn norm_matmul_qkv<B: FusedOps + ?Sized>(
+    b: &B,
+    input: NormInput<'_>,
+    projections: [Projection<'_>; 3],
+    outs: [&mut Buffer; 3],
+) -> OpResult {
+    let NormInput {
+        x,
+        norm,
+        rows,
+        normed,
+    } = input;
+    b.rms_norm(x, norm, rows, normed)?;
+    b.matmul_qkv(projections, normed, rows, outs)
+}
+
+/// [`FusedOps::attention_output_residual`]: [`FusedOps::attention_output`], then
+/// [`PrimitiveOps::add`] of its output to `x`.
+pub fn attention_output_residual<B: FusedOps + ?Sized>(
+    b: &B,
+    op: AttentionOutput<'_>,
+    x: &mut Buffer,
+) -> OpResult {
+    let AttentionOutput {
+        attention,
+        attn,
+        projection,
+        tokens,
+        out,
+    } = op;
+    let len = tokens * projection.rows();
+    b.attention_output(AttentionOutput {
+        attention,
+        attn,
+        projection,
+        tokens,
+        out: &mut *out,
+    })?;
+    b.add(x, out, len)
+}
+
+/// [`FusedOps::norm_gated_ffn_residual`]: [`PrimitiveOps::rms_norm`] of `x` into `normed`,
+/// [`FusedOps::gated_ffn`] of it into `delta`, then [`PrimitiveOps::add`] of `delta` to `x`.
+pub fn norm_gated_ffn_residual<B: FusedOps + ?Sized>(b: &B, op: NormFfnResidual<'_>) -> OpResult {
+    let NormFfnResidual {
+        x,
+        norm,
+        normed,
+        ffn,
+        tokens,
+        up,
+        hidden,
+        delta,
+    } = op;
+    let len = tokens * norm.weight.row_len();
+    b.rms_norm(x, norm, tokens, normed)?;
+    let run = GatedFfnRun {
+        ffn,
+        x: normed,
+        tokens,
+        up,
+        hidden,
+    };
+    b.gated_ffn(run, delta)?;
+    b.add(x, delta, len)
 }
 
 /// The QK norms of [`FusedOps::rope_kv_write`], when it has them:

@@ -8,12 +8,19 @@
 //! ```
 //!
 //! The last layer's FFN and the output run only on the rows whose logits are wanted.
+//!
+//! A backend that takes norms into the matmuls reading them and residual adds into the ones
+//! making the addends (`FusedOps::norms_in_matmuls`) gets the same ops in a second order
+//! where the layers allow it (dense FFNs, no post-norms): per layer the norm with the Q/K/V
+//! projections, RoPE and the cache write, attention with the output projection and its
+//! residual add, and the FFN with its norm and residual add (tests/norm_order.rs in the
+//! engine checks both orders against each other on the CPU).
 
 use runit_backend::{
     AddRmsNorm, Attention, AttentionOutput, AttentionParams, Backend, BackendError, Buffer,
-    FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, Pick, Projection, QkNorms,
-    RmsNorm, RopeKvWrite, RopeParams, RowSampling, Sampled, SequenceSpan, StepInputs, StepKey,
-    Weight,
+    FusedOps, GatedFfn, GatedFfnRun, MoeBuffers, MoeFfn, MoeFfnRun, NormFfnResidual, NormInput,
+    Pick, Projection, QkNorms, RmsNorm, RopeKvWrite, RopeParams, RowSampling, Sampled,
+    SequenceSpan, StepInputs, StepKey, Weight,
 };
 
 use crate::observer::{LayerObserver, Observed, PassRows};
@@ -230,6 +237,9 @@ impl Model {
         let Some(last) = w.layers.len().checked_sub(1) else {
             return self.logits_without_layers(b, batch.logit_rows, s);
         };
+        if b.norms_in_matmuls() && self.norms_in_matmuls_fit() {
+            return self.run_layers_norms_in_matmuls(b, batch, kv, s, last);
+        }
         b.rms_norm(
             &s.x,
             self.norm(&w.layers[0].attn_norm),
@@ -237,7 +247,7 @@ impl Model {
             &mut s.normed,
         )?;
         for i in 0..last {
-            self.attention(b, i, batch, kv, s)?;
+            self.attention(b, i, batch, kv, s, false)?;
             let residual = Residual {
                 rows: tokens,
                 x: &mut s.x,
@@ -247,13 +257,92 @@ impl Model {
             let next_norm = &w.layers[i + 1].attn_norm;
             self.feed_forward_block(b, &w.layers[i], next_norm, residual, &mut s.ffn)?;
         }
-        self.attention(b, last, batch, kv, s)?;
+        self.attention(b, last, batch, kv, s, false)?;
         // Without logits wanted (a prompt chunk before the last), the keys and values were
         // all this pass had to make.
         if !batch.logit_rows.is_empty() {
             self.last_rows(b, &w.layers[last], batch.logit_rows, s)?;
         }
         Ok(())
+    }
+
+    /// Whether every layer fits [`FusedOps::norms_in_matmuls`]'s order: a dense FFN and no
+    /// post-norms.
+    fn norms_in_matmuls_fit(&self) -> bool {
+        self.weights.layers.iter().all(|layer| {
+            matches!(layer.ffn, FfnWeights::Dense { .. })
+                && layer.post_attention_norm.is_none()
+                && layer.post_ffn_norm.is_none()
+        })
+    }
+
+    /// [`Model::run_layers`] in [`FusedOps::norms_in_matmuls`]'s order: each norm inside the
+    /// op that reads it (the Q/K/V projections, the FFN), each residual add inside the op
+    /// that makes the addend (the output projection, the FFN). The same values as the
+    /// add-and-norm order, op for op: only where the adds and norms sit differs.
+    fn run_layers_norms_in_matmuls(
+        &self,
+        b: &dyn FusedOps,
+        batch: &Batch<'_>,
+        kv: &mut KvState,
+        s: &mut Scratch,
+        last: usize,
+    ) -> Result<(), BackendError> {
+        let w = &self.weights;
+        let tokens = batch.tokens.len();
+        for i in 0..last {
+            self.attention(b, i, batch, kv, s, true)?;
+            let Scratch {
+                x,
+                normed,
+                proj,
+                ffn,
+                ..
+            } = s;
+            self.feed_forward_residual(b, &w.layers[i], tokens, [x, normed, proj], ffn)?;
+        }
+        self.attention(b, last, batch, kv, s, true)?;
+        let logit_rows = batch.logit_rows;
+        if logit_rows.is_empty() {
+            return Ok(());
+        }
+        // The last layer's FFN over the logit rows alone, as `last_rows` runs it.
+        let rows = logit_rows.len();
+        b.gather_rows(&s.x, logit_rows, self.config.embedding_length, &mut s.out_x)?;
+        let buffers = [&mut s.out_x, &mut s.normed, &mut s.out_proj];
+        self.feed_forward_residual(b, &w.layers[last], rows, buffers, &mut s.ffn)?;
+        b.rms_norm(&s.out_x, self.norm(&w.output_norm), rows, &mut s.normed)?;
+        b.matmul(&w.output, &s.normed, rows, &mut s.logits)
+    }
+
+    /// The FFN half of `layer` (dense, no post-norms) over `rows` rows of the residual stream
+    /// `x`: [`FusedOps::norm_gated_ffn_residual`] with `normed` and `delta` as its buffers.
+    fn feed_forward_residual(
+        &self,
+        b: &dyn FusedOps,
+        layer: &LayerWeights,
+        rows: usize,
+        [x, normed, delta]: [&mut Buffer; 3],
+        ffn: &mut FfnScratch,
+    ) -> Result<(), BackendError> {
+        let FfnWeights::Dense { gate, up, down } = &layer.ffn else {
+            unreachable!("norms_in_matmuls_fit admits dense FFNs alone");
+        };
+        b.norm_gated_ffn_residual(NormFfnResidual {
+            x,
+            norm: self.norm(&layer.ffn_norm),
+            normed,
+            ffn: GatedFfn {
+                gate,
+                up,
+                down,
+                activation: self.activation,
+            },
+            tokens: rows,
+            up: &mut ffn.up,
+            hidden: &mut ffn.hidden,
+            delta,
+        })
     }
 
     /// After the last layer's attention, as llama.cpp's `inp_out_ids` does: only the rows
@@ -310,7 +399,8 @@ impl Model {
 
     /// Layer `index`'s attention block over every row of `s.normed`, into `s.proj`: the Q, K
     /// and V projections, the QK norms, RoPE and the cache write, attention and its output
-    /// projection.
+    /// projection. With `residual` ([`FusedOps::norms_in_matmuls`]'s order) the block starts
+    /// from `s.x`, its norm inside the Q/K/V op, and ends with the output added to `s.x`.
     fn attention(
         &self,
         b: &dyn FusedOps,
@@ -318,6 +408,7 @@ impl Model {
         batch: &Batch<'_>,
         kv: &mut KvState,
         s: &mut Scratch,
+        residual: bool,
     ) -> Result<(), BackendError> {
         let layer = &self.weights.layers[index];
         let config = self.config.layer(index);
@@ -337,12 +428,19 @@ impl Model {
             weight: weights[i],
             bias: biases[i],
         });
-        b.matmul_qkv(
-            projections,
-            &s.normed,
-            tokens,
-            [&mut s.q, &mut s.k, &mut s.v],
-        )?;
+        let outs = [&mut s.q, &mut s.k, &mut s.v];
+        match residual {
+            true => {
+                let input = NormInput {
+                    x: &s.x,
+                    norm: self.norm(&layer.attn_norm),
+                    rows: tokens,
+                    normed: &mut s.normed,
+                };
+                b.norm_matmul_qkv(input, projections, outs)?;
+            }
+            false => b.matmul_qkv(projections, &s.normed, tokens, outs)?,
+        }
         let qk_norms = match (&layer.q_norm, &layer.k_norm) {
             (Some(q), Some(k)) => Some(QkNorms {
                 q,
@@ -374,13 +472,17 @@ impl Model {
             spans,
             params: &shape.params,
         };
-        b.attention_output(AttentionOutput {
+        let op = AttentionOutput {
             attention,
             attn: &mut s.attn,
             projection: &layer.attn_output,
             tokens,
             out: &mut s.proj,
-        })
+        };
+        match residual {
+            true => b.attention_output_residual(op, &mut s.x),
+            false => b.attention_output(op),
+        }
     }
 
     /// The FFN half of `layer` over the rows of `residual`: the residual add of the

@@ -1,0 +1,81 @@
+//! The decoder's two orders of a layer's residual adds and norms give the same values: the
+//! add-and-norm order (`FusedOps::add_rms_norm` between the blocks) and the order a backend
+//! asks for with `FusedOps::norms_in_matmuls` (each norm inside the op that reads it, each add
+//! inside the op that makes the addend). On the CPU both run the same primitive ops, so a
+//! prompt in several chunks (some passes without logits) and the greedy tokens after it must
+//! agree to the last bit of every log-probability; a model the second order does not fit
+//! (post-norms, experts) keeps the first.
+
+mod common;
+
+use std::sync::Arc;
+
+use runit_backend_cpu::CpuBackend;
+use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, SamplerParams, Session};
+use runit_model::Model;
+
+/// A generated token, the bits of its log-probability, and its top 5 (ids and bits).
+type Seen = (u32, u64, Vec<(u32, u64)>);
+
+/// Tokens, log-probabilities and top-5 lists of a greedy run: a 41-token prompt in chunks of
+/// 16, then 12 tokens.
+fn run(model: Arc<Model>) -> Vec<Seen> {
+    let config = EngineConfig {
+        context_size: 256,
+        batch_size: 16,
+        ..Default::default()
+    };
+    let vocab = model.config.vocab_size;
+    let prompt: Vec<u32> = (0..41)
+        .map(|i| ((i * 7919 + 13) % (vocab - 1)) as u32 + 1)
+        .collect();
+    let mut session = Session::new(model, &config).expect("session");
+    let mut sampler = Sampler::new(SamplerParams::greedy()).expect("sampler");
+    let params = GenerateParams {
+        max_tokens: 12,
+        end_of_generation: Vec::new(),
+        top_logprobs: 5,
+    };
+    let mut seen = Vec::new();
+    generate(&mut session, &mut sampler, &prompt, &params, |token| {
+        let top = token.top.iter().map(|&(id, p)| (id, p.to_bits())).collect();
+        seen.push((token.id, token.logprob.to_bits(), top));
+        true
+    })
+    .expect("generate");
+    seen
+}
+
+fn load(path: &std::path::Path, in_matmuls: bool) -> Arc<Model> {
+    let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
+    let backend = CpuBackend::new(2)
+        .expect("cpu backend")
+        .with_norms_in_matmuls(in_matmuls);
+    Arc::new(Model::load(file, Arc::new(backend)).expect("model loads"))
+}
+
+#[test]
+fn both_orders_of_adds_and_norms_agree_bit_for_bit() {
+    let names = [
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "synth-qwen2-Q8_0.gguf",
+        "synth-llama-Q4_K.gguf",
+        "synth-qwen3-Q8_0.gguf",
+        "synth-olmoe-Q8_0.gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+    ];
+    let mut ran = 0;
+    for name in names {
+        let Some(path) = common::find_model(name) else {
+            eprintln!("skipping {name}: not found");
+            continue;
+        };
+        let first = run(load(&path, false));
+        let second = run(load(&path, true));
+        assert_eq!(first.len(), 12, "{name}");
+        assert_eq!(first, second, "{name}: the two orders differ");
+        println!("{name}: 12 tokens, log-probabilities equal bit for bit");
+        ran += 1;
+    }
+    assert!(ran > 0, "no model found (scripts/fetch_models.py)");
+}
