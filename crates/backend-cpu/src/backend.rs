@@ -316,7 +316,7 @@ impl PrimitiveOps for CpuBackend {
 
 /// The CPU's fused ops; `matmul_bias` and `add_rms_norm` keep the default sequences.
 impl FusedOps for CpuBackend {
-    fn norms_in_matmuls(&self) -> bool {
+    fn norms_in_matmuls(&self, _width: usize) -> bool {
         self.norms_in_matmuls
     }
 

@@ -147,6 +147,10 @@ pub struct WgpuBackend {
     /// on an H100, session 36). `RUNIT_WGPU_HELD_NORM=0` turns it off, as does
     /// [`WgpuBackend::without_held_norms`].
     pub(crate) held_norms: bool,
+    /// The widest rows whose norm a matrix-vector dispatch takes in its prologue
+    /// ([`WgpuBackend::prologue_fits`]), 0 for none: `RUNIT_WGPU_NORM_PROLOGUE_MAX`, by
+    /// default [`NORM_PROLOGUE_MAX`].
+    pub(crate) norm_prologue_max: usize,
     /// Commands in the first batch submitted early after a flush, or 0 where batches are
     /// submitted only when the host needs their results or they are full (batch.rs,
     /// `submits_early`): by default 16 on every adapter but a CPU one (on lavapipe the
@@ -226,6 +230,11 @@ pub struct WgpuBackend {
     /// `RUNIT_WGPU_PROFILE=1`: device time per kernel (profile.rs).
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
+
+/// The widest rows whose norm a matrix-vector dispatch takes in its prologue by default:
+/// the 0.5B's 896 and the 1.5B's 1,536 values, whose steps are mostly dispatches; wider rows
+/// (the 7B's 3,584) keep the norm's dispatch until a GPU has measured both.
+pub const NORM_PROLOGUE_MAX: usize = 2048;
 
 /// Commands in the first batch a GPU adapter submits early after a flush (batch.rs).
 const EARLY_SUBMIT: usize = 16;
@@ -461,6 +470,12 @@ impl WgpuBackend {
             split_attention: !std::env::var("RUNIT_WGPU_SPLIT_ATTENTION").is_ok_and(|v| v == "0"),
             split_final: !std::env::var("RUNIT_WGPU_SPLIT_FINAL").is_ok_and(|v| v == "0"),
             held_norms: !std::env::var("RUNIT_WGPU_HELD_NORM").is_ok_and(|v| v == "0"),
+            norm_prologue_max: match std::env::var("RUNIT_WGPU_NORM_PROLOGUE_MAX")
+                .map(|v| v.parse())
+            {
+                Ok(Ok(max)) => max,
+                _ => NORM_PROLOGUE_MAX,
+            },
             bias_epilogue: !std::env::var("RUNIT_WGPU_BIAS_EPILOGUE").is_ok_and(|v| v == "0"),
             joined_biases: Mutex::default(),
             early_submit: match std::env::var("RUNIT_WGPU_EARLY_SUBMIT").map(|v| v.parse()) {
@@ -614,6 +629,14 @@ impl WgpuBackend {
     /// the backend opens); the results are the same bit for bit, with more dispatches.
     pub fn without_fused_ops(mut self) -> WgpuBackend {
         self.fused_ops = false;
+        self
+    }
+
+    /// This backend taking norms of rows of at most `max` values into the prologue of the
+    /// matrix-vector dispatch that reads them (0: never), as `RUNIT_WGPU_NORM_PROLOGUE_MAX`
+    /// sets it when the backend opens.
+    pub fn with_norm_prologue_max(mut self, max: usize) -> WgpuBackend {
+        self.norm_prologue_max = max;
         self
     }
 
@@ -938,10 +961,36 @@ impl WgpuBackend {
     /// [`WgpuBackend::norm_threads`]. Every norm of one width takes the same count, so the
     /// plain and fused norms sum a row in the same order.
     pub(crate) fn norm_kernel(&self, name: &'static str, width: usize) -> KernelSource {
-        match width <= self.narrow_norm_rows && self.norm_threads != PORTABLE_NORM_THREADS {
+        match self.narrow_norm(width) {
             true => KernelSource::Narrow(name),
             false => kernels::plain(name),
         }
+    }
+
+    /// Whether the norms of rows of `width` values take the narrow kernel (256 invocations
+    /// where the adapter's norms have more).
+    fn narrow_norm(&self, width: usize) -> bool {
+        width <= self.narrow_norm_rows && self.norm_threads != PORTABLE_NORM_THREADS
+    }
+
+    /// Invocations of the norm workgroup for rows of `width` values ([`Self::norm_kernel`]'s),
+    /// whose order of additions a norm prologue repeats (`matvec_norm.wgsl`).
+    pub(crate) fn norm_lanes(&self, width: usize) -> u32 {
+        match self.narrow_norm(width) {
+            true => PORTABLE_NORM_THREADS,
+            false => self.norm_threads,
+        }
+    }
+
+    /// Whether a matrix-vector dispatch may take the norm of rows of `width` values in its
+    /// prologue (`FusedOps::norm_matmul_qkv`): at most `RUNIT_WGPU_NORM_PROLOGUE_MAX` values
+    /// ([`Self::with_norm_prologue_max`]), each workgroup then summing the whole row, and the
+    /// workgroup memory it needs (the rounded row, the norm's `lanes` partial sums, the
+    /// rounding's and the products' reductions) within the adapter's.
+    pub(crate) fn prologue_fits(&self, width: usize, lanes: u32) -> bool {
+        let bytes = width.div_ceil(256) * 72 * 4 + lanes as usize * 8 + 4 * 128 * 4 + 128 * 16;
+        width <= self.norm_prologue_max
+            && bytes as u64 <= u64::from(self.device.limits().max_compute_workgroup_storage_size)
     }
 }
 

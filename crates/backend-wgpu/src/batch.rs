@@ -69,8 +69,8 @@ pub(crate) fn table<T: bytemuck::Pod>(data: &[T]) -> Binding<'_> {
 }
 
 /// Most bindings past the parameters one dispatch takes (the matrix-vector kernel of three
-/// weights binds seven).
-const MAX_BINDINGS: usize = 8;
+/// weights binds seven, ten with the biases and a norm prologue).
+const MAX_BINDINGS: usize = 10;
 
 /// Bytes of the ring for tables, past its parameter slots. The tables of a dispatch that
 /// outgrow it get buffers of their own.
@@ -210,8 +210,11 @@ impl WgpuBackend {
         buffers: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) -> OpResult {
+        if buffers.len() > MAX_BINDINGS {
+            return Err(self.device_error(op, format!("{} bindings", buffers.len())));
+        }
         let mut bindings = [Binding::Table(&[]); MAX_BINDINGS];
-        let count = buffers.len().min(MAX_BINDINGS);
+        let count = buffers.len();
         for (binding, buffer) in bindings.iter_mut().zip(buffers) {
             *binding = Binding::from(*buffer);
         }

@@ -14,8 +14,8 @@
 //! `RUNIT_WGPU_FUSED=0` ([`WgpuBackend::without_fused_ops`]) runs the primitive sequences.
 
 use runit_backend::{
-    unfused, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, OpResult, PrimitiveOps,
-    Projection, RopeKvWrite, Weight,
+    unfused, AddRmsNorm, AttentionOutput, Buffer, FusedOps, GatedFfnRun, NormFfnResidual,
+    NormInput, OpResult, PrimitiveOps, Projection, RopeKvWrite, Weight,
 };
 
 use runit_backend::BackendError;
@@ -23,6 +23,7 @@ use wgpu::util::DeviceExt;
 
 use crate::backend::grid;
 use crate::device::{at_least, buffer, weight};
+use crate::matmul::PartsExtra;
 use crate::rope::same_angles;
 use crate::WgpuBackend;
 
@@ -132,6 +133,104 @@ impl FusedOps for WgpuBackend {
         self.matmul(op.projection, op.attn, op.tokens, op.out)
     }
 
+    fn norms_in_matmuls(&self, width: usize) -> bool {
+        // The int8 matrix-vector dispatches of several weights take the norm (and the
+        // shared-memory norm sum it repeats); a row too wide keeps the add-and-norm order.
+        self.fused_ops
+            && self.matvec_parts
+            && self.matvec_int8.is_some()
+            && !self.subgroup_reductions
+            && self.prologue_fits(width, self.norm_lanes(width))
+    }
+
+    fn norm_matmul_qkv(
+        &self,
+        input: NormInput<'_>,
+        projections: [Projection<'_>; 3],
+        outs: [&mut Buffer; 3],
+    ) -> OpResult {
+        let mut outs = outs;
+        let weights = projections.map(|projection| projection.weight);
+        let fits = projections
+            .iter()
+            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
+        let biases = match projections.map(|p| p.bias) {
+            [Some(b0), Some(b1), Some(b2)] if self.bias_epilogue && fits => {
+                self.joined_biases([b0, b1, b2])?
+            }
+            [None, None, None] => None,
+            // Biases no epilogue adds: the norm and the products as two ops.
+            _ => return unfused::norm_matmul_qkv(self, input, projections, outs),
+        };
+        let extra = PartsExtra::Norm {
+            weight: input.norm.weight,
+            eps: input.norm.eps,
+            normed: input.normed,
+        };
+        let (x, rows) = (input.x, input.rows);
+        let fused = self.norms_in_matmuls(input.norm.weight.row_len())
+            && self.matmul_parts_with(&weights, x, rows, &mut outs, biases.as_ref(), extra)?;
+        match fused {
+            true => Ok(()),
+            false => unfused::norm_matmul_qkv(self, input, projections, outs),
+        }
+    }
+
+    fn attention_output_residual(&self, op: AttentionOutput<'_>, x: &mut Buffer) -> OpResult {
+        if !self.fused_ops {
+            return unfused::attention_output_residual(self, op, x);
+        }
+        let AttentionOutput {
+            attention,
+            attn,
+            projection,
+            tokens,
+            out,
+        } = op;
+        self.attention_rows(&attention, attn, Some((projection, tokens)))?;
+        self.projection_residual(projection, attn, tokens, out, x)
+    }
+
+    fn norm_gated_ffn_residual(&self, op: NormFfnResidual<'_>) -> OpResult {
+        let width = op.norm.weight.row_len();
+        if !self.norms_in_matmuls(width) {
+            return unfused::norm_gated_ffn_residual(self, op);
+        }
+        let NormFfnResidual {
+            x,
+            norm,
+            normed,
+            ffn,
+            tokens,
+            up,
+            hidden,
+            delta,
+        } = op;
+        // Gate and up with the norm in their prologue, else the norm, then the two.
+        let extra = PartsExtra::Norm {
+            weight: norm.weight,
+            eps: norm.eps,
+            normed,
+        };
+        let mut outs = [&mut *hidden, &mut *up];
+        if !self.matmul_parts_with(&[ffn.gate, ffn.up], x, tokens, &mut outs, None, extra)? {
+            self.rms_norm(x, norm, tokens, normed)?;
+            let mut run = GatedFfnRun {
+                ffn,
+                x: normed,
+                tokens,
+                up: &mut *up,
+                hidden: &mut *hidden,
+            };
+            self.gate_and_up(&mut run)?;
+        }
+        let len = tokens * ffn.gate.rows();
+        if !self.gated_activation_rounded(ffn.activation, hidden, up, len, ffn.down)? {
+            self.gated_activation(ffn.activation, hidden, up, len)?;
+        }
+        self.projection_residual(ffn.down, hidden, tokens, delta, x)
+    }
+
     fn gated_ffn_hidden(&self, mut run: GatedFfnRun<'_>) -> OpResult {
         if !self.fused_ops {
             return unfused::gated_ffn_hidden(self, run);
@@ -161,6 +260,24 @@ impl FusedOps for WgpuBackend {
 const MAX_JOINED_BIASES: usize = 1024;
 
 impl WgpuBackend {
+    /// `out = w · input` and `x += out`: one dispatch where the matrix-vector kernel takes
+    /// the residual add in its epilogue, else the matmul and the add.
+    fn projection_residual(
+        &self,
+        w: &Weight,
+        input: &Buffer,
+        tokens: usize,
+        out: &mut Buffer,
+        x: &mut Buffer,
+    ) -> OpResult {
+        let extra = PartsExtra::Residual(x);
+        if self.matmul_parts_with(&[w], input, tokens, &mut [&mut *out], None, extra)? {
+            return Ok(());
+        }
+        self.matmul(w, input, tokens, out)?;
+        self.add(x, out, tokens * w.rows())
+    }
+
     /// The gate and up products of `run` into its `hidden` and `up`: one dispatch where
     /// `matmul_parts` applies, else a matmul each.
     fn gate_and_up(&self, run: &mut GatedFfnRun<'_>) -> OpResult {

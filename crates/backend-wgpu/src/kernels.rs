@@ -25,7 +25,8 @@ pub enum KernelSource {
     /// The matrix-vector kernel of `parts` weights ([`matvec`] for one, [`matvec_parts`]);
     /// `biased`: each part's output plus its bias; `int8`: on int8 activations
     /// (`matvec_int8.wgsl`) with that dot product, else on f32 ones (`matvec_dot.wgsl`);
-    /// `staged`: Q6_K's rows staged through workgroup memory (`matvec_staged.wgsl`).
+    /// `staged`: Q6_K's rows staged through workgroup memory (`matvec_staged.wgsl`);
+    /// `extra`: a norm prologue or a residual epilogue ([`MatVecExtra`]).
     MatVec {
         ty: GgmlType,
         reduction: Reduction,
@@ -33,6 +34,7 @@ pub enum KernelSource {
         biased: bool,
         int8: Option<Dot4>,
         staged: bool,
+        extra: MatVecExtra,
     },
     /// The exact matmuls ([`matmul_q0`], [`matmul_qk`], [`matmul_repack`], [`matmul_float`]).
     MatmulQ0(GgmlType),
@@ -68,6 +70,7 @@ impl KernelSource {
                 biased,
                 int8,
                 staged,
+                extra,
             } => {
                 let variant = match reduction {
                     Reduction::Shared => "",
@@ -85,8 +88,13 @@ impl KernelSource {
                     Some(Dot4::Plain) => "_int8plain",
                 };
                 let staging = if staged { "_staged" } else { "" };
+                let around = match extra {
+                    MatVecExtra::None => String::new(),
+                    MatVecExtra::Norm { lanes, width } => format!("_norm{lanes}_{width}"),
+                    MatVecExtra::Residual => "_residual".to_string(),
+                };
                 format!(
-                    "matvec{count}_{}{variant}{bias}{input}{staging}",
+                    "matvec{count}_{}{variant}{bias}{input}{staging}{around}",
                     suffix(ty)
                 )
             }
@@ -125,10 +133,14 @@ impl KernelSource {
                 biased,
                 int8,
                 staged,
-            } => match parts {
-                1 => matvec_source(ty, reduction, int8, staged),
-                _ => matvec_parts_source(ty, reduction, parts, biased, int8, staged),
-            },
+                extra,
+            } => {
+                let common = matvec_common(ty, reduction, int8, staged, extra);
+                match parts {
+                    1 => matvec_source(&common, extra),
+                    _ => matvec_parts_source(&common, parts, biased),
+                }
+            }
             KernelSource::MatmulQ0(ty) => matmul_q0_source(ty),
             KernelSource::MatmulQk(ty) => matmul_qk_source(ty),
             KernelSource::MatmulRepack(ty) => matmul_repack_source(ty),
@@ -257,6 +269,17 @@ const MATVEC_STAGED: &str = include_str!("shaders/matvec_staged.wgsl");
 /// helpers both use.
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
 const MATVEC_INT8: &str = include_str!("shaders/matvec_int8.wgsl");
+/// matvec_int8.wgsl's x from its binding, or made in workgroup memory by the norm prologue.
+const MATVEC_INT8_X: &str = include_str!("shaders/matvec_int8_x.wgsl");
+const MATVEC_NORM: &str = concat!(
+    include_str!("shaders/matvec_norm.wgsl"),
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/quantize_coop.wgsl"),
+    include_str!("shaders/coop_reduce_shared.wgsl"),
+    include_str!("shaders/precise.wgsl")
+);
+/// The prologue of a matrix-vector kernel without one.
+const NO_PROLOGUE: &str = "fn prologue(wid: vec3<u32>, lid: u32) {}\n";
 const MATVEC_BITS: &str = include_str!("shaders/matvec_bits.wgsl");
 /// `dot4_i8(a, b)`, the dot product of the four signed bytes of two words, as WGSL's builtin
 /// (an instruction where the device has one, e.g. Vulkan's `OpSDot`; naga writes the
@@ -340,8 +363,70 @@ pub fn matvec(
         biased: false,
         int8,
         staged: staged && ty == STAGED_TYPE,
+        extra: MatVecExtra::None,
     })
 }
+
+/// What a matrix-vector kernel does besides its products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatVecExtra {
+    None,
+    /// The norm prologue (`matvec_norm.wgsl`, int8 activations, one token): x at binding 2
+    /// is the residual stream's row of `width` values, normalized in each workgroup as a
+    /// norm workgroup of `lanes` invocations sums it; the norm's weight and output are bound
+    /// after the parts' bindings (and the biases).
+    Norm {
+        lanes: u32,
+        width: u32,
+    },
+    /// The residual add in the epilogue (one part): each output also added to the buffer at
+    /// binding 4, as `add.wgsl` adds it.
+    Residual,
+}
+
+impl KernelSource {
+    /// This matrix-vector kernel with `extra` (`None` for other kernels, or where the
+    /// kernel cannot take it: a norm prologue needs int8 activations, two or three parts
+    /// and no staging; a residual epilogue one part without biases).
+    pub fn with_extra(self, extra: MatVecExtra) -> Option<KernelSource> {
+        let KernelSource::MatVec {
+            ty,
+            reduction,
+            parts,
+            biased,
+            int8,
+            staged,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let fits = match extra {
+            MatVecExtra::None => true,
+            MatVecExtra::Norm { lanes, width } => {
+                int8.is_some()
+                    && parts >= 2
+                    && !staged
+                    && lanes.is_power_of_two()
+                    && lanes >= MATVEC_THREADS
+                    && width % 32 == 0
+            }
+            MatVecExtra::Residual => parts == 1 && !biased,
+        };
+        fits.then_some(KernelSource::MatVec {
+            ty,
+            reduction,
+            parts,
+            biased,
+            int8,
+            staged,
+            extra,
+        })
+    }
+}
+
+/// Invocations of a matrix-vector workgroup (matvec.wgsl's THREADS).
+pub const MATVEC_THREADS: u32 = 128;
 
 /// The one type whose matrix-vector kernel may stage its rows (`matvec_staged.wgsl`): its
 /// 210-byte blocks start on 2-byte boundaries and a piece's runs lie apart.
@@ -376,15 +461,30 @@ fn matvec_weights(ty: GgmlType) -> &'static str {
 
 /// What the matrix-vector kernel of `ty` takes from `matvec_dot.wgsl`, its loop over a row's
 /// pieces and its entry point.
-fn matvec_common(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>, staged: bool) -> String {
+fn matvec_common(
+    ty: GgmlType,
+    reduction: Reduction,
+    int8: Option<Dot4>,
+    staged: bool,
+    extra: MatVecExtra,
+) -> String {
     let suffix = suffix(ty);
     let piece = format!("PIECE_{}", suffix.to_uppercase());
     let (weights, entry) = (matvec_weights(ty), reduce_entry(reduction));
     let pieces = if staged { MATVEC_STAGED } else { MATVEC_PIECES };
+    let x = match extra {
+        MatVecExtra::Norm { lanes, width } => format!(
+            "{}\nconst NORM_LANES: u32 = {lanes}u;\n\
+             const ROUNDED_WORDS: u32 = {}u;\n",
+            MATVEC_NORM.replace("NORM_BINDING", "2"),
+            width.div_ceil(256) * 72
+        ),
+        _ => format!("{MATVEC_INT8_X}\n{NO_PROLOGUE}"),
+    };
     let dot = match int8 {
-        None => MATVEC_DOT.to_string(),
-        Some(Dot4::Builtin) => format!("{MATVEC_INT8}\n{DOT4_BUILTIN}"),
-        Some(Dot4::Plain) => format!("{MATVEC_INT8}\n{DOT4_PLAIN}"),
+        None => format!("{MATVEC_DOT}\n{NO_PROLOGUE}"),
+        Some(Dot4::Builtin) => format!("{MATVEC_INT8}\n{DOT4_BUILTIN}\n{x}"),
+        Some(Dot4::Plain) => format!("{MATVEC_INT8}\n{DOT4_PLAIN}\n{x}"),
     };
     format!(
         "{MATVEC}\n{pieces}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
@@ -394,11 +494,18 @@ fn matvec_common(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>, staged:
     )
 }
 
-fn matvec_source(ty: GgmlType, reduction: Reduction, int8: Option<Dot4>, staged: bool) -> String {
-    format!(
-        "{}\n{MATVEC_ONE}\n",
-        matvec_common(ty, reduction, int8, staged)
-    )
+/// One weight's kernel: matvec_one.wgsl's output, or with the residual epilogue each
+/// output also added to `residual` (binding 4) as add.wgsl adds it.
+fn matvec_source(common: &str, extra: MatVecExtra) -> String {
+    let write = match extra {
+        MatVecExtra::Residual => {
+            "@group(0) @binding(4) var<storage, read_write> residual_sum: array<f32>;\n\
+             fn write_out(i: u32, value: f32) {\n    out[i] = value;\n\
+             \x20   residual_sum[i] += value;\n}\n"
+        }
+        _ => "fn write_out(i: u32, value: f32) {\n    out[i] = value;\n}\n",
+    };
+    format!("{common}\n{MATVEC_ONE}\n{write}")
 }
 
 /// Most weights [`matvec_parts`] takes in one dispatch.
@@ -428,17 +535,13 @@ pub fn matvec_parts(
         biased,
         int8,
         staged: staged && ty == STAGED_TYPE,
+        extra: MatVecExtra::None,
     })
 }
 
-fn matvec_parts_source(
-    ty: GgmlType,
-    reduction: Reduction,
-    parts: usize,
-    biased: bool,
-    int8: Option<Dot4>,
-    staged: bool,
-) -> String {
+/// Several weights' kernel (module `matvec_parts`'s); with the norm prologue, its weight and
+/// output bound after the parts' bindings and the biases.
+fn matvec_parts_source(common: &str, parts: usize, biased: bool) -> String {
     let mut bindings = String::new();
     let (mut elems, mut writes) = (String::new(), String::new());
     for k in 1..parts {
@@ -466,6 +569,10 @@ fn matvec_parts_source(
         ),
         false => "fn biased(i: u32, sum: f32) -> f32 {\n    return sum;\n}\n".to_string(),
     };
+    let after = 2 * parts + 2 + usize::from(biased);
+    let common = common
+        .replace("NORM_WEIGHT_BINDING", &after.to_string())
+        .replace("NORMED_BINDING", &(after + 1).to_string());
     format!(
             "{common}\n{bindings}\n{biasing}\n\
              fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
@@ -474,7 +581,6 @@ fn matvec_parts_source(
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
              fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
              {writes}    out[i] = value;\n}}\n",
-            common = matvec_common(ty, reduction, int8, staged),
             last = parts - 1
         )
 }
@@ -889,10 +995,18 @@ pub fn all() -> Vec<KernelSource> {
                     .into_iter()
                     .filter(|s| !s || ty == STAGED_TYPE)
                 {
-                    all.extend(matvec(ty, reduction, int8, staged));
+                    let one = matvec(ty, reduction, int8, staged);
+                    all.extend(one);
+                    all.extend(one.and_then(|k| k.with_extra(MatVecExtra::Residual)));
                     for parts in 2..=MAX_PARTS {
                         for biased in [false, true] {
-                            all.extend(matvec_parts(ty, reduction, parts, biased, int8, staged));
+                            let kernel = matvec_parts(ty, reduction, parts, biased, int8, staged);
+                            all.extend(kernel);
+                            // The norm prologue at the two norm widths the backend launches.
+                            for (lanes, width) in [(256, 896), (1024, 3584)] {
+                                let extra = MatVecExtra::Norm { lanes, width };
+                                all.extend(kernel.and_then(|k| k.with_extra(extra)));
+                            }
                         }
                     }
                 }

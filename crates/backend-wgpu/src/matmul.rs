@@ -13,7 +13,7 @@ use runit_quant::GgmlType;
 use crate::backend::rows_grid;
 use crate::batch::Range;
 use crate::device::{at_least, buffer, weight};
-use crate::kernels::{self, Dot4, KernelSource, MATVEC_INT8_TYPES, MAX_PARTS};
+use crate::kernels::{self, Dot4, KernelSource, MatVecExtra, MATVEC_INT8_TYPES, MAX_PARTS};
 use crate::ops::MAX_GROUPS;
 use crate::WgpuBackend;
 
@@ -304,6 +304,20 @@ impl WgpuBackend {
         outs: &mut [&mut Buffer],
         biases: Option<&wgpu::Buffer>,
     ) -> Result<bool, BackendError> {
+        self.matmul_parts_with(ws, x, tokens, outs, biases, PartsExtra::None)
+    }
+
+    /// [`WgpuBackend::matmul_parts`] with `extra` ([`PartsExtra`]): `x` is then the residual
+    /// stream's row (a norm prologue) or the usual input (a residual epilogue, one weight).
+    pub(crate) fn matmul_parts_with(
+        &self,
+        ws: &[&Weight],
+        x: &Buffer,
+        tokens: usize,
+        outs: &mut [&mut Buffer],
+        biases: Option<&wgpu::Buffer>,
+        extra: PartsExtra<'_>,
+    ) -> Result<bool, BackendError> {
         const OP: &str = "matmul";
         let Some(w0) = ws.first() else {
             return Ok(false);
@@ -318,14 +332,41 @@ impl WgpuBackend {
                 w.ty == ty && w.row_len() == n && exact_kernel(self.exact_matmul, w).is_none()
             });
         let int8 = self.int8_matvec(w0, tokens);
-        let kernel = kernels::matvec_parts(
-            ty,
-            self.reduction,
-            ws.len(),
-            biases.is_some(),
-            int8,
-            self.q6_k_staged,
-        );
+        let kernel = match ws.len() {
+            1 if biases.is_none() => kernels::matvec(ty, self.reduction, int8, self.q6_k_staged),
+            parts => kernels::matvec_parts(
+                ty,
+                self.reduction,
+                parts,
+                biases.is_some(),
+                int8,
+                self.q6_k_staged,
+            ),
+        };
+        // The norm's words: its eps, the rounding's mode (7 or 8: the int8 layouts), held.
+        let mut norm_words = [0u32; 3];
+        let kernel = match extra {
+            PartsExtra::None => kernel.filter(|_| ws.len() > 1),
+            PartsExtra::Residual(_) => kernel.and_then(|k| k.with_extra(MatVecExtra::Residual)),
+            PartsExtra::Norm { eps, .. } => {
+                let lanes = self.norm_lanes(n);
+                let rounding = self
+                    .rounding(w0, n)
+                    .filter(|&(mode, _)| mode == 7 || mode == 8);
+                let fits = tokens == 1
+                    && !self.subgroup_reductions
+                    && self.prologue_fits(n, lanes)
+                    && rounding.is_some();
+                norm_words = [
+                    eps.to_bits(),
+                    rounding.map_or(0, |r| r.0),
+                    self.norm_held(n),
+                ];
+                let width = n as u32;
+                let extra = MatVecExtra::Norm { lanes, width };
+                kernel.and_then(|k| k.with_extra(extra)).filter(|_| fits)
+            }
+        };
         let (Some(kernel), true) = (kernel, applies) else {
             return Ok(false);
         };
@@ -361,7 +402,10 @@ impl WgpuBackend {
         {
             return Ok(false);
         }
-        let rounded = self.activations_as_cpu(w0, x, tokens * n)?;
+        let rounded = match extra {
+            PartsExtra::Norm { .. } => None,
+            _ => self.activations_as_cpu(w0, x, tokens * n)?,
+        };
         let x_bound = rounded.as_ref().unwrap_or(x_buffer);
         // Part 0 in the first words (as `matmul_rows` fills them), parts 1.. after the exact
         // kernels' four: (rows, first row in the chunk, output row length, first workgroup).
@@ -383,8 +427,10 @@ impl WgpuBackend {
         }
         let [gx, gy, _] = rows_grid(groups as usize);
         params[6] = gx;
-        // Part 0's weight, x, part 0's output, then each later part's weight and output.
-        let mut buffers = [x_bound; 2 + 2 * MAX_PARTS];
+        params[9..12].copy_from_slice(&norm_words);
+        // Part 0's weight, x, part 0's output, then each later part's weight and output,
+        // the biases, then the extra's buffers.
+        let mut buffers = [x_bound; 4 + 2 * MAX_PARTS];
         buffers[0] = chunks[0].0;
         buffers[2] = out_buffers[0];
         for k in 1..parts {
@@ -395,6 +441,24 @@ impl WgpuBackend {
         if let Some(biases) = biases {
             buffers[bound] = biases;
             bound += 1;
+        }
+        match extra {
+            PartsExtra::None => {}
+            PartsExtra::Residual(residual) => {
+                buffers[bound] = buffer(residual, OP, "residual")?;
+                bound += 1;
+            }
+            PartsExtra::Norm { weight, normed, .. } => {
+                at_least(OP, "normed elements", n, normed.len())?;
+                buffers[bound] = self.f32_vector(weight, OP)?;
+                buffers[bound + 1] = buffer(normed, OP, "normed")?;
+                bound += 2;
+            }
+        }
+        // A norm prologue beside three weights and their biases binds ten storage buffers:
+        // more than the least adapters grant (8) take the ops apart.
+        if bound as u64 > u64::from(self.device.limits().max_storage_buffers_per_shader_stage) {
+            return Ok(false);
         }
         self.dispatch(
             OP,
@@ -415,4 +479,20 @@ fn gcd(a: usize, b: usize) -> usize {
         0 => a,
         _ => gcd(b, a % b),
     }
+}
+
+/// What [`WgpuBackend::matmul_parts_with`] does besides the products.
+#[derive(Clone, Copy)]
+pub(crate) enum PartsExtra<'a> {
+    None,
+    /// Each output also added to this buffer (one weight): `FusedOps::attention_output_residual`
+    /// and the down projection of `FusedOps::norm_gated_ffn_residual`.
+    Residual(&'a Buffer),
+    /// x is the residual stream's row (one token), normalized by `weight` (`eps`) inside the
+    /// dispatch, the norm also written to `normed` (`kernels::MatVecExtra::Norm`).
+    Norm {
+        weight: &'a Weight,
+        eps: f32,
+        normed: &'a Buffer,
+    },
 }

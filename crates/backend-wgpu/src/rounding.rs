@@ -123,7 +123,7 @@ impl WgpuBackend {
     /// `quantize_x.wgsl` and the values a block, or `None` where it keeps them (F32) or `len`
     /// is not whole blocks. The int8 matrix-vector kernel takes the same roundings kept as
     /// integers and scales (modes 7 and 8).
-    fn rounding(&self, w: &Weight, len: usize) -> Option<(u32, usize)> {
+    pub(crate) fn rounding(&self, w: &Weight, len: usize) -> Option<(u32, usize)> {
         use GgmlType::*;
         let exact = exact_kernel(self.exact_matmul, w).is_some();
         let n = w.row_len();

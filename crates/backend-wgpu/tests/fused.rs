@@ -4,8 +4,8 @@
 use runit_backend::testing::{make_weight, Rng};
 use runit_backend::{
     unfused, Activation, AddRmsNorm, Attention, AttentionOutput, AttentionParams, Buffer, Device,
-    FusedOps, GatedFfn, GatedFfnRun, KvRole, KvType, KvWrite, PrimitiveOps, Projection, RmsNorm,
-    RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
+    FusedOps, GatedFfn, GatedFfnRun, KvRole, KvType, KvWrite, NormFfnResidual, NormInput,
+    PrimitiveOps, Projection, RmsNorm, RopeKvWrite, RopeParams, RopeStyle, SequenceSpan, Weight,
 };
 use runit_backend_wgpu::{WgpuBackend, MATVEC_TYPES};
 use runit_quant::GgmlType;
@@ -972,4 +972,137 @@ fn rope_kv_write_counted(gpu: &WgpuBackend, fused: bool, op: RopeKvWrite<'_>) ->
     }
     .expect("rope_kv_write");
     gpu.counts().dispatches - before
+}
+
+/// The decoder's second order (`FusedOps::norms_in_matmuls`) on one token: the norm in the
+/// Q/K/V dispatch's prologue (with and without Qwen2's biases), the FFN with the norm in gate
+/// and up's prologue and the residual add in down's epilogue, and the attention's output
+/// projection with the add in its epilogue, each against its primitive sequence
+/// (`runit_backend::unfused`) bit for bit; for the int8 types of both roundings (blocks of
+/// 32 at a width of 896, of 256 at 768), rows held by the norm and looped over, the narrow
+/// and the wide norm workgroup, and one dispatch where the primitives take several.
+#[test]
+fn norms_in_matmuls_equal_their_primitives() {
+    let Some(gpu) = backend() else { return };
+    let mut gpus = vec![("default", gpu)];
+    gpus.push((
+        "loop",
+        WgpuBackend::new(0)
+            .expect("adapter")
+            .with_matvec_parts()
+            .without_held_norms(),
+    ));
+    gpus.push((
+        "wide",
+        WgpuBackend::new(0)
+            .expect("adapter")
+            .with_matvec_parts()
+            .with_norm_threads(1024),
+    ));
+    let cases = [
+        (GgmlType::Q8_0, 896),
+        (GgmlType::Q4_0, 896),
+        (GgmlType::Q4_K, 768),
+        (GgmlType::Q6_K, 768),
+    ];
+    for (label, gpu) in &gpus {
+        for (ty, n) in cases {
+            assert!(
+                gpu.norms_in_matmuls(n),
+                "{label} {ty:?}: the backend takes {n}"
+            );
+            let detail = format!("{label} {ty:?} n={n}");
+            let norm_w = weights(gpu, GgmlType::F32, n, &[1], 3).remove(0);
+            let norm = RmsNorm {
+                weight: &norm_w,
+                eps: 1e-6,
+            };
+            let x = upload(gpu, &Rng::new(41).values(n, -3.0, 3.0));
+            // Q/K/V, without biases and with.
+            let rows = [n, 128, 128];
+            let ws = weights(gpu, ty, n, &rows, 5);
+            let biases = qkv_biases(gpu, rows);
+            for biased in [false, true] {
+                let (mut results, mut used) = (Vec::new(), Vec::new());
+                for fused in [false, true] {
+                    let mut normed = gpu.alloc(n).expect("alloc");
+                    let mut outs: Vec<Buffer> =
+                        rows.iter().map(|r| gpu.alloc(*r).expect("alloc")).collect();
+                    let projections = [0, 1, 2].map(|i| Projection {
+                        weight: &ws[i],
+                        bias: biased.then_some(&biases[i]),
+                    });
+                    let [q, k, v] = &mut outs[..] else {
+                        unreachable!()
+                    };
+                    let input = NormInput {
+                        x: &x,
+                        norm,
+                        rows: 1,
+                        normed: &mut normed,
+                    };
+                    let before = gpu.counts().dispatches;
+                    match fused {
+                        true => gpu.norm_matmul_qkv(input, projections, [q, k, v]),
+                        false => unfused::norm_matmul_qkv(gpu, input, projections, [q, k, v]),
+                    }
+                    .expect("norm_matmul_qkv");
+                    used.push(gpu.counts().dispatches - before);
+                    let mut got = vec![bits(&download(gpu, &normed, n))];
+                    got.extend(
+                        outs.iter()
+                            .zip(rows)
+                            .map(|(o, r)| bits(&download(gpu, o, r))),
+                    );
+                    results.push(got);
+                }
+                assert_eq!(results[0], results[1], "{detail} qkv biased {biased}");
+                assert_eq!(used[1], 1, "{detail} qkv biased {biased}: {used:?}");
+            }
+            // The FFN half.
+            let ff = 512;
+            let gate_up = weights(gpu, ty, n, &[ff, ff], 17);
+            let down = weights(gpu, ty, ff, &[n], 19).remove(0);
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let mut x = upload(gpu, &Rng::new(43).values(n, -3.0, 3.0));
+                let mut normed = gpu.alloc(n).expect("alloc");
+                let mut up = gpu.alloc(ff).expect("alloc");
+                let mut hidden = gpu.alloc(ff).expect("alloc");
+                let mut delta = gpu.alloc(n).expect("alloc");
+                let op = NormFfnResidual {
+                    x: &mut x,
+                    norm,
+                    normed: &mut normed,
+                    ffn: GatedFfn {
+                        gate: &gate_up[0],
+                        up: &gate_up[1],
+                        down: &down,
+                        activation: Activation::Silu,
+                    },
+                    tokens: 1,
+                    up: &mut up,
+                    hidden: &mut hidden,
+                    delta: &mut delta,
+                };
+                let before = gpu.counts().dispatches;
+                match fused {
+                    true => gpu.norm_gated_ffn_residual(op),
+                    false => unfused::norm_gated_ffn_residual(gpu, op),
+                }
+                .expect("norm_gated_ffn_residual");
+                used.push(gpu.counts().dispatches - before);
+                results.push([
+                    bits(&download(gpu, &x, n)),
+                    bits(&download(gpu, &normed, n)),
+                    bits(&download(gpu, &hidden, ff)),
+                    bits(&download(gpu, &delta, n)),
+                ]);
+            }
+            assert_eq!(results[0], results[1], "{detail} ffn");
+            // Gate and up with the norm, the activation with down's rounding, down with
+            // the add.
+            assert_eq!(used[1], 3, "{detail} ffn: {used:?}");
+        }
+    }
 }

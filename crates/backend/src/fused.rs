@@ -69,10 +69,12 @@ pub trait FusedOps: PrimitiveOps {
     /// the ops around them ([`FusedOps::norm_matmul_qkv`],
     /// [`FusedOps::attention_output_residual`], [`FusedOps::norm_gated_ffn_residual`]) rather
     /// than as [`FusedOps::add_rms_norm`] between them, where a model's layers allow it
-    /// (dense FFNs, no post-norms). Both orders compute the same values; a backend says yes
-    /// where its kernels take the norm into the matmul that reads it and the add into the one
-    /// that makes the addend, so that neither costs a launch of its own.
-    fn norms_in_matmuls(&self) -> bool {
+    /// (dense FFNs, no post-norms), for a model whose residual stream has `width` values a
+    /// row. Both orders compute the same values; a backend says yes where its kernels take
+    /// the norm into the matmul that reads it and the add into the one that makes the
+    /// addend, so that neither costs a launch of its own.
+    fn norms_in_matmuls(&self, width: usize) -> bool {
+        let _ = width;
         false
     }
 

@@ -237,7 +237,8 @@ impl Model {
         let Some(last) = w.layers.len().checked_sub(1) else {
             return self.logits_without_layers(b, batch.logit_rows, s);
         };
-        if b.norms_in_matmuls() && self.norms_in_matmuls_fit() {
+        let width = self.config.embedding_length;
+        if b.norms_in_matmuls(width) && self.norms_in_matmuls_fit() {
             return self.run_layers_norms_in_matmuls(b, batch, kv, s, last);
         }
         b.rms_norm(

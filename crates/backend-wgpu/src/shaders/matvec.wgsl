@@ -27,11 +27,13 @@ struct Params {
     out_row0: u32,   // first output column
     out_stride: u32, // output row length (all rows of the weight)
     groups_x: u32,
-    _pad: u32,
+    zero: u32,       // always 0 (precise.wgsl's `opaque`, for the norm prologue)
     token0: u32,     // x's token of z = 0 (int8 activations, bound whole; else 0)
-    _exact1: u32,    // the exact kernels' words, unused here
-    _exact2: u32,
-    _exact3: u32,
+    // The norm prologue's (matvec_norm.wgsl): its eps (f32 bits), the rounding's mode, and
+    // 1 where the norm holds its row (rms_norm.wgsl's `held`). 0 elsewhere.
+    norm_eps: u32,
+    norm_mode: u32,
+    norm_held: u32,
     // Parts 1 and 2: (rows, row0, out_stride, first workgroup), each a whole weight.
     parts: array<vec4<u32>, 2>,
 }

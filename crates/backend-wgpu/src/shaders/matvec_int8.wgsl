@@ -12,13 +12,15 @@
 // block of 32 (word 64 + v / 32), mode 8 one for the group (word 64). Values are numbered
 // over all tokens (token t's value i is t · n + i), as the f32 layout numbers them.
 
-@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;
+// x is read through `x_vec4` (16 bytes: vector i of the layout) and `x_word` (word i):
+// from its binding (matvec_int8_x.wgsl), or from workgroup memory where the kernel made the
+// rounding itself (matvec_norm.wgsl).
 
 const ONES: u32 = 0x01010101u;
 
 // The 16 integers of values v .. v + 16 (v a multiple of 16).
 fn xq16(v: u32) -> vec4<u32> {
-    return x[(v >> 8u) * 18u + ((v & 255u) >> 4u)];
+    return x_vec4((v >> 8u) * 18u + ((v & 255u) >> 4u));
 }
 
 // The 8 integers of values v .. v + 8 (v a multiple of 8).
@@ -30,7 +32,7 @@ fn xq8(v: u32) -> vec2<u32> {
 // The scale of the block of value v, blocks of 2^shift values (5: Q8_0, 8: Q8_K).
 fn xscale(v: u32, shift: u32) -> f32 {
     let word = (v >> 8u) * 72u + 64u + ((v & 255u) >> shift);
-    return bitcast<f32>(x[word >> 2u][word & 3u]);
+    return bitcast<f32>(x_word(word));
 }
 
 // Sums of the integers in 8 and 16 bytes.

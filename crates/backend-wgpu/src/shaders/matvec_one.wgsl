@@ -1,4 +1,5 @@
-// The matrix-vector kernel of one weight: part 0 only.
+// The matrix-vector kernel of one weight: part 0 only (its `write_out` is the host's:
+// plain, or with the residual epilogue, `kernels::matvec_source`).
 
 fn part_of(group: u32) -> u32 {
     return 0u;
@@ -6,8 +7,4 @@ fn part_of(group: u32) -> u32 {
 
 fn weight_elem(i: u32) -> WeightElem {
     return w[i];
-}
-
-fn write_out(i: u32, value: f32) {
-    out[i] = value;
 }

@@ -19,6 +19,23 @@ fn two_sum(a: f32, b: f32) -> vec2<f32> {
     return vec2<f32>(s, (a - ap) + (b - bp));
 }
 
+/// The float-float sum of `a` and `b`.
+fn add_ff(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    let s = two_sum(a.x, b.x);
+    return two_sum(s.x, s.y + (a.y + b.y));
+}
+
+/// The RMS norm's scale 1 / sqrt(mean + eps) of a row of `width` values whose squares sum
+/// to the float-float `total`, the mean f32(total / width): the quotient of the high part,
+/// corrected by the remainder.
+fn rms_scale(total: vec2<f32>, width: u32, eps: f32) -> f32 {
+    let n = f32(width);
+    let q = div_rn(total.x, n);
+    let remainder = fma_exact(-q, n, total.x) + total.y;
+    let mean = q + div_rn(remainder, n);
+    return div_rn(1.0, sqrt_rn(mean + eps));
+}
+
 /// Veltkamp's split of `a` into two halves of 12 significant bits (their products exact).
 fn split(a: f32) -> vec2<f32> {
     let c = opaque(4097.0 * a);

@@ -5,6 +5,7 @@ var<workgroup> partials: array<vec4<f32>, THREADS>;
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    prologue(wid, lid);
     let r0 = first_row(wid);
     partials[lid] = partial(r0, wid.z, lid);
     workgroupBarrier();

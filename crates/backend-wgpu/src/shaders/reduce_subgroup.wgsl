@@ -12,6 +12,7 @@ fn main(
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_size) sg_size: u32,
 ) {
+    prologue(wid, lid);
     let r0 = first_row(wid);
     let sum = subgroupAdd(partial(r0, wid.z, lid));
     if sg_lane == 0u {

@@ -32,12 +32,6 @@ struct Params {
 const THREADS: u32 = 256u;
 var<workgroup> partial: array<vec2<f32>, THREADS>;
 
-/// The float-float sum of `a` and `b`.
-fn add_ff(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-    let s = two_sum(a.x, b.x);
-    return two_sum(s.x, s.y + (a.y + b.y));
-}
-
 // Row `row` of x normalized into out by the workgroup's invocation `lid` (every invocation
 // calls it: it holds barriers), which reads only the values i ≡ lid (mod THREADS) of the row.
 fn normalize_row(row: u32, lid: u32) {
@@ -59,14 +53,9 @@ fn normalize_row(row: u32, lid: u32) {
     }
 }
 
-// 1 / sqrt(mean + eps) of a row whose squares sum to `total`, the mean f32(total / width):
-// the quotient of the high part, corrected by the remainder.
+// 1 / sqrt(mean + eps) of a row whose squares sum to `total` (precise.wgsl's `rms_scale`).
 fn row_scale(total: vec2<f32>) -> f32 {
-    let n = f32(p.width);
-    let q = div_rn(total.x, n);
-    let remainder = fma_exact(-q, n, total.x) + total.y;
-    let mean = q + div_rn(remainder, n);
-    return div_rn(1.0, sqrt_rn(mean + p.eps));
+    return rms_scale(total, p.width, p.eps);
 }
 
 // Values a chunk of a held row: four an invocation.
