@@ -10,7 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
+use runit_backend::FusedOps;
 use runit_backend_cpu::CpuBackend;
+use runit_backend_wgpu::WgpuBackend;
 use runit_engine::{generate, EngineConfig, GenerateParams, Sampler, SamplerParams, Session};
 use runit_model::Model;
 
@@ -52,6 +54,65 @@ fn load(path: &std::path::Path, in_matmuls: bool) -> Arc<Model> {
         .expect("cpu backend")
         .with_norms_in_matmuls(in_matmuls);
     Arc::new(Model::load(file, Arc::new(backend)).expect("model loads"))
+}
+
+/// The model on wgpu adapter 0 (several weights a matrix-vector dispatch, as on a GPU), in
+/// the second order where `in_matmuls` (its norm prologues), else in the first; with the
+/// backend, whose dispatch counts tell the orders apart.
+fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
+    let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
+    let backend = match WgpuBackend::new(0) {
+        Ok(backend) => backend.with_matvec_parts(),
+        Err(error) => {
+            let required = std::env::var("RUNIT_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+            assert!(!required, "RUNIT_REQUIRE_WGPU=1 but: {error}");
+            eprintln!("NOTICE: no wgpu adapter: {error}");
+            return None;
+        }
+    };
+    let backend = Arc::new(match in_matmuls {
+        true => backend,
+        false => backend.with_norm_prologue_max(0),
+    });
+    let model = Model::load(file, Arc::clone(&backend) as _).expect("model loads");
+    Some((Arc::new(model), backend))
+}
+
+/// On wgpu the second order runs other kernels (the norms inside the matrix-vector
+/// dispatches, the adds in their epilogues), which must give the first order's values.
+#[test]
+fn wgpu_norm_prologues_change_no_token_or_logprob() {
+    for name in ["SmolLM2-135M-Instruct.Q4_1.gguf", "synth-qwen2-Q8_0.gguf"] {
+        let Some(path) = common::find_model(name) else {
+            eprintln!("skipping {name}: not found");
+            continue;
+        };
+        let Some((first, first_gpu)) = load_wgpu(&path, false) else {
+            return;
+        };
+        let (second, second_gpu) = load_wgpu(&path, true).expect("the adapter opened once");
+        let width = second.config.embedding_length;
+        assert!(
+            second_gpu.norms_in_matmuls(width),
+            "{name}: wgpu takes the norms of {width} values into its matmuls"
+        );
+        let before = [
+            first_gpu.counts().dispatches,
+            second_gpu.counts().dispatches,
+        ];
+        assert_eq!(
+            run(first),
+            run(second),
+            "{name}: the two orders differ on wgpu"
+        );
+        let used = [
+            first_gpu.counts().dispatches - before[0],
+            second_gpu.counts().dispatches - before[1],
+        ];
+        assert!(used[1] < used[0], "{name}: dispatches {used:?}");
+        println!("{name}: dispatches {} and {}", used[0], used[1]);
+        println!("{name}: 12 tokens, log-probabilities equal bit for bit on wgpu");
+    }
 }
 
 #[test]
