@@ -151,6 +151,10 @@ pub struct WgpuBackend {
     /// ([`WgpuBackend::prologue_fits`]), 0 for none: `RUNIT_WGPU_NORM_PROLOGUE_MAX`, by
     /// default [`NORM_PROLOGUE_MAX`].
     pub(crate) norm_prologue_max: usize,
+    /// The widest FFN rows whose gated activation the down projection's dispatch makes in
+    /// its prologue (`matvec_gated.wgsl`), 0 for none: `RUNIT_WGPU_GATED_PROLOGUE_MAX`, by
+    /// default [`GATED_PROLOGUE_MAX`].
+    pub(crate) gated_prologue_max: usize,
     /// Commands in the first batch submitted early after a flush, or 0 where batches are
     /// submitted only when the host needs their results or they are full (batch.rs,
     /// `submits_early`): by default 16 on every adapter but a CPU one (on lavapipe the
@@ -235,6 +239,10 @@ pub struct WgpuBackend {
 /// the 0.5B's 896 and the 1.5B's 1,536 values, whose steps are mostly dispatches; wider rows
 /// (the 7B's 3,584) keep the norm's dispatch until a GPU has measured both.
 pub const NORM_PROLOGUE_MAX: usize = 2048;
+
+/// The widest FFN rows whose gated activation the down projection makes in its prologue by
+/// default (each workgroup makes the whole row: the 0.5B's 4,864 values, the 1.5B's 8,960).
+pub const GATED_PROLOGUE_MAX: usize = 8960;
 
 /// Commands in the first batch a GPU adapter submits early after a flush (batch.rs).
 const EARLY_SUBMIT: usize = 16;
@@ -476,6 +484,12 @@ impl WgpuBackend {
                 Ok(Ok(max)) => max,
                 _ => NORM_PROLOGUE_MAX,
             },
+            gated_prologue_max: match std::env::var("RUNIT_WGPU_GATED_PROLOGUE_MAX")
+                .map(|v| v.parse())
+            {
+                Ok(Ok(max)) => max,
+                _ => GATED_PROLOGUE_MAX,
+            },
             bias_epilogue: !std::env::var("RUNIT_WGPU_BIAS_EPILOGUE").is_ok_and(|v| v == "0"),
             joined_biases: Mutex::default(),
             early_submit: match std::env::var("RUNIT_WGPU_EARLY_SUBMIT").map(|v| v.parse()) {
@@ -637,6 +651,13 @@ impl WgpuBackend {
     /// sets it when the backend opens.
     pub fn with_norm_prologue_max(mut self, max: usize) -> WgpuBackend {
         self.norm_prologue_max = max;
+        self
+    }
+
+    /// This backend making the gated activation of FFN rows of at most `max` values in the
+    /// down projection's prologue (0: never), as `RUNIT_WGPU_GATED_PROLOGUE_MAX` sets it.
+    pub fn with_gated_prologue_max(mut self, max: usize) -> WgpuBackend {
+        self.gated_prologue_max = max;
         self
     }
 

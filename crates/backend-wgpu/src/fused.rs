@@ -224,6 +224,15 @@ impl FusedOps for WgpuBackend {
             };
             self.gate_and_up(&mut run)?;
         }
+        // The activation inside down's dispatch, else with the rounding for down, then down.
+        let extra = PartsExtra::Gated {
+            residual: x,
+            up,
+            activation: ffn.activation,
+        };
+        if self.matmul_parts_with(&[ffn.down], hidden, tokens, &mut [&mut *delta], None, extra)? {
+            return Ok(());
+        }
         let len = tokens * ffn.gate.rows();
         if !self.gated_activation_rounded(ffn.activation, hidden, up, len, ffn.down)? {
             self.gated_activation(ffn.activation, hidden, up, len)?;

@@ -92,6 +92,7 @@ impl KernelSource {
                     MatVecExtra::None => String::new(),
                     MatVecExtra::Norm { lanes, width } => format!("_norm{lanes}_{width}"),
                     MatVecExtra::Residual => "_residual".to_string(),
+                    MatVecExtra::GatedResidual { width } => format!("_gated{width}_residual"),
                 };
                 format!(
                     "matvec{count}_{}{variant}{bias}{input}{staging}{around}",
@@ -272,11 +273,20 @@ const MATVEC_INT8: &str = include_str!("shaders/matvec_int8.wgsl");
 /// matvec_int8.wgsl's x from its binding, or made in workgroup memory by the norm prologue.
 const MATVEC_INT8_X: &str = include_str!("shaders/matvec_int8_x.wgsl");
 const MATVEC_NORM: &str = concat!(
+    include_str!("shaders/matvec_int8_wg.wgsl"),
     include_str!("shaders/matvec_norm.wgsl"),
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/quantize_coop.wgsl"),
     include_str!("shaders/coop_reduce_shared.wgsl"),
     include_str!("shaders/precise.wgsl")
+);
+const MATVEC_GATED: &str = concat!(
+    include_str!("shaders/matvec_int8_wg.wgsl"),
+    include_str!("shaders/matvec_gated.wgsl"),
+    include_str!("shaders/gated.wgsl"),
+    include_str!("shaders/quantize_x.wgsl"),
+    include_str!("shaders/precise.wgsl"),
+    include_str!("shaders/expf.wgsl")
 );
 /// The prologue of a matrix-vector kernel without one.
 const NO_PROLOGUE: &str = "fn prologue(wid: vec3<u32>, lid: u32) {}\n";
@@ -382,6 +392,12 @@ pub enum MatVecExtra {
     /// The residual add in the epilogue (one part): each output also added to the buffer at
     /// binding 4, as `add.wgsl` adds it.
     Residual,
+    /// The residual epilogue, and the gated activation in the prologue (`matvec_gated.wgsl`,
+    /// int8 activations in blocks of 32, one token): x at binding 2 is the gate's `width`
+    /// values, up and ggml's GELU table at bindings 5 and 6.
+    GatedResidual {
+        width: u32,
+    },
 }
 
 impl KernelSource {
@@ -412,6 +428,9 @@ impl KernelSource {
                     && width % 32 == 0
             }
             MatVecExtra::Residual => parts == 1 && !biased,
+            MatVecExtra::GatedResidual { width } => {
+                parts == 1 && !biased && int8.is_some() && !staged && width % 32 == 0
+            }
         };
         fits.then_some(KernelSource::MatVec {
             ty,
@@ -479,6 +498,10 @@ fn matvec_common(
             MATVEC_NORM.replace("NORM_BINDING", "2"),
             width.div_ceil(256) * 72
         ),
+        MatVecExtra::GatedResidual { width } => format!(
+            "{MATVEC_GATED}\nconst ROUNDED_WORDS: u32 = {}u;\n",
+            width.div_ceil(256) * 72
+        ),
         _ => format!("{MATVEC_INT8_X}\n{NO_PROLOGUE}"),
     };
     let dot = match int8 {
@@ -498,7 +521,7 @@ fn matvec_common(
 /// output also added to `residual` (binding 4) as add.wgsl adds it.
 fn matvec_source(common: &str, extra: MatVecExtra) -> String {
     let write = match extra {
-        MatVecExtra::Residual => {
+        MatVecExtra::Residual | MatVecExtra::GatedResidual { .. } => {
             "@group(0) @binding(4) var<storage, read_write> residual_sum: array<f32>;\n\
              fn write_out(i: u32, value: f32) {\n    out[i] = value;\n\
              \x20   residual_sum[i] += value;\n}\n"
@@ -998,6 +1021,8 @@ pub fn all() -> Vec<KernelSource> {
                     let one = matvec(ty, reduction, int8, staged);
                     all.extend(one);
                     all.extend(one.and_then(|k| k.with_extra(MatVecExtra::Residual)));
+                    let gated = MatVecExtra::GatedResidual { width: 4864 };
+                    all.extend(one.and_then(|k| k.with_extra(gated)));
                     for parts in 2..=MAX_PARTS {
                         for biased in [false, true] {
                             let kernel = matvec_parts(ty, reduction, parts, biased, int8, staged);

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use runit_backend::{BackendError, Buffer, GgmlLayout, OpResult, Weight};
+use runit_backend::{Activation, BackendError, Buffer, GgmlLayout, OpResult, Weight};
 use runit_quant::GgmlType;
 
 use crate::backend::rows_grid;
@@ -348,6 +348,18 @@ impl WgpuBackend {
         let kernel = match extra {
             PartsExtra::None => kernel.filter(|_| ws.len() > 1),
             PartsExtra::Residual(_) => kernel.and_then(|k| k.with_extra(MatVecExtra::Residual)),
+            PartsExtra::Gated { activation, .. } => {
+                let rounding = self.rounding(w0, n).filter(|&(mode, _)| mode == 7);
+                let bytes = n.div_ceil(256) * 72 * 4 + 128 * 16;
+                let fits = tokens == 1
+                    && n <= self.gated_prologue_max
+                    && rounding.is_some()
+                    && bytes as u64
+                        <= u64::from(self.device.limits().max_compute_workgroup_storage_size);
+                norm_words = [0, 7, crate::ops::activation_kind(activation)];
+                let extra = MatVecExtra::GatedResidual { width: n as u32 };
+                kernel.and_then(|k| k.with_extra(extra)).filter(|_| fits)
+            }
             PartsExtra::Norm { eps, .. } => {
                 let lanes = self.norm_lanes(n);
                 let rounding = self
@@ -403,7 +415,7 @@ impl WgpuBackend {
             return Ok(false);
         }
         let rounded = match extra {
-            PartsExtra::Norm { .. } => None,
+            PartsExtra::Norm { .. } | PartsExtra::Gated { .. } => None,
             _ => self.activations_as_cpu(w0, x, tokens * n)?,
         };
         let x_bound = rounded.as_ref().unwrap_or(x_buffer);
@@ -447,6 +459,13 @@ impl WgpuBackend {
             PartsExtra::Residual(residual) => {
                 buffers[bound] = buffer(residual, OP, "residual")?;
                 bound += 1;
+            }
+            PartsExtra::Gated { residual, up, .. } => {
+                at_least(OP, "up elements", n, up.len())?;
+                buffers[bound] = buffer(residual, OP, "residual")?;
+                buffers[bound + 1] = buffer(up, OP, "up")?;
+                buffers[bound + 2] = &self.gelu_table;
+                bound += 3;
             }
             PartsExtra::Norm { weight, normed, .. } => {
                 at_least(OP, "normed elements", n, normed.len())?;
@@ -494,5 +513,13 @@ pub(crate) enum PartsExtra<'a> {
         weight: &'a Weight,
         eps: f32,
         normed: &'a Buffer,
+    },
+    /// x is the gate's output (one token): the activation with `up` made and rounded inside
+    /// the dispatch (`kernels::MatVecExtra::GatedResidual`), each output also added to
+    /// `residual`.
+    Gated {
+        residual: &'a Buffer,
+        up: &'a Buffer,
+        activation: Activation,
     },
 }

@@ -80,7 +80,9 @@ pub struct NormInput<'a> {
 /// [`crate::FusedOps::norm_gated_ffn_residual`]: the FFN half of a layer without post-norms
 /// over the first `tokens` rows of the residual stream `x`: `normed = norm(x)`, the gated
 /// FFN `ffn` of `normed` into `delta` (with `up` and `hidden` as [`GatedFfnRun`]'s), then
-/// `x += delta`. `normed`, `hidden` and `delta` hold those values afterwards.
+/// `x += delta`. `normed` and `delta` hold those values afterwards; `up` and `hidden` are
+/// scratch whose contents afterwards a fused implementation leaves unspecified (one that
+/// makes the activation inside the down projection never writes it out).
 pub struct NormFfnResidual<'a> {
     pub x: &'a mut Buffer,
     pub norm: RmsNorm<'a>,

@@ -3,9 +3,9 @@
 // SiLU is ggml's `ggml_vec_swiglu_f32` on the CPU's reference machine (the CPU backend's
 // `vector/silu.rs`): x / (1 + v_expf(0 - x)) with ggml's polynomial `ggml_v_expf` for whole
 // groups of 16 values, libm's `expf` (`expf.wgsl`) for the last len % 16.
-// `activated` needs `p.len`, `p.kind` and the table `gelu_table`, which the entry points
-// declare (gated_one.wgsl; gated_quantize.wgsl, which then rounds the results for the next
-// matmul).
+// `activated` takes the length and the kind from its caller and needs the table `gelu_table`,
+// which the entry points declare (gated_one.wgsl; gated_quantize.wgsl, which then rounds the
+// results for the next matmul; matvec_gated.wgsl, the down projection's prologue).
 
 fn gelu(x: f32) -> f32 {
     if x <= -10.0 {
@@ -19,13 +19,14 @@ fn gelu(x: f32) -> f32 {
     return unpack2x16float(word & 0xffffu).x;
 }
 
-// Value i of the result from its gate value `x` and up value `u`.
-fn activated(i: u32, x: f32, u: f32) -> f32 {
-    if p.kind == 0u {
+// Value i of the `len` results from its gate value `x` and up value `u` (`kind` 0: SiLU, 1:
+// GELU-tanh).
+fn activated(i: u32, x: f32, u: f32, len: u32, kind: u32) -> f32 {
+    if kind == 0u {
         // One of the two exponentials (`select` would compute both, and glibc's `expf` in
         // float-floats is the longer).
         var e: f32;
-        if i < p.len - p.len % 16u {
+        if i < len - len % 16u {
             e = vector_exp(0.0 - x);
         } else {
             e = expf(0.0 - x);

@@ -17,6 +17,6 @@ struct Params {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * 64u;
     if i < p.len {
-        gate[i] = activated(i, gate[i], up[i]);
+        gate[i] = activated(i, gate[i], up[i], p.len, p.kind);
     }
 }

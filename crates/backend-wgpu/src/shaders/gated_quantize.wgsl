@@ -41,7 +41,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: 
         let gates = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
         let ups = vec4<f32>(up[at], up[at + 1u], up[at + 2u], up[at + 3u]);
         for (var k = 0u; k < 4u; k++) {
-            values[k] = activated(at + k, gates[k], ups[k]);
+            values[k] = activated(at + k, gates[k], ups[k], p.len, p.kind);
         }
         for (var k = 0u; k < 4u; k++) {
             x[at + k] = values[k];

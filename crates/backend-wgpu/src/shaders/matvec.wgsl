@@ -29,11 +29,12 @@ struct Params {
     groups_x: u32,
     zero: u32,       // always 0 (precise.wgsl's `opaque`, for the norm prologue)
     token0: u32,     // x's token of z = 0 (int8 activations, bound whole; else 0)
-    // The norm prologue's (matvec_norm.wgsl): its eps (f32 bits), the rounding's mode, and
-    // 1 where the norm holds its row (rms_norm.wgsl's `held`). 0 elsewhere.
-    norm_eps: u32,
-    norm_mode: u32,
-    norm_held: u32,
+    // The prologues' words, 0 without one. matvec_norm.wgsl: the norm's eps (f32 bits), the
+    // rounding's mode, 1 where the norm holds its row (rms_norm.wgsl's `held`);
+    // matvec_gated.wgsl: unused, the rounding's mode, the activation's kind.
+    extra0: u32,
+    extra1: u32,
+    extra2: u32,
     // Parts 1 and 2: (rows, row0, out_stride, first workgroup), each a whole weight.
     parts: array<vec4<u32>, 2>,
 }

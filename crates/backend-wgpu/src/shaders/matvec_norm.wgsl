@@ -1,14 +1,14 @@
 // The norm prologue of the int8 matrix-vector kernels (`FusedOps::norm_matmul_qkv`, and gate
 // and up in `FusedOps::norm_gated_ffn_residual`): each workgroup normalizes the one row of
 // the residual stream (`residual`, p.n values) by `norm_weight` and rounds the result into
-// workgroup memory in the layout matvec_int8.wgsl reads (modes 7 and 8 of quantize_x.wgsl),
-// then goes on with its rows. Workgroup 0 also writes the norm to `normed`.
+// workgroup memory in the layout matvec_int8.wgsl reads (modes 7 and 8 of quantize_x.wgsl,
+// `p.extra1`; matvec_int8_wg.wgsl), then goes on with its rows. Its eps: `p.extra0`. Workgroup 0 also writes the norm to `normed`.
 //
 // The result equals rms_norm_one.wgsl's followed by quantize_x's rounding bit for bit: the
 // squares are summed in the order of a norm workgroup of NORM_LANES invocations (the one the
 // host would launch for this width, `WgpuBackend::norm_lanes`), each of this workgroup's
 // THREADS invocations standing in for NORM_LANES / THREADS of them, held rows
-// (`p.norm_held`) as `normalize_held` sums them and others as `normalize_row`; then the same
+// (`p.extra2`) as `normalize_held` sums them and others as `normalize_row`; then the same
 // tree of float-float additions (norm_sum_shared.wgsl's), the same scale (`rms_scale`), each
 // value `x · scale · weight`, and the rounding of quantize_coop.wgsl (per block, so any
 // chunking gives the same words). The host binds `residual`, `norm_weight` and `normed` after
@@ -18,19 +18,10 @@
 @group(0) @binding(NORM_WEIGHT_BINDING) var<storage, read> norm_weight: array<f32>;
 @group(0) @binding(NORMED_BINDING) var<storage, read_write> normed: array<f32>;
 
-var<workgroup> rounded: array<u32, ROUNDED_WORDS>;
 var<workgroup> norm_partial: array<vec2<f32>, NORM_LANES>;
 
 // quantize_coop.wgsl's chunks: 4 values an invocation of this workgroup.
 const COOP_LANES: u32 = THREADS;
-
-fn x_vec4(i: u32) -> vec4<u32> {
-    return vec4<u32>(rounded[4u * i], rounded[4u * i + 1u], rounded[4u * i + 2u], rounded[4u * i + 3u]);
-}
-
-fn x_word(i: u32) -> u32 {
-    return rounded[i];
-}
 
 // quantize_x.wgsl's serial rounding, unused here.
 fn round_source(i: u32) -> f32 {
@@ -45,7 +36,7 @@ const NORM_HELD_VALUES: u32 = 8192u;
 fn lane_squares(lane: u32) -> vec2<f32> {
     let n = p.n;
     var sum = vec2<f32>(0.0, 0.0);
-    if p.norm_held == 1u {
+    if p.extra2 == 1u {
         for (var c = 0u; c * NORM_CHUNK < NORM_HELD_VALUES; c++) {
             let i = c * NORM_CHUNK + 4u * lane;
             if i < n {
@@ -76,7 +67,7 @@ fn prologue(wid: vec3<u32>, lid: u32) {
         }
         workgroupBarrier();
     }
-    let scale = rms_scale(norm_partial[0], n, bitcast<f32>(p.norm_eps));
+    let scale = rms_scale(norm_partial[0], n, bitcast<f32>(p.extra0));
     let writes = wid.x == 0u && wid.y == 0u;
     for (var c = 0u; c < n; c += 4u * THREADS) {
         let at = c + 4u * lid;
@@ -93,7 +84,7 @@ fn prologue(wid: vec3<u32>, lid: u32) {
                 normed[at + 3u] = values.w;
             }
         }
-        quantize_coop(c, lid, values, live, p.norm_mode);
+        quantize_coop(c, lid, values, live, p.extra1);
     }
     workgroupBarrier();
 }
