@@ -84,15 +84,9 @@ impl FusedOps for WgpuBackend {
     ) -> OpResult {
         let mut outs = outs;
         let weights = projections.map(|projection| projection.weight);
-        // The epilogue adds bias element r to row r: each bias as long as its weight's rows.
-        let fits = projections
-            .iter()
-            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
-        let biases = match projections.map(|p| p.bias) {
-            [Some(b0), Some(b1), Some(b2)] if self.fused_ops && self.bias_epilogue && fits => {
-                self.joined_biases([b0, b1, b2])?
-            }
-            _ => None,
+        let biases = match self.fused_ops {
+            true => self.epilogue_biases(&projections)?,
+            false => None,
         };
         if let Some(biases) = &biases {
             if self.matmul_parts(&weights, x, tokens, &mut outs, Some(biases))? {
@@ -151,17 +145,11 @@ impl FusedOps for WgpuBackend {
     ) -> OpResult {
         let mut outs = outs;
         let weights = projections.map(|projection| projection.weight);
-        let fits = projections
-            .iter()
-            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
-        let biases = match projections.map(|p| p.bias) {
-            [Some(b0), Some(b1), Some(b2)] if self.bias_epilogue && fits => {
-                self.joined_biases([b0, b1, b2])?
-            }
-            [None, None, None] => None,
+        let biases = self.epilogue_biases(&projections)?;
+        if biases.is_none() && projections.iter().any(|p| p.bias.is_some()) {
             // Biases no epilogue adds: the norm and the products as two ops.
-            _ => return unfused::norm_matmul_qkv(self, input, projections, outs),
-        };
+            return unfused::norm_matmul_qkv(self, input, projections, outs);
+        }
         let extra = PartsExtra::Norm {
             weight: input.norm.weight,
             eps: input.norm.eps,
@@ -269,6 +257,24 @@ impl FusedOps for WgpuBackend {
 const MAX_JOINED_BIASES: usize = 1024;
 
 impl WgpuBackend {
+    /// The Q/K/V biases joined for the matrix-vector epilogue (`matmul_parts`' `biased`),
+    /// where all three have one as long as their weight's rows (the epilogue adds bias
+    /// element r to row r) and the epilogue is on; else `None`.
+    fn epilogue_biases(
+        &self,
+        projections: &[Projection<'_>; 3],
+    ) -> Result<Option<wgpu::Buffer>, BackendError> {
+        let fits = projections
+            .iter()
+            .all(|p| p.bias.is_some_and(|bias| bias.row_len() == p.weight.rows()));
+        match projections.map(|p| p.bias) {
+            [Some(b0), Some(b1), Some(b2)] if self.bias_epilogue && fits => {
+                self.joined_biases([b0, b1, b2])
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// `out = w · input` and `x += out`: one dispatch where the matrix-vector kernel takes
     /// the residual add in its epilogue, else the matmul and the add.
     fn projection_residual(

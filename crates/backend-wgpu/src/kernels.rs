@@ -405,18 +405,20 @@ impl KernelSource {
     /// kernel cannot take it: a norm prologue needs int8 activations, two or three parts
     /// and no staging; a residual epilogue one part without biases).
     pub fn with_extra(self, extra: MatVecExtra) -> Option<KernelSource> {
+        let mut kernel = self;
         let KernelSource::MatVec {
-            ty,
-            reduction,
             parts,
             biased,
             int8,
             staged,
+            extra: slot,
             ..
-        } = self
+        } = &mut kernel
         else {
             return None;
         };
+        let (parts, biased, int8, staged) = (*parts, *biased, *int8, *staged);
+        *slot = extra;
         let fits = match extra {
             MatVecExtra::None => true,
             MatVecExtra::Norm { lanes, width } => {
@@ -432,15 +434,7 @@ impl KernelSource {
                 parts == 1 && !biased && int8.is_some() && !staged && width % 32 == 0
             }
         };
-        fits.then_some(KernelSource::MatVec {
-            ty,
-            reduction,
-            parts,
-            biased,
-            int8,
-            staged,
-            extra,
-        })
+        fits.then_some(kernel)
     }
 }
 
