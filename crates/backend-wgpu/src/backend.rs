@@ -235,14 +235,17 @@ pub struct WgpuBackend {
     pub(crate) profiler: Option<crate::profile::Profiler>,
 }
 
-/// The widest rows whose norm a matrix-vector dispatch takes in its prologue by default:
-/// the 0.5B's 896 and the 1.5B's 1,536 values, whose steps are mostly dispatches; wider rows
-/// (the 7B's 3,584) keep the norm's dispatch until a GPU has measured both.
-pub const NORM_PROLOGUE_MAX: usize = 2048;
+/// The widest rows whose norm a matrix-vector dispatch takes in its prologue by default: none.
+/// On an H100's Vulkan driver (session 49, 0.5B Q8_0) the prologues made the decode step 12%
+/// slower although it recorded 149 dispatches instead of 222: every workgroup waits through
+/// the norm's chain of barriers and exact divisions, which a dispatch of its own paid once
+/// (docs/perf-wgpu.md). `RUNIT_WGPU_NORM_PROLOGUE_MAX=2048` turns them on.
+pub const NORM_PROLOGUE_MAX: usize = 0;
 
 /// The widest FFN rows whose gated activation the down projection makes in its prologue by
-/// default (each workgroup makes the whole row: the 0.5B's 4,864 values, the 1.5B's 8,960).
-pub const GATED_PROLOGUE_MAX: usize = 8960;
+/// default: none (each workgroup makes the whole row, serially a block of 32 an invocation:
+/// another 15% slower on the H100 above). `RUNIT_WGPU_GATED_PROLOGUE_MAX=8960` turns it on.
+pub const GATED_PROLOGUE_MAX: usize = 0;
 
 /// Commands in the first batch a GPU adapter submits early after a flush (batch.rs).
 const EARLY_SUBMIT: usize = 16;

@@ -984,20 +984,25 @@ fn rope_kv_write_counted(gpu: &WgpuBackend, fused: bool, op: RopeKvWrite<'_>) ->
 #[test]
 fn norms_in_matmuls_equal_their_primitives() {
     let Some(gpu) = backend() else { return };
-    let mut gpus = vec![("default", gpu)];
+    // The prologues are off by default (slower on the GPU measured): on for these.
+    let on = |gpu: WgpuBackend| {
+        gpu.with_norm_prologue_max(8192)
+            .with_gated_prologue_max(8192)
+    };
+    let mut gpus = vec![("default", on(gpu))];
     gpus.push((
         "loop",
-        WgpuBackend::new(0)
+        on(WgpuBackend::new(0)
             .expect("adapter")
             .with_matvec_parts()
-            .without_held_norms(),
+            .without_held_norms()),
     ));
     gpus.push((
         "wide",
-        WgpuBackend::new(0)
+        on(WgpuBackend::new(0)
             .expect("adapter")
             .with_matvec_parts()
-            .with_norm_threads(1024),
+            .with_norm_threads(1024)),
     ));
     let cases = [
         (GgmlType::Q8_0, 896),

@@ -57,7 +57,7 @@ fn load(path: &std::path::Path, in_matmuls: bool) -> Arc<Model> {
 }
 
 /// The model on wgpu adapter 0 (several weights a matrix-vector dispatch, as on a GPU), in
-/// the second order where `in_matmuls` (its norm prologues), else in the first; with the
+/// the second order where `in_matmuls` (its prologues, which are opt-in), else in the first; with the
 /// backend, whose dispatch counts tell the orders apart.
 fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
@@ -71,7 +71,9 @@ fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Ar
         }
     };
     let backend = Arc::new(match in_matmuls {
-        true => backend,
+        true => backend
+            .with_norm_prologue_max(8192)
+            .with_gated_prologue_max(8192),
         false => backend.with_norm_prologue_max(0),
     });
     let model = Model::load(file, Arc::clone(&backend) as _).expect("model loads");
