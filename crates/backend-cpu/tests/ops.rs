@@ -581,7 +581,7 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
             });
             let spans = [span(0, tokens, 0, &[0, 1, 2, 3])];
             let run = |fused: bool| {
-                let (mut qb, mut kb, vb) = (buffer(&b, &q), buffer(&b, &k), buffer(&b, &v));
+                let (mut qb, mut kb, mut vb) = (buffer(&b, &q), buffer(&b, &k), buffer(&b, &v));
                 let mut k_cache = b
                     .alloc_kv(
                         16,
@@ -603,7 +603,7 @@ fn fused_rope_kv_write_equals_the_unfused_ops() {
                 let op = RopeKvWrite {
                     q: &mut qb,
                     k: &mut kb,
-                    v: &vb,
+                    v: &mut vb,
                     positions: &positions,
                     q_rope: &q_params,
                     k_rope: &k_params,

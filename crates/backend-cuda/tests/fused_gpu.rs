@@ -567,7 +567,7 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                 let run = || -> Result<[Vec<f32>; 3], BackendError> {
                     let mut q = buffer(&cuda, &q0)?;
                     let mut k = buffer(&cuda, &k0)?;
-                    let v = buffer(&cuda, &v0)?;
+                    let mut v = buffer(&cuda, &v0)?;
                     let mut k_cache = cuda.alloc_kv(
                         n_cells,
                         kv_width,
@@ -586,7 +586,7 @@ fn rope_kv_write_equals_ropes_then_kv_write() {
                         cuda.rope_kv_write(RopeKvWrite {
                             q: &mut q,
                             k: &mut k,
-                            v: &v,
+                            v: &mut v,
                             positions: &positions,
                             q_rope: &q_params,
                             k_rope: &k_params,

@@ -310,7 +310,7 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> ([Vec<u
         }
         let mut q = upload(gpu, &rng.values(rows * q_width, -2.0, 2.0));
         let mut k = upload(gpu, &rng.values(rows * kv_width, -1.0, 1.0));
-        let v = upload(gpu, &rng.values(rows * kv_width, -1.0, 1.0));
+        let mut v = upload(gpu, &rng.values(rows * kv_width, -1.0, 1.0));
         let positions: Vec<u32> = (start as u32..(start + rows) as u32).collect();
         let spans = [SequenceSpan {
             first_row: 0,
@@ -322,7 +322,7 @@ fn rope_kv_write_run(gpu: &WgpuBackend, case: &RopeCase, fused: bool) -> ([Vec<u
         let op = RopeKvWrite {
             q: &mut q,
             k: &mut k,
-            v: &v,
+            v: &mut v,
             positions: &positions,
             q_rope: &q_rope,
             k_rope: &k_rope,
@@ -645,11 +645,11 @@ fn rope_kv_write_of_two_sequences_equals_its_primitives() {
         let tokens = positions.len();
         let mut q = upload(&gpu, &rng.values(tokens * q_width, -2.0, 2.0));
         let mut k = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
-        let v = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
+        let mut v = upload(&gpu, &rng.values(tokens * kv_width, -1.0, 1.0));
         let op = RopeKvWrite {
             q: &mut q,
             k: &mut k,
-            v: &v,
+            v: &mut v,
             positions: &positions,
             q_rope: &q_rope,
             k_rope: &k_rope,

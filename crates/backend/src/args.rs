@@ -100,7 +100,7 @@ pub struct NormFfnResidual<'a> {
 pub struct RopeKvWrite<'a> {
     pub q: &'a mut Buffer, // [tokens, heads * head_dim]
     pub k: &'a mut Buffer, // [tokens, kv_heads * head_dim]
-    pub v: &'a Buffer,     // [tokens, kv_heads * head_dim]
+    pub v: &'a mut Buffer, // [tokens, kv_heads * head_dim]
     pub positions: &'a [u32],
     pub q_rope: &'a RopeParams,
     pub k_rope: &'a RopeParams,
@@ -116,7 +116,7 @@ impl RopeKvWrite<'_> {
     pub fn kv_write(&mut self) -> KvWrite<'_> {
         KvWrite {
             k: self.k,
-            v: self.v,
+            v: &*self.v,
             k_cache: self.k_cache,
             v_cache: self.v_cache,
             spans: self.spans,

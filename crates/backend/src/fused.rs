@@ -57,6 +57,20 @@ pub trait FusedOps: PrimitiveOps {
         unfused::gated_ffn_hidden(self, run)
     }
 
+    /// The Q, K and V projections of `x` into `op.q`, `op.k` and `op.v`
+    /// ([`FusedOps::matmul_qkv`], one row per position), then [`FusedOps::rope_kv_write`]
+    /// of them.
+    fn qkv_rope_kv_write(
+        &self,
+        projections: [Projection<'_>; 3],
+        x: &Buffer,
+        op: RopeKvWrite<'_>,
+    ) -> OpResult {
+        let tokens = op.positions.len();
+        self.matmul_qkv(projections, x, tokens, [&mut *op.q, &mut *op.k, &mut *op.v])?;
+        self.rope_kv_write(op)
+    }
+
     /// Attention and its output projection ([`AttentionOutput`]): [`PrimitiveOps::attention`]
     /// into `attn`, then [`PrimitiveOps::matmul`] of the projection over it. `attn` holds the
     /// attention's output afterwards, as those two ops leave it.

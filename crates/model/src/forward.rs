@@ -429,19 +429,6 @@ impl Model {
             weight: weights[i],
             bias: biases[i],
         });
-        let outs = [&mut s.q, &mut s.k, &mut s.v];
-        match residual {
-            true => {
-                let input = NormInput {
-                    x: &s.x,
-                    norm: self.norm(&layer.attn_norm),
-                    rows: tokens,
-                    normed: &mut s.normed,
-                };
-                b.norm_matmul_qkv(input, projections, outs)?;
-            }
-            false => b.matmul_qkv(projections, &s.normed, tokens, outs)?,
-        }
         let qk_norms = match (&layer.q_norm, &layer.k_norm) {
             (Some(q), Some(k)) => Some(QkNorms {
                 q,
@@ -450,10 +437,19 @@ impl Model {
             }),
             _ => None,
         };
-        b.rope_kv_write(RopeKvWrite {
+        if residual {
+            let input = NormInput {
+                x: &s.x,
+                norm: self.norm(&layer.attn_norm),
+                rows: tokens,
+                normed: &mut s.normed,
+            };
+            b.norm_matmul_qkv(input, projections, [&mut s.q, &mut s.k, &mut s.v])?;
+        }
+        let op = RopeKvWrite {
             q: &mut s.q,
             k: &mut s.k,
-            v: &s.v,
+            v: &mut s.v,
             positions: batch.positions,
             q_rope: &shape.q_rope,
             k_rope: &shape.k_rope,
@@ -462,7 +458,11 @@ impl Model {
             v_cache: &mut kv.values[index],
             spans,
             qk_norms,
-        })?;
+        };
+        match residual {
+            true => b.rope_kv_write(op)?,
+            false => b.qkv_rope_kv_write(projections, &s.normed, op)?,
+        }
         if let Some(factor) = self.config.query_scale() {
             b.scale(&mut s.q, factor, tokens * self.config.q_width())?;
         }
