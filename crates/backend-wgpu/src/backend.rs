@@ -155,6 +155,10 @@ pub struct WgpuBackend {
     /// its prologue (`matvec_gated.wgsl`), 0 for none: `RUNIT_WGPU_GATED_PROLOGUE_MAX`, by
     /// default [`GATED_PROLOGUE_MAX`].
     pub(crate) gated_prologue_max: usize,
+    /// Whether one token's Q/K/V dispatch takes RoPE and the f16/f32 cache write in its
+    /// epilogue (`matvec_rope.wgsl`): `RUNIT_WGPU_ROPE_EPILOGUE=1`, off until a GPU has
+    /// measured it ([`WgpuBackend::with_rope_epilogue`]).
+    pub(crate) rope_epilogue: bool,
     /// Commands in the first batch submitted early after a flush, or 0 where batches are
     /// submitted only when the host needs their results or they are full (batch.rs,
     /// `submits_early`): by default 16 on every adapter but a CPU one (on lavapipe the
@@ -487,6 +491,7 @@ impl WgpuBackend {
                 Ok(Ok(max)) => max,
                 _ => NORM_PROLOGUE_MAX,
             },
+            rope_epilogue: std::env::var("RUNIT_WGPU_ROPE_EPILOGUE").is_ok_and(|v| v == "1"),
             gated_prologue_max: match std::env::var("RUNIT_WGPU_GATED_PROLOGUE_MAX")
                 .map(|v| v.parse())
             {
@@ -654,6 +659,13 @@ impl WgpuBackend {
     /// sets it when the backend opens.
     pub fn with_norm_prologue_max(mut self, max: usize) -> WgpuBackend {
         self.norm_prologue_max = max;
+        self
+    }
+
+    /// This backend taking RoPE and the cache write into one token's Q/K/V dispatch where
+    /// they fit, as `RUNIT_WGPU_ROPE_EPILOGUE=1` sets it.
+    pub fn with_rope_epilogue(mut self, on: bool) -> WgpuBackend {
+        self.rope_epilogue = on;
         self
     }
 

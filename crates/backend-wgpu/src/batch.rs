@@ -69,8 +69,8 @@ pub(crate) fn table<T: bytemuck::Pod>(data: &[T]) -> Binding<'_> {
 }
 
 /// Most bindings past the parameters one dispatch takes (the matrix-vector kernel of three
-/// weights binds seven, ten with the biases and a norm prologue).
-const MAX_BINDINGS: usize = 10;
+/// weights binds seven, eleven with the biases and the RoPE epilogue's angles and caches).
+pub(crate) const MAX_BINDINGS: usize = 12;
 
 /// Bytes of the ring for tables, past its parameter slots. The tables of a dispatch that
 /// outgrow it get buffers of their own.

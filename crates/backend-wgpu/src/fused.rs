@@ -75,6 +75,20 @@ impl FusedOps for WgpuBackend {
         self.kv_write(op.kv_write())
     }
 
+    fn qkv_rope_kv_write(
+        &self,
+        projections: [Projection<'_>; 3],
+        x: &Buffer,
+        mut op: RopeKvWrite<'_>,
+    ) -> OpResult {
+        if self.qkv_rope_epilogue(&projections, x, &mut op)? {
+            return Ok(());
+        }
+        let tokens = op.positions.len();
+        self.matmul_qkv(projections, x, tokens, [&mut *op.q, &mut *op.k, &mut *op.v])?;
+        self.rope_kv_write(op)
+    }
+
     fn matmul_qkv(
         &self,
         projections: [Projection<'_>; 3],
@@ -260,7 +274,7 @@ impl WgpuBackend {
     /// The Q/K/V biases joined for the matrix-vector epilogue (`matmul_parts`' `biased`),
     /// where all three have one as long as their weight's rows (the epilogue adds bias
     /// element r to row r) and the epilogue is on; else `None`.
-    fn epilogue_biases(
+    pub(crate) fn epilogue_biases(
         &self,
         projections: &[Projection<'_>; 3],
     ) -> Result<Option<wgpu::Buffer>, BackendError> {

@@ -93,6 +93,9 @@ impl KernelSource {
                     MatVecExtra::Norm { lanes, width } => format!("_norm{lanes}_{width}"),
                     MatVecExtra::Residual => "_residual".to_string(),
                     MatVecExtra::GatedResidual { width } => format!("_gated{width}_residual"),
+                    MatVecExtra::Rope { head_dim, neox } => {
+                        format!("_rope{head_dim}{}", if neox { "_neox" } else { "" })
+                    }
                 };
                 format!(
                     "matvec{count}_{}{variant}{bias}{input}{staging}{around}",
@@ -233,6 +236,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "rope",
         concat!(
             include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/rotate.wgsl"),
             include_str!("shaders/rope_one.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -241,6 +245,7 @@ pub const PLAIN: [(&str, &str); 15] = [
         "rope_pair",
         concat!(
             include_str!("shaders/rope.wgsl"),
+            include_str!("shaders/rotate.wgsl"),
             include_str!("shaders/rope_pair.wgsl"),
             include_str!("shaders/precise.wgsl")
         ),
@@ -287,6 +292,13 @@ const MATVEC_GATED: &str = concat!(
     include_str!("shaders/quantize_x.wgsl"),
     include_str!("shaders/precise.wgsl"),
     include_str!("shaders/expf.wgsl")
+);
+/// A workgroup's rows and their stores without a RoPE epilogue, and the epilogue.
+const MATVEC_ROWS: &str = include_str!("shaders/matvec_rows.wgsl");
+const MATVEC_ROPE: &str = concat!(
+    include_str!("shaders/matvec_rope.wgsl"),
+    include_str!("shaders/rotate.wgsl"),
+    include_str!("shaders/precise.wgsl")
 );
 /// The prologue of a matrix-vector kernel without one.
 const NO_PROLOGUE: &str = "fn prologue(wid: vec3<u32>, lid: u32) {}\n";
@@ -398,6 +410,13 @@ pub enum MatVecExtra {
     GatedResidual {
         width: u32,
     },
+    /// RoPE and the cache write in the epilogue (`matvec_rope.wgsl`, three parts, one
+    /// token): heads of `head_dim` values, NEOX pairs or normal ones; the angles and the two
+    /// caches bound after the parts (and the biases).
+    Rope {
+        head_dim: u32,
+        neox: bool,
+    },
 }
 
 impl KernelSource {
@@ -433,6 +452,7 @@ impl KernelSource {
             MatVecExtra::GatedResidual { width } => {
                 parts == 1 && !biased && int8.is_some() && !staged && width % 32 == 0
             }
+            MatVecExtra::Rope { head_dim, .. } => parts == 3 && !staged && head_dim % 4 == 0,
         };
         fits.then_some(kernel)
     }
@@ -503,8 +523,14 @@ fn matvec_common(
         Some(Dot4::Builtin) => format!("{MATVEC_INT8}\n{DOT4_BUILTIN}\n{x}"),
         Some(Dot4::Plain) => format!("{MATVEC_INT8}\n{DOT4_PLAIN}\n{x}"),
     };
+    let rows = match extra {
+        MatVecExtra::Rope { head_dim, neox } => format!(
+            "{MATVEC_ROPE}\nconst HEAD_DIM: u32 = {head_dim}u;\nconst NEOX: bool = {neox};\n"
+        ),
+        _ => MATVEC_ROWS.to_string(),
+    };
     format!(
-        "{MATVEC}\n{pieces}\n{weights}\n{entry}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
+        "{MATVEC}\n{pieces}\n{weights}\n{entry}\n{rows}\n{BYTES}\n{MATVEC_BITS}\n{dot}\n\
          const PIECE: u32 = {piece};\nalias Xs = Xs_{suffix};\n\
          fn piece_xs(xi: u32, piece: u32) -> Xs {{ return xs_{suffix}(xi, piece); }}\n\
          fn piece_dot(row: u32, piece: u32, xs: Xs) -> f32 {{ return dot_{suffix}(row, piece, xs); }}\n"
@@ -589,15 +615,18 @@ fn matvec_parts_source(common: &str, parts: usize, biased: bool) -> String {
     let after = 2 * parts + 2 + usize::from(biased);
     let common = common
         .replace("NORM_WEIGHT_BINDING", &after.to_string())
-        .replace("NORMED_BINDING", &(after + 1).to_string());
+        .replace("NORMED_BINDING", &(after + 1).to_string())
+        .replace("ANGLES_BINDING", &after.to_string())
+        .replace("K_CACHE_BINDING", &(after + 1).to_string())
+        .replace("V_CACHE_BINDING", &(after + 2).to_string());
     format!(
             "{common}\n{bindings}\n{biasing}\n\
              fn part_of(group: u32) -> u32 {{\n    var found = 0u;\n\
              \x20   for (var k = 0u; k < {last}u; k++) {{\n\
              \x20       if group >= p.parts[k].w {{ found = k + 1u; }}\n    }}\n    return found;\n}}\n\
              fn weight_elem(i: u32) -> WeightElem {{\n{elems}    return w[i];\n}}\n\
-             fn write_out(i: u32, sum: f32) {{\n    let value = biased(i, sum);\n\
-             {writes}    out[i] = value;\n}}\n",
+             fn write_part(i: u32, value: f32) {{\n{writes}    out[i] = value;\n}}\n\
+             fn write_out(i: u32, sum: f32) {{\n    write_part(i, biased(i, sum));\n}}\n",
             last = parts - 1
         )
 }
@@ -766,6 +795,7 @@ const KV_WRITE_ONE: &str = concat!(
 );
 const ROPE_KV_WRITE: &str = concat!(
     include_str!("shaders/rope.wgsl"),
+    include_str!("shaders/rotate.wgsl"),
     include_str!("shaders/rope_kv_write.wgsl"),
     include_str!("shaders/precise.wgsl")
 );
@@ -1021,6 +1051,12 @@ pub fn all() -> Vec<KernelSource> {
                         for biased in [false, true] {
                             let kernel = matvec_parts(ty, reduction, parts, biased, int8, staged);
                             all.extend(kernel);
+                            if parts == 3 {
+                                for (head_dim, neox) in [(64, true), (128, false)] {
+                                    let extra = MatVecExtra::Rope { head_dim, neox };
+                                    all.extend(kernel.and_then(|k| k.with_extra(extra)));
+                                }
+                            }
                             // The norm prologue at the two norm widths the backend launches.
                             for (lanes, width) in [(256, 896), (1024, 3584)] {
                                 let extra = MatVecExtra::Norm { lanes, width };

@@ -11,7 +11,7 @@ use runit_backend::{Activation, BackendError, Buffer, GgmlLayout, OpResult, Weig
 use runit_quant::GgmlType;
 
 use crate::backend::rows_grid;
-use crate::batch::Range;
+use crate::batch::{self, Binding, Range, MAX_BINDINGS};
 use crate::device::{at_least, buffer, weight};
 use crate::kernels::{self, Dot4, KernelSource, MatVecExtra, MATVEC_INT8_TYPES, MAX_PARTS};
 use crate::ops::MAX_GROUPS;
@@ -348,6 +348,19 @@ impl WgpuBackend {
         let kernel = match extra {
             PartsExtra::None => kernel.filter(|_| ws.len() > 1),
             PartsExtra::Residual(_) => kernel.and_then(|k| k.with_extra(MatVecExtra::Residual)),
+            PartsExtra::Rope {
+                head_dim,
+                neox,
+                cell,
+                f16,
+                ..
+            } => {
+                norm_words = [cell, 0, f16];
+                let extra = MatVecExtra::Rope { head_dim, neox };
+                kernel
+                    .and_then(|k| k.with_extra(extra))
+                    .filter(|_| tokens == 1)
+            }
             PartsExtra::Gated { activation, .. } => {
                 let rounding = self.rounding(w0, n).filter(|&(mode, _)| mode == 7);
                 let bytes = n.div_ceil(256) * 72 * 4 + 128 * 16;
@@ -455,7 +468,7 @@ impl WgpuBackend {
             bound += 1;
         }
         match extra {
-            PartsExtra::None => {}
+            PartsExtra::None | PartsExtra::Rope { .. } => {}
             PartsExtra::Residual(residual) => {
                 buffers[bound] = buffer(residual, OP, "residual")?;
                 bound += 1;
@@ -474,16 +487,32 @@ impl WgpuBackend {
                 bound += 2;
             }
         }
+        let mut bindings = [Binding::Table(&[]); MAX_BINDINGS];
+        for (binding, buffer) in bindings.iter_mut().zip(&buffers[..bound]) {
+            *binding = Binding::from(*buffer);
+        }
+        if let PartsExtra::Rope {
+            angles,
+            k_cache,
+            v_cache,
+            ..
+        } = extra
+        {
+            bindings[bound] = batch::table(angles);
+            bindings[bound + 1] = k_cache.into();
+            bindings[bound + 2] = v_cache.into();
+            bound += 3;
+        }
         // A norm prologue beside three weights and their biases binds ten storage buffers:
         // more than the least adapters grant (8) take the ops apart.
         if bound as u64 > u64::from(self.device.limits().max_storage_buffers_per_shader_stage) {
             return Ok(false);
         }
-        self.dispatch(
+        self.dispatch_ranges(
             OP,
             kernel,
             &params,
-            &buffers[..bound],
+            &bindings[..bound],
             [gx, gy, tokens as u32],
         )?;
         if rounded.is_some() {
@@ -513,6 +542,19 @@ pub(crate) enum PartsExtra<'a> {
         weight: &'a Weight,
         eps: f32,
         normed: &'a Buffer,
+    },
+    /// RoPE of Q's and K's rows and the cache write of K's and V's in the epilogue of the
+    /// three projections (one token, `kernels::MatVecExtra::Rope`): the token's angles
+    /// (`half` (cos, sin) pairs), its cell, and bit 0 (keys) and 1 (values) set for f16
+    /// caches (else f32).
+    Rope {
+        angles: &'a [f32],
+        k_cache: &'a wgpu::Buffer,
+        v_cache: &'a wgpu::Buffer,
+        cell: u32,
+        head_dim: u32,
+        neox: bool,
+        f16: u32,
     },
     /// x is the gate's output (one token): the activation with `up` made and rounded inside
     /// the dispatch (`kernels::MatVecExtra::GatedResidual`), each output also added to

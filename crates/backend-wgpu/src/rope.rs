@@ -3,7 +3,8 @@
 //! computes them) in a table, then `rope.wgsl`.
 
 use runit_backend::{
-    hadamard, BackendError, Buffer, KvWrite, OpResult, RopeKvWrite, RopeParams, RopeStyle, Weight,
+    hadamard, BackendError, Buffer, KvCache, KvType, KvWrite, OpResult, Projection, RopeKvWrite,
+    RopeParams, RopeStyle, Weight,
 };
 
 use crate::attention::covers_in_order;
@@ -11,6 +12,7 @@ use crate::backend::{grid, rows_grid};
 use crate::batch;
 use crate::device::{at_least, buffer, kv, weight};
 use crate::kernels;
+use crate::matmul::PartsExtra;
 use crate::ops::cache_entries;
 use crate::WgpuBackend;
 
@@ -121,6 +123,72 @@ impl WgpuBackend {
         ];
         self.dispatch_ranges(OP, kernel, &words, &bindings, [gx, gy, 1])?;
         Ok(true)
+    }
+
+    /// The Q, K and V projections of one token's `x` with RoPE of Q and K and the cache
+    /// write of K and V in their dispatch's epilogue (`matvec_rope.wgsl`,
+    /// `FusedOps::qkv_rope_kv_write`), where it applies: no QK norms, the same angles for
+    /// both, whole heads rotated, f16 or f32 caches as wide as the keys without a rotation of
+    /// their own, the projections in one dispatch (their biases in its epilogue). `false`:
+    /// nothing recorded.
+    pub(crate) fn qkv_rope_epilogue(
+        &self,
+        projections: &[Projection<'_>; 3],
+        x: &Buffer,
+        op: &mut RopeKvWrite<'_>,
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "rope_kv_write";
+        let (q_rope, k_rope, tokens) = (op.q_rope, op.k_rope, op.positions.len());
+        let head_dim = k_rope.head_dim;
+        let key_width = k_rope.heads * head_dim;
+        let caches = [&*op.k_cache, &*op.v_cache];
+        let fits = self.rope_epilogue
+            && self.fused_ops
+            && tokens == 1
+            && op.qk_norms.is_none()
+            && same_angles(q_rope, k_rope)
+            && q_rope.head_dim == head_dim
+            && k_rope.rotary_dim == head_dim
+            && head_dim.is_multiple_of(4)
+            && caches.iter().all(|cache| {
+                cache.width == key_width
+                    && matches!(cache.ty, KvType::F16 | KvType::F32)
+                    && hadamard::llama_rotation(cache.ty, cache.role, cache.head_dim).is_none()
+            })
+            && covers_in_order(op.spans, tokens);
+        if !fits {
+            return Ok(false);
+        }
+        let biases = self.epilogue_biases(projections)?;
+        if biases.is_none() && projections.iter().any(|p| p.bias.is_some()) {
+            return Ok(false);
+        }
+        let xs = [(&*op.q, q_rope), (&*op.k, k_rope)];
+        let Some(plan) = self.rope_plan(&xs, op.positions, op.freq_factors)? else {
+            return Ok(false);
+        };
+        let write = KvWrite {
+            k: op.k,
+            v: op.v,
+            k_cache: op.k_cache,
+            v_cache: op.v_cache,
+            spans: op.spans,
+        };
+        let (entries, _) = cache_entries(&write, OP)?;
+        let (k_gpu, v_gpu) = (kv(op.k_cache, OP, "k")?, kv(op.v_cache, OP, "v")?);
+        let f16 = |cache: &KvCache| u32::from(cache.ty == KvType::F16);
+        let extra = PartsExtra::Rope {
+            angles: &plan.angles,
+            k_cache: &k_gpu.buffer,
+            v_cache: &v_gpu.buffer,
+            cell: entries[1],
+            head_dim: head_dim as u32,
+            neox: q_rope.style == RopeStyle::Neox,
+            f16: f16(op.k_cache) | (f16(op.v_cache) << 1),
+        };
+        let weights = projections.map(|p| p.weight);
+        let mut outs = [&mut *op.q, &mut *op.k, &mut *op.v];
+        self.matmul_parts_with(&weights, x, tokens, &mut outs, biases.as_ref(), extra)
     }
 
     /// The checks, angles and parameters of RoPE of `xs` (the angles of the first's

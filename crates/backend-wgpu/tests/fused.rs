@@ -1116,3 +1116,137 @@ fn norms_in_matmuls_equal_their_primitives() {
         }
     }
 }
+
+/// One token's Q/K/V projections with RoPE and the cache write in their dispatch's epilogue
+/// (`FusedOps::qkv_rope_kv_write` with `RUNIT_WGPU_ROPE_EPILOGUE=1`) against `matmul_qkv`
+/// then `rope_kv_write`: q, k, v and the attention over the caches written after a prefix of
+/// five rows, bit for bit, with one dispatch fewer; NEOX and normal pairs, f16 and f32 caches, int8
+/// and f32 activations, with Qwen2's biases and without.
+#[test]
+fn qkv_rope_kv_write_equals_its_ops() {
+    let Some(gpu) = backend() else { return };
+    let gpu = gpu.with_rope_epilogue(true);
+    let (n, block_size, prefix) = (256, 16, 5);
+    let cases = [
+        (4, 2, 64, RopeStyle::Neox, KvType::F16, GgmlType::Q8_0),
+        (4, 2, 32, RopeStyle::Normal, KvType::F32, GgmlType::Q4_K),
+        (2, 1, 128, RopeStyle::Neox, KvType::F32, GgmlType::F16),
+    ];
+    for (heads, kv_heads, head_dim, style, cache_ty, ty) in cases {
+        let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+        let rows = [q_width, kv_width, kv_width];
+        let ws = weights(&gpu, ty, n, &rows, 5);
+        let biases = qkv_biases(&gpu, rows);
+        let rope = |heads| RopeParams {
+            style,
+            heads,
+            head_dim,
+            rotary_dim: head_dim,
+            theta: 10_000.0,
+            freq_scale: 1.0,
+            yarn: None,
+        };
+        let (q_rope, k_rope) = (rope(heads), rope(kv_heads));
+        for biased in [false, true] {
+            let detail = format!("{ty:?} {style:?} d{head_dim} {cache_ty:?} biased {biased}");
+            let (mut results, mut used) = (Vec::new(), Vec::new());
+            for fused in [false, true] {
+                let cells = 2 * block_size;
+                let mut k_cache = gpu
+                    .alloc_kv(cells, kv_width, head_dim, cache_ty, KvRole::Keys)
+                    .expect("k cache");
+                let mut v_cache = gpu
+                    .alloc_kv(cells, kv_width, head_dim, cache_ty, KvRole::Values)
+                    .expect("v cache");
+                let table: Vec<u32> = vec![1, 0];
+                let mut rng = Rng::new(11);
+                let mut last = None;
+                for (start, tokens) in [(0, prefix), (prefix, 1)] {
+                    let x = upload(&gpu, &rng.values(tokens * n, -2.0, 2.0));
+                    let mut outs: Vec<Buffer> = rows
+                        .iter()
+                        .map(|r| gpu.alloc(tokens * r).expect("alloc"))
+                        .collect();
+                    let positions: Vec<u32> = (start as u32..(start + tokens) as u32).collect();
+                    let spans = [SequenceSpan {
+                        first_row: 0,
+                        rows: tokens,
+                        start_position: start,
+                        block_table: table.clone(),
+                        block_size,
+                    }];
+                    let projections = [0, 1, 2].map(|i| Projection {
+                        weight: &ws[i],
+                        bias: biased.then_some(&biases[i]),
+                    });
+                    let [q, k, v] = &mut outs[..] else {
+                        unreachable!()
+                    };
+                    let before = gpu.counts().dispatches;
+                    if fused && tokens == 1 {
+                        let op = RopeKvWrite {
+                            q,
+                            k,
+                            v,
+                            positions: &positions,
+                            q_rope: &q_rope,
+                            k_rope: &k_rope,
+                            freq_factors: None,
+                            k_cache: &mut k_cache,
+                            v_cache: &mut v_cache,
+                            spans: &spans,
+                            qk_norms: None,
+                        };
+                        gpu.qkv_rope_kv_write(projections, &x, op).expect("fused");
+                    } else {
+                        gpu.matmul_qkv(projections, &x, tokens, [&mut *q, &mut *k, &mut *v])
+                            .expect("matmul_qkv");
+                        let op = RopeKvWrite {
+                            q,
+                            k,
+                            v,
+                            positions: &positions,
+                            q_rope: &q_rope,
+                            k_rope: &k_rope,
+                            freq_factors: None,
+                            k_cache: &mut k_cache,
+                            v_cache: &mut v_cache,
+                            spans: &spans,
+                            qk_norms: None,
+                        };
+                        gpu.rope_kv_write(op).expect("rope_kv_write");
+                    }
+                    used.push(gpu.counts().dispatches - before);
+                    last = Some((outs, spans));
+                }
+                let (outs, spans) = last.expect("the token's step");
+                let params = AttentionParams {
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    sliding_window: None,
+                };
+                let attention = Attention {
+                    q: &outs[0],
+                    k_cache: &k_cache,
+                    v_cache: &v_cache,
+                    spans: &spans,
+                    params: &params,
+                };
+                let mut out = gpu.alloc(q_width).expect("alloc");
+                gpu.attention(&attention, &mut out).expect("attention");
+                let mut got: Vec<Vec<u32>> = outs
+                    .iter()
+                    .zip(rows)
+                    .map(|(o, r)| bits(&download(&gpu, o, r)))
+                    .collect();
+                got.push(bits(&download(&gpu, &out, q_width)));
+                results.push(got);
+            }
+            assert_eq!(results[0], results[1], "{detail}");
+            // The token's step: RoPE and the cache write took no dispatch of their own.
+            assert_eq!(used[3] + 1, used[1], "{detail}: dispatches {used:?}");
+        }
+    }
+}

@@ -60,6 +60,20 @@ fn load(path: &std::path::Path, in_matmuls: bool) -> Arc<Model> {
 /// the second order where `in_matmuls` (its prologues, which are opt-in), else in the first; with the
 /// backend, whose dispatch counts tell the orders apart.
 fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
+    load_wgpu_with(path, |backend| match in_matmuls {
+        true => backend
+            .with_norm_prologue_max(8192)
+            .with_gated_prologue_max(8192),
+        false => backend.with_norm_prologue_max(0),
+    })
+}
+
+/// The model on wgpu adapter 0 with several weights a matrix-vector dispatch, the backend as
+/// `configure` makes it, and the backend.
+fn load_wgpu_with(
+    path: &std::path::Path,
+    configure: impl FnOnce(WgpuBackend) -> WgpuBackend,
+) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = match WgpuBackend::new(0) {
         Ok(backend) => backend.with_matvec_parts(),
@@ -70,12 +84,7 @@ fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Ar
             return None;
         }
     };
-    let backend = Arc::new(match in_matmuls {
-        true => backend
-            .with_norm_prologue_max(8192)
-            .with_gated_prologue_max(8192),
-        false => backend.with_norm_prologue_max(0),
-    });
+    let backend = Arc::new(configure(backend));
     let model = Model::load(file, Arc::clone(&backend) as _).expect("model loads");
     Some((Arc::new(model), backend))
 }
@@ -141,4 +150,36 @@ fn both_orders_of_adds_and_norms_agree_bit_for_bit() {
         ran += 1;
     }
     assert!(ran > 0, "no model found (scripts/fetch_models.py)");
+}
+
+/// RoPE and the cache write in the Q/K/V dispatch's epilogue (`RUNIT_WGPU_ROPE_EPILOGUE=1`,
+/// the add-and-norm order) change no token or log-probability, with fewer dispatches.
+#[test]
+fn wgpu_rope_epilogue_changes_no_token_or_logprob() {
+    for name in ["SmolLM2-135M-Instruct.Q4_1.gguf", "synth-qwen2-Q8_0.gguf"] {
+        let Some(path) = common::find_model(name) else {
+            eprintln!("skipping {name}: not found");
+            continue;
+        };
+        let Some((first, first_gpu)) = load_wgpu_with(&path, |b| b) else {
+            return;
+        };
+        let (second, second_gpu) =
+            load_wgpu_with(&path, |b| b.with_rope_epilogue(true)).expect("the adapter opened");
+        let before = [
+            first_gpu.counts().dispatches,
+            second_gpu.counts().dispatches,
+        ];
+        assert_eq!(
+            run(first),
+            run(second),
+            "{name}: the epilogue changed the run"
+        );
+        let used = [
+            first_gpu.counts().dispatches - before[0],
+            second_gpu.counts().dispatches - before[1],
+        ];
+        assert!(used[1] < used[0], "{name}: dispatches {used:?}");
+        println!("{name}: dispatches {} and {}", used[0], used[1]);
+    }
 }

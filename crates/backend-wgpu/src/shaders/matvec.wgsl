@@ -75,10 +75,11 @@ fn first_row(wid: vec3<u32>) -> u32 {
     return (group - first) * ROWS;
 }
 
-// Row r0 + k's sum, stored where the row exists.
+// Row k of the workgroup's (`row_indices(r0)`: r0 + k, or a RoPE epilogue's pairs), stored
+// where the row exists.
 fn store(r0: u32, k: u32, t: u32, sum: f32) {
     let q = part_params();
-    let r = r0 + k;
+    let r = row_indices(r0)[k];
     if r < q.rows {
         write_out(t * q.out_stride + q.out_row0 + r, sum);
     }

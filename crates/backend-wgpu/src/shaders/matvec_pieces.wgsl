@@ -6,7 +6,7 @@
 fn partial(r0: u32, t: u32, lid: u32) -> vec4<f32> {
     let q = part_params();
     let last = q.rows - 1u;
-    let rows = (q.row0 + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last))) * p.row_bytes;
+    let rows = (q.row0 + min(row_indices(r0), vec4<u32>(last))) * p.row_bytes;
     let pieces = p.n / PIECE;
     let xi = (t + p.token0) * p.n;
     var acc = vec4<f32>(0.0);

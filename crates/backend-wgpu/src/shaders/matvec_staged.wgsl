@@ -50,7 +50,7 @@ fn staged_weights(slot: u32, l: u32) -> Q6kWeights {
 fn partial(r0: u32, t: u32, lid: u32) -> vec4<f32> {
     let q = part_params();
     let last = q.rows - 1u;
-    let rows = (q.row0 + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last))) * p.row_bytes;
+    let rows = (q.row0 + min(row_indices(r0), vec4<u32>(last))) * p.row_bytes;
     let blocks = p.n / 256u;
     let xi = (t + p.token0) * p.n;
     // The invocation's piece of each block of a stage: block lid / 8 of the stage, l = lid % 8.

@@ -15,7 +15,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    if lid < ROWS {
-        store(r0, lid, wid.z, partials[0][lid]);
-    }
+    finish(r0, wid.z, lid, partials[0]);
 }

@@ -19,11 +19,12 @@ fn main(
         partials[lid / sg_size] = sum;
     }
     workgroupBarrier();
+    // The ROWS rows' totals, each added in subgroup order (one component each).
+    var totals = vec4<f32>(0.0);
     if lid < ROWS {
-        var total = 0.0;
         for (var s = 0u; s < THREADS / sg_size; s++) {
-            total += partials[s][lid];
+            totals += partials[s];
         }
-        store(r0, lid, wid.z, total);
     }
+    finish(r0, wid.z, lid, totals);
 }

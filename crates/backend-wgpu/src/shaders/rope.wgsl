@@ -44,11 +44,4 @@ fn pair(i: u32, heads: u32) -> Pair {
     return Pair(a, b, angles[token * p.half_rotary + k]);
 }
 
-// (x0, x1) rotated by `cs`: ggml's rotation as gcc compiles it, the first product of each
-// output fused.
-fn rotate(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
-    return vec2<f32>(
-        fma_exact(x0, cs.x, -opaque(x1 * cs.y)),
-        fma_exact(x0, cs.y, opaque(x1 * cs.x)),
-    );
-}
+// `rotate` (rotate.wgsl) turns a pair.
