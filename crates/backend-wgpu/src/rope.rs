@@ -167,14 +167,7 @@ impl WgpuBackend {
         let Some(plan) = self.rope_plan(&xs, op.positions, op.freq_factors)? else {
             return Ok(false);
         };
-        let write = KvWrite {
-            k: op.k,
-            v: op.v,
-            k_cache: op.k_cache,
-            v_cache: op.v_cache,
-            spans: op.spans,
-        };
-        let (entries, _) = cache_entries(&write, OP)?;
+        let (entries, _) = cache_entries(&op.kv_write(), OP)?;
         let (k_gpu, v_gpu) = (kv(op.k_cache, OP, "k")?, kv(op.v_cache, OP, "v")?);
         let f16 = |cache: &KvCache| u32::from(cache.ty == KvType::F16);
         let extra = PartsExtra::Rope {

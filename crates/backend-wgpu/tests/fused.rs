@@ -1183,37 +1183,25 @@ fn qkv_rope_kv_write_equals_its_ops() {
                         unreachable!()
                     };
                     let before = gpu.counts().dispatches;
+                    let op = RopeKvWrite {
+                        q,
+                        k,
+                        v,
+                        positions: &positions,
+                        q_rope: &q_rope,
+                        k_rope: &k_rope,
+                        freq_factors: None,
+                        k_cache: &mut k_cache,
+                        v_cache: &mut v_cache,
+                        spans: &spans,
+                        qk_norms: None,
+                    };
                     if fused && tokens == 1 {
-                        let op = RopeKvWrite {
-                            q,
-                            k,
-                            v,
-                            positions: &positions,
-                            q_rope: &q_rope,
-                            k_rope: &k_rope,
-                            freq_factors: None,
-                            k_cache: &mut k_cache,
-                            v_cache: &mut v_cache,
-                            spans: &spans,
-                            qk_norms: None,
-                        };
                         gpu.qkv_rope_kv_write(projections, &x, op).expect("fused");
                     } else {
-                        gpu.matmul_qkv(projections, &x, tokens, [&mut *q, &mut *k, &mut *v])
+                        let qkv = [&mut *op.q, &mut *op.k, &mut *op.v];
+                        gpu.matmul_qkv(projections, &x, tokens, qkv)
                             .expect("matmul_qkv");
-                        let op = RopeKvWrite {
-                            q,
-                            k,
-                            v,
-                            positions: &positions,
-                            q_rope: &q_rope,
-                            k_rope: &k_rope,
-                            freq_factors: None,
-                            k_cache: &mut k_cache,
-                            v_cache: &mut v_cache,
-                            spans: &spans,
-                            qk_norms: None,
-                        };
                         gpu.rope_kv_write(op).expect("rope_kv_write");
                     }
                     used.push(gpu.counts().dispatches - before);

@@ -56,23 +56,11 @@ fn load(path: &std::path::Path, in_matmuls: bool) -> Arc<Model> {
     Arc::new(Model::load(file, Arc::new(backend)).expect("model loads"))
 }
 
-/// The model on wgpu adapter 0 (several weights a matrix-vector dispatch, as on a GPU), in
-/// the second order where `in_matmuls` (its prologues, which are opt-in), else in the first; with the
-/// backend, whose dispatch counts tell the orders apart.
-fn load_wgpu(path: &std::path::Path, in_matmuls: bool) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
-    load_wgpu_with(path, |backend| match in_matmuls {
-        true => backend
-            .with_norm_prologue_max(8192)
-            .with_gated_prologue_max(8192),
-        false => backend.with_norm_prologue_max(0),
-    })
-}
-
 /// The model on wgpu adapter 0 with several weights a matrix-vector dispatch, the backend as
 /// `configure` makes it, and the backend.
 fn load_wgpu_with(
     path: &std::path::Path,
-    configure: impl FnOnce(WgpuBackend) -> WgpuBackend,
+    configure: impl Fn(WgpuBackend) -> WgpuBackend,
 ) -> Option<(Arc<Model>, Arc<WgpuBackend>)> {
     let file = Arc::new(runit_gguf::GgufFile::open(path).expect("model opens"));
     let backend = match WgpuBackend::new(0) {
@@ -87,43 +75,6 @@ fn load_wgpu_with(
     let backend = Arc::new(configure(backend));
     let model = Model::load(file, Arc::clone(&backend) as _).expect("model loads");
     Some((Arc::new(model), backend))
-}
-
-/// On wgpu the second order runs other kernels (the norms inside the matrix-vector
-/// dispatches, the adds in their epilogues), which must give the first order's values.
-#[test]
-fn wgpu_norm_prologues_change_no_token_or_logprob() {
-    for name in ["SmolLM2-135M-Instruct.Q4_1.gguf", "synth-qwen2-Q8_0.gguf"] {
-        let Some(path) = common::find_model(name) else {
-            eprintln!("skipping {name}: not found");
-            continue;
-        };
-        let Some((first, first_gpu)) = load_wgpu(&path, false) else {
-            return;
-        };
-        let (second, second_gpu) = load_wgpu(&path, true).expect("the adapter opened once");
-        let width = second.config.embedding_length;
-        assert!(
-            second_gpu.norms_in_matmuls(width),
-            "{name}: wgpu takes the norms of {width} values into its matmuls"
-        );
-        let before = [
-            first_gpu.counts().dispatches,
-            second_gpu.counts().dispatches,
-        ];
-        assert_eq!(
-            run(first),
-            run(second),
-            "{name}: the two orders differ on wgpu"
-        );
-        let used = [
-            first_gpu.counts().dispatches - before[0],
-            second_gpu.counts().dispatches - before[1],
-        ];
-        assert!(used[1] < used[0], "{name}: dispatches {used:?}");
-        println!("{name}: dispatches {} and {}", used[0], used[1]);
-        println!("{name}: 12 tokens, log-probabilities equal bit for bit on wgpu");
-    }
 }
 
 #[test]
@@ -152,34 +103,56 @@ fn both_orders_of_adds_and_norms_agree_bit_for_bit() {
     assert!(ran > 0, "no model found (scripts/fetch_models.py)");
 }
 
-/// RoPE and the cache write in the Q/K/V dispatch's epilogue (`RUNIT_WGPU_ROPE_EPILOGUE=1`,
-/// the add-and-norm order) change no token or log-probability, with fewer dispatches.
-#[test]
-fn wgpu_rope_epilogue_changes_no_token_or_logprob() {
+/// The two wgpu backends `plain` and `fused` make of adapter 0 give every model of the list
+/// the same tokens and log-probabilities, `fused` with fewer dispatches. `None` without an
+/// adapter.
+fn wgpu_fusion_changes_nothing(
+    plain: impl Fn(WgpuBackend) -> WgpuBackend,
+    fused: impl Fn(WgpuBackend) -> WgpuBackend,
+) -> Option<()> {
     for name in ["SmolLM2-135M-Instruct.Q4_1.gguf", "synth-qwen2-Q8_0.gguf"] {
         let Some(path) = common::find_model(name) else {
             eprintln!("skipping {name}: not found");
             continue;
         };
-        let Some((first, first_gpu)) = load_wgpu_with(&path, |b| b) else {
-            return;
-        };
-        let (second, second_gpu) =
-            load_wgpu_with(&path, |b| b.with_rope_epilogue(true)).expect("the adapter opened");
+        let (first, first_gpu) = load_wgpu_with(&path, &plain)?;
+        let (second, second_gpu) = load_wgpu_with(&path, &fused)?;
         let before = [
             first_gpu.counts().dispatches,
             second_gpu.counts().dispatches,
         ];
-        assert_eq!(
-            run(first),
-            run(second),
-            "{name}: the epilogue changed the run"
-        );
+        assert_eq!(run(first), run(second), "{name}: the fused run differs");
         let used = [
             first_gpu.counts().dispatches - before[0],
             second_gpu.counts().dispatches - before[1],
         ];
         assert!(used[1] < used[0], "{name}: dispatches {used:?}");
-        println!("{name}: dispatches {} and {}", used[0], used[1]);
+        println!(
+            "{name}: equal bit for bit, dispatches {} and {}",
+            used[0], used[1]
+        );
     }
+    Some(())
+}
+
+/// On wgpu the second order runs other kernels (the norms inside the matrix-vector
+/// dispatches, the adds in their epilogues), which must give the first order's values.
+#[test]
+fn wgpu_norm_prologues_change_no_token_or_logprob() {
+    let prologues = |b: WgpuBackend| {
+        let b = b.with_norm_prologue_max(8192).with_gated_prologue_max(8192);
+        assert!(
+            b.norms_in_matmuls(576),
+            "wgpu takes the norms into its matmuls"
+        );
+        b
+    };
+    wgpu_fusion_changes_nothing(|b| b.with_norm_prologue_max(0), prologues);
+}
+
+/// RoPE and the cache write in the Q/K/V dispatch's epilogue (`RUNIT_WGPU_ROPE_EPILOGUE=1`,
+/// the add-and-norm order) change no token or log-probability, with fewer dispatches.
+#[test]
+fn wgpu_rope_epilogue_changes_no_token_or_logprob() {
+    wgpu_fusion_changes_nothing(|b| b, |b| b.with_rope_epilogue(true));
 }
