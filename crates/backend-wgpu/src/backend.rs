@@ -1024,9 +1024,13 @@ impl WgpuBackend {
     /// workgroup memory it needs (the rounded row, the norm's `lanes` partial sums, the
     /// rounding's and the products' reductions) within the adapter's.
     pub(crate) fn prologue_fits(&self, width: usize, lanes: u32) -> bool {
-        let bytes = width.div_ceil(256) * 72 * 4 + lanes as usize * 8 + 4 * 128 * 4 + 128 * 16;
-        width <= self.norm_prologue_max
-            && bytes as u64 <= u64::from(self.device.limits().max_compute_workgroup_storage_size)
+        let bytes = kernels::rounded_words(width) * 4 + lanes as usize * 8 + 4 * 128 * 4 + 128 * 16;
+        width <= self.norm_prologue_max && self.workgroup_memory_fits(bytes)
+    }
+
+    /// Whether a kernel's `bytes` of workgroup memory are within the adapter's limit.
+    pub(crate) fn workgroup_memory_fits(&self, bytes: usize) -> bool {
+        bytes as u64 <= u64::from(self.device.limits().max_compute_workgroup_storage_size)
     }
 }
 

@@ -103,14 +103,21 @@ impl FusedOps for WgpuBackend {
             false => None,
         };
         if let Some(biases) = &biases {
-            if self.matmul_parts(&weights, x, tokens, &mut outs, Some(biases))? {
+            if self.matmul_parts(
+                &weights,
+                x,
+                tokens,
+                &mut outs,
+                Some(biases),
+                PartsExtra::None,
+            )? {
                 return Ok(());
             }
         }
         if !self.fused_ops {
             return unfused::matmul_qkv(self, projections, x, tokens, outs);
         }
-        if !self.matmul_parts(&weights, x, tokens, &mut outs, None)? {
+        if !self.matmul_parts(&weights, x, tokens, &mut outs, None, PartsExtra::None)? {
             // Weights no one dispatch takes (Q4_K_M's Q6_K V beside Q4_K Q and K in half the
             // layers): Q and K in one where they can be, V alone, all before any bias, so
             // that the activations' rounding the first makes serves the others (a bias
@@ -118,7 +125,7 @@ impl FusedOps for WgpuBackend {
             // layer).
             let [q, k, v] = &mut outs;
             let mut qk = [&mut **q, &mut **k];
-            if !self.matmul_parts(&weights[..2], x, tokens, &mut qk, None)? {
+            if !self.matmul_parts(&weights[..2], x, tokens, &mut qk, None, PartsExtra::None)? {
                 self.matmul(weights[0], x, tokens, qk[0])?;
                 self.matmul(weights[1], x, tokens, qk[1])?;
             }
@@ -171,7 +178,7 @@ impl FusedOps for WgpuBackend {
         };
         let (x, rows) = (input.x, input.rows);
         let fused = self.norms_in_matmuls(input.norm.weight.row_len())
-            && self.matmul_parts_with(&weights, x, rows, &mut outs, biases.as_ref(), extra)?;
+            && self.matmul_parts(&weights, x, rows, &mut outs, biases.as_ref(), extra)?;
         match fused {
             true => Ok(()),
             false => unfused::norm_matmul_qkv(self, input, projections, outs),
@@ -215,7 +222,7 @@ impl FusedOps for WgpuBackend {
             normed,
         };
         let mut outs = [&mut *hidden, &mut *up];
-        if !self.matmul_parts_with(&[ffn.gate, ffn.up], x, tokens, &mut outs, None, extra)? {
+        if !self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs, None, extra)? {
             self.rms_norm(x, norm, tokens, normed)?;
             let mut run = GatedFfnRun {
                 ffn,
@@ -232,7 +239,7 @@ impl FusedOps for WgpuBackend {
             up,
             activation: ffn.activation,
         };
-        if self.matmul_parts_with(&[ffn.down], hidden, tokens, &mut [&mut *delta], None, extra)? {
+        if self.matmul_parts(&[ffn.down], hidden, tokens, &mut [&mut *delta], None, extra)? {
             return Ok(());
         }
         let len = tokens * ffn.gate.rows();
@@ -300,7 +307,7 @@ impl WgpuBackend {
         x: &mut Buffer,
     ) -> OpResult {
         let extra = PartsExtra::Residual(x);
-        if self.matmul_parts_with(&[w], input, tokens, &mut [&mut *out], None, extra)? {
+        if self.matmul_parts(&[w], input, tokens, &mut [&mut *out], None, extra)? {
             return Ok(());
         }
         self.matmul(w, input, tokens, out)?;
@@ -312,7 +319,14 @@ impl WgpuBackend {
     fn gate_and_up(&self, run: &mut GatedFfnRun<'_>) -> OpResult {
         let (ffn, x, tokens) = (run.ffn, run.x, run.tokens);
         let mut outs = [&mut *run.hidden, &mut *run.up];
-        if self.matmul_parts(&[ffn.gate, ffn.up], x, tokens, &mut outs, None)? {
+        if self.matmul_parts(
+            &[ffn.gate, ffn.up],
+            x,
+            tokens,
+            &mut outs,
+            None,
+            PartsExtra::None,
+        )? {
             return Ok(());
         }
         self.matmul(ffn.gate, x, tokens, run.hidden)?;

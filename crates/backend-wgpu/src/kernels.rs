@@ -458,6 +458,12 @@ impl KernelSource {
     }
 }
 
+/// Words of a row of `width` values rounded in the int8 kernels' layout (quantize_x.wgsl's
+/// modes 7 and 8: 72 words a group of 256 values), which a prologue keeps in workgroup memory.
+pub fn rounded_words(width: usize) -> usize {
+    width.div_ceil(256) * 72
+}
+
 /// Invocations of a matrix-vector workgroup (matvec.wgsl's THREADS).
 pub const MATVEC_THREADS: u32 = 128;
 
@@ -510,11 +516,11 @@ fn matvec_common(
             "{}\nconst NORM_LANES: u32 = {lanes}u;\n\
              const ROUNDED_WORDS: u32 = {}u;\n",
             MATVEC_NORM.replace("NORM_BINDING", "2"),
-            width.div_ceil(256) * 72
+            rounded_words(width as usize)
         ),
         MatVecExtra::GatedResidual { width } => format!(
             "{MATVEC_GATED}\nconst ROUNDED_WORDS: u32 = {}u;\n",
-            width.div_ceil(256) * 72
+            rounded_words(width as usize)
         ),
         _ => format!("{MATVEC_INT8_X}\n{NO_PROLOGUE}"),
     };

@@ -295,21 +295,10 @@ impl WgpuBackend {
     /// several weights a dispatch (`WgpuBackend::matvec_parts`). Returns `false`, having
     /// recorded nothing, where it does not apply: the caller then multiplies weight by weight.
     /// With `biases` (each weight's bias, one after another: `joined_biases`), each output
-    /// is the product plus its bias, as `add_bias` would leave it.
+    /// is the product plus its bias, as `add_bias` would leave it. `extra` ([`PartsExtra`])
+    /// adds a prologue or an epilogue (one weight for the residual ones); with a norm or an
+    /// activation prologue `x` is its input, not the matmul's.
     pub(crate) fn matmul_parts(
-        &self,
-        ws: &[&Weight],
-        x: &Buffer,
-        tokens: usize,
-        outs: &mut [&mut Buffer],
-        biases: Option<&wgpu::Buffer>,
-    ) -> Result<bool, BackendError> {
-        self.matmul_parts_with(ws, x, tokens, outs, biases, PartsExtra::None)
-    }
-
-    /// [`WgpuBackend::matmul_parts`] with `extra` ([`PartsExtra`]): `x` is then the residual
-    /// stream's row (a norm prologue) or the usual input (a residual epilogue, one weight).
-    pub(crate) fn matmul_parts_with(
         &self,
         ws: &[&Weight],
         x: &Buffer,
@@ -343,8 +332,8 @@ impl WgpuBackend {
                 self.q6_k_staged,
             ),
         };
-        // The norm's words: its eps, the rounding's mode (7 or 8: the int8 layouts), held.
-        let mut norm_words = [0u32; 3];
+        // The extra's parameter words (matvec.wgsl's extra0 .. extra2).
+        let mut extra_words = [0u32; 3];
         let kernel = match extra {
             PartsExtra::None => kernel.filter(|_| ws.len() > 1),
             PartsExtra::Residual(_) => kernel.and_then(|k| k.with_extra(MatVecExtra::Residual)),
@@ -355,7 +344,7 @@ impl WgpuBackend {
                 f16,
                 ..
             } => {
-                norm_words = [cell, 0, f16];
+                extra_words = [cell, 0, f16];
                 let extra = MatVecExtra::Rope { head_dim, neox };
                 kernel
                     .and_then(|k| k.with_extra(extra))
@@ -363,13 +352,11 @@ impl WgpuBackend {
             }
             PartsExtra::Gated { activation, .. } => {
                 let rounding = self.rounding(w0, n).filter(|&(mode, _)| mode == 7);
-                let bytes = n.div_ceil(256) * 72 * 4 + 128 * 16;
                 let fits = tokens == 1
                     && n <= self.gated_prologue_max
                     && rounding.is_some()
-                    && bytes as u64
-                        <= u64::from(self.device.limits().max_compute_workgroup_storage_size);
-                norm_words = [0, 7, crate::ops::activation_kind(activation)];
+                    && self.workgroup_memory_fits(kernels::rounded_words(n) * 4 + 128 * 16);
+                extra_words = [0, 7, crate::ops::activation_kind(activation)];
                 let extra = MatVecExtra::GatedResidual { width: n as u32 };
                 kernel.and_then(|k| k.with_extra(extra)).filter(|_| fits)
             }
@@ -382,7 +369,7 @@ impl WgpuBackend {
                     && !self.subgroup_reductions
                     && self.prologue_fits(n, lanes)
                     && rounding.is_some();
-                norm_words = [
+                extra_words = [
                     eps.to_bits(),
                     rounding.map_or(0, |r| r.0),
                     self.norm_held(n),
@@ -452,7 +439,7 @@ impl WgpuBackend {
         }
         let [gx, gy, _] = rows_grid(groups as usize);
         params[6] = gx;
-        params[9..12].copy_from_slice(&norm_words);
+        params[9..12].copy_from_slice(&extra_words);
         // Part 0's weight, x, part 0's output, then each later part's weight and output,
         // the biases, then the extra's buffers.
         let mut buffers = [x_bound; 4 + 2 * MAX_PARTS];
@@ -529,7 +516,7 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// What [`WgpuBackend::matmul_parts_with`] does besides the products.
+/// What [`WgpuBackend::matmul_parts`] does besides the products.
 #[derive(Clone, Copy)]
 pub(crate) enum PartsExtra<'a> {
     None,

@@ -181,7 +181,7 @@ impl WgpuBackend {
         };
         let weights = projections.map(|p| p.weight);
         let mut outs = [&mut *op.q, &mut *op.k, &mut *op.v];
-        self.matmul_parts_with(&weights, x, tokens, &mut outs, biases.as_ref(), extra)
+        self.matmul_parts(&weights, x, tokens, &mut outs, biases.as_ref(), extra)
     }
 
     /// The checks, angles and parameters of RoPE of `xs` (the angles of the first's
